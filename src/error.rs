@@ -1,0 +1,251 @@
+//! The crate's error types, grouped by what the caller can do about them.
+//!
+//! [`Error`] is the one error at the crate root. [`LlmError`] is everything that can go wrong
+//! while talking to a model (transport, HTTP status, stream decoding, limits);
+//! [`ToolError`](crate::ToolError) is a tool's own failure.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::tool::ToolError;
+
+/// The crate's error: every fallible public function returns it or one of the errors inside it.
+#[non_exhaustive]
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// Talking to the model failed; see [`LlmError::is_retryable`].
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// A tool failed outside of a model turn (tool failures inside a turn become tool results).
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// A builder or registry was given a configuration that cannot work
+    /// (a duplicate tool name, a missing API key variable, an invalid schema …).
+    /// Fix the configuration; retrying does not help.
+    #[error("configuration error: {0}")]
+    Config(String),
+    /// The conversation cannot be brought under the context budget, or a stored
+    /// conversation is not a valid history.
+    #[error("context error: {0}")]
+    Context(String),
+}
+
+/// Which timeout fired; each one is its own setting on the clients.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutKind {
+    /// Establishing the TCP/TLS connection took too long.
+    Connect,
+    /// The response headers did not arrive in time.
+    FirstByte,
+    /// No content event (text, thinking or tool-argument delta) arrived in time;
+    /// keep-alive pings do not count as content.
+    Idle,
+    /// The whole response took longer than the configured total.
+    Total,
+}
+
+impl fmt::Display for TimeoutKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutKind::Connect => "connect",
+            TimeoutKind::FirstByte => "first-byte",
+            TimeoutKind::Idle => "idle",
+            TimeoutKind::Total => "total",
+        })
+    }
+}
+
+/// A non-2xx answer from a model server, with what the provider said about it.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The provider's error type (`overloaded_error`, `rate_limit_error`, `insufficient_quota` …).
+    pub error_type: Option<String>,
+    /// The provider's error code, where it sends one (OpenAI `code`).
+    pub code: Option<String>,
+    /// The provider's human-readable message (or the start of the body when it is not JSON).
+    pub message: String,
+    /// The request id header (`request-id`, `x-request-id`), for support tickets.
+    pub request_id: Option<String>,
+    /// How long the server asked us to wait (`retry-after-ms` / `retry-after`).
+    pub retry_after: Option<Duration>,
+    /// The server's explicit `x-should-retry` verdict, when sent.
+    pub should_retry: Option<bool>,
+}
+
+impl ApiError {
+    /// A bare API error with a status and message; the other fields empty.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            error_type: None,
+            code: None,
+            message: message.into(),
+            request_id: None,
+            retry_after: None,
+            should_retry: None,
+        }
+    }
+
+    /// Whether retrying the same request can succeed: `x-should-retry` when the server sent it,
+    /// otherwise 408, 409, 429 (but not an exhausted quota), 5xx and 529.
+    pub fn is_retryable(&self) -> bool {
+        if let Some(verdict) = self.should_retry {
+            return verdict;
+        }
+        let quota = self.error_type.as_deref() == Some("insufficient_quota")
+            || self.code.as_deref() == Some("insufficient_quota");
+        match self.status {
+            408 | 409 => true,
+            429 => !quota,
+            500..=599 => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HTTP {}", self.status)?;
+        if let Some(t) = &self.error_type {
+            write!(f, " {t}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(id) = &self.request_id {
+            write!(f, " (request id {id})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong while getting one response from a model.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The request could not be sent (DNS, connection refused, TLS). Usually transient.
+    #[error("could not reach the model server: {message}")]
+    Connect {
+        /// What the transport said.
+        message: String,
+    },
+    /// A timeout fired; [`TimeoutKind`] says which setting to raise.
+    #[error("{kind} timeout: nothing arrived within {after:?}")]
+    Timeout {
+        /// Which timeout.
+        kind: TimeoutKind,
+        /// Its configured value.
+        after: Duration,
+    },
+    /// The server rejected the request with a non-2xx status.
+    #[error("model API error: {0}")]
+    Api(Box<ApiError>),
+    /// The server rejected the request because the prompt does not fit the context window.
+    /// Compact the conversation and send it again.
+    #[error("the request is too long for the model's context window: {0}")]
+    ContextOverflow(Box<ApiError>),
+    /// The server sent an error event inside a successful (200) stream,
+    /// such as Anthropic's `overloaded_error`.
+    #[error("the model server reported an error mid-stream ({error_type}): {message}")]
+    Stream {
+        /// The provider's error type.
+        error_type: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// The body ended before the provider's end-of-message marker: the answer is cut short
+    /// and must not be used as if it were complete.
+    #[error("stream ended before the response was complete ({detail})")]
+    Incomplete {
+        /// What was missing.
+        detail: String,
+    },
+    /// The connection broke while the body was being read.
+    #[error("connection lost while reading the response: {message}")]
+    Transport {
+        /// What the transport said.
+        message: String,
+    },
+    /// The stream carried something the provider's format does not allow
+    /// (invalid JSON in an event, a delta for a block that never started …).
+    #[error("malformed stream: {message}")]
+    Malformed {
+        /// What was wrong, and where.
+        message: String,
+    },
+    /// Untrusted input went over a configured size limit and was refused.
+    #[error("{what} exceeds the limit of {limit} bytes (raise `{setting}` if this is expected)")]
+    LimitExceeded {
+        /// What was too large ("an SSE line", "tool-call arguments" …).
+        what: &'static str,
+        /// The limit in bytes.
+        limit: usize,
+        /// The setting that controls it.
+        setting: &'static str,
+    },
+    /// The request could not be built (for example a history that is not valid for the provider).
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl LlmError {
+    /// Whether sending the same request again can succeed.
+    ///
+    /// Transient: connection failures, timeouts, 408/409/429/5xx/529 (unless the server said
+    /// `x-should-retry: false`, or the quota is exhausted), in-stream overload and server errors,
+    /// and streams cut short or corrupted in transit. Everything else surfaces at once.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Connect { .. }
+            | LlmError::Timeout { .. }
+            | LlmError::Incomplete { .. }
+            | LlmError::Transport { .. }
+            | LlmError::Malformed { .. } => true,
+            LlmError::Api(api) => api.is_retryable(),
+            LlmError::Stream { error_type, .. } => matches!(
+                error_type.as_str(),
+                "overloaded_error"
+                    | "api_error"
+                    | "rate_limit_error"
+                    | "server_error"
+                    | "timeout_error"
+            ),
+            LlmError::ContextOverflow(_)
+            | LlmError::LimitExceeded { .. }
+            | LlmError::InvalidRequest { .. } => false,
+        }
+    }
+
+    /// The delay the server asked for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Api(api) => api.retry_after,
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, for errors that carry one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            LlmError::Api(api) | LlmError::ContextOverflow(api) => Some(api.status),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn malformed(message: impl Into<String>) -> Self {
+        LlmError::Malformed {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn incomplete(detail: impl Into<String>) -> Self {
+        LlmError::Incomplete {
+            detail: detail.into(),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The conversation model: one shape for every provider.
+//!
+//! A conversation is a list of [`Message`]s, each a [`Role`] and a list of type-tagged
+//! [`ContentBlock`]s. The provider encoders translate it into each wire format; the stream
+//! decoders and the [`StreamAssembler`](crate::StreamAssembler) build it from responses.
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user, including tool results sent back to the model.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its content blocks, in order.
+    pub content: Vec<ContentBlock>,
+}
+
+impl Message {
+    /// A user message with one text block.
+    pub fn user(text: impl Into<String>) -> Self {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// An assistant message with one text block.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// The concatenated text of the message's text blocks.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for block in &self.content {
+            if let ContentBlock::Text { text } = block {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    /// The tool calls in this message, in order.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &serde_json::Value)> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            _ => None,
+        })
+    }
+}
+
+/// One block of a message's content.
+///
+/// Serialized with a `type` tag in snake case (`{"type":"text","text":"…"}`), the same shape
+/// Anthropic uses. Blocks the crate does not model (Anthropic `server_tool_use`,
+/// `web_search_tool_result`, future types) are kept verbatim in [`ContentBlock::Other`] and
+/// sent back unmodified.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model's visible reasoning, with the provider's signature that must be sent back
+    /// unmodified in tool turns.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The provider's signature over it (empty when the provider sends none).
+        #[serde(default)]
+        signature: String,
+    },
+    /// Reasoning the provider encrypted; sent back unmodified.
+    RedactedThinking {
+        /// The opaque payload.
+        data: String,
+    },
+    /// A call of a tool by the model.
+    ToolUse {
+        /// The provider's call id; the result refers to it.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments (a JSON object).
+        input: serde_json::Value,
+    },
+    /// The result of a tool call, sent back in a user message.
+    ToolResult {
+        /// The id of the call this answers.
+        tool_use_id: String,
+        /// What the tool returned, as text the model reads.
+        content: String,
+        /// Whether the tool failed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    /// A block type the crate does not model, kept verbatim (including its `type`).
+    #[serde(untagged)]
+    Other(serde_json::Value),
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    /// A tool result block.
+    pub fn tool_result(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+}
+
+/// Why the model stopped.
+///
+/// Serialized as a snake-case string. Anthropic's values map one to one; OpenAI's
+/// `stop` → `end_turn`, `tool_calls`/`function_call` → `tool_use`, `length` → `max_tokens`,
+/// `content_filter` → `content_filter`. Values neither provider documents are kept in
+/// [`StopReason::Other`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its answer.
+    EndTurn,
+    /// The model wants tools called.
+    ToolUse,
+    /// The output hit `max_tokens`; the answer is cut off.
+    MaxTokens,
+    /// A stop sequence was produced.
+    StopSequence,
+    /// The model refused.
+    Refusal,
+    /// A long-running server-side turn was paused; send the conversation back to continue.
+    PauseTurn,
+    /// The provider's content filter stopped the output.
+    ContentFilter,
+    /// The context window was exhausted while generating.
+    ModelContextWindowExceeded,
+    /// A value the crate does not know, kept as sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl StopReason {
+    /// Maps a provider's stop/finish reason string (Anthropic or OpenAI spelling).
+    pub fn from_wire(s: &str) -> StopReason {
+        match s {
+            "end_turn" | "stop" => StopReason::EndTurn,
+            "tool_use" | "tool_calls" | "function_call" => StopReason::ToolUse,
+            "max_tokens" | "length" => StopReason::MaxTokens,
+            "stop_sequence" => StopReason::StopSequence,
+            "refusal" => StopReason::Refusal,
+            "pause_turn" => StopReason::PauseTurn,
+            "content_filter" => StopReason::ContentFilter,
+            "model_context_window_exceeded" => StopReason::ModelContextWindowExceeded,
+            other => StopReason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// Token usage of one response, or summed over a run.
+///
+/// `input_tokens` counts uncached prompt tokens (Anthropic's meaning; for OpenAI it is
+/// `prompt_tokens` minus `cached_tokens`), so the four fields add up to what was processed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens not read from the cache.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Generated tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+}
+
+impl Usage {
+    /// All prompt tokens: uncached, cache reads and cache writes.
+    pub fn total_input_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_input_tokens)
+            .saturating_add(self.cache_creation_input_tokens)
+    }
+
+    /// Prompt plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.total_input_tokens().saturating_add(self.output_tokens)
+    }
+
+    /// Adds another usage to this one, field by field (saturating).
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_input_tokens = self
+            .cache_read_input_tokens
+            .saturating_add(other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .saturating_add(other.cache_creation_input_tokens);
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Usage) {
+        self.add(&rhs);
+    }
+}
+
+/// A tool as the model sees it: name, description and JSON Schema of its input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the tool's input object.
+    pub input_schema: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn content_blocks_round_trip_with_type_tags() {
+        let blocks = vec![
+            ContentBlock::text("hi"),
+            ContentBlock::Thinking {
+                thinking: "t".into(),
+                signature: "s".into(),
+            },
+            ContentBlock::RedactedThinking { data: "d".into() },
+            ContentBlock::ToolUse {
+                id: "1".into(),
+                name: "n".into(),
+                input: json!({"a": 1}),
+            },
+            ContentBlock::tool_result("1", "out", true),
+            ContentBlock::Other(
+                json!({"type": "server_tool_use", "id": "x", "name": "web_search", "input": {}}),
+            ),
+        ];
+        let v = serde_json::to_value(&blocks).unwrap();
+        assert_eq!(v[0], json!({"type": "text", "text": "hi"}));
+        assert_eq!(
+            v[4],
+            json!({"type": "tool_result", "tool_use_id": "1", "content": "out", "is_error": true})
+        );
+        assert_eq!(v[5]["type"], "server_tool_use");
+        let back: Vec<ContentBlock> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, blocks);
+    }
+
+    #[test]
+    fn stop_reason_serializes_snake_case_and_keeps_unknown_values() {
+        assert_eq!(
+            serde_json::to_string(&StopReason::EndTurn).unwrap(),
+            "\"end_turn\""
+        );
+        assert_eq!(
+            serde_json::to_string(&StopReason::MaxTokens).unwrap(),
+            "\"max_tokens\""
+        );
+        let other: StopReason = serde_json::from_str("\"brand_new\"").unwrap();
+        assert_eq!(other, StopReason::Other("brand_new".into()));
+        assert_eq!(serde_json::to_string(&other).unwrap(), "\"brand_new\"");
+        assert_eq!(StopReason::from_wire("length"), StopReason::MaxTokens);
+        assert_eq!(StopReason::from_wire("tool_calls"), StopReason::ToolUse);
+    }
+}

@@ -1,0 +1,375 @@
+//! Model access: the provider-neutral event stream, the wire decoders and the [`LlmClient`] trait.
+//!
+//! ```text
+//!  body bytes ─► SseDecoder ─► provider decoder ─► LlmEvent ─► StreamAssembler ─► ModelResponse
+//!               └──────────── WireDecoder ───────────┘
+//! ```
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+
+use crate::error::LlmError;
+use crate::message::{Message, StopReason, ToolSpec, Usage};
+use crate::sse::{SseDecoder, SseLimits};
+
+pub(crate) mod anthropic;
+pub(crate) mod openai;
+
+/// A provider's streaming wire format.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WireFormat {
+    /// Anthropic Messages (`POST /v1/messages`, `stream: true`).
+    Anthropic,
+    /// OpenAI Chat Completions (`POST /chat/completions`, `stream: true`) and every
+    /// OpenAI-compatible server.
+    OpenAiChat,
+}
+
+/// One provider-neutral event of a streamed model response.
+///
+/// `index` is the position of the content block in the response; events of several blocks can
+/// interleave (parallel tool calls), so consumers key on it, never on the tool call id.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    /// The response started.
+    MessageStart {
+        /// The provider's response id (may be empty).
+        id: String,
+        /// The model that answers.
+        model: String,
+    },
+    /// A piece of text for the text block at `index`.
+    TextDelta {
+        /// Block index.
+        index: usize,
+        /// The text.
+        text: String,
+    },
+    /// A piece of reasoning for the thinking block at `index`.
+    ThinkingDelta {
+        /// Block index.
+        index: usize,
+        /// The reasoning text.
+        thinking: String,
+    },
+    /// A piece of the signature of the thinking block at `index`.
+    SignatureDelta {
+        /// Block index.
+        index: usize,
+        /// The signature text.
+        signature: String,
+    },
+    /// A complete redacted-thinking block.
+    RedactedThinking {
+        /// Block index.
+        index: usize,
+        /// The opaque payload.
+        data: String,
+    },
+    /// A tool call starts at `index`.
+    ToolCallStart {
+        /// Block index.
+        index: usize,
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// A fragment of the JSON arguments of the tool call (or opaque block) at `index`.
+    ToolCallDelta {
+        /// Block index.
+        index: usize,
+        /// The JSON fragment; fragments concatenate to the arguments.
+        partial_json: String,
+    },
+    /// A block the crate does not model starts at `index`, kept verbatim.
+    OtherBlock {
+        /// Block index.
+        index: usize,
+        /// The block's JSON, as sent in the stream.
+        block: serde_json::Value,
+    },
+    /// The block at `index` is complete.
+    BlockStop {
+        /// Block index.
+        index: usize,
+    },
+    /// The usage of this response so far (replaces earlier `Usage` events).
+    Usage(Usage),
+    /// The response is complete.
+    MessageStop {
+        /// Why the model stopped.
+        stop_reason: StopReason,
+    },
+    /// The client is about to send the request again after a transient failure that happened
+    /// before any content arrived. Only clients emit it; the wire decoder never does.
+    Retry {
+        /// 1 for the first retry.
+        attempt: u32,
+        /// How long the client waits before sending again.
+        delay: Duration,
+        /// What failed.
+        error: LlmError,
+    },
+}
+
+impl LlmEvent {
+    /// Whether the event carries generated content (text, thinking or tool-argument deltas and
+    /// block starts). Idle timeouts are reset only by content events, never by pings.
+    pub fn is_content(&self) -> bool {
+        matches!(
+            self,
+            LlmEvent::TextDelta { .. }
+                | LlmEvent::ThinkingDelta { .. }
+                | LlmEvent::SignatureDelta { .. }
+                | LlmEvent::RedactedThinking { .. }
+                | LlmEvent::ToolCallStart { .. }
+                | LlmEvent::ToolCallDelta { .. }
+                | LlmEvent::OtherBlock { .. }
+        )
+    }
+}
+
+/// Limits on untrusted stream input. Every limit is in bytes.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Longest SSE line (default 4 MiB).
+    pub max_line_bytes: usize,
+    /// Largest SSE event data (default 8 MiB).
+    pub max_event_bytes: usize,
+    /// Largest arguments of one tool call (default 16 MiB).
+    pub max_tool_args_bytes: usize,
+    /// Largest text of one response, all blocks together (default 64 MiB).
+    pub max_response_bytes: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits {
+            max_line_bytes: 4 << 20,
+            max_event_bytes: 8 << 20,
+            max_tool_args_bytes: 16 << 20,
+            max_response_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StreamLimits {
+    pub(crate) fn sse(&self) -> SseLimits {
+        SseLimits {
+            max_line_bytes: self.max_line_bytes,
+            max_event_bytes: self.max_event_bytes,
+        }
+    }
+}
+
+/// The sans-IO decoder of one streamed response: SSE framing plus the provider's event format.
+///
+/// Feed it the body bytes in any chunking; it appends the completed [`LlmEvent`]s.
+///
+/// ```
+/// use agent_loop::{LlmEvent, WireDecoder, WireFormat};
+///
+/// let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+///              data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+///              data: [DONE]\n\n";
+/// let mut decoder = WireDecoder::new(WireFormat::OpenAiChat);
+/// let mut events = Vec::new();
+/// for chunk in body.chunks(7) {
+///     decoder.push(chunk, &mut events)?;
+/// }
+/// decoder.finish(&mut events)?;
+/// assert!(events.iter().any(|e| matches!(e, LlmEvent::TextDelta { text, .. } if text == "Hi")));
+/// assert!(matches!(events.last(), Some(LlmEvent::MessageStop { .. })));
+/// # Ok::<(), agent_loop::LlmError>(())
+/// ```
+#[derive(Debug)]
+pub struct WireDecoder {
+    sse: SseDecoder,
+    inner: ProviderDecoder,
+}
+
+#[derive(Debug)]
+enum ProviderDecoder {
+    Anthropic(anthropic::decode::Decoder),
+    OpenAi(openai::decode::Decoder),
+}
+
+impl WireDecoder {
+    /// A decoder for `format` with the default [`StreamLimits`].
+    pub fn new(format: WireFormat) -> Self {
+        Self::with_limits(format, StreamLimits::default())
+    }
+
+    /// A decoder for `format` with the given limits.
+    pub fn with_limits(format: WireFormat, limits: StreamLimits) -> Self {
+        let inner = match format {
+            WireFormat::Anthropic => ProviderDecoder::Anthropic(anthropic::decode::Decoder::new()),
+            WireFormat::OpenAiChat => ProviderDecoder::OpenAi(openai::decode::Decoder::new()),
+        };
+        WireDecoder {
+            sse: SseDecoder::with_limits(limits.sse()),
+            inner,
+        }
+    }
+
+    /// Decodes one chunk of the body, appending the events it completes. Never panics.
+    ///
+    /// After an error the decoder is spent: later calls return the same error.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
+        let WireDecoder { sse, inner } = self;
+        sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out))
+    }
+
+    /// Ends the body: dispatches a pending last event and errors if the stream ended before
+    /// the provider's end-of-message marker ([`LlmError::Incomplete`]).
+    pub fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
+        let WireDecoder { sse, inner } = self;
+        sse.finish_with(|event| inner.on_event(event.event, event.data, out))?;
+        inner.finish(out)
+    }
+
+    /// Whether the provider's end-of-message marker has been seen.
+    pub fn is_done(&self) -> bool {
+        match &self.inner {
+            ProviderDecoder::Anthropic(d) => d.is_done(),
+            ProviderDecoder::OpenAi(d) => d.is_done(),
+        }
+    }
+}
+
+impl ProviderDecoder {
+    fn on_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        out: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmError> {
+        match self {
+            ProviderDecoder::Anthropic(d) => d.on_event(event, data, out),
+            ProviderDecoder::OpenAi(d) => d.on_event(event, data, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
+        match self {
+            ProviderDecoder::Anthropic(d) => d.finish(out),
+            ProviderDecoder::OpenAi(d) => d.finish(out),
+        }
+    }
+}
+
+/// Which tool the model must (or must not) call.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Any,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+/// One request for a model response, in provider-neutral form.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    /// The model; `None` uses the client's configured model.
+    pub model: Option<String>,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// The conversation, starting with a user message.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// Which tool the model must call, if any.
+    pub tool_choice: ToolChoice,
+    /// The most tokens to generate.
+    pub max_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Sequences that stop generation.
+    pub stop_sequences: Vec<String>,
+    /// Anthropic extended thinking: the token budget for reasoning (ignored by OpenAI).
+    pub thinking_budget: Option<u32>,
+    /// Provider-specific fields merged into the request body as they are
+    /// (for example `{"top_k": 5}` or `{"reasoning_effort": "low"}`).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Default for ModelRequest {
+    fn default() -> Self {
+        ModelRequest {
+            model: None,
+            system: None,
+            messages: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            max_tokens: 4096,
+            temperature: None,
+            stop_sequences: Vec::new(),
+            thinking_budget: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+}
+
+impl ModelRequest {
+    /// A request for `messages` with the defaults (4096 max tokens, no tools).
+    pub fn new(messages: Vec<Message>) -> Self {
+        ModelRequest {
+            messages,
+            ..Default::default()
+        }
+    }
+}
+
+/// The stream of one model response: events, ending after [`LlmEvent::MessageStop`] or an error.
+pub type LlmStream<'a> = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> + Send + 'a>>;
+
+/// Access to a model: streams one response for a request.
+///
+/// Implemented by [`AnthropicClient`](crate::AnthropicClient), [`OpenAiClient`](crate::OpenAiClient)
+/// and the test clients; implement it for a custom provider or a recording/replaying client.
+///
+/// The returned stream is lazy: nothing is sent until it is first polled. It yields the
+/// response's events as they arrive, ends after [`LlmEvent::MessageStop`], or yields one error
+/// and ends. A client that retries a transient failure before any content arrived reports it
+/// as [`LlmEvent::Retry`]. Dropping the stream cancels the request and closes the connection.
+pub trait LlmClient: Send + Sync {
+    /// Streams the response to `request`.
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a>;
+
+    /// The model name the client sends when the request names none (used to look up the
+    /// context window). Empty when unknown.
+    fn model(&self) -> &str {
+        ""
+    }
+}
+
+impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        (**self).stream(request)
+    }
+    fn model(&self) -> &str {
+        (**self).model()
+    }
+}
+
+impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        (**self).stream(request)
+    }
+    fn model(&self) -> &str {
+        (**self).model()
+    }
+}

@@ -1,0 +1,4 @@
+//! OpenAI Chat Completions (and compatible servers): wire types, request encoding, stream
+//! decoding and the client.
+
+pub(crate) mod decode;

@@ -1,0 +1,564 @@
+//! A sans-IO, incremental decoder for `text/event-stream` bodies (Server-Sent Events).
+//!
+//! It follows the WHATWG HTML "Interpreting an event stream" rules
+//! (<https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation>);
+//! the steps are quoted beside the lines that implement them.
+//!
+//! Feed it body bytes in any chunking with [`SseDecoder::push`]; each completed event is handed
+//! out once. Bytes are scanned once with `memchr`: a complete line inside a chunk is parsed in
+//! place, and only the unterminated tail of a chunk is copied into the line buffer. Line and
+//! event sizes are bounded by [`SseLimits`]; exceeding one is an [`LlmError::LimitExceeded`].
+
+use std::borrow::Cow;
+
+use crate::error::LlmError;
+
+/// Size limits of the SSE decoder, in bytes.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseLimits {
+    /// Longest line, terminator excluded (default 4 MiB).
+    pub max_line_bytes: usize,
+    /// Largest data of one event (default 8 MiB).
+    pub max_event_bytes: usize,
+}
+
+impl Default for SseLimits {
+    fn default() -> Self {
+        SseLimits {
+            max_line_bytes: 4 << 20,
+            max_event_bytes: 8 << 20,
+        }
+    }
+}
+
+impl SseLimits {
+    /// Limits with the given line and event sizes.
+    pub fn new(max_line_bytes: usize, max_event_bytes: usize) -> Self {
+        SseLimits {
+            max_line_bytes,
+            max_event_bytes,
+        }
+    }
+}
+
+/// One dispatched event, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The event type (`message` when the stream named none).
+    pub event: String,
+    /// The data lines joined with `\n`.
+    pub data: String,
+    /// The last event id seen so far, if any.
+    pub id: Option<String>,
+    /// The `retry` value sent with this event, in milliseconds.
+    pub retry: Option<u64>,
+}
+
+/// One dispatched event, borrowed from the decoder's buffers (no allocation when the bytes
+/// are valid UTF-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseEventRef<'a> {
+    /// The event type (`message` when the stream named none).
+    pub event: &'a str,
+    /// The data lines joined with `\n`.
+    pub data: &'a str,
+    /// The last event id seen so far, if any.
+    pub id: Option<&'a str>,
+    /// The `retry` value sent with this event, in milliseconds.
+    pub retry: Option<u64>,
+}
+
+impl SseEventRef<'_> {
+    /// An owned copy.
+    pub fn to_owned_event(&self) -> SseEvent {
+        SseEvent {
+            event: self.event.to_owned(),
+            data: self.data.to_owned(),
+            id: self.id.map(str::to_owned),
+            retry: self.retry,
+        }
+    }
+}
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// The incremental SSE decoder.
+///
+/// ```
+/// use agent_loop::SseDecoder;
+///
+/// let mut decoder = SseDecoder::new();
+/// let mut events = Vec::new();
+/// decoder.push(b"event: ping\r\ndata: {\"a\":", &mut events)?;
+/// assert!(events.is_empty()); // the event is not complete yet
+/// decoder.push(b"1}\r\n\r\n", &mut events)?;
+/// assert_eq!(events[0].event, "ping");
+/// assert_eq!(events[0].data, "{\"a\":1}");
+/// # Ok::<(), agent_loop::LlmError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    /// The unterminated tail of the current line. Invariant: holds no CR or LF byte, and at
+    /// most `limits.max_line_bytes` bytes.
+    line: Vec<u8>,
+    /// The event being built from the lines seen so far.
+    builder: EventBuilder,
+    /// The previous chunk ended in CR: an LF at the start of the next chunk belongs to it.
+    skip_lf: bool,
+    /// How many bytes of a leading BOM have been matched; `BOM_DONE` once decided.
+    bom_matched: u8,
+    /// Set by the first error; the decoder is spent and returns it again.
+    error: Option<LlmError>,
+    limits: SseLimits,
+}
+
+const BOM_DONE: u8 = u8::MAX;
+
+#[derive(Debug, Default)]
+struct EventBuilder {
+    /// The data buffer: data lines joined by LF, without the spec's trailing LF.
+    /// Invariant: at most `max_event_bytes` bytes.
+    data: Vec<u8>,
+    /// Whether a `data` field was seen since the last dispatch (`data:` with an empty value
+    /// still makes an event).
+    has_data: bool,
+    /// The event type buffer (empty means `message`).
+    event_type: Vec<u8>,
+    /// The last event id buffer; survives dispatches, as the spec says.
+    last_id: Option<String>,
+    /// A `retry` value seen since the last dispatch.
+    retry: Option<u64>,
+    max_event_bytes: usize,
+}
+
+impl SseDecoder {
+    /// A decoder with the default [`SseLimits`].
+    pub fn new() -> Self {
+        Self::with_limits(SseLimits::default())
+    }
+
+    /// A decoder with the given limits.
+    pub fn with_limits(limits: SseLimits) -> Self {
+        SseDecoder {
+            limits,
+            builder: EventBuilder {
+                max_event_bytes: limits.max_event_bytes,
+                ..EventBuilder::default()
+            },
+            ..SseDecoder::default()
+        }
+    }
+
+    /// Decodes a chunk, appending the events it completes to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), LlmError> {
+        self.push_with(chunk, |e| {
+            out.push(e.to_owned_event());
+            Ok(())
+        })
+    }
+
+    /// Ends the body: an unterminated last line counts as terminated and a pending event is
+    /// dispatched (servers and the official SDKs' fixtures end that way).
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), LlmError> {
+        self.finish_with(|e| {
+            out.push(e.to_owned_event());
+            Ok(())
+        })
+    }
+
+    /// Decodes a chunk, calling `on_event` with each completed event, borrowed.
+    ///
+    /// An error from `on_event` stops decoding and is returned; like a decoding error it
+    /// leaves the decoder spent.
+    pub fn push_with<F>(&mut self, chunk: &[u8], mut on_event: F) -> Result<(), LlmError>
+    where
+        F: FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let result = self.push_inner(chunk, &mut on_event);
+        if let Err(e) = &result {
+            self.error = Some(e.clone());
+        }
+        result
+    }
+
+    /// [`finish`](Self::finish) with a callback, like [`push_with`](Self::push_with).
+    pub fn finish_with<F>(&mut self, mut on_event: F) -> Result<(), LlmError>
+    where
+        F: FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let result = self.finish_inner(&mut on_event);
+        if let Err(e) = &result {
+            self.error = Some(e.clone());
+        }
+        result
+    }
+
+    fn push_inner(
+        &mut self,
+        mut chunk: &[u8],
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        // "The stream must then be parsed by ... the UTF-8 decode algorithm", which strips
+        // one leading BOM. It may arrive split across chunks.
+        if self.bom_matched != BOM_DONE {
+            while let Some((&b, rest)) = chunk.split_first() {
+                let matched = usize::from(self.bom_matched);
+                if b == BOM[matched] {
+                    chunk = rest;
+                    self.bom_matched += 1;
+                    if usize::from(self.bom_matched) == BOM.len() {
+                        self.bom_matched = BOM_DONE;
+                        break;
+                    }
+                } else {
+                    self.line.extend_from_slice(&BOM[..matched]);
+                    self.bom_matched = BOM_DONE;
+                    break;
+                }
+            }
+            if self.bom_matched != BOM_DONE {
+                return Ok(()); // everything so far could still be a BOM
+            }
+        }
+
+        // "a single U+000D CARRIAGE RETURN U+000A LINE FEED (CRLF) character pair": when the
+        // CR ended the previous chunk, its LF starts this one.
+        if self.skip_lf && !chunk.is_empty() {
+            self.skip_lf = false;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
+            }
+        }
+
+        let mut pos = 0;
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) {
+            let end = pos + offset;
+            let piece = &chunk[pos..end];
+            if self.line.is_empty() {
+                check_line(piece.len(), &self.limits)?;
+                self.builder.line(piece, on_event)?;
+            } else {
+                check_line(self.line.len() + piece.len(), &self.limits)?;
+                self.line.extend_from_slice(piece);
+                let result = self.builder.line(&self.line, on_event);
+                self.line.clear();
+                result?;
+            }
+            // "Lines must be separated by either a U+000D CARRIAGE RETURN U+000A LINE FEED
+            // (CRLF) character pair, a single U+000A LINE FEED (LF) character, or a single
+            // U+000D CARRIAGE RETURN (CR) character."
+            pos = end + 1;
+            if chunk[end] == b'\r' {
+                match chunk.get(pos) {
+                    Some(b'\n') => pos += 1,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
+                }
+            }
+        }
+        let tail = &chunk[pos..];
+        if !tail.is_empty() {
+            check_line(self.line.len() + tail.len(), &self.limits)?;
+            self.line.extend_from_slice(tail);
+        }
+        Ok(())
+    }
+
+    fn finish_inner(
+        &mut self,
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        if self.bom_matched != BOM_DONE {
+            // A body of only part of a BOM: those bytes were content after all.
+            let matched = usize::from(self.bom_matched);
+            self.line.extend_from_slice(&BOM[..matched]);
+            self.bom_matched = BOM_DONE;
+        }
+        if !self.line.is_empty() {
+            let result = self.builder.line(&self.line, on_event);
+            self.line.clear();
+            result?;
+        }
+        // The spec discards a pending event at end of file; real servers and the official SDK
+        // fixtures end without the final blank line, so a pending event is dispatched.
+        self.builder.dispatch(on_event)?;
+        self.skip_lf = false;
+        Ok(())
+    }
+}
+
+fn check_line(len: usize, limits: &SseLimits) -> Result<(), LlmError> {
+    if len > limits.max_line_bytes {
+        return Err(LlmError::LimitExceeded {
+            what: "an SSE line",
+            limit: limits.max_line_bytes,
+            setting: "StreamLimits::max_line_bytes",
+        });
+    }
+    Ok(())
+}
+
+impl EventBuilder {
+    /// Processes one complete line (terminator removed).
+    fn line(
+        &mut self,
+        line: &[u8],
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        // "If the line is empty (a blank line): Dispatch the event."
+        if line.is_empty() {
+            return self.dispatch(on_event);
+        }
+        // "If the line starts with a U+003A COLON character (:): Ignore the line."
+        if line[0] == b':' {
+            return Ok(());
+        }
+        // "If the line contains a U+003A COLON character (:): Collect the characters on the
+        // line before the first U+003A COLON character (:), and let field be that string.
+        // Collect the characters on the line after the first U+003A COLON character (:), and
+        // let value be that string. If value starts with a U+0020 SPACE character, remove it
+        // from value." Otherwise "the whole line as the field name, and the empty string as
+        // the field value."
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let value = &line[i + 1..];
+                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            // "Append the field value to the data buffer, then append a single U+000A LINE
+            // FEED (LF) character to the data buffer." (The trailing LF is removed again at
+            // dispatch, so it is written only between lines here.)
+            b"data" => {
+                let extra = usize::from(self.has_data) + value.len();
+                if self.data.len() + extra > self.max_event_bytes {
+                    return Err(LlmError::LimitExceeded {
+                        what: "an SSE event",
+                        limit: self.max_event_bytes,
+                        setting: "StreamLimits::max_event_bytes",
+                    });
+                }
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            // "Set the event type buffer to field value."
+            b"event" => {
+                self.event_type.clear();
+                self.event_type.extend_from_slice(value);
+            }
+            // "If the field value does not contain U+0000 NULL, then set the last event ID
+            // buffer to the field value. Otherwise, ignore the field."
+            b"id" => {
+                if memchr::memchr(0, value).is_none() {
+                    self.last_id = Some(String::from_utf8_lossy(value).into_owned());
+                }
+            }
+            // "If the field value consists of only ASCII digits, then interpret the field value
+            // as an integer in base ten ... Otherwise, ignore the field."
+            b"retry" => {
+                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+                    // All digits, so only overflow can fail; an absurd value is ignored.
+                    if let Ok(ms) = std::str::from_utf8(value).unwrap_or("").parse::<u64>() {
+                        self.retry = Some(ms);
+                    }
+                }
+            }
+            // "Otherwise: The field is ignored."
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dispatch(
+        &mut self,
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        // "If the data buffer is an empty string, set the data buffer and the event type
+        // buffer to the empty string and return."
+        if !self.has_data {
+            self.event_type.clear();
+            self.retry = None;
+            return Ok(());
+        }
+        // Decoding replaces invalid UTF-8 with U+FFFD; splitting on CR/LF bytes first is
+        // equivalent because those bytes never occur inside a multi-byte sequence.
+        let data: Cow<'_, str> = String::from_utf8_lossy(&self.data);
+        // "Initialize event's type attribute to "message" ... If the event type buffer has a
+        // value other than the empty string, change the type of the newly created event to
+        // equal the value of the event type buffer."
+        let event: Cow<'_, str> = if self.event_type.is_empty() {
+            Cow::Borrowed("message")
+        } else {
+            String::from_utf8_lossy(&self.event_type)
+        };
+        let result = on_event(SseEventRef {
+            event: &event,
+            data: &data,
+            id: self.last_id.as_deref(),
+            retry: self.retry,
+        });
+        drop((data, event));
+        // "Set the data buffer and the event type buffer to the empty string."
+        self.data.clear();
+        self.event_type.clear();
+        self.has_data = false;
+        self.retry = None;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(c, &mut out).unwrap();
+        }
+        d.finish(&mut out).unwrap();
+        out
+    }
+
+    fn ev(event: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.into(),
+            data: data.into(),
+            id: None,
+            retry: None,
+        }
+    }
+
+    #[test]
+    fn all_three_line_endings() {
+        let out = decode_all(&[b"data: a\n\ndata: b\r\n\r\ndata: c\r\rdata: d\r\n\n"]);
+        assert_eq!(
+            out,
+            vec![
+                ev("message", "a"),
+                ev("message", "b"),
+                ev("message", "c"),
+                ev("message", "d")
+            ]
+        );
+    }
+
+    #[test]
+    fn crlf_split_across_chunks_is_one_line_end() {
+        let out = decode_all(&[b"data: a\r", b"\n", b"\r", b"\ndata: b\r", b"\r\n"]);
+        assert_eq!(out, vec![ev("message", "a"), ev("message", "b")]);
+    }
+
+    #[test]
+    fn bom_is_stripped_even_when_split() {
+        let out = decode_all(&[b"\xEF", b"\xBB", b"\xBFdata: x\n\n"]);
+        assert_eq!(out, vec![ev("message", "x")]);
+        // Only one BOM is stripped; a second one is content of the field name.
+        let out = decode_all(&[b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\n"]);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn partial_bom_then_other_bytes_is_content() {
+        let out = decode_all(&[b"\xEF", b"data: x\n\n"]);
+        assert!(out.is_empty(), "field name starts with a stray byte");
+        let out = decode_all(&[b"\xEF\xBB"]);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn comments_fields_without_colon_and_space_rules() {
+        let out = decode_all(&[b": keep-alive\ndata\n\ndata:no-space\ndata:  two\n\n"]);
+        assert_eq!(
+            out,
+            vec![ev("message", ""), ev("message", "no-space\n two")]
+        );
+    }
+
+    #[test]
+    fn event_id_and_retry_fields() {
+        let out = decode_all(&[
+            b"event: add\nid: 7\nretry: 1500\ndata: x\n\nretry: 1a\nid: b\0ad\ndata: y\n\n",
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                SseEvent {
+                    event: "add".into(),
+                    data: "x".into(),
+                    id: Some("7".into()),
+                    retry: Some(1500)
+                },
+                SseEvent {
+                    event: "message".into(),
+                    data: "y".into(),
+                    id: Some("7".into()),
+                    retry: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn no_dispatch_without_data_and_event_type_resets() {
+        let out = decode_all(&[b"event: a\n\ndata: x\n\n"]);
+        assert_eq!(out, vec![ev("message", "x")]);
+    }
+
+    #[test]
+    fn utf8_split_across_chunks_and_invalid_bytes_replaced() {
+        let s = "data: héllo €\n\n".as_bytes();
+        let out = decode_all(&[&s[..8], &s[8..15], &s[15..]]);
+        assert_eq!(out, vec![ev("message", "héllo €")]);
+        let out = decode_all(&[b"data: a\xFFb\n\n"]);
+        assert_eq!(out, vec![ev("message", "a\u{FFFD}b")]);
+    }
+
+    #[test]
+    fn unterminated_last_line_dispatches_at_finish() {
+        let out = decode_all(&[b"data: a\n\ndata: b"]);
+        assert_eq!(out, vec![ev("message", "a"), ev("message", "b")]);
+    }
+
+    #[test]
+    fn oversize_line_and_event_name_the_limit() {
+        let mut d = SseDecoder::with_limits(SseLimits::new(16, 32));
+        let mut out = Vec::new();
+        let err = d.push(&[b'x'; 17], &mut out).unwrap_err();
+        assert!(err.to_string().contains("16 bytes"), "{err}");
+        // spent: the same error again
+        assert_eq!(d.push(b"\n\n", &mut out).unwrap_err(), err);
+
+        let mut d = SseDecoder::with_limits(SseLimits::new(16, 32));
+        let err = d
+            .push(
+                b"data: 0123456789\ndata: 0123456789\ndata: 0123456789\ndata: 0\n",
+                &mut out,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, LlmError::LimitExceeded { limit: 32, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn oversize_line_split_across_chunks_is_refused_before_it_ends() {
+        let mut d = SseDecoder::with_limits(SseLimits::new(16, 32));
+        let mut out = Vec::new();
+        d.push(&[b'x'; 10], &mut out).unwrap();
+        assert!(d.push(&[b'x'; 10], &mut out).is_err());
+    }
+}
