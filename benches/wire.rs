@@ -1,0 +1,339 @@
+//! Wire-layer throughput, each figure beside its baseline from the same run:
+//! - SSE decoding: ours vs `eventsource-stream` (the parser inside `reqwest-eventsource`) vs a
+//!   plain `memchr` newline scan (the practical ceiling), at 16 B, 256 B, 4 KiB and 64 KiB chunks;
+//! - the full pipeline (bytes → LlmEvents → assembled response) vs `eventsource-stream` +
+//!   `serde_json::Value`, and each of our stages alone;
+//! - tool-call assembly of large arguments in small fragments (linear time).
+//!
+//! Run: `cargo bench --bench wire`; results go to BENCHMARKS.md as ratios.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use agent_loop::{LlmEvent, SseDecoder, StreamAssembler, WireDecoder, WireFormat};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+
+/// Target size of each synthetic stream.
+const STREAM_BYTES: usize = 20 << 20;
+
+/// Deterministic pseudo-random words (no RNG dependency in the bench).
+struct Words(u64);
+
+impl Words {
+    fn next(&mut self) -> &'static str {
+        const WORDS: &[&str] = &[
+            "the", "model", "streams", "tokens", "while", "a", "tool", "runs", "and", "returns", "JSON", "über",
+            "naïve", "data", "context", "window", "é", "quickly", "🙂", "line",
+        ];
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        WORDS[(self.0 % WORDS.len() as u64) as usize]
+    }
+
+    fn phrase(&mut self, n: usize) -> String {
+        let mut s = String::new();
+        for _ in 0..n {
+            s.push(' ');
+            s.push_str(self.next());
+        }
+        s
+    }
+}
+
+/// An Anthropic stream: thinking deltas, text deltas, and a tool call with argument deltas,
+/// repeated as whole messages until the target size.
+pub fn anthropic_stream(target: usize) -> Vec<u8> {
+    let mut w = Words(0x9E3779B97F4A7C15);
+    let mut out = String::with_capacity(target + 4096);
+    while out.len() < target {
+        out.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":472,\"output_tokens\":1}}}\n\n");
+        out.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n");
+        for _ in 0..40 {
+            let t = serde_json::to_string(&w.phrase(4)).unwrap();
+            out.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"thinking_delta\",\"thinking\":{t}}}}}\n\n"));
+        }
+        out.push_str("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+        out.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        for i in 0..120 {
+            if i % 30 == 0 {
+                out.push_str("event: ping\ndata: {\"type\": \"ping\"}\n\n");
+            }
+            let t = serde_json::to_string(&w.phrase(3)).unwrap();
+            out.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{{\"type\":\"text_delta\",\"text\":{t}}}}}\n\n"));
+        }
+        out.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n");
+        out.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_01\",\"name\":\"write_file\",\"input\":{}}}\n\n");
+        let args = serde_json::json!({"path": "src/main.rs", "content": w.phrase(60)}).to_string();
+        for piece in args.as_bytes().chunks(24) {
+            let piece = String::from_utf8_lossy(piece);
+            let p = serde_json::to_string(&piece).unwrap();
+            out.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":2,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{p}}}}}\n\n"));
+        }
+        out.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n");
+        out.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":642}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    }
+    out.into_bytes()
+}
+
+/// An OpenAI stream: content chunks and two interleaved tool calls with argument chunks.
+pub fn openai_stream(target: usize) -> Vec<u8> {
+    let mut w = Words(0xD1B54A32D192ED03);
+    let mut out = String::with_capacity(target + 4096);
+    let head = "{\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_eb9dce56a8\",\"choices\":[{\"index\":0,\"delta\":";
+    while out.len() < target {
+        out.push_str(&format!("data: {head}{{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+        for _ in 0..120 {
+            let t = serde_json::to_string(&w.phrase(3)).unwrap();
+            out.push_str(&format!("data: {head}{{\"content\":{t}}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+        }
+        for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+            out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"id\":\"{id}\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+        }
+        let args = serde_json::json!({"city": w.phrase(20), "units": "c"}).to_string();
+        for piece in args.as_bytes().chunks(12) {
+            for i in 0..2 {
+                let p = serde_json::to_string(&String::from_utf8_lossy(piece)).unwrap();
+                out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"function\":{{\"arguments\":{p}}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+            }
+        }
+        out.push_str(&format!("data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}}]}}\n\n"));
+        out.push_str("data: {\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"choices\":[],\"usage\":{\"prompt_tokens\":149,\"completion_tokens\":60,\"total_tokens\":209}}\n\ndata: [DONE]\n\n");
+    }
+    out.into_bytes()
+}
+
+/// Splits a concatenation of whole messages back into per-message bodies (for the pipeline,
+/// which assembles one response per message).
+fn messages(body: &[u8], end_marker: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while let Some(pos) = memchr::memmem::find(&body[start..], end_marker) {
+        let end = start + pos + end_marker.len();
+        out.push(body[start..end].to_vec());
+        start = end;
+    }
+    out
+}
+
+fn ours_sse(body: &[u8], chunk: usize) -> usize {
+    let mut decoder = SseDecoder::new();
+    let mut n = 0usize;
+    for piece in body.chunks(chunk) {
+        decoder
+            .push_with(piece, |e| {
+                n += e.data.len() & 1 | 1;
+                Ok(())
+            })
+            .unwrap();
+    }
+    decoder
+        .finish_with(|_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+    n
+}
+
+fn eventsource_sse(body: &[u8], chunk: usize) -> usize {
+    let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
+        body.chunks(chunk).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+    futures::executor::block_on(async {
+        let mut stream = futures::stream::iter(chunks).eventsource();
+        let mut n = 0usize;
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap();
+            n += event.data.len() & 1 | 1;
+        }
+        n
+    })
+}
+
+fn newline_scan(body: &[u8], chunk: usize) -> usize {
+    let mut n = 0;
+    for piece in body.chunks(chunk) {
+        n += memchr::memchr_iter(b'\n', piece).count();
+    }
+    n
+}
+
+fn bench_sse(c: &mut Criterion) {
+    for (name, body) in [
+        ("anthropic", anthropic_stream(STREAM_BYTES)),
+        ("openai", openai_stream(STREAM_BYTES)),
+    ] {
+        let mut group = c.benchmark_group(format!("sse/{name}"));
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(4));
+        for chunk in [16usize, 256, 4096, 65536] {
+            group.bench_with_input(BenchmarkId::new("agent_loop", chunk), &chunk, |b, &chunk| {
+                b.iter(|| black_box(ours_sse(&body, chunk)))
+            });
+            group.bench_with_input(BenchmarkId::new("eventsource_stream", chunk), &chunk, |b, &chunk| {
+                b.iter(|| black_box(eventsource_sse(&body, chunk)))
+            });
+            group.bench_with_input(BenchmarkId::new("memchr_newlines", chunk), &chunk, |b, &chunk| {
+                b.iter(|| black_box(newline_scan(&body, chunk)))
+            });
+        }
+        group.finish();
+    }
+}
+
+fn ours_pipeline(format: WireFormat, messages: &[Vec<u8>], chunk: usize) -> usize {
+    let mut events = Vec::with_capacity(256);
+    let mut blocks = 0;
+    for body in messages {
+        let mut decoder = WireDecoder::new(format);
+        let mut assembler = StreamAssembler::new();
+        for piece in body.chunks(chunk) {
+            decoder.push(piece, &mut events).unwrap();
+            for e in events.drain(..) {
+                assembler.push(&e).unwrap();
+            }
+        }
+        decoder.finish(&mut events).unwrap();
+        for e in events.drain(..) {
+            assembler.push(&e).unwrap();
+        }
+        blocks += assembler.finish().unwrap().message.content.len();
+    }
+    blocks
+}
+
+/// The straightforward pipeline: eventsource-stream events parsed into owned
+/// `serde_json::Value`, text appended, tool arguments collected per index and parsed at the end.
+fn baseline_pipeline(openai: bool, messages: &[Vec<u8>], chunk: usize) -> usize {
+    let mut blocks = 0;
+    for body in messages {
+        let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
+            body.chunks(chunk).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+        blocks += futures::executor::block_on(async {
+            let mut stream = futures::stream::iter(chunks).eventsource();
+            let mut text = String::new();
+            let mut args: std::collections::BTreeMap<u64, String> = Default::default();
+            while let Some(event) = stream.next().await {
+                let event = event.unwrap();
+                if event.data == "[DONE]" {
+                    break;
+                }
+                let v: serde_json::Value = serde_json::from_str(&event.data).unwrap();
+                if openai {
+                    let delta = &v["choices"][0]["delta"];
+                    if let Some(t) = delta["content"].as_str() {
+                        text.push_str(t);
+                    }
+                    if let Some(calls) = delta["tool_calls"].as_array() {
+                        for call in calls {
+                            let i = call["index"].as_u64().unwrap_or(0);
+                            if let Some(a) = call["function"]["arguments"].as_str() {
+                                args.entry(i).or_default().push_str(a);
+                            }
+                        }
+                    }
+                } else if v["type"] == "content_block_delta" {
+                    let d = &v["delta"];
+                    let i = v["index"].as_u64().unwrap_or(0);
+                    if let Some(t) = d["text"].as_str().or(d["thinking"].as_str()) {
+                        text.push_str(t);
+                    } else if let Some(p) = d["partial_json"].as_str() {
+                        args.entry(i).or_default().push_str(p);
+                    }
+                }
+            }
+            let parsed: Vec<serde_json::Value> = args.values().map(|a| serde_json::from_str(a).unwrap()).collect();
+            black_box(&text);
+            parsed.len() + 1
+        });
+    }
+    blocks
+}
+
+fn decode_only(format: WireFormat, messages: &[Vec<u8>], chunk: usize) -> usize {
+    let mut events = Vec::with_capacity(256);
+    let mut n = 0;
+    for body in messages {
+        let mut decoder = WireDecoder::new(format);
+        for piece in body.chunks(chunk) {
+            decoder.push(piece, &mut events).unwrap();
+            n += events.len();
+            events.clear();
+        }
+        decoder.finish(&mut events).unwrap();
+        n += events.len();
+        events.clear();
+    }
+    n
+}
+
+fn bench_pipeline(c: &mut Criterion) {
+    for (name, format, body, marker) in [
+        ("anthropic", WireFormat::Anthropic, anthropic_stream(STREAM_BYTES / 2), &b"{\"type\":\"message_stop\"}\n\n"[..]),
+        ("openai", WireFormat::OpenAiChat, openai_stream(STREAM_BYTES / 2), &b"data: [DONE]\n\n"[..]),
+    ] {
+        let msgs = messages(&body, marker);
+        let mut events = 0u64;
+        let mut decoder = WireDecoder::new(format);
+        let mut out = Vec::new();
+        for m in &msgs {
+            decoder = WireDecoder::new(format);
+            decoder.push(m, &mut out).unwrap();
+            decoder.finish(&mut out).unwrap();
+            events += out.len() as u64;
+            out.clear();
+        }
+        drop(decoder);
+        let mut group = c.benchmark_group(format!("pipeline/{name}"));
+        group.throughput(Throughput::Elements(events));
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(4));
+        let chunk = 4096;
+        group.bench_function("agent_loop", |b| b.iter(|| black_box(ours_pipeline(format, &msgs, chunk))));
+        group.bench_function("eventsource_serde_value", |b| {
+            b.iter(|| black_box(baseline_pipeline(format == WireFormat::OpenAiChat, &msgs, chunk)))
+        });
+        group.bench_function("stage_sse_only", |b| b.iter(|| black_box(ours_sse(&body, chunk))));
+        group.bench_function("stage_sse_and_json_decode", |b| b.iter(|| black_box(decode_only(format, &msgs, chunk))));
+        group.finish();
+    }
+}
+
+fn bench_assembly(c: &mut Criterion) {
+    let mut group = c.benchmark_group("assembly/tool_arguments");
+    group.sample_size(10);
+    for mb in [1usize, 4, 10] {
+        // A JSON object whose one string value fills `mb` MiB, cut into 1..=64-byte fragments.
+        let value = "x".repeat(mb << 20);
+        let args = format!("{{\"content\":\"{value}\"}}");
+        let mut fragments = Vec::new();
+        let mut rest = args.as_str();
+        let mut k = 1usize;
+        while !rest.is_empty() {
+            let n = (k % 64 + 1).min(rest.len());
+            fragments.push(LlmEvent::ToolCallDelta { index: 0, partial_json: rest[..n].to_owned() });
+            rest = &rest[n..];
+            k = k.wrapping_mul(31).wrapping_add(7);
+        }
+        group.throughput(Throughput::Bytes(args.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(format!("{mb}MiB")), &fragments, |b, fragments| {
+            b.iter(|| {
+                let mut a = StreamAssembler::new();
+                a.push(&LlmEvent::ToolCallStart { index: 0, id: "t".into(), name: "write".into() }).unwrap();
+                for f in fragments {
+                    a.push(f).unwrap();
+                }
+                a.push(&LlmEvent::BlockStop { index: 0 }).unwrap();
+                a.push(&LlmEvent::MessageStop { stop_reason: agent_loop::StopReason::ToolUse }).unwrap();
+                black_box(a.finish().unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_sse, bench_pipeline, bench_assembly);
+criterion_main!(benches);
