@@ -38,6 +38,9 @@ use super::{schema, Concurrency, Tool, ToolContext, ToolError, ToolOutput};
 ///
 /// The closure may return anything that converts into a [`ToolOutput`] (`String`, `&str`,
 /// `serde_json::Value`, `ToolOutput`).
+///
+/// The builder setters share their names with [`Tool`]'s methods; to read a setting back, call
+/// the trait method explicitly (`Tool::read_only(&tool)`).
 pub struct FnTool<I, F> {
     name: String,
     description: String,
