@@ -853,3 +853,40 @@ fn the_public_types_can_cross_threads() {
     send(&registry.execute_one(ToolCall::new("1", "calc", json!({})), &opts));
     send(&registry.execute_stream(Vec::new(), ExecOptions::default()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_while_preparing_a_call_is_contained_too() {
+    struct PanicsInConcurrency;
+    #[async_trait]
+    impl Tool for PanicsInConcurrency {
+        type Input = EchoInput;
+        fn name(&self) -> &str {
+            "fragile"
+        }
+        fn description(&self) -> &str {
+            "Panics while deciding its concurrency."
+        }
+        fn concurrency(&self, _input: &EchoInput) -> Concurrency {
+            panic!("no lock for you")
+        }
+        async fn call(&self, _: EchoInput, _: ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("unreachable"))
+        }
+    }
+    let registry = registry_with_calc().with(PanicsInConcurrency).unwrap();
+    let results = registry
+        .execute_batch(
+            vec![
+                ToolCall::new("1", "fragile", json!({"text": "x"})),
+                ToolCall::new("2", "echo", json!({"text": "still here"})),
+            ],
+            &ExecOptions::default(),
+        )
+        .await;
+    assert_eq!(
+        results[0].content,
+        r#"tool "fragile" panicked: no lock for you"#
+    );
+    assert!(results[0].is_error);
+    assert_eq!(results[1].content, "still here");
+}

@@ -87,8 +87,16 @@ pub(crate) fn run<'a>(
             None => Err(unknown_tool(registry, &call.name)),
             Some(tool) => match call.parse_error() {
                 Some(error) => Err(schema::invalid_arguments(&call.name, error)),
-                None => tool
-                    .prepare(&call.input)
+                // A custom `Deserialize` or `Tool::concurrency` may panic: that is the tool's
+                // failure, answered like a panic in `call`.
+                None => std::panic::catch_unwind(AssertUnwindSafe(|| tool.prepare(&call.input)))
+                    .unwrap_or_else(|panic| {
+                        Err(format!(
+                            "tool {} panicked: {}",
+                            quote(&call.name),
+                            panic_message(panic.as_ref())
+                        ))
+                    })
                     .map(|prepared| (prepared, tool.timeout().unwrap_or(config.default_timeout))),
             },
         };
