@@ -13,6 +13,7 @@
 //! |---|---|
 //! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`] |
+//! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | errors | [`Error`], [`LlmError`], [`ToolError`] |
 
 #![warn(missing_docs, unreachable_pub)]
@@ -32,4 +33,14 @@ pub use provider::{
     LlmClient, LlmEvent, LlmStream, ModelRequest, StreamLimits, ToolChoice, WireDecoder, WireFormat,
 };
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
-pub use tool::ToolError;
+pub use tool::{
+    Concurrency, ExecOptions, FnTool, RegisteredTool, Tool, ToolCall, ToolCallResult, ToolContext,
+    ToolError, ToolOutput, ToolProgress, ToolRegistry,
+};
+
+/// The `#[async_trait]` attribute, for implementing [`Tool`] without a direct dependency.
+pub use async_trait::async_trait;
+/// The schemars version whose `JsonSchema` tool inputs must derive.
+pub use schemars;
+/// The cancellation token of [`ExecOptions`] and [`ToolContext`].
+pub use tokio_util::sync::CancellationToken;

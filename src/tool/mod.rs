@@ -1,4 +1,34 @@
 //! Tools: the typed [`Tool`] trait users implement, and the registry that runs them.
+//!
+//! ```text
+//!  user code                    registry boundary                        model
+//!  ─────────                    ─────────────────                        ─────
+//!  impl Tool for X  ──register──► RegisteredTool (type-erased, schema    ToolSpec ──► request
+//!  FnTool::new(..)                compiled once, name checked)
+//!                                        │
+//!  ToolCall { id, name, input } ─────────┤ lookup → JSON Schema → serde → Tool::call
+//!                                        ▼        (every failure is an is_error result)
+//!                                 scheduler: Shared / Exclusive / Keyed, max concurrency,
+//!                                 timeouts, panics contained, cancellation, output cap
+//!                                        │
+//!                                        ▼
+//!                                 ToolCallResult, one per call, in the model's order
+//! ```
+
+mod exec;
+mod fn_tool;
+mod registry;
+mod schema;
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use fn_tool::FnTool;
+pub use registry::{ExecOptions, RegisteredTool, ToolCall, ToolCallResult, ToolRegistry};
 
 /// A tool's own failure; becomes an `is_error` tool result the model reads.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,5 +48,325 @@ impl ToolError {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+}
+
+/// A tool the model can call, with a typed input.
+///
+/// The registry derives the JSON Schema the model sees from [`Tool::Input`], checks every
+/// call's arguments against it, deserializes them into `Input` and only then calls
+/// [`Tool::call`]; a call whose arguments do not fit never reaches your code, and the model
+/// gets an error result naming the field at fault.
+///
+/// Register tools with [`ToolRegistry::register`] (or `Agent::builder(..).tool(..)`); for a
+/// quick tool without a type of its own, see [`FnTool`].
+///
+/// # Example
+///
+/// ```
+/// use agent_loop::schemars::JsonSchema;
+/// use agent_loop::{
+///     async_trait, ExecOptions, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolRegistry,
+/// };
+/// use serde::Deserialize;
+///
+/// /// Arguments of the `add` tool.
+/// #[derive(Deserialize, JsonSchema)]
+/// struct AddInput {
+///     /// The first addend.
+///     a: f64,
+///     /// The second addend.
+///     b: f64,
+/// }
+///
+/// struct Add;
+///
+/// #[async_trait]
+/// impl Tool for Add {
+///     type Input = AddInput;
+///
+///     fn name(&self) -> &str {
+///         "add"
+///     }
+///
+///     fn description(&self) -> &str {
+///         "Adds two numbers and returns the sum."
+///     }
+///
+///     fn read_only(&self) -> bool {
+///         true // no side effects
+///     }
+///
+///     async fn call(&self, input: AddInput, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+///         ctx.report_progress("adding");
+///         let sum = input.a + input.b;
+///         if !sum.is_finite() {
+///             return Err(ToolError::new("the sum is not a finite number; use smaller values"));
+///         }
+///         Ok(ToolOutput::text(sum.to_string()))
+///     }
+/// }
+///
+/// # fn main() -> Result<(), agent_loop::Error> {
+/// let mut tools = ToolRegistry::new();
+/// tools.register(Add)?;
+/// assert_eq!(tools.specs()[0].input_schema["properties"]["a"]["type"], "number");
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// let results = rt.block_on(tools.execute_batch(
+///     vec![
+///         ToolCall::new("call_1", "add", serde_json::json!({"a": 2, "b": 3})),
+///         ToolCall::new("call_2", "add", serde_json::json!({"a": "two", "b": 3})),
+///     ],
+///     &ExecOptions::default(),
+/// ));
+/// assert_eq!(results[0].content, "5");
+/// assert!(!results[0].is_error);
+/// assert_eq!(
+///     results[1].content,
+///     r#"invalid arguments for tool "add": at /a: "two" is not of type "number""#
+/// );
+/// assert!(results[1].is_error);
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's arguments. Its [`schemars::JsonSchema`] is what the model sees (doc comments
+    /// on fields become descriptions); it must describe a JSON object, so use a struct (or
+    /// `serde_json::Value` with an overridden [`Tool::input_schema`]).
+    type Input: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
+
+    /// The name the model calls the tool by; must match `^[a-zA-Z0-9_-]{1,64}$`.
+    fn name(&self) -> &str;
+
+    /// What the tool does and when to use it, written for the model.
+    fn description(&self) -> &str;
+
+    /// The JSON Schema of the input object, sent to the model as Anthropic `input_schema` /
+    /// OpenAI `parameters`.
+    ///
+    /// The default derives it from [`Tool::Input`] with schemars (without `$schema` and the
+    /// type's name as `title`, with a top-level `"type": "object"`). Override it for tools whose input is only known at run
+    /// time (`Input = serde_json::Value`).
+    fn input_schema(&self) -> serde_json::Value {
+        schema::input_schema_for::<Self::Input>()
+    }
+
+    /// Runs the tool. An `Err` becomes an `is_error` result carrying its message, so say what
+    /// went wrong and what the model can do about it.
+    ///
+    /// The call is stopped (its future dropped) when it times out or the run is cancelled;
+    /// long-running work can also watch [`ToolContext::cancellation`].
+    async fn call(&self, input: Self::Input, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// How this call may overlap the other calls of the same batch; see [`Concurrency`].
+    /// Default: [`Concurrency::Shared`].
+    fn concurrency(&self, input: &Self::Input) -> Concurrency {
+        let _ = input;
+        Concurrency::Shared
+    }
+
+    /// Whether the tool has no side effects, so it is safe to start early and to run again.
+    /// Default: `false`.
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    /// The longest one call may run before it is stopped and answered with a timeout error.
+    /// `None` (the default) uses the registry's default timeout.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// How one tool call may overlap the other calls of its batch.
+///
+/// Decided per call by [`Tool::concurrency`], so a file tool can lock by path.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum Concurrency {
+    /// Runs beside any other call (up to the registry's concurrency limit).
+    #[default]
+    Shared,
+    /// Runs alone: it starts after every earlier call of the batch has finished, and no later
+    /// call starts before it has finished.
+    Exclusive,
+    /// Calls with the same key run one after another, in the model's order; calls with
+    /// different keys (and shared calls) run beside them.
+    Keyed(String),
+}
+
+/// What a tool returns to the model.
+///
+/// Today text or JSON; more kinds (images) may be added, hence `#[non_exhaustive]`.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutput {
+    /// Plain text, sent as is.
+    Text(String),
+    /// A JSON value, sent as compact JSON text.
+    Json(serde_json::Value),
+}
+
+impl ToolOutput {
+    /// A text output.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput::Text(text.into())
+    }
+
+    /// A JSON output.
+    pub fn json(value: serde_json::Value) -> Self {
+        ToolOutput::Json(value)
+    }
+
+    /// The text the model reads.
+    pub fn to_text(&self) -> String {
+        match self {
+            ToolOutput::Text(text) => text.clone(),
+            ToolOutput::Json(value) => value.to_string(),
+        }
+    }
+
+    /// The text the model reads, without copying text outputs.
+    pub fn into_text(self) -> String {
+        match self {
+            ToolOutput::Text(text) => text,
+            ToolOutput::Json(value) => value.to_string(),
+        }
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        ToolOutput::Text(text)
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        ToolOutput::Text(text.to_owned())
+    }
+}
+
+impl From<serde_json::Value> for ToolOutput {
+    fn from(value: serde_json::Value) -> Self {
+        ToolOutput::Json(value)
+    }
+}
+
+/// A progress note from a running tool, for the host to display.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolProgress {
+    /// The id of the call that reported it.
+    pub call_id: String,
+    /// The note.
+    pub message: String,
+}
+
+impl ToolProgress {
+    /// A progress note for a call.
+    pub fn new(call_id: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolProgress {
+            call_id: call_id.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a running tool call can see of its surroundings: its call id, the cancellation
+/// token, and a channel for progress notes.
+#[derive(Clone)]
+pub struct ToolContext {
+    call_id: String,
+    cancel: CancellationToken,
+    progress: Option<mpsc::Sender<ToolProgress>>,
+}
+
+impl ToolContext {
+    /// A context for a call with this id, with a fresh cancellation token and no progress
+    /// channel; for testing your tools directly.
+    pub fn new(call_id: impl Into<String>) -> Self {
+        ToolContext {
+            call_id: call_id.into(),
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+
+    /// Uses this cancellation token.
+    pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Sends progress notes to this channel.
+    pub fn progress_sender(mut self, sender: mpsc::Sender<ToolProgress>) -> Self {
+        self.progress = Some(sender);
+        self
+    }
+
+    /// The provider's id of this call.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// Cancelled when the run is cancelled or this call timed out. The registry also drops a
+    /// cancelled call's future, so watching it is only needed to stop work the future does
+    /// not own (a spawned task, a child process).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the call has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Reports progress to the host, if it listens. Never blocks: the note is dropped when the
+    /// channel is full or closed. Returns whether it was delivered.
+    pub fn report_progress(&self, message: impl Into<String>) -> bool {
+        match &self.progress {
+            Some(tx) => tx
+                .try_send(ToolProgress {
+                    call_id: self.call_id.clone(),
+                    message: message.into(),
+                })
+                .is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call_id)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_output_is_compact_text() {
+        let out = ToolOutput::json(serde_json::json!({"a": [1, 2]}));
+        assert_eq!(out.to_text(), r#"{"a":[1,2]}"#);
+        assert_eq!(ToolOutput::text("hi").into_text(), "hi");
+    }
+
+    #[tokio::test]
+    async fn progress_never_blocks_and_drops_when_full() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let ctx = ToolContext::new("c1").progress_sender(tx);
+        assert!(ctx.report_progress("one"));
+        assert!(!ctx.report_progress("two"));
+        assert_eq!(rx.recv().await, Some(ToolProgress::new("c1", "one")));
+        assert!(!ToolContext::new("c2").report_progress("nobody listens"));
     }
 }

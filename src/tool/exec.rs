@@ -1,0 +1,342 @@
+//! Running a batch of tool calls: ordering constraints, the concurrency limit, timeouts,
+//! panics, cancellation and the output cap.
+//!
+//! Every call is one future in a `FuturesUnordered` polled by the stream itself (no spawned
+//! tasks, so dropping the stream or cancelling stops every tool at once). A call first waits
+//! for the calls it must follow, then for a permit of the batch's semaphore, then runs:
+//!
+//! ```text
+//!   Shared      waits for the last Exclusive call before it
+//!   Keyed(k)    waits for the last Exclusive call before it and the previous call keyed k
+//!   Exclusive   waits for every call since the previous Exclusive call (and that one)
+//! ```
+//!
+//! Calls that fail before running (unknown tool, bad arguments) are answered at once.
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Stream, StreamExt};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::registry::{ExecOptions, Prepared, ToolCall, ToolCallResult, ToolRegistry};
+use super::schema::{self, quote};
+use super::{Concurrency, ToolContext};
+
+/// The content of the result of a call stopped by cancellation.
+const CANCELLED: &str = "cancelled";
+
+type CallFuture<'a> = BoxFuture<'a, (usize, ToolCallResult)>;
+
+/// The stream's state between two results.
+struct Batch<'a> {
+    /// Results ready to be yielded before polling the running calls again.
+    ready: VecDeque<(usize, ToolCallResult)>,
+    running: FuturesUnordered<CallFuture<'a>>,
+    /// Per call: whether its result has been yielded (or queued in `ready`).
+    answered: Vec<bool>,
+    /// Per call: id and name, to answer calls stopped by cancellation.
+    calls: Vec<(String, String)>,
+    /// Per call: when it started running.
+    started: Arc<Vec<OnceLock<Instant>>>,
+    cancel: CancellationToken,
+}
+
+enum Next {
+    Result((usize, ToolCallResult)),
+    Cancelled,
+    Done,
+}
+
+pub(crate) fn run<'a>(
+    registry: &'a ToolRegistry,
+    calls: Vec<ToolCall>,
+    opts: ExecOptions,
+) -> impl Stream<Item = (usize, ToolCallResult)> + Send + 'a {
+    let config = *registry.config();
+    let count = calls.len();
+    let semaphore = Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize));
+    let done: Vec<CancellationToken> = (0..count).map(|_| CancellationToken::new()).collect();
+    let started: Arc<Vec<OnceLock<Instant>>> =
+        Arc::new((0..count).map(|_| OnceLock::new()).collect());
+
+    let mut batch = Batch {
+        ready: VecDeque::new(),
+        running: FuturesUnordered::new(),
+        answered: vec![false; count],
+        calls: Vec::with_capacity(count),
+        started: Arc::clone(&started),
+        cancel: opts.cancel.clone(),
+    };
+
+    // Ordering constraints, in the model's order.
+    let mut last_exclusive: Option<usize> = None;
+    let mut since_exclusive: Vec<usize> = Vec::new();
+    let mut last_by_key: HashMap<String, usize> = HashMap::new();
+
+    for (index, call) in calls.into_iter().enumerate() {
+        batch.calls.push((call.id.clone(), call.name.clone()));
+        let prepared = match registry.get(&call.name) {
+            None => Err(unknown_tool(registry, &call.name)),
+            Some(tool) => match call.parse_error() {
+                Some(error) => Err(schema::invalid_arguments(&call.name, error)),
+                // A custom `Deserialize` or `Tool::concurrency` may panic: that is the tool's
+                // failure, answered like a panic in `call`.
+                None => std::panic::catch_unwind(AssertUnwindSafe(|| tool.prepare(&call.input)))
+                    .unwrap_or_else(|panic| {
+                        Err(format!(
+                            "tool {} panicked: {}",
+                            quote(&call.name),
+                            panic_message(panic.as_ref())
+                        ))
+                    })
+                    .map(|prepared| (prepared, tool.timeout().unwrap_or(config.default_timeout))),
+            },
+        };
+        let (prepared, limit) = match prepared {
+            Ok(ok) => ok,
+            Err(message) => {
+                let content = truncate_middle(message, config.max_output_bytes);
+                batch.answered[index] = true;
+                batch.ready.push_back((
+                    index,
+                    ToolCallResult::new(call.id, call.name, content, true, Duration::ZERO),
+                ));
+                continue;
+            }
+        };
+
+        let mut deps: Vec<usize> = last_exclusive.into_iter().collect();
+        match &prepared.concurrency {
+            Concurrency::Shared => since_exclusive.push(index),
+            Concurrency::Keyed(key) => {
+                deps.extend(last_by_key.insert(key.clone(), index));
+                since_exclusive.push(index);
+            }
+            Concurrency::Exclusive => {
+                deps.append(&mut since_exclusive);
+                last_by_key.clear();
+                last_exclusive = Some(index);
+            }
+        }
+
+        let call_run = CallRun {
+            index,
+            call,
+            prepared,
+            limit,
+            max_output_bytes: config.max_output_bytes,
+            deps: deps.iter().filter_map(|&d| done.get(d).cloned()).collect(),
+            done: done.get(index).cloned().unwrap_or_default(),
+            semaphore: Arc::clone(&semaphore),
+            started: Arc::clone(&started),
+            cancel: opts.cancel.child_token(),
+            progress: opts.progress.clone(),
+        };
+        batch.running.push(call_run.run().boxed());
+    }
+
+    futures::stream::unfold(batch, |mut batch| async move {
+        if let Some(item) = batch.ready.pop_front() {
+            return Some((item, batch));
+        }
+        if batch.running.is_empty() {
+            return None;
+        }
+        let next = tokio::select! {
+            biased;
+            () = batch.cancel.cancelled() => Next::Cancelled,
+            item = batch.running.next() => item.map_or(Next::Done, Next::Result),
+        };
+        match next {
+            Next::Result((index, result)) => {
+                if let Some(answered) = batch.answered.get_mut(index) {
+                    *answered = true;
+                }
+                Some(((index, result), batch))
+            }
+            Next::Done => None,
+            Next::Cancelled => {
+                // Dropping the futures stops the running tools.
+                batch.running = FuturesUnordered::new();
+                for (index, (id, name)) in batch.calls.iter().enumerate() {
+                    if batch.answered.get(index).copied().unwrap_or(true) {
+                        continue;
+                    }
+                    let duration = batch
+                        .started
+                        .get(index)
+                        .and_then(OnceLock::get)
+                        .map_or(Duration::ZERO, Instant::elapsed);
+                    batch
+                        .ready
+                        .push_back((index, cancelled(id.clone(), name.clone(), duration)));
+                }
+                batch.answered.iter_mut().for_each(|a| *a = true);
+                let item = batch.ready.pop_front()?;
+                Some((item, batch))
+            }
+        }
+    })
+}
+
+/// One runnable call and what it needs to run.
+struct CallRun<'a> {
+    index: usize,
+    call: ToolCall,
+    prepared: Prepared<'a>,
+    limit: Duration,
+    max_output_bytes: usize,
+    /// Cancelled when the calls this one must follow have finished.
+    deps: Vec<CancellationToken>,
+    /// Cancelled when this call has finished.
+    done: CancellationToken,
+    semaphore: Arc<Semaphore>,
+    started: Arc<Vec<OnceLock<Instant>>>,
+    cancel: CancellationToken,
+    progress: Option<tokio::sync::mpsc::Sender<super::ToolProgress>>,
+}
+
+impl CallRun<'_> {
+    async fn run(self) -> (usize, ToolCallResult) {
+        for dep in &self.deps {
+            dep.cancelled().await;
+        }
+        // The semaphore is never closed, so acquiring only waits.
+        let _permit = self.semaphore.acquire().await.ok();
+        let start = Instant::now();
+        if let Some(slot) = self.started.get(self.index) {
+            let _ = slot.set(start);
+        }
+
+        let mut ctx =
+            ToolContext::new(self.call.id.clone()).cancellation_token(self.cancel.clone());
+        if let Some(progress) = self.progress {
+            ctx = ctx.progress_sender(progress);
+        }
+        let run = self.prepared.run;
+        let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();
+        let name = quote(&self.call.name);
+        let (content, is_error) = match tokio::time::timeout(self.limit, future).await {
+            Ok(Ok(Ok(output))) => (output.into_text(), false),
+            Ok(Ok(Err(error))) => (error.message().to_owned(), true),
+            Ok(Err(panic)) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(tool = %self.call.name, call_id = %self.call.id, "tool panicked: {message}");
+                (format!("tool {name} panicked: {message}"), true)
+            }
+            Err(_elapsed) => {
+                self.cancel.cancel();
+                (
+                    format!(
+                        "tool {name} timed out after {:?} and was stopped",
+                        self.limit
+                    ),
+                    true,
+                )
+            }
+        };
+        let duration = start.elapsed();
+        self.done.cancel();
+        let content = truncate_middle(content, self.max_output_bytes);
+        (
+            self.index,
+            ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration),
+        )
+    }
+}
+
+/// The result of a call stopped (or never started) because the batch was cancelled.
+pub(crate) fn cancelled(id: String, name: String, duration: Duration) -> ToolCallResult {
+    ToolCallResult::new(id, name, CANCELLED, true, duration)
+}
+
+fn unknown_tool(registry: &ToolRegistry, name: &str) -> String {
+    let names: Vec<String> = registry.names().map(quote).collect();
+    if names.is_empty() {
+        format!("unknown tool {}; no tools are available", quote(name))
+    } else {
+        format!(
+            "unknown tool {}; available tools: {}",
+            quote(name),
+            names.join(", ")
+        )
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let message = if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    };
+    schema::cut(message, 500)
+}
+
+/// Keeps the first and last `max / 2` bytes (on char boundaries) of a text longer than `max`,
+/// with a marker saying how many bytes were removed between them.
+pub(crate) fn truncate_middle(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut head_end = max / 2;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - (max - max / 2);
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    let head = text.get(..head_end).unwrap_or_default();
+    let tail = text.get(tail_start..).unwrap_or_default();
+    let removed = text.len() - head.len() - tail.len();
+    format!("{head}\n[... {removed} bytes removed ...]\n{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_untouched() {
+        assert_eq!(truncate_middle("abc".into(), 3), "abc");
+    }
+
+    #[test]
+    fn long_text_keeps_head_and_tail() {
+        let text = format!("{}{}{}", "a".repeat(10), "b".repeat(100), "c".repeat(10));
+        assert_eq!(
+            truncate_middle(text, 20),
+            format!(
+                "{}\n[... 100 bytes removed ...]\n{}",
+                "a".repeat(10),
+                "c".repeat(10)
+            )
+        );
+    }
+
+    #[test]
+    fn cuts_fall_on_char_boundaries() {
+        // 'é' is two bytes; every cut position must round away from the middle of a char.
+        for max in 0..12 {
+            let text = "ééééééééé".to_owned();
+            let out = truncate_middle(text.clone(), max);
+            if text.len() > max {
+                let (head, rest) = out.split_once("\n[... ").unwrap();
+                let (marker, tail) = rest.split_once(" ...]\n").unwrap();
+                let removed: usize = marker.trim_end_matches(" bytes removed").parse().unwrap();
+                assert_eq!(head.len() + removed + tail.len(), text.len());
+                assert!(head.len() + tail.len() <= max);
+            }
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! [`ToolRegistry`]: the type-erased tools, the argument checks at the registry boundary,
+//! and the public types of a call ([`ToolCall`], [`ToolCallResult`], [`ExecOptions`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{exec, schema, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolProgress};
+use crate::error::Error;
+use crate::message::{ContentBlock, ToolSpec};
+
+/// The object-safe face of a [`Tool`] inside the registry (rig's Tool/ToolDyn split): it takes
+/// checked JSON and hides the input type.
+pub(crate) trait ErasedTool: Send + Sync {
+    /// Deserializes the (schema-checked) arguments and binds them to a call of the tool.
+    fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String>;
+}
+
+/// A call whose arguments have been checked and deserialized, ready to run.
+pub(crate) struct Prepared<'a> {
+    pub(crate) concurrency: Concurrency,
+    pub(crate) run: Box<dyn FnOnce(ToolContext) -> ToolFuture<'a> + Send + 'a>,
+}
+
+pub(crate) type ToolFuture<'a> = BoxFuture<'a, Result<ToolOutput, ToolError>>;
+
+struct Erased<T>(T);
+
+impl<T: Tool> ErasedTool for Erased<T> {
+    fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
+        let input: T::Input = schema::deserialize(input)?;
+        let concurrency = self.0.concurrency(&input);
+        Ok(Prepared {
+            concurrency,
+            run: Box::new(move |ctx| self.0.call(input, ctx)),
+        })
+    }
+}
+
+/// A tool as the registry holds it: its spec, its settings and its compiled input schema.
+pub struct RegisteredTool {
+    spec: ToolSpec,
+    read_only: bool,
+    timeout: Option<Duration>,
+    validator: jsonschema::Validator,
+    tool: Box<dyn ErasedTool>,
+}
+
+impl RegisteredTool {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The tool's description.
+    pub fn description(&self) -> &str {
+        &self.spec.description
+    }
+
+    /// The JSON Schema of the tool's input.
+    pub fn input_schema(&self) -> &serde_json::Value {
+        &self.spec.input_schema
+    }
+
+    /// The tool as the model sees it.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// See [`Tool::read_only`].
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// See [`Tool::timeout`].
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Checks the arguments against the schema, then deserializes them.
+    pub(crate) fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
+        schema::check_arguments(&self.validator, input)
+            .and_then(|()| self.tool.prepare(input))
+            .map_err(|detail| schema::invalid_arguments(self.name(), &detail))
+    }
+}
+
+impl fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("name", &self.spec.name)
+            .field("read_only", &self.read_only)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry's settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Config {
+    pub(crate) max_concurrency: u32,
+    pub(crate) default_timeout: Duration,
+    pub(crate) max_output_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_concurrency: 8,
+            default_timeout: Duration::from_secs(120),
+            max_output_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+struct Tools {
+    /// In registration order.
+    list: Vec<Arc<RegisteredTool>>,
+    /// Name → position in `list`.
+    by_name: HashMap<String, usize>,
+}
+
+/// The tools an agent can call, type-erased, with the rules for running them.
+///
+/// Arguments are checked here, once per call: unknown tool names, text that is not JSON,
+/// JSON that fails the tool's schema and JSON that does not deserialize into its input all
+/// become `is_error` results naming the problem, and the tool is not called.
+///
+/// Execution ([`execute_batch`](Self::execute_batch), [`execute_stream`](Self::execute_stream)):
+/// the calls of a batch run concurrently (at most [`max_concurrency`](Self::max_concurrency) at
+/// once) under each call's [`Concurrency`]; each call gets exactly one result, in the model's
+/// order, whatever happens (error, panic, timeout, cancellation); outputs longer than
+/// [`max_output_bytes`](Self::max_output_bytes) are cut in the middle.
+///
+/// Cloning is cheap (the tools are shared); registering on a clone does not affect the original.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Arc<Tools>,
+    config: Config,
+}
+
+impl ToolRegistry {
+    /// An empty registry with the default settings: 8 concurrent calls, a 120 s timeout per
+    /// call, 64 KiB of output per result.
+    pub fn new() -> Self {
+        ToolRegistry::default()
+    }
+
+    /// Adds a tool.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when the name is taken, does not match `^[a-zA-Z0-9_-]{1,64}$`, or the
+    /// input schema is not a valid JSON Schema of an object.
+    pub fn register<T: Tool>(&mut self, tool: T) -> Result<(), Error> {
+        let name = tool.name().to_owned();
+        schema::check_name(&name).map_err(Error::Config)?;
+        if self.tools.by_name.contains_key(&name) {
+            return Err(Error::Config(format!(
+                "a tool named {} is already registered; tool names must be unique",
+                schema::quote(&name)
+            )));
+        }
+        let input_schema = tool.input_schema();
+        let validator = schema::compile_schema(&name, &input_schema).map_err(Error::Config)?;
+        let registered = RegisteredTool {
+            spec: ToolSpec {
+                name: name.clone(),
+                description: tool.description().to_owned(),
+                input_schema,
+            },
+            read_only: tool.read_only(),
+            timeout: tool.timeout(),
+            validator,
+            tool: Box::new(Erased(tool)),
+        };
+        let tools = Arc::make_mut(&mut self.tools);
+        tools.by_name.insert(name, tools.list.len());
+        tools.list.push(Arc::new(registered));
+        Ok(())
+    }
+
+    /// [`register`](Self::register), builder style.
+    ///
+    /// # Errors
+    ///
+    /// As [`register`](Self::register).
+    pub fn with<T: Tool>(mut self, tool: T) -> Result<Self, Error> {
+        self.register(tool)?;
+        Ok(self)
+    }
+
+    /// At most this many calls of a batch run at once (default 8; 0 counts as 1).
+    pub fn max_concurrency(mut self, max: u32) -> Self {
+        self.config.max_concurrency = max.max(1);
+        self
+    }
+
+    /// How long a call may run when its tool sets no [`Tool::timeout`] (default 120 s).
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.config.default_timeout = timeout;
+        self
+    }
+
+    /// The longest result text sent to the model (default 64 KiB). Longer outputs keep their
+    /// start and end, cut on character boundaries, with a marker such as
+    /// `[... 12345 bytes removed ...]` in between (the marker comes on top of the limit).
+    pub fn max_output_bytes(mut self, max: usize) -> Self {
+        self.config.max_output_bytes = max;
+        self
+    }
+
+    /// The tool with this name.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        let index = *self.tools.by_name.get(name)?;
+        self.tools.list.get(index).map(|tool| &**tool)
+    }
+
+    /// Whether a tool with this name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.by_name.contains_key(name)
+    }
+
+    /// The tool names, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.tools.list.iter().map(|tool| tool.name())
+    }
+
+    /// The tools as the model sees them, in registration order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .list
+            .iter()
+            .map(|tool| tool.spec.clone())
+            .collect()
+    }
+
+    /// Whether the named tool is registered and [read-only](Tool::read_only).
+    pub fn is_read_only(&self, name: &str) -> bool {
+        self.get(name).is_some_and(RegisteredTool::read_only)
+    }
+
+    /// The number of tools.
+    pub fn len(&self) -> usize {
+        self.tools.list.len()
+    }
+
+    /// Whether there are no tools.
+    pub fn is_empty(&self) -> bool {
+        self.tools.list.is_empty()
+    }
+
+    /// Runs the calls of one model turn and returns one result per call, in the model's order.
+    pub async fn execute_batch(
+        &self,
+        calls: Vec<ToolCall>,
+        opts: &ExecOptions,
+    ) -> Vec<ToolCallResult> {
+        let count = calls.len();
+        let mut slots: Vec<Option<ToolCallResult>> = vec![None; count];
+        let mut stream = std::pin::pin!(self.execute_stream(calls, opts.clone()));
+        while let Some((index, result)) = stream.next().await {
+            if let Some(slot) = slots.get_mut(index) {
+                *slot = Some(result);
+            }
+        }
+        slots.into_iter().flatten().collect()
+    }
+
+    /// Runs one call.
+    pub async fn execute_one(&self, call: ToolCall, opts: &ExecOptions) -> ToolCallResult {
+        let (id, name) = (call.id.clone(), call.name.clone());
+        self.execute_batch(vec![call], opts)
+            .await
+            .pop()
+            .unwrap_or_else(|| exec::cancelled(id, name, Duration::ZERO))
+    }
+
+    /// Runs the calls of one model turn and yields each result as it arrives, with the call's
+    /// index in `calls`; every call yields exactly one result. Use it to show results as they
+    /// come while still writing them into the history in the model's order.
+    pub fn execute_stream(
+        &self,
+        calls: Vec<ToolCall>,
+        opts: ExecOptions,
+    ) -> impl Stream<Item = (usize, ToolCallResult)> + Send + '_ {
+        exec::run(self, calls, opts)
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.names().collect::<Vec<_>>())
+            .field("max_concurrency", &self.config.max_concurrency)
+            .field("default_timeout", &self.config.default_timeout)
+            .field("max_output_bytes", &self.config.max_output_bytes)
+            .finish()
+    }
+}
+
+/// One tool call requested by the model.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The provider's call id; the result answers it.
+    pub id: String,
+    /// The tool's name as the model wrote it.
+    pub name: String,
+    /// The arguments (`Null` when they were not valid JSON; see [`ToolCall::from_raw`]).
+    pub input: serde_json::Value,
+    /// Why the raw argument text could not be parsed, when it could not.
+    parse_error: Option<String>,
+}
+
+impl ToolCall {
+    /// A call with arguments already parsed.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: serde_json::Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            parse_error: None,
+        }
+    }
+
+    /// A call with its raw argument text, as the model streamed it. Text that is not valid
+    /// JSON makes the call an error result saying so; empty text counts as `{}`.
+    pub fn from_raw(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
+        let (input, parse_error) = match schema::parse_raw(raw) {
+            Ok(input) => (input, None),
+            Err(error) => (serde_json::Value::Null, Some(error)),
+        };
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            parse_error,
+        }
+    }
+
+    /// The call a `tool_use` block asks for, if it is one.
+    pub fn from_block(block: &ContentBlock) -> Option<Self> {
+        match block {
+            ContentBlock::ToolUse { id, name, input } => {
+                Some(ToolCall::new(id.clone(), name.clone(), input.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the arguments were given as text that is not valid JSON.
+    pub fn has_invalid_json(&self) -> bool {
+        self.parse_error.is_some()
+    }
+
+    pub(crate) fn parse_error(&self) -> Option<&str> {
+        self.parse_error.as_deref()
+    }
+}
+
+/// The outcome of one tool call, as the model will read it.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallResult {
+    /// The id of the call this answers.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// What the tool returned, or what went wrong, as text for the model.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+    /// How long the call ran (zero when it never started).
+    pub duration: Duration,
+}
+
+impl ToolCallResult {
+    /// A result.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+        duration: Duration,
+    ) -> Self {
+        ToolCallResult {
+            id: id.into(),
+            name: name.into(),
+            content: content.into(),
+            is_error,
+            duration,
+        }
+    }
+
+    /// The `tool_result` block that answers the call.
+    pub fn to_block(&self) -> ContentBlock {
+        ContentBlock::tool_result(self.id.clone(), self.content.clone(), self.is_error)
+    }
+}
+
+/// Per-batch options: cancellation and where progress notes go.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    /// Cancelling it stops the running calls; every unfinished call is answered `cancelled`.
+    pub cancel: CancellationToken,
+    /// Where the tools' progress notes go (dropped when the channel is full).
+    pub progress: Option<mpsc::Sender<ToolProgress>>,
+}
+
+impl ExecOptions {
+    /// Options with a fresh token and no progress channel.
+    pub fn new() -> Self {
+        ExecOptions::default()
+    }
+
+    /// Uses this cancellation token.
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Sends progress notes to this channel.
+    pub fn progress(mut self, sender: mpsc::Sender<ToolProgress>) -> Self {
+        self.progress = Some(sender);
+        self
+    }
+}

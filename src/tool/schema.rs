@@ -1,0 +1,384 @@
+//! The registry boundary's pure logic: deriving input schemas, checking tool names and
+//! schemas at registration, and turning bad arguments into short messages the model can act on.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// At most this many schema violations are listed in one error result.
+const MAX_LISTED_ERRORS: usize = 3;
+/// One violation's description is cut to this many bytes (it may quote a huge argument).
+const MAX_ERROR_BYTES: usize = 300;
+/// Deeper arguments are not searched for the failing field (serde_json stops at 128 too).
+const MAX_LOCATE_DEPTH: usize = 128;
+
+/// The schemars schema of `T`, shaped for a provider's tool input: no `$schema` or `title`, and a
+/// top-level `"type": "object"` (schemas without a `type`, such as `true` for
+/// `serde_json::Value` or a `oneOf` of structs, get one).
+pub(crate) fn input_schema_for<T: schemars::JsonSchema>() -> Value {
+    let mut value = schemars::schema_for!(T).to_value();
+    match &mut value {
+        Value::Object(map) => {
+            map.remove("$schema");
+            // The title is the Rust type's name: tokens that tell the model nothing.
+            map.remove("title");
+            if !map.contains_key("type") {
+                map.insert("type".into(), Value::from("object"));
+            }
+        }
+        _ => value = serde_json::json!({"type": "object"}),
+    }
+    value
+}
+
+/// Checks a tool name against `^[a-zA-Z0-9_-]{1,64}$`, which both providers require.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !name.is_empty() && name.len() <= 64 && valid_chars {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid tool name {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$ \
+             (letters, digits, '_' and '-', at most 64)",
+            quote(name)
+        ))
+    }
+}
+
+/// Checks that a tool's input schema is an object schema and compiles it.
+pub(crate) fn compile_schema(name: &str, schema: &Value) -> Result<jsonschema::Validator, String> {
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "object" => {}
+        found => {
+            let found = found.map_or_else(|| "no \"type\"".to_owned(), |t| format!("type {t}"));
+            return Err(format!(
+                "tool {}: the input schema must describe a JSON object (\"type\": \"object\"), \
+                 found {found}; use a struct as the tool's Input",
+                quote(name)
+            ));
+        }
+    }
+    jsonschema::validator_for(schema).map_err(|e| {
+        format!(
+            "tool {}: invalid input schema: {}",
+            quote(name),
+            cut(e.to_string(), MAX_ERROR_BYTES)
+        )
+    })
+}
+
+/// Parses raw argument text; whitespace-only text is an empty object (OpenAI-compatible
+/// servers send `""` for tools without parameters).
+pub(crate) fn parse_raw(raw: &str) -> Result<Value, String> {
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(raw).map_err(|e| format!("not valid JSON ({e})"))
+}
+
+/// `invalid arguments for tool "name": detail`.
+pub(crate) fn invalid_arguments(tool: &str, detail: &str) -> String {
+    format!("invalid arguments for tool {}: {detail}", quote(tool))
+}
+
+/// Checks arguments against the compiled schema; the error lists the first violations, each
+/// with its JSON pointer.
+pub(crate) fn check_arguments(
+    validator: &jsonschema::Validator,
+    input: &Value,
+) -> Result<(), String> {
+    if validator.is_valid(input) {
+        return Ok(());
+    }
+    let mut listed = Vec::new();
+    let mut total = 0usize;
+    for error in validator.iter_errors(input) {
+        total += 1;
+        if listed.len() < MAX_LISTED_ERRORS {
+            listed.push(at(
+                error.instance_path().as_str(),
+                cut(error.to_string(), MAX_ERROR_BYTES),
+            ));
+        }
+    }
+    let mut message = listed.join("; ");
+    if total > listed.len() {
+        message.push_str(&format!(" (and {} more)", total - listed.len()));
+    }
+    if message.is_empty() {
+        message = "the arguments do not match the tool's input schema".to_owned();
+    }
+    Err(message)
+}
+
+/// Deserializes arguments into a tool's input type; the error names the failing field's
+/// JSON pointer and what was expected.
+pub(crate) fn deserialize<T: DeserializeOwned>(input: &Value) -> Result<T, String> {
+    match T::deserialize(input) {
+        Ok(value) => Ok(value),
+        Err(error) => {
+            let message = cut(error.to_string(), MAX_ERROR_BYTES);
+            Err(at(&locate::<T>(input), message))
+        }
+    }
+}
+
+/// Finds the JSON pointer of the value a deserialization error is about: serde_json reports
+/// only a line and column, so the arguments are written out compactly, parsed again, and the
+/// error's column is mapped back to the innermost value spanning it.
+fn locate<T: DeserializeOwned>(input: &Value) -> String {
+    let Ok(text) = serde_json::to_string(input) else {
+        return String::new();
+    };
+    let Err(error) = serde_json::from_str::<T>(&text) else {
+        return String::new();
+    };
+    if error.line() != 1 || error.column() == 0 {
+        return String::new();
+    }
+    // serde_json's column is 1-based and points at the last byte it read.
+    let mut locator = Locator {
+        text: text.as_bytes(),
+        pos: 0,
+        target: error.column() - 1,
+        path: Vec::new(),
+        found: None,
+    };
+    locator.value(0);
+    locator.found.unwrap_or_default()
+}
+
+/// Walks compact JSON (as written by `serde_json::to_string`: no whitespace) keeping the path
+/// to the current value; records the pointer of the innermost value whose bytes include
+/// `target`. Children are finished before their parent, so the first match is the innermost.
+struct Locator<'a> {
+    text: &'a [u8],
+    pos: usize,
+    target: usize,
+    path: Vec<String>,
+    found: Option<String>,
+}
+
+impl Locator<'_> {
+    /// Steps over one value starting at `pos`; `None` stops the walk (match found, or text
+    /// not in the expected shape).
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_LOCATE_DEPTH {
+            return None;
+        }
+        let start = self.pos;
+        match *self.text.get(self.pos)? {
+            b'{' => {
+                self.pos += 1;
+                if self.peek()? == b'}' {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        let key_start = self.pos;
+                        self.string()?;
+                        let key: String =
+                            serde_json::from_slice(self.text.get(key_start..self.pos)?).ok()?;
+                        if self.peek()? != b':' {
+                            return None;
+                        }
+                        self.pos += 1;
+                        self.path.push(key);
+                        self.value(depth + 1)?;
+                        self.path.pop();
+                        if !self.separator(b'}')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            b'[' => {
+                self.pos += 1;
+                if self.peek()? == b']' {
+                    self.pos += 1;
+                } else {
+                    let mut index = 0usize;
+                    loop {
+                        self.path.push(index.to_string());
+                        self.value(depth + 1)?;
+                        self.path.pop();
+                        index += 1;
+                        if !self.separator(b']')? {
+                            break;
+                        }
+                    }
+                }
+            }
+            b'"' => self.string()?,
+            _ => {
+                while let Some(&b) = self.text.get(self.pos) {
+                    if matches!(b, b',' | b'}' | b']') {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+            }
+        }
+        if start <= self.target && self.target < self.pos {
+            let mut pointer = String::new();
+            for segment in &self.path {
+                pointer.push('/');
+                pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
+            }
+            self.found = Some(pointer);
+            return None;
+        }
+        Some(())
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.pos).copied()
+    }
+
+    /// After a member: `,` continues (true), `close` ends the container (false).
+    fn separator(&mut self, close: u8) -> Option<bool> {
+        let b = self.peek()?;
+        self.pos += 1;
+        if b == b',' {
+            Some(true)
+        } else if b == close {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// Steps over a string literal starting at `pos`.
+    fn string(&mut self) -> Option<()> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.pos += 1;
+        loop {
+            match self.peek()? {
+                b'\\' => self.pos += 2,
+                b'"' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => self.pos += 1,
+            }
+        }
+    }
+}
+
+/// `at /a/b: message`, or just the message for the root.
+fn at(pointer: &str, message: String) -> String {
+    if pointer.is_empty() {
+        message
+    } else {
+        format!("at {pointer}: {message}")
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut with `…`.
+pub(crate) fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// A name in double quotes, JSON-escaped (tool names from a model are untrusted text).
+pub(crate) fn quote(name: &str) -> String {
+    cut(Value::from(name).to_string(), 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        n: u32,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    #[serde(deny_unknown_fields)]
+    struct Outer {
+        name: String,
+        items: Vec<Inner>,
+        #[serde(default)]
+        weird_key: Option<std::collections::BTreeMap<String, Inner>>,
+    }
+
+    fn err(input: Value) -> String {
+        deserialize::<Outer>(&input).unwrap_err()
+    }
+
+    #[test]
+    fn deserialization_errors_name_the_field() {
+        assert_eq!(
+            err(json!({"name": 5, "items": []})),
+            "at /name: invalid type: integer `5`, expected a string"
+        );
+        assert_eq!(
+            err(json!({"name": "a", "items": [{"n": 1}, {"n": -1}]})),
+            "at /items/1/n: invalid value: integer `-1`, expected u32"
+        );
+        assert_eq!(
+            err(json!({"name": "a", "items": [{"n": 1}, {}]})),
+            "at /items/1: missing field `n`"
+        );
+        assert_eq!(
+            err(json!({"name": "a", "items": [], "weird_key": {"a/b~c": {"n": "x"}}})),
+            "at /weird_key/a~1b~0c/n: invalid type: string \"x\", expected u32"
+        );
+        assert_eq!(err(json!({"items": []})), "missing field `name`");
+        assert!(
+            err(json!({"name": "a", "items": [], "extra": 1})).starts_with("unknown field `extra`")
+        );
+        assert_eq!(
+            err(json!([1])),
+            "at /0: invalid type: integer `1`, expected a string"
+        );
+        assert_eq!(
+            err(json!("x")),
+            "invalid type: string \"x\", expected struct Outer"
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("read_file-2").is_ok());
+        assert!(check_name(&"a".repeat(64)).is_ok());
+        assert!(check_name(&"a".repeat(65)).is_err());
+        assert!(check_name("").is_err());
+        assert!(check_name("has space").is_err());
+        assert!(check_name("dotted.name").is_err());
+        assert!(check_name("ünï").is_err());
+    }
+
+    #[test]
+    fn cut_respects_char_boundaries() {
+        assert_eq!(cut("héllo".into(), 2), "h…");
+        assert_eq!(cut("abc".into(), 3), "abc");
+    }
+
+    #[test]
+    fn empty_raw_arguments_are_an_empty_object() {
+        assert_eq!(parse_raw("  "), Ok(json!({})));
+        assert!(parse_raw("{\"a\":")
+            .unwrap_err()
+            .starts_with("not valid JSON ("));
+    }
+
+    #[test]
+    fn value_input_gets_an_object_schema() {
+        assert_eq!(input_schema_for::<Value>(), json!({"type": "object"}));
+    }
+}
