@@ -23,6 +23,7 @@ mod error;
 mod message;
 mod provider;
 mod sse;
+pub mod testing;
 mod tool;
 
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
