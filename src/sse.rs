@@ -359,19 +359,15 @@ impl EventBuilder {
             }
             // "If the field value does not contain U+0000 NULL, then set the last event ID
             // buffer to the field value. Otherwise, ignore the field."
-            b"id" => {
-                if memchr::memchr(0, value).is_none() {
-                    self.last_id = Some(String::from_utf8_lossy(value).into_owned());
-                }
+            b"id" if memchr::memchr(0, value).is_none() => {
+                self.last_id = Some(String::from_utf8_lossy(value).into_owned());
             }
             // "If the field value consists of only ASCII digits, then interpret the field value
             // as an integer in base ten ... Otherwise, ignore the field."
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // All digits, so only overflow can fail; an absurd value is ignored.
-                    if let Ok(ms) = std::str::from_utf8(value).unwrap_or("").parse::<u64>() {
-                        self.retry = Some(ms);
-                    }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                // All digits, so only overflow can fail; an absurd value is ignored.
+                if let Ok(ms) = std::str::from_utf8(value).unwrap_or("").parse::<u64>() {
+                    self.retry = Some(ms);
                 }
             }
             // "Otherwise: The field is ignored."

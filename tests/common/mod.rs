@@ -1,0 +1,84 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use agent_loop::{LlmError, LlmEvent, ModelResponse, StreamAssembler, WireDecoder, WireFormat};
+
+/// What decoding a whole body gives: the events, and the assembled response or the first error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub events: Vec<LlmEvent>,
+    pub result: Result<ModelResponse, LlmError>,
+}
+
+/// Decodes `body` split at the given cut points (sorted offsets into `body`).
+pub fn decode_split(format: WireFormat, body: &[u8], cuts: &[usize]) -> Decoded {
+    let mut decoder = WireDecoder::new(format);
+    let mut events = Vec::new();
+    let mut start = 0;
+    let mut error = None;
+    for &cut in cuts.iter().chain(std::iter::once(&body.len())) {
+        let cut = cut.clamp(start, body.len());
+        if let Err(e) = decoder.push(&body[start..cut], &mut events) {
+            error = Some(e);
+            break;
+        }
+        start = cut;
+    }
+    if error.is_none() {
+        if let Err(e) = decoder.finish(&mut events) {
+            error = Some(e);
+        }
+    }
+    let result = match error {
+        Some(e) => Err(e),
+        None => assemble(&events),
+    };
+    Decoded { events, result }
+}
+
+/// Decodes `body` in chunks of `size` bytes.
+pub fn decode_chunked(format: WireFormat, body: &[u8], size: usize) -> Decoded {
+    let cuts: Vec<usize> = (1..)
+        .map(|i| i * size.max(1))
+        .take_while(|&c| c < body.len())
+        .collect();
+    decode_split(format, body, &cuts)
+}
+
+/// Decodes `body` in one piece.
+pub fn decode(format: WireFormat, body: &[u8]) -> Decoded {
+    decode_split(format, body, &[])
+}
+
+pub fn assemble(events: &[LlmEvent]) -> Result<ModelResponse, LlmError> {
+    let mut assembler = StreamAssembler::new();
+    for event in events {
+        assembler.push(event)?;
+    }
+    assembler.finish()
+}
+
+/// Reads a fixture from tests/fixtures/.
+pub fn fixture(path: &str) -> Vec<u8> {
+    let full = format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&full).unwrap_or_else(|e| panic!("cannot read fixture {full}: {e}"))
+}
+
+/// All fixtures of a provider folder: (file name, bytes).
+pub fn fixtures(dir: &str) -> Vec<(String, Vec<u8>)> {
+    let full = format!("{}/tests/fixtures/{dir}", env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&full)
+        .unwrap_or_else(|e| panic!("cannot list {full}: {e}"))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
