@@ -16,8 +16,11 @@ use std::collections::HashSet;
 
 use crate::message::{ContentBlock, Message, Role};
 
+mod mock;
 mod scripted;
+mod sse;
 
+pub use mock::{Interruption, MockResponse, MockServer, RecordedRequest, StreamPoint};
 pub use scripted::{ScriptedClient, ScriptedResponse};
 
 /// Checks the history invariant a provider enforces on a conversation and returns the first
