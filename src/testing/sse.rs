@@ -152,18 +152,19 @@ fn tail_for(error: &LlmError) -> Tail {
 
 fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
     let mut out = Vec::new();
-    let mut push = |kind, event: &str, data: Value| {
+    fn push(out: &mut Vec<Segment>, kind: SegmentKind, event: &str, data: Value) {
         out.push(Segment {
             bytes: sse(Some(event), &data),
             kind,
         })
-    };
+    }
     let mut started: HashMap<usize, ()> = HashMap::new();
     let mut last_usage = usage;
     for event in events {
         match event {
             LlmEvent::MessageStart { id, model } => {
                 push(
+                    &mut out,
                     SegmentKind::Preamble,
                     "message_start",
                     json!({"type": "message_start", "message": {
@@ -177,43 +178,57 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                         }
                     }}),
                 );
-                push(SegmentKind::Preamble, "ping", json!({"type": "ping"}));
+                push(
+                    &mut out,
+                    SegmentKind::Preamble,
+                    "ping",
+                    json!({"type": "ping"}),
+                );
             }
+            // A text or thinking block's start (with empty text) and its first delta form one
+            // segment, so that "after the first content event" includes some real content.
             LlmEvent::TextDelta { index, text } => {
+                let mut bytes = Vec::new();
                 if started.insert(*index, ()).is_none() {
-                    push(
-                        SegmentKind::Content,
-                        "content_block_start",
-                        json!({"type": "content_block_start", "index": index,
-                               "content_block": {"type": "text", "text": ""}}),
+                    bytes = sse(
+                        Some("content_block_start"),
+                        &json!({"type": "content_block_start", "index": index,
+                                "content_block": {"type": "text", "text": ""}}),
                     );
                 }
-                push(
-                    SegmentKind::Content,
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "text_delta", "text": text}}),
-                );
+                bytes.extend(sse(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "text_delta", "text": text}}),
+                ));
+                out.push(Segment {
+                    bytes,
+                    kind: SegmentKind::Content,
+                });
             }
             LlmEvent::ThinkingDelta { index, thinking } => {
+                let mut bytes = Vec::new();
                 if started.insert(*index, ()).is_none() {
-                    push(
-                        SegmentKind::Content,
-                        "content_block_start",
-                        json!({"type": "content_block_start", "index": index,
-                               "content_block": {"type": "thinking", "thinking": ""}}),
+                    bytes = sse(
+                        Some("content_block_start"),
+                        &json!({"type": "content_block_start", "index": index,
+                                "content_block": {"type": "thinking", "thinking": ""}}),
                     );
                 }
-                push(
-                    SegmentKind::Content,
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "thinking_delta", "thinking": thinking}}),
-                );
+                bytes.extend(sse(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": thinking}}),
+                ));
+                out.push(Segment {
+                    bytes,
+                    kind: SegmentKind::Content,
+                });
             }
             LlmEvent::SignatureDelta { index, signature } => {
                 if started.insert(*index, ()).is_none() {
                     push(
+                        &mut out,
                         SegmentKind::Content,
                         "content_block_start",
                         json!({"type": "content_block_start", "index": index,
@@ -221,6 +236,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                     );
                 }
                 push(
+                    &mut out,
                     SegmentKind::Content,
                     "content_block_delta",
                     json!({"type": "content_block_delta", "index": index,
@@ -230,6 +246,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             LlmEvent::RedactedThinking { index, data } => {
                 started.insert(*index, ());
                 push(
+                    &mut out,
                     SegmentKind::Content,
                     "content_block_start",
                     json!({"type": "content_block_start", "index": index,
@@ -239,6 +256,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             LlmEvent::ToolCallStart { index, id, name } => {
                 started.insert(*index, ());
                 push(
+                    &mut out,
                     SegmentKind::Content,
                     "content_block_start",
                     json!({"type": "content_block_start", "index": index,
@@ -250,6 +268,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                 index,
                 partial_json,
             } => push(
+                &mut out,
                 SegmentKind::Content,
                 "content_block_delta",
                 json!({"type": "content_block_delta", "index": index,
@@ -258,6 +277,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             LlmEvent::OtherBlock { index, block } => {
                 started.insert(*index, ());
                 push(
+                    &mut out,
                     SegmentKind::Content,
                     "content_block_start",
                     json!({"type": "content_block_start", "index": index,
@@ -265,6 +285,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                 );
             }
             LlmEvent::BlockStop { index } => push(
+                &mut out,
                 SegmentKind::Other,
                 "content_block_stop",
                 json!({"type": "content_block_stop", "index": index}),
@@ -272,6 +293,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             LlmEvent::Usage(usage) => last_usage = *usage,
             LlmEvent::MessageStop { stop_reason } => {
                 push(
+                    &mut out,
                     SegmentKind::End,
                     "message_delta",
                     json!({"type": "message_delta",
@@ -279,6 +301,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                            "usage": {"output_tokens": last_usage.output_tokens}}),
                 );
                 push(
+                    &mut out,
                     SegmentKind::End,
                     "message_stop",
                     json!({"type": "message_stop"}),
