@@ -41,6 +41,11 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// `accept: text/event-stream`. Transient failures before any content arrived are retried per
 /// the [`RetryPolicy`] and reported as [`LlmEvent::Retry`](crate::LlmEvent::Retry).
 ///
+/// The events of an attempt that fails before any content are held back, so after a
+/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
+/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`]).
+///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 120 s between content events (pings do not count), no total limit.
 #[derive(Debug, Clone)]

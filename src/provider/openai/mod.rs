@@ -56,6 +56,11 @@ pub enum MaxTokensField {
 /// See the crate's request-encoding notes: tool results that are errors are sent with the
 /// content prefixed by `Error: `, since Chat Completions has no error flag.
 ///
+/// The events of an attempt that fails before any content are held back, so after a
+/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
+/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`]).
+///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 300 s between content events (reasoning models think silently before they write), no total
 /// limit.
