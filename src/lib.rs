@@ -24,13 +24,15 @@ mod error;
 mod message;
 mod provider;
 mod sse;
+pub mod testing;
 mod tool;
 
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::{
-    LlmClient, LlmEvent, LlmStream, ModelRequest, StreamLimits, ToolChoice, WireDecoder, WireFormat,
+    AnthropicClient, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField, ModelRequest,
+    OpenAiClient, RetryPolicy, StreamLimits, ToolChoice, WireDecoder, WireFormat,
 };
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
 pub use tool::{

@@ -15,7 +15,13 @@ use crate::message::{Message, StopReason, ToolSpec, Usage};
 use crate::sse::{SseDecoder, SseLimits};
 
 pub(crate) mod anthropic;
+pub(crate) mod http;
 pub(crate) mod openai;
+pub(crate) mod retry;
+
+pub use anthropic::AnthropicClient;
+pub use openai::{MaxTokensField, OpenAiClient};
+pub use retry::{Jitter, RetryPolicy};
 
 /// A provider's streaming wire format.
 #[non_exhaustive]

@@ -1,3 +1,254 @@
 //! Anthropic Messages: wire types, request encoding, stream decoding and the client.
 
 pub(crate) mod decode;
+mod request;
+mod wire;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use crate::error::{ApiError, Error, LlmError};
+use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
+use crate::provider::retry::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
+
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+const DEFAULT_VERSION: &str = "2023-06-01";
+
+static SPEC: ProviderSpec = ProviderSpec {
+    format: WireFormat::Anthropic,
+    parse_error_body,
+    is_context_overflow,
+    auth_hint: "the API key: ANTHROPIC_API_KEY, or the key passed to AnthropicClient::new",
+};
+
+/// A streaming client for the Anthropic Messages API (`POST {base_url}/v1/messages`).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use agent_loop::{AnthropicClient, RetryPolicy};
+///
+/// let client = AnthropicClient::new("sk-ant-…")
+///     .model("claude-sonnet-4-5")
+///     .idle_timeout(Duration::from_secs(60))
+///     .retry_policy(RetryPolicy::default().max_retries(5));
+/// // or: AnthropicClient::from_env()? reads ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODEL
+/// ```
+///
+/// Sends `x-api-key` (marked sensitive; the key never appears in `Debug` output or errors),
+/// `anthropic-version: 2023-06-01`, `content-type: application/json` and
+/// `accept: text/event-stream`. Transient failures before any content arrived are retried per
+/// the [`RetryPolicy`] and reported as [`LlmEvent::Retry`](crate::LlmEvent::Retry).
+///
+/// The events of an attempt that fails before any content are held back, so after a
+/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
+/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`]).
+///
+/// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
+/// 120 s between content events (pings do not count), no total limit.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    api_key: Secret,
+    base_url: String,
+    model: String,
+    version: String,
+    transport: Transport,
+}
+
+impl AnthropicClient {
+    /// A client with this API key, the default base URL and no model.
+    pub fn new(api_key: impl Into<String>) -> Self {
+        AnthropicClient {
+            api_key: Secret::new(api_key),
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            model: String::new(),
+            version: DEFAULT_VERSION.to_owned(),
+            transport: Transport::new(HttpSettings::new(Duration::from_secs(120))),
+        }
+    }
+
+    /// A client configured from the environment: `ANTHROPIC_API_KEY` (required),
+    /// `ANTHROPIC_BASE_URL` and `ANTHROPIC_MODEL` (optional).
+    ///
+    /// Fails with [`Error::Config`] naming the variable when the key is missing or empty.
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let key = get("ANTHROPIC_API_KEY").ok_or_else(|| {
+            Error::Config(
+                "ANTHROPIC_API_KEY is not set: export your Anthropic API key in it".to_owned(),
+            )
+        })?;
+        let mut client = AnthropicClient::new(key.trim());
+        if let Some(url) = get("ANTHROPIC_BASE_URL") {
+            client = client.base_url(url.trim());
+        }
+        if let Some(model) = get("ANTHROPIC_MODEL") {
+            client = client.model(model.trim());
+        }
+        Ok(client)
+    }
+
+    /// The server's base URL (default `https://api.anthropic.com`); requests go to
+    /// `{base_url}/v1/messages`. A trailing slash is ignored.
+    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// The model used when a request names none.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// The `anthropic-version` header (default `2023-06-01`).
+    pub fn api_version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// An extra header sent with every request (for example `anthropic-beta`).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.transport
+            .settings_mut()
+            .headers
+            .push((name.into(), value.into()));
+        self
+    }
+
+    /// The longest wait to establish the connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for the response headers after sending (default 120 s).
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().first_byte_timeout = timeout;
+        self
+    }
+
+    /// The longest wait between two content events (text, thinking or tool-argument deltas)
+    /// of one response (default 120 s). Keep-alive pings do not reset it.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().idle_timeout = timeout;
+        self
+    }
+
+    /// The longest time for a whole response, retries included (default: none).
+    pub fn total_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().total_timeout = Some(timeout);
+        self
+    }
+
+    /// Which failures are retried, and how (default [`RetryPolicy::default`]).
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.transport.settings_mut().retry = policy;
+        self
+    }
+
+    /// Size limits on the streamed response (default [`StreamLimits::default`]).
+    pub fn stream_limits(mut self, limits: StreamLimits) -> Self {
+        self.transport.settings_mut().limits = limits;
+        self
+    }
+
+    /// The configured retry policy.
+    pub fn get_retry_policy(&self) -> &RetryPolicy {
+        &self.transport.settings().retry
+    }
+
+    fn build(&self, request: &ModelRequest) -> Result<HttpRequest, LlmError> {
+        let body = request::encode(request, &self.model)?;
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", self.api_key.header_value("")?);
+        let version =
+            HeaderValue::try_from(self.version.as_str()).map_err(|_| LlmError::InvalidRequest {
+                message: format!("invalid anthropic-version {:?}", self.version),
+            })?;
+        headers.insert("anthropic-version", version);
+        HttpRequest::json(
+            join_url(&self.base_url, "/v1/messages"),
+            body,
+            headers,
+            &self.transport.settings().headers,
+        )
+    }
+}
+
+impl LlmClient for AnthropicClient {
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        self.transport.stream(&SPEC, move || self.build(request))
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
+    let Ok(parsed) = serde_json::from_slice::<wire::ErrorBody>(body) else {
+        return false;
+    };
+    error.error_type = parsed.error.kind;
+    error.message = parsed.error.message.unwrap_or_default();
+    true
+}
+
+/// Anthropic rejects an oversized prompt with a 400 `invalid_request_error` whose message
+/// says "prompt is too long: N tokens > M maximum".
+fn is_context_overflow(error: &ApiError) -> bool {
+    if error.status != 400 {
+        return false;
+    }
+    let message = error.message.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "context window",
+        "context length",
+        "input is too long",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_env_requires_the_key_and_reads_the_rest() {
+        let err = AnthropicClient::from_lookup(|_| None).unwrap_err();
+        assert!(err.to_string().contains("ANTHROPIC_API_KEY"));
+        let client = AnthropicClient::from_lookup(|name| match name {
+            "ANTHROPIC_API_KEY" => Some("sk-ant-secret".into()),
+            "ANTHROPIC_BASE_URL" => Some("http://127.0.0.1:1/anthropic/".into()),
+            "ANTHROPIC_MODEL" => Some("claude-x".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(client.base_url, "http://127.0.0.1:1/anthropic");
+        assert_eq!(LlmClient::model(&client), "claude-x");
+        let debug = format!("{client:?}");
+        assert!(!debug.contains("sk-ant-secret"), "{debug}");
+        assert!(debug.contains("[redacted]"));
+    }
+
+    #[test]
+    fn error_bodies_and_overflow_are_recognized() {
+        let mut e = ApiError::new(400, "");
+        assert!(parse_error_body(
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            &mut e
+        ));
+        assert_eq!(e.error_type.as_deref(), Some("invalid_request_error"));
+        assert!(is_context_overflow(&e));
+        assert!(!parse_error_body(b"<html>bad gateway</html>", &mut e));
+    }
+}

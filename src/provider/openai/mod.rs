@@ -2,3 +2,345 @@
 //! decoding and the client.
 
 pub(crate) mod decode;
+mod request;
+mod wire;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use crate::error::{ApiError, Error, LlmError};
+use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
+use crate::provider::retry::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
+
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+static SPEC: ProviderSpec = ProviderSpec {
+    format: WireFormat::OpenAiChat,
+    parse_error_body,
+    is_context_overflow,
+    auth_hint: "the API key: OPENAI_API_KEY, or the key passed to OpenAiClient::new",
+};
+
+/// Which request field carries [`ModelRequest::max_tokens`].
+///
+/// OpenAI now prefers `max_completion_tokens` (and its reasoning models require it), but many
+/// OpenAI-compatible servers (vLLM, llama.cpp, Ollama, older proxies) only know `max_tokens`,
+/// so `max_tokens` is the default.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensField {
+    /// `max_tokens` (the default; understood by every compatible server).
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens` (required by OpenAI's reasoning models).
+    MaxCompletionTokens,
+}
+
+/// A streaming client for OpenAI Chat Completions (`POST {base_url}/chat/completions`) and
+/// every OpenAI-compatible server.
+///
+/// ```no_run
+/// use agent_loop::{MaxTokensField, OpenAiClient};
+///
+/// let openai = OpenAiClient::new("sk-…").model("gpt-4.1")
+///     .max_tokens_field(MaxTokensField::MaxCompletionTokens);
+/// let local = OpenAiClient::new("").base_url("http://127.0.0.1:8000/v1").model("qwen");
+/// // or: OpenAiClient::from_env()? reads OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL
+/// ```
+///
+/// Sends `Authorization: Bearer <key>` (omitted when the key is empty; marked sensitive, and
+/// the key never appears in `Debug` output or errors), the optional `OpenAI-Organization` and
+/// `OpenAI-Project` headers, `content-type: application/json` and `accept: text/event-stream`.
+/// See the crate's request-encoding notes: tool results that are errors are sent with the
+/// content prefixed by `Error: `, since Chat Completions has no error flag.
+///
+/// The events of an attempt that fails before any content are held back, so after a
+/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
+/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`]).
+///
+/// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
+/// 300 s between content events (reasoning models think silently before they write), no total
+/// limit.
+#[derive(Debug, Clone)]
+pub struct OpenAiClient {
+    api_key: Secret,
+    base_url: String,
+    model: String,
+    organization: Option<String>,
+    project: Option<String>,
+    max_tokens_field: MaxTokensField,
+    transport: Transport,
+}
+
+impl OpenAiClient {
+    /// A client with this API key (may be empty for servers that need none), the default base
+    /// URL and no model.
+    pub fn new(api_key: impl Into<String>) -> Self {
+        OpenAiClient {
+            api_key: Secret::new(api_key),
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            model: String::new(),
+            organization: None,
+            project: None,
+            max_tokens_field: MaxTokensField::default(),
+            transport: Transport::new(HttpSettings::new(Duration::from_secs(300))),
+        }
+    }
+
+    /// A client configured from the environment: `OPENAI_API_KEY`, `OPENAI_BASE_URL` and
+    /// `OPENAI_MODEL`.
+    ///
+    /// The key is required unless `OPENAI_BASE_URL` is set (local and self-hosted servers often
+    /// need none); a missing key is then sent as no `Authorization` header. Fails with
+    /// [`Error::Config`] naming the variable otherwise.
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let base_url = get("OPENAI_BASE_URL");
+        let key = match (get("OPENAI_API_KEY"), &base_url) {
+            (Some(key), _) => key.trim().to_owned(),
+            (None, Some(_)) => String::new(),
+            (None, None) => {
+                return Err(Error::Config(
+                    "OPENAI_API_KEY is not set: export your OpenAI API key in it (or set \
+                     OPENAI_BASE_URL to a compatible server that needs no key)"
+                        .to_owned(),
+                ))
+            }
+        };
+        let mut client = OpenAiClient::new(key);
+        if let Some(url) = base_url {
+            client = client.base_url(url.trim());
+        }
+        if let Some(model) = get("OPENAI_MODEL") {
+            client = client.model(model.trim());
+        }
+        Ok(client)
+    }
+
+    /// The server's base URL (default `https://api.openai.com/v1`); requests go to
+    /// `{base_url}/chat/completions`. A trailing slash is ignored.
+    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// The model used when a request names none.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// Sends `OpenAI-Organization`.
+    pub fn organization(mut self, organization: impl Into<String>) -> Self {
+        self.organization = Some(organization.into());
+        self
+    }
+
+    /// Sends `OpenAI-Project`.
+    pub fn project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+
+    /// Which field carries the token limit (default [`MaxTokensField::MaxTokens`]).
+    pub fn max_tokens_field(mut self, field: MaxTokensField) -> Self {
+        self.max_tokens_field = field;
+        self
+    }
+
+    /// An extra header sent with every request.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.transport
+            .settings_mut()
+            .headers
+            .push((name.into(), value.into()));
+        self
+    }
+
+    /// The longest wait to establish the connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for the response headers after sending (default 120 s).
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().first_byte_timeout = timeout;
+        self
+    }
+
+    /// The longest wait between two content events (text, reasoning or tool-argument deltas)
+    /// of one response (default 300 s). Keep-alive comments do not reset it.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().idle_timeout = timeout;
+        self
+    }
+
+    /// The longest time for a whole response, retries included (default: none).
+    pub fn total_timeout(mut self, timeout: Duration) -> Self {
+        self.transport.settings_mut().total_timeout = Some(timeout);
+        self
+    }
+
+    /// Which failures are retried, and how (default [`RetryPolicy::default`]).
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.transport.settings_mut().retry = policy;
+        self
+    }
+
+    /// Size limits on the streamed response (default [`StreamLimits::default`]).
+    pub fn stream_limits(mut self, limits: StreamLimits) -> Self {
+        self.transport.settings_mut().limits = limits;
+        self
+    }
+
+    /// The configured retry policy.
+    pub fn get_retry_policy(&self) -> &RetryPolicy {
+        &self.transport.settings().retry
+    }
+
+    fn build(&self, request: &ModelRequest) -> Result<HttpRequest, LlmError> {
+        let body = request::encode(request, &self.model, self.max_tokens_field)?;
+        let mut headers = HeaderMap::new();
+        if !self.api_key.is_empty() {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                self.api_key.header_value("Bearer ")?,
+            );
+        }
+        for (name, value) in [
+            ("openai-organization", &self.organization),
+            ("openai-project", &self.project),
+        ] {
+            if let Some(value) = value {
+                let value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+                    LlmError::InvalidRequest {
+                        message: format!("invalid {name} header value"),
+                    }
+                })?;
+                headers.insert(name, value);
+            }
+        }
+        HttpRequest::json(
+            join_url(&self.base_url, "/chat/completions"),
+            body,
+            headers,
+            &self.transport.settings().headers,
+        )
+    }
+}
+
+impl LlmClient for OpenAiClient {
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        self.transport.stream(&SPEC, move || self.build(request))
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+/// Reads `{"error":{"message","type","code"}}`, and the looser shapes compatible servers send
+/// (`{"error":"…"}`, `{"message":"…"}`, `{"detail":"…"}`).
+fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match value.get("error") {
+        Some(serde_json::Value::Object(inner)) => {
+            error.message = inner.get("message").and_then(text).unwrap_or_default();
+            error.error_type = inner.get("type").and_then(text);
+            error.code = inner.get("code").and_then(text);
+            true
+        }
+        Some(serde_json::Value::String(message)) => {
+            error.message = message.clone();
+            true
+        }
+        _ => match value
+            .get("message")
+            .or_else(|| value.get("detail"))
+            .and_then(text)
+        {
+            Some(message) => {
+                error.message = message;
+                true
+            }
+            None => false,
+        },
+    }
+}
+
+/// OpenAI says `code: context_length_exceeded`; compatible servers say "maximum context
+/// length" in the message.
+fn is_context_overflow(error: &ApiError) -> bool {
+    if error.code.as_deref() == Some("context_length_exceeded")
+        || error.error_type.as_deref() == Some("context_length_exceeded")
+    {
+        return true;
+    }
+    if !(400..500).contains(&error.status) {
+        return false;
+    }
+    let message = error.message.to_ascii_lowercase();
+    [
+        "maximum context length",
+        "context_length_exceeded",
+        "context window",
+        "prompt is too long",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_env_allows_a_missing_key_only_with_a_base_url() {
+        let err = OpenAiClient::from_lookup(|_| None).unwrap_err();
+        assert!(err.to_string().contains("OPENAI_API_KEY"));
+        let local = OpenAiClient::from_lookup(|name| {
+            (name == "OPENAI_BASE_URL").then(|| "http://127.0.0.1:1/v1/".to_owned())
+        })
+        .unwrap();
+        assert!(local.api_key.is_empty());
+        assert_eq!(local.base_url, "http://127.0.0.1:1/v1");
+        let client = OpenAiClient::from_lookup(|name| match name {
+            "OPENAI_API_KEY" => Some("sk-secret-123".into()),
+            "OPENAI_MODEL" => Some("gpt-x".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(LlmClient::model(&client), "gpt-x");
+        assert!(!format!("{client:?}").contains("sk-secret-123"));
+    }
+
+    #[test]
+    fn error_bodies_and_overflow_are_recognized() {
+        let mut e = ApiError::new(400, "");
+        assert!(parse_error_body(
+            br#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            &mut e
+        ));
+        assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
+        assert!(is_context_overflow(&e));
+        let mut e = ApiError::new(500, "");
+        assert!(parse_error_body(br#"{"detail":"boom"}"#, &mut e));
+        assert_eq!(e.message, "boom");
+        assert!(!is_context_overflow(&e));
+    }
+}

@@ -1,0 +1,199 @@
+//! Encodes a [`ModelRequest`] into an Anthropic Messages request body.
+//!
+//! - The system prompt is the top-level `system` field.
+//! - Consecutive messages of the same role are merged into one (Anthropic requires
+//!   alternation); in user messages `tool_result` blocks are moved before the other blocks
+//!   (Anthropic requires the results first), keeping their order.
+//! - Empty text blocks are dropped (Anthropic rejects them), and so are messages left empty.
+//! - Thinking, redacted-thinking and unmodelled (`Other`) blocks are sent back unmodified.
+//! - `tool_use.input` is always an object (anything else becomes `{}`).
+//! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
+//!   top level, and win over the encoded ones.
+
+use crate::error::LlmError;
+use crate::message::{ContentBlock, Role};
+use crate::provider::{ModelRequest, ToolChoice};
+
+use super::wire::{
+    MessagesRequest, ObjectOrEmpty, WireBlock, WireMessage, WireThinking, WireTool, WireToolChoice,
+};
+
+/// The JSON body for `request`, using `default_model` when the request names none.
+pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<u8>, LlmError> {
+    let model = request.model.as_deref().unwrap_or(default_model);
+    if model.is_empty() {
+        return Err(LlmError::InvalidRequest {
+            message: "no model: set one with AnthropicClient::model(..) (or ANTHROPIC_MODEL), \
+                      or in ModelRequest::model"
+                .to_owned(),
+        });
+    }
+    let tools: Vec<WireTool<'_>> = request
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+        })
+        .collect();
+    let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
+        ToolChoice::Auto => WireToolChoice::Auto,
+        ToolChoice::Any => WireToolChoice::Any,
+        ToolChoice::None => WireToolChoice::None,
+        ToolChoice::Tool(name) => WireToolChoice::Tool { name },
+    });
+    let body = MessagesRequest {
+        model,
+        max_tokens: request.max_tokens,
+        system: request.system.as_deref().filter(|s| !s.is_empty()),
+        messages: messages(request),
+        tools,
+        tool_choice,
+        temperature: request.temperature,
+        stop_sequences: &request.stop_sequences,
+        thinking: request.thinking_budget.map(|budget_tokens| WireThinking {
+            kind: "enabled",
+            budget_tokens,
+        }),
+        stream: true,
+    };
+    let value = serde_json::to_value(&body).map_err(|e| LlmError::InvalidRequest {
+        message: format!("could not encode the request: {e}"),
+    })?;
+    crate::provider::http::merge_extra(value, &request.extra)
+}
+
+fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
+    let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
+    for message in &request.messages {
+        let role = match message.role {
+            Role::Assistant => "assistant",
+            _ => "user",
+        };
+        let blocks: Vec<WireBlock<'_>> = message.content.iter().filter_map(block).collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => out.push(WireMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    for message in &mut out {
+        if message.role == "user" {
+            // Stable: results keep their order, and so do the other blocks.
+            let (results, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut message.content)
+                .into_iter()
+                .partition(|b| matches!(b, WireBlock::ToolResult { .. }));
+            message.content = results;
+            message.content.extend(rest);
+        }
+    }
+    out
+}
+
+fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
+    Some(match block {
+        ContentBlock::Text { text } if text.is_empty() => return None,
+        ContentBlock::Text { text } => WireBlock::Text { text },
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => WireBlock::Thinking {
+            thinking,
+            signature,
+        },
+        ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
+        ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
+            id,
+            name,
+            input: ObjectOrEmpty(input),
+        },
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => WireBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error: *is_error,
+        },
+        ContentBlock::Other(value) => WireBlock::Other(value),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, ToolSpec};
+    use serde_json::{json, Value};
+
+    fn encode_value(request: &ModelRequest) -> Value {
+        serde_json::from_slice(&encode(request, "claude-test").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn minimal_request() {
+        let v = encode_value(&ModelRequest::new(vec![Message::user("hi")]));
+        assert_eq!(
+            v,
+            json!({
+                "model": "claude-test",
+                "max_tokens": 4096,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                "stream": true
+            })
+        );
+    }
+
+    #[test]
+    fn merges_roles_orders_results_first_and_fixes_inputs() {
+        let mut r = ModelRequest::new(vec![
+            Message::user("a"),
+            Message::user("b"),
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "1".into(),
+                    name: "t".into(),
+                    input: json!("not an object"),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::text("note"),
+                    ContentBlock::tool_result("1", "ok", false),
+                ],
+            },
+        ]);
+        r.tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            input_schema: json!({"type": "object"}),
+        }];
+        r.tool_choice = ToolChoice::Tool("t".into());
+        r.extra.insert("top_k".into(), json!(5));
+        r.extra.insert("max_tokens".into(), json!(7));
+        let v = encode_value(&r);
+        assert_eq!(v["messages"].as_array().unwrap().len(), 3);
+        assert_eq!(v["messages"][0]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(v["messages"][1]["content"][0]["input"], json!({}));
+        assert_eq!(v["messages"][2]["content"][0]["type"], "tool_result");
+        assert_eq!(v["messages"][2]["content"][1]["type"], "text");
+        assert!(v["messages"][2]["content"][0].get("is_error").is_none());
+        assert_eq!(v["tool_choice"], json!({"type": "tool", "name": "t"}));
+        assert_eq!(v["top_k"], 5);
+        assert_eq!(v["max_tokens"], 7);
+    }
+
+    #[test]
+    fn missing_model_is_an_invalid_request() {
+        let err = encode(&ModelRequest::new(vec![Message::user("x")]), "").unwrap_err();
+        assert!(matches!(err, LlmError::InvalidRequest { .. }));
+    }
+}

@@ -1,0 +1,115 @@
+//! Anthropic Messages request and error types (serde), borrowed from the canonical request.
+
+use serde::{Deserialize, Serialize, Serializer};
+
+/// The body of `POST /v1/messages`.
+#[derive(Debug, Serialize)]
+pub(crate) struct MessagesRequest<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) system: Option<&'a str>,
+    pub(crate) messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) temperature: Option<f32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub(crate) stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) thinking: Option<WireThinking>,
+    pub(crate) stream: bool,
+}
+
+/// One message: a role and content blocks (always the array form).
+#[derive(Debug, Serialize)]
+pub(crate) struct WireMessage<'a> {
+    pub(crate) role: &'static str,
+    pub(crate) content: Vec<WireBlock<'a>>,
+}
+
+/// One content block as Anthropic expects it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: ObjectOrEmpty<'a>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    /// A block the crate does not model, sent back verbatim.
+    #[serde(untagged)]
+    Other(&'a serde_json::Value),
+}
+
+/// A JSON object, or `{}` for anything that is not one (Anthropic requires an object).
+#[derive(Debug)]
+pub(crate) struct ObjectOrEmpty<'a>(pub(crate) &'a serde_json::Value);
+
+impl Serialize for ObjectOrEmpty<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            serde_json::Value::Object(map) => map.serialize(serializer),
+            _ => serde_json::Map::new().serialize(serializer),
+        }
+    }
+}
+
+/// A tool definition.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireTool<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) description: &'a str,
+    pub(crate) input_schema: &'a serde_json::Value,
+}
+
+/// `tool_choice`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum WireToolChoice<'a> {
+    Auto,
+    Any,
+    None,
+    Tool { name: &'a str },
+}
+
+/// `thinking`: extended thinking with a token budget.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireThinking {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) budget_tokens: u32,
+}
+
+/// An error body: `{"type":"error","error":{"type":…,"message":…}}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorBody {
+    pub(crate) error: ErrorDetail,
+}
+
+/// The inner error object.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorDetail {
+    #[serde(rename = "type", default)]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+}

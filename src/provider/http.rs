@@ -1,0 +1,639 @@
+//! The reqwest transport shared by both clients: send, status handling, streaming decode,
+//! timeouts and retries.
+//!
+//! ```text
+//!            ┌──────────── retry (RetryPolicy::delay_for, LlmEvent::Retry) ◄──────────┐
+//!            ▼                                                                     │ failure before
+//!  Start ─► send (first-byte timeout) ─► 2xx ─► Body: chunks ─► WireDecoder ─► events │ any content
+//!                 │                                │  idle timeout between content events
+//!                 └► non-2xx: bounded body ─► ApiError / ContextOverflow ──────────┘
+//! ```
+//!
+//! The client modules only encode the request (URL, headers, JSON body) and describe how their
+//! provider's error bodies look ([`ProviderSpec`]); everything else lives here, once.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::time::Instant;
+
+use crate::error::{ApiError, LlmError, TimeoutKind};
+use crate::provider::retry::RetryPolicy;
+use crate::provider::{LlmEvent, LlmStream, StreamLimits, WireDecoder, WireFormat};
+
+/// The most bytes of an error response body that are read; the rest is discarded.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// The most characters of a non-JSON error body kept as the message.
+const MAX_ERROR_TEXT: usize = 1000;
+
+/// A secret (an API key) that never shows in `Debug` output.
+#[derive(Clone, Default)]
+pub(crate) struct Secret(String);
+
+impl Secret {
+    pub(crate) fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The secret as a header value marked sensitive (so reqwest and hyper never log it), or
+    /// an error that does not repeat the value.
+    pub(crate) fn header_value(&self, prefix: &str) -> Result<HeaderValue, LlmError> {
+        let mut value = HeaderValue::try_from(format!("{prefix}{}", self.0)).map_err(|_| {
+            LlmError::InvalidRequest {
+                message: "the API key contains characters that are not allowed in an HTTP \
+                          header (check for a stray newline)"
+                    .to_owned(),
+            }
+        })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"[redacted]\"")
+    }
+}
+
+/// The transport settings both clients share; each is its own setter on the clients.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) first_byte_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) total_timeout: Option<Duration>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) limits: StreamLimits,
+    /// Extra headers sent with every request (not sensitive).
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+impl HttpSettings {
+    pub(crate) fn new(idle_timeout: Duration) -> Self {
+        HttpSettings {
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(120),
+            idle_timeout,
+            total_timeout: None,
+            retry: RetryPolicy::default(),
+            limits: StreamLimits::default(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// The settings plus the reqwest client built from them on first use.
+#[derive(Debug, Clone)]
+pub(crate) struct Transport {
+    settings: HttpSettings,
+    client: Arc<OnceLock<Result<reqwest::Client, String>>>,
+}
+
+impl Transport {
+    pub(crate) fn new(settings: HttpSettings) -> Self {
+        Transport {
+            settings,
+            client: Arc::new(OnceLock::new()),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &HttpSettings {
+        &self.settings
+    }
+
+    /// The settings, for a builder setter; the reqwest client is rebuilt on next use.
+    pub(crate) fn settings_mut(&mut self) -> &mut HttpSettings {
+        self.client = Arc::new(OnceLock::new());
+        &mut self.settings
+    }
+
+    fn client(&self) -> Result<reqwest::Client, LlmError> {
+        let built = self.client.get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(self.settings.connect_timeout)
+                .build()
+                .map_err(|e| error_chain(&e.without_url()))
+        });
+        built.clone().map_err(|message| LlmError::InvalidRequest {
+            message: format!("could not build the HTTP client: {message}"),
+        })
+    }
+
+    /// Streams the response to the request `build` encodes (called on first poll).
+    pub(crate) fn stream<'a>(
+        &self,
+        provider: &'static ProviderSpec,
+        build: impl FnOnce() -> Result<HttpRequest, LlmError> + Send + 'a,
+    ) -> LlmStream<'a> {
+        let driver = Driver {
+            client: self.client(),
+            settings: self.settings.clone(),
+            provider,
+            build: Some(Box::new(build)),
+            request: None,
+            retries: 0,
+            total_deadline: None,
+            phase: Phase::Start,
+            out: VecDeque::new(),
+            held: Vec::new(),
+            content_seen: false,
+            pending_error: None,
+        };
+        Box::pin(futures::stream::unfold(driver, |mut driver| async move {
+            let item = driver.next().await?;
+            Some((item, driver))
+        }))
+    }
+}
+
+/// One encoded HTTP request.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpRequest {
+    pub(crate) url: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl HttpRequest {
+    /// A JSON POST with `accept: text/event-stream`; `extra` headers added last.
+    pub(crate) fn json(
+        url: String,
+        body: Vec<u8>,
+        mut headers: HeaderMap,
+        extra: &[(String, String)],
+    ) -> Result<Self, LlmError> {
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        for (name, value) in extra {
+            let name =
+                HeaderName::try_from(name.as_str()).map_err(|_| LlmError::InvalidRequest {
+                    message: format!("invalid header name {name:?}"),
+                })?;
+            let value =
+                HeaderValue::try_from(value.as_str()).map_err(|_| LlmError::InvalidRequest {
+                    message: format!("invalid value for header {name}"),
+                })?;
+            headers.insert(name, value);
+        }
+        Ok(HttpRequest {
+            url,
+            headers,
+            body: Bytes::from(body),
+        })
+    }
+}
+
+/// What the transport needs to know about a provider.
+#[derive(Debug)]
+pub(crate) struct ProviderSpec {
+    /// The stream's wire format.
+    pub(crate) format: WireFormat,
+    /// Fills `error_type`, `code` and `message` of `error` from a JSON error body; returns
+    /// false when the body is not in the provider's shape.
+    pub(crate) parse_error_body: fn(body: &[u8], error: &mut ApiError) -> bool,
+    /// Whether the error says the prompt does not fit the context window.
+    pub(crate) is_context_overflow: fn(error: &ApiError) -> bool,
+    /// Where the user should look when the key is rejected (HTTP 401).
+    pub(crate) auth_hint: &'static str,
+}
+
+type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+enum Phase {
+    /// The request is (re)sent on the next poll.
+    Start,
+    /// A retry was reported; wait this long, then send again.
+    Backoff(Duration),
+    /// Reading and decoding a 2xx body.
+    Body {
+        body: BodyStream,
+        decoder: Box<WireDecoder>,
+        idle_deadline: Instant,
+    },
+    /// Nothing more to read.
+    Finished,
+}
+
+/// The state of one streamed response across its attempts.
+struct Driver<'a> {
+    client: Result<reqwest::Client, LlmError>,
+    settings: HttpSettings,
+    provider: &'static ProviderSpec,
+    build: Option<Box<dyn FnOnce() -> Result<HttpRequest, LlmError> + Send + 'a>>,
+    request: Option<HttpRequest>,
+    /// Retries done so far.
+    retries: u32,
+    total_deadline: Option<Instant>,
+    phase: Phase,
+    /// Events ready to be yielded.
+    out: VecDeque<LlmEvent>,
+    /// Events of the current attempt that came before its first content event; held back so
+    /// that an attempt that fails before content leaves no trace but the `Retry` event.
+    held: Vec<LlmEvent>,
+    content_seen: bool,
+    /// An error to yield after `out` is drained; it ends the stream.
+    pending_error: Option<LlmError>,
+}
+
+impl Driver<'_> {
+    async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
+        loop {
+            if let Some(event) = self.out.pop_front() {
+                if matches!(event, LlmEvent::MessageStop { .. }) {
+                    // The response is complete: nothing after the end marker is read.
+                    self.out.clear();
+                    self.pending_error = None;
+                    self.phase = Phase::Finished;
+                }
+                return Some(Ok(event));
+            }
+            if let Some(error) = self.pending_error.take() {
+                self.phase = Phase::Finished;
+                return Some(Err(error));
+            }
+            match &mut self.phase {
+                Phase::Finished => return None,
+                Phase::Start => {
+                    if self.total_deadline.is_none() {
+                        self.total_deadline =
+                            self.settings.total_timeout.map(|t| Instant::now() + t);
+                    }
+                    if let Err(error) = self.send().await {
+                        if let Some(retry) = self.retry_or_fail(error) {
+                            return Some(retry);
+                        }
+                    }
+                }
+                Phase::Backoff(delay) => {
+                    let delay = *delay;
+                    tokio::time::sleep(delay).await;
+                    self.phase = Phase::Start;
+                }
+                Phase::Body { .. } => {
+                    if let Err(error) = self.read_chunk().await {
+                        if self.content_seen {
+                            // Never re-sent after content: the caller decides.
+                            self.pending_error = Some(error);
+                        } else if let Some(retry) = self.retry_or_fail(error) {
+                            return Some(retry);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decides what a failure before any content means: a `Retry` event (and a backoff), or
+    /// the stream's final error.
+    fn retry_or_fail(&mut self, error: LlmError) -> Option<Result<LlmEvent, LlmError>> {
+        self.held.clear();
+        let attempt = self.retries + 1;
+        let delay = self
+            .settings
+            .retry
+            .delay_for(attempt, &error)
+            .filter(|delay| {
+                // A retry that cannot start before the total deadline is pointless.
+                self.total_deadline
+                    .is_none_or(|deadline| Instant::now() + *delay < deadline)
+            });
+        match delay {
+            Some(delay) => {
+                self.retries = attempt;
+                tracing::debug!(attempt, ?delay, error = %error, "retrying the model request");
+                self.phase = Phase::Backoff(delay);
+                Some(Ok(LlmEvent::Retry {
+                    attempt,
+                    delay,
+                    error,
+                }))
+            }
+            None => {
+                self.phase = Phase::Finished;
+                self.pending_error = Some(error);
+                None
+            }
+        }
+    }
+
+    /// Which deadline is nearer: `kind` at `at`, or the total deadline.
+    fn deadline(&self, kind: TimeoutKind, after: Duration, at: Instant) -> (Instant, LlmError) {
+        match self.total_deadline {
+            Some(total) if total < at => (
+                total,
+                LlmError::Timeout {
+                    kind: TimeoutKind::Total,
+                    after: self.settings.total_timeout.unwrap_or_default(),
+                },
+            ),
+            _ => (at, LlmError::Timeout { kind, after }),
+        }
+    }
+
+    /// Sends the request; on a 2xx response enters the body phase.
+    async fn send(&mut self) -> Result<(), LlmError> {
+        let client = self.client.clone()?;
+        if self.request.is_none() {
+            if let Some(build) = self.build.take() {
+                match build() {
+                    Ok(request) => self.request = Some(request),
+                    // Encoding errors are not retryable, so they are final.
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        let Some(request) = &self.request else {
+            return Err(LlmError::InvalidRequest {
+                message: "the request could not be encoded".to_owned(),
+            });
+        };
+        let builder = client
+            .post(&request.url)
+            .headers(request.headers.clone())
+            .body(request.body.clone());
+        let first_byte = self.settings.first_byte_timeout;
+        let (deadline, timeout) = self.deadline(
+            TimeoutKind::FirstByte,
+            first_byte,
+            Instant::now() + first_byte,
+        );
+        let response = match tokio::time::timeout_at(deadline, builder.send()).await {
+            Err(_) => return Err(timeout),
+            Ok(Err(error)) => return Err(transport_error(error, &self.settings)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        let idle = self.settings.idle_timeout;
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let (deadline, _) = self.deadline(TimeoutKind::Idle, idle, Instant::now() + idle);
+            let body = read_bounded(response, deadline).await;
+            return Err(api_error(self.provider, status.as_u16(), &headers, &body));
+        }
+        self.content_seen = false;
+        self.held.clear();
+        self.phase = Phase::Body {
+            body: Box::pin(response.bytes_stream()),
+            decoder: Box::new(WireDecoder::with_limits(
+                self.provider.format,
+                self.settings.limits,
+            )),
+            idle_deadline: Instant::now() + idle,
+        };
+        Ok(())
+    }
+
+    /// Reads one chunk of the body (or its end) and decodes it.
+    async fn read_chunk(&mut self) -> Result<(), LlmError> {
+        let idle = self.settings.idle_timeout;
+        let Phase::Body { idle_deadline, .. } = &self.phase else {
+            return Ok(());
+        };
+        let (deadline, timeout) = self.deadline(TimeoutKind::Idle, idle, *idle_deadline);
+        let Phase::Body { body, decoder, .. } = &mut self.phase else {
+            return Ok(());
+        };
+        let mut events = Vec::new();
+        let (result, ended) = match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_) => return Err(timeout),
+            Ok(Some(Ok(chunk))) => (decoder.push(&chunk, &mut events), false),
+            Ok(Some(Err(error))) => {
+                return Err(LlmError::Transport {
+                    message: error_chain(&error.without_url()),
+                })
+            }
+            Ok(None) => (decoder.finish(&mut events), true),
+        };
+        for event in events {
+            self.accept(event);
+        }
+        if ended {
+            self.out.extend(self.held.drain(..));
+            self.phase = Phase::Finished;
+        }
+        result
+    }
+
+    /// Routes one decoded event: content resets the idle timer and releases the held events.
+    fn accept(&mut self, event: LlmEvent) {
+        if event.is_content() {
+            self.content_seen = true;
+            if let Phase::Body { idle_deadline, .. } = &mut self.phase {
+                *idle_deadline = Instant::now() + self.settings.idle_timeout;
+            }
+        }
+        if self.content_seen || matches!(event, LlmEvent::MessageStop { .. }) {
+            self.out.extend(self.held.drain(..));
+            self.out.push_back(event);
+        } else {
+            self.held.push(event);
+        }
+    }
+}
+
+/// Reads at most [`MAX_ERROR_BODY`] bytes of a response body before `deadline`.
+async fn read_bounded(response: reqwest::Response, deadline: Instant) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                let room = MAX_ERROR_BODY - body.len();
+                body.extend_from_slice(chunk.get(..room).unwrap_or(&chunk));
+            }
+            _ => break,
+        }
+    }
+    body
+}
+
+/// Maps a reqwest send error to the crate's error, without the URL.
+fn transport_error(error: reqwest::Error, settings: &HttpSettings) -> LlmError {
+    let message = error_chain(&error);
+    if error.is_connect() && (error.is_timeout() || message.contains("timed out")) {
+        LlmError::Timeout {
+            kind: TimeoutKind::Connect,
+            after: settings.connect_timeout,
+        }
+    } else if error.is_connect() {
+        LlmError::Connect {
+            message: error_chain(&error.without_url()),
+        }
+    } else if error.is_timeout() {
+        LlmError::Timeout {
+            kind: TimeoutKind::FirstByte,
+            after: settings.first_byte_timeout,
+        }
+    } else {
+        LlmError::Transport {
+            message: error_chain(&error.without_url()),
+        }
+    }
+}
+
+/// An error and its sources, joined with `: `.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// Builds the error of a non-2xx response.
+pub(crate) fn api_error(
+    provider: &ProviderSpec,
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> LlmError {
+    let mut error = ApiError::new(status, String::new());
+    error.request_id = header(headers, "request-id").or_else(|| header(headers, "x-request-id"));
+    error.retry_after = retry_after(headers, SystemTime::now());
+    error.should_retry = match header(headers, "x-should-retry").as_deref() {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => None,
+    };
+    if !(provider.parse_error_body)(body, &mut error) || error.message.is_empty() {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        error.message = if text.is_empty() {
+            reqwest::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("no error message")
+                .to_owned()
+        } else {
+            text.chars().take(MAX_ERROR_TEXT).collect()
+        };
+    }
+    if status == 401 {
+        error.message = format!("{} (check {})", error.message, provider.auth_hint);
+    }
+    if status == 413 || (provider.is_context_overflow)(&error) {
+        LlmError::ContextOverflow(Box::new(error))
+    } else {
+        LlmError::Api(Box::new(error))
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    (!value.is_empty()).then(|| value.chars().take(200).collect())
+}
+
+/// The server's requested delay: `retry-after-ms` (milliseconds), else `retry-after` (seconds
+/// or an HTTP date, relative to `now`).
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(ms) = header(headers, "retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0) {
+            return Some(delay);
+        }
+    }
+    let value = header(headers, "retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let date = httpdate::parse_http_date(&value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Merges `extra` into the top level of the encoded body (extra wins) and serializes it.
+pub(crate) fn merge_extra(
+    mut body: serde_json::Value,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<u8>, LlmError> {
+    if let serde_json::Value::Object(map) = &mut body {
+        for (key, value) in extra {
+            map.insert(key.clone(), value.clone());
+        }
+    }
+    serde_json::to_vec(&body).map_err(|e| LlmError::InvalidRequest {
+        message: format!("could not encode the request: {e}"),
+    })
+}
+
+/// Joins a base URL (trailing slashes trimmed) and a path.
+pub(crate) fn join_url(base: &str, path: &str) -> String {
+    format!("{}{}", base.trim_end_matches('/'), path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "7"), ("retry-after-ms", "1500")]),
+                now
+            ),
+            Some(Duration::from_millis(1500))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &date)]), now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
+    }
+
+    #[test]
+    fn secret_debug_is_redacted() {
+        let s = Secret::new("sk-very-secret");
+        assert_eq!(format!("{s:?}"), "\"[redacted]\"");
+        let v = s.header_value("Bearer ").unwrap();
+        assert!(v.is_sensitive());
+        assert!(!format!("{v:?}").contains("very-secret"));
+        let bad = Secret::new("sk\nx").header_value("").unwrap_err();
+        assert!(!bad.to_string().contains("sk"));
+    }
+
+    #[test]
+    fn join_url_trims_slashes() {
+        assert_eq!(
+            join_url("http://h/x/", "/v1/messages"),
+            "http://h/x/v1/messages"
+        );
+        assert_eq!(join_url("http://h", "/chat"), "http://h/chat");
+    }
+}

@@ -1,0 +1,501 @@
+//! Encodes a [`ScriptedResponse`] into each provider's SSE body, as segments the mock server
+//! can cut, chunk and interrupt.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::error::LlmError;
+use crate::message::{StopReason, Usage};
+use crate::provider::{LlmEvent, WireFormat};
+
+use super::scripted::{Ending, ScriptedResponse, Step};
+
+/// What a segment of the body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegmentKind {
+    /// Before content: `message_start`, pings, the role chunk.
+    Preamble,
+    /// Carries content (a block start or a delta).
+    Content,
+    /// A block stop, or anything between content events that is not content.
+    Other,
+    /// Part of the end-of-message marker (`message_delta`, `message_stop`; the finish chunk,
+    /// the usage chunk, `[DONE]`).
+    End,
+}
+
+/// One SSE event's bytes and what it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) kind: SegmentKind,
+}
+
+/// What happens after the encoded segments when the response does not end normally.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Tail {
+    /// The body ends (cleanly, or after a truncation).
+    None,
+    /// An in-stream error event.
+    ErrorEvent { error_type: String, message: String },
+    /// A malformed event.
+    Garbage,
+    /// The connection drops without the terminating chunk.
+    Disconnect,
+    /// Nothing more is sent; the connection stays open.
+    Stall,
+}
+
+/// The SSE bytes of an in-stream error event.
+pub(crate) fn error_event(format: WireFormat, error_type: &str, message: &str) -> Vec<u8> {
+    match format {
+        WireFormat::Anthropic => sse(
+            Some("error"),
+            &json!({"type": "error", "error": {"type": error_type, "message": message}}),
+        ),
+        _ => sse(
+            None,
+            &json!({"error": {"message": message, "type": error_type, "code": null}}),
+        ),
+    }
+}
+
+/// The SSE bytes of a keep-alive.
+pub(crate) fn keep_alive(format: WireFormat) -> Vec<u8> {
+    match format {
+        WireFormat::Anthropic => b"event: ping\ndata: {\"type\": \"ping\"}\n\n".to_vec(),
+        _ => b": keep-alive\n\n".to_vec(),
+    }
+}
+
+fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+/// Encodes `response` for `format`: the segments, and what follows them.
+pub(crate) fn encode(format: WireFormat, response: &ScriptedResponse) -> (Vec<Segment>, Tail) {
+    let mut events: Vec<LlmEvent> = Vec::new();
+    if response.preamble {
+        events.push(LlmEvent::MessageStart {
+            id: response.id.clone(),
+            model: response.model.clone(),
+        });
+    }
+    let mut index = 0usize;
+    for step in &response.steps {
+        match step {
+            Step::Block(block) => {
+                events.extend(response.block_events(index, block));
+                index += 1;
+            }
+            Step::Event(event) => events.push(event.clone()),
+            Step::Pause(_) => {}
+        }
+    }
+    let usage = response.usage.unwrap_or_default();
+    let tail = match &response.ending {
+        Ending::Complete => {
+            events.push(LlmEvent::Usage(usage));
+            events.push(LlmEvent::MessageStop {
+                stop_reason: response.effective_stop_reason(),
+            });
+            Tail::None
+        }
+        Ending::Raw => Tail::None,
+        Ending::Stall => Tail::Stall,
+        Ending::Fail(error) => tail_for(error),
+    };
+    let segments = match format {
+        WireFormat::Anthropic => anthropic(&events, usage),
+        _ => openai(&events),
+    };
+    (segments, tail)
+}
+
+/// How a scripted mid-stream failure is reproduced on the wire.
+fn tail_for(error: &LlmError) -> Tail {
+    match error {
+        LlmError::Incomplete { .. } => Tail::None,
+        LlmError::Transport { .. } | LlmError::Connect { .. } => Tail::Disconnect,
+        LlmError::Timeout { .. } => Tail::Stall,
+        LlmError::Malformed { .. } => Tail::Garbage,
+        LlmError::Stream {
+            error_type,
+            message,
+        } => Tail::ErrorEvent {
+            error_type: error_type.clone(),
+            message: message.clone(),
+        },
+        LlmError::Api(api) | LlmError::ContextOverflow(api) => Tail::ErrorEvent {
+            error_type: api
+                .error_type
+                .clone()
+                .unwrap_or_else(|| "api_error".to_owned()),
+            message: api.message.clone(),
+        },
+        other => Tail::ErrorEvent {
+            error_type: "api_error".to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
+    let mut out = Vec::new();
+    fn push(out: &mut Vec<Segment>, kind: SegmentKind, event: &str, data: Value) {
+        out.push(Segment {
+            bytes: sse(Some(event), &data),
+            kind,
+        })
+    }
+    let mut started: HashMap<usize, ()> = HashMap::new();
+    let mut last_usage = usage;
+    for event in events {
+        match event {
+            LlmEvent::MessageStart { id, model } => {
+                push(
+                    &mut out,
+                    SegmentKind::Preamble,
+                    "message_start",
+                    json!({"type": "message_start", "message": {
+                        "id": id, "type": "message", "role": "assistant", "model": model,
+                        "content": [], "stop_reason": null, "stop_sequence": null,
+                        "usage": {
+                            "input_tokens": usage.input_tokens,
+                            "cache_read_input_tokens": usage.cache_read_input_tokens,
+                            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                            "output_tokens": 1
+                        }
+                    }}),
+                );
+                push(
+                    &mut out,
+                    SegmentKind::Preamble,
+                    "ping",
+                    json!({"type": "ping"}),
+                );
+            }
+            // A text or thinking block's start (with empty text) and its first delta form one
+            // segment, so that "after the first content event" includes some real content.
+            LlmEvent::TextDelta { index, text } => {
+                let mut bytes = Vec::new();
+                if started.insert(*index, ()).is_none() {
+                    bytes = sse(
+                        Some("content_block_start"),
+                        &json!({"type": "content_block_start", "index": index,
+                                "content_block": {"type": "text", "text": ""}}),
+                    );
+                }
+                bytes.extend(sse(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "text_delta", "text": text}}),
+                ));
+                out.push(Segment {
+                    bytes,
+                    kind: SegmentKind::Content,
+                });
+            }
+            LlmEvent::ThinkingDelta { index, thinking } => {
+                let mut bytes = Vec::new();
+                if started.insert(*index, ()).is_none() {
+                    bytes = sse(
+                        Some("content_block_start"),
+                        &json!({"type": "content_block_start", "index": index,
+                                "content_block": {"type": "thinking", "thinking": ""}}),
+                    );
+                }
+                bytes.extend(sse(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": thinking}}),
+                ));
+                out.push(Segment {
+                    bytes,
+                    kind: SegmentKind::Content,
+                });
+            }
+            LlmEvent::SignatureDelta { index, signature } => {
+                if started.insert(*index, ()).is_none() {
+                    push(
+                        &mut out,
+                        SegmentKind::Content,
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "thinking", "thinking": ""}}),
+                    );
+                }
+                push(
+                    &mut out,
+                    SegmentKind::Content,
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "signature_delta", "signature": signature}}),
+                );
+            }
+            LlmEvent::RedactedThinking { index, data } => {
+                started.insert(*index, ());
+                push(
+                    &mut out,
+                    SegmentKind::Content,
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                           "content_block": {"type": "redacted_thinking", "data": data}}),
+                );
+            }
+            LlmEvent::ToolCallStart { index, id, name } => {
+                started.insert(*index, ());
+                push(
+                    &mut out,
+                    SegmentKind::Content,
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                           "content_block": {"type": "tool_use", "id": id, "name": name,
+                                             "input": {}}}),
+                );
+            }
+            LlmEvent::ToolCallDelta {
+                index,
+                partial_json,
+            } => push(
+                &mut out,
+                SegmentKind::Content,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "input_json_delta", "partial_json": partial_json}}),
+            ),
+            LlmEvent::OtherBlock { index, block } => {
+                started.insert(*index, ());
+                push(
+                    &mut out,
+                    SegmentKind::Content,
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                           "content_block": block}),
+                );
+            }
+            LlmEvent::BlockStop { index } => push(
+                &mut out,
+                SegmentKind::Other,
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ),
+            LlmEvent::Usage(usage) => last_usage = *usage,
+            LlmEvent::MessageStop { stop_reason } => {
+                push(
+                    &mut out,
+                    SegmentKind::End,
+                    "message_delta",
+                    json!({"type": "message_delta",
+                           "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                           "usage": {"output_tokens": last_usage.output_tokens}}),
+                );
+                push(
+                    &mut out,
+                    SegmentKind::End,
+                    "message_stop",
+                    json!({"type": "message_stop"}),
+                );
+            }
+            // Retry events are the client's, never the wire's; future events are skipped.
+            _ => {}
+        }
+    }
+    out
+}
+
+fn openai_finish_reason(reason: &StopReason) -> String {
+    match reason {
+        StopReason::EndTurn | StopReason::StopSequence => "stop".to_owned(),
+        StopReason::ToolUse => "tool_calls".to_owned(),
+        StopReason::MaxTokens => "length".to_owned(),
+        StopReason::ContentFilter | StopReason::Refusal => "content_filter".to_owned(),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "stop".to_owned()),
+    }
+}
+
+fn openai(events: &[LlmEvent]) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let mut id = String::from("chatcmpl-mock");
+    let mut model = String::from("mock-model");
+    let mut tool_slots: HashMap<usize, usize> = HashMap::new();
+    let mut usage: Option<Usage> = None;
+    let chunk = |id: &str, model: &str, delta: Value, finish: Option<String>| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    for event in events {
+        let (kind, data) = match event {
+            LlmEvent::MessageStart { id: i, model: m } => {
+                id.clone_from(i);
+                model.clone_from(m);
+                (
+                    SegmentKind::Preamble,
+                    chunk(&id, &model, json!({"role": "assistant"}), None),
+                )
+            }
+            LlmEvent::TextDelta { text, .. } => (
+                SegmentKind::Content,
+                chunk(&id, &model, json!({"content": text}), None),
+            ),
+            LlmEvent::ThinkingDelta { thinking, .. } => (
+                SegmentKind::Content,
+                chunk(&id, &model, json!({"reasoning_content": thinking}), None),
+            ),
+            LlmEvent::ToolCallStart {
+                index,
+                id: call,
+                name,
+            } => {
+                let slot = tool_slots.len();
+                tool_slots.insert(*index, slot);
+                (
+                    SegmentKind::Content,
+                    chunk(
+                        &id,
+                        &model,
+                        json!({"tool_calls": [{"index": slot, "id": call, "type": "function",
+                                               "function": {"name": name, "arguments": ""}}]}),
+                        None,
+                    ),
+                )
+            }
+            LlmEvent::ToolCallDelta {
+                index,
+                partial_json,
+            } => {
+                let slot = tool_slots.get(index).copied().unwrap_or(0);
+                (
+                    SegmentKind::Content,
+                    chunk(
+                        &id,
+                        &model,
+                        json!({"tool_calls": [{"index": slot,
+                                               "function": {"arguments": partial_json}}]}),
+                        None,
+                    ),
+                )
+            }
+            LlmEvent::Usage(u) => {
+                usage = Some(*u);
+                continue;
+            }
+            LlmEvent::MessageStop { stop_reason } => {
+                out.push(Segment {
+                    bytes: sse(
+                        None,
+                        &chunk(
+                            &id,
+                            &model,
+                            json!({}),
+                            Some(openai_finish_reason(stop_reason)),
+                        ),
+                    ),
+                    kind: SegmentKind::End,
+                });
+                if let Some(u) = usage {
+                    let cached = u.cache_read_input_tokens;
+                    let prompt = u.input_tokens.saturating_add(cached);
+                    out.push(Segment {
+                        bytes: sse(
+                            None,
+                            &json!({"id": id, "object": "chat.completion.chunk", "created": 0,
+                                    "model": model, "choices": [],
+                                    "usage": {"prompt_tokens": prompt,
+                                              "completion_tokens": u.output_tokens,
+                                              "total_tokens": prompt + u.output_tokens,
+                                              "prompt_tokens_details": {"cached_tokens": cached}}}),
+                        ),
+                        kind: SegmentKind::End,
+                    });
+                }
+                out.push(Segment {
+                    bytes: b"data: [DONE]\n\n".to_vec(),
+                    kind: SegmentKind::End,
+                });
+                continue;
+            }
+            // Signatures, redacted thinking, unmodelled blocks and block stops have no
+            // Chat Completions form.
+            _ => continue,
+        };
+        out.push(Segment {
+            bytes: sse(None, &data),
+            kind,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::WireDecoder;
+    use serde_json::json;
+
+    fn decode(format: WireFormat, segments: &[Segment]) -> Result<Vec<LlmEvent>, LlmError> {
+        let mut decoder = WireDecoder::new(format);
+        let mut events = Vec::new();
+        for s in segments {
+            decoder.push(&s.bytes, &mut events)?;
+        }
+        decoder.finish(&mut events)?;
+        Ok(events)
+    }
+
+    #[test]
+    fn both_encodings_decode_to_the_scripted_content() {
+        let response = ScriptedResponse::thinking("hmm", "sig")
+            .then_text("Hello")
+            .then_tool_call("call_1", "add", json!({"a": 1}))
+            .then_tool_call("call_2", "add", json!({"a": 2}))
+            .chunked(3)
+            .usage_tokens(10, 5);
+        for format in [WireFormat::Anthropic, WireFormat::OpenAiChat] {
+            let (segments, tail) = encode(format, &response);
+            assert_eq!(tail, Tail::None);
+            let events = decode(format, &segments).unwrap();
+            let text: String = events
+                .iter()
+                .filter_map(|e| match e {
+                    LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(text, "Hello", "{format:?}");
+            let calls: Vec<&str> = events
+                .iter()
+                .filter_map(|e| match e {
+                    LlmEvent::ToolCallStart { id, .. } => Some(id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(calls, ["call_1", "call_2"], "{format:?}");
+            assert_eq!(
+                events.last(),
+                Some(&LlmEvent::MessageStop {
+                    stop_reason: StopReason::ToolUse
+                }),
+                "{format:?}"
+            );
+            assert!(events.contains(&LlmEvent::Usage(Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            })));
+        }
+    }
+}

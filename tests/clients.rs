@@ -1,0 +1,775 @@
+//! The HTTP clients against the loopback mock server: request encoding, status handling,
+//! retries, timeouts and secrets.
+
+use std::time::Duration;
+
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
+use agent_loop::{
+    AnthropicClient, ContentBlock, Jitter, LlmClient, LlmError, LlmEvent, Message, ModelRequest,
+    OpenAiClient, RetryPolicy, Role, StopReason, TimeoutKind, ToolChoice, ToolSpec,
+};
+use futures::StreamExt;
+use serde_json::json;
+
+const KEY: &str = "sk-test-0123456789-secret";
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy::default()
+        .initial_backoff(Duration::from_millis(1))
+        .jitter(Jitter::None)
+}
+
+fn anthropic(server: &MockServer) -> AnthropicClient {
+    AnthropicClient::new(KEY)
+        .base_url(server.anthropic_base_url())
+        .model("claude-test")
+        .retry_policy(fast_retries())
+}
+
+fn openai(server: &MockServer) -> OpenAiClient {
+    OpenAiClient::new(KEY)
+        .base_url(format!("{}/", server.openai_base_url()))
+        .model("gpt-test")
+        .retry_policy(fast_retries())
+}
+
+/// Both clients, boxed, with a name for assertion messages.
+fn clients(server: &MockServer) -> Vec<(&'static str, Box<dyn LlmClient>)> {
+    vec![
+        ("anthropic", Box::new(anthropic(server))),
+        ("openai", Box::new(openai(server))),
+    ]
+}
+
+async fn collect(
+    client: &dyn LlmClient,
+    request: &ModelRequest,
+) -> Vec<Result<LlmEvent, LlmError>> {
+    client.stream(request).collect().await
+}
+
+fn hello() -> ModelRequest {
+    ModelRequest::new(vec![Message::user("hello")])
+}
+
+fn text_of(items: &[Result<LlmEvent, LlmError>]) -> String {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Ok(LlmEvent::TextDelta { text, .. }) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn retries(items: &[Result<LlmEvent, LlmError>]) -> Vec<(u32, Duration, LlmError)> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Ok(LlmEvent::Retry {
+                attempt,
+                delay,
+                error,
+            }) => Some((*attempt, *delay, error.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ends_complete(items: &[Result<LlmEvent, LlmError>]) -> bool {
+    matches!(items.last(), Some(Ok(LlmEvent::MessageStop { .. })))
+}
+
+fn final_error(items: &[Result<LlmEvent, LlmError>]) -> Option<&LlmError> {
+    match items.last() {
+        Some(Err(error)) => Some(error),
+        _ => None,
+    }
+}
+
+/// A conversation with a system prompt, text, thinking, parallel tool calls and tool results
+/// (one an error).
+fn conversation() -> ModelRequest {
+    let mut request = ModelRequest::new(vec![
+        Message::user("Weather and time in Paris?"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "Two tools.".into(),
+                    signature: "sig-abc".into(),
+                },
+                ContentBlock::text("Checking."),
+                ContentBlock::ToolUse {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Paris"}),
+                },
+                ContentBlock::ToolUse {
+                    id: "call_2".into(),
+                    name: "get_time".into(),
+                    input: json!({"tz": "Europe/Paris"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::tool_result("call_1", "18°C, sunny", false),
+                ContentBlock::tool_result("call_2", "unknown timezone", true),
+            ],
+        },
+    ]);
+    request.system = Some("You are terse.".into());
+    request.tools = vec![
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather".into(),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        },
+        ToolSpec {
+            name: "get_time".into(),
+            description: "Current time".into(),
+            input_schema: json!({"type": "object", "properties": {"tz": {"type": "string"}}}),
+        },
+    ];
+    request.tool_choice = ToolChoice::Auto;
+    request.max_tokens = 1024;
+    request.temperature = Some(0.5);
+    request.stop_sequences = vec!["STOP".into()];
+    request.thinking_budget = Some(512);
+    request
+        .extra
+        .insert("metadata".into(), json!({"user_id": "u1"}));
+    request
+}
+
+#[tokio::test]
+async fn anthropic_request_golden() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("Sunny, time unknown."));
+    let items = collect(&anthropic(&server), &conversation()).await;
+    assert!(ends_complete(&items), "{items:?}");
+    assert_eq!(text_of(&items), "Sunny, time unknown.");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r.method, "POST");
+    assert_eq!(r.path, "/anthropic/v1/messages");
+    assert_eq!(r.header("x-api-key"), Some(KEY));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("accept"), Some("text/event-stream"));
+    assert_eq!(r.header("authorization"), None);
+    assert_eq!(
+        r.body,
+        json!({
+            "model": "claude-test",
+            "max_tokens": 1024,
+            "system": "You are terse.",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Weather and time in Paris?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Two tools.", "signature": "sig-abc"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "call_2", "name": "get_time", "input": {"tz": "Europe/Paris"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "18°C, sunny"},
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": "unknown timezone", "is_error": true}
+                ]}
+            ],
+            "tools": [
+                {"name": "get_weather", "description": "Current weather",
+                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+                {"name": "get_time", "description": "Current time",
+                 "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+            ],
+            "tool_choice": {"type": "auto"},
+            "temperature": 0.5,
+            "stop_sequences": ["STOP"],
+            "thinking": {"type": "enabled", "budget_tokens": 512},
+            "stream": true,
+            "metadata": {"user_id": "u1"}
+        })
+    );
+    assert!(server.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn openai_request_golden() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("Sunny, time unknown."));
+    let client = openai(&server).organization("org-1").project("proj-1");
+    let items = collect(&client, &conversation()).await;
+    assert!(ends_complete(&items), "{items:?}");
+    assert_eq!(text_of(&items), "Sunny, time unknown.");
+
+    let requests = server.requests();
+    let r = &requests[0];
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(
+        r.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(r.header("openai-organization"), Some("org-1"));
+    assert_eq!(r.header("openai-project"), Some("proj-1"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("accept"), Some("text/event-stream"));
+    assert_eq!(r.header("x-api-key"), None);
+    assert_eq!(
+        r.body,
+        json!({
+            "model": "gpt-test",
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Weather and time in Paris?"},
+                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                    {"id": "call_2", "type": "function",
+                     "function": {"name": "get_time", "arguments": "{\"tz\":\"Europe/Paris\"}"}}
+                ]},
+                {"role": "tool", "content": "18°C, sunny", "tool_call_id": "call_1"},
+                {"role": "tool", "content": "Error: unknown timezone", "tool_call_id": "call_2"}
+            ],
+            "max_tokens": 1024,
+            "tools": [
+                {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                {"type": "function", "function": {"name": "get_time", "description": "Current time",
+                 "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}
+            ],
+            "tool_choice": "auto",
+            "temperature": 0.5,
+            "stop": ["STOP"],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "metadata": {"user_id": "u1"}
+        })
+    );
+    assert!(server.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn openai_assistant_tool_calls_without_text_send_null_content() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("ok"));
+    let mut request = conversation();
+    request.messages[1]
+        .content
+        .retain(|b| matches!(b, ContentBlock::ToolUse { .. }));
+    request.tool_choice = ToolChoice::Tool("get_time".into());
+    let client = openai(&server).max_tokens_field(agent_loop::MaxTokensField::MaxCompletionTokens);
+    collect(&client, &request).await;
+    let body = &server.requests()[0].body;
+    assert_eq!(body["messages"][2]["content"], serde_json::Value::Null);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "function", "function": {"name": "get_time"}})
+    );
+    assert_eq!(body["max_completion_tokens"], 1024);
+    assert!(body.get("max_tokens").is_none());
+}
+
+#[tokio::test]
+async fn tool_calls_and_thinking_stream_through_both_clients() {
+    let server = MockServer::start().await;
+    let response = ScriptedResponse::thinking("Let me see.", "sig-1")
+        .then_text("Calling.")
+        .then_tool_call("call_a", "add", json!({"a": 1, "b": 2}))
+        .then_tool_call("call_b", "add", json!({"a": 3, "b": 4}))
+        .chunked(4)
+        .usage_tokens(30, 12);
+    for (name, client) in clients(&server) {
+        server.push(MockResponse::stream(response.clone()).chunk_size(1));
+        let items = collect(client.as_ref(), &hello()).await;
+        assert!(ends_complete(&items), "{name}: {items:?}");
+        assert_eq!(text_of(&items), "Calling.", "{name}");
+        let mut args = std::collections::BTreeMap::<usize, String>::new();
+        for item in &items {
+            if let Ok(LlmEvent::ToolCallDelta {
+                index,
+                partial_json,
+            }) = item
+            {
+                args.entry(*index).or_default().push_str(partial_json);
+            }
+        }
+        let parsed: Vec<serde_json::Value> = args
+            .values()
+            .map(|a| serde_json::from_str(a).unwrap())
+            .collect();
+        assert_eq!(
+            parsed,
+            [json!({"a": 1, "b": 2}), json!({"a": 3, "b": 4})],
+            "{name}"
+        );
+        assert_eq!(
+            items.last().unwrap().as_ref().unwrap(),
+            &LlmEvent::MessageStop {
+                stop_reason: StopReason::ToolUse
+            },
+            "{name}"
+        );
+    }
+}
+
+/// Every status: retried (then answered) or surfaced at once with the provider's message.
+#[tokio::test]
+async fn statuses_are_retried_or_surfaced() {
+    let table: &[(u16, bool)] = &[
+        (400, false),
+        (401, false),
+        (403, false),
+        (404, false),
+        (408, true),
+        (409, true),
+        (413, false),
+        (422, false),
+        (429, true),
+        (500, true),
+        (502, true),
+        (503, true),
+        (504, true),
+        (529, true),
+    ];
+    for &(status, retryable) in table {
+        let server = MockServer::start().await;
+        for (name, client) in clients(&server) {
+            let before = server.requests().len();
+            server.push(MockResponse::status(status).error_message(format!("boom {status}")));
+            server.push(ScriptedResponse::text("recovered"));
+            let items = collect(client.as_ref(), &hello()).await;
+            let sent = server.requests().len() - before;
+            if retryable {
+                assert!(ends_complete(&items), "{name} {status}: {items:?}");
+                assert_eq!(text_of(&items), "recovered");
+                let retries = retries(&items);
+                assert_eq!(retries.len(), 1, "{name} {status}");
+                assert_eq!(retries[0].0, 1);
+                assert_eq!(retries[0].2.status(), Some(status));
+                assert_eq!(sent, 2, "{name} {status}");
+            } else {
+                assert_eq!(items.len(), 1, "{name} {status}: {items:?}");
+                let error = final_error(&items).unwrap();
+                assert_eq!(error.status(), Some(status), "{name}");
+                assert!(
+                    error.to_string().contains(&format!("boom {status}")),
+                    "{error}"
+                );
+                assert!(
+                    !error.is_retryable() || status == 413 || status == 409,
+                    "{name} {status}"
+                );
+                assert_eq!(sent, 1, "{name} {status}");
+                // Drop the unused success so the next client starts clean.
+                collect(client.as_ref(), &hello()).await;
+            }
+            if status == 413 {
+                assert!(matches!(
+                    final_error(&items),
+                    Some(LlmError::ContextOverflow(_))
+                ));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn api_errors_carry_the_provider_details() {
+    let server = MockServer::start().await;
+    let client = anthropic(&server);
+    server.push(
+        MockResponse::status(401)
+            .error_message("invalid x-api-key")
+            .header("request-id", "req_123"),
+    );
+    let items = collect(&client, &hello()).await;
+    let Some(LlmError::Api(api)) = final_error(&items) else {
+        panic!("{items:?}")
+    };
+    assert_eq!(api.error_type.as_deref(), Some("authentication_error"));
+    assert_eq!(api.request_id.as_deref(), Some("req_123"));
+    assert!(api.message.contains("invalid x-api-key"));
+    assert!(api.message.contains("ANTHROPIC_API_KEY"), "{}", api.message);
+
+    server.push(
+        MockResponse::status(400)
+            .error_message("prompt is too long: 210000 tokens > 200000 maximum"),
+    );
+    let items = collect(&client, &hello()).await;
+    assert!(
+        matches!(final_error(&items), Some(LlmError::ContextOverflow(_))),
+        "{items:?}"
+    );
+
+    server
+        .push(MockResponse::raw(502, "text/html", "<html>Bad gateway</html>").should_retry(false));
+    let items = collect(&client, &hello()).await;
+    let Some(LlmError::Api(api)) = final_error(&items) else {
+        panic!("{items:?}")
+    };
+    assert_eq!(api.message, "<html>Bad gateway</html>");
+    assert_eq!(api.should_retry, Some(false));
+
+    let client = openai(&server);
+    server.push(
+        MockResponse::status(400)
+            .error_code("context_length_exceeded")
+            .error_message("This model's maximum context length is 8192 tokens."),
+    );
+    let items = collect(&client, &hello()).await;
+    assert!(
+        matches!(final_error(&items), Some(LlmError::ContextOverflow(_))),
+        "{items:?}"
+    );
+
+    server.push(
+        MockResponse::status(429)
+            .error_type("insufficient_quota")
+            .error_code("insufficient_quota")
+            .error_message("You exceeded your current quota."),
+    );
+    let items = collect(&client, &hello()).await;
+    assert_eq!(items.len(), 1, "quota errors are not retried: {items:?}");
+
+    server.push(MockResponse::status(401).error_message("Incorrect API key provided"));
+    let items = collect(&client, &hello()).await;
+    assert!(final_error(&items)
+        .unwrap()
+        .to_string()
+        .contains("OPENAI_API_KEY"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_headers_are_honoured() {
+    let server = MockServer::start().await;
+    let client = anthropic(&server);
+
+    server.push(MockResponse::status(429).retry_after(7));
+    server.push(ScriptedResponse::text("ok"));
+    let items = collect(&client, &hello()).await;
+    assert!(ends_complete(&items), "{items:?}");
+    assert_eq!(retries(&items)[0].1, Duration::from_secs(7));
+    assert_eq!(
+        retries(&items)[0].2.retry_after(),
+        Some(Duration::from_secs(7))
+    );
+
+    server.push(
+        MockResponse::status(529)
+            .retry_after(7)
+            .retry_after_ms(1500),
+    );
+    server.push(ScriptedResponse::text("ok"));
+    let items = collect(&client, &hello()).await;
+    assert_eq!(retries(&items)[0].1, Duration::from_millis(1500));
+
+    // Longer than the policy's cap (60 s): surfaced, with the requested delay.
+    server.push(MockResponse::status(429).retry_after(600));
+    let items = collect(&client, &hello()).await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(
+        final_error(&items).unwrap().retry_after(),
+        Some(Duration::from_secs(600))
+    );
+
+    // x-should-retry overrides the status both ways (but never forces a 4xx like 400).
+    server.push(MockResponse::status(503).should_retry(false));
+    assert_eq!(collect(&client, &hello()).await.len(), 1);
+    server.push(MockResponse::status(400).should_retry(true));
+    assert_eq!(collect(&client, &hello()).await.len(), 1);
+    server.push(MockResponse::status(418).should_retry(true));
+    server.push(ScriptedResponse::text("ok"));
+    assert!(ends_complete(&collect(&client, &hello()).await));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_are_bounded_and_back_off_exponentially() {
+    let server = MockServer::start().await;
+    let client = openai(&server).retry_policy(
+        RetryPolicy::default()
+            .max_retries(3)
+            .initial_backoff(Duration::from_millis(100))
+            .jitter(Jitter::None),
+    );
+    for _ in 0..4 {
+        server.push(MockResponse::status(503));
+    }
+    let items = collect(&client, &hello()).await;
+    let delays: Vec<Duration> = retries(&items).iter().map(|r| r.1).collect();
+    assert_eq!(
+        delays,
+        [100, 200, 400].map(Duration::from_millis),
+        "{items:?}"
+    );
+    assert_eq!(final_error(&items).unwrap().status(), Some(503));
+    assert_eq!(server.requests().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_with_keep_alives_ends_in_an_idle_timeout() {
+    let server = MockServer::start().await;
+    let response = ScriptedResponse::text("partial").then_text(" more");
+    let clients: Vec<(&str, Box<dyn LlmClient>)> = vec![
+        (
+            "anthropic",
+            Box::new(anthropic(&server).idle_timeout(Duration::from_secs(2))),
+        ),
+        (
+            "openai",
+            Box::new(openai(&server).idle_timeout(Duration::from_secs(2))),
+        ),
+    ];
+    for (name, client) in clients {
+        server.push(MockResponse::stream(response.clone()).stall_at(
+            StreamPoint::AfterFirstContent,
+            Some(Duration::from_millis(200)),
+        ));
+        let items = collect(client.as_ref(), &hello()).await;
+        // Content arrived, so the failure is not retried: it is the stream's error.
+        assert!(text_of(&items).starts_with("partial"), "{name}: {items:?}");
+        assert!(retries(&items).is_empty(), "{name}");
+        assert_eq!(
+            final_error(&items),
+            Some(&LlmError::Timeout {
+                kind: TimeoutKind::Idle,
+                after: Duration::from_secs(2)
+            }),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_before_content_is_retried() {
+    let server = MockServer::start().await;
+    let client = anthropic(&server).idle_timeout(Duration::from_secs(2));
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("never"))
+            .stall_at(StreamPoint::BeforeContent, Some(Duration::from_millis(300))),
+    );
+    server.push(ScriptedResponse::text("second"));
+    let items = collect(&client, &hello()).await;
+    assert!(ends_complete(&items), "{items:?}");
+    assert_eq!(text_of(&items), "second");
+    let retries = retries(&items);
+    assert!(matches!(
+        retries[0].2,
+        LlmError::Timeout {
+            kind: TimeoutKind::Idle,
+            ..
+        }
+    ));
+    // The failed attempt leaves no trace but the Retry event: one MessageStart in all.
+    let starts = items
+        .iter()
+        .filter(|i| matches!(i, Ok(LlmEvent::MessageStart { .. })))
+        .count();
+    assert_eq!(starts, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_headers_is_a_first_byte_timeout() {
+    let server = MockServer::start().await;
+    let client = openai(&server)
+        .first_byte_timeout(Duration::from_secs(5))
+        .retry_policy(RetryPolicy::none());
+    server.push(MockResponse::no_headers());
+    let items = collect(&client, &hello()).await;
+    assert_eq!(
+        final_error(&items),
+        Some(&LlmError::Timeout {
+            kind: TimeoutKind::FirstByte,
+            after: Duration::from_secs(5)
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_total_timeout_bounds_a_slow_stream() {
+    let server = MockServer::start().await;
+    let client = anthropic(&server).total_timeout(Duration::from_secs(3));
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("abcdefghij").chunked(1))
+            .chunk_delay(Duration::from_secs(1)),
+    );
+    let items = collect(&client, &hello()).await;
+    assert!(
+        matches!(
+            final_error(&items),
+            Some(LlmError::Timeout {
+                kind: TimeoutKind::Total,
+                ..
+            })
+        ),
+        "{items:?}"
+    );
+}
+
+#[tokio::test]
+async fn disconnects_are_retried_only_before_content() {
+    let server = MockServer::start().await;
+    for (name, client) in clients(&server) {
+        server
+            .push(MockResponse::stream(ScriptedResponse::text("lost")).disconnect_before_content());
+        server.push(ScriptedResponse::text("found"));
+        let items = collect(client.as_ref(), &hello()).await;
+        assert!(ends_complete(&items), "{name}: {items:?}");
+        assert_eq!(text_of(&items), "found", "{name}");
+        assert!(
+            matches!(retries(&items)[0].2, LlmError::Transport { .. }),
+            "{name}"
+        );
+
+        server.push(
+            MockResponse::stream(ScriptedResponse::text("half").then_text(" never"))
+                .disconnect_after_first_content(),
+        );
+        let items = collect(client.as_ref(), &hello()).await;
+        assert_eq!(text_of(&items), "half", "{name}: {items:?}");
+        assert!(retries(&items).is_empty(), "{name}");
+        assert!(
+            matches!(final_error(&items), Some(LlmError::Transport { .. })),
+            "{name}: {items:?}"
+        );
+
+        server.push(MockResponse::stream(ScriptedResponse::text("abc")).disconnect_after_bytes(5));
+        server.push(ScriptedResponse::text("again"));
+        let items = collect(client.as_ref(), &hello()).await;
+        assert_eq!(text_of(&items), "again", "{name}: {items:?}");
+    }
+    assert_eq!(server.remaining(), 0);
+}
+
+#[tokio::test]
+async fn in_stream_errors_and_truncation() {
+    let server = MockServer::start().await;
+    for (name, client) in clients(&server) {
+        server.push(
+            MockResponse::stream(ScriptedResponse::text("x")).error_event_at(
+                StreamPoint::BeforeContent,
+                "overloaded_error",
+                "Overloaded",
+            ),
+        );
+        server.push(ScriptedResponse::text("y"));
+        let items = collect(client.as_ref(), &hello()).await;
+        assert!(ends_complete(&items), "{name}: {items:?}");
+        assert!(
+            matches!(
+                &retries(&items)[0].2,
+                LlmError::Stream { error_type, .. } if error_type == "overloaded_error"
+            ),
+            "{name}: {items:?}"
+        );
+
+        server.push(
+            MockResponse::stream(ScriptedResponse::text("x").then_text("z")).error_event_at(
+                StreamPoint::AfterFirstContent,
+                "overloaded_error",
+                "Overloaded",
+            ),
+        );
+        let items = collect(client.as_ref(), &hello()).await;
+        assert!(
+            matches!(final_error(&items), Some(LlmError::Stream { .. })),
+            "{name}"
+        );
+
+        server.push(MockResponse::stream(ScriptedResponse::text("cut short")).truncated());
+        let items = collect(client.as_ref(), &hello()).await;
+        assert_eq!(text_of(&items), "cut short");
+        assert!(
+            matches!(final_error(&items), Some(LlmError::Incomplete { .. })),
+            "{name}: {items:?}"
+        );
+
+        // The scripted failure forms map to the same wire faults.
+        server.push(ScriptedResponse::text("a").then_fail(LlmError::Transport {
+            message: "gone".into(),
+        }));
+        let items = collect(client.as_ref(), &hello()).await;
+        assert!(
+            matches!(final_error(&items), Some(LlmError::Transport { .. })),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_retryable_connect_error() {
+    // Bind and drop a listener to find a port nothing listens on.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let client = AnthropicClient::new(KEY)
+        .base_url(format!("http://127.0.0.1:{port}"))
+        .model("m")
+        .retry_policy(fast_retries().max_retries(2));
+    let items = collect(&client, &hello()).await;
+    assert_eq!(retries(&items).len(), 2, "{items:?}");
+    let error = final_error(&items).unwrap();
+    assert!(matches!(error, LlmError::Connect { .. }), "{error:?}");
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn keys_never_appear_in_debug_or_errors() {
+    let server = MockServer::start().await;
+    let a = anthropic(&server);
+    let o = openai(&server);
+    for debug in [format!("{a:?}"), format!("{o:?}")] {
+        assert!(!debug.contains(KEY), "{debug}");
+        assert!(debug.contains("[redacted]"), "{debug}");
+    }
+    server.push(MockResponse::status(401));
+    server.push(MockResponse::status(401));
+    for (_, client) in clients(&server) {
+        let items = collect(client.as_ref(), &hello()).await;
+        let error = final_error(&items).unwrap();
+        assert!(!error.to_string().contains(KEY));
+        assert!(!format!("{error:?}").contains(KEY));
+    }
+    // A key that cannot be a header value is refused without repeating it.
+    let bad = AnthropicClient::new("sk-line\nbreak")
+        .base_url(server.anthropic_base_url())
+        .model("m");
+    let items = collect(&bad, &hello()).await;
+    let error = final_error(&items).unwrap();
+    assert!(matches!(error, LlmError::InvalidRequest { .. }));
+    assert!(!error.to_string().contains("sk-line"));
+}
+
+#[tokio::test]
+async fn a_request_without_a_model_is_refused_before_sending() {
+    let server = MockServer::start().await;
+    let client = AnthropicClient::new(KEY).base_url(server.anthropic_base_url());
+    let items = collect(&client, &hello()).await;
+    assert!(matches!(
+        final_error(&items),
+        Some(LlmError::InvalidRequest { .. })
+    ));
+    assert!(server.requests().is_empty());
+    let mut request = hello();
+    request.model = Some("from-request".into());
+    server.push(ScriptedResponse::text("ok"));
+    assert!(ends_complete(&collect(&client, &request).await));
+    assert_eq!(server.requests()[0].body["model"], "from-request");
+}
+
+#[tokio::test]
+async fn the_stream_is_lazy() {
+    let server = MockServer::start().await;
+    let client = openai(&server);
+    let request = hello();
+    let stream = client.stream(&request);
+    tokio::task::yield_now().await;
+    assert!(server.requests().is_empty());
+    drop(stream);
+    assert!(server.requests().is_empty());
+}
