@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 mod assemble;
+mod context;
 mod error;
 mod message;
 mod provider;
@@ -26,6 +27,10 @@ mod sse;
 mod tool;
 
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
+pub use context::{
+    CharEstimateCounter, CompactionReport, CompactionStrategy, ContextConfig, ContextManager,
+    Conversation, LlmSummarizer, Summarizer, TiktokenCounter, TokenCounter,
+};
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::{
