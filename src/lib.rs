@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 
 mod assemble;
+mod context;
 mod error;
 mod message;
 mod provider;
@@ -28,6 +29,10 @@ pub mod testing;
 mod tool;
 
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
+pub use context::{
+    CharEstimateCounter, CompactionReport, CompactionStrategy, ContextConfig, ContextManager,
+    Conversation, LlmSummarizer, Summarizer, TiktokenCounter, TokenCounter,
+};
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::{

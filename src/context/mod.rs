@@ -1,0 +1,556 @@
+//! Memory: the conversation history, its token count, and compaction.
+//!
+//! [`ContextManager`] holds the system prompt and the messages, keeps them valid for every
+//! provider (DESIGN.md invariant 4, see [`validate`](ContextManager::validate)), counts their
+//! tokens incrementally, anchors that count to the provider's reported usage, and compacts the
+//! history when it nears the context window.
+//!
+//! ```text
+//!  push ──► merge same-role ──► count the new message (cached per message)
+//!                                      │
+//!  record_usage ──► anchor: provider's figure for the prefix it saw
+//!                                      │
+//!  token_count = anchored prefix + estimates of later messages
+//!                                      │ > threshold
+//!  compact: (a) cut long tool outputs ─► (b) elide old tool outputs ─► (c) summarize old turns
+//!           ─► (d) drop oldest turns      (each only if the previous did not suffice)
+//! ```
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::message::{ContentBlock, Message, Role, ToolSpec, Usage};
+
+mod compact;
+mod config;
+mod history;
+mod tokens;
+
+pub use compact::{CompactionReport, CompactionStrategy, LlmSummarizer, Summarizer};
+pub use config::ContextConfig;
+pub use tokens::{CharEstimateCounter, TiktokenCounter, TokenCounter};
+
+/// A conversation as stored: the system prompt and the messages. The persistence format of a
+/// [`ContextManager`] ([`snapshot`](ContextManager::snapshot) /
+/// [`restore`](ContextManager::restore)); serializes as
+/// `{"system": "…", "messages": [ … ]}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The messages, oldest first.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+}
+
+impl Conversation {
+    /// A conversation with the given system prompt and messages.
+    pub fn new(system: Option<String>, messages: Vec<Message>) -> Self {
+        Conversation { system, messages }
+    }
+}
+
+/// The provider's token figure for a prefix of the history, and how it relates to our estimate.
+///
+/// `token_count = real × est_now / est_at_record + estimates of messages after the prefix`.
+/// While the prefix is untouched, `est_now == est_at_record` and the anchored part is exactly
+/// the provider's figure; when compaction rewrites the prefix, the provider's ratio of real to
+/// estimated tokens is kept.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Anchor {
+    /// How many messages the prefix covers.
+    len: usize,
+    /// The provider's input-token figure when it was recorded.
+    real: usize,
+    /// Our estimate of the prefix (system, tools, `len` messages) when it was recorded; > 0.
+    est_at_record: usize,
+    /// Our estimate of the prefix now.
+    est_now: usize,
+}
+
+impl Anchor {
+    fn tokens(&self) -> usize {
+        let scaled =
+            (self.real as u128).saturating_mul(self.est_now as u128) / self.est_at_record as u128;
+        usize::try_from(scaled).unwrap_or(usize::MAX)
+    }
+}
+
+/// The conversation an agent holds: system prompt, messages, token count, compaction.
+///
+/// Pushing keeps roles alternating: a user message pushed after a user message (or an
+/// assistant message after an assistant message) is merged into it, tool results first.
+/// Token counts are cached per message, so a push costs time in proportion to what it adds.
+///
+/// ```
+/// use agent_loop::{CharEstimateCounter, ContextConfig, ContextManager, Message, Usage};
+///
+/// let mut context = ContextManager::new(ContextConfig::for_model("gpt-4o"))
+///     .with_counter(CharEstimateCounter)
+///     .with_system("You are terse.");
+/// context.push_user_text("What is 2 + 2?");
+/// context.push(Message::assistant("4"));
+/// context.validate()?;
+///
+/// // After a response, the provider's usage is the exact count of what it was sent.
+/// let usage = Usage { input_tokens: 21, ..Usage::default() };
+/// context.record_usage(&usage, 1);
+/// context.push_user_text("And 3 + 3?");
+/// assert!(context.token_count() > 21);
+/// assert!(!context.needs_compaction());
+/// # Ok::<(), agent_loop::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ContextManager {
+    config: ContextConfig,
+    counter: Arc<dyn TokenCounter>,
+    system: Option<String>,
+    /// Invariant: `counts.len() == messages.len()` and
+    /// `counts[i] == tokens::message_tokens(counter, &messages[i])`.
+    messages: Vec<Message>,
+    counts: Vec<usize>,
+    /// Invariant: the sum of `counts`.
+    total: usize,
+    /// Invariant: `tokens::system_tokens(counter, system)`.
+    system_tokens: usize,
+    /// Estimated tokens of the tool definitions sent with each request (0 if not set).
+    tools_tokens: usize,
+    /// Invariant: `anchor.len <= messages.len()`, and `anchor.est_now` is the estimate of the
+    /// system prompt, tools and the first `anchor.len` messages.
+    anchor: Option<Anchor>,
+}
+
+impl Default for ContextManager {
+    fn default() -> Self {
+        ContextManager::new(ContextConfig::default())
+    }
+}
+
+impl ContextManager {
+    /// An empty conversation with this budget, counting tokens with [`TiktokenCounter`].
+    pub fn new(config: ContextConfig) -> Self {
+        ContextManager {
+            config,
+            counter: Arc::new(TiktokenCounter::new()),
+            system: None,
+            messages: Vec::new(),
+            counts: Vec::new(),
+            total: 0,
+            system_tokens: 0,
+            tools_tokens: 0,
+            anchor: None,
+        }
+    }
+
+    /// Uses `counter` to count tokens (everything held is counted again; call
+    /// [`set_tools`](Self::set_tools) after this, not before).
+    pub fn with_counter(mut self, counter: impl TokenCounter + 'static) -> Self {
+        self.counter = Arc::new(counter);
+        self.recount_all();
+        self
+    }
+
+    /// Sets the system prompt.
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.set_system(Some(system.into()));
+        self
+    }
+
+    /// Replaces (or removes) the system prompt.
+    pub fn set_system(&mut self, system: Option<String>) {
+        let new = tokens::system_tokens(&*self.counter, system.as_deref());
+        let old = std::mem::replace(&mut self.system_tokens, new);
+        self.system = system;
+        self.adjust_anchor_prefix(old, new);
+    }
+
+    /// The system prompt.
+    pub fn system(&self) -> Option<&str> {
+        self.system.as_deref()
+    }
+
+    /// Counts the tool definitions sent with every request into the token count.
+    pub fn set_tools(&mut self, tools: &[ToolSpec]) {
+        let mut new = 0;
+        for tool in tools {
+            new += tokens::TOOL_BLOCK_OVERHEAD
+                + self.counter.count(&tool.name)
+                + self.counter.count(&tool.description)
+                + self.counter.count(&tool.input_schema.to_string());
+        }
+        let old = std::mem::replace(&mut self.tools_tokens, new);
+        self.adjust_anchor_prefix(old, new);
+    }
+
+    /// The budget.
+    pub fn config(&self) -> &ContextConfig {
+        &self.config
+    }
+
+    /// Replaces the budget (for example after switching models).
+    pub fn set_config(&mut self, config: ContextConfig) {
+        self.config = config;
+    }
+
+    /// Appends a message. A message of the same role as the last one is merged into it (tool
+    /// results ahead of other blocks), so roles keep alternating.
+    pub fn push(&mut self, message: Message) {
+        match self.messages.last() {
+            Some(last) if last.role == message.role => {
+                let i = self.messages.len() - 1;
+                self.modify(i, |m| {
+                    history::merge_into(m, message.content);
+                    true
+                });
+            }
+            _ => {
+                let count = tokens::message_tokens(&*self.counter, &message);
+                self.messages.push(message);
+                self.counts.push(count);
+                self.total += count;
+            }
+        }
+    }
+
+    /// Appends a user message with one text block (merged into a trailing user message).
+    pub fn push_user_text(&mut self, text: impl Into<String>) {
+        self.push(Message::user(text));
+    }
+
+    /// Appends a user message carrying tool results (merged into a trailing user message).
+    pub fn push_tool_results(&mut self, results: Vec<ContentBlock>) {
+        self.push(Message {
+            role: Role::User,
+            content: results,
+        });
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Drops the messages from index `len` on (no-op if there are fewer), for example to roll
+    /// back a turn that failed.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.messages.len() {
+            self.splice(len..self.messages.len(), Vec::new());
+        }
+    }
+
+    /// Removes every message (the system prompt stays).
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// The tokens the next request will use for the system prompt, tool definitions and
+    /// messages: the provider's figure for the prefix it last reported on
+    /// ([`record_usage`](Self::record_usage)) plus estimates for the messages added since.
+    pub fn token_count(&self) -> usize {
+        let estimate = self.estimated_tokens();
+        match &self.anchor {
+            Some(a) => a.tokens().saturating_add(estimate.saturating_sub(a.est_now)),
+            None => estimate,
+        }
+    }
+
+    /// Our own estimate of the tokens of the system prompt, tool definitions and messages,
+    /// ignoring the provider's reported usage. Kept up to date incrementally.
+    pub fn estimated_tokens(&self) -> usize {
+        self.system_tokens + self.tools_tokens + self.total
+    }
+
+    /// Anchors the token count to a response's usage: `usage.total_input_tokens()` is the exact
+    /// count of the request that produced it, which held the system prompt, the tool
+    /// definitions and the first `messages_sent` messages. Call it right after the response,
+    /// before compacting. Ignored when the usage reports no input tokens or `messages_sent` is
+    /// more than the messages held.
+    pub fn record_usage(&mut self, usage: &Usage, messages_sent: usize) {
+        let real = usize::try_from(usage.total_input_tokens()).unwrap_or(usize::MAX);
+        if real == 0 || messages_sent > self.messages.len() {
+            return;
+        }
+        let est = self.system_tokens + self.tools_tokens + self.counts[..messages_sent].iter().sum::<usize>();
+        if est == 0 {
+            return;
+        }
+        self.anchor = Some(Anchor {
+            len: messages_sent,
+            real,
+            est_at_record: est,
+            est_now: est,
+        });
+    }
+
+    /// Whether the token count is past the compaction threshold.
+    pub fn needs_compaction(&self) -> bool {
+        self.token_count() > self.config.threshold_tokens()
+    }
+
+    /// Checks the history invariant: the first message is a user message; roles alternate; no
+    /// message is empty; tool calls and thinking only in assistant messages, tool results only
+    /// in user messages; tool call ids are unique and each tool call is answered by exactly one
+    /// tool result at the start of the next user message, in the model's order; no tool result
+    /// answers nothing. An empty history is valid.
+    ///
+    /// The error ([`Error::Context`]) names the first violation and the message it is in.
+    pub fn validate(&self) -> Result<(), Error> {
+        history::validate(&self.messages)
+    }
+
+    /// In debug builds, panics if the history is invalid (a bug in the caller or the crate);
+    /// in release builds does nothing. Call it before every request.
+    #[track_caller]
+    pub fn debug_assert_valid(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.validate() {
+            panic!("{e}");
+        }
+    }
+
+    /// Makes the history valid for the next request after an interruption: every tool call
+    /// without a result gets an error result `"interrupted: the tool call did not complete"` in
+    /// the next user message (inserted or extended, answered in the model's order); empty
+    /// messages (such as a trailing empty assistant message) are dropped, same-role neighbours
+    /// merged, and tool results that answer no call dropped. Returns how many tool calls were
+    /// given an error result.
+    ///
+    /// It cannot fix a history that starts with an assistant message or repeats a tool call id;
+    /// [`validate`](Self::validate) still reports those.
+    pub fn repair(&mut self) -> usize {
+        let (new, repaired) = history::repair(self.messages.clone());
+        if new == self.messages {
+            return repaired;
+        }
+        let first_diff = self
+            .messages
+            .iter()
+            .zip(&new)
+            .position(|(a, b)| a != b)
+            .unwrap_or(self.messages.len().min(new.len()));
+        let tail = new[first_diff..].to_vec();
+        self.splice(first_diff..self.messages.len(), tail);
+        repaired
+    }
+
+    /// The conversation, for persistence.
+    pub fn snapshot(&self) -> Conversation {
+        Conversation {
+            system: self.system.clone(),
+            messages: self.messages.clone(),
+        }
+    }
+
+    /// Replaces the conversation with a stored one. Tool calls left unanswered by an
+    /// interrupted run are [repaired](Self::repair) (the number is returned); if the result is
+    /// still not a valid history, nothing changes and [`Error::Context`] says why.
+    pub fn restore(&mut self, conversation: Conversation) -> Result<usize, Error> {
+        let (messages, repaired) = history::repair(conversation.messages);
+        history::validate(&messages)?;
+        self.set_system(conversation.system);
+        self.anchor = None;
+        self.counts = messages
+            .iter()
+            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .collect();
+        self.total = self.counts.iter().sum();
+        self.messages = messages;
+        Ok(repaired)
+    }
+
+    /// Compacts the history if it is past the compaction threshold, bringing it back under.
+    ///
+    /// The strategies run in order, each only if the previous ones did not get under the
+    /// threshold: (a) cut long tool outputs to their head and tail
+    /// ([`tool_output_cap`](ContextConfig::tool_output_cap)); (b) replace the outputs of tool
+    /// calls older than the [`keep_recent_turns`](ContextConfig::keep_recent_turns) most recent
+    /// turns, then of all but the most recent tool calls, with a short placeholder; (c) with a
+    /// `summarizer`, replace the turns older than the recent ones with a summary; (d) drop the
+    /// oldest whole turns. The system prompt and the current turn are always kept, and the
+    /// history stays valid throughout: a tool call and its result are never separated, thinking
+    /// blocks go with their whole turn, and the first message stays a user message.
+    ///
+    /// Returns `None` when under the threshold. Returns [`Error::Context`] when even (d) cannot
+    /// bring the conversation within the input budget (the current turn alone is too large);
+    /// the history is then left compacted as far as it goes, and valid. An error from the
+    /// summarizer is returned as it is (strategies (a) and (b) may have been applied); call
+    /// again without a summarizer to fall back to dropping turns.
+    pub async fn compact(
+        &mut self,
+        summarizer: Option<&dyn Summarizer>,
+    ) -> Result<Option<CompactionReport>, Error> {
+        let target = self.config.threshold_tokens();
+        if self.token_count() <= target {
+            return Ok(None);
+        }
+        let limit = self.config.input_budget();
+        compact::run(self, target, limit, summarizer).await.map(Some)
+    }
+
+    /// Reactive compaction, after the provider rejected a request as too long for its context
+    /// window: our count was too low, so this compacts to
+    /// [`reactive_target`](ContextConfig::reactive_target) of the input budget or of the
+    /// current count, whichever is lower, with the same strategies as
+    /// [`compact`](Self::compact). Errs with [`Error::Context`] when it cannot get there.
+    pub async fn compact_harder(
+        &mut self,
+        summarizer: Option<&dyn Summarizer>,
+    ) -> Result<CompactionReport, Error> {
+        let now = self.token_count();
+        let target = self
+            .config
+            .reactive_tokens()
+            .min(config::fraction_of(now, self.config.reactive_target));
+        compact::run(self, target, target, summarizer).await
+    }
+
+    // ----- mutation primitives; every change to `messages` goes through these -----
+
+    /// Counts everything again (after the counter changed).
+    fn recount_all(&mut self) {
+        self.system_tokens = tokens::system_tokens(&*self.counter, self.system.as_deref());
+        self.counts = self
+            .messages
+            .iter()
+            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .collect();
+        self.total = self.counts.iter().sum();
+        self.tools_tokens = 0;
+        self.anchor = None;
+    }
+
+    /// Applies `f` to message `i`; when it reports a change, the message is counted again.
+    fn modify(&mut self, i: usize, f: impl FnOnce(&mut Message) -> bool) {
+        let Some(message) = self.messages.get_mut(i) else {
+            return;
+        };
+        if !f(message) {
+            return;
+        }
+        let new = tokens::message_tokens(&*self.counter, message);
+        let old = std::mem::replace(&mut self.counts[i], new);
+        self.total = self.total - old + new;
+        if self.anchor.is_some_and(|a| i < a.len) {
+            self.adjust_anchor_prefix(old, new);
+        }
+    }
+
+    /// Replaces the messages in `range` with `replacement`, keeping counts and anchor in step.
+    fn splice(&mut self, range: Range<usize>, replacement: Vec<Message>) {
+        let new_counts: Vec<usize> = replacement
+            .iter()
+            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .collect();
+        let added: usize = new_counts.iter().sum();
+        let removed: usize = self.counts[range.clone()].iter().sum();
+        if let Some(a) = &mut self.anchor {
+            if range.start < a.len {
+                if range.end <= a.len {
+                    a.len = a.len - range.len() + replacement.len();
+                    a.est_now = a.est_now - removed + added;
+                } else {
+                    let dropped: usize = self.counts[range.start..a.len].iter().sum();
+                    a.len = range.start;
+                    a.est_now -= dropped;
+                }
+                if a.est_now == 0 {
+                    self.anchor = None;
+                }
+            }
+        }
+        self.total = self.total - removed + added;
+        self.counts.splice(range.clone(), new_counts);
+        self.messages.splice(range, replacement);
+    }
+
+    /// What [`token_count`](Self::token_count) would be after removing the first `p` messages,
+    /// whose estimates sum to `removed` (mirrors [`splice`](Self::splice)).
+    fn count_without_prefix(&self, p: usize, removed: usize) -> usize {
+        let estimate = self.estimated_tokens() - removed;
+        let Some(a) = self.anchor else {
+            return estimate;
+        };
+        let est_now = if p <= a.len {
+            a.est_now - removed
+        } else {
+            a.est_now - self.counts[..a.len].iter().sum::<usize>()
+        };
+        if est_now == 0 {
+            return estimate;
+        }
+        let anchored = Anchor { est_now, ..a };
+        anchored
+            .tokens()
+            .saturating_add(estimate.saturating_sub(est_now))
+    }
+
+    /// The estimate of the anchored prefix changed from `old` to `new` tokens in one place.
+    fn adjust_anchor_prefix(&mut self, old: usize, new: usize) {
+        if let Some(a) = &mut self.anchor {
+            a.est_now = a.est_now - old + new;
+            if a.est_now == 0 {
+                self.anchor = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manager() -> ContextManager {
+        ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter)
+    }
+
+    fn assert_consistent(cm: &ContextManager) {
+        assert_eq!(cm.counts.len(), cm.messages.len());
+        for (m, c) in cm.messages.iter().zip(&cm.counts) {
+            assert_eq!(*c, tokens::message_tokens(&CharEstimateCounter, m));
+        }
+        assert_eq!(cm.total, cm.counts.iter().sum::<usize>());
+        if let Some(a) = cm.anchor {
+            let est =
+                cm.system_tokens + cm.tools_tokens + cm.counts[..a.len].iter().sum::<usize>();
+            assert_eq!(a.est_now, est);
+        }
+    }
+
+    #[test]
+    fn anchor_follows_prefix_edits() {
+        let mut cm = manager().with_system("sys");
+        cm.push_user_text("hello there");
+        cm.push(Message::assistant("general kenobi"));
+        cm.record_usage(
+            &Usage {
+                input_tokens: 100,
+                ..Usage::default()
+            },
+            1,
+        );
+        assert_consistent(&cm);
+        assert_eq!(cm.token_count(), 100 + cm.counts[1]);
+        cm.set_system(Some("a much longer system prompt".into()));
+        assert_consistent(&cm);
+        cm.truncate(1);
+        assert_consistent(&cm);
+        cm.push_user_text("merged");
+        assert_consistent(&cm);
+        cm.truncate(0);
+        assert_consistent(&cm);
+    }
+}
