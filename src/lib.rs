@@ -19,6 +19,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
 
+mod agent;
 mod assemble;
 mod context;
 mod error;
@@ -28,6 +29,10 @@ mod sse;
 pub mod testing;
 mod tool;
 
+pub use agent::{
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, RunOutcome, Termination,
+    ToolDecision,
+};
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
     CharEstimateCounter, CompactionReport, CompactionStrategy, ContextConfig, ContextManager,

@@ -1,0 +1,704 @@
+//! The agent: the think → act → observe loop, exposed as a [`Stream`](futures::Stream) of
+//! [`AgentEvent`]s.
+//!
+//! [`Agent::run`] sends the conversation to the model, forwards the streamed text as it
+//! arrives, runs the tools the model asks for through the [`ToolRegistry`], feeds the results
+//! back and repeats until the model answers without tools or a limit stops it. The last event
+//! of every run is [`AgentEvent::Finished`] with the [`RunOutcome`].
+//!
+//! The loop's decisions (what a response means, when to stop) are plain functions in
+//! `turn.rs`; `run.rs` is the async driver that moves bytes and events between the model,
+//! the tools and the context.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{ContextConfig, ContextManager, Conversation, LlmSummarizer, Summarizer};
+use crate::error::Error;
+use crate::message::{Message, StopReason, Usage};
+use crate::provider::RetryPolicy;
+use crate::provider::{LlmClient, ModelRequest};
+use crate::tool::{Tool, ToolCall, ToolRegistry};
+
+mod run;
+mod turn;
+
+/// One event of an agent run, in the order things happened.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// A model turn starts (1 for the first).
+    TurnStart {
+        /// The turn number within this run.
+        turn: u32,
+    },
+    /// Streamed answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// Streamed reasoning text.
+    ThinkingDelta {
+        /// The text.
+        text: String,
+    },
+    /// The model started a tool call; its arguments follow as [`AgentEvent::ToolInputDelta`].
+    ToolCallStart {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// A fragment of a tool call's JSON arguments.
+    ToolInputDelta {
+        /// The call id.
+        id: String,
+        /// The fragment.
+        partial_json: String,
+    },
+    /// A tool call is assembled and about to run.
+    ToolCall {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The arguments.
+        input: serde_json::Value,
+    },
+    /// A tool reported progress while running.
+    ToolProgress {
+        /// The call id.
+        id: String,
+        /// What the tool said.
+        message: String,
+    },
+    /// A tool call finished. `content` may be shortened for display (the history keeps what
+    /// the model is sent).
+    ToolResult {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The result text (at most [`AgentBuilder::event_content_limit`] bytes).
+        content: String,
+        /// Whether the call failed.
+        is_error: bool,
+        /// How long it ran.
+        duration: Duration,
+    },
+    /// The model call failed transiently and is sent again from the start of the turn:
+    /// drop any partial text of this turn.
+    Retry {
+        /// 1 for the first retry of this turn.
+        attempt: u32,
+        /// The wait before sending again.
+        delay: Duration,
+        /// What failed.
+        error: String,
+    },
+    /// The conversation was compacted to fit the context window.
+    Compacted {
+        /// Estimated tokens before.
+        tokens_before: usize,
+        /// Estimated tokens after.
+        tokens_after: usize,
+    },
+    /// A model turn ended.
+    TurnEnd {
+        /// The turn number.
+        turn: u32,
+        /// Why the model stopped.
+        stop_reason: StopReason,
+        /// Usage of this turn's response.
+        usage: Usage,
+    },
+    /// The run is over; always the last event.
+    Finished(RunOutcome),
+}
+
+/// How a run ended, with what it produced.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// Why the run stopped.
+    pub termination: Termination,
+    /// The text of the model's last answer (empty if there was none).
+    pub final_text: String,
+    /// Model turns taken in this run.
+    pub turns: u32,
+    /// Usage summed over every model call of the run, failed and retried attempts included.
+    pub usage: Usage,
+}
+
+/// Why a run stopped.
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub enum Termination {
+    /// The model answered without calling tools.
+    Completed,
+    /// The turn limit was reached.
+    MaxTurns,
+    /// The run was cancelled (by the token, the handle, or by dropping the stream).
+    Cancelled,
+    /// The token budget was used up.
+    TokenBudget {
+        /// Tokens used by the run so far.
+        used: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// Every tool call failed in this many consecutive turns.
+    ToolFailures {
+        /// Consecutive turns whose tools all failed.
+        turns: u32,
+    },
+    /// The model asked for the same tool calls with the same input this many times in a row.
+    RepeatedToolCall {
+        /// The tool name (the first of the repeated calls).
+        name: String,
+        /// How many times in a row.
+        times: u32,
+    },
+    /// A hook stopped the run.
+    StoppedByHook {
+        /// The hook's reason.
+        reason: String,
+    },
+    /// The model refused (`StopReason::Refusal` or a content filter).
+    Refused,
+    /// The answer was cut off by `max_tokens` and no continuation was left.
+    MaxTokens,
+    /// An error ended the run.
+    Error(Error),
+}
+
+impl PartialEq for Termination {
+    fn eq(&self, other: &Self) -> bool {
+        use Termination::*;
+        match (self, other) {
+            (Completed, Completed) | (MaxTurns, MaxTurns) | (Cancelled, Cancelled) => true,
+            (Refused, Refused) | (MaxTokens, MaxTokens) => true,
+            (TokenBudget { used: a, budget: b }, TokenBudget { used: c, budget: d }) => {
+                a == c && b == d
+            }
+            (ToolFailures { turns: a }, ToolFailures { turns: b }) => a == b,
+            (RepeatedToolCall { name: a, times: b }, RepeatedToolCall { name: c, times: d }) => {
+                a == c && b == d
+            }
+            (StoppedByHook { reason: a }, StoppedByHook { reason: b }) => a == b,
+            (Error(a), Error(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl Termination {
+    /// Whether the run ended because the model was done.
+    pub fn is_completed(&self) -> bool {
+        matches!(self, Termination::Completed)
+    }
+}
+
+impl fmt::Display for Termination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Termination::Completed => f.write_str("completed"),
+            Termination::MaxTurns => f.write_str("stopped at the turn limit"),
+            Termination::Cancelled => f.write_str("cancelled"),
+            Termination::TokenBudget { used, budget } => {
+                write!(f, "token budget used up ({used} of {budget})")
+            }
+            Termination::ToolFailures { turns } => {
+                write!(f, "every tool call failed in {turns} consecutive turns")
+            }
+            Termination::RepeatedToolCall { name, times } => {
+                write!(
+                    f,
+                    "the model repeated the same call of `{name}` {times} times"
+                )
+            }
+            Termination::StoppedByHook { reason } => write!(f, "stopped by a hook: {reason}"),
+            Termination::Refused => f.write_str("the model refused"),
+            Termination::MaxTokens => f.write_str("the answer was cut off at max_tokens"),
+            Termination::Error(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+/// A hook's verdict on a tool call.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolDecision {
+    /// Run it.
+    Allow,
+    /// Do not run it; the model reads `reason` as the tool's error result.
+    Deny(String),
+    /// Do not run it and stop the run after answering this turn's calls.
+    Stop(String),
+}
+
+/// A hook's verdict before a model call.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookAction {
+    /// Go on.
+    Continue,
+    /// Stop the run before the call.
+    Stop(String),
+}
+
+/// Hooks into the loop. Every method has a default that lets the loop go on.
+///
+/// ```
+/// use agent_loop::{AgentHooks, ToolCall, ToolDecision};
+///
+/// struct NoDeletes;
+///
+/// #[agent_loop::async_trait]
+/// impl AgentHooks for NoDeletes {
+///     async fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+///         if call.name == "delete_file" {
+///             ToolDecision::Deny("deleting files is not allowed here".into())
+///         } else {
+///             ToolDecision::Allow
+///         }
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait AgentHooks: Send + Sync {
+    /// Called before each tool call runs (approval prompts, policies, logging).
+    async fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+        let _ = call;
+        ToolDecision::Allow
+    }
+
+    /// Called before each model call with the request about to be sent; adjust the system
+    /// prompt, the tools or any setting (a prepare-step hook), or stop the run.
+    async fn before_model_call(&self, request: &mut ModelRequest, turn: u32) -> HookAction {
+        let _ = (request, turn);
+        HookAction::Continue
+    }
+}
+
+#[derive(Debug, Default)]
+struct NoHooks;
+
+impl AgentHooks for NoHooks {}
+
+/// Settings of the loop (see the [`AgentBuilder`] setters).
+#[derive(Debug, Clone)]
+pub(crate) struct AgentConfig {
+    pub(crate) model: Option<String>,
+    pub(crate) max_tokens: u32,
+    pub(crate) temperature: Option<f32>,
+    pub(crate) thinking_budget: Option<u32>,
+    pub(crate) max_turns: u32,
+    pub(crate) max_tool_failure_turns: u32,
+    pub(crate) max_repeated_calls: u32,
+    pub(crate) token_budget: Option<u64>,
+    pub(crate) final_answer_at_max_turns: bool,
+    pub(crate) max_continuations: u32,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) event_content_limit: usize,
+    pub(crate) early_read_only_tools: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            model: None,
+            max_tokens: 8192,
+            temperature: None,
+            thinking_budget: None,
+            max_turns: 50,
+            max_tool_failure_turns: 3,
+            max_repeated_calls: 3,
+            token_budget: None,
+            final_answer_at_max_turns: false,
+            max_continuations: 0,
+            retry: RetryPolicy::default(),
+            event_content_limit: 4096,
+            early_read_only_tools: true,
+        }
+    }
+}
+
+/// Cancels runs from outside: from another task, a Ctrl-C handler, a UI button.
+///
+/// Obtained from [`Agent::handle`] before calling [`Agent::run`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AgentHandle {
+    inner: Arc<HandleInner>,
+}
+
+#[derive(Debug)]
+struct HandleInner {
+    parent: CancellationToken,
+    current: Mutex<CancellationToken>,
+    stop_after_turn: std::sync::atomic::AtomicBool,
+}
+
+impl AgentHandle {
+    fn new(parent: CancellationToken) -> Self {
+        let current = parent.child_token();
+        AgentHandle {
+            inner: Arc::new(HandleInner {
+                parent,
+                current: Mutex::new(current),
+                stop_after_turn: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Cancels the current run at once: streaming stops, running tools are cancelled, and the
+    /// run finishes with [`Termination::Cancelled`]. A cancel before a run starts cancels
+    /// that run.
+    pub fn cancel(&self) {
+        self.token().cancel();
+    }
+
+    /// Lets the current turn finish (its tools run and their results are recorded), then
+    /// ends the run with [`Termination::Cancelled`].
+    pub fn stop_after_turn(&self) {
+        self.inner
+            .stop_after_turn
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub(crate) fn token(&self) -> CancellationToken {
+        match self.inner.current.lock() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.inner
+            .stop_after_turn
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Called when a run ends: the next run starts uncancelled (unless the parent token is).
+    pub(crate) fn reset(&self) {
+        let fresh = self.inner.parent.child_token();
+        match self.inner.current.lock() {
+            Ok(mut t) => *t = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        self.inner
+            .stop_after_turn
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// An LLM agent: a model client, tools, and the conversation it holds.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::{Agent, AgentEvent};
+/// use futures::StreamExt;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let client = ScriptedClient::new([ScriptedResponse::text("Hello!")]);
+/// let mut agent = Agent::builder(client).system("Be brief.").build()?;
+/// let events: Vec<AgentEvent> = agent.run("Hi").collect().await;
+/// match events.last() {
+///     Some(AgentEvent::Finished(outcome)) => assert_eq!(outcome.final_text, "Hello!"),
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// # Ok::<(), agent_loop::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct Agent {
+    pub(crate) client: Arc<dyn LlmClient>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) context: ContextManager,
+    pub(crate) config: AgentConfig,
+    pub(crate) hooks: Arc<dyn AgentHooks>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
+    pub(crate) handle: AgentHandle,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model_name())
+            .field("tools", &self.tools)
+            .field("messages", &self.context.len())
+            .field("max_turns", &self.config.max_turns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts building an agent around a model client.
+    pub fn builder(client: impl LlmClient + 'static) -> AgentBuilder {
+        AgentBuilder::new(Arc::new(client))
+    }
+
+    /// The conversation so far.
+    pub fn messages(&self) -> &[Message] {
+        self.context.messages()
+    }
+
+    /// The context manager holding the conversation.
+    pub fn context(&self) -> &ContextManager {
+        &self.context
+    }
+
+    /// The conversation, for saving (serde); restore it with [`Agent::restore`].
+    pub fn snapshot(&self) -> Conversation {
+        self.context.snapshot()
+    }
+
+    /// Replaces the conversation with a saved one; unanswered tool calls of an interrupted
+    /// run are answered as interrupted so the next request is valid.
+    pub fn restore(&mut self, conversation: Conversation) -> Result<(), Error> {
+        self.context.restore(conversation).map(|_| ())
+    }
+
+    /// Forgets the conversation (the system prompt stays).
+    pub fn clear(&mut self) {
+        self.context.clear();
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// A handle to cancel runs from elsewhere.
+    pub fn handle(&self) -> AgentHandle {
+        self.handle.clone()
+    }
+
+    fn model_name(&self) -> String {
+        self.config
+            .model
+            .clone()
+            .unwrap_or_else(|| self.client.model().to_owned())
+    }
+}
+
+/// Builds an [`Agent`]. Every setting has a sensible default.
+pub struct AgentBuilder {
+    client: Arc<dyn LlmClient>,
+    tools: ToolRegistry,
+    tool_errors: Vec<Error>,
+    system: Option<String>,
+    context: Option<ContextManager>,
+    context_config: Option<ContextConfig>,
+    config: AgentConfig,
+    hooks: Arc<dyn AgentHooks>,
+    summarizer: Option<Option<Arc<dyn Summarizer>>>,
+    cancel: CancellationToken,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("tools", &self.tools)
+            .field("system", &self.system)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    fn new(client: Arc<dyn LlmClient>) -> Self {
+        AgentBuilder {
+            client,
+            tools: ToolRegistry::new(),
+            tool_errors: Vec::new(),
+            system: None,
+            context: None,
+            context_config: None,
+            config: AgentConfig::default(),
+            hooks: Arc::new(NoHooks),
+            summarizer: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Adds a tool. A duplicate or invalid name makes [`build`](Self::build) fail.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        if let Err(e) = self.tools.register(tool) {
+            self.tool_errors.push(e);
+        }
+        self
+    }
+
+    /// Uses this registry (with its tools and execution settings) instead of the builder's.
+    pub fn tools(mut self, registry: ToolRegistry) -> Self {
+        self.tools = registry;
+        self
+    }
+
+    /// The model name, overriding the client's.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.config.model = Some(model.into());
+        self
+    }
+
+    /// Most tokens per response (default 8192).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.config.max_tokens = max_tokens;
+        self
+    }
+
+    /// Sampling temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.config.temperature = Some(temperature);
+        self
+    }
+
+    /// Anthropic extended thinking with this token budget.
+    pub fn thinking_budget(mut self, tokens: u32) -> Self {
+        self.config.thinking_budget = Some(tokens);
+        self
+    }
+
+    /// Most model turns per run (default 50).
+    pub fn max_turns(mut self, turns: u32) -> Self {
+        self.config.max_turns = turns.max(1);
+        self
+    }
+
+    /// Stop after this many consecutive turns in which every tool call failed (default 3).
+    pub fn max_tool_failure_turns(mut self, turns: u32) -> Self {
+        self.config.max_tool_failure_turns = turns.max(1);
+        self
+    }
+
+    /// Stop when the model asks for the same calls with the same input this many times in a
+    /// row (default 3); the repeated calls are answered with an error, not run.
+    pub fn max_repeated_calls(mut self, times: u32) -> Self {
+        self.config.max_repeated_calls = times.max(2);
+        self
+    }
+
+    /// Stop when the run's total tokens (input + output, all calls) reach this budget.
+    pub fn token_budget(mut self, tokens: u64) -> Self {
+        self.config.token_budget = Some(tokens);
+        self
+    }
+
+    /// At the turn limit, make one last model call with tools disabled for a final answer
+    /// instead of stopping bare (default off).
+    pub fn final_answer_at_max_turns(mut self, enabled: bool) -> Self {
+        self.config.final_answer_at_max_turns = enabled;
+        self
+    }
+
+    /// How many times a text answer cut off by `max_tokens` is continued (default 0).
+    pub fn max_continuations(mut self, times: u32) -> Self {
+        self.config.max_continuations = times;
+        self
+    }
+
+    /// The policy for re-sending a turn whose response broke after it started
+    /// (the clients retry failures before any content themselves).
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Tool results in [`AgentEvent::ToolResult`] are cut to this many bytes (default 4096);
+    /// the history keeps the full result.
+    pub fn event_content_limit(mut self, bytes: usize) -> Self {
+        self.config.event_content_limit = bytes;
+        self
+    }
+
+    /// Whether read-only tools start as soon as their arguments are complete, while the
+    /// model is still streaming (default on).
+    pub fn early_read_only_tools(mut self, enabled: bool) -> Self {
+        self.config.early_read_only_tools = enabled;
+        self
+    }
+
+    /// Context window settings (default: looked up from the model name).
+    pub fn context_config(mut self, config: ContextConfig) -> Self {
+        self.context_config = Some(config);
+        self
+    }
+
+    /// Starts from this context (a restored conversation, a custom token counter).
+    pub fn context(mut self, context: ContextManager) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// The summarizer used by compaction (default: the agent's own client).
+    pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
+        self.summarizer = Some(Some(Arc::new(summarizer)));
+        self
+    }
+
+    /// Compaction never calls a model: it elides and drops old turns instead.
+    pub fn no_summarizer(mut self) -> Self {
+        self.summarizer = Some(None);
+        self
+    }
+
+    /// Hooks before tools and model calls.
+    pub fn hooks(mut self, hooks: impl AgentHooks + 'static) -> Self {
+        self.hooks = Arc::new(hooks);
+        self
+    }
+
+    /// A parent cancellation token: cancelling it cancels every run of the agent.
+    pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Builds the agent; fails on an invalid tool set.
+    pub fn build(self) -> Result<Agent, Error> {
+        if let Some(e) = self.tool_errors.into_iter().next() {
+            return Err(e);
+        }
+        let model = self
+            .config
+            .model
+            .clone()
+            .unwrap_or_else(|| self.client.model().to_owned());
+        let mut context = match (self.context, self.context_config) {
+            (Some(mut ctx), Some(cfg)) => {
+                ctx.set_config(cfg);
+                ctx
+            }
+            (Some(ctx), None) => ctx,
+            (None, cfg) => {
+                ContextManager::new(cfg.unwrap_or_else(|| ContextConfig::for_model(&model)))
+            }
+        };
+        if self.system.is_some() {
+            context.set_system(self.system);
+        }
+        context.set_tools(&self.tools.specs());
+        let summarizer = match self.summarizer {
+            Some(choice) => choice,
+            None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
+        };
+        Ok(Agent {
+            client: self.client,
+            tools: self.tools,
+            context,
+            config: self.config,
+            hooks: self.hooks,
+            summarizer,
+            handle: AgentHandle::new(self.cancel),
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! The loop's decisions, without I/O: what a model response means for the run, and when the
+//! run must stop. `run.rs` asks; these functions answer.
+
+use crate::assemble::ModelResponse;
+use crate::message::{StopReason, Usage};
+use crate::tool::{ToolCall, ToolCallResult};
+
+use super::{AgentConfig, Termination};
+
+/// What the loop does after a response.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Next {
+    /// Run the response's tool calls and send the results.
+    RunTools,
+    /// The response was cut off by `max_tokens`: answer any cut-off calls and ask the model
+    /// to go on.
+    Continue,
+    /// `pause_turn`: send the conversation back as it is so the server-side turn goes on.
+    Resend,
+    /// The run is over.
+    Stop(Termination),
+}
+
+/// Decides what a complete response means.
+///
+/// Tools never run from a turn that ended in `max_tokens`, a refusal or a content filter.
+pub(crate) fn after_response(response: &ModelResponse, continuations_left: bool) -> Next {
+    let has_calls = response.message.tool_uses().next().is_some();
+    match response.stop_reason {
+        StopReason::Refusal | StopReason::ContentFilter => Next::Stop(Termination::Refused),
+        StopReason::MaxTokens | StopReason::ModelContextWindowExceeded => {
+            if continuations_left {
+                Next::Continue
+            } else {
+                Next::Stop(Termination::MaxTokens)
+            }
+        }
+        StopReason::PauseTurn => Next::Resend,
+        _ if has_calls => Next::RunTools,
+        _ => Next::Stop(Termination::Completed),
+    }
+}
+
+/// The limit checked before each model call.
+pub(crate) fn before_model_call(
+    config: &AgentConfig,
+    turns_done: u32,
+    usage: &Usage,
+) -> Option<Termination> {
+    if let Some(budget) = config.token_budget {
+        let used = usage.total_tokens();
+        if used >= budget {
+            return Some(Termination::TokenBudget { used, budget });
+        }
+    }
+    if turns_done >= config.max_turns {
+        return Some(Termination::MaxTurns);
+    }
+    None
+}
+
+/// Counts how many turns in a row asked for exactly the same calls.
+#[derive(Debug, Default)]
+pub(crate) struct RepeatTracker {
+    last: Option<String>,
+    count: u32,
+}
+
+impl RepeatTracker {
+    /// Records a turn's calls; returns how many consecutive turns (this one included) made
+    /// the same calls with the same inputs.
+    pub(crate) fn observe(&mut self, calls: &[ToolCall]) -> u32 {
+        // serde_json maps are ordered by key, so equal inputs serialize equally.
+        let signature: Vec<(&str, &serde_json::Value)> =
+            calls.iter().map(|c| (c.name.as_str(), &c.input)).collect();
+        let signature = serde_json::to_string(&signature).unwrap_or_default();
+        if self.last.as_deref() == Some(signature.as_str()) {
+            self.count += 1;
+        } else {
+            self.last = Some(signature);
+            self.count = 1;
+        }
+        self.count
+    }
+}
+
+/// Counts consecutive turns in which every tool call failed.
+#[derive(Debug, Default)]
+pub(crate) struct FailureTracker {
+    turns: u32,
+}
+
+impl FailureTracker {
+    /// Records a turn's results; returns the number of consecutive all-failed turns.
+    pub(crate) fn observe(&mut self, results: &[ToolCallResult]) -> u32 {
+        if !results.is_empty() && results.iter().all(|r| r.is_error) {
+            self.turns += 1;
+        } else {
+            self.turns = 0;
+        }
+        self.turns
+    }
+}
+
+/// Shortens a tool result for an event, on a character boundary, saying how much was cut.
+pub(crate) fn display_content(content: &str, limit: usize) -> String {
+    if content.len() <= limit {
+        return content.to_owned();
+    }
+    let mut end = limit;
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes]", &content[..end], content.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ContentBlock, Message, Role};
+    use serde_json::json;
+
+    fn response(stop: StopReason, blocks: Vec<ContentBlock>) -> ModelResponse {
+        let mut assembler = crate::assemble::StreamAssembler::new();
+        assembler
+            .push(&crate::provider::LlmEvent::MessageStop { stop_reason: stop })
+            .unwrap();
+        let mut r = assembler.finish().unwrap();
+        r.message = Message {
+            role: Role::Assistant,
+            content: blocks,
+        };
+        r
+    }
+
+    fn call() -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: "1".into(),
+            name: "t".into(),
+            input: json!({}),
+        }
+    }
+
+    #[test]
+    fn tools_run_only_from_a_normal_stop() {
+        assert_eq!(
+            after_response(&response(StopReason::ToolUse, vec![call()]), true),
+            Next::RunTools
+        );
+        assert_eq!(
+            after_response(&response(StopReason::MaxTokens, vec![call()]), false),
+            Next::Stop(Termination::MaxTokens)
+        );
+        assert_eq!(
+            after_response(&response(StopReason::MaxTokens, vec![call()]), true),
+            Next::Continue
+        );
+        assert_eq!(
+            after_response(&response(StopReason::Refusal, vec![call()]), true),
+            Next::Stop(Termination::Refused)
+        );
+        assert_eq!(
+            after_response(
+                &response(StopReason::EndTurn, vec![ContentBlock::text("hi")]),
+                true
+            ),
+            Next::Stop(Termination::Completed)
+        );
+        assert_eq!(
+            after_response(&response(StopReason::PauseTurn, vec![]), true),
+            Next::Resend
+        );
+    }
+
+    #[test]
+    fn repeats_count_only_identical_consecutive_turns() {
+        let mut t = RepeatTracker::default();
+        let a = vec![ToolCall::new("1", "t", json!({"x": 1, "y": 2}))];
+        let a2 = vec![ToolCall::new("2", "t", json!({"y": 2, "x": 1}))];
+        let b = vec![ToolCall::new("3", "t", json!({"x": 2}))];
+        assert_eq!(t.observe(&a), 1);
+        assert_eq!(t.observe(&a2), 2, "ids differ, calls are the same");
+        assert_eq!(t.observe(&b), 1);
+    }
+
+    #[test]
+    fn display_content_cuts_on_char_boundaries() {
+        assert_eq!(display_content("héllo", 2), "h… [5 more bytes]");
+        assert_eq!(display_content("abc", 3), "abc");
+    }
+}

@@ -1,0 +1,753 @@
+//! The agent loop through the public API, against the in-process scripted client.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::testing::{history_violation, ScriptedClient, ScriptedResponse};
+use agent_loop::{
+    Agent, AgentEvent, AgentHooks, ApiError, ContentBlock, FnTool, HookAction, LlmError,
+    ModelRequest, RetryPolicy, Role, RunOutcome, StopReason, Termination, ToolCall, ToolDecision,
+    ToolError, Usage,
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct AddInput {
+    a: i64,
+    b: i64,
+}
+
+fn add_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "add",
+        "Adds two integers.",
+        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
+    )
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct EchoInput {
+    text: String,
+}
+
+fn echo_tool() -> impl agent_loop::Tool {
+    FnTool::new("echo", "Echoes text.", |i: EchoInput, _ctx| async move {
+        Ok::<_, ToolError>(i.text)
+    })
+}
+
+fn failing_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "fail",
+        "Always fails.",
+        |_: serde_json::Value, _ctx| async move { Err::<String, _>(ToolError::new("disk on fire")) },
+    )
+}
+
+async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome) {
+    let events: Vec<AgentEvent> = agent.run(input).collect().await;
+    let outcome = match events.last() {
+        Some(AgentEvent::Finished(o)) => o.clone(),
+        other => panic!("the last event is not Finished: {other:?}"),
+    };
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Finished(_)))
+            .count(),
+        1,
+        "exactly one Finished event"
+    );
+    (events, outcome)
+}
+
+fn assert_valid(agent: &Agent) {
+    if let Some(v) = history_violation(agent.messages()) {
+        panic!("invalid history: {v}\n{:#?}", agent.messages());
+    }
+}
+
+/// Event kinds, without durations, for exact sequence checks.
+fn kinds(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| match e {
+            AgentEvent::TurnStart { turn } => format!("TurnStart {turn}"),
+            AgentEvent::TextDelta { text } => format!("Text {text}"),
+            AgentEvent::ThinkingDelta { text } => format!("Thinking {text}"),
+            AgentEvent::ToolCallStart { id, name } => format!("CallStart {id} {name}"),
+            AgentEvent::ToolInputDelta { id, partial_json } => format!("Input {id} {partial_json}"),
+            AgentEvent::ToolCall { id, input, .. } => format!("Call {id} {input}"),
+            AgentEvent::ToolResult {
+                id,
+                content,
+                is_error,
+                ..
+            } => format!("Result {id} {content} {is_error}"),
+            AgentEvent::Retry { attempt, .. } => format!("Retry {attempt}"),
+            AgentEvent::Compacted { .. } => "Compacted".to_owned(),
+            AgentEvent::TurnEnd {
+                turn, stop_reason, ..
+            } => format!("TurnEnd {turn} {stop_reason:?}"),
+            AgentEvent::Finished(o) => format!("Finished {:?}", o.termination),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_multi_tool_run_emits_the_exact_event_sequence() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::thinking("Two sums.", "sig")
+            .then_text("Let me add.")
+            .then_tool_call("c1", "add", json!({"a": 1, "b": 2}))
+            .then_tool_call("c2", "add", json!({"a": 3, "b": 4}))
+            .usage_tokens(100, 20),
+        ScriptedResponse::text("3 and 7.").usage_tokens(150, 5),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .system("You add.")
+        .tool(add_tool())
+        .early_read_only_tools(false)
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "Add 1+2 and 3+4").await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "TurnStart 1",
+            "Thinking Two sums.",
+            "Text Let me add.",
+            "CallStart c1 add",
+            r#"Input c1 {"a":1,"b":2}"#,
+            "CallStart c2 add",
+            r#"Input c2 {"a":3,"b":4}"#,
+            "TurnEnd 1 ToolUse",
+            r#"Call c1 {"a":1,"b":2}"#,
+            r#"Call c2 {"a":3,"b":4}"#,
+            "Result c1 3 false",
+            "Result c2 7 false",
+            "TurnStart 2",
+            "Text 3 and 7.",
+            "TurnEnd 2 EndTurn",
+            "Finished Completed",
+        ]
+    );
+    assert_eq!(outcome.final_text, "3 and 7.");
+    assert_eq!(outcome.turns, 2);
+    assert_eq!(outcome.usage.input_tokens, 250);
+    assert_eq!(outcome.usage.output_tokens, 25);
+
+    // The second request carried the assistant turn (thinking kept with its signature) and
+    // both results in order.
+    let requests = client.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].system.as_deref(), Some("You add."));
+    assert_eq!(requests[0].tools.len(), 1);
+    let second = &requests[1].messages;
+    assert_eq!(second.len(), 3);
+    assert!(
+        matches!(&second[1].content[0], ContentBlock::Thinking { signature, .. } if signature == "sig")
+    );
+    assert_eq!(
+        second[2].content,
+        vec![
+            ContentBlock::tool_result("c1", "3", false),
+            ContentBlock::tool_result("c2", "7", false)
+        ]
+    );
+    assert!(client.history_violations().is_empty());
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn the_conversation_continues_across_runs_and_survives_a_snapshot() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Paris."),
+        ScriptedResponse::text("About 2.1 million."),
+    ]);
+    let mut agent = Agent::builder(client.clone()).build().unwrap();
+    run(&mut agent, "Capital of France?").await;
+    let saved = serde_json::to_string(&agent.snapshot()).unwrap();
+
+    let mut restored = Agent::builder(client.clone()).build().unwrap();
+    restored
+        .restore(serde_json::from_str(&saved).unwrap())
+        .unwrap();
+    let (_, outcome) = run(&mut restored, "Population?").await;
+    assert_eq!(outcome.final_text, "About 2.1 million.");
+    let last = client.last_request().unwrap();
+    let texts: Vec<String> = last.messages.iter().map(|m| m.text()).collect();
+    assert_eq!(texts, ["Capital of France?", "Paris.", "Population?"]);
+}
+
+#[tokio::test]
+async fn max_turns_stops_and_can_ask_for_a_final_answer() {
+    let looping = || ScriptedResponse::tool_call("x", "echo", json!({"text": "again"}));
+    let client = ScriptedClient::new([
+        looping(),
+        ScriptedResponse::tool_call("y", "echo", json!({"text": "more"})),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(echo_tool())
+        .max_turns(2)
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::MaxTurns);
+    assert_eq!(outcome.turns, 2);
+    assert_valid(&agent);
+
+    let client = ScriptedClient::new([looping(), ScriptedResponse::text("Final: done.")]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(echo_tool())
+        .max_turns(1)
+        .final_answer_at_max_turns(true)
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::MaxTurns);
+    assert_eq!(outcome.final_text, "Final: done.");
+    assert_eq!(
+        client.last_request().unwrap().tool_choice,
+        agent_loop::ToolChoice::None
+    );
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn repeated_identical_calls_stop_the_run_without_running_the_last_one() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = runs.clone();
+    let tool = FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("nothing")
+        }
+    });
+    let same = |id: &str| ScriptedResponse::tool_call(id, "look", json!({"q": "same"}));
+    let client = ScriptedClient::new([same("1"), same("2"), same("3")]);
+    let mut agent = Agent::builder(client)
+        .tool(tool)
+        .max_repeated_calls(3)
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "look").await;
+    assert_eq!(
+        outcome.termination,
+        Termination::RepeatedToolCall {
+            name: "look".into(),
+            times: 3
+        }
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the third identical call is not run"
+    );
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolCall { id, .. } if id == "3")));
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn consecutive_all_failed_turns_stop_the_run_and_failures_reach_the_model() {
+    let client = ScriptedClient::new(
+        (0..3).map(|i| ScriptedResponse::tool_call(format!("f{i}"), "fail", json!({"n": i}))),
+    );
+    let mut agent = Agent::builder(client.clone())
+        .tool(failing_tool())
+        .max_tool_failure_turns(3)
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "try").await;
+    assert_eq!(outcome.termination, Termination::ToolFailures { turns: 3 });
+    let second = &client.requests()[1].messages;
+    assert_eq!(
+        second.last().unwrap().content,
+        vec![ContentBlock::tool_result("f0", "disk on fire", true)]
+    );
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn tool_failures_of_every_kind_become_error_results_and_the_loop_goes_on() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("u", "no_such_tool", json!({}))
+            .then_tool_call_raw("j", "add", "{\"a\": 1,")
+            .then_tool_call("s", "add", json!({"a": "one", "b": 2}))
+            .then_tool_call("ok", "add", json!({"a": 2, "b": 2})),
+        ScriptedResponse::text("Recovered."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let requests = client.requests();
+    let results = &requests[1].messages.last().unwrap().content;
+    let texts: Vec<(String, bool)> = results
+        .iter()
+        .map(|b| match b {
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            } => (content.clone(), *is_error),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        texts[0].0.contains("unknown tool \"no_such_tool\"") && texts[0].1,
+        "{texts:?}"
+    );
+    assert!(
+        texts[1].0.contains("invalid arguments for tool \"add\"") && texts[1].1,
+        "{texts:?}"
+    );
+    assert!(texts[2].0.contains("/a") && texts[2].1, "{texts:?}");
+    assert_eq!(texts[3], ("4".to_owned(), false));
+    assert_valid(&agent);
+}
+
+struct DenyEcho;
+
+#[agent_loop::async_trait]
+impl AgentHooks for DenyEcho {
+    async fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+        if call.name == "echo" {
+            ToolDecision::Deny("echo is disabled by policy".into())
+        } else {
+            ToolDecision::Allow
+        }
+    }
+
+    async fn before_model_call(&self, request: &mut ModelRequest, turn: u32) -> HookAction {
+        request.system = Some(format!("turn {turn}"));
+        HookAction::Continue
+    }
+}
+
+#[tokio::test]
+async fn hooks_deny_tools_and_prepare_each_request() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("e", "echo", json!({"text": "hi"})).then_tool_call(
+            "a",
+            "add",
+            json!({"a": 1, "b": 1}),
+        ),
+        ScriptedResponse::text("ok"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(echo_tool())
+        .tool(add_tool())
+        .hooks(DenyEcho)
+        .build()
+        .unwrap();
+    run(&mut agent, "go").await;
+    let requests = client.requests();
+    assert_eq!(requests[0].system.as_deref(), Some("turn 1"));
+    assert_eq!(requests[1].system.as_deref(), Some("turn 2"));
+    assert_eq!(
+        requests[1].messages.last().unwrap().content,
+        vec![
+            ContentBlock::tool_result("e", "denied: echo is disabled by policy", true),
+            ContentBlock::tool_result("a", "2", false)
+        ]
+    );
+}
+
+struct StopAll;
+
+#[agent_loop::async_trait]
+impl AgentHooks for StopAll {
+    async fn before_model_call(&self, _request: &mut ModelRequest, turn: u32) -> HookAction {
+        if turn > 1 {
+            HookAction::Stop("enough".into())
+        } else {
+            HookAction::Continue
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hook_can_stop_the_run() {
+    let client = ScriptedClient::new([ScriptedResponse::tool_call(
+        "a",
+        "add",
+        json!({"a": 1, "b": 1}),
+    )]);
+    let mut agent = Agent::builder(client)
+        .tool(add_tool())
+        .hooks(StopAll)
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "go").await;
+    assert_eq!(
+        outcome.termination,
+        Termination::StoppedByHook {
+            reason: "enough".into()
+        }
+    );
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn the_token_budget_stops_the_run() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("a", "add", json!({"a": 1, "b": 1})).usage_tokens(900, 200),
+        ScriptedResponse::text("never"),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(add_tool())
+        .token_budget(1000)
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "go").await;
+    assert_eq!(
+        outcome.termination,
+        Termination::TokenBudget {
+            used: 1100,
+            budget: 1000
+        }
+    );
+    assert_eq!(outcome.turns, 1);
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn refusals_and_cut_off_answers_never_run_tools() {
+    let client = ScriptedClient::new([ScriptedResponse::text("I can't help with that.")
+        .then_tool_call("a", "add", json!({"a": 1, "b": 1}))
+        .stop_reason(StopReason::Refusal)]);
+    let mut agent = Agent::builder(client).tool(add_tool()).build().unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::Refused);
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolResult { .. })));
+    assert_valid(&agent);
+
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Once upon").stop_reason(StopReason::MaxTokens)
+    ]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let (_, outcome) = run(&mut agent, "story").await;
+    assert_eq!(outcome.termination, Termination::MaxTokens);
+    assert_eq!(outcome.final_text, "Once upon");
+}
+
+#[tokio::test]
+async fn a_cut_off_answer_is_continued_when_asked() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Once upon").stop_reason(StopReason::MaxTokens),
+        ScriptedResponse::text(" a time."),
+    ]);
+    let mut agent = Agent::builder(client).max_continuations(1).build().unwrap();
+    let (_, outcome) = run(&mut agent, "story").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "Once upon a time.");
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_broken_after_content_is_retried_from_the_start_of_the_turn() {
+    let broken = LlmError::Transport {
+        message: "connection reset".into(),
+    };
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Hel").then_fail(broken),
+        ScriptedResponse::text("Hello!"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "hi").await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "TurnStart 1",
+            "Text Hel",
+            "Retry 1",
+            "Text Hello!",
+            "TurnEnd 1 EndTurn",
+            "Finished Completed"
+        ]
+    );
+    assert_eq!(outcome.final_text, "Hello!");
+    assert_eq!(client.requests().len(), 2);
+    assert_eq!(agent.messages().len(), 2, "one clean answer in the history");
+}
+
+#[tokio::test]
+async fn a_stream_broken_with_retries_exhausted_ends_in_an_error() {
+    let broken = || {
+        ScriptedResponse::text("Hel").then_fail(LlmError::Transport {
+            message: "reset".into(),
+        })
+    };
+    let client = ScriptedClient::new([broken(), broken()]);
+    let mut agent = Agent::builder(client)
+        .retry_policy(
+            RetryPolicy::default()
+                .max_retries(1)
+                .initial_backoff(Duration::from_millis(1)),
+        )
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "hi").await;
+    assert!(
+        matches!(outcome.termination, Termination::Error(_)),
+        "{:?}",
+        outcome.termination
+    );
+    assert_valid(&agent);
+    // The history keeps the user message; the next run works.
+}
+
+#[tokio::test]
+async fn a_context_overflow_compacts_harder_and_retries_once() {
+    let overflow = LlmError::ContextOverflow(Box::new(ApiError::new(
+        400,
+        "prompt is too long: 210000 tokens > 200000",
+    )));
+    let mut script = vec![];
+    for i in 0..4 {
+        script.push(ScriptedResponse::tool_call(
+            format!("t{i}"),
+            "echo",
+            json!({"text": format!("{i}{}", "x".repeat(2000))}),
+        ));
+    }
+    script.push(ScriptedResponse::error(overflow));
+    script.push(ScriptedResponse::text("fits now"));
+    let client = ScriptedClient::new(script);
+    let mut agent = Agent::builder(client.clone())
+        .tool(echo_tool())
+        .no_summarizer()
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "fits now");
+    let compacted = events.iter().find_map(|e| match e {
+        AgentEvent::Compacted {
+            tokens_before,
+            tokens_after,
+        } => Some((*tokens_before, *tokens_after)),
+        _ => None,
+    });
+    let (before, after) = compacted.expect("a Compacted event");
+    assert!(after < before, "{before} -> {after}");
+    let requests = client.requests();
+    assert_eq!(requests.len(), 6);
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_while_streaming_keeps_partial_text_and_the_next_run_works() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Partial answ").then_stall(),
+        ScriptedResponse::text("Fresh."),
+    ]);
+    let mut agent = Agent::builder(client.clone()).build().unwrap();
+    let handle = agent.handle();
+    let mut events = Vec::new();
+    {
+        let mut stream = std::pin::pin!(agent.run("long question"));
+        while let Some(event) = stream.next().await {
+            if matches!(event, AgentEvent::TextDelta { .. }) {
+                handle.cancel();
+            }
+            events.push(event);
+        }
+    }
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(outcome.termination, Termination::Cancelled);
+    assert_valid(&agent);
+    let last = agent.messages().last().unwrap();
+    assert_eq!(last.role, Role::Assistant);
+    assert!(last.text().starts_with("Partial answ") && last.text().contains("[interrupted]"));
+
+    let (_, outcome) = run(&mut agent, "again").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "Fresh.");
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_stream_mid_run_leaves_a_valid_history() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Half").then_stall(),
+        ScriptedResponse::text("Whole."),
+    ]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    {
+        let mut stream = std::pin::pin!(agent.run("q"));
+        while let Some(event) = stream.next().await {
+            if matches!(event, AgentEvent::TextDelta { .. }) {
+                break; // drop the stream mid-answer
+            }
+        }
+    }
+    assert_valid(&agent);
+    assert!(agent
+        .messages()
+        .last()
+        .unwrap()
+        .text()
+        .contains("[interrupted]"));
+    let (_, outcome) = run(&mut agent, "again").await;
+    assert_eq!(outcome.final_text, "Whole.");
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_while_tools_run_answers_every_call_and_the_next_run_works() {
+    let slow = FnTool::new(
+        "slow",
+        "Sleeps.",
+        |_: serde_json::Value, ctx: agent_loop::ToolContext| async move {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(3600)) => Ok::<_, ToolError>("woke"),
+                _ = ctx.cancellation().cancelled() => Err(ToolError::new("stopped")),
+            }
+        },
+    );
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("s1", "slow", json!({})).then_tool_call(
+            "a1",
+            "add",
+            json!({"a": 1, "b": 1}),
+        ),
+        ScriptedResponse::text("after"),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(slow)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut events = Vec::new();
+    {
+        let mut stream = std::pin::pin!(agent.run("go"));
+        while let Some(event) = stream.next().await {
+            if matches!(&event, AgentEvent::ToolResult { id, .. } if id == "a1") {
+                handle.cancel();
+            }
+            events.push(event);
+        }
+    }
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!()
+    };
+    assert_eq!(outcome.termination, Termination::Cancelled);
+    assert_valid(&agent);
+    let results = &agent.messages().last().unwrap().content;
+    assert_eq!(results.len(), 2);
+    assert!(
+        matches!(&results[0], ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id == "s1")
+    );
+    assert_eq!(results[1], ContentBlock::tool_result("a1", "2", false));
+    let (_, outcome) = run(&mut agent, "next").await;
+    assert_eq!(outcome.final_text, "after");
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_only_tools_start_while_the_model_is_still_streaming() {
+    let lookup = FnTool::new(
+        "lookup",
+        "Reads.",
+        |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("found") },
+    )
+    .read_only(true);
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("r", "lookup", json!({"k": 1}))
+            .then_pause(Duration::from_secs(1))
+            .then_tool_call("w", "add", json!({"a": 1, "b": 1})),
+        ScriptedResponse::text("done"),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(lookup)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let k = kinds(&events);
+    let pos = |needle: &str| {
+        k.iter()
+            .position(|e| e.starts_with(needle))
+            .unwrap_or_else(|| panic!("{needle} in {k:?}"))
+    };
+    assert!(
+        pos("Call r") < pos("CallStart w"),
+        "read-only call starts before the next block: {k:?}"
+    );
+    assert!(
+        pos("Call w") > pos("TurnEnd 1"),
+        "side-effecting call waits for the end: {k:?}"
+    );
+    assert_valid(&agent);
+}
+
+#[tokio::test]
+async fn usage_counts_failed_attempts_too() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Hel")
+            .then_event(agent_loop::LlmEvent::Usage(Usage {
+                input_tokens: 10,
+                output_tokens: 1,
+                ..Usage::default()
+            }))
+            .then_fail(LlmError::Transport {
+                message: "x".into(),
+            }),
+        ScriptedResponse::text("Hello").usage_tokens(10, 2),
+    ]);
+    let mut agent = Agent::builder(client)
+        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "hi").await;
+    assert_eq!(
+        outcome.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 3,
+            ..Usage::default()
+        }
+    );
+}
+
+#[tokio::test]
+async fn an_error_before_content_surfaces_with_the_provider_message() {
+    let client = ScriptedClient::new([ScriptedResponse::error(LlmError::Api(Box::new(
+        ApiError::new(401, "invalid x-api-key"),
+    )))]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let (_, outcome) = run(&mut agent, "hi").await;
+    match outcome.termination {
+        Termination::Error(e) => assert!(e.to_string().contains("invalid x-api-key"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_valid(&agent);
+}
+
+#[test]
+fn the_builder_rejects_duplicate_tools() {
+    let err = Agent::builder(ScriptedClient::new([]))
+        .tool(add_tool())
+        .tool(add_tool())
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("add"), "{err}");
+}
