@@ -118,7 +118,24 @@ struct Slot {
     parsed: Option<Result<serde_json::Value, InvalidToolCallReason>>,
 }
 
-/// The tool-call JSON assembly state machine. See the [module docs](self).
+/// The tool-call JSON assembly state machine.
+///
+/// Blocks are keyed by their index in the response, never by tool-call id, so interleaved
+/// parallel tool calls assemble correctly. Each block is a small state machine:
+///
+/// ```text
+///            first event for index                    BlockStop
+///   (none) ───────────────────────► Open(kind) ───────────────────► Closed
+///                                     │  ▲                            │
+///                                     └──┘ delta of the same kind      └─ any delta: error
+/// ```
+///
+/// A delta of another kind than the block's, or for a closed block, is
+/// [`LlmError::Malformed`]. Tool arguments are appended as they come (amortized linear time)
+/// and parsed once, when the block closes. Arguments that are not a JSON object do not abort
+/// the response: the call is listed in [`ModelResponse::invalid_tool_calls`] with its raw text,
+/// so the agent can tell the model. A tool call still open when the message ends (cut off by
+/// `max_tokens`) is listed there as incomplete and is never executed.
 ///
 /// ```
 /// use agent_loop::{LlmEvent, StopReason, StreamAssembler};

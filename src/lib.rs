@@ -7,14 +7,68 @@
 //! conversation inside the context window, retries transient failures, and stops for the
 //! right reason.
 //!
+//! ## Quick start
+//!
+//! An agent with one tool, run against the in-process [`testing::ScriptedClient`] so this
+//! example needs no network; swap in [`AnthropicClient::from_env`] or
+//! [`OpenAiClient::from_env`] for a real model.
+//!
+//! ```
+//! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+//! use agent_loop::{Agent, AgentEvent, FnTool, Termination, ToolError};
+//! use futures::StreamExt;
+//! use serde::Deserialize;
+//! use serde_json::json;
+//!
+//! #[derive(Deserialize, agent_loop::schemars::JsonSchema)]
+//! #[schemars(crate = "agent_loop::schemars")]
+//! struct Add {
+//!     a: f64,
+//!     b: f64,
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let client = ScriptedClient::new([
+//!     ScriptedResponse::tool_call("call_1", "add", json!({"a": 2.5, "b": 4})),
+//!     ScriptedResponse::text("2.5 + 4 = 6.5"),
+//! ]);
+//! let add = FnTool::new("add", "Adds two numbers.", |input: Add, _ctx| async move {
+//!     Ok::<_, ToolError>((input.a + input.b).to_string())
+//! });
+//! let mut agent = Agent::builder(client).system("Be concise.").tool(add).build()?;
+//!
+//! let mut events = agent.run("What is 2.5 + 4?");
+//! let mut outcome = None;
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         AgentEvent::TextDelta { text } => print!("{text}"),
+//!         AgentEvent::ToolResult { name, content, .. } => println!("{name} -> {content}"),
+//!         AgentEvent::Finished(o) => outcome = Some(o),
+//!         _ => {}
+//!     }
+//! }
+//! let outcome = outcome.expect("Finished is always the last event");
+//! assert_eq!(outcome.termination, Termination::Completed);
+//! assert_eq!(outcome.final_text, "2.5 + 4 = 6.5");
+//! # Ok::<(), agent_loop::Error>(())
+//! # }).unwrap();
+//! ```
+//!
 //! ## Layers
 //!
 //! | layer | types |
 //! |---|---|
+//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`AgentHooks`], [`AgentHandle`] |
+//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
-//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
+//! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
+//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`] |
 //! | errors | [`Error`], [`LlmError`], [`ToolError`] |
+//! | testing | [`testing::ScriptedClient`], [`testing::MockServer`] |
+//!
+//! The lower layers are sans-IO: plain structs fed with bytes or events, usable and testable
+//! on their own. Only the clients and the agent touch the network, the clock and tokio.
 
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
@@ -56,3 +110,8 @@ pub use async_trait::async_trait;
 pub use schemars;
 /// The cancellation token of [`ExecOptions`] and [`ToolContext`].
 pub use tokio_util::sync::CancellationToken;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -545,7 +545,15 @@ async fn a_context_overflow_compacts_harder_and_retries_once() {
     let (before, after) = compacted.expect("a Compacted event");
     assert!(after < before, "{before} -> {after}");
     let requests = client.requests();
-    assert_eq!(requests.len(), 6);
+    assert_eq!(requests.len(), 8);
+    let last = requests.last().unwrap();
+    let elided = last.messages.iter().flat_map(|m| &m.content).filter(
+        |b| matches!(b, ContentBlock::ToolResult { content, .. } if content.contains("elided")),
+    );
+    assert!(
+        elided.count() >= 1,
+        "old tool results were elided in the re-sent request"
+    );
     assert_valid(&agent);
 }
 
