@@ -1398,6 +1398,23 @@ fn truncation_at_every_byte_is_incomplete_or_the_whole_message() {
 }
 
 #[test]
+fn no_prefix_is_ever_a_shorter_answer() {
+    // Invariant 3: a cut anywhere either fails or still holds the whole message.
+    for (format, name, body, full) in successful_fixtures() {
+        for cut in 0..body.len() {
+            if let Ok(r) = common::decode(format, &body[..cut]).result {
+                assert_eq!(r.message, full.message, "{name} cut at {cut}");
+                assert_eq!(r.stop_reason, full.stop_reason, "{name} cut at {cut}");
+                assert_eq!(
+                    r.invalid_tool_calls, full.invalid_tool_calls,
+                    "{name} cut at {cut}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn truncation_inside_a_json_line_is_an_error_never_a_shorter_answer() {
     // Whatever the error kind, a cut inside the last events never yields a response.
     for (format, name, body, _) in successful_fixtures() {
