@@ -17,6 +17,8 @@
 //! so the agent can tell the model. A tool call still open when the message ends (cut off by
 //! `max_tokens`) is listed there as incomplete and is never executed.
 
+use std::collections::HashMap;
+
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmEvent, StreamLimits};
@@ -111,7 +113,6 @@ enum Body {
 
 #[derive(Debug)]
 struct Slot {
-    index: usize,
     closed: bool,
     body: Body,
     /// Set at close for tool calls: the parsed input, or why it is unusable.
@@ -162,6 +163,8 @@ struct Slot {
 pub struct StreamAssembler {
     /// Blocks in order of first appearance. Invariant: `index` values are unique.
     slots: Vec<Slot>,
+    /// Block index → position in `slots`, so a lookup costs O(1) however many blocks come.
+    positions: HashMap<usize, usize>,
     id: String,
     model: String,
     usage: Usage,
@@ -286,7 +289,7 @@ impl StreamAssembler {
     /// The assembled input of the tool call at block `index`, once its block has closed with
     /// valid arguments: `(id, name, input)`. Lets a caller start a tool before the message ends.
     pub fn completed_tool_call(&self, index: usize) -> Option<(&str, &str, &serde_json::Value)> {
-        let slot = self.slots.iter().rev().find(|s| s.index == index)?;
+        let slot = self.slots.get(self.position(index)?)?;
         match (&slot.body, &slot.parsed) {
             (Body::Tool { id, name, .. }, Some(Ok(input))) => Some((id, name, input)),
             _ => None,
@@ -323,9 +326,18 @@ impl StreamAssembler {
                 }
                 Body::Redacted(data) => content.push(ContentBlock::RedactedThinking { data }),
                 Body::Tool { id, name, args } => {
-                    let parsed = slot
+                    let mut parsed = slot
                         .parsed
                         .unwrap_or(Err(InvalidToolCallReason::Incomplete));
+                    // Arguments that end mid-value in a response cut off by max_tokens were
+                    // cut off, not malformed (some servers still close the block).
+                    if stop_reason == StopReason::MaxTokens
+                        && matches!(parsed, Err(InvalidToolCallReason::Malformed(_)))
+                        && serde_json::from_str::<serde_json::Value>(&args)
+                            .is_err_and(|e| e.classify() == serde_json::error::Category::Eof)
+                    {
+                        parsed = Err(InvalidToolCallReason::Incomplete);
+                    }
                     let input = match parsed {
                         Ok(input) => input,
                         Err(reason) => {
@@ -380,16 +392,23 @@ impl StreamAssembler {
     }
 
     fn position(&self, index: usize) -> Option<usize> {
-        // Deltas almost always go to the newest block: search from the end.
-        self.slots.iter().rposition(|s| s.index == index)
+        self.positions.get(&index).copied()
     }
 
     fn create(&mut self, index: usize, body: Body) -> Result<(), LlmError> {
         if self.position(index).is_some() {
             return Err(LlmError::malformed(format!("block {index} started twice")));
         }
+        // Every block costs memory even when empty: it counts against the response limit.
+        let size = SLOT_OVERHEAD
+            + match &body {
+                Body::Tool { id, name, .. } => id.len() + name.len(),
+                Body::Other { block, .. } => block.to_string().len(),
+                _ => 0,
+            };
+        self.grow(size)?;
+        self.positions.insert(index, self.slots.len());
         self.slots.push(Slot {
-            index,
             closed: false,
             body,
             parsed: None,
@@ -424,6 +443,9 @@ impl StreamAssembler {
         self.open_slot(index)
     }
 }
+
+/// What one block costs against [`StreamLimits::max_response_bytes`] besides its content.
+const SLOT_OVERHEAD: usize = 128;
 
 fn kind_mismatch(index: usize, what: &str) -> LlmError {
     LlmError::malformed(format!(

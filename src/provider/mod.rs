@@ -236,7 +236,18 @@ impl WireDecoder {
     /// the provider's end-of-message marker ([`LlmError::Incomplete`]).
     pub fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
         let WireDecoder { sse, inner } = self;
-        sse.finish_with(|event| inner.on_event(event.event, event.data, out))?;
+        // An event dispatched only because the body ended was cut off in transit when it does
+        // not parse: that is a truncated stream, not a malformed one.
+        sse.finish_with(|event| {
+            inner
+                .on_event(event.event, event.data, out)
+                .map_err(|e| match e {
+                    LlmError::Malformed { message } => {
+                        LlmError::incomplete(format!("the body ended inside an event ({message})"))
+                    }
+                    other => other,
+                })
+        })?;
         inner.finish(out)
     }
 

@@ -255,6 +255,11 @@ impl Decoder {
                 }
             }
             "message_stop" => {
+                if !self.started {
+                    return Err(LlmError::malformed(
+                        "Anthropic message_stop without a message_start",
+                    ));
+                }
                 self.done = true;
                 out.push(LlmEvent::MessageStop {
                     stop_reason: self.stop_reason.clone().unwrap_or(StopReason::EndTurn),

@@ -223,6 +223,9 @@ impl Decoder {
             return Ok(());
         }
         if data.trim_ascii() == "[DONE]" {
+            if !self.started {
+                return Err(LlmError::incomplete("[DONE] arrived before any chunk"));
+            }
             self.complete(out);
             return Ok(());
         }
@@ -259,14 +262,14 @@ impl Decoder {
     fn delta(&mut self, delta: Delta<'_>, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
         let reasoning = delta.reasoning_content.or(delta.reasoning);
         if let Some(thinking) = reasoning.filter(|t| !t.as_str().is_empty()) {
-            let index = self.block_for(BlockKind::Reasoning);
+            let index = self.block_for(BlockKind::Reasoning, out);
             out.push(LlmEvent::ThinkingDelta {
                 index,
                 thinking: thinking.0.into_owned(),
             });
         }
         if let Some(text) = delta.content.filter(|t| !t.as_str().is_empty()) {
-            let index = self.block_for(BlockKind::Text);
+            let index = self.block_for(BlockKind::Text, out);
             out.push(LlmEvent::TextDelta {
                 index,
                 text: text.0.into_owned(),
@@ -274,7 +277,7 @@ impl Decoder {
         }
         if let Some(text) = delta.refusal.filter(|t| !t.as_str().is_empty()) {
             self.refused = true;
-            let index = self.block_for(BlockKind::Refusal);
+            let index = self.block_for(BlockKind::Refusal, out);
             out.push(LlmEvent::TextDelta {
                 index,
                 text: text.0.into_owned(),
@@ -287,14 +290,23 @@ impl Decoder {
     }
 
     /// The block text of `kind` goes to: the current block when it is of that kind, else a new one.
-    fn block_for(&mut self, kind: BlockKind) -> usize {
+    fn block_for(&mut self, kind: BlockKind, out: &mut Vec<LlmEvent>) -> usize {
         match self.current {
             Some((k, index)) if k == kind => index,
-            _ => self.open_block(kind),
+            _ => self.open_block(kind, out),
         }
     }
 
-    fn open_block(&mut self, kind: BlockKind) -> usize {
+    /// Opens a block. A text, reasoning or refusal block that was current is complete once
+    /// another block opens, so it stops here: only tool calls (bounded by `MAX_TOOL_CALLS`)
+    /// stay open until the end, and alternating text kinds hold constant memory.
+    fn open_block(&mut self, kind: BlockKind, out: &mut Vec<LlmEvent>) -> usize {
+        if let Some((current, index)) = self.current {
+            if current != BlockKind::Tool {
+                self.open.retain(|&i| i != index);
+                out.push(LlmEvent::BlockStop { index });
+            }
+        }
         let index = self.next_block;
         self.next_block += 1;
         self.current = Some((kind, index));
@@ -343,7 +355,7 @@ impl Decoder {
                     }
                 }
                 let id = id.map_or_else(generated_id, str::to_owned);
-                let block = self.open_block(BlockKind::Tool);
+                let block = self.open_block(BlockKind::Tool, out);
                 self.tools.push(ToolSlot {
                     wire_index: call.index,
                     id: id.clone(),
