@@ -58,6 +58,9 @@ pub enum CompactionStrategy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactionReport {
     /// The strongest strategy that changed the history (the later ones were not needed).
+    /// When nothing could be removed (the conversation is over the threshold but within the
+    /// budget, and only the current turn is left), it is `TruncateToolOutputs` and
+    /// `tokens_after == tokens_before`.
     pub strategy: CompactionStrategy,
     /// The token count before compacting.
     pub tokens_before: usize,
