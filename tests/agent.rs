@@ -517,7 +517,7 @@ async fn a_context_overflow_compacts_harder_and_retries_once() {
         "prompt is too long: 210000 tokens > 200000",
     )));
     let mut script = vec![];
-    for i in 0..4 {
+    for i in 0..6 {
         script.push(ScriptedResponse::tool_call(
             format!("t{i}"),
             "echo",

@@ -1003,3 +1003,59 @@ proptest! {
         prop_assert_eq!(cm.estimated_tokens(), recount(&cm));
     }
 }
+
+/// An agent run is often one long turn: its oldest tool steps can be elided and dropped.
+#[tokio::test]
+async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
+    use agent_loop::{ContentBlock, Message, Role};
+    let step = |cm: &mut ContextManager, i: usize, input: &str, output: &str| {
+        cm.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: format!("t{i}"),
+                name: "tool".into(),
+                input: serde_json::json!({ "data": input }),
+            }],
+        });
+        cm.push(Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(format!("t{i}"), output, false)],
+        });
+    };
+    // Large outputs: eliding all but the latest result is enough.
+    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    cm.push(Message::user("do the task"));
+    for i in 0..6 {
+        step(&mut cm, i, "small", &"log line\n".repeat(500));
+    }
+    let before = cm.token_count();
+    let report = cm.compact_harder(None).await.unwrap();
+    assert!(report.tokens_after <= before * 6 / 10, "{report:?}");
+    cm.validate().unwrap();
+    assert_eq!(cm.messages().len(), 13, "nothing dropped");
+
+    // Large inputs: the oldest steps themselves must go; the request and the latest step stay.
+    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    cm.push(Message::user("do the task"));
+    for i in 0..6 {
+        step(&mut cm, i, &"x".repeat(4000), "ok");
+    }
+    let report = cm.compact_harder(None).await.unwrap();
+    assert_eq!(report.strategy, CompactionStrategy::DropOldestTurns);
+    cm.validate().unwrap();
+    let first = &cm.messages()[0];
+    assert!(first.text().starts_with("do the task"));
+    assert!(
+        first
+            .text()
+            .contains("earlier tool step(s) of this task were removed"),
+        "{}",
+        first.text()
+    );
+    let last_call = cm
+        .messages()
+        .iter()
+        .rev()
+        .find_map(|m| m.tool_uses().next().map(|(id, _, _)| id.to_owned()));
+    assert_eq!(last_call.as_deref(), Some("t5"), "the latest step is kept");
+}

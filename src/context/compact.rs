@@ -9,12 +9,16 @@
 //!  (c) Summarize             the turns before the recent ones become one summary, merged into
 //!                            the first kept user message (needs a Summarizer)
 //!  (d) DropOldestTurns       whole turns go, oldest first, down to the current one
+//!  (e) within the current turn (an agent run is often one long turn): every tool output but
+//!      the latest is elided, then the oldest tool steps (a call message and its results)
+//!      are dropped, keeping the request and the latest step, with a note in the request
 //! ```
 //!
 //! (a) and (b) only rewrite the text of tool results, so the structure of the history is
 //! untouched. (c) and (d) cut the history just before a turn start (a user message that carries
 //! no tool results), so a tool call is never separated from its result, thinking blocks go with
-//! their whole turn, and the first message stays a user message. The current turn is never cut.
+//! their whole turn, and the first message stays a user message. The current turn is only ever
+//! cut by (e), a whole tool step at a time.
 
 use std::fmt;
 
@@ -108,6 +112,17 @@ pub(super) async fn run(
         }
     }
     if cm.token_count() > target && drop_oldest_turns(cm, target) {
+        strategy = CompactionStrategy::DropOldestTurns;
+    }
+    // An agent run is often one long turn: its oldest tool steps go too, last of all.
+    if cm.token_count() > target {
+        let before = cm.token_count();
+        elide_all_but_latest_results(cm);
+        if cm.token_count() < before {
+            strategy = CompactionStrategy::ElideOldToolResults;
+        }
+    }
+    if cm.token_count() > target && drop_oldest_steps(cm, target) {
         strategy = CompactionStrategy::DropOldestTurns;
     }
     let tokens_after = cm.token_count();
@@ -249,6 +264,64 @@ async fn summarize_old_turns(
 
 /// (d) Drops the fewest oldest whole turns that bring the count to `target` (all but the
 /// current turn if none do). Returns whether it dropped any.
+/// Elides the outputs of every tool-result message but the latest.
+fn elide_all_but_latest_results(cm: &mut ContextManager) {
+    let with_results: Vec<usize> = (0..cm.messages.len())
+        .filter(|&i| {
+            cm.messages[i]
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        })
+        .collect();
+    for &i in with_results.iter().rev().skip(1) {
+        cm.modify(i, elide_results);
+    }
+}
+
+/// Drops the oldest tool steps (an assistant message with tool calls and the user message
+/// with their results) of the current turn, keeping the turn's request and its latest step,
+/// and notes in the request how many steps went. Returns whether it dropped any.
+fn drop_oldest_steps(cm: &mut ContextManager, target: usize) -> bool {
+    let Some(&start) = turn_starts(&cm.messages).last() else {
+        return false;
+    };
+    let is_step = |cm: &ContextManager, i: usize| {
+        let (Some(call), Some(results)) = (cm.messages.get(i), cm.messages.get(i + 1)) else {
+            return false;
+        };
+        call.role == Role::Assistant
+            && call.tool_uses().next().is_some()
+            && results.role == Role::User
+            && results
+                .content
+                .iter()
+                .all(|b| matches!(b, ContentBlock::ToolResult { .. }))
+    };
+    // Pairs after the request, oldest first; the newest step always stays.
+    let mut end = start + 1;
+    let mut steps = 0usize;
+    while is_step(cm, end) && end + 2 < cm.messages.len() {
+        end += 2;
+        steps += 1;
+        let removed: usize = cm.counts[start + 1..end].iter().sum();
+        if cm.token_count().saturating_sub(removed) <= target {
+            break;
+        }
+    }
+    if steps == 0 {
+        return false;
+    }
+    cm.splice(start + 1..end, Vec::new());
+    cm.modify(start, |request| {
+        request.content.push(ContentBlock::text(format!(
+            "[{steps} earlier tool step(s) of this task were removed to fit the context window]"
+        )));
+        true
+    });
+    true
+}
+
 fn drop_oldest_turns(cm: &mut ContextManager, target: usize) -> bool {
     let starts = turn_starts(&cm.messages);
     if starts.len() <= 1 {
