@@ -314,9 +314,13 @@ fn drop_oldest_steps(cm: &mut ContextManager, target: usize) -> bool {
     }
     cm.splice(start + 1..end, Vec::new());
     cm.modify(start, |request| {
-        request.content.push(ContentBlock::text(format!(
+        // Before the request's own blocks, which stay word for word.
+        request.content.insert(
+            0,
+            ContentBlock::text(format!(
             "[{steps} earlier tool step(s) of this task were removed to fit the context window]"
-        )));
+        )),
+        );
         true
     });
     true

@@ -27,6 +27,8 @@ use crate::message::{ContentBlock, Message, Role, ToolSpec, Usage};
 mod compact;
 mod config;
 mod history;
+
+pub(crate) use history::validate as validate_history;
 mod tokens;
 
 pub use compact::{CompactionReport, CompactionStrategy, LlmSummarizer, Summarizer};

@@ -929,7 +929,7 @@ fn wire_block(block: &Value) -> ContentBlock {
         },
         Some("tool_result") => ContentBlock::ToolResult {
             tool_use_id: text("tool_use_id"),
-            content: String::new(),
+            content: "(result)".to_owned(),
             is_error: false,
         },
         _ => ContentBlock::Other(block.clone()),
@@ -972,7 +972,7 @@ fn openai_history(messages: &[Value]) -> Vec<Message> {
                     m.get("tool_call_id")
                         .and_then(Value::as_str)
                         .unwrap_or_default(),
-                    "",
+                    "(result)",
                     false,
                 );
                 match out.last_mut() {
@@ -991,7 +991,13 @@ fn openai_history(messages: &[Value]) -> Vec<Message> {
                     }),
                 }
             }
-            "user" => out.push(Message::user("")),
+            // Tool messages and a following user message form one user turn.
+            "user" => match out.last_mut() {
+                Some(last) if last.role == Role::User => {
+                    last.content.push(ContentBlock::text("(user text)"))
+                }
+                _ => out.push(Message::user("(user text)")),
+            },
             // system and developer messages are not part of the alternation.
             _ => {}
         }
