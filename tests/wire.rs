@@ -881,9 +881,10 @@ fn openai_text_and_call_in_one_chunk() {
         vec![
             start("chatcmpl-mixed01", GPT),
             text_delta(0, "Checking."),
+            // The text block is complete when the call starts.
+            stop(0),
             call_start(1, "call_mix", "lookup"),
             args(1, "{\"q\": \"x\"}"),
-            stop(0),
             stop(1),
             message_stop(StopReason::ToolUse),
         ]
@@ -935,8 +936,9 @@ fn openai_reasoning_content_is_a_thinking_block() {
                 index: 0,
                 thinking: "answer briefly.".into()
             },
-            text_delta(1, "Hi!"),
+            // A reasoning block is complete when text starts.
             stop(0),
+            text_delta(1, "Hi!"),
             stop(1),
             message_stop(StopReason::EndTurn),
         ]
@@ -1820,9 +1822,10 @@ fn oversize_response_is_refused_with_the_limit_named() {
             setting: "StreamLimits::max_response_bytes"
         })
     );
+    // The text plus a block's bookkeeping fits.
     let d = decode_with(
         WireFormat::Anthropic,
-        limits(big, big, big, text_len),
+        limits(big, big, big, text_len + 1024),
         &body,
         9,
     );
