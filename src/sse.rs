@@ -238,13 +238,37 @@ impl SseDecoder {
         }
 
         let mut pos = 0;
+        // The value of a `data` line of this chunk that is only borrowed so far: the usual
+        // one-line event is dispatched straight from the chunk, without copying its data.
+        let mut borrowed: Option<(usize, usize)> = None;
         while let Some(offset) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) {
             let end = pos + offset;
-            let piece = &chunk[pos..end];
             if self.line.is_empty() {
+                let piece = &chunk[pos..end];
                 check_line(piece.len(), &self.limits)?;
-                self.builder.line(piece, on_event)?;
+                match borrowed.take() {
+                    Some((start, stop)) if piece.is_empty() => {
+                        self.builder
+                            .dispatch_with(Some(&chunk[start..stop]), on_event)?;
+                    }
+                    pending => {
+                        if let Some((start, stop)) = pending {
+                            self.builder.append_data(&chunk[start..stop])?;
+                        }
+                        match piece.strip_prefix(b"data:") {
+                            Some(value) if !self.builder.has_data => {
+                                let value = value.strip_prefix(b" ").unwrap_or(value);
+                                self.builder.check_data(value.len())?;
+                                borrowed = Some((end - value.len(), end));
+                            }
+                            _ => self.builder.line(piece, on_event)?,
+                        }
+                    }
+                }
             } else {
+                // Only the first line of a chunk can continue a buffered tail, so nothing is
+                // borrowed yet here.
+                let piece = &chunk[pos..end];
                 check_line(self.line.len() + piece.len(), &self.limits)?;
                 self.line.extend_from_slice(piece);
                 let result = self.builder.line(&self.line, on_event);
@@ -262,6 +286,10 @@ impl SseDecoder {
                     None => self.skip_lf = true,
                 }
             }
+        }
+        if let Some((start, stop)) = borrowed {
+            // The event goes on in the next chunk: keep its data.
+            self.builder.append_data(&chunk[start..stop])?;
         }
         let tail = &chunk[pos..];
         if !tail.is_empty() {
@@ -337,21 +365,7 @@ impl EventBuilder {
             // "Append the field value to the data buffer, then append a single U+000A LINE
             // FEED (LF) character to the data buffer." (The trailing LF is removed again at
             // dispatch, so it is written only between lines here.)
-            b"data" => {
-                let extra = usize::from(self.has_data) + value.len();
-                if self.data.len() + extra > self.max_event_bytes {
-                    return Err(LlmError::LimitExceeded {
-                        what: "an SSE event",
-                        limit: self.max_event_bytes,
-                        setting: "StreamLimits::max_event_bytes",
-                    });
-                }
-                if self.has_data {
-                    self.data.push(b'\n');
-                }
-                self.data.extend_from_slice(value);
-                self.has_data = true;
-            }
+            b"data" => self.append_data(value)?,
             // "Set the event type buffer to field value."
             b"event" => {
                 self.event_type.clear();
@@ -376,20 +390,57 @@ impl EventBuilder {
         Ok(())
     }
 
+    /// Checks that appending a data value of `len` bytes stays within the event limit.
+    fn check_data(&self, len: usize) -> Result<(), LlmError> {
+        let extra = usize::from(self.has_data) + len;
+        if self.data.len() + extra > self.max_event_bytes {
+            return Err(LlmError::LimitExceeded {
+                what: "an SSE event",
+                limit: self.max_event_bytes,
+                setting: "StreamLimits::max_event_bytes",
+            });
+        }
+        Ok(())
+    }
+
+    /// "Append the field value to the data buffer, then append a single U+000A LINE FEED (LF)
+    /// character to the data buffer." (The trailing LF is removed again at dispatch, so it is
+    /// written only between lines here.)
+    fn append_data(&mut self, value: &[u8]) -> Result<(), LlmError> {
+        self.check_data(value.len())?;
+        if self.has_data {
+            self.data.push(b'\n');
+        }
+        self.data.extend_from_slice(value);
+        self.has_data = true;
+        Ok(())
+    }
+
     fn dispatch(
         &mut self,
         on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
     ) -> Result<(), LlmError> {
+        self.dispatch_with(None, on_event)
+    }
+
+    /// Dispatches the event; `borrowed` is its whole data when it was never copied into the
+    /// data buffer (a single data line, borrowed from the chunk).
+    fn dispatch_with(
+        &mut self,
+        borrowed: Option<&[u8]>,
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        let has_data = self.has_data || borrowed.is_some();
         // "If the data buffer is an empty string, set the data buffer and the event type
         // buffer to the empty string and return."
-        if !self.has_data {
+        if !has_data {
             self.event_type.clear();
             self.retry = None;
             return Ok(());
         }
         // Decoding replaces invalid UTF-8 with U+FFFD; splitting on CR/LF bytes first is
         // equivalent because those bytes never occur inside a multi-byte sequence.
-        let data: Cow<'_, str> = String::from_utf8_lossy(&self.data);
+        let data: Cow<'_, str> = String::from_utf8_lossy(borrowed.unwrap_or(&self.data));
         // "Initialize event's type attribute to "message" ... If the event type buffer has a
         // value other than the empty string, change the type of the newly created event to
         // equal the value of the event type buffer."
