@@ -24,8 +24,8 @@ struct Words(u64);
 impl Words {
     fn next(&mut self) -> &'static str {
         const WORDS: &[&str] = &[
-            "the", "model", "streams", "tokens", "while", "a", "tool", "runs", "and", "returns", "JSON", "über",
-            "naïve", "data", "context", "window", "é", "quickly", "🙂", "line",
+            "the", "model", "streams", "tokens", "while", "a", "tool", "runs", "and", "returns",
+            "JSON", "über", "naïve", "data", "context", "window", "é", "quickly", "🙂", "line",
         ];
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -64,7 +64,9 @@ pub fn anthropic_stream(target: usize) -> Vec<u8> {
             let t = serde_json::to_string(&w.phrase(3)).unwrap();
             out.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{{\"type\":\"text_delta\",\"text\":{t}}}}}\n\n"));
         }
-        out.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n");
+        out.push_str(
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        );
         out.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_01\",\"name\":\"write_file\",\"input\":{}}}\n\n");
         let args = serde_json::json!({"path": "src/main.rs", "content": w.phrase(60)}).to_string();
         for piece in args.as_bytes().chunks(24) {
@@ -72,7 +74,9 @@ pub fn anthropic_stream(target: usize) -> Vec<u8> {
             let p = serde_json::to_string(&piece).unwrap();
             out.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":2,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{p}}}}}\n\n"));
         }
-        out.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n");
+        out.push_str(
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+        );
         out.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":642}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
     }
     out.into_bytes()
@@ -87,7 +91,9 @@ pub fn openai_stream(target: usize) -> Vec<u8> {
         out.push_str(&format!("data: {head}{{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
         for _ in 0..120 {
             let t = serde_json::to_string(&w.phrase(3)).unwrap();
-            out.push_str(&format!("data: {head}{{\"content\":{t}}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+            out.push_str(&format!(
+                "data: {head}{{\"content\":{t}}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            ));
         }
         for (i, id) in ["call_a", "call_b"].iter().enumerate() {
             out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"id\":\"{id}\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
@@ -99,7 +105,9 @@ pub fn openai_stream(target: usize) -> Vec<u8> {
                 out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"function\":{{\"arguments\":{p}}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
             }
         }
-        out.push_str(&format!("data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}}]}}\n\n"));
+        out.push_str(&format!(
+            "data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}}]}}\n\n"
+        ));
         out.push_str("data: {\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"choices\":[],\"usage\":{\"prompt_tokens\":149,\"completion_tokens\":60,\"total_tokens\":209}}\n\ndata: [DONE]\n\n");
     }
     out.into_bytes()
@@ -139,8 +147,10 @@ fn ours_sse(body: &[u8], chunk: usize) -> usize {
 }
 
 fn eventsource_sse(body: &[u8], chunk: usize) -> usize {
-    let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
-        body.chunks(chunk).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+    let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> = body
+        .chunks(chunk)
+        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+        .collect();
     futures::executor::block_on(async {
         let mut stream = futures::stream::iter(chunks).eventsource();
         let mut n = 0usize;
@@ -170,15 +180,21 @@ fn bench_sse(c: &mut Criterion) {
         group.sample_size(10);
         group.measurement_time(Duration::from_secs(4));
         for chunk in [16usize, 256, 4096, 65536] {
-            group.bench_with_input(BenchmarkId::new("agent_loop", chunk), &chunk, |b, &chunk| {
-                b.iter(|| black_box(ours_sse(&body, chunk)))
-            });
-            group.bench_with_input(BenchmarkId::new("eventsource_stream", chunk), &chunk, |b, &chunk| {
-                b.iter(|| black_box(eventsource_sse(&body, chunk)))
-            });
-            group.bench_with_input(BenchmarkId::new("memchr_newlines", chunk), &chunk, |b, &chunk| {
-                b.iter(|| black_box(newline_scan(&body, chunk)))
-            });
+            group.bench_with_input(
+                BenchmarkId::new("agent_loop", chunk),
+                &chunk,
+                |b, &chunk| b.iter(|| black_box(ours_sse(&body, chunk))),
+            );
+            group.bench_with_input(
+                BenchmarkId::new("eventsource_stream", chunk),
+                &chunk,
+                |b, &chunk| b.iter(|| black_box(eventsource_sse(&body, chunk))),
+            );
+            group.bench_with_input(
+                BenchmarkId::new("memchr_newlines", chunk),
+                &chunk,
+                |b, &chunk| b.iter(|| black_box(newline_scan(&body, chunk))),
+            );
         }
         group.finish();
     }
@@ -210,8 +226,10 @@ fn ours_pipeline(format: WireFormat, messages: &[Vec<u8>], chunk: usize) -> usiz
 fn baseline_pipeline(openai: bool, messages: &[Vec<u8>], chunk: usize) -> usize {
     let mut blocks = 0;
     for body in messages {
-        let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
-            body.chunks(chunk).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+        let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> = body
+            .chunks(chunk)
+            .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+            .collect();
         blocks += futures::executor::block_on(async {
             let mut stream = futures::stream::iter(chunks).eventsource();
             let mut text = String::new();
@@ -245,7 +263,10 @@ fn baseline_pipeline(openai: bool, messages: &[Vec<u8>], chunk: usize) -> usize 
                     }
                 }
             }
-            let parsed: Vec<serde_json::Value> = args.values().map(|a| serde_json::from_str(a).unwrap()).collect();
+            let parsed: Vec<serde_json::Value> = args
+                .values()
+                .map(|a| serde_json::from_str(a).unwrap())
+                .collect();
             black_box(&text);
             parsed.len() + 1
         });
@@ -272,8 +293,18 @@ fn decode_only(format: WireFormat, messages: &[Vec<u8>], chunk: usize) -> usize 
 
 fn bench_pipeline(c: &mut Criterion) {
     for (name, format, body, marker) in [
-        ("anthropic", WireFormat::Anthropic, anthropic_stream(STREAM_BYTES / 2), &b"{\"type\":\"message_stop\"}\n\n"[..]),
-        ("openai", WireFormat::OpenAiChat, openai_stream(STREAM_BYTES / 2), &b"data: [DONE]\n\n"[..]),
+        (
+            "anthropic",
+            WireFormat::Anthropic,
+            anthropic_stream(STREAM_BYTES / 2),
+            &b"{\"type\":\"message_stop\"}\n\n"[..],
+        ),
+        (
+            "openai",
+            WireFormat::OpenAiChat,
+            openai_stream(STREAM_BYTES / 2),
+            &b"data: [DONE]\n\n"[..],
+        ),
     ] {
         let msgs = messages(&body, marker);
         let mut events = 0u64;
@@ -292,12 +323,24 @@ fn bench_pipeline(c: &mut Criterion) {
         group.sample_size(10);
         group.measurement_time(Duration::from_secs(4));
         let chunk = 4096;
-        group.bench_function("agent_loop", |b| b.iter(|| black_box(ours_pipeline(format, &msgs, chunk))));
-        group.bench_function("eventsource_serde_value", |b| {
-            b.iter(|| black_box(baseline_pipeline(format == WireFormat::OpenAiChat, &msgs, chunk)))
+        group.bench_function("agent_loop", |b| {
+            b.iter(|| black_box(ours_pipeline(format, &msgs, chunk)))
         });
-        group.bench_function("stage_sse_only", |b| b.iter(|| black_box(ours_sse(&body, chunk))));
-        group.bench_function("stage_sse_and_json_decode", |b| b.iter(|| black_box(decode_only(format, &msgs, chunk))));
+        group.bench_function("eventsource_serde_value", |b| {
+            b.iter(|| {
+                black_box(baseline_pipeline(
+                    format == WireFormat::OpenAiChat,
+                    &msgs,
+                    chunk,
+                ))
+            })
+        });
+        group.bench_function("stage_sse_only", |b| {
+            b.iter(|| black_box(ours_sse(&body, chunk)))
+        });
+        group.bench_function("stage_sse_and_json_decode", |b| {
+            b.iter(|| black_box(decode_only(format, &msgs, chunk)))
+        });
         group.finish();
     }
 }
@@ -314,23 +357,38 @@ fn bench_assembly(c: &mut Criterion) {
         let mut k = 1usize;
         while !rest.is_empty() {
             let n = (k % 64 + 1).min(rest.len());
-            fragments.push(LlmEvent::ToolCallDelta { index: 0, partial_json: rest[..n].to_owned() });
+            fragments.push(LlmEvent::ToolCallDelta {
+                index: 0,
+                partial_json: rest[..n].to_owned(),
+            });
             rest = &rest[n..];
             k = k.wrapping_mul(31).wrapping_add(7);
         }
         group.throughput(Throughput::Bytes(args.len() as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(format!("{mb}MiB")), &fragments, |b, fragments| {
-            b.iter(|| {
-                let mut a = StreamAssembler::new();
-                a.push(&LlmEvent::ToolCallStart { index: 0, id: "t".into(), name: "write".into() }).unwrap();
-                for f in fragments {
-                    a.push(f).unwrap();
-                }
-                a.push(&LlmEvent::BlockStop { index: 0 }).unwrap();
-                a.push(&LlmEvent::MessageStop { stop_reason: agent_loop::StopReason::ToolUse }).unwrap();
-                black_box(a.finish().unwrap())
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{mb}MiB")),
+            &fragments,
+            |b, fragments| {
+                b.iter(|| {
+                    let mut a = StreamAssembler::new();
+                    a.push(&LlmEvent::ToolCallStart {
+                        index: 0,
+                        id: "t".into(),
+                        name: "write".into(),
+                    })
+                    .unwrap();
+                    for f in fragments {
+                        a.push(f).unwrap();
+                    }
+                    a.push(&LlmEvent::BlockStop { index: 0 }).unwrap();
+                    a.push(&LlmEvent::MessageStop {
+                        stop_reason: agent_loop::StopReason::ToolUse,
+                    })
+                    .unwrap();
+                    black_box(a.finish().unwrap())
+                })
+            },
+        );
     }
     group.finish();
 }

@@ -96,7 +96,10 @@ struct RecordingSummarizer {
 impl Summarizer for RecordingSummarizer {
     async fn summarize(&self, span: &[Message]) -> Result<String, Error> {
         self.spans.lock().unwrap().push(span.to_vec());
-        Ok(format!("The user and assistant exchanged {} messages.", span.len()))
+        Ok(format!(
+            "The user and assistant exchanged {} messages.",
+            span.len()
+        ))
     }
 }
 
@@ -299,10 +302,7 @@ fn validate_rejects_each_kind_of_invalid_history() {
         |cm| cm.push(user(vec![call("a")])),
         "user message with a tool call",
     );
-    rejects(
-        |cm| cm.push(user(vec![thinking("hm")])),
-        "thinking",
-    );
+    rejects(|cm| cm.push(user(vec![thinking("hm")])), "thinking");
     rejects(
         |cm| {
             cm.push_user_text("hi");
@@ -408,10 +408,8 @@ fn snapshot_round_trips_through_json_losslessly() {
 
 #[test]
 fn restore_repairs_an_interrupted_run_and_refuses_what_it_cannot_fix() {
-    let conversation = Conversation::new(
-        None,
-        vec![Message::user("go"), assistant(vec![call("a")])],
-    );
+    let conversation =
+        Conversation::new(None, vec![Message::user("go"), assistant(vec![call("a")])]);
     let mut cm = manager(ContextConfig::default());
     assert_eq!(cm.restore(conversation).unwrap(), 1);
     cm.validate().unwrap();
@@ -442,7 +440,11 @@ fn tiktoken_counts_o200k_tokens() {
 
     let mut cm = ContextManager::new(ContextConfig::default());
     cm.push_user_text("hello world");
-    assert_eq!(cm.estimated_tokens(), 2 + 4, "text plus the per-message overhead");
+    assert_eq!(
+        cm.estimated_tokens(),
+        2 + 4,
+        "text plus the per-message overhead"
+    );
 }
 
 #[test]
@@ -472,7 +474,10 @@ fn usage_anchors_the_count_of_the_prefix_the_provider_saw() {
     // The response to a request holding 1 message.
     cm.push(Message::assistant("first answer"));
     cm.record_usage(&usage, 1);
-    assert_eq!(cm.token_count(), 1000 + (cm.estimated_tokens() - recount_prefix(&cm, 1)));
+    assert_eq!(
+        cm.token_count(),
+        1000 + (cm.estimated_tokens() - recount_prefix(&cm, 1))
+    );
 
     // Messages added since are estimated on top of the provider's figure.
     cm.push_user_text("second question, a longer one");
@@ -532,10 +537,7 @@ async fn long_tool_outputs_are_cut_first() {
     let mut cm = manager(config);
     cm.push_user_text("read the log");
     cm.push(assistant(vec![call("a")]));
-    cm.push_tool_results(vec![result(
-        "a",
-        format!("HEAD{}TAIL", "x".repeat(60_000)),
-    )]);
+    cm.push_tool_results(vec![result("a", format!("HEAD{}TAIL", "x".repeat(60_000)))]);
     assert!(cm.needs_compaction());
     let report = cm.compact(None).await.unwrap().unwrap();
     assert_eq!(report.strategy, CompactionStrategy::TruncateToolOutputs);
@@ -590,7 +592,10 @@ async fn the_summarizer_receives_exactly_the_span_it_replaces() {
         cm.push_user_text(format!("request {t} {}", "words ".repeat(200)));
         cm.push(assistant(vec![thinking("plan"), call(&format!("c{t}"))]));
         cm.push_tool_results(vec![result(&format!("c{t}"), "ok")]);
-        cm.push(Message::assistant(format!("answer {t} {}", "more ".repeat(100))));
+        cm.push(Message::assistant(format!(
+            "answer {t} {}",
+            "more ".repeat(100)
+        )));
     }
     cm.push_user_text("the latest request, kept word for word");
     let original = cm.messages().to_vec();
@@ -700,7 +705,10 @@ async fn compaction_keeps_the_anchor_ratio() {
     let report = cm.compact(None).await.unwrap().unwrap();
     assert_eq!(report.tokens_before, 2 * est);
     let after_est = cm.estimated_tokens();
-    assert!(report.tokens_after.abs_diff(2 * after_est) <= 1, "{report:?} vs {after_est}");
+    assert!(
+        report.tokens_after.abs_diff(2 * after_est) <= 1,
+        "{report:?} vs {after_est}"
+    );
 }
 
 // ----- LlmSummarizer -----
@@ -817,7 +825,10 @@ fn size() -> impl Strategy<Value = usize> {
 }
 
 fn block() -> impl Strategy<Value = Block> {
-    prop_oneof![size().prop_map(Block::Text), (1usize..500).prop_map(Block::Thinking)]
+    prop_oneof![
+        size().prop_map(Block::Text),
+        (1usize..500).prop_map(Block::Thinking)
+    ]
 }
 
 fn turn() -> impl Strategy<Value = Turn> {

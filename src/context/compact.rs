@@ -108,7 +108,13 @@ pub(super) async fn run(
         strategy = CompactionStrategy::DropOldestTurns;
     }
     let tokens_after = cm.token_count();
-    tracing::debug!(?strategy, tokens_before, tokens_after, target, "compacted the conversation");
+    tracing::debug!(
+        ?strategy,
+        tokens_before,
+        tokens_after,
+        target,
+        "compacted the conversation"
+    );
     if tokens_after > limit {
         return Err(Error::Context(format!(
             "the conversation still needs {tokens_after} tokens after compaction, over the \
@@ -408,11 +414,22 @@ pub(crate) fn render_transcript(span: &[Message]) -> String {
                 ContentBlock::ToolResult {
                     content, is_error, ..
                 } => {
-                    let kind = if *is_error { "Tool error" } else { "Tool result" };
+                    let kind = if *is_error {
+                        "Tool error"
+                    } else {
+                        "Tool result"
+                    };
                     out.push_str(&format!("{kind}: {}\n\n", capped(content)));
                 }
                 ContentBlock::Other(value) => {
-                    out.push_str(&format!("{who} ({}): {}\n\n", value.get("type").and_then(|t| t.as_str()).unwrap_or("block"), capped(&value.to_string())));
+                    out.push_str(&format!(
+                        "{who} ({}): {}\n\n",
+                        value
+                            .get("type")
+                            .and_then(|t| t.as_str())
+                            .unwrap_or("block"),
+                        capped(&value.to_string())
+                    ));
                 }
                 ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
             }
@@ -430,7 +447,11 @@ mod tests {
         let text = "é".repeat(1000) + &"x".repeat(1001);
         for cap in [96, 128, 500, 1001, 2999] {
             let cut = cut_middle(&text, cap);
-            assert!(cut.len() <= cap.max(MARKER_RESERVE), "cap {cap}: {}", cut.len());
+            assert!(
+                cut.len() <= cap.max(MARKER_RESERVE),
+                "cap {cap}: {}",
+                cut.len()
+            );
             assert!(cut.contains("bytes of tool output cut"));
         }
         let cut = cut_middle(&text, 400);
@@ -448,7 +469,11 @@ mod tests {
         assert!(!elide_results(&mut m));
         assert_eq!(
             m.content[0],
-            ContentBlock::tool_result("1", "[tool output elided to save context: 500 bytes]", false)
+            ContentBlock::tool_result(
+                "1",
+                "[tool output elided to save context: 500 bytes]",
+                false
+            )
         );
     }
 }

@@ -219,7 +219,10 @@ pub(crate) fn repair(messages: Vec<Message>) -> (Vec<Message>, usize) {
                 && messages[i - 1].role == Role::Assistant
                 && messages[i - 1].tool_uses().next().is_some();
             if !preceded_by_calls && has_tool_results(&messages[i]) {
-                tracing::warn!(message = i, "dropping tool results that answer no tool call");
+                tracing::warn!(
+                    message = i,
+                    "dropping tool results that answer no tool call"
+                );
                 messages[i]
                     .content
                     .retain(|b| !matches!(b, ContentBlock::ToolResult { .. }));

@@ -263,7 +263,9 @@ impl ContextManager {
     pub fn token_count(&self) -> usize {
         let estimate = self.estimated_tokens();
         match &self.anchor {
-            Some(a) => a.tokens().saturating_add(estimate.saturating_sub(a.est_now)),
+            Some(a) => a
+                .tokens()
+                .saturating_add(estimate.saturating_sub(a.est_now)),
             None => estimate,
         }
     }
@@ -284,7 +286,9 @@ impl ContextManager {
         if real == 0 || messages_sent > self.messages.len() {
             return;
         }
-        let est = self.system_tokens + self.tools_tokens + self.counts[..messages_sent].iter().sum::<usize>();
+        let est = self.system_tokens
+            + self.tools_tokens
+            + self.counts[..messages_sent].iter().sum::<usize>();
         if est == 0 {
             return;
         }
@@ -398,7 +402,9 @@ impl ContextManager {
             return Ok(None);
         }
         let limit = self.config.input_budget();
-        compact::run(self, target, limit, summarizer).await.map(Some)
+        compact::run(self, target, limit, summarizer)
+            .await
+            .map(Some)
     }
 
     /// Reactive compaction, after the provider rejected a request as too long for its context
@@ -524,8 +530,7 @@ mod tests {
         }
         assert_eq!(cm.total, cm.counts.iter().sum::<usize>());
         if let Some(a) = cm.anchor {
-            let est =
-                cm.system_tokens + cm.tools_tokens + cm.counts[..a.len].iter().sum::<usize>();
+            let est = cm.system_tokens + cm.tools_tokens + cm.counts[..a.len].iter().sum::<usize>();
             assert_eq!(a.est_now, est);
         }
     }
