@@ -2,7 +2,7 @@
 //! output bound. The tools run through a `ToolRegistry`, as the agent runs them.
 #![cfg(unix)]
 
-#[allow(dead_code, unreachable_pub)]
+#[allow(unreachable_pub)]
 #[path = "../examples/coding_agent/tools.rs"]
 mod tools;
 

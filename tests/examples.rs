@@ -1,5 +1,7 @@
 //! The examples' scripted scenarios, run through the public API with the examples' own code
 //! (their scripts, agents and helpers are included from examples/ with `#[path]`).
+// Each included example brings its own copy of examples/common/mod.rs, as in its own build.
+#![allow(clippy::duplicate_mod)]
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../examples/parallel_tools.rs"]
