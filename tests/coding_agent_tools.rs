@@ -403,3 +403,16 @@ fn tool_settings_follow_the_brief() {
     .unwrap();
     assert_eq!(edit.concurrency(&input), key);
 }
+
+#[tokio::test]
+async fn bash_returns_when_the_shell_exits_even_with_background_jobs() {
+    // A background job keeps the output pipe open; the call must not wait for it (it is
+    // killed with the command's process group). Real time only as an upper bound.
+    let f = fixture("bash-background", |b| b.timeout(Duration::from_secs(20)));
+    let started = std::time::Instant::now();
+    let out = f
+        .ok("bash", json!({"command": "sleep 30 & echo started"}))
+        .await;
+    assert_eq!(out, "exit code: 0\nstarted");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
