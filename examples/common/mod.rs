@@ -124,3 +124,208 @@ pub fn render(event: &AgentEvent) -> Option<RunOutcome> {
     }
     None
 }
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the parallel_tools, repl and coding_agent examples.
+
+/// Like [`model`], but the mock server plays [`MockResponse`]s, so a scripted scenario can
+/// set HTTP-level behaviour such as a delay between chunks (a slowly streamed answer).
+/// With an API key set, the real provider is used and `script` is ignored.
+pub async fn model_with_responses(script: Vec<agent_loop::testing::MockResponse>) -> Model {
+    let model = model(Vec::new()).await;
+    if let Some(server) = &model._server {
+        for response in script {
+            server.push(response);
+        }
+    }
+    model
+}
+
+/// Whether the model is the loopback mock server playing a script (no API key set).
+pub fn is_scripted(model: &Model) -> bool {
+    model._server.is_some()
+}
+
+/// The calculator tool of the examples: evaluates an arithmetic expression.
+pub fn calculator_tool() -> impl agent_loop::Tool {
+    /// The calculator's input.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct CalcInput {
+        /// An arithmetic expression with + - * / ^, parentheses and decimal numbers, e.g. "(2 + 3) * 4".
+        expression: String,
+    }
+    agent_loop::FnTool::new(
+        "calculator",
+        "Evaluates an arithmetic expression exactly as written and returns the number.",
+        |input: CalcInput, _ctx| async move {
+            eval_arithmetic(&input.expression)
+                .map(format_number)
+                .map_err(|e| {
+                    agent_loop::ToolError::new(format!(
+                        "cannot evaluate {:?}: {e}",
+                        input.expression
+                    ))
+                })
+        },
+    )
+    .read_only(true)
+}
+
+/// A number as a person writes it: integers without ".0", others to at most 6 decimals.
+pub fn format_number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.6}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Fake weather for a city, and how long the fake weather service takes to answer it.
+pub fn fake_weather(city: &str) -> (serde_json::Value, std::time::Duration) {
+    let (temp_c, sky, latency_ms) = match city.trim().to_lowercase().as_str() {
+        "paris" => (18, "light rain", 600),
+        "tokyo" => (24, "sunny", 900),
+        "london" => (14, "overcast", 500),
+        "new york" => (21, "partly cloudy", 700),
+        _ => (20, "clear", 400),
+    };
+    (
+        serde_json::json!({ "city": city, "temperature_c": temp_c, "conditions": sky }),
+        std::time::Duration::from_millis(latency_ms),
+    )
+}
+
+/// The weather tool of the examples: fake data, read-only, with a simulated network delay
+/// (`tokio::time::sleep`, so tests with a paused clock do not wait).
+pub fn weather_tool() -> impl agent_loop::Tool {
+    /// The weather tool's input.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct WeatherInput {
+        /// The city, e.g. "Paris".
+        city: String,
+    }
+    agent_loop::FnTool::new(
+        "get_weather",
+        "Returns the current weather (temperature in °C and conditions) for a city.",
+        |input: WeatherInput, ctx: agent_loop::ToolContext| async move {
+            if input.city.trim().is_empty() {
+                return Err(agent_loop::ToolError::new(
+                    "city is empty; pass a city name such as \"Paris\"",
+                ));
+            }
+            let (report, latency) = fake_weather(&input.city);
+            ctx.report_progress(format!("asking the weather service about {}", input.city));
+            tokio::time::sleep(latency).await;
+            Ok(report)
+        },
+    )
+    .read_only(true)
+}
+
+/// Evaluates an arithmetic expression with + - * / ^, parentheses, unary minus and decimal
+/// numbers (a small recursive-descent parser; the same grammar as the calculator example).
+pub fn eval_arithmetic(expression: &str) -> Result<f64, String> {
+    let mut p = ArithParser {
+        s: expression.as_bytes(),
+        i: 0,
+    };
+    let v = p.expr(0)?;
+    p.skip_ws();
+    if let Some(c) = p.s.get(p.i) {
+        return Err(format!("unexpected {:?} at position {}", *c as char, p.i));
+    }
+    if !v.is_finite() {
+        return Err("the result is not a finite number (division by zero?)".into());
+    }
+    Ok(v)
+}
+
+struct ArithParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl ArithParser<'_> {
+    /// Nesting deeper than this is refused (the parser recurses).
+    const MAX_DEPTH: u32 = 64;
+
+    fn skip_ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> bool {
+        self.skip_ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expr(&mut self, depth: u32) -> Result<f64, String> {
+        if depth > Self::MAX_DEPTH {
+            return Err("the expression is nested too deeply".into());
+        }
+        let mut v = self.term(depth)?;
+        loop {
+            if self.eat(b'+') {
+                v += self.term(depth)?;
+            } else if self.eat(b'-') {
+                v -= self.term(depth)?;
+            } else {
+                return Ok(v);
+            }
+        }
+    }
+    fn term(&mut self, depth: u32) -> Result<f64, String> {
+        let mut v = self.power(depth)?;
+        loop {
+            if self.eat(b'*') {
+                v *= self.power(depth)?;
+            } else if self.eat(b'/') {
+                v /= self.power(depth)?;
+            } else {
+                return Ok(v);
+            }
+        }
+    }
+    fn power(&mut self, depth: u32) -> Result<f64, String> {
+        let base = self.unary(depth)?;
+        if self.eat(b'^') {
+            Ok(base.powf(self.power(depth + 1)?))
+        } else {
+            Ok(base)
+        }
+    }
+    fn unary(&mut self, depth: u32) -> Result<f64, String> {
+        if depth > Self::MAX_DEPTH {
+            return Err("the expression is nested too deeply".into());
+        }
+        if self.eat(b'-') {
+            return Ok(-self.unary(depth + 1)?);
+        }
+        if self.eat(b'(') {
+            let v = self.expr(depth + 1)?;
+            if !self.eat(b')') {
+                return Err("missing ')'".into());
+            }
+            return Ok(v);
+        }
+        self.skip_ws();
+        let start = self.i;
+        while self
+            .s
+            .get(self.i)
+            .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
+        {
+            self.i += 1;
+        }
+        self.s
+            .get(start..self.i)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| format!("expected a number at position {start}"))
+    }
+}

@@ -1,0 +1,328 @@
+//! The examples' scripted scenarios, run through the public API with the examples' own code
+//! (their scripts, agents and helpers are included from examples/ with `#[path]`).
+// Each included example brings its own copy of examples/common/mod.rs, as in its own build.
+#![allow(clippy::duplicate_mod)]
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/parallel_tools.rs"]
+mod parallel_tools;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/coding_agent/main.rs"]
+mod coding_agent;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/repl.rs"]
+mod repl;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::{AgentEvent, AnthropicClient, ContentBlock, Message, Termination};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// Every tool result of the conversation, in the model's order: (tool name, content, is_error).
+fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
+    let mut out = Vec::new();
+    for pair in messages.windows(2) {
+        let [asked, answered] = pair else { continue };
+        for (id, name, _) in asked.tool_uses() {
+            for block in &answered.content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                    ..
+                } = block
+                {
+                    if tool_use_id == id {
+                        out.push((name.to_owned(), content.clone(), *is_error));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn weather(content: &str) -> Value {
+    serde_json::from_str(content).unwrap_or_else(|e| panic!("not JSON ({e}): {content}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// parallel_tools
+
+const PARALLEL_FINAL: &str = "Paris: 18 °C with light rain. Tokyo: 24 °C and sunny. \
+                              A 9700 km flight at 850 km/h takes about 11.4 hours.";
+
+fn assert_parallel_results(messages: &[Message]) {
+    let results = tool_results(messages);
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[0].0, "get_weather");
+    assert_eq!(
+        weather(&results[0].1),
+        json!({"city": "Paris", "temperature_c": 18, "conditions": "light rain"})
+    );
+    assert_eq!(results[1].0, "get_weather");
+    assert_eq!(
+        weather(&results[1].1),
+        json!({"city": "Tokyo", "temperature_c": 24, "conditions": "sunny"})
+    );
+    assert_eq!(
+        (results[2].0.as_str(), results[2].1.as_str()),
+        ("calculator", "11.411765")
+    );
+    assert!(results.iter().all(|r| !r.2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_tools_run_concurrently_and_answer_in_order() {
+    let client = ScriptedClient::new(parallel_tools::script());
+    let mut agent = parallel_tools::build_agent(Arc::new(client.clone())).unwrap();
+    let mut arrived = Vec::new();
+    let (outcome, timer) = parallel_tools::run(&mut agent, parallel_tools::QUESTION, |event| {
+        if let AgentEvent::ToolResult { id, .. } = event {
+            arrived.push(id.clone());
+        }
+    })
+    .await;
+    let outcome = outcome.expect("a Finished event");
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, PARALLEL_FINAL);
+    assert_eq!(outcome.turns, 2);
+
+    // Results are shown as they finish (the calculator at once, Tokyo's 0.9 s lookup last)...
+    assert_eq!(arrived, ["call_flight", "call_paris", "call_tokyo"]);
+    // ...and the history keeps them in the model's order.
+    assert_parallel_results(agent.messages());
+    let in_order: Vec<String> = timer
+        .calls_in_order(agent.messages())
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(in_order, ["get_weather", "get_weather", "calculator"]);
+
+    // Concurrency, on tokio's paused clock: 0.6 s + 0.9 s of lookups in 0.9 s of wall time.
+    let batches = timer.batches();
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    let batch = &batches[0];
+    assert_eq!((batch.turn, batch.calls), (1, 3));
+    assert!(batch.sequential >= Duration::from_millis(1500), "{batch:?}");
+    assert!(batch.wall >= Duration::from_millis(900), "{batch:?}");
+    assert!(batch.wall < Duration::from_millis(1000), "{batch:?}");
+    assert!(client.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn parallel_tools_over_the_mock_server() {
+    // The example's own path: real Anthropic client, loopback HTTP, SSE.
+    let server = MockServer::start().await;
+    for response in parallel_tools::script() {
+        server.push(response);
+    }
+    let client = AnthropicClient::new("mock-key")
+        .base_url(server.anthropic_base_url())
+        .model("scripted");
+    let mut agent = parallel_tools::build_agent(Arc::new(client)).unwrap();
+    let (outcome, _) = parallel_tools::run(&mut agent, parallel_tools::QUESTION, |_| {}).await;
+    let outcome = outcome.expect("a Finished event");
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, PARALLEL_FINAL);
+    assert_parallel_results(agent.messages());
+    assert_eq!(server.remaining(), 0);
+    assert!(server.history_violations().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// coding_agent
+
+#[tokio::test]
+async fn coding_agent_writes_reads_runs_edits_and_summarizes() {
+    let dir = coding_agent::fresh_temp_dir("agent-loop-test-coding").unwrap();
+    let ws = Arc::new(coding_agent::tools::Workspace::new(&dir).unwrap());
+    let client = ScriptedClient::new(coding_agent::script());
+    let mut agent = coding_agent::build_agent(Arc::new(client.clone()), &ws).unwrap();
+
+    let events: Vec<AgentEvent> = futures::StreamExt::collect(agent.run(coding_agent::TASK)).await;
+    let outcome = match events.last() {
+        Some(AgentEvent::Finished(o)) => o.clone(),
+        other => panic!("the last event is not Finished: {other:?}"),
+    };
+    let on_disk = std::fs::read_to_string(dir.join(coding_agent::NOTES));
+    let results = tool_results(agent.messages());
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.turns, 5);
+    assert!(outcome.final_text.starts_with("Done. I created `notes.md`"));
+    assert_eq!(on_disk.unwrap(), coding_agent::NOTES_EDITED);
+
+    let names: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "write_file",
+            "read_file",
+            "read_file",
+            "bash",
+            "edit_file",
+            "bash"
+        ]
+    );
+    let written = coding_agent::NOTES_WRITTEN;
+    assert_eq!(
+        results[0].1,
+        format!("created notes.md ({} bytes, 4 lines)", written.len())
+    );
+    assert_eq!(results[1].1, written);
+    assert!(results[2].2, "reading outside is refused");
+    assert!(
+        results[2].1.contains("outside the working directory"),
+        "{}",
+        results[2].1
+    );
+    assert_eq!(results[3].1, "exit code: 0\nnotes.md\n4 notes.md");
+    assert_eq!(
+        results[4].1,
+        "edited notes.md: replaced 1 line(s) with 1 line(s)"
+    );
+    // bash is exclusive: it ran after the edit of the same turn, and saw it.
+    assert_eq!(
+        results[5].1,
+        format!("exit code: 0\n{}", coding_agent::NOTES_EDITED.trim_end())
+    );
+    let errors = results.iter().filter(|r| r.2).count();
+    assert_eq!(errors, 1, "{results:?}");
+    assert!(client.history_violations().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// repl
+
+fn lines(input: &[&str]) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(input.len().max(1));
+    for line in input {
+        tx.try_send((*line).to_owned()).unwrap();
+    }
+    rx // the sender is dropped: end of input after these lines
+}
+
+#[tokio::test(start_paused = true)]
+async fn repl_answers_piped_lines_and_exits_at_end_of_input() {
+    let client = ScriptedClient::new(repl::script());
+    let mut agent = repl::build_agent(Arc::new(client.clone())).unwrap();
+    let mut input = lines(&[
+        "hello",
+        "",
+        "what's the weather in Paris and London?",
+        "a story",
+    ]);
+    let (_ctrl_c, mut interrupts) = mpsc::unbounded_channel();
+    let mut out = Vec::new();
+    repl::repl(
+        &mut agent,
+        &mut input,
+        &mut interrupts,
+        &mut out,
+        repl::ReplOptions::default(),
+    )
+    .await
+    .unwrap();
+    let out = String::from_utf8(out).unwrap();
+
+    let expected_in_order = [
+        "you> hello\n",
+        "Hello! I'm the scripted mock model",
+        "[1 turn(s) · 310 in / 34 out tokens]\n",
+        "you> what's the weather in Paris and London?\n",
+        "Let me check both cities.\n",
+        "  → get_weather({\"city\":\"Paris\"})\n",
+        "  → get_weather({\"city\":\"London\"})\n",
+        "Paris has 18 °C and light rain",
+        "[2 turn(s) · 833 in / 95 out tokens]\n",
+        "you> a story\n",
+        "Once upon a time",
+        "The end.\n[1 turn(s) · 512 in / 420 out tokens]\n",
+    ];
+    let mut rest = out.as_str();
+    for expected in expected_in_order {
+        let at = rest
+            .find(expected)
+            .unwrap_or_else(|| panic!("{expected:?} missing (in order) from:\n{out}"));
+        rest = &rest[at + expected.len()..];
+    }
+    assert!(out.contains("  ← get_weather ["), "{out}");
+    assert!(out.contains("\"city\":\"London\""), "{out}");
+    assert_eq!(client.remaining(), 0);
+    assert!(client.history_violations().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn repl_ctrl_c_cancels_the_answer_and_keeps_the_session() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Once upon a time").then_stall(),
+        ScriptedResponse::text("Still here.").usage_tokens(40, 3),
+    ]);
+    let mut agent = repl::build_agent(Arc::new(client.clone())).unwrap();
+    let mut input = lines(&["tell me a story", "are you there?"]);
+    let (ctrl_c, mut interrupts) = mpsc::unbounded_channel();
+    // Press Ctrl-C once the first answer is streaming (its request has been sent).
+    let watcher = client.clone();
+    tokio::spawn(async move {
+        while watcher.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let _ = ctrl_c.send(());
+    });
+    let mut out = Vec::new();
+    repl::repl(
+        &mut agent,
+        &mut input,
+        &mut interrupts,
+        &mut out,
+        repl::ReplOptions::default(),
+    )
+    .await
+    .unwrap();
+    let out = String::from_utf8(out).unwrap();
+
+    assert!(
+        out.contains("Once upon a time\n^C (cancelling this answer)\n[cancelled · "),
+        "{out}"
+    );
+    assert!(
+        out.contains("you> are you there?\nStill here.\n[1 turn(s) · 40 in / 3 out tokens]"),
+        "{out}"
+    );
+    assert!(!out.contains("bye"), "one Ctrl-C does not exit: {out}");
+    assert_eq!(client.requests().len(), 2);
+    assert!(client.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn repl_exits_on_a_second_ctrl_c_at_the_prompt() {
+    let client = ScriptedClient::new([]);
+    let mut agent = repl::build_agent(Arc::new(client.clone())).unwrap();
+    // Input stays open: only Ctrl-C can end the session.
+    let (_keep_open, mut input) = mpsc::channel::<String>(1);
+    let (ctrl_c, mut interrupts) = mpsc::unbounded_channel();
+    ctrl_c.send(()).unwrap();
+    ctrl_c.send(()).unwrap();
+    let mut out = Vec::new();
+    repl::repl(
+        &mut agent,
+        &mut input,
+        &mut interrupts,
+        &mut out,
+        repl::ReplOptions::default(),
+    )
+    .await
+    .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("(press Ctrl-C again to exit"), "{out}");
+    assert!(out.ends_with("bye\n"), "{out}");
+    assert!(client.requests().is_empty());
+}
