@@ -759,3 +759,48 @@ fn the_builder_rejects_duplicate_tools() {
         .unwrap_err();
     assert!(err.to_string().contains("add"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_read_only_call_after_a_side_effecting_one_waits_for_it() {
+    let lookup = FnTool::new(
+        "lookup",
+        "Reads.",
+        |_: serde_json::Value, ctx: agent_loop::ToolContext| async move {
+            ctx.report_progress("looking");
+            Ok::<_, ToolError>("found")
+        },
+    )
+    .read_only(true);
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("w", "add", json!({"a": 1, "b": 1}))
+            .then_tool_call("r", "lookup", json!({"k": 1}))
+            .then_pause(Duration::from_secs(1))
+            .then_text("waiting"),
+        ScriptedResponse::tool_call("r2", "lookup", json!({"k": 2}))
+            .then_pause(Duration::from_secs(1)),
+        ScriptedResponse::text("done"),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(lookup)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (events, _) = run(&mut agent, "go").await;
+    let k = kinds(&events);
+    let pos = |needle: &str| {
+        k.iter()
+            .position(|e| e.starts_with(needle))
+            .unwrap_or_else(|| panic!("{needle} in {k:?}"))
+    };
+    assert!(
+        pos("TurnEnd 1") < pos("Call r "),
+        "the read waits for the write before it: {k:?}"
+    );
+    assert!(pos("Call w") < pos("Call r "), "{k:?}");
+    // An early read-only call reports progress too.
+    assert!(pos("Call r2") < pos("TurnEnd 2"), "{k:?}");
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolProgress { id, message } if id == "r2" && message == "looking")));
+    assert_valid(&agent);
+}

@@ -101,19 +101,29 @@ enum AttemptError {
 
 type EarlyTools<'t> = FuturesUnordered<BoxFuture<'t, ToolCallResult>>;
 
-/// What the model turn produced besides the response: read-only calls started early.
+/// What the model turn produced besides the response: read-only calls started early, and the
+/// progress channel every tool of the turn reports into.
 struct Early<'t> {
     running: EarlyTools<'t>,
     done: Vec<ToolCallResult>,
     started: Vec<String>,
+    /// Whether the response has asked for a call that is not read-only: calls after it wait
+    /// for the end of the message, so they never run before it.
+    blocked: bool,
+    progress_tx: mpsc::Sender<ToolProgress>,
+    progress_rx: mpsc::Receiver<ToolProgress>,
 }
 
 impl Early<'_> {
     fn new() -> Self {
+        let (progress_tx, progress_rx) = mpsc::channel(64);
         Early {
             running: FuturesUnordered::new(),
             done: Vec::new(),
             started: Vec::new(),
+            blocked: false,
+            progress_tx,
+            progress_rx,
         }
     }
 }
@@ -535,6 +545,7 @@ impl Run<'_> {
                         .await;
                 }
                 LlmEvent::ToolCallStart { index, id, name } => {
+                    early.blocked |= !tools.is_read_only(&name);
                     if ids.len() < 4096 {
                         ids.insert(index, id.clone());
                     }
@@ -552,7 +563,7 @@ impl Run<'_> {
                         .await;
                     }
                 }
-                LlmEvent::BlockStop { index } if start_early => {
+                LlmEvent::BlockStop { index } if start_early && !early.blocked => {
                     if let Some((id, name, input)) = assembler.completed_tool_call(index) {
                         if tools.is_read_only(name) {
                             let call = ToolCall::new(id, name, input.clone());
@@ -589,7 +600,9 @@ impl Run<'_> {
         })
         .await;
         early.started.push(call.id.clone());
-        let opts = ExecOptions::new().cancel(self.cancel.clone());
+        let opts = ExecOptions::new()
+            .cancel(self.cancel.clone())
+            .progress(early.progress_tx.clone());
         early.running.push(Box::pin(
             async move { tools.execute_one(call, &opts).await },
         ));
@@ -684,15 +697,25 @@ impl Run<'_> {
             }
         }
 
-        let (progress_tx, mut progress_rx) = mpsc::channel::<ToolProgress>(64);
+        // Side-effecting calls never overlap read-only calls still running from the stream
+        // (they may touch the same resource): those finish first.
+        let side_effects = to_run.iter().any(|c| !tools.is_read_only(&c.name));
+        while side_effects && !early.running.is_empty() {
+            if let Some(result) = early.running.next().await {
+                self.emit_result(&result).await;
+                if let Some(i) = index_of(&result.id) {
+                    results[i] = Some(result);
+                }
+            }
+        }
         let opts = ExecOptions::new()
             .cancel(self.cancel.clone())
-            .progress(progress_tx);
+            .progress(early.progress_tx.clone());
         let mut batch = std::pin::pin!(tools.execute_stream(to_run, opts));
         let mut batch_done = false;
         while !batch_done || !early.running.is_empty() {
             tokio::select! {
-                Some(progress) = progress_rx.recv() => {
+                Some(progress) = early.progress_rx.recv() => {
                     self.emit(AgentEvent::ToolProgress { id: progress.call_id, message: progress.message }).await;
                 }
                 item = batch.next(), if !batch_done => match item {
