@@ -17,7 +17,7 @@
 //!
 //! Time is tokio's paused clock: timeouts and backoffs auto-advance while every task waits,
 //! so a test takes a few milliseconds of wall time whatever the configured durations.
-//! Tests that found a bug in `src/` are `#[ignore = "BUG: …"]` and assert what should happen.
+//! Tests that found bugs assert what should happen; the bugs they found are fixed.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -1093,8 +1093,6 @@ async fn oversize_tool_args(format: Format) {
     assert_history(&agent, Some(&server), &["user: text \"go\""]);
 }
 fault!(
-    #[ignore = "BUG: the agent assembles with StreamAssembler::new() (default limits), so the \
-                client's StreamLimits::max_tool_args_bytes is never applied (src/agent/run.rs:480)"]
     oversize_tool_arguments => oversize_tool_args
 );
 
@@ -1205,9 +1203,6 @@ async fn tool_args_not_json(format: Format) {
     assert!(result_event(&events, "c1").contains("invalid arguments for tool \"count\""));
 }
 fault!(
-    #[ignore = "BUG: a call whose arguments are not JSON is answered in the history but no \
-                ToolResult event is emitted (src/agent/run.rs:639-649 sets results[i] without \
-                emit_result)"]
     tool_arguments_not_json => tool_args_not_json
 );
 
@@ -1440,9 +1435,6 @@ async fn repeated_tool_call(format: Format) {
     assert_eq!(kinds(&events), expected, "{events:#?}");
 }
 fault!(
-    #[ignore = "BUG: the repeated call is answered in the history but no ToolResult event is \
-                emitted for it (src/agent/run.rs:616-631 returns the error results without \
-                emit_result)"]
     repeated_tool_call => repeated_tool_call
 );
 
