@@ -773,3 +773,20 @@ async fn the_stream_is_lazy() {
     drop(stream);
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn recorded_requests_redact_keys_in_debug_output() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("hi"));
+    let client = AnthropicClient::new("sk-ant-secret-123")
+        .base_url(server.anthropic_base_url())
+        .model("m");
+    let request = ModelRequest::new(vec![Message::user("hi")]);
+    let events: Vec<_> = client.stream(&request).collect().await;
+    assert!(events.iter().all(|e| e.is_ok()), "{events:?}");
+    let recorded = server.requests();
+    assert_eq!(recorded[0].header("x-api-key"), Some("sk-ant-secret-123"));
+    let debug = format!("{:?}", recorded[0]);
+    assert!(!debug.contains("sk-ant-secret-123"), "{debug}");
+    assert!(debug.contains("[redacted]"));
+}

@@ -47,6 +47,7 @@ impl Agent {
         );
         let cancel = self.handle.token();
         let driver = Run {
+            span: span.clone(),
             agent: self,
             tx,
             cancel,
@@ -131,6 +132,8 @@ impl Early<'_> {
 /// The state of one run. If it is dropped before the run finished (the stream was dropped),
 /// `Drop` leaves the history valid.
 struct Run<'a> {
+    /// The `agent.run` span; the outcome is recorded on it.
+    span: tracing::Span,
     agent: &'a mut Agent,
     tx: mpsc::Sender<AgentEvent>,
     cancel: CancellationToken,
@@ -187,7 +190,7 @@ impl Run<'_> {
         self.agent.context.repair();
         self.partial_text.clear();
         self.finished = true;
-        let span = tracing::Span::current();
+        let span = &self.span;
         span.record("turns", self.turns);
         span.record("input_tokens", self.usage.total_input_tokens());
         span.record("output_tokens", self.usage.output_tokens);

@@ -313,7 +313,11 @@ impl MockResponse {
 
 /// One request the [`MockServer`] received.
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Its `Debug` output redacts credentials (`authorization`, `x-api-key`, `api-key`, …), so a
+/// failing assertion never prints a key; [`RecordedRequest::header`] still returns them for
+/// tests that check what was sent.
+#[derive(Clone, PartialEq)]
 pub struct RecordedRequest {
     /// The method (`POST`).
     pub method: String,
@@ -325,6 +329,38 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The wire format the path selected, if any.
     pub format: Option<WireFormat>,
+}
+
+/// Whether a header carries a credential.
+fn is_secret_header(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "authorization" | "proxy-authorization" | "x-api-key" | "api-key" | "x-goog-api-key"
+    )
+}
+
+impl fmt::Debug for RecordedRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = if is_secret_header(name) {
+                    "[redacted]"
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("RecordedRequest")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("headers", &headers)
+            .field("body", &self.body)
+            .field("format", &self.format)
+            .finish()
+    }
 }
 
 impl RecordedRequest {

@@ -205,7 +205,23 @@ struct CallRun<'a> {
 }
 
 impl CallRun<'_> {
+    /// Runs the call inside a `tool.call` tracing span that records its duration and outcome.
     async fn run(self) -> (usize, ToolCallResult) {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "tool.call",
+            tool = %self.call.name,
+            call_id = %self.call.id,
+            duration_ms = tracing::field::Empty,
+            is_error = tracing::field::Empty,
+        );
+        let (index, result) = self.run_inner().instrument(span.clone()).await;
+        span.record("duration_ms", result.duration.as_secs_f64() * 1000.0);
+        span.record("is_error", result.is_error);
+        (index, result)
+    }
+
+    async fn run_inner(self) -> (usize, ToolCallResult) {
         for dep in &self.deps {
             dep.cancelled().await;
         }

@@ -1,0 +1,111 @@
+//! The agent reports its work as tracing spans: a run, each turn, each model call and each
+//! tool call, with usage and durations as fields.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::{Agent, FnTool, ToolError};
+use futures::StreamExt;
+use serde_json::json;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// Span name → the field names recorded on it, over all spans of that name.
+type Seen = Arc<Mutex<BTreeMap<String, Vec<String>>>>;
+
+struct Recorder {
+    next: AtomicU64,
+    names: Mutex<BTreeMap<u64, String>>,
+    seen: Seen,
+}
+
+struct FieldNames(Vec<String>);
+
+impl Visit for FieldNames {
+    fn record_debug(&mut self, field: &Field, _value: &dyn std::fmt::Debug) {
+        self.0.push(field.name().to_owned());
+    }
+}
+
+impl Subscriber for Recorder {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, attrs: &Attributes<'_>) -> Id {
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let name = attrs.metadata().name().to_owned();
+        let mut fields = FieldNames(Vec::new());
+        attrs.record(&mut fields);
+        self.names.lock().unwrap().insert(id, name.clone());
+        self.seen
+            .lock()
+            .unwrap()
+            .entry(name)
+            .or_default()
+            .extend(fields.0);
+        Id::from_u64(id)
+    }
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        let mut fields = FieldNames(Vec::new());
+        values.record(&mut fields);
+        if let Some(name) = self.names.lock().unwrap().get(&span.into_u64()) {
+            self.seen
+                .lock()
+                .unwrap()
+                .entry(name.clone())
+                .or_default()
+                .extend(fields.0);
+        }
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+#[test]
+fn runs_turns_model_calls_and_tool_calls_are_spans_with_usage_and_durations() {
+    let seen: Seen = Arc::default();
+    let recorder = Recorder {
+        next: AtomicU64::new(0),
+        names: Mutex::default(),
+        seen: seen.clone(),
+    };
+    let _guard = tracing::subscriber::set_default(recorder);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = ScriptedClient::new([
+            ScriptedResponse::tool_call("c1", "echo", json!({"text": "hi"})).usage_tokens(10, 2),
+            ScriptedResponse::text("done").usage_tokens(12, 1),
+        ]);
+        let echo = FnTool::new("echo", "Echoes.", |v: serde_json::Value, _ctx| async move {
+            Ok::<_, ToolError>(v.to_string())
+        });
+        let mut agent = Agent::builder(client).tool(echo).build().unwrap();
+        let _: Vec<_> = agent.run("go").collect().await;
+    });
+    let seen = seen.lock().unwrap();
+    let has =
+        |span: &str, field: &str| seen.get(span).is_some_and(|f| f.iter().any(|n| n == field));
+    assert!(
+        has("agent.run", "turns")
+            && has("agent.run", "input_tokens")
+            && has("agent.run", "output_tokens"),
+        "{seen:?}"
+    );
+    assert!(has("agent.turn", "turn"), "{seen:?}");
+    assert!(
+        has("llm.call", "input_tokens") && has("llm.call", "output_tokens"),
+        "{seen:?}"
+    );
+    assert!(
+        has("tool.call", "tool") && has("tool.call", "duration_ms") && has("tool.call", "is_error"),
+        "{seen:?}"
+    );
+}
