@@ -299,9 +299,11 @@ fn check_openai(request: &ModelRequest, body: &Value, valid_history: bool) {
     if request.system.as_deref().is_some_and(|s| !s.is_empty()) {
         assert_eq!(str_field(&messages[0], "role"), "system");
     }
+    // Results in assistant messages (an invalid history) have no place in Chat Completions.
     let results_in = request
         .messages
         .iter()
+        .filter(|m| m.role != Role::Assistant)
         .flat_map(|m| &m.content)
         .filter(|b| matches!(b, ContentBlock::ToolResult { .. }))
         .count();
