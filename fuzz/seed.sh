@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Seeds the fuzz corpora (fuzz/corpus/<target>/, git-ignored) from real stream bodies:
+#   - tests/fixtures/{anthropic,openai}/*.sse       (or $AGENT_LOOP_FIXTURES/{anthropic,openai})
+#   - the SDK transcripts, ../shared/transcripts/*.sse (or $AGENT_LOOP_TRANSCRIPTS), when present.
+# Each seed is a 0x00 byte (the input layout's "no cut points", see fuzz/src/lib.rs) followed by
+# the body. The `sse` target gets every body; `anthropic` and `openai` get their provider's.
+# Safe to run again: files are named by content hash, so nothing is duplicated.
+set -euo pipefail
+
+fuzz_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$fuzz_dir")"
+fixtures="${AGENT_LOOP_FIXTURES:-$root/tests/fixtures}"
+transcripts="${AGENT_LOOP_TRANSCRIPTS:-$root/../shared/transcripts}"
+
+seed() { # seed <target> <file>
+    local dir="$fuzz_dir/corpus/$1" tmp
+    mkdir -p "$dir"
+    tmp="$(mktemp)"
+    { printf '\000'; cat "$2"; } > "$tmp"
+    mv "$tmp" "$dir/seed-$(sha1sum < "$tmp" | cut -c1-16)"
+}
+
+count=0
+for provider in anthropic openai; do
+    for file in "$fixtures/$provider"/*.sse "$transcripts/${provider}"_*.sse; do
+        [ -f "$file" ] || continue
+        seed sse "$file"
+        seed "$provider" "$file"
+        count=$((count + 1))
+    done
+done
+mkdir -p "$fuzz_dir/corpus/request_encoding"
+echo "seeded $count bodies into $fuzz_dir/corpus/{sse,anthropic,openai}"
