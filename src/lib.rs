@@ -104,6 +104,29 @@ pub use tool::{
     ToolError, ToolOutput, ToolProgress, ToolRegistry,
 };
 
+/// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz
+/// sets it). Not part of the public API.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod __fuzz {
+    use crate::{LlmError, ModelRequest, WireFormat};
+
+    /// The JSON body a client would send for `request` in `format` (model `fuzz-model` when the
+    /// request names none).
+    pub fn encode_request(
+        format: WireFormat,
+        request: &ModelRequest,
+    ) -> Result<serde_json::Value, LlmError> {
+        let body = match format {
+            WireFormat::Anthropic => crate::provider::anthropic::fuzz_encode(request)?,
+            WireFormat::OpenAiChat => crate::provider::openai::fuzz_encode(request)?,
+        };
+        serde_json::from_slice(&body).map_err(|e| LlmError::InvalidRequest {
+            message: format!("the encoded body is not JSON: {e}"),
+        })
+    }
+}
+
 /// The `#[async_trait]` attribute, for implementing [`Tool`] without a direct dependency.
 pub use async_trait::async_trait;
 /// The schemars version whose `JsonSchema` tool inputs must derive.

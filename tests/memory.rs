@@ -594,8 +594,6 @@ fn feed_chunks(
 }
 
 #[test]
-#[ignore = "BUG: empty content blocks are not counted against any limit; each one keeps a \
-            StreamAssembler slot (~200 bytes) and is found by a linear scan (quadratic time)"]
 fn endless_empty_blocks_are_refused_or_bounded() {
     let _serial = serial();
     let mut limits = small_limits();
@@ -641,8 +639,6 @@ fn endless_empty_blocks_are_refused_or_bounded() {
 }
 
 #[test]
-#[ignore = "BUG: the HTTP client holds every event that comes before the first content event \
-            (Driver::held), without bound: a stream of usage events grows memory"]
 fn events_before_content_are_not_held_without_bound() {
     let _serial = serial();
     let count = 50_000;
@@ -683,7 +679,8 @@ fn events_before_content_are_not_held_without_bound() {
             }
             drop(stream);
             let peak = measure.peak_growth();
-            assert!(usage_events >= count, "{name}: {usage_events}");
+            // Usage figures are cumulative: held ones may be folded into the latest.
+            assert!(usage_events >= 1, "{name}: {usage_events}");
             if peak > MIB {
                 failures.push(format!(
                     "{name}: {count} usage events before content: peak grew by {peak} bytes"

@@ -2069,3 +2069,22 @@ fn retry_event_is_refused_by_the_assembler() {
         .unwrap_err();
     assert!(matches!(err, LlmError::Malformed { .. }));
 }
+
+#[test]
+fn a_decoder_that_failed_at_finish_keeps_failing() {
+    let mut decoder = WireDecoder::new(WireFormat::OpenAiChat);
+    let mut out = Vec::new();
+    decoder
+        .push(
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+            &mut out,
+        )
+        .unwrap();
+    let err = decoder.finish(&mut out).unwrap_err();
+    assert!(matches!(err, LlmError::Incomplete { .. }), "{err}");
+    assert_eq!(
+        decoder.push(b"data: [DONE]\n\n", &mut out),
+        Err(err.clone())
+    );
+    assert_eq!(decoder.finish(&mut out), Err(err));
+}

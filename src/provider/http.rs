@@ -442,11 +442,31 @@ impl Driver<'_> {
         if self.content_seen || matches!(event, LlmEvent::MessageStop { .. }) {
             self.out.extend(self.held.drain(..));
             self.out.push_back(event);
-        } else {
-            self.held.push(event);
+            return;
+        }
+        // Held events stay bounded: a later usage figure or message start replaces the earlier
+        // one (they are cumulative), and a stream that sends many other events before any
+        // content has them released rather than held without bound.
+        let same_kind = |held: &LlmEvent| {
+            matches!(
+                (held, &event),
+                (LlmEvent::Usage(_), LlmEvent::Usage(_))
+                    | (LlmEvent::MessageStart { .. }, LlmEvent::MessageStart { .. })
+            )
+        };
+        match self.held.iter().position(same_kind) {
+            Some(i) => self.held[i] = event,
+            None if self.held.len() < MAX_HELD_EVENTS => self.held.push(event),
+            None => {
+                self.out.extend(self.held.drain(..));
+                self.out.push_back(event);
+            }
         }
     }
 }
+
+/// The most events held back before the first content event (see `Driver::accept`).
+const MAX_HELD_EVENTS: usize = 64;
 
 /// Reads at most [`MAX_ERROR_BODY`] bytes of a response body before `deadline`.
 async fn read_bounded(response: reqwest::Response, deadline: Instant) -> Vec<u8> {

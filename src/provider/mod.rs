@@ -198,6 +198,8 @@ impl StreamLimits {
 pub struct WireDecoder {
     sse: SseDecoder,
     inner: ProviderDecoder,
+    /// The first error; once set, every call returns it again.
+    error: Option<LlmError>,
 }
 
 #[derive(Debug)]
@@ -221,6 +223,7 @@ impl WireDecoder {
         WireDecoder {
             sse: SseDecoder::with_limits(limits.sse()),
             inner,
+            error: None,
         }
     }
 
@@ -228,17 +231,31 @@ impl WireDecoder {
     ///
     /// After an error the decoder is spent: later calls return the same error.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        let WireDecoder { sse, inner } = self;
-        sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out))
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let WireDecoder { sse, inner, .. } = self;
+        let result = sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out));
+        self.remember(result)
+    }
+
+    fn remember(&mut self, result: Result<(), LlmError>) -> Result<(), LlmError> {
+        if let Err(e) = &result {
+            self.error = Some(e.clone());
+        }
+        result
     }
 
     /// Ends the body: dispatches a pending last event and errors if the stream ended before
     /// the provider's end-of-message marker ([`LlmError::Incomplete`]).
     pub fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        let WireDecoder { sse, inner } = self;
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let WireDecoder { sse, inner, .. } = self;
         // An event dispatched only because the body ended was cut off in transit when it does
         // not parse: that is a truncated stream, not a malformed one.
-        sse.finish_with(|event| {
+        let result = sse.finish_with(|event| {
             inner
                 .on_event(event.event, event.data, out)
                 .map_err(|e| match e {
@@ -247,8 +264,9 @@ impl WireDecoder {
                     }
                     other => other,
                 })
-        })?;
-        inner.finish(out)
+        });
+        let result = result.and_then(|()| inner.finish(out));
+        self.remember(result)
     }
 
     /// Whether the provider's end-of-message marker has been seen.

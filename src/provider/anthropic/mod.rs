@@ -2,6 +2,12 @@
 
 pub(crate) mod decode;
 mod request;
+
+/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
+#[cfg(fuzzing)]
+pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+    request::encode(request, "fuzz-model")
+}
 mod wire;
 
 use std::time::Duration;

@@ -3,6 +3,12 @@
 
 pub(crate) mod decode;
 mod request;
+
+/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
+#[cfg(fuzzing)]
+pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+    request::encode(request, "fuzz-model", MaxTokensField::default())
+}
 mod wire;
 
 use std::time::Duration;
