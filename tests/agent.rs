@@ -804,3 +804,39 @@ async fn a_read_only_call_after_a_side_effecting_one_waits_for_it() {
         .any(|e| matches!(e, AgentEvent::ToolProgress { id, message } if id == "r2" && message == "looking")));
     assert_valid(&agent);
 }
+
+#[tokio::test]
+async fn stop_after_turn_lets_the_current_turn_finish_its_tools() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("a1", "add", json!({"a": 1, "b": 1})),
+        ScriptedResponse::text("never asked"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut events = Vec::new();
+    {
+        let mut stream = std::pin::pin!(agent.run("go"));
+        while let Some(event) = stream.next().await {
+            if matches!(event, AgentEvent::TurnStart { turn: 1 }) {
+                handle.stop_after_turn();
+            }
+            events.push(event);
+        }
+    }
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(outcome.termination, Termination::Cancelled);
+    assert_eq!(client.requests().len(), 1, "no second model call");
+    assert_eq!(
+        agent.messages().last().unwrap().content,
+        vec![ContentBlock::tool_result("a1", "2", false)]
+    );
+    assert_valid(&agent);
+    // The request to stop applied to that run only.
+    let (_, outcome) = run(&mut agent, "again").await;
+    assert_eq!(outcome.final_text, "never asked");
+}

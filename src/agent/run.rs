@@ -24,7 +24,10 @@ use super::turn::{self, FailureTracker, Next, RepeatTracker};
 use super::{Agent, AgentEvent, HookAction, RunOutcome, Termination, ToolDecision};
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
-const EVENT_BUFFER: usize = 64;
+/// One: the run never gets ahead of what the host has seen, so a cancel or stop the host
+/// decides on after an event applies right there (both live in the same task, so waiting
+/// costs no task switch).
+const EVENT_BUFFER: usize = 1;
 /// Marker appended to answer text that a cancellation cut short.
 const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 
