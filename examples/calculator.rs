@@ -56,8 +56,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "calculator",
         "Evaluates an arithmetic expression exactly as written and returns the number.",
         |input: CalcInput, _ctx| async move {
-            eval(&input.expression)
-                .map(|v| v.to_string())
+            common::eval_arithmetic(&input.expression)
+                .map(common::format_number)
                 .map_err(|e| ToolError::new(format!("cannot evaluate {:?}: {e}", input.expression)))
         },
     )
@@ -78,105 +78,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(Termination::Completed) => Ok(()),
         Some(other) => Err(format!("the run ended: {other}").into()),
         None => Err("the run ended without an outcome".into()),
-    }
-}
-
-/// A small recursive-descent evaluator: expr = term (('+'|'-') term)*, term = power (('*'|'/') power)*,
-/// power = unary ('^' power)?, unary = '-' unary | atom, atom = number | '(' expr ')'.
-fn eval(expression: &str) -> Result<f64, String> {
-    let mut p = Parser {
-        s: expression.as_bytes(),
-        i: 0,
-    };
-    let v = p.expr()?;
-    p.skip_ws();
-    if p.i != p.s.len() {
-        return Err(format!(
-            "unexpected {:?} at position {}",
-            p.s[p.i] as char, p.i
-        ));
-    }
-    if !v.is_finite() {
-        return Err("the result is not a finite number (division by zero?)".into());
-    }
-    Ok(v)
-}
-
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn skip_ws(&mut self) {
-        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, c: u8) -> bool {
-        self.skip_ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
-    }
-    fn expr(&mut self) -> Result<f64, String> {
-        let mut v = self.term()?;
-        loop {
-            if self.eat(b'+') {
-                v += self.term()?;
-            } else if self.eat(b'-') {
-                v -= self.term()?;
-            } else {
-                return Ok(v);
-            }
-        }
-    }
-    fn term(&mut self) -> Result<f64, String> {
-        let mut v = self.power()?;
-        loop {
-            if self.eat(b'*') {
-                v *= self.power()?;
-            } else if self.eat(b'/') {
-                v /= self.power()?;
-            } else {
-                return Ok(v);
-            }
-        }
-    }
-    fn power(&mut self) -> Result<f64, String> {
-        let base = self.unary()?;
-        if self.eat(b'^') {
-            Ok(base.powf(self.power()?))
-        } else {
-            Ok(base)
-        }
-    }
-    fn unary(&mut self) -> Result<f64, String> {
-        if self.eat(b'-') {
-            return Ok(-self.unary()?);
-        }
-        if self.eat(b'(') {
-            let v = self.expr()?;
-            if !self.eat(b')') {
-                return Err("missing ')'".into());
-            }
-            return Ok(v);
-        }
-        self.skip_ws();
-        let start = self.i;
-        while self
-            .s
-            .get(self.i)
-            .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
-        {
-            self.i += 1;
-        }
-        std::str::from_utf8(&self.s[start..self.i])
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| format!("expected a number at position {start}"))
     }
 }

@@ -657,3 +657,63 @@ mod tests {
         assert_eq!(join_url("http://h", "/chat"), "http://h/chat");
     }
 }
+
+/// The transport setters both clients share (each client keeps its own docs' details: an
+/// example header, the idle-timeout default and what keep-alives look like).
+macro_rules! transport_setters {
+    ($header_example:literal, $idle_default:literal, $keep_alive:literal) => {
+        #[doc = concat!("An extra header sent with every request (", $header_example, ").")]
+        pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+            self.transport
+                .settings_mut()
+                .headers
+                .push((name.into(), value.into()));
+            self
+        }
+
+        /// The longest wait to establish the connection (default 10 s).
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.transport.settings_mut().connect_timeout = timeout;
+            self
+        }
+
+        /// The longest wait for the response headers after sending (default 120 s).
+        pub fn first_byte_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.transport.settings_mut().first_byte_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!(
+                    "The longest wait between two content events (text, thinking or tool-argument ",
+                    "deltas) of one response (default ", $idle_default, "). ", $keep_alive
+                )]
+        pub fn idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.transport.settings_mut().idle_timeout = timeout;
+            self
+        }
+
+        /// The longest time for a whole response, retries included (default: none).
+        pub fn total_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.transport.settings_mut().total_timeout = Some(timeout);
+            self
+        }
+
+        /// Which failures are retried, and how (default [`RetryPolicy::default`](crate::RetryPolicy::default)).
+        pub fn retry_policy(mut self, policy: crate::provider::RetryPolicy) -> Self {
+            self.transport.settings_mut().retry = policy;
+            self
+        }
+
+        /// Size limits on the streamed response (default [`StreamLimits::default`](crate::StreamLimits::default)).
+        pub fn stream_limits(mut self, limits: crate::provider::StreamLimits) -> Self {
+            self.transport.settings_mut().limits = limits;
+            self
+        }
+
+        /// The configured retry policy.
+        pub fn get_retry_policy(&self) -> &crate::provider::RetryPolicy {
+            &self.transport.settings().retry
+        }
+    };
+}
+pub(crate) use transport_setters;

@@ -16,7 +16,6 @@ use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::retry::RetryPolicy;
 use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -45,12 +44,12 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// Sends `x-api-key` (marked sensitive; the key never appears in `Debug` output or errors),
 /// `anthropic-version: 2023-06-01`, `content-type: application/json` and
 /// `accept: text/event-stream`. Transient failures before any content arrived are retried per
-/// the [`RetryPolicy`] and reported as [`LlmEvent::Retry`](crate::LlmEvent::Retry).
+/// the [`RetryPolicy`](crate::RetryPolicy) and reported as [`LlmEvent::Retry`](crate::LlmEvent::Retry).
 ///
 /// The events of an attempt that fails before any content are held back, so after a
 /// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
 /// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
-/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`]).
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 120 s between content events (pings do not count), no total limit.
@@ -119,56 +118,11 @@ impl AnthropicClient {
         self
     }
 
-    /// An extra header sent with every request (for example `anthropic-beta`).
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.transport
-            .settings_mut()
-            .headers
-            .push((name.into(), value.into()));
-        self
-    }
-
-    /// The longest wait to establish the connection (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.transport.settings_mut().connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for the response headers after sending (default 120 s).
-    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
-        self.transport.settings_mut().first_byte_timeout = timeout;
-        self
-    }
-
-    /// The longest wait between two content events (text, thinking or tool-argument deltas)
-    /// of one response (default 120 s). Keep-alive pings do not reset it.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.transport.settings_mut().idle_timeout = timeout;
-        self
-    }
-
-    /// The longest time for a whole response, retries included (default: none).
-    pub fn total_timeout(mut self, timeout: Duration) -> Self {
-        self.transport.settings_mut().total_timeout = Some(timeout);
-        self
-    }
-
-    /// Which failures are retried, and how (default [`RetryPolicy::default`]).
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.transport.settings_mut().retry = policy;
-        self
-    }
-
-    /// Size limits on the streamed response (default [`StreamLimits::default`]).
-    pub fn stream_limits(mut self, limits: StreamLimits) -> Self {
-        self.transport.settings_mut().limits = limits;
-        self
-    }
-
-    /// The configured retry policy.
-    pub fn get_retry_policy(&self) -> &RetryPolicy {
-        &self.transport.settings().retry
-    }
+    crate::provider::http::transport_setters!(
+        "for example `anthropic-beta`",
+        "120 s",
+        "Keep-alive pings do not reset it."
+    );
 
     fn build(&self, request: &ModelRequest) -> Result<HttpRequest, LlmError> {
         let body = request::encode(request, &self.model)?;
