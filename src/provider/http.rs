@@ -602,62 +602,6 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     format!("{}{}", base.trim_end_matches('/'), path)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            map.insert(*k, HeaderValue::from_str(v).unwrap());
-        }
-        map
-    }
-
-    #[test]
-    fn retry_after_forms() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "7")]), now),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            retry_after(
-                &headers(&[("retry-after", "7"), ("retry-after-ms", "1500")]),
-                now
-            ),
-            Some(Duration::from_millis(1500))
-        );
-        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", &date)]), now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
-        assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
-    }
-
-    #[test]
-    fn secret_debug_is_redacted() {
-        let s = Secret::new("sk-very-secret");
-        assert_eq!(format!("{s:?}"), "\"[redacted]\"");
-        let v = s.header_value("Bearer ").unwrap();
-        assert!(v.is_sensitive());
-        assert!(!format!("{v:?}").contains("very-secret"));
-        let bad = Secret::new("sk\nx").header_value("").unwrap_err();
-        assert!(!bad.to_string().contains("sk"));
-    }
-
-    #[test]
-    fn join_url_trims_slashes() {
-        assert_eq!(
-            join_url("http://h/x/", "/v1/messages"),
-            "http://h/x/v1/messages"
-        );
-        assert_eq!(join_url("http://h", "/chat"), "http://h/chat");
-    }
-}
-
 /// The transport setters both clients share (each client keeps its own docs' details: an
 /// example header, the idle-timeout default and what keep-alives look like).
 macro_rules! transport_setters {
@@ -717,3 +661,59 @@ macro_rules! transport_setters {
     };
 }
 pub(crate) use transport_setters;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "7"), ("retry-after-ms", "1500")]),
+                now
+            ),
+            Some(Duration::from_millis(1500))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &date)]), now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
+    }
+
+    #[test]
+    fn secret_debug_is_redacted() {
+        let s = Secret::new("sk-very-secret");
+        assert_eq!(format!("{s:?}"), "\"[redacted]\"");
+        let v = s.header_value("Bearer ").unwrap();
+        assert!(v.is_sensitive());
+        assert!(!format!("{v:?}").contains("very-secret"));
+        let bad = Secret::new("sk\nx").header_value("").unwrap_err();
+        assert!(!bad.to_string().contains("sk"));
+    }
+
+    #[test]
+    fn join_url_trims_slashes() {
+        assert_eq!(
+            join_url("http://h/x/", "/v1/messages"),
+            "http://h/x/v1/messages"
+        );
+        assert_eq!(join_url("http://h", "/chat"), "http://h/chat");
+    }
+}
