@@ -840,3 +840,34 @@ async fn stop_after_turn_lets_the_current_turn_finish_its_tools() {
     let (_, outcome) = run(&mut agent, "again").await;
     assert_eq!(outcome.final_text, "never asked");
 }
+
+/// A long run on a current-thread runtime exhausts tokio's cooperative budget; the stream must
+/// still deliver every event, `Finished` last (found by the agent benchmark).
+#[test]
+fn a_long_run_delivers_every_event_on_a_current_thread_runtime() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut script: Vec<ScriptedResponse> = (0..99)
+            .map(|i| ScriptedResponse::tool_call(format!("c{i}"), "add", json!({"a": i, "b": 1})))
+            .collect();
+        script.push(ScriptedResponse::text("done"));
+        let mut agent = Agent::builder(ScriptedClient::new(script))
+            .tool(add_tool())
+            .max_turns(200)
+            .build()
+            .unwrap();
+        let (events, outcome) = run(&mut agent, "go").await;
+        assert_eq!(outcome.termination, Termination::Completed);
+        assert_eq!(outcome.turns, 100);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::TurnEnd { .. }))
+                .count(),
+            100
+        );
+    });
+}

@@ -89,11 +89,10 @@ impl Stream for EventStream<'_> {
                 this.driver = None;
             }
         }
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(event) => Poll::Ready(event),
-            Poll::Pending if this.driver.is_none() => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        // The driver owns the only sender, so the channel ends by itself once the driver is
+        // done and every event is taken. `Pending` never means "ended": tokio's cooperative
+        // budget can make a receive pending (and wake the task) while events remain.
+        this.rx.poll_recv(cx)
     }
 }
 
@@ -749,6 +748,14 @@ impl Run<'_> {
                     }
                 }
             }
+        }
+        // Progress reported just before its tool finished is still worth showing.
+        while let Ok(progress) = early.progress_rx.try_recv() {
+            self.emit(AgentEvent::ToolProgress {
+                id: progress.call_id,
+                message: progress.message,
+            })
+            .await;
         }
         let results = results
             .into_iter()
