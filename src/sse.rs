@@ -123,8 +123,13 @@ struct EventBuilder {
     /// Whether a `data` field was seen since the last dispatch (`data:` with an empty value
     /// still makes an event).
     has_data: bool,
-    /// The event type buffer (empty means `message`).
-    event_type: Vec<u8>,
+    /// The event type buffer, decoded (empty means `message`). Kept, not cleared, between
+    /// events while `event_set` is false, so a stream that names the same few event types over
+    /// and over decodes each name once, not once per event.
+    event_type: String,
+    /// Whether an `event` field was seen since the last dispatch (the spec's buffer is
+    /// non-empty).
+    event_set: bool,
     /// The last event id buffer; survives dispatches, as the spec says.
     last_id: Option<String>,
     /// A `retry` value seen since the last dispatch.
@@ -377,8 +382,10 @@ impl EventBuilder {
             b"data" => self.append_data(value)?,
             // "Set the event type buffer to field value."
             b"event" => {
-                self.event_type.clear();
-                self.event_type.extend_from_slice(value);
+                if self.event_type.as_bytes() != value {
+                    self.event_type = utf8_lossy(value).into_owned();
+                }
+                self.event_set = true;
             }
             // "If the field value does not contain U+0000 NULL, then set the last event ID
             // buffer to the field value. Otherwise, ignore the field."
@@ -443,7 +450,7 @@ impl EventBuilder {
         // "If the data buffer is an empty string, set the data buffer and the event type
         // buffer to the empty string and return."
         if !has_data {
-            self.event_type.clear();
+            self.event_set = false;
             self.retry = None;
             return Ok(());
         }
@@ -453,21 +460,21 @@ impl EventBuilder {
         // "Initialize event's type attribute to "message" ... If the event type buffer has a
         // value other than the empty string, change the type of the newly created event to
         // equal the value of the event type buffer."
-        let event: Cow<'_, str> = if self.event_type.is_empty() {
-            Cow::Borrowed("message")
+        let event: &str = if !self.event_set || self.event_type.is_empty() {
+            "message"
         } else {
-            utf8_lossy(&self.event_type)
+            &self.event_type
         };
         let result = on_event(SseEventRef {
-            event: &event,
+            event,
             data: &data,
             id: self.last_id.as_deref(),
             retry: self.retry,
         });
-        drop((data, event));
+        drop(data);
         // "Set the data buffer and the event type buffer to the empty string."
         self.data.clear();
-        self.event_type.clear();
+        self.event_set = false;
         self.has_data = false;
         self.retry = None;
         result

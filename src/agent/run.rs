@@ -487,7 +487,7 @@ impl Run<'_> {
         final_call: bool,
     ) -> Result<ModelResponse, AttemptError> {
         let mut stream = client.stream(request);
-        let mut assembler = StreamAssembler::new();
+        let mut assembler = StreamAssembler::with_limits(client.stream_limits());
         let mut content_seen = false;
         let mut usage = Usage::default();
         let mut ids: HashMap<usize, String> = HashMap::new();
@@ -637,6 +637,9 @@ impl Run<'_> {
                 .iter()
                 .map(|c| error_result(c, &message))
                 .collect::<Vec<_>>();
+            for result in &results {
+                self.emit_result(result).await;
+            }
             return ToolStep {
                 results,
                 stop: Some(Termination::RepeatedToolCall { name, times }),
@@ -686,6 +689,12 @@ impl Run<'_> {
                 results[*pos] = Some(error_result(call, "not run: the run was stopped"));
             }
             to_run.clear();
+        }
+
+        // Every call the agent answered itself (invalid arguments, denied, stopped) is
+        // reported like a call the registry ran.
+        for result in results.iter().flatten() {
+            self.emit_result(result).await;
         }
 
         // Results of calls started early that already finished.

@@ -371,6 +371,12 @@ pub trait LlmClient: Send + Sync {
     fn model(&self) -> &str {
         ""
     }
+
+    /// The limits on untrusted response data the client enforces; the agent assembles
+    /// responses with the same limits (tool-argument and response sizes).
+    fn stream_limits(&self) -> StreamLimits {
+        StreamLimits::default()
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
@@ -380,6 +386,9 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
     fn model(&self) -> &str {
         (**self).model()
     }
+    fn stream_limits(&self) -> StreamLimits {
+        (**self).stream_limits()
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
@@ -388,5 +397,8 @@ impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
     }
     fn model(&self) -> &str {
         (**self).model()
+    }
+    fn stream_limits(&self) -> StreamLimits {
+        (**self).stream_limits()
     }
 }

@@ -190,6 +190,10 @@ impl LlmClient for AnthropicClient {
     fn model(&self) -> &str {
         &self.model
     }
+
+    fn stream_limits(&self) -> StreamLimits {
+        self.transport.settings().limits
+    }
 }
 
 fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {

@@ -245,6 +245,10 @@ impl LlmClient for OpenAiClient {
     fn model(&self) -> &str {
         &self.model
     }
+
+    fn stream_limits(&self) -> StreamLimits {
+        self.transport.settings().limits
+    }
 }
 
 /// Reads `{"error":{"message","type","code"}}`, and the looser shapes compatible servers send
