@@ -27,7 +27,9 @@ use agent_loop::{
     Agent, AgentEvent, AnthropicClient, FnTool, LlmClient, LlmEvent, LlmStream, ModelRequest,
     StopReason, TiktokenCounter, ToolError, Usage,
 };
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
@@ -127,11 +129,9 @@ struct Step {
 
 /// A tool that does nothing worth measuring.
 fn step_tool() -> impl agent_loop::Tool {
-    FnTool::new(
-        "step",
-        "Records a step.",
-        |input: Step, _ctx| async move { Ok::<_, ToolError>(format!("step {} done", input.n)) },
-    )
+    FnTool::new("step", "Records a step.", |input: Step, _ctx| async move {
+        Ok::<_, ToolError>(format!("step {} done", input.n))
+    })
 }
 
 fn build_agent(client: impl LlmClient + 'static, max_turns: u32) -> Agent {
@@ -213,10 +213,11 @@ impl ReplayClient {
                 StopReason::EndTurn
             };
             events.push(LlmEvent::BlockStop { index: 0 });
-            let mut usage = Usage::default();
-            usage.input_tokens = 400 + 30 * i as u64;
-            usage.output_tokens = 20;
-            events.push(LlmEvent::Usage(usage));
+            events.push(LlmEvent::Usage(Usage {
+                input_tokens: 400 + 30 * i as u64,
+                output_tokens: 20,
+                ..Usage::default()
+            }));
             events.push(LlmEvent::MessageStop { stop_reason });
             script.push_back(events);
         }
