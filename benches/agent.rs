@@ -362,6 +362,43 @@ async fn concurrent_runs(client: &AnthropicClient, server: &MockServer) -> (usiz
     (completed, turns)
 }
 
+/// CPU time (user + system) this process has used, from `/proc/self/stat` (Linux; `None`
+/// elsewhere). Clock ticks are taken as 100 Hz, the Linux default.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// The host's `TcpExt` counters `ListenOverflows` and `TCPSynRetrans` from
+/// `/proc/net/netstat` (Linux; `None` elsewhere): connections the mock server's accept queue
+/// dropped, and the SYNs clients had to send again (each after a 1 s timeout).
+fn tcp_drops() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        if !names.starts_with("TcpExt:") {
+            continue;
+        }
+        let pairs: Vec<(&str, &str)> = names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .collect();
+        let get = |key: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == key)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+        };
+        return Some((get("ListenOverflows")?, get("TCPSynRetrans")?));
+    }
+    None
+}
+
 fn concurrent(c: &mut Criterion) {
     TiktokenCounter::warm_up();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -379,9 +416,23 @@ fn concurrent(c: &mut Criterion) {
         // Let the previous batch's server and connections finish closing before the baseline.
         rt.block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
         let baseline = Counting::reset_peak();
+        let cpu_before = process_cpu();
+        let drops_before = tcp_drops();
         let start = Instant::now();
         let (completed, turns) = rt.block_on(concurrent_runs(&client, &server));
         let elapsed = start.elapsed();
+        let cores_busy = match (cpu_before, process_cpu()) {
+            (Some(a), Some(b)) => format!("{:.2}", (b - a).as_secs_f64() / elapsed.as_secs_f64()),
+            _ => "unknown".to_owned(),
+        };
+        let drops = match (drops_before, tcp_drops()) {
+            (Some(a), Some(b)) => format!(
+                "{} accept-queue overflows and {} SYN retransmits (1 s each) on the host",
+                b.0 - a.0,
+                b.1 - a.1
+            ),
+            _ => "TCP drop counters unavailable".to_owned(),
+        };
         let peak = PEAK.load(Ordering::Relaxed);
         let after = CURRENT.load(Ordering::Relaxed);
         let requests = server.requests().len();
@@ -392,8 +443,9 @@ fn concurrent(c: &mut Criterion) {
         println!(
             "agent/concurrent memory batch {batch}: {completed}/{RUNS} runs completed, \
              {turns} turns, {requests} requests, {violations} history violations, \
-             {:.0} runs/s; peak heap above baseline {:.1} MiB = {:.1} KiB per run, of which \
-             at most {:.1} KiB per run is the mock server's request log (freed with the server)",
+             {:.0} runs/s, {cores_busy} cores busy on average; peak heap above baseline {:.1} MiB = {:.1} KiB per run, of which \
+             at most {:.1} KiB per run is the mock server's request log (freed with the server); \
+             {drops}",
             RUNS as f64 / elapsed.as_secs_f64(),
             (peak - baseline) as f64 / (1 << 20) as f64,
             (peak - baseline) as f64 / RUNS as f64 / 1024.0,
