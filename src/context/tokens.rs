@@ -60,7 +60,7 @@ const MAX_PIECE_BYTES: usize = 64 * 1024;
 /// Exact for GPT-4o, GPT-4.1, GPT-5 and the o-series; a close estimate for other models (Claude
 /// tokenizes somewhat more finely; the [`ContextManager`](crate::ContextManager) corrects for
 /// that with the provider's reported usage). The encoder is built once per process, on first
-/// use (tens of milliseconds in release builds); call [`TiktokenCounter::warm_up`] to pay that
+/// use (about 0.2 s in release builds, see BENCHMARKS.md); call [`TiktokenCounter::warm_up`] to pay that
 /// cost up front.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TiktokenCounter {
