@@ -871,3 +871,12 @@ fn a_long_run_delivers_every_event_on_a_current_thread_runtime() {
         );
     });
 }
+
+/// The run's stream can move to another thread (DESIGN.md: "the stream is Send").
+#[test]
+fn the_run_stream_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let mut agent = Agent::builder(ScriptedClient::new([])).build().unwrap();
+    let stream = agent.run("hi");
+    assert_send(&stream);
+}

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
@@ -790,11 +789,4 @@ fn error_result(call: &ToolCall, message: &str) -> ToolCallResult {
         true,
         std::time::Duration::ZERO,
     )
-}
-
-#[allow(dead_code)]
-fn _assert_send(agent: &mut Agent) {
-    fn is_send<T: Send>(_: &T) {}
-    is_send(&agent.run("x"));
-    let _: Option<Arc<()>> = None;
 }

@@ -69,6 +69,27 @@ pub(crate) fn keep_alive(format: WireFormat) -> Vec<u8> {
     }
 }
 
+/// One content segment of an Anthropic stream: the block's start (with empty content) when this
+/// is its first delta, then the delta, so that "after the first content event" includes some
+/// real content.
+fn delta_segment(first: bool, index: usize, block: Value, delta: Value) -> Segment {
+    let mut bytes = Vec::new();
+    if first {
+        bytes = sse(
+            Some("content_block_start"),
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        );
+    }
+    bytes.extend(sse(
+        Some("content_block_delta"),
+        &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+    ));
+    Segment {
+        bytes,
+        kind: SegmentKind::Content,
+    }
+}
+
 fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(event) = event {
@@ -185,46 +206,18 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                     json!({"type": "ping"}),
                 );
             }
-            // A text or thinking block's start (with empty text) and its first delta form one
-            // segment, so that "after the first content event" includes some real content.
-            LlmEvent::TextDelta { index, text } => {
-                let mut bytes = Vec::new();
-                if started.insert(*index, ()).is_none() {
-                    bytes = sse(
-                        Some("content_block_start"),
-                        &json!({"type": "content_block_start", "index": index,
-                                "content_block": {"type": "text", "text": ""}}),
-                    );
-                }
-                bytes.extend(sse(
-                    Some("content_block_delta"),
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "text_delta", "text": text}}),
-                ));
-                out.push(Segment {
-                    bytes,
-                    kind: SegmentKind::Content,
-                });
-            }
-            LlmEvent::ThinkingDelta { index, thinking } => {
-                let mut bytes = Vec::new();
-                if started.insert(*index, ()).is_none() {
-                    bytes = sse(
-                        Some("content_block_start"),
-                        &json!({"type": "content_block_start", "index": index,
-                                "content_block": {"type": "thinking", "thinking": ""}}),
-                    );
-                }
-                bytes.extend(sse(
-                    Some("content_block_delta"),
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "thinking_delta", "thinking": thinking}}),
-                ));
-                out.push(Segment {
-                    bytes,
-                    kind: SegmentKind::Content,
-                });
-            }
+            LlmEvent::TextDelta { index, text } => out.push(delta_segment(
+                started.insert(*index, ()).is_none(),
+                *index,
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": text}),
+            )),
+            LlmEvent::ThinkingDelta { index, thinking } => out.push(delta_segment(
+                started.insert(*index, ()).is_none(),
+                *index,
+                json!({"type": "thinking", "thinking": ""}),
+                json!({"type": "thinking_delta", "thinking": thinking}),
+            )),
             LlmEvent::SignatureDelta { index, signature } => {
                 if started.insert(*index, ()).is_none() {
                     push(
