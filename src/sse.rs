@@ -19,7 +19,8 @@ use crate::error::LlmError;
 pub struct SseLimits {
     /// Longest line, terminator excluded (default 4 MiB).
     pub max_line_bytes: usize,
-    /// Largest data of one event (default 8 MiB).
+    /// Largest data of one event (default 8 MiB), counted as decoded: an invalid UTF-8
+    /// sequence counts as the 3 bytes of its U+FFFD replacement.
     pub max_event_bytes: usize,
 }
 
@@ -119,13 +120,13 @@ const BOM_DONE: u8 = u8::MAX;
 struct EventBuilder {
     /// The data buffer: data lines joined by LF, without the spec's trailing LF.
     /// Invariant: at most `max_event_bytes` bytes.
-    data: Vec<u8>,
+    data: String,
     /// Whether a `data` field was seen since the last dispatch (`data:` with an empty value
     /// still makes an event).
     has_data: bool,
-    /// The event type buffer, decoded (empty means `message`). Kept, not cleared, between
-    /// events while `event_set` is false, so a stream that names the same few event types over
-    /// and over decodes each name once, not once per event.
+    /// The event type buffer (empty means `message`). Kept, not cleared, between events while
+    /// `event_set` is false, so a stream that names the same event type over and over copies
+    /// it once, not once per event.
     event_type: String,
     /// Whether an `event` field was seen since the last dispatch (the spec's buffer is
     /// non-empty).
@@ -241,62 +242,105 @@ impl SseDecoder {
                 chunk = &chunk[1..];
             }
         }
+        let Some(&last) = chunk.last() else {
+            return Ok(());
+        };
+        // A CR is always a line end; ending the chunk, it may be the first half of a CRLF.
+        self.skip_lf = last == b'\r';
 
+        // A line whose start an earlier chunk left in the line buffer ends at the first
+        // terminator of this one.
+        if !self.line.is_empty() {
+            let Some((end, next)) = line_at(chunk, 0) else {
+                return self.buffer_tail(chunk);
+            };
+            check_line(self.line.len() + end, &self.limits)?;
+            self.line.extend_from_slice(&chunk[..end]);
+            let result = self.builder.line(&utf8_lossy(&self.line), on_event);
+            self.line.clear();
+            result?;
+            chunk = chunk.get(next..).unwrap_or_default();
+        }
+
+        // Everything up to the last terminator is whole lines; the rest is the start of a
+        // line that goes on in the next chunk.
+        let Some(last) = memchr::memrchr2(b'\n', b'\r', chunk) else {
+            return self.buffer_tail(chunk);
+        };
+        let (lines, tail) = chunk.split_at(last + 1);
+        // The lines are validated as one piece: one SIMD pass per chunk rather than one per
+        // event (a character split across chunks sits in the tail). Only when that fails is
+        // each line decoded on its own, replacing invalid UTF-8 with U+FFFD; splitting on CR
+        // and LF before decoding is equivalent to decoding first because they never occur
+        // inside a multi-byte sequence.
+        match simdutf8::basic::from_utf8(lines) {
+            Ok(text) => self.whole_lines(text, on_event)?,
+            Err(_) => self.whole_lines_lossy(lines, on_event)?,
+        }
+        self.buffer_tail(tail)
+    }
+
+    /// Processes `text`, which is whole lines (it ends with a terminator).
+    fn whole_lines(
+        &mut self,
+        text: &str,
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        let bytes = text.as_bytes();
         let mut pos = 0;
-        // The value of a `data` line of this chunk that is only borrowed so far: the usual
-        // one-line event is dispatched straight from the chunk, without copying its data.
-        let mut borrowed: Option<(usize, usize)> = None;
-        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) {
-            let end = pos + offset;
-            if self.line.is_empty() {
-                let piece = &chunk[pos..end];
-                check_line(piece.len(), &self.limits)?;
-                match borrowed.take() {
-                    Some((start, stop)) if piece.is_empty() => {
-                        self.builder
-                            .dispatch_with(Some(&chunk[start..stop]), on_event)?;
+        // The value of a `data` line that is only borrowed so far: the usual one-line event
+        // is dispatched straight from the chunk, without copying its data.
+        let mut borrowed: Option<&str> = None;
+        while let Some((end, next)) = line_at(bytes, pos) {
+            // Terminators are ASCII, so they sit on character boundaries.
+            let line = text.get(pos..end).unwrap_or_default();
+            check_line(line.len(), &self.limits)?;
+            match borrowed.take() {
+                Some(data) if line.is_empty() => {
+                    self.builder.dispatch_with(Some(data), on_event)?;
+                }
+                pending => {
+                    if let Some(data) = pending {
+                        self.builder.append_data(data)?;
                     }
-                    pending => {
-                        if let Some((start, stop)) = pending {
-                            self.builder.append_data(&chunk[start..stop])?;
+                    match line.strip_prefix("data:") {
+                        Some(value) if !self.builder.has_data => {
+                            let value = value.strip_prefix(' ').unwrap_or(value);
+                            self.builder.check_data(value.len())?;
+                            borrowed = Some(value);
                         }
-                        match piece.strip_prefix(b"data:") {
-                            Some(value) if !self.builder.has_data => {
-                                let value = value.strip_prefix(b" ").unwrap_or(value);
-                                self.builder.check_data(value.len())?;
-                                borrowed = Some((end - value.len(), end));
-                            }
-                            _ => self.builder.line(piece, on_event)?,
-                        }
+                        _ => self.builder.line(line, on_event)?,
                     }
                 }
-            } else {
-                // Only the first line of a chunk can continue a buffered tail, so nothing is
-                // borrowed yet here.
-                let piece = &chunk[pos..end];
-                check_line(self.line.len() + piece.len(), &self.limits)?;
-                self.line.extend_from_slice(piece);
-                let result = self.builder.line(&self.line, on_event);
-                self.line.clear();
-                result?;
             }
-            // "Lines must be separated by either a U+000D CARRIAGE RETURN U+000A LINE FEED
-            // (CRLF) character pair, a single U+000A LINE FEED (LF) character, or a single
-            // U+000D CARRIAGE RETURN (CR) character."
-            pos = end + 1;
-            if chunk[end] == b'\r' {
-                match chunk.get(pos) {
-                    Some(b'\n') => pos += 1,
-                    Some(_) => {}
-                    None => self.skip_lf = true,
-                }
-            }
+            pos = next;
         }
-        if let Some((start, stop)) = borrowed {
+        if let Some(data) = borrowed {
             // The event goes on in the next chunk: keep its data.
-            self.builder.append_data(&chunk[start..stop])?;
+            self.builder.append_data(data)?;
         }
-        let tail = &chunk[pos..];
+        Ok(())
+    }
+
+    /// [`whole_lines`](Self::whole_lines) for bytes that are not valid UTF-8: each line is
+    /// decoded with replacement characters (the line limit counts the bytes received).
+    fn whole_lines_lossy(
+        &mut self,
+        bytes: &[u8],
+        on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
+    ) -> Result<(), LlmError> {
+        let mut pos = 0;
+        while let Some((end, next)) = line_at(bytes, pos) {
+            let line = &bytes[pos..end];
+            check_line(line.len(), &self.limits)?;
+            self.builder.line(&String::from_utf8_lossy(line), on_event)?;
+            pos = next;
+        }
+        Ok(())
+    }
+
+    /// Keeps the unterminated start of a line for the next chunk.
+    fn buffer_tail(&mut self, tail: &[u8]) -> Result<(), LlmError> {
         if !tail.is_empty() {
             check_line(self.line.len() + tail.len(), &self.limits)?;
             self.line.extend_from_slice(tail);
@@ -315,7 +359,7 @@ impl SseDecoder {
             self.bom_matched = BOM_DONE;
         }
         if !self.line.is_empty() {
-            let result = self.builder.line(&self.line, on_event);
+            let result = self.builder.line(&utf8_lossy(&self.line), on_event);
             self.line.clear();
             result?;
         }
@@ -336,6 +380,46 @@ fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// The line of `bytes` that starts at `pos`: where it ends and where the next one starts, or
+/// `None` when no terminator follows `pos`.
+fn line_at(bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
+    let &first = bytes.get(pos)?;
+    // A blank line (an event's end) is found without a search.
+    let end = if first == b'\n' || first == b'\r' {
+        pos
+    } else {
+        pos + memchr::memchr2(b'\n', b'\r', bytes.get(pos..)?)?
+    };
+    // "Lines must be separated by either a U+000D CARRIAGE RETURN U+000A LINE FEED (CRLF)
+    // character pair, a single U+000A LINE FEED (LF) character, or a single U+000D CARRIAGE
+    // RETURN (CR) character."
+    let next = match bytes.get(end..end + 2) {
+        Some(b"\r\n") => end + 2,
+        _ => end + 1,
+    };
+    Some((end, next))
+}
+
+/// A line's field name and value (the value without its one leading space).
+fn split_field(line: &str) -> (&str, &str) {
+    let bytes = line.as_bytes();
+    // Field names are short: a plain look at the first bytes finds the colon of `data:` or
+    // `event:` sooner than a vectorized search of the whole line would start.
+    let colon = match bytes.iter().take(8).position(|&b| b == b':') {
+        Some(i) => Some(i),
+        None => memchr::memchr(b':', bytes),
+    };
+    match colon {
+        // The colon is ASCII, so both sides of it are character boundaries.
+        Some(i) => {
+            let field = line.get(..i).unwrap_or_default();
+            let value = line.get(i + 1..).unwrap_or_default();
+            (field, value.strip_prefix(' ').unwrap_or(value))
+        }
+        None => (line, ""),
+    }
+}
+
 fn check_line(len: usize, limits: &SseLimits) -> Result<(), LlmError> {
     if len > limits.max_line_bytes {
         return Err(LlmError::LimitExceeded {
@@ -351,7 +435,7 @@ impl EventBuilder {
     /// Processes one complete line (terminator removed).
     fn line(
         &mut self,
-        line: &[u8],
+        line: &str,
         on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
     ) -> Result<(), LlmError> {
         // "If the line is empty (a blank line): Dispatch the event."
@@ -359,7 +443,7 @@ impl EventBuilder {
             return self.dispatch(on_event);
         }
         // "If the line starts with a U+003A COLON character (:): Ignore the line."
-        if line[0] == b':' {
+        if line.starts_with(':') {
             return Ok(());
         }
         // "If the line contains a U+003A COLON character (:): Collect the characters on the
@@ -368,35 +452,30 @@ impl EventBuilder {
         // let value be that string. If value starts with a U+0020 SPACE character, remove it
         // from value." Otherwise "the whole line as the field name, and the empty string as
         // the field value."
-        let (field, value) = match memchr::memchr(b':', line) {
-            Some(i) => {
-                let value = &line[i + 1..];
-                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
-        };
+        let (field, value) = split_field(line);
         match field {
             // "Append the field value to the data buffer, then append a single U+000A LINE
             // FEED (LF) character to the data buffer." (The trailing LF is removed again at
             // dispatch, so it is written only between lines here.)
-            b"data" => self.append_data(value)?,
+            "data" => self.append_data(value)?,
             // "Set the event type buffer to field value."
-            b"event" => {
-                if self.event_type.as_bytes() != value {
-                    self.event_type = utf8_lossy(value).into_owned();
+            "event" => {
+                if self.event_type != value {
+                    self.event_type.clear();
+                    self.event_type.push_str(value);
                 }
                 self.event_set = true;
             }
             // "If the field value does not contain U+0000 NULL, then set the last event ID
             // buffer to the field value. Otherwise, ignore the field."
-            b"id" if memchr::memchr(0, value).is_none() => {
-                self.last_id = Some(String::from_utf8_lossy(value).into_owned());
+            "id" if !value.contains('\0') => {
+                self.last_id = Some(value.to_owned());
             }
             // "If the field value consists of only ASCII digits, then interpret the field value
             // as an integer in base ten ... Otherwise, ignore the field."
-            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                 // All digits, so only overflow can fail; an absurd value is ignored.
-                if let Ok(ms) = std::str::from_utf8(value).unwrap_or("").parse::<u64>() {
+                if let Ok(ms) = value.parse::<u64>() {
                     self.retry = Some(ms);
                 }
             }
@@ -422,12 +501,12 @@ impl EventBuilder {
     /// "Append the field value to the data buffer, then append a single U+000A LINE FEED (LF)
     /// character to the data buffer." (The trailing LF is removed again at dispatch, so it is
     /// written only between lines here.)
-    fn append_data(&mut self, value: &[u8]) -> Result<(), LlmError> {
+    fn append_data(&mut self, value: &str) -> Result<(), LlmError> {
         self.check_data(value.len())?;
         if self.has_data {
-            self.data.push(b'\n');
+            self.data.push('\n');
         }
-        self.data.extend_from_slice(value);
+        self.data.push_str(value);
         self.has_data = true;
         Ok(())
     }
@@ -443,7 +522,7 @@ impl EventBuilder {
     /// data buffer (a single data line, borrowed from the chunk).
     fn dispatch_with(
         &mut self,
-        borrowed: Option<&[u8]>,
+        borrowed: Option<&str>,
         on_event: &mut dyn FnMut(SseEventRef<'_>) -> Result<(), LlmError>,
     ) -> Result<(), LlmError> {
         let has_data = self.has_data || borrowed.is_some();
@@ -454,9 +533,7 @@ impl EventBuilder {
             self.retry = None;
             return Ok(());
         }
-        // Decoding replaces invalid UTF-8 with U+FFFD; splitting on CR/LF bytes first is
-        // equivalent because those bytes never occur inside a multi-byte sequence.
-        let data: Cow<'_, str> = utf8_lossy(borrowed.unwrap_or(&self.data));
+        let data = borrowed.unwrap_or(&self.data);
         // "Initialize event's type attribute to "message" ... If the event type buffer has a
         // value other than the empty string, change the type of the newly created event to
         // equal the value of the event type buffer."
@@ -467,11 +544,10 @@ impl EventBuilder {
         };
         let result = on_event(SseEventRef {
             event,
-            data: &data,
+            data,
             id: self.last_id.as_deref(),
             retry: self.retry,
         });
-        drop(data);
         // "Set the data buffer and the event type buffer to the empty string."
         self.data.clear();
         self.event_set = false;
