@@ -291,7 +291,25 @@ impl SseDecoder {
         // The value of a `data` line that is only borrowed so far: the usual one-line event
         // is dispatched straight from the chunk, without copying its data.
         let mut borrowed: Option<&str> = None;
-        while let Some((end, next)) = line_at(bytes, pos) {
+        loop {
+            // Streams name the same event type over and over (`event: content_block_delta`):
+            // a line that names the current type again is recognised by comparison, without
+            // a search for its end.
+            if let Some((len, next)) = self
+                .builder
+                .repeated_event_line(bytes.get(pos..).unwrap_or_default())
+            {
+                check_line(len, &self.limits)?;
+                if let Some(data) = borrowed.take() {
+                    self.builder.append_data(data)?;
+                }
+                self.builder.event_set = true;
+                pos += next;
+                continue;
+            }
+            let Some((end, next)) = line_at(bytes, pos) else {
+                break;
+            };
             // Terminators are ASCII, so they sit on character boundaries.
             let line = text.get(pos..end).unwrap_or_default();
             check_line(line.len(), &self.limits)?;
@@ -333,7 +351,8 @@ impl SseDecoder {
         while let Some((end, next)) = line_at(bytes, pos) {
             let line = &bytes[pos..end];
             check_line(line.len(), &self.limits)?;
-            self.builder.line(&String::from_utf8_lossy(line), on_event)?;
+            self.builder
+                .line(&String::from_utf8_lossy(line), on_event)?;
             pos = next;
         }
         Ok(())
@@ -483,6 +502,24 @@ impl EventBuilder {
             _ => {}
         }
         Ok(())
+    }
+
+    /// When `rest` starts with an `event` line that names the current event type again
+    /// (`event: <type>` and a terminator), that line's length and the offset after its
+    /// terminator.
+    fn repeated_event_line(&self, rest: &[u8]) -> Option<(usize, usize)> {
+        if self.event_type.is_empty() {
+            return None;
+        }
+        let after = rest
+            .strip_prefix(b"event: ")?
+            .strip_prefix(self.event_type.as_bytes())?;
+        let len = rest.len() - after.len();
+        match after {
+            [b'\r', b'\n', ..] => Some((len, len + 2)),
+            [b'\n' | b'\r', ..] => Some((len, len + 1)),
+            _ => None,
+        }
     }
 
     /// Checks that appending a data value of `len` bytes stays within the event limit.
@@ -648,6 +685,28 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_repeated_event_type_is_told_from_a_longer_one() {
+        let body = b"event: ab\ndata: 1\n\nevent: ab\r\ndata: 2\n\nevent: abc\ndata: 3\n\n\
+                     event: ab \ndata: 4\n\nevent: ab\rdata: 5\n\nevent: ab:\ndata: 6\n\n";
+        let want = vec![
+            ev("ab", "1"),
+            ev("ab", "2"),
+            ev("abc", "3"),
+            ev("ab ", "4"),
+            ev("ab", "5"),
+            ev("ab:", "6"),
+        ];
+        for cut in 0..=body.len() {
+            assert_eq!(
+                decode_all(&[&body[..cut], &body[cut..]]),
+                want,
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(decode_all(&[body.as_slice()]), want);
     }
 
     #[test]
