@@ -113,6 +113,8 @@ enum Body {
 
 #[derive(Debug)]
 struct Slot {
+    /// The block's index in the response.
+    index: usize,
     closed: bool,
     body: Body,
     /// Set at close for tool calls: the parsed input, or why it is unusable.
@@ -163,7 +165,8 @@ struct Slot {
 pub struct StreamAssembler {
     /// Blocks in order of first appearance. Invariant: `index` values are unique.
     slots: Vec<Slot>,
-    /// Block index → position in `slots`, so a lookup costs O(1) however many blocks come.
+    /// Block index → position in `slots`, for the blocks whose index is not their position,
+    /// so a lookup costs O(1) however many blocks come and in whatever order.
     positions: HashMap<usize, usize>,
     id: String,
     model: String,
@@ -392,7 +395,12 @@ impl StreamAssembler {
     }
 
     fn position(&self, index: usize) -> Option<usize> {
-        self.positions.get(&index).copied()
+        // Providers number blocks 0, 1, 2… in order, so a block's index is usually its
+        // position, found without hashing; the map holds the others.
+        match self.slots.get(index) {
+            Some(slot) if slot.index == index => Some(index),
+            _ => self.positions.get(&index).copied(),
+        }
     }
 
     fn create(&mut self, index: usize, body: Body) -> Result<(), LlmError> {
@@ -407,8 +415,11 @@ impl StreamAssembler {
                 _ => 0,
             };
         self.grow(size)?;
-        self.positions.insert(index, self.slots.len());
+        if index != self.slots.len() {
+            self.positions.insert(index, self.slots.len());
+        }
         self.slots.push(Slot {
+            index,
             closed: false,
             body,
             parsed: None,

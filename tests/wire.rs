@@ -2088,3 +2088,56 @@ fn a_decoder_that_failed_at_finish_keeps_failing() {
     );
     assert_eq!(decoder.finish(&mut out), Err(err));
 }
+
+#[test]
+fn blocks_are_found_by_index_whatever_their_order_and_numbering() {
+    // Indices out of order, sparse, huge, and one (1) equal to another block's position.
+    let mut assembler = StreamAssembler::new();
+    for e in [
+        call_start(3, "c3", "f"),
+        text_delta(1, "a"),
+        call_start(usize::MAX, "cmax", "g"),
+        call_start(0, "c0", "h"),
+        args(0, "{\"i\":0}"),
+        args(3, "{\"i\":"),
+        text_delta(1, "b"),
+        args(usize::MAX, "{\"i\":9}"),
+        args(3, "3}"),
+        stop(0),
+        stop(1),
+        stop(3),
+        stop(usize::MAX),
+        message_stop(StopReason::ToolUse),
+    ] {
+        assembler.push(&e).unwrap();
+    }
+    assert_eq!(
+        assembler
+            .completed_tool_call(3)
+            .map(|(id, _, input)| (id, input.clone())),
+        Some(("c3", json!({"i": 3})))
+    );
+    assert_eq!(
+        assembler.completed_tool_call(usize::MAX).map(|(id, ..)| id),
+        Some("cmax")
+    );
+    // A delta for a stopped block, and a second start of one, are still refused.
+    assert!(assembler.push(&args(3, "x")).is_err());
+    let mut again = StreamAssembler::new();
+    again.push(&call_start(2, "a", "f")).unwrap();
+    again.push(&text_delta(0, "x")).unwrap();
+    assert!(again.push(&call_start(2, "b", "f")).is_err());
+    assert!(again.push(&call_start(0, "b", "f")).is_err());
+    assert!(again.push(&args(1, "{}")).is_err(), "block 1 never started");
+
+    let r = assembler.finish().unwrap();
+    assert_eq!(
+        r.message.content,
+        vec![
+            tool("c3", "f", json!({"i": 3})),
+            ContentBlock::Text { text: "ab".into() },
+            tool("cmax", "g", json!({"i": 9})),
+            tool("c0", "h", json!({"i": 0})),
+        ]
+    );
+}
