@@ -162,6 +162,20 @@ impl Decoder {
             // Keep-alives carry nothing; anything after message_stop is ignored.
             return Ok(());
         }
+        if let Some(delta) = fast_delta(data) {
+            out.push(delta);
+            return Ok(());
+        }
+        self.parse_event(event, data, out)
+    }
+
+    /// Any event, through serde.
+    fn parse_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        out: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmError> {
         let parsed: Event<'_> = serde_json::from_str(data).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in Anthropic `{event}` event: {e}"))
         })?;
@@ -346,5 +360,294 @@ impl Decoder {
         } else {
             "no message_start event; the body was empty or not an Anthropic stream"
         }))
+    }
+}
+
+/// Reads the `content_block_delta` events that make up nearly all of a stream without going
+/// through serde: `{"type":"content_block_delta","index":N,"delta":{"type":K,F:S}}` in that
+/// key order, with any JSON whitespace between tokens, for the four delta kinds the crate
+/// models. The string value `S` is still decoded by serde_json (borrowed when it has no
+/// escapes), so escapes and control characters follow JSON exactly. Anything else (other
+/// events, other key orders, extra fields, numbers that are not plain non-negative integers)
+/// returns `None` and takes the general path, which gives the same events for every payload
+/// this accepts.
+fn fast_delta(data: &str) -> Option<LlmEvent> {
+    let mut c = Tokens { text: data, pos: 0 };
+    c.literal(b"{")?;
+    c.key(b"\"type\"")?;
+    c.literal(b"\"content_block_delta\"")?;
+    c.literal(b",")?;
+    c.key(b"\"index\"")?;
+    let index = c.index()?;
+    c.literal(b",")?;
+    c.key(b"\"delta\"")?;
+    c.literal(b"{")?;
+    c.key(b"\"type\"")?;
+    let kind = c.delta_kind()?;
+    c.literal(b",")?;
+    c.key(kind.field())?;
+    let value = c.string()?;
+    c.literal(b"}")?;
+    c.literal(b"}")?;
+    c.skip_whitespace();
+    if c.pos != data.len() {
+        return None;
+    }
+    Some(kind.event(index, value))
+}
+
+/// The delta kinds [`fast_delta`] reads.
+#[derive(Clone, Copy)]
+enum DeltaKind {
+    Text,
+    Thinking,
+    Json,
+    Signature,
+}
+
+impl DeltaKind {
+    /// The key of the field that carries the kind's string, quoted.
+    fn field(self) -> &'static [u8] {
+        match self {
+            DeltaKind::Text => b"\"text\"",
+            DeltaKind::Thinking => b"\"thinking\"",
+            DeltaKind::Json => b"\"partial_json\"",
+            DeltaKind::Signature => b"\"signature\"",
+        }
+    }
+
+    fn event(self, index: usize, value: String) -> LlmEvent {
+        match self {
+            DeltaKind::Text => LlmEvent::TextDelta { index, text: value },
+            DeltaKind::Thinking => LlmEvent::ThinkingDelta {
+                index,
+                thinking: value,
+            },
+            DeltaKind::Json => LlmEvent::ToolCallDelta {
+                index,
+                partial_json: value,
+            },
+            DeltaKind::Signature => LlmEvent::SignatureDelta {
+                index,
+                signature: value,
+            },
+        }
+    }
+}
+
+/// A cursor over the JSON text for [`fast_delta`]; every method returns `None` on anything
+/// unexpected. Tokens are ASCII, so `pos` is always at a character boundary.
+struct Tokens<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Tokens<'_> {
+    fn rest(&self) -> &[u8] {
+        self.text.as_bytes().get(self.pos..).unwrap_or_default()
+    }
+
+    /// JSON's insignificant whitespace: space, tab, LF, CR.
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.rest().first() {
+            self.pos += 1;
+        }
+    }
+
+    /// Exactly `token` after optional whitespace.
+    fn literal(&mut self, token: &[u8]) -> Option<()> {
+        self.skip_whitespace();
+        if !self.rest().starts_with(token) {
+            return None;
+        }
+        self.pos += token.len();
+        Some(())
+    }
+
+    /// A quoted key, then `:`.
+    fn key(&mut self, quoted: &[u8]) -> Option<()> {
+        self.literal(quoted)?;
+        self.literal(b":")
+    }
+
+    /// A JSON integer that fits a `usize`, without sign, fraction or exponent.
+    fn index(&mut self) -> Option<usize> {
+        self.skip_whitespace();
+        let rest = self.rest();
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        // JSON forbids leading zeros; a fraction or exponent is left to serde.
+        if digits == 0
+            || (digits > 1 && rest.first() == Some(&b'0'))
+            || matches!(rest.get(digits), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        let number = self.text.get(self.pos..self.pos + digits)?.parse().ok()?;
+        self.pos += digits;
+        Some(number)
+    }
+
+    fn delta_kind(&mut self) -> Option<DeltaKind> {
+        for (kind, token) in [
+            (DeltaKind::Text, &b"\"text_delta\""[..]),
+            (DeltaKind::Thinking, b"\"thinking_delta\""),
+            (DeltaKind::Json, b"\"input_json_delta\""),
+            (DeltaKind::Signature, b"\"signature_delta\""),
+        ] {
+            if self.literal(token).is_some() {
+                return Some(kind);
+            }
+        }
+        None
+    }
+
+    /// A JSON string, decoded by serde_json.
+    fn string(&mut self) -> Option<String> {
+        self.skip_whitespace();
+        let body = self.rest().strip_prefix(b"\"")?;
+        // The closing quote: the first `"` not escaped by a backslash.
+        let mut i = 0;
+        let len = loop {
+            i += memchr::memchr2(b'"', b'\\', body.get(i..)?)?;
+            match body.get(i)? {
+                b'"' => break i + 2, // the token, both quotes included
+                _ => i += 2,         // a backslash and the byte it escapes
+            }
+        };
+        let token = self.text.get(self.pos..self.pos + len)?;
+        let value: CowStr<'_> = serde_json::from_str(token).ok()?;
+        self.pos += len;
+        Some(value.into_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What the general (serde) path makes of a payload.
+    fn general(data: &str) -> Result<Vec<LlmEvent>, LlmError> {
+        let mut out = Vec::new();
+        Decoder::new().parse_event("content_block_delta", data, &mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn the_fast_path_reads_compact_spaced_and_escaped_deltas() {
+        for (data, want) in [
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+                LlmEvent::TextDelta { index: 0, text: "Hi".into() },
+            ),
+            (
+                r#"{"type": "content_block_delta", "index": 12, "delta": {"type": "thinking_delta", "thinking": "a\nb \"q\" \u00e9\ud83d\ude42"}}"#,
+                LlmEvent::ThinkingDelta { index: 12, thinking: "a\nb \"q\" é🙂".into() },
+            ),
+            (
+                "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\\\"}  \n}\r\n",
+                LlmEvent::ToolCallDelta { index: 0, partial_json: "{\"a\\".into() },
+            ),
+            (
+                r#"{"type":"content_block_delta","index":3,"delta":{"type":"signature_delta","signature":""}}"#,
+                LlmEvent::SignatureDelta { index: 3, signature: String::new() },
+            ),
+        ] {
+            assert_eq!(fast_delta(data), Some(want.clone()), "{data}");
+            assert_eq!(general(data).unwrap(), vec![want], "{data}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_everything_else_to_serde() {
+        for data in [
+            // another key order, an extra field, another kind, trailing bytes
+            r#"{"index":0,"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","citations":[]}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}}"#,
+            // numbers serde reads differently or refuses
+            r#"{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":1e0,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":99999999999999999999,"delta":{"type":"text_delta","text":"x"}}"#,
+            // strings serde refuses: a raw control character, a bad escape, a lone surrogate
+            "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\u{1}\"}}",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}}"#,
+            // cut off
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\"}}"#,
+        ] {
+            assert_eq!(fast_delta(data), None, "{data}");
+        }
+    }
+
+    fn whitespace() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "", "", "", " ", "\n", "\t ", "\r\n", "\u{a0}", "\u{c}",
+        ])
+    }
+
+    fn json_string() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "a",
+                "b c",
+                "é",
+                "🙂",
+                "\\n",
+                "\\\"",
+                "\\\\",
+                "\\u00e9",
+                "\\ud83d\\ude42",
+                "\\ud800",
+                "\\x",
+                "\u{1}",
+                "\t",
+                "\"",
+                "\\",
+            ]),
+            0..8,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()))
+    }
+
+    proptest! {
+        /// Whatever the fast path accepts, the general path reads the same way.
+        #[test]
+        fn the_fast_path_agrees_with_serde(
+            ws in prop::collection::vec(whitespace(), 20),
+            ty in prop::sample::select(vec!["content_block_delta", "content_block_delta", "content_block_start", "content_block_deltas"]),
+            index in prop::sample::select(vec!["0", "7", "123", "01", "-1", "1.0", "2E1", "18446744073709551615", "18446744073709551616"]),
+            kind in prop::sample::select(vec!["text_delta", "thinking_delta", "input_json_delta", "signature_delta", "citations_delta", "text"]),
+            field in prop::sample::select(vec!["", "", "", "text", "thinking", "partial_json", "signature", "type"]),
+            value in json_string(),
+            extra in prop::sample::select(vec!["", "", "", ",\"x\":1", "}", "x"]),
+        ) {
+            let field = if field.is_empty() {
+                match kind {
+                    "text_delta" => "text",
+                    "thinking_delta" => "thinking",
+                    "input_json_delta" => "partial_json",
+                    _ => "signature",
+                }
+            } else {
+                field
+            };
+            let (ty, kind, field) = (format!("\"{ty}\""), format!("\"{kind}\""), format!("\"{field}\""));
+            let tokens = [
+                "{", "\"type\"", ":", &ty, ",", "\"index\"", ":", index, ",", "\"delta\"", ":",
+                "{", "\"type\"", ":", &kind, ",", &field, ":", &value, extra, "}", "}",
+            ];
+            // Whitespace before every token and after the last.
+            let mut data = String::new();
+            for (i, token) in tokens.iter().enumerate() {
+                data.push_str(ws[i % ws.len()]);
+                data.push_str(token);
+            }
+            data.push_str(ws[tokens.len() % ws.len()]);
+            if let Some(event) = fast_delta(&data) {
+                prop_assert_eq!(general(&data), Ok(vec![event]), "{}", data);
+            }
+        }
     }
 }
