@@ -129,6 +129,9 @@ pub mod __fuzz {
 
 /// The `#[async_trait]` attribute, for implementing [`Tool`] without a direct dependency.
 pub use async_trait::async_trait;
+/// The reqwest version whose `Client` [`AnthropicClient::http_client`] and
+/// [`OpenAiClient::http_client`] take.
+pub use reqwest;
 /// The schemars version whose `JsonSchema` tool inputs must derive.
 pub use schemars;
 /// The cancellation token of [`ExecOptions`] and [`ToolContext`].

@@ -790,3 +790,49 @@ async fn recorded_requests_redact_keys_in_debug_output() {
     assert!(!debug.contains("sk-ant-secret-123"), "{debug}");
     assert!(debug.contains("[redacted]"));
 }
+
+#[tokio::test]
+async fn a_reqwest_client_of_the_users_is_used_as_it_is() {
+    let server = MockServer::start().await;
+    let mut headers = agent_loop::reqwest::header::HeaderMap::new();
+    headers.insert("x-from-users-client", "yes".parse().unwrap());
+    let http = agent_loop::reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    for (name, client) in [
+        (
+            "anthropic",
+            Box::new(anthropic(&server).http_client(http.clone())) as Box<dyn LlmClient>,
+        ),
+        // Setters after `http_client` keep it.
+        (
+            "openai",
+            Box::new(
+                openai(&server)
+                    .http_client(http.clone())
+                    .connect_timeout(Duration::from_secs(3)),
+            ),
+        ),
+    ] {
+        server.push(ScriptedResponse::text("ok"));
+        let items = collect(client.as_ref(), &conversation()).await;
+        assert!(ends_complete(&items), "{name}: {items:?}");
+        let requests = server.requests();
+        let last = requests.last().unwrap();
+        assert_eq!(last.header("x-from-users-client"), Some("yes"), "{name}");
+        // The crate's own headers are still sent.
+        assert_eq!(last.header("accept"), Some("text/event-stream"), "{name}");
+    }
+    // Without it, the crate's own client sends no such header.
+    server.push(ScriptedResponse::text("ok"));
+    collect(&anthropic(&server), &conversation()).await;
+    assert_eq!(
+        server
+            .requests()
+            .last()
+            .unwrap()
+            .header("x-from-users-client"),
+        None
+    );
+}

@@ -77,6 +77,8 @@ pub(crate) struct HttpSettings {
     pub(crate) limits: StreamLimits,
     /// Extra headers sent with every request (not sensitive).
     pub(crate) headers: Vec<(String, String)>,
+    /// A reqwest client the user built (proxy, TLS roots, pool settings), used as it is.
+    pub(crate) http_client: Option<reqwest::Client>,
 }
 
 impl HttpSettings {
@@ -89,6 +91,7 @@ impl HttpSettings {
             retry: RetryPolicy::default(),
             limits: StreamLimits::default(),
             headers: Vec::new(),
+            http_client: None,
         }
     }
 }
@@ -119,6 +122,9 @@ impl Transport {
     }
 
     fn client(&self) -> Result<reqwest::Client, LlmError> {
+        if let Some(client) = &self.settings.http_client {
+            return Ok(client.clone());
+        }
         let built = self.client.get_or_init(|| {
             reqwest::Client::builder()
                 .connect_timeout(self.settings.connect_timeout)
@@ -615,7 +621,19 @@ macro_rules! transport_setters {
             self
         }
 
-        /// The longest wait to establish the connection (default 10 s).
+        /// Sends requests through this reqwest client (reqwest 0.12, re-exported as
+        /// [`agent_loop::reqwest`](crate::reqwest)) instead of one the crate builds: for a
+        /// proxy, extra root certificates, or one connection pool shared with the rest of the
+        /// application. Its own connect timeout applies, not
+        /// [`connect_timeout`](Self::connect_timeout); the other timeouts, the retry policy
+        /// and the stream limits still apply.
+        pub fn http_client(mut self, client: reqwest::Client) -> Self {
+            self.transport.settings_mut().http_client = Some(client);
+            self
+        }
+
+        /// The longest wait to establish the connection (default 10 s) when the crate builds
+        /// the HTTP client.
         pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.transport.settings_mut().connect_timeout = timeout;
             self
