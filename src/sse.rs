@@ -5,9 +5,12 @@
 //! the steps are quoted beside the lines that implement them.
 //!
 //! Feed it body bytes in any chunking with [`SseDecoder::push`]; each completed event is handed
-//! out once. Bytes are scanned once with `memchr`: a complete line inside a chunk is parsed in
-//! place, and only the unterminated tail of a chunk is copied into the line buffer. Line and
-//! event sizes are bounded by [`SseLimits`]; exceeding one is an [`LlmError::LimitExceeded`].
+//! out once. The whole lines of a chunk are validated as UTF-8 in one SIMD pass and parsed in
+//! place as `str`; lines are split with `memchr`, and an `event:` line that repeats the current
+//! event type is recognised by comparison alone. A one-line event's data is handed out
+//! borrowed from the chunk; only the unterminated tail of a chunk is copied into the line
+//! buffer. Line and event sizes are bounded by [`SseLimits`]; exceeding one is an
+//! [`LlmError::LimitExceeded`].
 
 use std::borrow::Cow;
 
