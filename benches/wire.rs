@@ -2,7 +2,7 @@
 //! - SSE decoding: ours vs `eventsource-stream` (the parser inside `reqwest-eventsource`) vs a
 //!   plain `memchr` newline scan (the practical ceiling), at 16 B, 256 B, 4 KiB and 64 KiB chunks;
 //! - the full pipeline (bytes → LlmEvents → assembled response) vs `eventsource-stream` +
-//!   `serde_json::Value`, and each of our stages alone;
+//!   `serde_json::Value`, and our stages: SSE alone, SSE + JSON decoding, assembly alone;
 //! - tool-call assembly of large arguments in small fragments (linear time).
 //!
 //! Run: `cargo bench --bench wire`; results go to BENCHMARKS.md as ratios.
@@ -307,17 +307,18 @@ fn bench_pipeline(c: &mut Criterion) {
         ),
     ] {
         let msgs = messages(&body, marker);
-        let mut events = 0u64;
-        let mut decoder = WireDecoder::new(format);
-        let mut out = Vec::new();
-        for m in &msgs {
-            decoder = WireDecoder::new(format);
-            decoder.push(m, &mut out).unwrap();
-            decoder.finish(&mut out).unwrap();
-            events += out.len() as u64;
-            out.clear();
-        }
-        drop(decoder);
+        // Each message's events, decoded once, for the assembly stage alone.
+        let decoded: Vec<Vec<LlmEvent>> = msgs
+            .iter()
+            .map(|m| {
+                let mut decoder = WireDecoder::new(format);
+                let mut out = Vec::new();
+                decoder.push(m, &mut out).unwrap();
+                decoder.finish(&mut out).unwrap();
+                out
+            })
+            .collect();
+        let events: u64 = decoded.iter().map(|d| d.len() as u64).sum();
         let mut group = c.benchmark_group(format!("pipeline/{name}"));
         group.throughput(Throughput::Elements(events));
         group.sample_size(10);
@@ -340,6 +341,19 @@ fn bench_pipeline(c: &mut Criterion) {
         });
         group.bench_function("stage_sse_and_json_decode", |b| {
             b.iter(|| black_box(decode_only(format, &msgs, chunk)))
+        });
+        group.bench_function("stage_assembly_only", |b| {
+            b.iter(|| {
+                let mut blocks = 0;
+                for events in &decoded {
+                    let mut assembler = StreamAssembler::new();
+                    for e in events {
+                        assembler.push(e).unwrap();
+                    }
+                    blocks += assembler.finish().unwrap().message.content.len();
+                }
+                black_box(blocks)
+            })
         });
         group.finish();
     }
