@@ -328,6 +328,11 @@ impl AgentHooks for DenyEcho {
 
     async fn before_model_call(&self, request: &mut ModelRequest, turn: u32) -> HookAction {
         request.system = Some(format!("turn {turn}"));
+        // A change to the request's messages goes to the model, never into the history.
+        if let Some(last) = request.messages_mut().last_mut() {
+            last.content
+                .push(ContentBlock::text(format!("(reminder {turn})")));
+        }
         HookAction::Continue
     }
 }
@@ -356,9 +361,16 @@ async fn hooks_deny_tools_and_prepare_each_request() {
         requests[1].messages.last().unwrap().content,
         vec![
             ContentBlock::tool_result("e", "denied: echo is disabled by policy", true),
-            ContentBlock::tool_result("a", "2", false)
+            ContentBlock::tool_result("a", "2", false),
+            ContentBlock::text("(reminder 2)"),
         ]
     );
+    assert_eq!(requests[0].messages[0].text(), "go(reminder 1)");
+    // The history has none of the hook's additions.
+    let history = agent.context().messages();
+    assert_eq!(history[0].content, vec![ContentBlock::text("go")]);
+    assert_eq!(history[2].content.len(), 2);
+    assert!(history.iter().all(|m| !m.text().contains("reminder")));
 }
 
 struct StopAll;

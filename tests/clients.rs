@@ -258,7 +258,7 @@ async fn openai_assistant_tool_calls_without_text_send_null_content() {
     let server = MockServer::start().await;
     server.push(ScriptedResponse::text("ok"));
     let mut request = conversation();
-    request.messages[1]
+    request.messages_mut()[1]
         .content
         .retain(|b| matches!(b, ContentBlock::ToolUse { .. }));
     request.tool_choice = ToolChoice::Tool("get_time".into());

@@ -364,18 +364,23 @@ impl Run<'_> {
 
     fn build_request(&self, tools: &ToolRegistry, final_call: bool) -> ModelRequest {
         let config = &self.agent.config;
-        let mut request = ModelRequest::new(self.agent.context.messages().to_vec());
-        request.model.clone_from(&config.model);
-        request.system = self.agent.context.system().map(str::to_owned);
-        request.tools = tools.specs();
-        request.max_tokens = config.max_tokens;
-        request.temperature = config.temperature;
-        request.thinking_budget = config.thinking_budget;
-        if final_call {
+        ModelRequest {
+            // Shared with the context, not copied: a turn costs the same at any length.
+            messages: self.agent.context.shared_messages(),
+            model: config.model.clone(),
+            system: self.agent.context.system().map(str::to_owned),
+            tools: tools.specs(),
+            max_tokens: config.max_tokens,
+            temperature: config.temperature,
+            thinking_budget: config.thinking_budget,
             // Tools stay defined (the history refers to them) but may not be called.
-            request.tool_choice = ToolChoice::None;
+            tool_choice: if final_call {
+                ToolChoice::None
+            } else {
+                ToolChoice::Auto
+            },
+            ..ModelRequest::default()
         }
-        request
     }
 
     /// One model turn: sends the request, streams the response (forwarding deltas and

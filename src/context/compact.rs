@@ -417,10 +417,10 @@ impl Summarizer for LlmSummarizer {
         let request = ModelRequest {
             model: self.model.clone(),
             system: Some(self.prompt.clone()),
-            messages: vec![Message::user(format!(
+            messages: std::sync::Arc::new(vec![Message::user(format!(
                 "Summarize this conversation:\n\n{}",
                 render_transcript(span)
-            ))],
+            ))]),
             max_tokens: self.max_tokens,
             ..ModelRequest::default()
         };

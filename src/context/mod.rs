@@ -113,7 +113,9 @@ pub struct ContextManager {
     system: Option<String>,
     /// Invariant: `counts.len() == messages.len()` and
     /// `counts[i] == tokens::message_tokens(counter, &messages[i])`.
-    messages: Vec<Message>,
+    /// Shared with the requests built from it ([`ModelRequest::messages`]); changed through
+    /// `Arc::make_mut`, which copies only while a request still holds it.
+    messages: Arc<Vec<Message>>,
     counts: Vec<usize>,
     /// Invariant: the sum of `counts`.
     total: usize,
@@ -139,7 +141,7 @@ impl ContextManager {
             config,
             counter: Arc::new(TiktokenCounter::new()),
             system: None,
-            messages: Vec::new(),
+            messages: Arc::default(),
             counts: Vec::new(),
             total: 0,
             system_tokens: 0,
@@ -211,7 +213,7 @@ impl ContextManager {
             }
             _ => {
                 let count = tokens::message_tokens(&*self.counter, &message);
-                self.messages.push(message);
+                Arc::make_mut(&mut self.messages).push(message);
                 self.counts.push(count);
                 self.total += count;
             }
@@ -234,6 +236,11 @@ impl ContextManager {
     /// The messages, oldest first.
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// The messages, shared rather than copied (for a [`ModelRequest`](crate::ModelRequest)).
+    pub(crate) fn shared_messages(&self) -> Arc<Vec<Message>> {
+        Arc::clone(&self.messages)
     }
 
     /// The number of messages.
@@ -338,8 +345,8 @@ impl ContextManager {
     /// It cannot fix a history that starts with an assistant message or repeats a tool call id;
     /// [`validate`](Self::validate) still reports those.
     pub fn repair(&mut self) -> usize {
-        let (new, repaired) = history::repair(self.messages.clone());
-        if new == self.messages {
+        let (new, repaired) = history::repair(self.messages.to_vec());
+        if new == *self.messages {
             return repaired;
         }
         let first_diff = self
@@ -357,7 +364,7 @@ impl ContextManager {
     pub fn snapshot(&self) -> Conversation {
         Conversation {
             system: self.system.clone(),
-            messages: self.messages.clone(),
+            messages: self.messages.to_vec(),
         }
     }
 
@@ -374,7 +381,7 @@ impl ContextManager {
             .map(|m| tokens::message_tokens(&*self.counter, m))
             .collect();
         self.total = self.counts.iter().sum();
-        self.messages = messages;
+        self.messages = Arc::new(messages);
         Ok(repaired)
     }
 
@@ -443,7 +450,7 @@ impl ContextManager {
 
     /// Applies `f` to message `i`; when it reports a change, the message is counted again.
     fn modify(&mut self, i: usize, f: impl FnOnce(&mut Message) -> bool) {
-        let Some(message) = self.messages.get_mut(i) else {
+        let Some(message) = Arc::make_mut(&mut self.messages).get_mut(i) else {
             return;
         };
         if !f(message) {
@@ -482,7 +489,7 @@ impl ContextManager {
         }
         self.total = self.total - removed + added;
         self.counts.splice(range.clone(), new_counts);
-        self.messages.splice(range, replacement);
+        Arc::make_mut(&mut self.messages).splice(range, replacement);
     }
 
     /// What [`token_count`](Self::token_count) would be after removing the first `p` messages,

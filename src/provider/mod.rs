@@ -6,6 +6,7 @@
 //! ```
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -323,7 +324,13 @@ pub struct ModelRequest {
     /// The system prompt.
     pub system: Option<String>,
     /// The conversation, starting with a user message.
-    pub messages: Vec<Message>,
+    ///
+    /// Shared, not copied: the agent hands every turn's request the history its
+    /// [`ContextManager`](crate::ContextManager) holds, so building a request costs the same
+    /// at turn 1,000 as at turn 1. Read it through `Deref` (`request.messages.len()`,
+    /// `&request.messages[..]`); change it with [`messages_mut`](Self::messages_mut), which
+    /// copies only if the history is still shared.
+    pub messages: Arc<Vec<Message>>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
     /// Which tool the model must call, if any.
@@ -346,7 +353,7 @@ impl Default for ModelRequest {
         ModelRequest {
             model: None,
             system: None,
-            messages: Vec::new(),
+            messages: Arc::default(),
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
             max_tokens: 4096,
@@ -362,9 +369,23 @@ impl ModelRequest {
     /// A request for `messages` with the defaults (4096 max tokens, no tools).
     pub fn new(messages: Vec<Message>) -> Self {
         ModelRequest {
-            messages,
+            messages: Arc::new(messages),
             ..Default::default()
         }
+    }
+
+    /// The messages, to change (copied first if they are shared, as with the agent's history:
+    /// a change to the request never changes the history).
+    ///
+    /// ```
+    /// use agent_loop::{Message, ModelRequest};
+    ///
+    /// let mut request = ModelRequest::new(vec![Message::user("Hi")]);
+    /// request.messages_mut().push(Message::assistant("Hello"));
+    /// assert_eq!(request.messages.len(), 2);
+    /// ```
+    pub fn messages_mut(&mut self) -> &mut Vec<Message> {
+        Arc::make_mut(&mut self.messages)
     }
 }
 

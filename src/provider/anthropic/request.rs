@@ -66,7 +66,7 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
 
 fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
     let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
-    for message in &request.messages {
+    for message in request.messages.iter() {
         let role = match message.role {
             Role::Assistant => "assistant",
             _ => "user",

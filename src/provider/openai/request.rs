@@ -51,7 +51,7 @@ pub(crate) fn encode(
             tool_call_id: None,
         });
     }
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match message.role {
             Role::Assistant => assistant(message, &mut messages),
             _ => user(message, &mut messages),
