@@ -316,6 +316,21 @@ pub enum ToolChoice {
     Tool(String),
 }
 
+/// A JSON string of a payload, borrowed when it has no escapes: the wire decoders' string
+/// type, so a value is copied only when it becomes an event's own `String`.
+#[derive(serde::Deserialize)]
+pub(crate) struct CowStr<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
+
+impl CowStr<'_> {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn into_string(self) -> String {
+        self.0.into_owned()
+    }
+}
+
 /// One request for a model response, in provider-neutral form.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]

@@ -8,24 +8,12 @@
 //! Payloads are deserialized into flat borrowed structs: text and JSON fragments without
 //! escapes are never copied before they become the event's own `String`.
 
-use std::borrow::Cow;
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::LlmEvent;
-
-/// A string borrowed from the payload when it has no escapes.
-#[derive(Deserialize)]
-struct CowStr<'a>(#[serde(borrow)] Cow<'a, str>);
-
-impl CowStr<'_> {
-    fn into_string(self) -> String {
-        self.0.into_owned()
-    }
-}
+use crate::provider::{CowStr, LlmEvent};
 
 /// Every Anthropic stream event in one flat shape; which fields are set depends on `type`.
 #[derive(Deserialize)]
@@ -181,7 +169,7 @@ impl Decoder {
         })?;
         // The payload's `type` is authoritative; proxies that drop `event:` lines are tolerated.
         let ty = match &parsed.ty {
-            Some(t) => t.0.as_ref(),
+            Some(t) => t.as_str(),
             None => event,
         };
         match ty {
@@ -192,7 +180,7 @@ impl Decoder {
                         "Anthropic content_block_delta without a delta",
                     ));
                 };
-                let delta_ty = delta.ty.as_ref().map(|t| t.0.as_ref()).unwrap_or("");
+                let delta_ty = delta.ty.as_ref().map(|t| t.as_str()).unwrap_or("");
                 match delta_ty {
                     "text_delta" => {
                         if let Some(text) = delta.text {
@@ -261,7 +249,7 @@ impl Decoder {
             }
             "message_delta" => {
                 if let Some(reason) = parsed.delta.and_then(|d| d.stop_reason) {
-                    self.stop_reason = Some(StopReason::from_wire(&reason.0));
+                    self.stop_reason = Some(StopReason::from_wire(reason.as_str()));
                 }
                 if let Some(usage) = parsed.usage {
                     usage.apply(&mut self.usage);

@@ -10,7 +10,6 @@
 //! `[DONE]` is complete; `finish_reason` `""` counts as absent; reasoning arrives under
 //! `reasoning_content` (DeepSeek, vLLM) or `reasoning` (OpenRouter, Ollama).
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,26 +19,18 @@ use serde::Deserialize;
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::provider::{CowStr, LlmEvent};
 
 /// The most tool calls one response may open; beyond it the stream is refused.
 const MAX_TOOL_CALLS: usize = 1024;
 
 #[derive(Deserialize)]
-struct CowStr<'a>(#[serde(borrow)] Cow<'a, str>);
-
-impl CowStr<'_> {
-    fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-#[derive(Deserialize)]
 struct Chunk<'a> {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
+    // Borrowed: every chunk repeats them, and only the first one's are kept.
+    #[serde(borrow, default)]
+    id: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    model: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     choices: Option<FirstChoice<'a>>,
     #[serde(default)]
@@ -238,8 +229,8 @@ impl Decoder {
         if !self.started {
             self.started = true;
             out.push(LlmEvent::MessageStart {
-                id: chunk.id.unwrap_or_default(),
-                model: chunk.model.unwrap_or_default(),
+                id: chunk.id.map(CowStr::into_string).unwrap_or_default(),
+                model: chunk.model.map(CowStr::into_string).unwrap_or_default(),
             });
         }
         if let Some(choice) = chunk.choices.and_then(|c| c.0) {
@@ -265,14 +256,14 @@ impl Decoder {
             let index = self.block_for(BlockKind::Reasoning, out);
             out.push(LlmEvent::ThinkingDelta {
                 index,
-                thinking: thinking.0.into_owned(),
+                thinking: thinking.into_string(),
             });
         }
         if let Some(text) = delta.content.filter(|t| !t.as_str().is_empty()) {
             let index = self.block_for(BlockKind::Text, out);
             out.push(LlmEvent::TextDelta {
                 index,
-                text: text.0.into_owned(),
+                text: text.into_string(),
             });
         }
         if let Some(text) = delta.refusal.filter(|t| !t.as_str().is_empty()) {
@@ -280,7 +271,7 @@ impl Decoder {
             let index = self.block_for(BlockKind::Refusal, out);
             out.push(LlmEvent::TextDelta {
                 index,
-                text: text.0.into_owned(),
+                text: text.into_string(),
             });
         }
         for call in delta.tool_calls.into_iter().flatten() {
@@ -364,7 +355,7 @@ impl Decoder {
                 out.push(LlmEvent::ToolCallStart {
                     index: block,
                     id,
-                    name: name.0.into_owned(),
+                    name: name.into_string(),
                 });
                 block
             }
@@ -372,7 +363,7 @@ impl Decoder {
         if let Some(arguments) = arguments.filter(|a| !a.as_str().is_empty()) {
             out.push(LlmEvent::ToolCallDelta {
                 index: block,
-                partial_json: arguments.0.into_owned(),
+                partial_json: arguments.into_string(),
             });
         }
         Ok(())
