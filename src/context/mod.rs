@@ -450,6 +450,9 @@ impl ContextManager {
 
     /// Applies `f` to message `i`; when it reports a change, the message is counted again.
     fn modify(&mut self, i: usize, f: impl FnOnce(&mut Message) -> bool) {
+        if i >= self.messages.len() {
+            return;
+        }
         let Some(message) = Arc::make_mut(&mut self.messages).get_mut(i) else {
             return;
         };
@@ -530,6 +533,32 @@ mod tests {
 
     fn manager() -> ContextManager {
         ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter)
+    }
+
+    #[test]
+    fn a_request_keeps_the_messages_it_was_given() {
+        let mut cm = manager();
+        cm.push_user_text("one");
+        let shared = cm.shared_messages();
+        // Shared, not copied …
+        assert!(Arc::ptr_eq(&shared, &cm.shared_messages()));
+        // … and a later change to the history leaves the request's messages as they were:
+        // an append, a merge into the last message, a splice.
+        cm.push(Message::assistant("two"));
+        cm.push(Message::assistant("three"));
+        let len = cm.len();
+        cm.splice(0..1, vec![Message::user("ONE")]);
+        assert_eq!(shared.len(), 1);
+        assert_eq!(shared[0].text(), "one");
+        assert_eq!(cm.len(), len);
+        assert_eq!(cm.messages()[0].text(), "ONE");
+        assert_eq!(cm.messages()[1].text(), "twothree");
+        assert_consistent(&cm);
+        // Once no request holds them, changes happen in place.
+        drop(shared);
+        let before = Arc::as_ptr(&cm.messages);
+        cm.push_user_text("four");
+        assert_eq!(Arc::as_ptr(&cm.messages), before);
     }
 
     fn assert_consistent(cm: &ContextManager) {
