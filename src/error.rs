@@ -191,6 +191,59 @@ pub enum LlmError {
         /// What was wrong.
         message: String,
     },
+    /// The server redirected the request to another origin (scheme, host or port). The
+    /// redirect was not followed, so that neither the API key nor any header set with
+    /// `header(..)` reaches a server the base URL does not name. Point the base URL at the
+    /// new address if it is the right one. Not retried.
+    #[error(
+        "the model server redirected the request to another origin ({location}); it was not \
+         followed, so that the API key is not sent there: set the base URL to that address if \
+         it is the right one"
+    )]
+    Redirected {
+        /// Where the server pointed (scheme, host, port and path; the query is left out).
+        location: String,
+    },
+    /// A successful (2xx) answer that is neither an event stream nor a JSON message: an HTML
+    /// page from a captive portal or a proxy's login, say. Check the base URL and the network
+    /// path. Not retried.
+    #[error(
+        "the model server answered with content type `{content_type}`, which is neither an \
+         event stream nor JSON (check the base URL and any proxy in between); the body starts \
+         with: {body_start:?}"
+    )]
+    UnexpectedContentType {
+        /// The `content-type` header as sent.
+        content_type: String,
+        /// The first bytes of the body (at most 200 characters, lossily decoded).
+        body_start: String,
+    },
+}
+
+/// Whether an in-stream error's type names a transient failure: Anthropic's and OpenAI's own
+/// names, and those OpenAI-compatible proxies use (LiteLLM's `internal_server_error` and
+/// `throttling_error`, …). An in-stream error that carries an HTTP status is classified by
+/// that status instead (it becomes [`LlmError::Api`]).
+pub(crate) fn is_transient_error_type(error_type: &str) -> bool {
+    matches!(
+        error_type,
+        "overloaded_error"
+            | "api_error"
+            | "rate_limit_error"
+            | "server_error"
+            | "timeout_error"
+            | "internal_server_error"
+            | "internal_error"
+            | "throttling_error"
+            | "rate_limit_exceeded"
+            | "too_many_requests"
+            | "service_unavailable"
+            | "service_unavailable_error"
+            | "bad_gateway"
+            | "gateway_timeout"
+            | "timeout"
+            | "overloaded"
+    )
 }
 
 impl LlmError {
@@ -207,17 +260,12 @@ impl LlmError {
             | LlmError::Transport { .. }
             | LlmError::Malformed { .. } => true,
             LlmError::Api(api) => api.is_retryable(),
-            LlmError::Stream { error_type, .. } => matches!(
-                error_type.as_str(),
-                "overloaded_error"
-                    | "api_error"
-                    | "rate_limit_error"
-                    | "server_error"
-                    | "timeout_error"
-            ),
+            LlmError::Stream { error_type, .. } => is_transient_error_type(error_type),
             LlmError::ContextOverflow(_)
             | LlmError::LimitExceeded { .. }
-            | LlmError::InvalidRequest { .. } => false,
+            | LlmError::InvalidRequest { .. }
+            | LlmError::Redirected { .. }
+            | LlmError::UnexpectedContentType { .. } => false,
         }
     }
 

@@ -94,6 +94,7 @@ pub use context::{
 };
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
+pub use provider::redirect_policy;
 pub use provider::{
     AnthropicClient, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField, ModelRequest,
     OpenAiClient, RetryPolicy, StreamLimits, ToolChoice, WireDecoder, WireFormat,

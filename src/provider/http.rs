@@ -128,6 +128,7 @@ impl Transport {
         let built = self.client.get_or_init(|| {
             reqwest::Client::builder()
                 .connect_timeout(self.settings.connect_timeout)
+                .redirect(redirect_policy())
                 .build()
                 .map_err(|e| error_chain(&e.without_url()))
         });
@@ -263,10 +264,11 @@ impl Driver<'_> {
         loop {
             if let Some(event) = self.out.pop_front() {
                 if matches!(event, LlmEvent::MessageStop { .. }) {
-                    // The response is complete: nothing after the end marker is read.
+                    // The response is complete: what follows the end marker is read only to
+                    // release the connection, never decoded.
                     self.out.clear();
                     self.pending_error = None;
-                    self.phase = Phase::Finished;
+                    self.drain().await;
                 }
                 return Some(Ok(event));
             }
@@ -382,16 +384,55 @@ impl Driver<'_> {
         );
         let response = match tokio::time::timeout_at(deadline, builder.send()).await {
             Err(_) => return Err(timeout),
-            Ok(Err(error)) => return Err(transport_error(error, &self.settings)),
+            Ok(Err(error)) => return Err(transport_error(error, &request.url, &self.settings)),
             Ok(Ok(response)) => response,
         };
+        if let Some(location) = cross_origin(&request.url, response.url()) {
+            // Only a client of the user's own, with a redirect policy that follows across
+            // origins, gets here: its answer is not used.
+            tracing::warn!(
+                %location,
+                "the HTTP client followed a redirect to another origin; set \
+                 `redirect(agent_loop::redirect_policy())` on it so that credentials never \
+                 leave the base URL's origin"
+            );
+            return Err(LlmError::Redirected { location });
+        }
         let status = response.status();
         let idle = self.settings.idle_timeout;
+        if status.is_redirection() {
+            // Not followed (another origin, or too many hops).
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| response.url().join(v).ok())
+                .map_or_else(|| "no location given".to_owned(), |url| display_url(&url));
+            return Err(LlmError::Redirected { location });
+        }
         if !status.is_success() {
             let headers = response.headers().clone();
             let (deadline, _) = self.deadline(TimeoutKind::Idle, idle, Instant::now() + idle);
-            let body = read_bounded(response, deadline).await;
+            let body = read_bounded(response, deadline, MAX_ERROR_BODY).await;
             return Err(api_error(self.provider, status.as_u16(), &headers, &body));
+        }
+        if let Some(id) = request_id(response.headers()) {
+            tracing::debug!(request_id = %id, "model response started");
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let kind = body_kind(content_type.as_deref());
+        if kind != BodyKind::EventStream {
+            let (deadline, _) = self.deadline(TimeoutKind::Idle, idle, Instant::now() + idle);
+            let limit = match kind {
+                BodyKind::Json => self.settings.limits.max_response_bytes,
+                _ => UNEXPECTED_BODY_PREFIX,
+            };
+            let body = read_bounded(response, deadline, limit.saturating_add(1)).await;
+            self.whole_body(kind, content_type.unwrap_or_default(), &body);
+            return Ok(());
         }
         self.content_seen = false;
         self.held.clear();
@@ -404,6 +445,60 @@ impl Driver<'_> {
             idle_deadline: Instant::now() + idle,
         };
         Ok(())
+    }
+
+    /// A 2xx answer that is not an event stream: a whole JSON message decodes into the
+    /// events a stream would give; anything else is refused with its content type and first
+    /// bytes. Neither is retried.
+    fn whole_body(&mut self, kind: BodyKind, content_type: String, body: &[u8]) {
+        self.phase = Phase::Finished;
+        if kind == BodyKind::Unexpected {
+            let start = body.get(..UNEXPECTED_BODY_PREFIX).unwrap_or(body);
+            let body_start: String = String::from_utf8_lossy(start)
+                .chars()
+                .take(UNEXPECTED_BODY_PREFIX)
+                .collect();
+            self.pending_error = Some(LlmError::UnexpectedContentType {
+                content_type,
+                body_start,
+            });
+            return;
+        }
+        let limit = self.settings.limits.max_response_bytes;
+        let mut events = Vec::new();
+        let result = if body.len() > limit {
+            Err(LlmError::LimitExceeded {
+                what: "a whole JSON response",
+                limit,
+                setting: "StreamLimits::max_response_bytes",
+            })
+        } else {
+            WireDecoder::with_limits(self.provider.format, self.settings.limits)
+                .decode_json(body, &mut events)
+        };
+        // The body was read whole: nothing is re-sent for it, whatever it held.
+        match result {
+            Ok(()) => self.out.extend(events),
+            Err(error) => self.pending_error = Some(error),
+        }
+    }
+
+    /// Reads what is left of a body after its end-of-message marker (the chunked
+    /// terminator, usually a few milliseconds later), for a bounded time and size, so that the
+    /// connection goes back to the pool instead of being closed.
+    async fn drain(&mut self) {
+        let Phase::Body { body, .. } = &mut self.phase else {
+            return;
+        };
+        let deadline = Instant::now() + DRAIN_TIME;
+        let mut drained = 0usize;
+        while drained <= DRAIN_BYTES {
+            match tokio::time::timeout_at(deadline, body.next()).await {
+                Ok(Some(Ok(chunk))) => drained += chunk.len(),
+                _ => break,
+            }
+        }
+        self.phase = Phase::Finished;
     }
 
     /// Reads one chunk of the body (or its end) and decodes it.
@@ -474,14 +569,50 @@ impl Driver<'_> {
 /// The most events held back before the first content event (see `Driver::accept`).
 const MAX_HELD_EVENTS: usize = 64;
 
-/// Reads at most [`MAX_ERROR_BODY`] bytes of a response body before `deadline`.
-async fn read_bounded(response: reqwest::Response, deadline: Instant) -> Vec<u8> {
+/// The longest wait for the rest of a body after its end-of-message marker.
+const DRAIN_TIME: Duration = Duration::from_millis(300);
+/// The most bytes read after the end-of-message marker before the connection is given up.
+const DRAIN_BYTES: usize = 64 << 10;
+/// How much of a body of an unexpected content type is read, and shown in the error.
+const UNEXPECTED_BODY_PREFIX: usize = 200;
+
+/// How a 2xx body is read, by its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// `text/event-stream`, or no content type at all (lenient: some servers send none).
+    EventStream,
+    /// `application/json` or `…+json`: one whole message.
+    Json,
+    /// Anything else (an HTML page, say): refused.
+    Unexpected,
+}
+
+fn body_kind(content_type: Option<&str>) -> BodyKind {
+    let Some(content_type) = content_type else {
+        return BodyKind::EventStream;
+    };
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "" | "text/event-stream" => BodyKind::EventStream,
+        "application/json" => BodyKind::Json,
+        other if other.ends_with("+json") => BodyKind::Json,
+        _ => BodyKind::Unexpected,
+    }
+}
+
+/// Reads at most `limit` bytes of a response body before `deadline`.
+async fn read_bounded(response: reqwest::Response, deadline: Instant, limit: usize) -> Vec<u8> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
-    while body.len() < MAX_ERROR_BODY {
+    while body.len() < limit {
         match tokio::time::timeout_at(deadline, stream.next()).await {
             Ok(Some(Ok(chunk))) => {
-                let room = MAX_ERROR_BODY - body.len();
+                let room = limit - body.len();
                 body.extend_from_slice(chunk.get(..room).unwrap_or(&chunk));
             }
             _ => break,
@@ -490,9 +621,108 @@ async fn read_bounded(response: reqwest::Response, deadline: Instant) -> Vec<u8>
     body
 }
 
-/// Maps a reqwest send error to the crate's error, without the URL.
-fn transport_error(error: reqwest::Error, settings: &HttpSettings) -> LlmError {
+/// The redirect policy of the clients the crate builds: a redirect within the base URL's
+/// origin (scheme, host and port) is followed, up to 5 hops; one to another origin is not, so
+/// that neither the API key (`x-api-key`, `Authorization`, `api-key`) nor any header set with
+/// `header(..)` is ever sent to a server the base URL does not name. The request then fails
+/// with [`LlmError::Redirected`], naming the target.
+///
+/// reqwest itself strips only `Authorization` and cookies on a cross-origin redirect. When you
+/// pass your own client with `http_client(..)`, build it with this policy:
+///
+/// ```
+/// let http = agent_loop::reqwest::Client::builder()
+///     .redirect(agent_loop::redirect_policy())
+///     .build()
+///     .expect("a client");
+/// let client = agent_loop::AnthropicClient::new("sk-…").http_client(http);
+/// # let _ = client;
+/// ```
+///
+/// A client of your own that does follow a redirect to another origin has already sent its
+/// headers there; its answer is still refused with [`LlmError::Redirected`].
+pub fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.previous().first().map(reqwest::Url::origin);
+        if origin.is_some_and(|origin| origin != attempt.url().origin()) {
+            let location = display_url(attempt.url());
+            attempt.error(CrossOriginRedirect(location))
+        } else if attempt.previous().len() > 5 {
+            let location = format!("{} (more than 5 redirects)", display_url(attempt.url()));
+            attempt.error(CrossOriginRedirect(location))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// The error the redirect policy stops a redirect with; its text is the target.
+#[derive(Debug)]
+struct CrossOriginRedirect(String);
+
+impl fmt::Display for CrossOriginRedirect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CrossOriginRedirect {}
+
+/// A URL as shown in errors and logs: scheme, host, port and path, never the query (where
+/// some gateways take a key) or user information.
+fn display_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
+/// The target of a redirect the client followed to another origin than `requested`'s.
+fn cross_origin(requested: &str, answered: &reqwest::Url) -> Option<String> {
+    let requested = reqwest::Url::parse(requested).ok()?;
+    (requested.origin() != answered.origin()).then(|| display_url(answered))
+}
+
+/// The request id of a response, from the headers providers and proxies use for it.
+fn request_id(headers: &HeaderMap) -> Option<String> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|name| header(headers, name))
+}
+
+/// Where servers put the request id, most specific first: Anthropic `request-id`, OpenAI and
+/// most proxies `x-request-id`, LiteLLM `x-litellm-call-id`, Azure `apim-request-id`, AWS
+/// `x-amzn-requestid`.
+const REQUEST_ID_HEADERS: [&str; 6] = [
+    "request-id",
+    "x-request-id",
+    "x-litellm-call-id",
+    "apim-request-id",
+    "x-amzn-requestid",
+    "x-correlation-id",
+];
+
+/// Maps a reqwest send error to the crate's error. The URL is named (without its query) where
+/// it tells the user what to fix: a refused connection, a redirect.
+fn transport_error(error: reqwest::Error, url: &str, settings: &HttpSettings) -> LlmError {
     let message = error_chain(&error);
+    let shown = reqwest::Url::parse(url).map_or_else(|_| url.to_owned(), |u| display_url(&u));
+    if error.is_redirect() {
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            if let Some(redirect) = cause.downcast_ref::<CrossOriginRedirect>() {
+                return LlmError::Redirected {
+                    location: redirect.0.clone(),
+                };
+            }
+            source = cause.source();
+        }
+        return LlmError::Redirected {
+            location: format!("from {shown}: {}", error_chain(&error.without_url())),
+        };
+    }
     if error.is_connect() && (error.is_timeout() || message.contains("timed out")) {
         LlmError::Timeout {
             kind: TimeoutKind::Connect,
@@ -500,7 +730,7 @@ fn transport_error(error: reqwest::Error, settings: &HttpSettings) -> LlmError {
         }
     } else if error.is_connect() {
         LlmError::Connect {
-            message: error_chain(&error.without_url()),
+            message: format!("{shown}: {}", error_chain(&error.without_url())),
         }
     } else if error.is_timeout() {
         LlmError::Timeout {
@@ -537,7 +767,7 @@ pub(crate) fn api_error(
     body: &[u8],
 ) -> LlmError {
     let mut error = ApiError::new(status, String::new());
-    error.request_id = header(headers, "request-id").or_else(|| header(headers, "x-request-id"));
+    error.request_id = request_id(headers);
     error.retry_after = retry_after(headers, SystemTime::now());
     error.should_retry = match header(headers, "x-should-retry").as_deref() {
         Some("true") => Some(true),
@@ -603,9 +833,13 @@ pub(crate) fn merge_extra(
     })
 }
 
-/// Joins a base URL (trailing slashes trimmed) and a path.
+/// Joins a base URL (trailing slashes trimmed) and a path. A query on the base URL (Azure
+/// OpenAI's `?api-version=…`) stays at the end.
 pub(crate) fn join_url(base: &str, path: &str) -> String {
-    format!("{}{}", base.trim_end_matches('/'), path)
+    match base.split_once('?') {
+        Some((base, query)) => format!("{}{path}?{query}", base.trim_end_matches('/')),
+        None => format!("{}{path}", base.trim_end_matches('/')),
+    }
 }
 
 /// The transport setters both clients share (each client keeps its own docs' details: an
