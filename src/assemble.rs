@@ -32,6 +32,9 @@ pub struct ModelResponse {
     pub message: Message,
     /// Why the model stopped.
     pub stop_reason: StopReason,
+    /// The stop sequence that ended the response, when [`StopReason::StopSequence`] is why
+    /// (Anthropic reports which one).
+    pub stop_sequence: Option<String>,
     /// Token usage of this response.
     pub usage: Usage,
     /// The provider's response id (empty when it sent none).
@@ -172,6 +175,7 @@ pub struct StreamAssembler {
     model: String,
     usage: Usage,
     stop_reason: Option<StopReason>,
+    stop_sequence: Option<String>,
     /// Bytes of text, thinking and arguments held, all blocks together.
     total_bytes: usize,
     limits: StreamLimits,
@@ -281,6 +285,7 @@ impl StreamAssembler {
                 }
             }
             LlmEvent::Usage(usage) => self.usage = *usage,
+            LlmEvent::StopSequence { sequence } => self.stop_sequence = Some(sequence.clone()),
             LlmEvent::MessageStop { stop_reason } => self.stop_reason = Some(stop_reason.clone()),
             LlmEvent::Retry { .. } => return Err(LlmError::malformed(
                 "a Retry event reached the assembler; start a new assembler for the new attempt",
@@ -375,6 +380,7 @@ impl StreamAssembler {
                 content,
             },
             stop_reason,
+            stop_sequence: self.stop_sequence,
             usage: self.usage,
             id: self.id,
             model: self.model,

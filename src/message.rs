@@ -202,6 +202,15 @@ pub struct Usage {
     /// Prompt tokens written to the provider's prompt cache.
     #[serde(default)]
     pub cache_creation_input_tokens: u64,
+    /// Of `output_tokens`, those a reasoning model spent thinking (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`; 0 where the provider does not say).
+    /// Already counted in `output_tokens`, so [`Usage::total_tokens`] does not add it again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -227,6 +236,7 @@ impl Usage {
         self.cache_creation_input_tokens = self
             .cache_creation_input_tokens
             .saturating_add(other.cache_creation_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
     }
 }
 

@@ -21,6 +21,7 @@ pub(crate) mod openai;
 pub(crate) mod retry;
 
 pub use anthropic::AnthropicClient;
+pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use retry::{Jitter, RetryPolicy};
 
@@ -107,6 +108,12 @@ pub enum LlmEvent {
     },
     /// The usage of this response so far (replaces earlier `Usage` events).
     Usage(Usage),
+    /// The stop sequence that ended the response (Anthropic `stop_sequence`); comes right
+    /// before [`LlmEvent::MessageStop`] with [`StopReason::StopSequence`].
+    StopSequence {
+        /// The sequence, as the provider reported it.
+        sequence: String,
+    },
     /// The response is complete.
     MessageStop {
         /// Why the model stopped.
@@ -268,6 +275,44 @@ impl WireDecoder {
                 })
         });
         let result = result.and_then(|()| inner.finish(out));
+        self.remember(result)
+    }
+
+    /// Decodes a whole, non-streamed response body: the JSON message (Anthropic
+    /// `{"type":"message", …}`, OpenAI `{"object":"chat.completion", …}`) that some servers and
+    /// proxies send in answer to a streaming request. Appends the same events a stream with
+    /// the same content gives, ending with [`LlmEvent::MessageStop`]. A body that is the
+    /// provider's error object gives the same error an in-stream error event would. Never
+    /// panics.
+    ///
+    /// ```
+    /// use agent_loop::{LlmEvent, StreamAssembler, WireDecoder, WireFormat};
+    ///
+    /// let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"m",
+    ///     "content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",
+    ///     "stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}"#;
+    /// let mut events = Vec::new();
+    /// WireDecoder::new(WireFormat::Anthropic).decode_json(body, &mut events)?;
+    /// let mut assembler = StreamAssembler::new();
+    /// for event in &events {
+    ///     assembler.push(event)?;
+    /// }
+    /// assert_eq!(assembler.finish()?.message.text(), "Hi");
+    /// # Ok::<(), agent_loop::LlmError>(())
+    /// ```
+    pub fn decode_json(&mut self, body: &[u8], out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let result = match std::str::from_utf8(body) {
+            Err(e) => Err(LlmError::malformed(format!(
+                "the JSON response body is not UTF-8: {e}"
+            ))),
+            Ok(text) => match &mut self.inner {
+                ProviderDecoder::Anthropic(d) => d.decode_whole(text, out),
+                ProviderDecoder::OpenAi(d) => d.decode_whole(text, out),
+            },
+        };
         self.remember(result)
     }
 

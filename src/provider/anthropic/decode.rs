@@ -48,6 +48,8 @@ struct Delta<'a> {
     signature: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     stop_reason: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    stop_sequence: Option<CowStr<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +127,36 @@ pub(crate) struct Decoder {
     done: bool,
     usage: Usage,
     stop_reason: Option<StopReason>,
+    stop_sequence: Option<String>,
+}
+
+/// A whole, non-streamed Messages response (`{"type":"message", …}`), as some proxies answer a
+/// streaming request.
+#[derive(Deserialize)]
+struct WholeMessage<'a> {
+    #[serde(rename = "type", default)]
+    ty: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(borrow, default)]
+    content: Option<Vec<&'a RawValue>>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+/// The input of a whole `tool_use` block.
+#[derive(Deserialize)]
+struct WholeToolInput<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
 }
 
 fn required_index(index: Option<usize>, what: &str) -> Result<usize, LlmError> {
@@ -248,8 +280,13 @@ impl Decoder {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = parsed.delta.and_then(|d| d.stop_reason) {
-                    self.stop_reason = Some(StopReason::from_wire(reason.as_str()));
+                if let Some(delta) = parsed.delta {
+                    if let Some(reason) = delta.stop_reason {
+                        self.stop_reason = Some(StopReason::from_wire(reason.as_str()));
+                    }
+                    if let Some(sequence) = delta.stop_sequence {
+                        self.stop_sequence = Some(sequence.into_string());
+                    }
                 }
                 if let Some(usage) = parsed.usage {
                     usage.apply(&mut self.usage);
@@ -262,23 +299,12 @@ impl Decoder {
                         "Anthropic message_stop without a message_start",
                     ));
                 }
-                self.done = true;
+                self.stop(out);
                 out.push(LlmEvent::MessageStop {
                     stop_reason: self.stop_reason.clone().unwrap_or(StopReason::EndTurn),
                 });
             }
-            "error" => {
-                let error = parsed.error.unwrap_or(WireError {
-                    ty: None,
-                    message: None,
-                });
-                return Err(LlmError::Stream {
-                    error_type: error.ty.unwrap_or_else(|| "error".to_owned()),
-                    message: error
-                        .message
-                        .unwrap_or_else(|| data.chars().take(500).collect()),
-                });
-            }
+            "error" => return Err(stream_error(parsed.error, data)),
             // "ping" with a `type` only, and event types added later.
             _ => {}
         }
@@ -339,6 +365,70 @@ impl Decoder {
         Ok(())
     }
 
+    /// Marks the message done and reports its stop sequence, if one stopped it. The caller
+    /// pushes the `MessageStop` right after.
+    fn stop(&mut self, out: &mut Vec<LlmEvent>) {
+        self.done = true;
+        if let Some(sequence) = self.stop_sequence.take() {
+            out.push(LlmEvent::StopSequence { sequence });
+        }
+    }
+
+    /// Decodes a whole, non-streamed Messages response into the events a stream with the same
+    /// content gives: `MessageStart`, each block opened, filled and stopped in order, `Usage`,
+    /// then `MessageStop`. An error body (`{"type":"error", …}`) is the same error an in-stream
+    /// `error` event would be.
+    pub(crate) fn decode_whole(
+        &mut self,
+        body: &str,
+        out: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmError> {
+        let message: WholeMessage<'_> = serde_json::from_str(body).map_err(|e| {
+            LlmError::malformed(format!("invalid JSON in an Anthropic message body: {e}"))
+        })?;
+        if message.ty.as_deref() == Some("error") || message.error.is_some() {
+            return Err(stream_error(message.error, body));
+        }
+        let Some(content) = message.content else {
+            return Err(LlmError::malformed(
+                "a JSON body that is neither an Anthropic message nor an error (no `content`)",
+            ));
+        };
+        self.started = true;
+        out.push(LlmEvent::MessageStart {
+            id: message.id.unwrap_or_default(),
+            model: message.model.unwrap_or_default(),
+        });
+        for (index, raw) in content.into_iter().enumerate() {
+            let before = out.len();
+            self.block_start(index, raw, out)?;
+            let is_tool = matches!(out.get(before), Some(LlmEvent::ToolCallStart { .. }));
+            if is_tool {
+                let input: WholeToolInput<'_> = serde_json::from_str(raw.get()).map_err(|e| {
+                    LlmError::malformed(format!("invalid Anthropic tool_use block: {e}"))
+                })?;
+                out.push(LlmEvent::ToolCallDelta {
+                    index,
+                    partial_json: input.input.map_or("{}", RawValue::get).to_owned(),
+                });
+            }
+            out.push(LlmEvent::BlockStop { index });
+        }
+        if let Some(usage) = message.usage {
+            usage.apply(&mut self.usage);
+            out.push(LlmEvent::Usage(self.usage));
+        }
+        self.stop_sequence = message.stop_sequence;
+        self.stop(out);
+        out.push(LlmEvent::MessageStop {
+            stop_reason: message
+                .stop_reason
+                .as_deref()
+                .map_or(StopReason::EndTurn, StopReason::from_wire),
+        });
+        Ok(())
+    }
+
     pub(crate) fn finish(&mut self, _out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
         if self.done {
             return Ok(());
@@ -348,6 +438,20 @@ impl Decoder {
         } else {
             "no message_start event; the body was empty or not an Anthropic stream"
         }))
+    }
+}
+
+/// An Anthropic `error` (an in-stream event, or a 200 body that is one).
+fn stream_error(error: Option<WireError>, data: &str) -> LlmError {
+    let error = error.unwrap_or(WireError {
+        ty: None,
+        message: None,
+    });
+    LlmError::Stream {
+        error_type: error.ty.unwrap_or_else(|| "error".to_owned()),
+        message: error
+            .message
+            .unwrap_or_else(|| data.chars().take(500).collect()),
     }
 }
 

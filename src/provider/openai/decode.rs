@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::error::LlmError;
+use crate::error::{ApiError, LlmError};
 use crate::message::{StopReason, Usage};
 use crate::provider::{CowStr, LlmEvent};
 
@@ -69,7 +69,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
 struct Choice<'a> {
     #[serde(default)]
     index: Option<u64>,
-    #[serde(borrow, default)]
+    // A whole (non-streamed) completion carries `message` where a chunk carries `delta`.
+    #[serde(borrow, default, alias = "message")]
     delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
     finish_reason: Option<CowStr<'a>>,
@@ -87,6 +88,22 @@ struct Delta<'a> {
     refusal: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+    /// Signed thinking from proxies in front of Anthropic models (LiteLLM): the text also
+    /// arrives as `reasoning_content`, so only the signatures and redacted blocks are read here.
+    #[serde(borrow, default)]
+    thinking_blocks: Option<Vec<ThinkingBlock<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ThinkingBlock<'a> {
+    #[serde(rename = "type", borrow, default)]
+    ty: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    thinking: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    signature: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    data: Option<CowStr<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -114,13 +131,19 @@ struct WireUsage {
     #[serde(default)]
     completion_tokens: Option<u64>,
     #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
+    prompt_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<TokenDetails>,
 }
 
+/// `prompt_tokens_details` / `completion_tokens_details`; servers send `null` for either
+/// figure, or leave it out.
 #[derive(Deserialize)]
-struct PromptDetails {
+struct TokenDetails {
     #[serde(default)]
     cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -141,6 +164,12 @@ impl WireUsage {
         }
         if let Some(completion) = self.completion_tokens {
             usage.output_tokens = completion;
+            usage.reasoning_tokens = self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0)
+                .min(completion);
         }
         true
     }
@@ -150,6 +179,7 @@ impl WireUsage {
 enum BlockKind {
     Text,
     Reasoning,
+    Redacted,
     Refusal,
     Tool,
 }
@@ -252,12 +282,16 @@ impl Decoder {
 
     fn delta(&mut self, delta: Delta<'_>, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
         let reasoning = delta.reasoning_content.or(delta.reasoning);
+        let had_reasoning = reasoning.is_some();
         if let Some(thinking) = reasoning.filter(|t| !t.as_str().is_empty()) {
             let index = self.block_for(BlockKind::Reasoning, out);
             out.push(LlmEvent::ThinkingDelta {
                 index,
                 thinking: thinking.into_string(),
             });
+        }
+        for block in delta.thinking_blocks.into_iter().flatten() {
+            self.thinking_block(block, had_reasoning, out);
         }
         if let Some(text) = delta.content.filter(|t| !t.as_str().is_empty()) {
             let index = self.block_for(BlockKind::Text, out);
@@ -278,6 +312,47 @@ impl Decoder {
             self.tool_call(call, out)?;
         }
         Ok(())
+    }
+
+    /// One entry of `thinking_blocks`. Its text is taken only when the same delta had no
+    /// `reasoning_content` (which carries the same text); a signature ends the current
+    /// reasoning block's signature; a redacted block is a block of its own.
+    fn thinking_block(
+        &mut self,
+        block: ThinkingBlock<'_>,
+        had_reasoning: bool,
+        out: &mut Vec<LlmEvent>,
+    ) {
+        match block.ty.as_ref().map(CowStr::as_str) {
+            Some("redacted_thinking") => {
+                if let Some(data) = block.data.filter(|d| !d.as_str().is_empty()) {
+                    let index = self.open_block(BlockKind::Redacted, out);
+                    out.push(LlmEvent::RedactedThinking {
+                        index,
+                        data: data.into_string(),
+                    });
+                }
+            }
+            Some("thinking") | None => {
+                if !had_reasoning {
+                    if let Some(thinking) = block.thinking.filter(|t| !t.as_str().is_empty()) {
+                        let index = self.block_for(BlockKind::Reasoning, out);
+                        out.push(LlmEvent::ThinkingDelta {
+                            index,
+                            thinking: thinking.into_string(),
+                        });
+                    }
+                }
+                if let Some(signature) = block.signature.filter(|s| !s.as_str().is_empty()) {
+                    let index = self.block_for(BlockKind::Reasoning, out);
+                    out.push(LlmEvent::SignatureDelta {
+                        index,
+                        signature: signature.into_string(),
+                    });
+                }
+            }
+            Some(_) => {}
+        }
     }
 
     /// The block text of `kind` goes to: the current block when it is of that kind, else a new one.
@@ -376,7 +451,9 @@ impl Decoder {
             out.push(LlmEvent::BlockStop { index });
         }
         let mut reason = self.finish_reason.take().unwrap_or(StopReason::EndTurn);
-        if self.refused {
+        if self.refused && reason == StopReason::EndTurn {
+            // A refusal cut off by `length` (or stopped by a content filter) keeps that
+            // explicit reason: it says more than the refusal does.
             reason = StopReason::Refusal;
         } else if reason == StopReason::EndTurn && !self.tools.is_empty() {
             // OpenAI answers a forced tool_choice with finish_reason "stop", and some
@@ -386,6 +463,21 @@ impl Decoder {
         out.push(LlmEvent::MessageStop {
             stop_reason: reason,
         });
+    }
+
+    /// Decodes a whole, non-streamed completion (`choices[].message` where a chunk has
+    /// `delta`) as one chunk, then ends the message.
+    pub(crate) fn decode_whole(
+        &mut self,
+        body: &str,
+        out: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmError> {
+        self.on_event("", body, out)?;
+        if !self.done {
+            // A completion without a finish_reason still is the whole answer.
+            self.complete(out);
+        }
+        Ok(())
     }
 
     pub(crate) fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
@@ -405,22 +497,40 @@ impl Decoder {
     }
 }
 
-/// An `{"error": …}` object inside the stream.
-fn stream_error(error: &serde_json::Value) -> LlmError {
-    let text = |key: &str| error.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-    let error_type = text("type")
-        .or_else(|| text("code"))
-        .or_else(|| {
-            error
-                .get("code")
-                .filter(|c| c.is_number())
-                .map(|c| c.to_string())
-        })
-        .unwrap_or_else(|| "error".to_owned());
+/// An `{"error": …}` object inside the stream (or a 200 JSON body that is one).
+///
+/// OpenAI sends `{"message","type","code"}`; compatible proxies put an HTTP status in `code`
+/// (LiteLLM: `{"type":"throttling_error","code":"429"}`) or in `status`. An error with a
+/// status becomes the [`LlmError::Api`] of that status, so it is classified (retried,
+/// surfaced, or recognized as a context overflow) exactly like the same failure sent as an
+/// HTTP status; without one it is an [`LlmError::Stream`] classified by its type name.
+pub(crate) fn stream_error(error: &serde_json::Value) -> LlmError {
+    let text = |key: &str| match error.get(key) {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
     let message = text("message").unwrap_or_else(|| match error {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string().chars().take(500).collect(),
     });
+    let status = ["code", "status", "status_code"]
+        .iter()
+        .filter_map(|key| text(key)?.trim().parse::<u16>().ok())
+        .find(|status| (400..=599).contains(status));
+    if let Some(status) = status {
+        let mut api = ApiError::new(status, message);
+        api.error_type = text("type");
+        api.code = text("code");
+        return if super::is_context_overflow(&api) {
+            LlmError::ContextOverflow(Box::new(api))
+        } else {
+            LlmError::Api(Box::new(api))
+        };
+    }
+    let error_type = text("type")
+        .or_else(|| text("code"))
+        .unwrap_or_else(|| "error".to_owned());
     LlmError::Stream {
         error_type,
         message,

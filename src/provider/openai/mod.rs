@@ -7,7 +7,7 @@ mod request;
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]
 pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
-    request::encode(request, "fuzz-model", MaxTokensField::default())
+    request::encode(request, "fuzz-model", MaxTokensField::default(), true)
 }
 mod wire;
 
@@ -31,12 +31,15 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// Which request field carries [`ModelRequest::max_tokens`].
 ///
 /// OpenAI now prefers `max_completion_tokens` (and its reasoning models require it), but many
-/// OpenAI-compatible servers (vLLM, llama.cpp, Ollama, older proxies) only know `max_tokens`,
-/// so `max_tokens` is the default.
+/// OpenAI-compatible servers (vLLM, llama.cpp, Ollama, older proxies) only know `max_tokens`.
+/// Unless one is set with [`OpenAiClient::max_tokens_field`], the client picks per request
+/// from the model name: `max_completion_tokens` for OpenAI's reasoning models (`o1`, `o3`,
+/// `o4`, `gpt-5` and their variants, also behind a `openai/` prefix), `max_tokens` for every
+/// other model.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MaxTokensField {
-    /// `max_tokens` (the default; understood by every compatible server).
+    /// `max_tokens` (understood by every compatible server).
     #[default]
     MaxTokens,
     /// `max_completion_tokens` (required by OpenAI's reasoning models).
@@ -76,8 +79,44 @@ pub struct OpenAiClient {
     model: String,
     organization: Option<String>,
     project: Option<String>,
-    max_tokens_field: MaxTokensField,
+    /// `None`: chosen from the model name ([`MaxTokensField::for_model`]).
+    max_tokens_field: Option<MaxTokensField>,
+    /// The header the key goes in as it is; `None`: `Authorization: Bearer <key>`.
+    auth_header: Option<String>,
+    /// Whether signed thinking goes back as `thinking_blocks`.
+    thinking_blocks: bool,
     transport: Transport,
+}
+
+impl MaxTokensField {
+    /// The field a request for `model` uses when none is set: `max_completion_tokens` for
+    /// OpenAI's reasoning models, `max_tokens` otherwise.
+    ///
+    /// ```
+    /// use agent_loop::MaxTokensField;
+    ///
+    /// assert_eq!(MaxTokensField::for_model("o3-mini"), MaxTokensField::MaxCompletionTokens);
+    /// assert_eq!(MaxTokensField::for_model("gpt-5.1"), MaxTokensField::MaxCompletionTokens);
+    /// assert_eq!(MaxTokensField::for_model("openai/o4-mini"), MaxTokensField::MaxCompletionTokens);
+    /// assert_eq!(MaxTokensField::for_model("gpt-4.1"), MaxTokensField::MaxTokens);
+    /// assert_eq!(MaxTokensField::for_model("qwen2.5-coder"), MaxTokensField::MaxTokens);
+    /// ```
+    pub fn for_model(model: &str) -> MaxTokensField {
+        let name = model
+            .rsplit('/')
+            .next()
+            .unwrap_or(model)
+            .to_ascii_lowercase();
+        let reasoning = ["o1", "o3", "o4"].iter().any(|family| {
+            name.strip_prefix(family)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        }) || name.starts_with("gpt-5");
+        if reasoning {
+            MaxTokensField::MaxCompletionTokens
+        } else {
+            MaxTokensField::MaxTokens
+        }
+    }
 }
 
 impl OpenAiClient {
@@ -90,7 +129,9 @@ impl OpenAiClient {
             model: String::new(),
             organization: None,
             project: None,
-            max_tokens_field: MaxTokensField::default(),
+            max_tokens_field: None,
+            auth_header: None,
+            thinking_blocks: false,
             transport: Transport::new(HttpSettings::new(Duration::from_secs(300))),
         }
     }
@@ -130,7 +171,9 @@ impl OpenAiClient {
     }
 
     /// The server's base URL (default `https://api.openai.com/v1`); requests go to
-    /// `{base_url}/chat/completions`. A trailing slash is ignored.
+    /// `{base_url}/chat/completions`. A trailing slash is ignored, and a query on the base URL
+    /// is kept at the end (`…/deployments/gpt-4o?api-version=2024-10-21` posts to
+    /// `…/deployments/gpt-4o/chat/completions?api-version=2024-10-21`).
     pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
         self.base_url = base_url.into().trim_end_matches('/').to_owned();
         self
@@ -154,9 +197,42 @@ impl OpenAiClient {
         self
     }
 
-    /// Which field carries the token limit (default [`MaxTokensField::MaxTokens`]).
+    /// Which field carries the token limit (default: chosen per request from the model name,
+    /// see [`MaxTokensField::for_model`]).
     pub fn max_tokens_field(mut self, field: MaxTokensField) -> Self {
-        self.max_tokens_field = field;
+        self.max_tokens_field = Some(field);
+        self
+    }
+
+    /// Sends signed thinking back on assistant messages as `thinking_blocks`
+    /// (`[{"type":"thinking","thinking":…,"signature":…}]`), the shape LiteLLM documents for
+    /// Anthropic models served over Chat Completions (default off).
+    ///
+    /// Turn it on when a proxy fronts a model with extended thinking: such a model needs its
+    /// signed thinking back in tool turns. Off by default because OpenAI rejects messages with
+    /// fields it does not know. Unsigned reasoning (`reasoning_content` from DeepSeek, vLLM,
+    /// Ollama …) is never sent back: no compatible server documents a request field for it.
+    /// Signed thinking is read from a stream's `delta.thinking_blocks` either way.
+    pub fn send_thinking_blocks(mut self, send: bool) -> Self {
+        self.thinking_blocks = send;
+        self
+    }
+
+    /// Sends the key in this header, as it is, instead of `Authorization: Bearer <key>`: for
+    /// Azure OpenAI, `auth_header("api-key")`. The value is marked sensitive and never shown.
+    ///
+    /// ```
+    /// use agent_loop::OpenAiClient;
+    ///
+    /// // Azure OpenAI: the deployment in the path, the API version as a query parameter.
+    /// let azure = OpenAiClient::new("azure-key")
+    ///     .base_url("https://my-resource.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-10-21")
+    ///     .auth_header("api-key")
+    ///     .model("gpt-4o");
+    /// # let _ = azure;
+    /// ```
+    pub fn auth_header(mut self, name: impl Into<String>) -> Self {
+        self.auth_header = Some(name.into());
         self
     }
 
@@ -167,13 +243,30 @@ impl OpenAiClient {
     );
 
     fn build(&self, request: &ModelRequest) -> Result<HttpRequest, LlmError> {
-        let body = request::encode(request, &self.model, self.max_tokens_field)?;
+        let model = request.model.as_deref().unwrap_or(&self.model);
+        let field = self
+            .max_tokens_field
+            .unwrap_or_else(|| MaxTokensField::for_model(model));
+        let body = request::encode(request, &self.model, field, self.thinking_blocks)?;
         let mut headers = HeaderMap::new();
         if !self.api_key.is_empty() {
-            headers.insert(
-                reqwest::header::AUTHORIZATION,
-                self.api_key.header_value("Bearer ")?,
-            );
+            match &self.auth_header {
+                None => {
+                    headers.insert(
+                        reqwest::header::AUTHORIZATION,
+                        self.api_key.header_value("Bearer ")?,
+                    );
+                }
+                Some(name) => {
+                    let name =
+                        reqwest::header::HeaderName::try_from(name.as_str()).map_err(|_| {
+                            LlmError::InvalidRequest {
+                                message: format!("invalid auth header name {name:?}"),
+                            }
+                        })?;
+                    headers.insert(name, self.api_key.header_value("")?);
+                }
+            }
         }
         for (name, value) in [
             ("openai-organization", &self.organization),
@@ -249,7 +342,7 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
 
 /// OpenAI says `code: context_length_exceeded`; compatible servers say "maximum context
 /// length" in the message.
-fn is_context_overflow(error: &ApiError) -> bool {
+pub(crate) fn is_context_overflow(error: &ApiError) -> bool {
     if error.code.as_deref() == Some("context_length_exceeded")
         || error.error_type.as_deref() == Some("context_length_exceeded")
     {

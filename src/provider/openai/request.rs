@@ -9,9 +9,13 @@
 //! - Each tool result becomes one `role: tool` message with its `tool_call_id`, placed before
 //!   the rest of its user message. OpenAI has no error flag, so the content of an error result
 //!   is prefixed with `Error: ` to tell the model the tool failed.
-//! - Thinking and redacted-thinking blocks are dropped (Chat Completions has no place for
-//!   them), and so are unmodelled blocks in assistant messages; an assistant message left
-//!   empty is omitted.
+//! - Signed thinking and redacted-thinking blocks of an assistant message go back as
+//!   `thinking_blocks` (the shape LiteLLM documents for Anthropic models behind this format)
+//!   when the client is set to send them; otherwise, and for unsigned reasoning always, they
+//!   are dropped: OpenAI rejects unknown message fields, and compatible servers document no
+//!   request field for unsigned reasoning.
+//!   Unmodelled blocks in assistant messages are dropped; an assistant message with neither
+//!   text nor tool calls is omitted.
 //! - `max_tokens` is sent by default ([`MaxTokensField`]); `stream_options.include_usage` is
 //!   always set; `extra` fields are merged last, at the top level.
 
@@ -21,7 +25,7 @@ use crate::provider::{ModelRequest, ToolChoice};
 
 use super::wire::{
     ChatContent, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ContentPart, FunctionCall,
-    FunctionSpec, StreamOptions,
+    FunctionSpec, StreamOptions, ThinkingBlock,
 };
 use super::MaxTokensField;
 
@@ -33,6 +37,7 @@ pub(crate) fn encode(
     request: &ModelRequest,
     default_model: &str,
     max_tokens_field: MaxTokensField,
+    thinking_blocks: bool,
 ) -> Result<Vec<u8>, LlmError> {
     let model = request.model.as_deref().unwrap_or(default_model);
     if model.is_empty() {
@@ -49,11 +54,12 @@ pub(crate) fn encode(
             content: ChatContent::Text(system.to_owned()),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            thinking_blocks: Vec::new(),
         });
     }
     for message in request.messages.iter() {
         match message.role {
-            Role::Assistant => assistant(message, &mut messages),
+            Role::Assistant => assistant(message, thinking_blocks, &mut messages),
             _ => user(message, &mut messages),
         }
     }
@@ -113,7 +119,7 @@ fn joined_text(message: &Message) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n"))
 }
 
-fn assistant<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
+fn assistant<'a>(message: &'a Message, thinking_blocks: bool, out: &mut Vec<ChatMessage<'a>>) {
     let tool_calls: Vec<ChatToolCall<'a>> = message
         .tool_uses()
         .map(|(id, name, input)| ChatToolCall {
@@ -139,7 +145,45 @@ fn assistant<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
         content,
         tool_calls,
         tool_call_id: None,
+        thinking_blocks: if thinking_blocks {
+            signed_thinking(message)
+        } else {
+            Vec::new()
+        },
     });
+}
+
+/// The assistant message's thinking, to send back where it is signed (when the client is set
+/// to, see `OpenAiClient::send_thinking_blocks`). Signed thinking comes only from servers that
+/// front Anthropic models (LiteLLM's `thinking_blocks`), and they need it back in tool turns.
+/// Unsigned reasoning (`reasoning_content` from DeepSeek, vLLM, Ollama …) is never sent: those
+/// servers document no field for it in requests, and some reject one.
+fn signed_thinking(message: &Message) -> Vec<ThinkingBlock<'_>> {
+    let signed = message.content.iter().any(|b| match b {
+        ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+        ContentBlock::RedactedThinking { .. } => true,
+        _ => false,
+    });
+    if !signed {
+        return Vec::new();
+    }
+    message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            } if !signature.is_empty() => Some(ThinkingBlock::Thinking {
+                thinking,
+                signature,
+            }),
+            ContentBlock::RedactedThinking { data } => {
+                Some(ThinkingBlock::RedactedThinking { data })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
@@ -160,6 +204,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
                 content: ChatContent::Text(content),
                 tool_calls: Vec::new(),
                 tool_call_id: Some(tool_use_id),
+                thinking_blocks: Vec::new(),
             });
         }
     }
@@ -191,6 +236,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
         content,
         tool_calls: Vec::new(),
         tool_call_id: None,
+        thinking_blocks: Vec::new(),
     });
 }
 
@@ -200,7 +246,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn encode_value(request: &ModelRequest, field: MaxTokensField) -> Value {
-        serde_json::from_slice(&encode(request, "gpt-test", field).unwrap()).unwrap()
+        serde_json::from_slice(&encode(request, "gpt-test", field, false).unwrap()).unwrap()
     }
 
     #[test]

@@ -38,6 +38,23 @@ pub(crate) struct ChatMessage<'a> {
     pub(crate) tool_calls: Vec<ChatToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_call_id: Option<&'a str>,
+    /// Signed thinking sent back on an assistant message, in the shape LiteLLM documents for
+    /// Anthropic models behind the Chat Completions format.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) thinking_blocks: Vec<ThinkingBlock<'a>>,
+}
+
+/// One entry of an assistant message's `thinking_blocks`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ThinkingBlock<'a> {
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
 }
 
 /// A message's content: a plain string, content parts, or `null`.
