@@ -470,6 +470,7 @@ fn usage_anchors_the_count_of_the_prefix_the_provider_saw() {
         cache_read_input_tokens: 250,
         cache_creation_input_tokens: 50,
         output_tokens: 99,
+        ..Usage::default()
     };
     // The response to a request holding 1 message.
     cm.push(Message::assistant("first answer"));

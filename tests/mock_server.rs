@@ -280,7 +280,7 @@ async fn streams_are_chunked_and_byte_chunking_decodes() {
     server.push(MockResponse::stream(ScriptedResponse::text("ab")).chunk_size(1));
     let answer = raw_exchange(
         &server,
-        b"POST /anthropic/v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}",
+        b"POST /anthropic/v1/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");

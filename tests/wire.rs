@@ -60,6 +60,7 @@ fn usage(input: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage
         output_tokens: output,
         cache_read_input_tokens: cache_read,
         cache_creation_input_tokens: cache_creation,
+        ..Usage::default()
     }
 }
 
@@ -1125,13 +1126,15 @@ fn openai_error_beside_choices_is_a_stream_error() {
         d.events,
         vec![start("gen-err02", "openrouter/auto"), text_delta(0, "Hel")]
     );
-    assert_eq!(
-        d.result.unwrap_err(),
-        LlmError::Stream {
-            error_type: "502".into(),
-            message: "Upstream provider returned an error".into()
-        }
-    );
+    // OpenRouter puts the HTTP status in `code`: the error is classified as that status.
+    let err = d.result.unwrap_err();
+    let LlmError::Api(api) = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(api.status, 502);
+    assert_eq!(api.code.as_deref(), Some("502"));
+    assert_eq!(api.message, "Upstream provider returned an error");
+    assert!(err.is_retryable());
 }
 
 #[test]

@@ -83,6 +83,7 @@ pub struct MockResponse {
     headers: Vec<(String, String)>,
     chunk_size: Option<usize>,
     chunk_delay: Option<Duration>,
+    terminator_delay: Option<Duration>,
     interrupt: Option<(StreamPoint, Interruption)>,
 }
 
@@ -100,6 +101,8 @@ enum Kind {
         content_type: String,
         body: Vec<u8>,
     },
+    /// The scripted response as one whole JSON message (`content-type: application/json`).
+    Json(ScriptedResponse),
     NoHeaders,
     Close,
 }
@@ -117,6 +120,7 @@ impl MockResponse {
             headers: Vec::new(),
             chunk_size: None,
             chunk_delay: None,
+            terminator_delay: None,
             interrupt: None,
         }
     }
@@ -193,6 +197,21 @@ impl MockResponse {
         })
     }
 
+    /// Answers with `response` as one whole, non-streamed JSON message in the provider's shape
+    /// (Anthropic `{"type":"message", …}`, OpenAI `{"object":"chat.completion", …}`) with
+    /// `content-type: application/json`, as some proxies answer a streaming request (LiteLLM
+    /// for its mock models, servers whose upstream does not stream). A scripted failure
+    /// answers `500`.
+    pub fn json(response: ScriptedResponse) -> Self {
+        MockResponse::new(Kind::Json(response))
+    }
+
+    /// Redirects with `status` (301, 302, 303, 307 or 308) to `location`, as a load balancer
+    /// or a moved endpoint does.
+    pub fn redirect(status: u16, location: impl Into<String>) -> Self {
+        MockResponse::raw(status, "text/plain", Vec::new()).header("location", location)
+    }
+
     /// Reads the request and never answers (not even headers); the connection stays open.
     pub fn no_headers() -> Self {
         MockResponse::new(Kind::NoHeaders)
@@ -259,6 +278,15 @@ impl MockResponse {
     /// Waits `delay` between HTTP chunks (the server uses `tokio::time`).
     pub fn chunk_delay(mut self, delay: Duration) -> Self {
         self.chunk_delay = Some(delay);
+        self
+    }
+
+    /// Waits `delay` after the last event before the chunked body's terminator, as real
+    /// servers do (the terminator of a streamed body often arrives a few milliseconds after
+    /// the end-of-message event). A client that stops reading at the end-of-message event and
+    /// drops the body loses the connection; one that reads on to the terminator keeps it.
+    pub fn terminator_delay(mut self, delay: Duration) -> Self {
+        self.terminator_delay = Some(delay);
         self
     }
 
@@ -378,6 +406,7 @@ struct ServerState {
     script: VecDeque<MockResponse>,
     requests: Vec<RecordedRequest>,
     violations: Vec<String>,
+    connections: usize,
 }
 
 /// A loopback HTTP/1.1 model server for tests, serving both wire formats from one script.
@@ -475,6 +504,13 @@ impl MockServer {
         self.lock().script.len()
     }
 
+    /// How many TCP connections clients have opened to the server so far. Streamed answers
+    /// that end cleanly keep their connection open for the next request (HTTP/1.1
+    /// keep-alive), so a client that reuses its connections opens one for many requests.
+    pub fn connections(&self) -> usize {
+        self.lock().connections
+    }
+
     /// The history-invariant violations found in received requests (empty when every
     /// history was valid).
     pub fn history_violations(&self) -> Vec<String> {
@@ -497,6 +533,7 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
         };
         let Ok((socket, _)) = accepted else { continue };
+        state.lock().unwrap_or_else(|e| e.into_inner()).connections += 1;
         let state = state.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -608,20 +645,25 @@ async fn read_request(socket: &mut TcpStream) -> Result<Request, ReadError> {
 
 async fn serve(mut socket: TcpStream, state: Arc<Mutex<ServerState>>) {
     let _ = socket.set_nodelay(true);
-    let request = match read_request(&mut socket).await {
+    while serve_one(&mut socket, &state).await {}
+}
+
+/// Answers one request; true when the connection stays open for another.
+async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
+    let request = match read_request(socket).await {
         Ok(request) => request,
-        Err(ReadError::Closed) => return,
+        Err(ReadError::Closed) => return false,
         Err(ReadError::Reply(status, message)) => {
             let body = json!({"error": {"type": "invalid_request_error", "message": message}});
             let _ = write_simple(
-                &mut socket,
+                socket,
                 status,
                 "application/json",
                 &[],
                 body.to_string().as_bytes(),
             )
             .await;
-            return;
+            return false;
         }
     };
     let route = request.path.split('?').next().unwrap_or_default();
@@ -667,16 +709,26 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<ServerState>>) {
         let body = json!({"error": {"type": "not_found_error",
                                     "message": format!("MockServer: no route for {} {}", request.method, request.path)}});
         let _ = write_simple(
-            &mut socket,
+            socket,
             404,
             "application/json",
             &[],
             body.to_string().as_bytes(),
         )
         .await;
-        return;
+        return false;
     };
-    let _ = answer(&mut socket, format, response).await;
+    // HTTP/1.1: a client that says `connection: close` gets the connection closed.
+    let client_closes = request
+        .headers
+        .iter()
+        .any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
+    let reusable = answer(socket, format, response).await.unwrap_or(false);
+    if reusable && client_closes {
+        let _ = socket.shutdown().await;
+        return false;
+    }
+    reusable
 }
 
 async fn write_simple(
@@ -748,29 +800,53 @@ async fn write_chunk(socket: &mut TcpStream, data: &[u8]) -> std::io::Result<()>
     socket.flush().await
 }
 
+/// Answers with `response`; `Ok(true)` when the connection can take another request.
 async fn answer(
     socket: &mut TcpStream,
     format: WireFormat,
     response: MockResponse,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let MockResponse {
         kind,
         headers,
         chunk_size,
         chunk_delay,
+        terminator_delay,
         interrupt,
     } = response;
     let scripted = match kind {
-        Kind::Close => return Ok(()),
+        Kind::Close => return Ok(false),
         Kind::NoHeaders => {
             hold_open(socket).await;
-            return Ok(());
+            return Ok(false);
         }
         Kind::Raw {
             status,
             content_type,
             body,
-        } => return write_simple(socket, status, &content_type, &headers, &body).await,
+        } => {
+            write_simple(socket, status, &content_type, &headers, &body).await?;
+            return Ok(false);
+        }
+        Kind::Json(scripted) => {
+            let (status, body) = match super::whole::encode(format, &scripted) {
+                Some(body) => (200, body),
+                None => (
+                    500,
+                    json!({"error": {"type": "api_error",
+                                      "message": "MockServer: a scripted failure has no whole-JSON form"}}),
+                ),
+            };
+            write_simple(
+                socket,
+                status,
+                "application/json",
+                &headers,
+                body.to_string().as_bytes(),
+            )
+            .await?;
+            return Ok(false);
+        }
         Kind::Status {
             status,
             error_type,
@@ -791,24 +867,30 @@ async fn answer(
             {
                 headers.push(("request-id".to_owned(), "req_mock".to_owned()));
             }
-            return write_simple(
+            write_simple(
                 socket,
                 status,
                 "application/json",
                 &headers,
                 body.to_string().as_bytes(),
             )
-            .await;
+            .await?;
+            return Ok(false);
         }
         Kind::Stream(scripted) => scripted,
     };
     let (segments, tail) = sse::encode(format, &scripted);
     let (body, tail) = plan(format, &segments, tail, interrupt);
+    // A body that ends cleanly leaves the connection open for the next request.
+    let keep_alive = tail == Interruption::End;
 
     let mut head = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
-         transfer-encoding: chunked\r\nconnection: close\r\nrequest-id: req_mock\r\n",
+         transfer-encoding: chunked\r\nrequest-id: req_mock\r\n",
     );
+    if !keep_alive {
+        head.push_str("connection: close\r\n");
+    }
     for (name, value) in &headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -832,9 +914,11 @@ async fn answer(
     }
     match tail {
         Interruption::End => {
+            if let Some(delay) = terminator_delay {
+                tokio::time::sleep(delay).await;
+            }
             socket.write_all(b"0\r\n\r\n").await?;
             socket.flush().await?;
-            let _ = socket.shutdown().await;
         }
         Interruption::Disconnect => {
             // Dropping the socket without the terminating chunk: the client's body read fails.
@@ -859,7 +943,7 @@ async fn answer(
             }
         }
     }
-    Ok(())
+    Ok(keep_alive)
 }
 
 /// Cuts the encoded segments at the interruption point: the body pieces to send and what

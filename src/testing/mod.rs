@@ -17,6 +17,7 @@ use crate::message::Message;
 mod mock;
 mod scripted;
 mod sse;
+mod whole;
 
 pub use mock::{Interruption, MockResponse, MockServer, RecordedRequest, StreamPoint};
 pub use scripted::{ScriptedClient, ScriptedResponse};

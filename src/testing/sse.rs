@@ -181,6 +181,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
     }
     let mut started: HashMap<usize, ()> = HashMap::new();
     let mut last_usage = usage;
+    let mut stop_sequence: Option<&str> = None;
     for event in events {
         match event {
             LlmEvent::MessageStart { id, model } => {
@@ -284,13 +285,14 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                 json!({"type": "content_block_stop", "index": index}),
             ),
             LlmEvent::Usage(usage) => last_usage = *usage,
+            LlmEvent::StopSequence { sequence } => stop_sequence = Some(sequence),
             LlmEvent::MessageStop { stop_reason } => {
                 push(
                     &mut out,
                     SegmentKind::End,
                     "message_delta",
                     json!({"type": "message_delta",
-                           "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                           "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                            "usage": {"output_tokens": last_usage.output_tokens}}),
                 );
                 push(
@@ -410,7 +412,9 @@ fn openai(events: &[LlmEvent]) -> Vec<Segment> {
                                     "usage": {"prompt_tokens": prompt,
                                               "completion_tokens": u.output_tokens,
                                               "total_tokens": prompt + u.output_tokens,
-                                              "prompt_tokens_details": {"cached_tokens": cached}}}),
+                                              "prompt_tokens_details": {"cached_tokens": cached},
+                                              "completion_tokens_details":
+                                                  {"reasoning_tokens": u.reasoning_tokens}}}),
                         ),
                         kind: SegmentKind::End,
                     });
