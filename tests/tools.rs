@@ -1124,3 +1124,96 @@ async fn the_mock_server_refuses_tool_schemas_the_real_apis_refuse() {
     assert!(items.iter().all(Result::is_ok), "{items:?}");
     assert_eq!(server.remaining(), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `?` in tools.
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct FallibleInput {
+    /// Which failure to produce: "io", "json", "string" or "str".
+    what: String,
+}
+
+/// A tool whose failures all come through `?`.
+struct Fallible;
+
+fn load_notes() -> std::io::Result<String> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "notes.txt does not exist; create it first",
+    ))
+}
+
+fn check_name(what: &str) -> Result<(), String> {
+    Err(format!("{what:?} is not a known failure"))
+}
+
+#[async_trait]
+impl Tool for Fallible {
+    type Input = FallibleInput;
+
+    fn name(&self) -> &str {
+        "fallible"
+    }
+
+    fn description(&self) -> &str {
+        "Fails in the way it is told to."
+    }
+
+    async fn call(&self, input: FallibleInput, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        match input.what.as_str() {
+            "io" => Ok(ToolOutput::text(load_notes()?)),
+            "json" => Ok(ToolOutput::json(serde_json::from_str::<Value>("{\"a\":")?)),
+            "str" => Err("told to fail".into()),
+            _ => {
+                check_name(&input.what)?;
+                Ok(ToolOutput::text("unreachable"))
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tools_can_use_the_question_mark_and_the_model_reads_the_error() {
+    let registry = ToolRegistry::new().with(Fallible).unwrap();
+    let calls = ["io", "json", "string", "str"]
+        .iter()
+        .enumerate()
+        .map(|(i, what)| ToolCall::new(i.to_string(), "fallible", json!({"what": what})))
+        .collect();
+    let results = registry.execute_batch(calls, &ExecOptions::default()).await;
+    let outcome: Vec<(&str, bool)> = results
+        .iter()
+        .map(|r| (r.content.as_str(), r.is_error))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            ("notes.txt does not exist; create it first", true),
+            ("EOF while parsing a value at line 1 column 5", true),
+            (r#""string" is not a known failure"#, true),
+            ("told to fail", true),
+        ]
+    );
+
+    // The converted errors keep their source.
+    use std::error::Error as _;
+    let call = |what: &str| {
+        Fallible.call(
+            FallibleInput { what: what.into() },
+            ToolContext::new("direct"),
+        )
+    };
+    let io = call("io").await.unwrap_err();
+    let source = io.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+    assert_eq!(source.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    let json = call("json").await.unwrap_err();
+    let source = json
+        .source()
+        .and_then(|s| s.downcast_ref::<serde_json::Error>());
+    assert!(source.is_some_and(serde_json::Error::is_eof), "{json:?}");
+    assert!(call("string").await.unwrap_err().source().is_none());
+    // And a ToolError is still an Error of the crate.
+    let error: Error = io.into();
+    assert!(matches!(error, Error::Tool(_)));
+}

@@ -16,6 +16,7 @@
 //!                                 ToolCallResult, one per call, in the model's order
 //! ```
 
+mod error;
 mod exec;
 mod flatten;
 mod fn_tool;
@@ -29,29 +30,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use registry::{ExecOptions, RegisteredTool, ToolCall, ToolCallResult, ToolRegistry};
-
-/// A tool's own failure; becomes an `is_error` tool result the model reads.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolError {
-    message: String,
-}
-
-impl ToolError {
-    /// A tool error with a message the model can act on.
-    pub fn new(message: impl Into<String>) -> Self {
-        ToolError {
-            message: message.into(),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
 
 /// A tool the model can call, with a typed input.
 ///
