@@ -5,7 +5,7 @@
 //!  ─────────                    ─────────────────                        ─────
 //!  impl Tool for X  ──register──► RegisteredTool (type-erased, schema    ToolSpec ──► request
 //!  FnTool::new(..)                compiled once, name checked,           (a top-level union
-//!                                 top-level union flattened)              sent flattened)
+//!                                 object input required)                  sent flattened)
 //!                                        │
 //!  ToolCall { id, name, input } ─────────┤ lookup → JSON Schema → serde → Tool::call
 //!                                        ▼        (every failure is an is_error result)
@@ -126,7 +126,8 @@ pub trait Tool: Send + Sync + 'static {
     /// Without a `schemars` dependency of your own, derive it as
     /// `#[derive(agent_loop::schemars::JsonSchema)]` with
     /// `#[schemars(crate = "agent_loop::schemars")]`; without that attribute the derive fails
-    /// with "failed to resolve: use of undeclared crate or module `schemars`".
+    /// with "cannot find module or crate `schemars`" (older compilers: "failed to resolve: use
+    /// of undeclared crate or module `schemars`").
     type Input: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
 
     /// The name the model calls the tool by; must match `^[a-zA-Z0-9_-]{1,64}$`.
