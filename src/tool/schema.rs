@@ -20,13 +20,13 @@ const MAX_LOCATE_DEPTH: usize = 128;
 /// model a flattened copy (see [`prepare`]).
 pub(crate) fn input_schema_for<T: schemars::JsonSchema>() -> Value {
     let mut value = schemars::schema_for!(T).to_value();
+    let untyped = value.get("type").is_none() && !flatten::needs_flattening(&value);
     match &mut value {
         Value::Object(map) => {
             map.remove("$schema");
             // The title is the Rust type's name: tokens that tell the model nothing.
             map.remove("title");
-            if !map.contains_key("type") && !flatten::needs_flattening(&Value::Object(map.clone()))
-            {
+            if untyped {
                 map.insert("type".into(), Value::from("object"));
             }
         }
