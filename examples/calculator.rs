@@ -14,7 +14,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 /// The calculator's input, as the model sees it (the JSON Schema is derived from this type).
-#[derive(Deserialize, schemars::JsonSchema)]
+#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
 struct CalcInput {
     /// An arithmetic expression with + - * / ^, parentheses and decimal numbers, e.g. "(2 + 3) * 4".
     expression: String,

@@ -698,7 +698,9 @@ fn registration_rejects_duplicates_bad_names_and_bad_schemas() {
     assert_eq!(
         err.to_string(),
         "configuration error: tool \"s\": the input schema must describe a JSON object \
-         (\"type\": \"object\"), found type \"string\"; use a struct as the tool's Input"
+         (\"type\": \"object\"), found type \"string\"; both providers require an object \
+         input. Use a struct as the tool's Input, or wrap the value in a struct field \
+         (struct Input { value: YourType })"
     );
 
     let invalid = FnTool::new("v", "x", |_: Value, _ctx| async move { Ok("") })
@@ -889,4 +891,329 @@ async fn a_panic_while_preparing_a_call_is_contained_too() {
     );
     assert!(results[0].is_error);
     assert_eq!(results[1].content, "still here");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Enum inputs: a top-level union, sent flattened, checked per variant.
+
+/// What to do with a file; serde's internally tagged enum, whose derived schema is a
+/// top-level `oneOf` that Anthropic refuses.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum FileOp {
+    /// Reads a file.
+    Read { path: String },
+    /// Writes a file.
+    Write { path: String, content: String },
+    /// Deletes files.
+    Delete { paths: Vec<String> },
+}
+
+fn file_tool() -> impl Tool {
+    FnTool::new("files", "Works on files.", |op: FileOp, _ctx| async move {
+        Ok::<_, ToolError>(match op {
+            FileOp::Read { path } => format!("read {path}"),
+            FileOp::Write { path, content } => format!("wrote {} bytes to {path}", content.len()),
+            FileOp::Delete { paths } => format!("deleted {}", paths.join(", ")),
+        })
+    })
+}
+
+fn assert_no_top_level_union(schema: &Value) {
+    for keyword in ["oneOf", "anyOf", "allOf"] {
+        assert!(schema.get(keyword).is_none(), "{keyword} in {schema:#}");
+    }
+    assert_eq!(schema["type"], "object", "{schema:#}");
+}
+
+#[tokio::test]
+async fn an_enum_input_is_sent_as_one_object_and_checked_against_its_variant() {
+    let registry = ToolRegistry::new().with(file_tool()).unwrap();
+    let schema = &registry.specs()[0].input_schema;
+    assert_no_top_level_union(schema);
+    assert_eq!(
+        schema["properties"]["op"],
+        json!({"type": "string", "enum": ["read", "write", "delete"]})
+    );
+    assert_eq!(schema["required"], json!(["op"]));
+
+    let results = registry
+        .execute_batch(
+            vec![
+                ToolCall::new(
+                    "1",
+                    "files",
+                    json!({"op": "write", "path": "a", "content": "hi"}),
+                ),
+                ToolCall::new("2", "files", json!({"op": "delete", "paths": ["a", "b"]})),
+                // The fields of `write` under the tag of `read`.
+                ToolCall::new("3", "files", json!({"op": "read", "content": "hi"})),
+                ToolCall::new("4", "files", json!({"op": "rename", "path": "a"})),
+            ],
+            &ExecOptions::default(),
+        )
+        .await;
+    let outcome: Vec<(&str, bool)> = results
+        .iter()
+        .map(|r| (r.content.as_str(), r.is_error))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            ("wrote 2 bytes to a", false),
+            ("deleted a, b", false),
+            (
+                r#"invalid arguments for tool "files": with "op" = "read": "path" is a required property"#,
+                true
+            ),
+            (
+                r#"invalid arguments for tool "files": at /op: "rename" is not one of "read", "write", "delete""#,
+                true
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_agent_with_an_enum_tool_talks_to_both_wire_formats() {
+    use agent_loop::testing::MockServer;
+    use agent_loop::{AnthropicClient, OpenAiClient};
+
+    let server = MockServer::start().await;
+    let anthropic = AnthropicClient::new("k")
+        .base_url(server.anthropic_base_url())
+        .model("m");
+    run_enum_tool_agent(&server, anthropic, "input_schema").await;
+    let openai = OpenAiClient::new("k")
+        .base_url(server.openai_base_url())
+        .model("m");
+    run_enum_tool_agent(&server, openai, "parameters").await;
+    assert_eq!(server.history_violations(), Vec::<String>::new());
+}
+
+/// One run of an agent with [`file_tool`] against the mock server: a valid call and one whose
+/// fields do not fit its variant. `schema_key` is where the request carries a tool's schema.
+async fn run_enum_tool_agent(
+    server: &agent_loop::testing::MockServer,
+    client: impl agent_loop::LlmClient + 'static,
+    schema_key: &str,
+) {
+    use agent_loop::testing::ScriptedResponse;
+    use agent_loop::{Agent, AgentEvent};
+
+    let before = server.requests().len();
+    server.push(
+        ScriptedResponse::tool_call("c1", "files", json!({"op": "read", "path": "a"}))
+            .then_tool_call("c2", "files", json!({"op": "delete", "path": "a"})),
+    );
+    server.push(ScriptedResponse::text("done"));
+    let mut agent = Agent::builder(client).tool(file_tool()).build().unwrap();
+    let events: Vec<AgentEvent> = agent.run("go").collect().await;
+    // Results are reported as they finish; sort them by call id.
+    let mut results: Vec<(String, String, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult {
+                id,
+                content,
+                is_error,
+                ..
+            } => Some((id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    results.sort();
+    assert_eq!(
+        results,
+        [
+            ("c1".to_owned(), "read a".to_owned(), false),
+            (
+                "c2".to_owned(),
+                r#"invalid arguments for tool "files": with "op" = "delete": "paths" is a required property"#
+                    .to_owned(),
+                true
+            ),
+        ],
+        "{schema_key}: {events:#?}"
+    );
+    match events.last() {
+        Some(AgentEvent::Finished(outcome)) => {
+            assert!(outcome.termination.is_completed(), "{outcome:?}");
+            assert_eq!(outcome.final_text, "done");
+        }
+        other => panic!("{schema_key}: {other:?}"),
+    }
+    // The mock refuses what the real APIs refuse, so both requests being answered means the
+    // schema was acceptable; check it as sent, too.
+    let requests = &server.requests()[before..];
+    assert_eq!(requests.len(), 2, "{schema_key}");
+    for request in requests {
+        let tool = &request.body["tools"][0];
+        let schema = tool
+            .get(schema_key)
+            .unwrap_or(&tool["function"][schema_key]);
+        assert_no_top_level_union(schema);
+    }
+}
+
+#[tokio::test]
+async fn the_mock_server_refuses_tool_schemas_the_real_apis_refuse() {
+    use agent_loop::testing::{MockServer, ScriptedResponse};
+    use agent_loop::{
+        AnthropicClient, LlmClient, LlmError, Message, ModelRequest, OpenAiClient, ToolSpec,
+    };
+
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("kept for later"));
+    let request = |schema: Value| {
+        let mut request = ModelRequest::new(vec![Message::user("hi")]);
+        request.tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "x".into(),
+            input_schema: schema,
+        }];
+        request
+    };
+    let api_error = |items: Vec<Result<agent_loop::LlmEvent, LlmError>>| match items.as_slice() {
+        [Err(LlmError::Api(api))] => (api.status, api.message.clone(), api.code.clone()),
+        other => panic!("expected one API error, got {other:?}"),
+    };
+
+    let anthropic = AnthropicClient::new("k")
+        .base_url(server.anthropic_base_url())
+        .model("m");
+    let union = request(json!({"oneOf": [{"type": "object"}, {"type": "object"}]}));
+    let items = anthropic.stream(&union).collect().await;
+    assert_eq!(
+        api_error(items),
+        (
+            400,
+            "tools.0.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf \
+             at the top level"
+                .to_owned(),
+            None
+        )
+    );
+    let string = request(json!({"type": "string"}));
+    let items = anthropic.stream(&string).collect().await;
+    assert_eq!(
+        api_error(items).1,
+        "tools.0.custom.input_schema.type: Input should be 'object'"
+    );
+
+    let openai = OpenAiClient::new("k")
+        .base_url(server.openai_base_url())
+        .model("m");
+    let items = openai.stream(&string).collect().await;
+    assert_eq!(
+        api_error(items),
+        (
+            400,
+            "Invalid schema for function 't': schema must be a JSON Schema of 'type: \"object\"', \
+             got 'type: \"string\"'."
+                .to_owned(),
+            Some("invalid_function_parameters".to_owned())
+        )
+    );
+
+    // Refused requests are recorded but do not use up the script.
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.remaining(), 1);
+    let fine = request(json!({"type": "object", "properties": {"a": {"anyOf": []}}}));
+    let items: Vec<_> = anthropic.stream(&fine).collect().await;
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    assert_eq!(server.remaining(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `?` in tools.
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct FallibleInput {
+    /// Which failure to produce: "io", "json", "string" or "str".
+    what: String,
+}
+
+/// A tool whose failures all come through `?`.
+struct Fallible;
+
+fn load_notes() -> std::io::Result<String> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "notes.txt does not exist; create it first",
+    ))
+}
+
+fn check_name(what: &str) -> Result<(), String> {
+    Err(format!("{what:?} is not a known failure"))
+}
+
+#[async_trait]
+impl Tool for Fallible {
+    type Input = FallibleInput;
+
+    fn name(&self) -> &str {
+        "fallible"
+    }
+
+    fn description(&self) -> &str {
+        "Fails in the way it is told to."
+    }
+
+    async fn call(&self, input: FallibleInput, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        match input.what.as_str() {
+            "io" => Ok(ToolOutput::text(load_notes()?)),
+            "json" => Ok(ToolOutput::json(serde_json::from_str::<Value>("{\"a\":")?)),
+            "str" => Err("told to fail".into()),
+            _ => {
+                check_name(&input.what)?;
+                Ok(ToolOutput::text("unreachable"))
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tools_can_use_the_question_mark_and_the_model_reads_the_error() {
+    let registry = ToolRegistry::new().with(Fallible).unwrap();
+    let calls = ["io", "json", "string", "str"]
+        .iter()
+        .enumerate()
+        .map(|(i, what)| ToolCall::new(i.to_string(), "fallible", json!({"what": what})))
+        .collect();
+    let results = registry.execute_batch(calls, &ExecOptions::default()).await;
+    let outcome: Vec<(&str, bool)> = results
+        .iter()
+        .map(|r| (r.content.as_str(), r.is_error))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            ("notes.txt does not exist; create it first", true),
+            ("EOF while parsing a value at line 1 column 5", true),
+            (r#""string" is not a known failure"#, true),
+            ("told to fail", true),
+        ]
+    );
+
+    // The converted errors keep their source.
+    use std::error::Error as _;
+    let call = |what: &str| {
+        Fallible.call(
+            FallibleInput { what: what.into() },
+            ToolContext::new("direct"),
+        )
+    };
+    let io = call("io").await.unwrap_err();
+    let source = io.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+    assert_eq!(source.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    let json = call("json").await.unwrap_err();
+    let source = json
+        .source()
+        .and_then(|s| s.downcast_ref::<serde_json::Error>());
+    assert!(source.is_some_and(serde_json::Error::is_eof), "{json:?}");
+    assert!(call("string").await.unwrap_err().source().is_none());
+    // And a ToolError is still an Error of the crate.
+    let error: Error = io.into();
+    assert!(matches!(error, Error::Tool(_)));
 }

@@ -294,7 +294,8 @@ impl HeadTail {
 // read_file
 
 /// `read_file`'s input.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
 pub struct ReadFileInput {
     /// The file to read, relative to the working directory.
     pub path: String,
@@ -384,7 +385,8 @@ impl Tool for ReadFile {
 // write_file
 
 /// `write_file`'s input.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
 pub struct WriteFileInput {
     /// The file to write, relative to the working directory. Missing folders are created.
     pub path: String,
@@ -454,7 +456,8 @@ impl Tool for WriteFile {
 // edit_file
 
 /// `edit_file`'s input.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
 pub struct EditFileInput {
     /// The file to edit, relative to the working directory.
     pub path: String,
@@ -566,7 +569,8 @@ impl Tool for EditFile {
 // bash
 
 /// `bash`'s input.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
 pub struct BashInput {
     /// The command line, run with `bash -c` in the working directory.
     pub command: String,

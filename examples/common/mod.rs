@@ -149,7 +149,8 @@ pub fn is_scripted(model: &Model) -> bool {
 /// The calculator tool of the examples: evaluates an arithmetic expression.
 pub fn calculator_tool() -> impl agent_loop::Tool {
     /// The calculator's input.
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
+    #[schemars(crate = "agent_loop::schemars")]
     struct CalcInput {
         /// An arithmetic expression with + - * / ^, parentheses and decimal numbers, e.g. "(2 + 3) * 4".
         expression: String,
@@ -200,7 +201,8 @@ pub fn fake_weather(city: &str) -> (serde_json::Value, std::time::Duration) {
 /// (`tokio::time::sleep`, so tests with a paused clock do not wait).
 pub fn weather_tool() -> impl agent_loop::Tool {
     /// The weather tool's input.
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
+    #[schemars(crate = "agent_loop::schemars")]
     struct WeatherInput {
         /// The city, e.g. "Paris".
         city: String,

@@ -22,6 +22,7 @@ use crate::provider::WireFormat;
 
 use super::scripted::{Ending, ScriptedResponse};
 use super::sse::{self, Segment, SegmentKind, Tail};
+use super::tool_schemas;
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 64 << 10;
@@ -414,8 +415,11 @@ struct ServerState {
 /// `POST` to any path ending in `/v1/messages` is answered in Anthropic SSE, to any path
 /// ending in `/chat/completions` in OpenAI SSE, each with the next scripted
 /// [`MockResponse`]. Every request is recorded ([`MockServer::requests`]) and its history
-/// checked ([`MockServer::history_violations`]). When the script runs out the server answers
-/// `500` with `x-should-retry: false` and a message saying so. The server stops when dropped.
+/// checked ([`MockServer::history_violations`]). A request whose tool schemas the real API
+/// refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
+/// OpenAI: non-object `parameters`) is answered `400` with the provider's message, without
+/// using the script. When the script runs out the server answers `500` with
+/// `x-should-retry: false` and a message saying so. The server stops when dropped.
 ///
 /// ```no_run
 /// use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
@@ -685,6 +689,10 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                     .push(format!("request #{number}: {violation}"));
             }
         }
+        // A tool schema the real API refuses gets its 400; the script is not consumed.
+        let refused = format
+            .filter(|_| request.method == "POST")
+            .and_then(|format| tool_schemas::rejection(format, &body));
         state.requests.push(RecordedRequest {
             method: request.method.clone(),
             path: request.path.clone(),
@@ -692,7 +700,15 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
             body,
             format,
         });
-        if format.is_some() && request.method == "POST" {
+        if let Some(refused) = refused {
+            let mut response = MockResponse::status(400)
+                .error_type(refused.error_type)
+                .error_message(refused.message);
+            if let Some(code) = refused.code {
+                response = response.error_code(code);
+            }
+            Some(response)
+        } else if format.is_some() && request.method == "POST" {
             Some(state.script.pop_front().unwrap_or_else(|| {
                 MockResponse::status(500)
                     .error_message(format!(

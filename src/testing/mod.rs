@@ -11,12 +11,16 @@
 //!
 //! Both check the history invariant on every request (every `tool_use` answered by exactly one
 //! `tool_result` in the next user message) and record violations for the test to assert on.
+//! The `MockServer` also refuses, with the provider's own `400`, a tool schema the real API
+//! refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
+//! OpenAI: non-object `parameters`).
 
 use crate::message::Message;
 
 mod mock;
 mod scripted;
 mod sse;
+mod tool_schemas;
 mod whole;
 
 pub use mock::{Interruption, MockResponse, MockServer, RecordedRequest, StreamPoint};

@@ -242,7 +242,7 @@ impl CallRun<'_> {
         let name = quote(&self.call.name);
         let (content, is_error) = match tokio::time::timeout(self.limit, future).await {
             Ok(Ok(Ok(output))) => (output.into_text(), false),
-            Ok(Ok(Err(error))) => (error.message().to_owned(), true),
+            Ok(Ok(Err(error))) => (error.model_text(), true),
             Ok(Err(panic)) => {
                 let message = panic_message(panic.as_ref());
                 tracing::error!(tool = %self.call.name, call_id = %self.call.id, "tool panicked: {message}");

@@ -19,6 +19,7 @@ use super::{schema, Concurrency, Tool, ToolContext, ToolError, ToolOutput};
 /// use serde::Deserialize;
 ///
 /// #[derive(Deserialize, JsonSchema)]
+/// #[schemars(crate = "agent_loop::schemars")]
 /// struct Shout {
 ///     /// The text to shout.
 ///     text: String,

@@ -4,7 +4,8 @@
 //!  user code                    registry boundary                        model
 //!  ─────────                    ─────────────────                        ─────
 //!  impl Tool for X  ──register──► RegisteredTool (type-erased, schema    ToolSpec ──► request
-//!  FnTool::new(..)                compiled once, name checked)
+//!  FnTool::new(..)                compiled once, name checked,           (a top-level union
+//!                                 object input required)                  sent flattened)
 //!                                        │
 //!  ToolCall { id, name, input } ─────────┤ lookup → JSON Schema → serde → Tool::call
 //!                                        ▼        (every failure is an is_error result)
@@ -15,7 +16,9 @@
 //!                                 ToolCallResult, one per call, in the model's order
 //! ```
 
+mod error;
 mod exec;
+mod flatten;
 mod fn_tool;
 mod registry;
 mod schema;
@@ -27,29 +30,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use registry::{ExecOptions, RegisteredTool, ToolCall, ToolCallResult, ToolRegistry};
-
-/// A tool's own failure; becomes an `is_error` tool result the model reads.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolError {
-    message: String,
-}
-
-impl ToolError {
-    /// A tool error with a message the model can act on.
-    pub fn new(message: impl Into<String>) -> Self {
-        ToolError {
-            message: message.into(),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
 
 /// A tool the model can call, with a typed input.
 ///
@@ -72,6 +55,7 @@ impl ToolError {
 ///
 /// /// Arguments of the `add` tool.
 /// #[derive(Deserialize, JsonSchema)]
+/// #[schemars(crate = "agent_loop::schemars")] // needed without a schemars dependency of your own
 /// struct AddInput {
 ///     /// The first addend.
 ///     a: f64,
@@ -133,8 +117,17 @@ impl ToolError {
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// The tool's arguments. Its [`schemars::JsonSchema`] is what the model sees (doc comments
-    /// on fields become descriptions); it must describe a JSON object, so use a struct (or
-    /// `serde_json::Value` with an overridden [`Tool::input_schema`]).
+    /// on fields become descriptions); it must describe a JSON object: a struct, an enum with
+    /// `#[serde(tag = "...")]` whose variants have named fields (sent flattened, see
+    /// [`ToolRegistry::register`]), or `serde_json::Value` with an overridden
+    /// [`Tool::input_schema`]. A `String`, a `Vec` or an untagged enum of plain values is
+    /// refused at registration: wrap it in a struct field.
+    ///
+    /// Without a `schemars` dependency of your own, derive it as
+    /// `#[derive(agent_loop::schemars::JsonSchema)]` with
+    /// `#[schemars(crate = "agent_loop::schemars")]`; without that attribute the derive fails
+    /// with "cannot find module or crate `schemars`" (older compilers: "failed to resolve: use
+    /// of undeclared crate or module `schemars`").
     type Input: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
 
     /// The name the model calls the tool by; must match `^[a-zA-Z0-9_-]{1,64}$`.
@@ -143,12 +136,14 @@ pub trait Tool: Send + Sync + 'static {
     /// What the tool does and when to use it, written for the model.
     fn description(&self) -> &str;
 
-    /// The JSON Schema of the input object, sent to the model as Anthropic `input_schema` /
-    /// OpenAI `parameters`.
+    /// The JSON Schema of the input object. Arguments are checked against it; the model is
+    /// sent it as Anthropic `input_schema` / OpenAI `parameters`, flattened into one object
+    /// schema when its top level is a `oneOf`, `anyOf`, `allOf` or `$ref` (see
+    /// [`ToolRegistry::register`]).
     ///
     /// The default derives it from [`Tool::Input`] with schemars (without `$schema` and the
-    /// type's name as `title`, with a top-level `"type": "object"`). Override it for tools whose input is only known at run
-    /// time (`Input = serde_json::Value`).
+    /// type's name as `title`; with `"type": "object"` when it names no type). Override it for
+    /// tools whose input is only known at run time (`Input = serde_json::Value`).
     fn input_schema(&self) -> serde_json::Value {
         schema::input_schema_for::<Self::Input>()
     }

@@ -48,7 +48,7 @@ pub struct RegisteredTool {
     spec: ToolSpec,
     read_only: bool,
     timeout: Option<Duration>,
-    validator: jsonschema::Validator,
+    validator: schema::InputValidator,
     tool: Box<dyn ErasedTool>,
 }
 
@@ -63,7 +63,8 @@ impl RegisteredTool {
         &self.spec.description
     }
 
-    /// The JSON Schema of the tool's input.
+    /// The JSON Schema of the tool's input, as the model is sent it (flattened when the
+    /// tool's own schema is a top-level union; see [`ToolRegistry::register`]).
     pub fn input_schema(&self) -> &serde_json::Value {
         &self.spec.input_schema
     }
@@ -155,10 +156,25 @@ impl ToolRegistry {
 
     /// Adds a tool.
     ///
+    /// Both providers take a tool's input as one JSON object, and Anthropic refuses an
+    /// `input_schema` with `oneOf`, `anyOf` or `allOf` at its top level, which is what schemars
+    /// derives for an enum (`#[serde(tag = "op")]`), an enum `#[serde(flatten)]`ed into a
+    /// struct, or `Option<Struct>`. Such a schema is sent to the model flattened into one
+    /// object schema: the variants' properties merged (a property whose schemas differ gets
+    /// a property-level `anyOf`; the tag becomes a string `enum`), the properties every variant
+    /// requires required, and a description of which fields go with which tag. The arguments
+    /// are still checked against the tool's own schema, and for a tagged enum against the
+    /// variant the tag names, so a call that mixes variants gets an error result saying what
+    /// its variant needs.
+    ///
     /// # Errors
     ///
-    /// [`Error::Config`] when the name is taken, does not match `^[a-zA-Z0-9_-]{1,64}$`, or the
-    /// input schema is not a valid JSON Schema of an object.
+    /// [`Error::Config`] when the name is taken or does not match `^[a-zA-Z0-9_-]{1,64}$`,
+    /// when the input schema is not a valid JSON Schema, or when it does not describe an
+    /// object: a top-level type other than `"object"` (a `String` or `Vec` input), or a
+    /// top-level union with an alternative that is not an object (an untagged enum of plain
+    /// values, a unit variant of an externally tagged enum). The message says how to fix the
+    /// type: usually, wrap the value in a struct field.
     pub fn register<T: Tool>(&mut self, tool: T) -> Result<(), Error> {
         let name = tool.name().to_owned();
         schema::check_name(&name).map_err(Error::Config)?;
@@ -168,8 +184,8 @@ impl ToolRegistry {
                 schema::quote(&name)
             )));
         }
-        let input_schema = tool.input_schema();
-        let validator = schema::compile_schema(&name, &input_schema).map_err(Error::Config)?;
+        let (input_schema, validator) =
+            schema::prepare(&name, tool.input_schema()).map_err(Error::Config)?;
         let registered = RegisteredTool {
             spec: ToolSpec {
                 name: name.clone(),

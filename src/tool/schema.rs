@@ -4,6 +4,8 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::flatten;
+
 /// At most this many schema violations are listed in one error result.
 const MAX_LISTED_ERRORS: usize = 3;
 /// One violation's description is cut to this many bytes (it may quote a huge argument).
@@ -12,16 +14,19 @@ const MAX_ERROR_BYTES: usize = 300;
 const MAX_LOCATE_DEPTH: usize = 128;
 
 /// The schemars schema of `T`, shaped for a provider's tool input: no `$schema` or `title`, and a
-/// top-level `"type": "object"` (schemas without a `type`, such as `true` for
-/// `serde_json::Value` or a `oneOf` of structs, get one).
+/// top-level `"type": "object"` when the schema names no type (`true`, the schema of
+/// `serde_json::Value`, becomes `{"type": "object"}`). A top-level union (`oneOf`, `anyOf`,
+/// `allOf`, `$ref`) is left as it is: the registry checks arguments against it and sends the
+/// model a flattened copy (see [`prepare`]).
 pub(crate) fn input_schema_for<T: schemars::JsonSchema>() -> Value {
     let mut value = schemars::schema_for!(T).to_value();
+    let untyped = value.get("type").is_none() && !flatten::needs_flattening(&value);
     match &mut value {
         Value::Object(map) => {
             map.remove("$schema");
             // The title is the Rust type's name: tokens that tell the model nothing.
             map.remove("title");
-            if !map.contains_key("type") {
+            if untyped {
                 map.insert("type".into(), Value::from("object"));
             }
         }
@@ -46,26 +51,77 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Checks that a tool's input schema is an object schema and compiles it.
-pub(crate) fn compile_schema(name: &str, schema: &Value) -> Result<jsonschema::Validator, String> {
+/// A tool's argument check: the tool's own schema, and for a tagged union the schema of each
+/// variant, so that arguments that do not fit the variant their tag names get that variant's
+/// errors rather than "not valid under any of the schemas".
+pub(crate) struct InputValidator {
+    whole: jsonschema::Validator,
+    tagged: Option<TaggedValidators>,
+}
+
+struct TaggedValidators {
+    /// The tag property.
+    property: String,
+    /// Each tag value and the schema of its variant.
+    variants: Vec<(String, jsonschema::Validator)>,
+}
+
+/// Checks a tool's input schema and returns the schema to send to the model with the
+/// validator for its arguments.
+///
+/// The schema must be an object schema, or a top-level union of object schemas: such a union
+/// (which Anthropic rejects at the top level) is sent flattened into one object schema, and
+/// arguments are still checked against the schema as written (see `flatten`).
+pub(crate) fn prepare(name: &str, schema: Value) -> Result<(Value, InputValidator), String> {
+    let compile = |schema: &Value| {
+        jsonschema::validator_for(schema).map_err(|e| {
+            format!(
+                "tool {}: invalid input schema: {}",
+                quote(name),
+                cut(e.to_string(), MAX_ERROR_BYTES)
+            )
+        })
+    };
+    if flatten::needs_flattening(&schema) {
+        let whole = compile(&schema)?;
+        let flattened = flatten::flatten(&schema)
+            .map_err(|reason| format!("tool {}: {reason}", quote(name)))?;
+        // The sent schema must itself be valid (and an object schema) for the providers.
+        compile(&flattened.schema)?;
+        let tagged = match flattened.tag {
+            Some(tag) => Some(TaggedValidators {
+                property: tag.property,
+                variants: tag
+                    .variants
+                    .iter()
+                    .map(|(value, schema)| Ok((value.clone(), compile(schema)?)))
+                    .collect::<Result<_, String>>()?,
+            }),
+            None => None,
+        };
+        return Ok((flattened.schema, InputValidator { whole, tagged }));
+    }
     match schema.get("type") {
         Some(Value::String(t)) if t == "object" => {}
         found => {
             let found = found.map_or_else(|| "no \"type\"".to_owned(), |t| format!("type {t}"));
             return Err(format!(
                 "tool {}: the input schema must describe a JSON object (\"type\": \"object\"), \
-                 found {found}; use a struct as the tool's Input",
+                 found {found}; both providers require an object input. Use a struct as the \
+                 tool's Input, or wrap the value in a struct field (struct Input {{ value: \
+                 YourType }})",
                 quote(name)
             ));
         }
     }
-    jsonschema::validator_for(schema).map_err(|e| {
-        format!(
-            "tool {}: invalid input schema: {}",
-            quote(name),
-            cut(e.to_string(), MAX_ERROR_BYTES)
-        )
-    })
+    let whole = compile(&schema)?;
+    Ok((
+        schema,
+        InputValidator {
+            whole,
+            tagged: None,
+        },
+    ))
 }
 
 /// Parses raw argument text; whitespace-only text is an empty object (OpenAI-compatible
@@ -82,15 +138,62 @@ pub(crate) fn invalid_arguments(tool: &str, detail: &str) -> String {
     format!("invalid arguments for tool {}: {detail}", quote(tool))
 }
 
-/// Checks arguments against the compiled schema; the error lists the first violations, each
-/// with its JSON pointer.
-pub(crate) fn check_arguments(
-    validator: &jsonschema::Validator,
-    input: &Value,
-) -> Result<(), String> {
-    if validator.is_valid(input) {
+/// Checks arguments against the tool's schema; the error lists the first violations, each
+/// with its JSON pointer. For a tagged union the violations are those of the variant the tag
+/// names, or a note that the tag is missing or names no variant.
+pub(crate) fn check_arguments(validator: &InputValidator, input: &Value) -> Result<(), String> {
+    if validator.whole.is_valid(input) {
         return Ok(());
     }
+    if let Some(tagged) = &validator.tagged {
+        let property = Value::from(tagged.property.as_str());
+        let names = || {
+            let values: Vec<String> = tagged
+                .variants
+                .iter()
+                .map(|(value, _)| Value::from(value.as_str()).to_string())
+                .collect();
+            values.join(", ")
+        };
+        match input.get(&tagged.property) {
+            None if input.is_object() => {
+                return Err(format!(
+                    "{property} is a required property; it selects the form of the input: one \
+                     of {}",
+                    names()
+                ))
+            }
+            Some(found) => {
+                let variant = tagged
+                    .variants
+                    .iter()
+                    .find(|(value, _)| found.as_str() == Some(value.as_str()));
+                let Some((value, variant)) = variant else {
+                    return Err(at(
+                        &format!("/{}", tagged.property.replace('~', "~0").replace('/', "~1")),
+                        format!(
+                            "{} is not one of {}",
+                            cut(found.to_string(), MAX_ERROR_BYTES),
+                            names()
+                        ),
+                    ));
+                };
+                if let Err(message) = list_errors(variant, input) {
+                    return Err(format!(
+                        "with {property} = {}: {message}",
+                        Value::from(value.as_str())
+                    ));
+                }
+            }
+            None => {}
+        }
+    }
+    list_errors(&validator.whole, input)?;
+    Err("the arguments do not match the tool's input schema".to_owned())
+}
+
+/// The first violations of `validator` by `input`, each with its JSON pointer.
+fn list_errors(validator: &jsonschema::Validator, input: &Value) -> Result<(), String> {
     let mut listed = Vec::new();
     let mut total = 0usize;
     for error in validator.iter_errors(input) {
@@ -102,12 +205,12 @@ pub(crate) fn check_arguments(
             ));
         }
     }
+    if total == 0 {
+        return Ok(());
+    }
     let mut message = listed.join("; ");
     if total > listed.len() {
         message.push_str(&format!(" (and {} more)", total - listed.len()));
-    }
-    if message.is_empty() {
-        message = "the arguments do not match the tool's input schema".to_owned();
     }
     Err(message)
 }
@@ -300,7 +403,7 @@ mod tests {
     use serde::Deserialize;
     use serde_json::json;
 
-    #[derive(Debug, Deserialize)]
+    #[derive(Debug, Deserialize, serde::Serialize, schemars::JsonSchema)]
     #[allow(dead_code)]
     struct Inner {
         n: u32,
@@ -380,5 +483,113 @@ mod tests {
     #[test]
     fn value_input_gets_an_object_schema() {
         assert_eq!(input_schema_for::<Value>(), json!({"type": "object"}));
+    }
+
+    /// An operation on a file (serde's internally tagged enum: a top-level oneOf).
+    #[derive(Debug, Deserialize, serde::Serialize, schemars::JsonSchema)]
+    #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+    enum FileOp {
+        /// Reads a file.
+        Read { path: String, offset: Option<u32> },
+        /// Deletes files.
+        Delete { paths: Vec<String> },
+        /// Wraps a struct.
+        Stat(Inner),
+    }
+
+    fn prepared<T: schemars::JsonSchema>() -> Result<(Value, InputValidator), String> {
+        prepare("t", input_schema_for::<T>())
+    }
+
+    #[test]
+    fn tagged_enums_are_sent_flat_and_checked_per_variant() {
+        let (sent, validator) = prepared::<FileOp>().unwrap();
+        for keyword in ["oneOf", "anyOf", "allOf"] {
+            assert!(sent.get(keyword).is_none(), "{sent:#}");
+        }
+        assert_eq!(sent["type"], "object");
+        assert_eq!(
+            sent["properties"]["op"],
+            json!({"type": "string", "enum": ["read", "delete", "stat"]})
+        );
+        assert_eq!(sent["required"], json!(["op"]));
+        let description = sent["description"].as_str().unwrap();
+        assert!(
+            description.contains("- \"read\": path, offset (optional). Reads a file."),
+            "{description}"
+        );
+
+        for input in [
+            FileOp::Read {
+                path: "a".into(),
+                offset: None,
+            },
+            FileOp::Delete {
+                paths: vec!["a".into()],
+            },
+            FileOp::Stat(Inner { n: 3 }),
+        ] {
+            let input = serde_json::to_value(input).unwrap();
+            assert_eq!(check_arguments(&validator, &input), Ok(()), "{input}");
+            assert!(deserialize::<FileOp>(&input).is_ok());
+        }
+        // The fields of another variant: the error is about the variant the tag names.
+        assert_eq!(
+            check_arguments(&validator, &json!({"op": "read", "paths": ["a"]})).unwrap_err(),
+            "with \"op\" = \"read\": \"path\" is a required property; \
+             Additional properties are not allowed ('paths' was unexpected)"
+        );
+        assert_eq!(
+            check_arguments(&validator, &json!({"op": "stat", "n": "x"})).unwrap_err(),
+            "with \"op\" = \"stat\": at /n: \"x\" is not of type \"integer\""
+        );
+        assert_eq!(
+            check_arguments(&validator, &json!({"op": "move"})).unwrap_err(),
+            "at /op: \"move\" is not one of \"read\", \"delete\", \"stat\""
+        );
+        assert_eq!(
+            check_arguments(&validator, &json!({"path": "a"})).unwrap_err(),
+            "\"op\" is a required property; it selects the form of the input: one of \
+             \"read\", \"delete\", \"stat\""
+        );
+        assert!(check_arguments(&validator, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn inputs_that_are_not_objects_are_refused() {
+        #[derive(Deserialize, schemars::JsonSchema)]
+        #[serde(untagged)]
+        #[allow(dead_code)]
+        enum Scalar {
+            Text(String),
+            Number(i64),
+        }
+        #[derive(Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        enum External {
+            Unit,
+            Named { a: u32 },
+        }
+        for error in [
+            prepared::<String>().err().unwrap(),
+            prepared::<Vec<u32>>().err().unwrap(),
+            prepared::<Scalar>().err().unwrap(),
+            prepared::<External>().err().unwrap(),
+        ] {
+            assert!(error.starts_with("tool \"t\": "), "{error}");
+            assert!(
+                error.contains("wrap the value in a struct field"),
+                "{error}"
+            );
+        }
+        assert!(prepared::<String>()
+            .err()
+            .unwrap()
+            .contains("found type \"string\""));
+        // Option<Struct>: the null alternative is dropped; the model always sends an object.
+        let (sent, validator) = prepared::<Option<Inner>>().unwrap();
+        assert_eq!(sent["required"], json!(["n"]));
+        assert!(check_arguments(&validator, &json!({"n": 1})).is_ok());
+        assert!(check_arguments(&validator, &json!({"n": -1})).is_err());
     }
 }
