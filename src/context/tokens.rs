@@ -59,17 +59,39 @@ const MAX_PIECE_BYTES: usize = 64 * 1024;
 ///
 /// Exact for GPT-4o, GPT-4.1, GPT-5 and the o-series; a close estimate for other models (Claude
 /// tokenizes somewhat more finely; the [`ContextManager`](crate::ContextManager) corrects for
-/// that with the provider's reported usage). The encoder is built once per process, on first
-/// use (about 0.2 s in release builds, see BENCHMARKS.md); call [`TiktokenCounter::warm_up`] to pay that
-/// cost up front.
-#[derive(Debug, Clone, Copy, Default)]
+/// that with the provider's reported usage). The encoder is built once per process, in the
+/// background from the first [`TiktokenCounter::new`] (about 0.2 s in release builds, see
+/// BENCHMARKS.md; about 1 s in an unoptimized build, which the README's profile lines avoid);
+/// call [`TiktokenCounter::warm_up`] to wait for it up front.
+#[derive(Debug, Clone, Copy)]
 pub struct TiktokenCounter {
     _private: (),
 }
 
+impl Default for TiktokenCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl TiktokenCounter {
     /// A counter using the shared `o200k_base` encoder.
+    ///
+    /// The first counter of a process starts building the encoder on a background thread,
+    /// so the build overlaps with whatever the program does before it first counts (an
+    /// agent counts just before its first model call). A count that comes before the build
+    /// is done waits for it: counts never depend on timing.
     pub fn new() -> Self {
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        STARTED.call_once(|| {
+            let spawned = std::thread::Builder::new()
+                .name("agent-loop-tokenizer".to_owned())
+                .spawn(|| LazyLock::force(&O200K).is_some());
+            if let Err(e) = spawned {
+                // No thread to be had: the first count builds the encoder instead.
+                tracing::debug!(error = %e, "could not start the tokenizer build thread");
+            }
+        });
         TiktokenCounter { _private: () }
     }
 
