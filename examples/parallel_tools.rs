@@ -209,7 +209,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await;
 
     println!("\nTool results in the model's order (as the history keeps them):");
-    for (i, call) in timer.calls_in_order(agent.messages()).iter().enumerate() {
+    for (i, call) in timer.calls_in_order(&agent.messages()).iter().enumerate() {
         let mark = if call.is_error { "✗" } else { "←" };
         println!(
             "  {}. {}({}) [{:.1?}] {mark} {}",

@@ -133,8 +133,10 @@ pub async fn repl(
             "" => continue,
             "/exit" | "/quit" => return Ok(()),
             "/clear" => {
-                agent.clear();
-                writeln!(out, "(conversation cleared)")?;
+                match agent.clear() {
+                    Ok(()) => writeln!(out, "(conversation cleared)")?,
+                    Err(e) => writeln!(out, "(not cleared: {e})")?,
+                }
                 continue;
             }
             "/help" => {

@@ -65,7 +65,7 @@ async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome) {
 }
 
 fn assert_valid(agent: &Agent) {
-    if let Some(v) = history_violation(agent.messages()) {
+    if let Some(v) = history_violation(&agent.messages()) {
         panic!("invalid history: {v}\n{:#?}", agent.messages());
     }
 }
@@ -125,11 +125,11 @@ async fn a_multi_tool_run_emits_the_exact_event_sequence() {
             r#"Input c1 {"a":1,"b":2}"#,
             "CallStart c2 add",
             r#"Input c2 {"a":3,"b":4}"#,
-            "TurnEnd 1 ToolUse",
             r#"Call c1 {"a":1,"b":2}"#,
             r#"Call c2 {"a":3,"b":4}"#,
             "Result c1 3 false",
             "Result c2 7 false",
+            "TurnEnd 1 ToolUse",
             "TurnStart 2",
             "Text 3 and 7.",
             "TurnEnd 2 EndTurn",
@@ -249,9 +249,13 @@ async fn repeated_identical_calls_stop_the_run_without_running_the_last_one() {
         2,
         "the third identical call is not run"
     );
-    assert!(!events
+    // The repeated call is announced and answered with an error, not run.
+    assert!(events
         .iter()
         .any(|e| matches!(e, AgentEvent::ToolCall { id, .. } if id == "3")));
+    assert!(events.iter().any(|e| matches!(e,
+        AgentEvent::ToolResult { id, is_error: true, content, .. }
+            if id == "3" && content.starts_with("not run"))));
     assert_valid(&agent);
 }
 
@@ -367,7 +371,8 @@ async fn hooks_deny_tools_and_prepare_each_request() {
     );
     assert_eq!(requests[0].messages[0].text(), "go(reminder 1)");
     // The history has none of the hook's additions.
-    let history = agent.context().messages();
+    let context = agent.context();
+    let history = context.messages();
     assert_eq!(history[0].content, vec![ContentBlock::text("go")]);
     assert_eq!(history[2].content.len(), 2);
     assert!(history.iter().all(|m| !m.text().contains("reminder")));
@@ -592,7 +597,8 @@ async fn cancelling_while_streaming_keeps_partial_text_and_the_next_run_works() 
     };
     assert_eq!(outcome.termination, Termination::Cancelled);
     assert_valid(&agent);
-    let last = agent.messages().last().unwrap();
+    let messages = agent.messages();
+    let last = messages.last().unwrap();
     assert_eq!(last.role, Role::Assistant);
     assert!(last.text().starts_with("Partial answ") && last.text().contains("[interrupted]"));
 
@@ -670,7 +676,8 @@ async fn cancelling_while_tools_run_answers_every_call_and_the_next_run_works() 
     };
     assert_eq!(outcome.termination, Termination::Cancelled);
     assert_valid(&agent);
-    let results = &agent.messages().last().unwrap().content;
+    let messages = agent.messages();
+    let results = &messages.last().unwrap().content;
     assert_eq!(results.len(), 2);
     assert!(
         matches!(&results[0], ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id == "s1")
@@ -692,7 +699,8 @@ async fn read_only_tools_start_while_the_model_is_still_streaming() {
     let client = ScriptedClient::new([
         ScriptedResponse::tool_call("r", "lookup", json!({"k": 1}))
             .then_pause(Duration::from_secs(1))
-            .then_tool_call("w", "add", json!({"a": 1, "b": 1})),
+            .then_tool_call("w", "add", json!({"a": 1, "b": 1}))
+            .then_text("tail"),
         ScriptedResponse::text("done"),
     ]);
     let mut agent = Agent::builder(client)
@@ -712,10 +720,14 @@ async fn read_only_tools_start_while_the_model_is_still_streaming() {
         pos("Call r") < pos("CallStart w"),
         "read-only call starts before the next block: {k:?}"
     );
+    // The message's last content is "tail": the side-effecting call runs after it, and
+    // the turn ends after both results.
     assert!(
-        pos("Call w") > pos("TurnEnd 1"),
-        "side-effecting call waits for the end: {k:?}"
+        pos("Call w") > pos("Text tail"),
+        "side-effecting call waits for the end of the message: {k:?}"
     );
+    assert!(pos("TurnEnd 1") > pos("Result w"), "{k:?}");
+    assert!(pos("TurnEnd 1") > pos("Result r"), "{k:?}");
     assert_valid(&agent);
 }
 
@@ -805,8 +817,8 @@ async fn a_read_only_call_after_a_side_effecting_one_waits_for_it() {
             .unwrap_or_else(|| panic!("{needle} in {k:?}"))
     };
     assert!(
-        pos("TurnEnd 1") < pos("Call r "),
-        "the read waits for the write before it: {k:?}"
+        pos("Text waiting") < pos("Call r "),
+        "the read waits for the end of the message, after the write before it: {k:?}"
     );
     assert!(pos("Call w") < pos("Call r "), "{k:?}");
     // An early read-only call reports progress too.

@@ -96,9 +96,9 @@ async fn parallel_tools_run_concurrently_and_answer_in_order() {
     // Results are shown as they finish (the calculator at once, Tokyo's 0.9 s lookup last)...
     assert_eq!(arrived, ["call_flight", "call_paris", "call_tokyo"]);
     // ...and the history keeps them in the model's order.
-    assert_parallel_results(agent.messages());
+    assert_parallel_results(&agent.messages());
     let in_order: Vec<String> = timer
-        .calls_in_order(agent.messages())
+        .calls_in_order(&agent.messages())
         .into_iter()
         .map(|c| c.name)
         .collect();
@@ -130,7 +130,7 @@ async fn parallel_tools_over_the_mock_server() {
     let outcome = outcome.expect("a Finished event");
     assert_eq!(outcome.termination, Termination::Completed);
     assert_eq!(outcome.final_text, PARALLEL_FINAL);
-    assert_parallel_results(agent.messages());
+    assert_parallel_results(&agent.messages());
     assert_eq!(server.remaining(), 0);
     assert!(server.history_violations().is_empty());
 }
@@ -151,7 +151,7 @@ async fn coding_agent_writes_reads_runs_edits_and_summarizes() {
         other => panic!("the last event is not Finished: {other:?}"),
     };
     let on_disk = std::fs::read_to_string(dir.join(coding_agent::NOTES));
-    let results = tool_results(agent.messages());
+    let results = tool_results(&agent.messages());
     std::fs::remove_dir_all(&dir).unwrap();
 
     assert_eq!(outcome.termination, Termination::Completed);

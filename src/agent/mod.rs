@@ -28,6 +28,36 @@ mod run;
 mod turn;
 
 /// One event of an agent run, in the order things happened.
+///
+/// # The order of events
+///
+/// A run's events follow this grammar (property-tested over random scripts, with
+/// cancellation at random points, on both tokio runtime flavours):
+///
+/// ```text
+/// run  := turn* Finished
+/// turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
+///                    | Compacted | call)* TurnEnd
+/// call := ToolCall ToolProgress* ToolResult
+/// ```
+///
+/// - [`Finished`](AgentEvent::Finished) comes exactly once, always last.
+/// - Every [`ToolCall`](AgentEvent::ToolCall) is answered by exactly one
+///   [`ToolResult`](AgentEvent::ToolResult), and every `ToolResult` follows its `ToolCall`.
+///   A call the agent answers itself (arguments that are not valid, denied by a hook,
+///   repeated too often, cancelled) gets both too, its result an error.
+/// - A call's [`ToolProgress`](AgentEvent::ToolProgress) comes between its `ToolCall` and its
+///   `ToolResult`, never after. Calls of one turn interleave with each other; a call's own
+///   events never reorder.
+/// - A read-only tool may start while the model is still streaming: its `ToolCall` (and even
+///   its result) can come before the turn's last text delta.
+/// - [`TurnEnd`](AgentEvent::TurnEnd) comes after the turn's last `ToolResult`. A turn cut
+///   short (cancelled, failed, stopped by a hook) still ends with a `TurnEnd`, whose stop
+///   reason is `StopReason::Other("interrupted")`.
+/// - After a [`Retry`](AgentEvent::Retry), the turn's text so far is void: the response is
+///   requested again from the start.
+/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`] (or
+///   [`Agent::snapshot`]) saves it while the run goes on.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
@@ -107,7 +137,7 @@ pub enum AgentEvent {
         /// Estimated tokens after.
         tokens_after: usize,
     },
-    /// A model turn ended.
+    /// A model turn ended: after its response and its tools' results.
     TurnEnd {
         /// The turn number.
         turn: u32,
@@ -334,6 +364,7 @@ impl Default for AgentConfig {
 #[derive(Debug, Clone)]
 pub struct AgentHandle {
     inner: Arc<HandleInner>,
+    shared: Arc<Mutex<Shared>>,
 }
 
 #[derive(Debug)]
@@ -344,7 +375,7 @@ struct HandleInner {
 }
 
 impl AgentHandle {
-    fn new(parent: CancellationToken) -> Self {
+    fn new(parent: CancellationToken, shared: Arc<Mutex<Shared>>) -> Self {
         let current = parent.child_token();
         AgentHandle {
             inner: Arc::new(HandleInner {
@@ -352,7 +383,41 @@ impl AgentHandle {
                 current: Mutex::new(current),
                 stop_after_turn: std::sync::atomic::AtomicBool::new(false),
             }),
+            shared,
         }
+    }
+
+    /// The conversation as it stands: as of the last turn boundary of the run in flight, or
+    /// the agent's whole conversation between runs. Always a valid history to save and
+    /// resume from with [`Agent::restore`].
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, AgentEvent};
+    /// use futures::StreamExt;
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let client = ScriptedClient::new([ScriptedResponse::text("Hello!")]);
+    /// let mut agent = Agent::builder(client).build()?;
+    /// let handle = agent.handle();
+    /// // The run's stream owns what it needs: spawn it.
+    /// let mut events = agent.run("Hi");
+    /// let task = tokio::spawn(async move {
+    ///     while let Some(event) = events.next().await {
+    ///         if let AgentEvent::TurnEnd { .. } = event {
+    ///             // Save after every turn while the run goes on.
+    ///             let saved = handle.snapshot();
+    ///             assert!(!saved.messages.is_empty());
+    ///         }
+    ///     }
+    /// });
+    /// task.await.unwrap();
+    /// assert_eq!(agent.messages().len(), 2);
+    /// # Ok::<(), agent_loop::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn snapshot(&self) -> Conversation {
+        lock(&self.shared).conversation()
     }
 
     /// Cancels the current run at once: streaming stops, running tools are cancelled, and the
@@ -417,11 +482,39 @@ impl AgentHandle {
 pub struct Agent {
     pub(crate) client: Arc<dyn LlmClient>,
     pub(crate) tools: ToolRegistry,
-    pub(crate) context: ContextManager,
     pub(crate) config: AgentConfig,
     pub(crate) hooks: Arc<dyn AgentHooks>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) handle: AgentHandle,
+    /// The conversation, shared with the run in flight (if any) and with the handles.
+    pub(crate) shared: Arc<Mutex<Shared>>,
+}
+
+/// The conversation as the agent, its handles and a run in flight share it.
+///
+/// Invariant: `context` is `Some` exactly when no run is in flight. While a run holds the
+/// context, `view` is the conversation as of the run's last turn boundary (or its start).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) context: Option<ContextManager>,
+    pub(crate) view: Conversation,
+}
+
+impl Shared {
+    /// The conversation as it stands: the context's when idle, else the run's last
+    /// turn-boundary view.
+    pub(crate) fn conversation(&self) -> Conversation {
+        match &self.context {
+            Some(context) => context.snapshot(),
+            None => self.view.clone(),
+        }
+    }
+}
+
+/// Locks the shared state, whatever a panicking holder left (the state is always whole:
+/// every change is a single assignment).
+pub(crate) fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl fmt::Debug for Agent {
@@ -429,7 +522,8 @@ impl fmt::Debug for Agent {
         f.debug_struct("Agent")
             .field("model", &self.model_name())
             .field("tools", &self.tools)
-            .field("messages", &self.context.len())
+            .field("messages", &self.messages().len())
+            .field("running", &self.is_running())
             .field("max_turns", &self.config.max_turns)
             .finish_non_exhaustive()
     }
@@ -441,30 +535,64 @@ impl Agent {
         AgentBuilder::new(Arc::new(client))
     }
 
-    /// The conversation so far.
-    pub fn messages(&self) -> &[Message] {
-        self.context.messages()
+    /// The conversation so far. While a run is in flight: as of its last turn boundary (the
+    /// end of a turn's tool results, or the run's start).
+    pub fn messages(&self) -> Arc<Vec<Message>> {
+        let shared = lock(&self.shared);
+        match &shared.context {
+            Some(context) => context.shared_messages(),
+            None => Arc::new(shared.view.messages.clone()),
+        }
     }
 
-    /// The context manager holding the conversation.
-    pub fn context(&self) -> &ContextManager {
-        &self.context
+    /// A copy of the context manager holding the conversation (its settings, counts and
+    /// messages). While a run is in flight the run holds the live one: this is the
+    /// conversation as of the run's last turn boundary, counted afresh.
+    pub fn context(&self) -> ContextManager {
+        let shared = lock(&self.shared);
+        match &shared.context {
+            Some(context) => context.clone(),
+            None => {
+                let mut context = ContextManager::new(ContextConfig::default());
+                let _ = context.restore(shared.view.clone());
+                context
+            }
+        }
     }
 
-    /// The conversation, for saving (serde); restore it with [`Agent::restore`].
+    /// The conversation, for saving (serde); restore it with [`Agent::restore`]. Callable at
+    /// any time, also while a run is in flight (from the event loop, or through
+    /// [`AgentHandle::snapshot`] from another task): it then gives the conversation as of the
+    /// run's last turn boundary, which is always a valid history to resume from.
     pub fn snapshot(&self) -> Conversation {
-        self.context.snapshot()
+        lock(&self.shared).conversation()
     }
 
     /// Replaces the conversation with a saved one; unanswered tool calls of an interrupted
     /// run are answered as interrupted so the next request is valid.
-    pub fn restore(&mut self, conversation: Conversation) -> Result<(), Error> {
-        self.context.restore(conversation).map(|_| ())
+    ///
+    /// The system prompt: the saved conversation's, when it has one; otherwise the agent
+    /// keeps its own (the builder's [`system`](AgentBuilder::system)). Fails while a run is
+    /// in flight.
+    pub fn restore(&mut self, mut conversation: Conversation) -> Result<(), Error> {
+        let mut shared = lock(&self.shared);
+        let context = shared.context.as_mut().ok_or_else(busy)?;
+        if conversation.system.is_none() {
+            conversation.system = context.system().map(str::to_owned);
+        }
+        context.restore(conversation).map(|_| ())
     }
 
-    /// Forgets the conversation (the system prompt stays).
-    pub fn clear(&mut self) {
-        self.context.clear();
+    /// Forgets the conversation (the system prompt stays). Fails while a run is in flight.
+    pub fn clear(&mut self) -> Result<(), Error> {
+        let mut shared = lock(&self.shared);
+        shared.context.as_mut().ok_or_else(busy)?.clear();
+        Ok(())
+    }
+
+    /// Whether a run is in flight (its stream not yet finished or dropped).
+    pub fn is_running(&self) -> bool {
+        lock(&self.shared).context.is_none()
     }
 
     /// The tools.
@@ -472,7 +600,7 @@ impl Agent {
         &self.tools
     }
 
-    /// A handle to cancel runs from elsewhere.
+    /// A handle to cancel runs and read the conversation from elsewhere.
     pub fn handle(&self) -> AgentHandle {
         self.handle.clone()
     }
@@ -483,6 +611,15 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| self.client.model().to_owned())
     }
+}
+
+/// The error of an operation that needs the conversation while a run holds it.
+pub(crate) fn busy() -> Error {
+    Error::Config(
+        "a run of this agent is in flight: wait for its stream to end (or drop it) before \
+         starting another run or changing the conversation"
+            .to_owned(),
+    )
 }
 
 /// Builds an [`Agent`]. Every setting has a sensible default.
@@ -691,14 +828,18 @@ impl AgentBuilder {
             Some(choice) => choice,
             None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
         };
+        let shared = Arc::new(Mutex::new(Shared {
+            context: Some(context),
+            view: Conversation::default(),
+        }));
         Ok(Agent {
             client: self.client,
             tools: self.tools,
-            context,
             config: self.config,
             hooks: self.hooks,
             summarizer,
-            handle: AgentHandle::new(self.cancel),
+            handle: AgentHandle::new(self.cancel, shared.clone()),
+            shared,
         })
     }
 }

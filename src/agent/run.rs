@@ -15,31 +15,73 @@ use tracing::Instrument;
 
 use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::error::{Error, LlmError};
-use crate::message::{ContentBlock, Message, Role, Usage};
+use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmClient, LlmEvent, ModelRequest, ToolChoice};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
-use super::{Agent, AgentEvent, HookAction, RunOutcome, Termination, ToolDecision};
+use super::{
+    busy, lock, Agent, AgentConfig, AgentEvent, AgentHandle, AgentHooks, HookAction, RunOutcome,
+    Shared, Termination, ToolDecision,
+};
+use crate::context::{ContextConfig, ContextManager, Summarizer};
+use std::sync::{Arc, Mutex};
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host
 /// decides on after an event applies right there (both live in the same task, so waiting
 /// costs no task switch).
 const EVENT_BUFFER: usize = 1;
+/// The stop reason of the `TurnEnd` of a turn that was cut short.
+pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// Marker appended to answer text that a cancellation cut short.
 const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 
 impl Agent {
     /// Runs the agent on `input`, continuing the conversation it holds.
     ///
-    /// The stream yields events as they happen and always ends with
-    /// [`AgentEvent::Finished`]. Dropping the stream cancels the run at once; the history
-    /// stays valid (unanswered tool calls are answered as interrupted, partial answer text
-    /// is kept, marked as interrupted) and the next `run` works.
-    pub fn run(&mut self, input: impl Into<String>) -> impl Stream<Item = AgentEvent> + Send + '_ {
+    /// The stream yields events as they happen, in the order [`AgentEvent`] describes, and
+    /// always ends with [`AgentEvent::Finished`]. It owns what the run needs (`Send +
+    /// 'static`), so it can be handed to `tokio::spawn`; the conversation comes back to the
+    /// agent when the run ends. While it runs, [`Agent::snapshot`] and
+    /// [`AgentHandle::snapshot`] give the conversation as of the last turn boundary.
+    ///
+    /// One run at a time: a `run` started while another is in flight yields only
+    /// `Finished` with a [`Termination::Error`] saying so, and leaves the conversation alone.
+    ///
+    /// Dropping the stream cancels the run at once; the history stays valid (unanswered tool
+    /// calls are answered as interrupted, partial answer text is kept, marked as
+    /// interrupted) and the next `run` works.
+    pub fn run(
+        &mut self,
+        input: impl Into<String>,
+    ) -> impl Stream<Item = AgentEvent> + Send + 'static {
         let input = input.into();
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let context = {
+            let mut shared = lock(&self.shared);
+            let context = shared.context.take();
+            if let Some(context) = &context {
+                shared.view = context.snapshot();
+            }
+            context
+        };
+        let Some(context) = context else {
+            let driver = async move {
+                let _ = tx
+                    .send(AgentEvent::Finished(RunOutcome {
+                        termination: Termination::Error(busy()),
+                        final_text: String::new(),
+                        turns: 0,
+                        usage: Usage::default(),
+                    }))
+                    .await;
+            };
+            return EventStream {
+                driver: Some(Box::pin(driver)),
+                rx,
+            };
+        };
         let span = tracing::info_span!(
             "agent.run",
             turns = tracing::field::Empty,
@@ -50,7 +92,21 @@ impl Agent {
         let cancel = self.handle.token();
         let driver = Run {
             span: span.clone(),
-            agent: self,
+            agent: Parts {
+                client: self.client.clone(),
+                tools: self.tools.clone(),
+                context,
+                config: self.config.clone(),
+                hooks: self.hooks.clone(),
+                summarizer: self.summarizer.clone(),
+                handle: self.handle.clone(),
+            },
+            shared: self.shared.clone(),
+            published: 0,
+            rewritten: true,
+            returned: false,
+            answered: std::collections::HashSet::new(),
+            open_turn: None,
             tx,
             cancel,
             usage: Usage::default(),
@@ -68,14 +124,14 @@ impl Agent {
     }
 }
 
-/// A stream fed by a driver future that it polls itself: no task is spawned, so the driver
-/// may borrow the agent, and dropping the stream drops (cancels) the driver.
-struct EventStream<'a> {
-    driver: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+/// A stream fed by a driver future that it polls itself: no task is spawned, and dropping
+/// the stream drops (cancels) the driver.
+struct EventStream {
+    driver: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
     rx: mpsc::Receiver<AgentEvent>,
 }
 
-impl Stream for EventStream<'_> {
+impl Stream for EventStream {
     type Item = AgentEvent;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
@@ -108,7 +164,8 @@ type EarlyTools<'t> = FuturesUnordered<BoxFuture<'t, ToolCallResult>>;
 struct Early<'t> {
     running: EarlyTools<'t>,
     done: Vec<ToolCallResult>,
-    started: Vec<String>,
+    /// The calls started early: id and name.
+    started: Vec<(String, String)>,
     /// Whether the response has asked for a call that is not read-only: calls after it wait
     /// for the end of the message, so they never run before it.
     blocked: bool,
@@ -130,12 +187,36 @@ impl Early<'_> {
     }
 }
 
+/// What a run owns of its agent: shared handles to the client, tools and hooks, and the
+/// conversation itself until the run gives it back.
+struct Parts {
+    client: Arc<dyn LlmClient>,
+    tools: ToolRegistry,
+    context: ContextManager,
+    config: AgentConfig,
+    hooks: Arc<dyn AgentHooks>,
+    summarizer: Option<Arc<dyn Summarizer>>,
+    handle: AgentHandle,
+}
+
 /// The state of one run. If it is dropped before the run finished (the stream was dropped),
-/// `Drop` leaves the history valid.
-struct Run<'a> {
+/// `Drop` leaves the history valid and gives it back to the agent.
+struct Run {
     /// The `agent.run` span; the outcome is recorded on it.
     span: tracing::Span,
-    agent: &'a mut Agent,
+    agent: Parts,
+    /// Where the conversation goes back to, and where turn-boundary views are published.
+    shared: Arc<Mutex<Shared>>,
+    /// How many messages of the context the published view holds.
+    published: usize,
+    /// Whether the context was rewritten (compacted, repaired) since the last publication.
+    rewritten: bool,
+    /// Whether the context went back to the agent.
+    returned: bool,
+    /// The turn started and not yet ended.
+    open_turn: Option<u32>,
+    /// The calls whose `ToolResult` was emitted: their late progress is not reported.
+    answered: std::collections::HashSet<String>,
     tx: mpsc::Sender<AgentEvent>,
     cancel: CancellationToken,
     usage: Usage,
@@ -146,17 +227,51 @@ struct Run<'a> {
     finished: bool,
 }
 
-impl Drop for Run<'_> {
+impl Drop for Run {
     fn drop(&mut self) {
         if !self.finished {
             self.keep_interrupted_text();
-            self.agent.context.repair();
         }
-        self.agent.handle.reset();
+        self.give_back();
     }
 }
 
-impl Run<'_> {
+impl Run {
+    /// Leaves the history valid and gives it back to the agent (once): from then on the
+    /// agent can run again.
+    fn give_back(&mut self) {
+        if self.returned {
+            return;
+        }
+        self.returned = true;
+        self.agent.context.repair();
+        let placeholder = ContextManager::new(ContextConfig::default());
+        let context = std::mem::replace(&mut self.agent.context, placeholder);
+        lock(&self.shared).context = Some(context);
+        self.agent.handle.reset();
+    }
+
+    /// Publishes the conversation as of this turn boundary for [`Agent::snapshot`] and
+    /// [`AgentHandle::snapshot`]. Copies only what changed since the last publication (the
+    /// last published message too, since a push can merge into it), unless the history was
+    /// rewritten.
+    fn publish(&mut self) {
+        let messages = self.agent.context.messages();
+        let mut shared = lock(&self.shared);
+        let view = &mut shared.view;
+        if self.rewritten || self.published > messages.len() {
+            view.messages = messages.to_vec();
+        } else {
+            let keep = self.published.saturating_sub(1);
+            view.messages.truncate(keep);
+            view.messages
+                .extend_from_slice(messages.get(keep..).unwrap_or_default());
+        }
+        view.system = self.agent.context.system().map(str::to_owned);
+        self.published = messages.len();
+        self.rewritten = false;
+    }
+
     async fn emit(&self, event: AgentEvent) {
         // The receiver lives in the stream that owns this driver: it is gone only when the
         // driver is being dropped too.
@@ -188,9 +303,19 @@ impl Run<'_> {
         if matches!(termination, Termination::Cancelled) {
             self.keep_interrupted_text();
         }
-        self.agent.context.repair();
         self.partial_text.clear();
+        if let Some(turn) = self.open_turn.take() {
+            // A turn cut short (cancelled, failed, stopped by a hook) still ends.
+            self.emit(AgentEvent::TurnEnd {
+                turn,
+                stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
+                usage: Usage::default(),
+            })
+            .await;
+        }
         self.finished = true;
+        // Back to the agent before `Finished`: whoever sees it can run again at once.
+        self.give_back();
         let span = &self.span;
         span.record("turns", self.turns);
         span.record("input_tokens", self.usage.total_input_tokens());
@@ -238,6 +363,7 @@ impl Run<'_> {
             self.turns += 1;
             let turn = self.turns;
             self.emit(AgentEvent::TurnStart { turn }).await;
+            self.open_turn = Some(turn);
             if let Err(stop) = self.compact_if_needed().await {
                 return stop;
             }
@@ -250,12 +376,6 @@ impl Run<'_> {
                 Ok(r) => r,
                 Err(stop) => return stop,
             };
-            self.emit(AgentEvent::TurnEnd {
-                turn,
-                stop_reason: response.stop_reason.clone(),
-                usage: response.usage,
-            })
-            .await;
             let sent = self.agent.context.len();
             self.agent.context.record_usage(&response.usage, sent);
             self.partial_text.clear();
@@ -272,15 +392,20 @@ impl Run<'_> {
 
             if final_call {
                 self.answer_unrun(&response, "not run: the turn limit was reached");
+                self.end_turn(turn, &response).await;
                 return Termination::MaxTurns;
             }
             let continuations_left = continuations < self.agent.config.max_continuations;
             match turn::after_response(&response, continuations_left) {
                 Next::Stop(termination) => {
                     self.answer_unrun(&response, "not run: the response was cut off or refused");
+                    self.end_turn(turn, &response).await;
                     return termination;
                 }
-                Next::Resend => continue,
+                Next::Resend => {
+                    self.end_turn(turn, &response).await;
+                    continue;
+                }
                 Next::Continue => {
                     continuations += 1;
                     if response.message.tool_uses().next().is_some() {
@@ -295,6 +420,7 @@ impl Run<'_> {
                             "Continue exactly where you stopped, without repeating anything.",
                         ));
                     }
+                    self.end_turn(turn, &response).await;
                     continue;
                 }
                 Next::RunTools => {}
@@ -306,6 +432,7 @@ impl Run<'_> {
             self.agent
                 .context
                 .push_tool_results(step.results.iter().map(ToolCallResult::to_block).collect());
+            self.end_turn(turn, &response).await;
             if let Some(stop) = step.stop {
                 return stop;
             }
@@ -316,6 +443,19 @@ impl Run<'_> {
                 return Termination::ToolFailures { turns: all_failed };
             }
         }
+    }
+
+    /// Ends a turn: `TurnEnd` after the turn's last tool result, and the conversation as of
+    /// this boundary published for snapshots.
+    async fn end_turn(&mut self, turn: u32, response: &ModelResponse) {
+        self.open_turn = None;
+        self.emit(AgentEvent::TurnEnd {
+            turn,
+            stop_reason: response.stop_reason.clone(),
+            usage: response.usage,
+        })
+        .await;
+        self.publish();
     }
 
     /// Answers every tool call of a response that will not run, so the history stays valid.
@@ -352,6 +492,7 @@ impl Run<'_> {
             }
             Err(e) => return Err(Termination::Error(e)),
         };
+        self.rewritten = true;
         if let Some(report) = report {
             self.emit(AgentEvent::Compacted {
                 tokens_before: report.tokens_before,
@@ -423,13 +564,21 @@ impl Run<'_> {
                     span.record("output_tokens", response.usage.output_tokens);
                     return Ok((response, early));
                 }
-                Err(AttemptError::Cancelled) => return Err(Termination::Cancelled),
+                Err(AttemptError::Cancelled) => {
+                    self.abandon_early(early, "cancelled").await;
+                    return Err(Termination::Cancelled);
+                }
                 Err(AttemptError::Failed {
                     error,
                     content_seen,
                 }) => {
                     // Read-only calls started early are dropped: they are safe to run again.
-                    drop(early);
+                    // Each was announced, so each is answered.
+                    self.abandon_early(
+                        early,
+                        "not run: the model's response broke off; it is requested again",
+                    )
+                    .await;
                     self.partial_text.clear();
                     if matches!(error, LlmError::ContextOverflow(_)) && !compacted_for_overflow {
                         compacted_for_overflow = true;
@@ -479,6 +628,7 @@ impl Run<'_> {
                 .map_err(Termination::Error)?,
             Err(e) => return Err(Termination::Error(e)),
         };
+        self.rewritten = true;
         self.emit(AgentEvent::Compacted {
             tokens_before: report.tokens_before,
             tokens_after: report.tokens_after,
@@ -593,6 +743,22 @@ impl Run<'_> {
         })
     }
 
+    /// Drops the calls started early (cancelling those still running) and answers each one
+    /// that was announced with a `ToolCall`: its result if it finished, else `why`.
+    async fn abandon_early(&mut self, mut early: Early<'_>, why: &str) {
+        let finished = std::mem::take(&mut early.done);
+        let started = std::mem::take(&mut early.started);
+        drop(early.running);
+        let mut progress = early.progress_rx;
+        for (id, name) in started {
+            let result = match finished.iter().find(|r| r.id == id) {
+                Some(result) => result.clone(),
+                None => ToolCallResult::new(id, name, why, true, std::time::Duration::ZERO),
+            };
+            self.emit_result(&result, &mut progress).await;
+        }
+    }
+
     async fn start_early<'t>(
         &mut self,
         tools: &'t ToolRegistry,
@@ -608,7 +774,7 @@ impl Run<'_> {
             input: call.input.clone(),
         })
         .await;
-        early.started.push(call.id.clone());
+        early.started.push((call.id.clone(), call.name.clone()));
         let opts = ExecOptions::new()
             .cancel(self.cancel.clone())
             .progress(early.progress_tx.clone());
@@ -620,6 +786,10 @@ impl Run<'_> {
     /// Runs a response's tool calls: invalid ones and those a hook denies are answered with
     /// errors, the rest run through the registry (together with those started early).
     /// Results come back in the model's order.
+    ///
+    /// Events: every call of the response that was not started early gets its `ToolCall`
+    /// (also a call that is not run: denied, invalid, repeated) and exactly one `ToolResult`;
+    /// a call's progress comes between the two, never after its result.
     async fn run_tools<'t>(
         &mut self,
         tools: &'t ToolRegistry,
@@ -646,8 +816,9 @@ impl Run<'_> {
                 .iter()
                 .map(|c| error_result(c, &message))
                 .collect::<Vec<_>>();
-            for result in &results {
-                self.emit_result(result).await;
+            for (call, result) in calls.iter().zip(&results) {
+                self.emit_call(call).await;
+                self.emit_result(result, &mut early.progress_rx).await;
             }
             return ToolStep {
                 results,
@@ -658,7 +829,7 @@ impl Run<'_> {
         let mut to_run = Vec::new();
         let mut positions = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            if early.started.contains(&call.id) {
+            if early.started.iter().any(|(id, _)| *id == call.id) {
                 continue;
             }
             if let Some(invalid) = response.invalid_tool_calls.iter().find(|c| c.id == call.id) {
@@ -674,12 +845,6 @@ impl Run<'_> {
             }
             match self.agent.hooks.before_tool(call).await {
                 ToolDecision::Allow => {
-                    self.emit(AgentEvent::ToolCall {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        input: call.input.clone(),
-                    })
-                    .await;
                     positions.push(i);
                     to_run.push(call.clone());
                 }
@@ -702,14 +867,20 @@ impl Run<'_> {
 
         // Every call the agent answered itself (invalid arguments, denied, stopped) is
         // reported like a call the registry ran.
-        for result in results.iter().flatten() {
-            self.emit_result(result).await;
+        for (call, result) in calls.iter().zip(&results) {
+            if let Some(result) = result {
+                self.emit_call(call).await;
+                self.emit_result(result, &mut early.progress_rx).await;
+            }
+        }
+        for call in &to_run {
+            self.emit_call(call).await;
         }
 
         // Results of calls started early that already finished.
         let index_of = |id: &str| calls.iter().position(|c| c.id == id);
         for result in std::mem::take(&mut early.done) {
-            self.emit_result(&result).await;
+            self.emit_result(&result, &mut early.progress_rx).await;
             if let Some(i) = index_of(&result.id) {
                 results[i] = Some(result);
             }
@@ -719,10 +890,14 @@ impl Run<'_> {
         // (they may touch the same resource): those finish first.
         let side_effects = to_run.iter().any(|c| !tools.is_read_only(&c.name));
         while side_effects && !early.running.is_empty() {
-            if let Some(result) = early.running.next().await {
-                self.emit_result(&result).await;
-                if let Some(i) = index_of(&result.id) {
-                    results[i] = Some(result);
+            tokio::select! {
+                biased;
+                Some(progress) = early.progress_rx.recv() => self.emit_progress(progress).await,
+                Some(result) = early.running.next() => {
+                    self.emit_result(&result, &mut early.progress_rx).await;
+                    if let Some(i) = index_of(&result.id) {
+                        results[i] = Some(result);
+                    }
                 }
             }
         }
@@ -733,12 +908,11 @@ impl Run<'_> {
         let mut batch_done = false;
         while !batch_done || !early.running.is_empty() {
             tokio::select! {
-                Some(progress) = early.progress_rx.recv() => {
-                    self.emit(AgentEvent::ToolProgress { id: progress.call_id, message: progress.message }).await;
-                }
+                biased;
+                Some(progress) = early.progress_rx.recv() => self.emit_progress(progress).await,
                 item = batch.next(), if !batch_done => match item {
                     Some((k, result)) => {
-                        self.emit_result(&result).await;
+                        self.emit_result(&result, &mut early.progress_rx).await;
                         if let Some(&i) = positions.get(k) {
                             results[i] = Some(result);
                         }
@@ -746,30 +920,68 @@ impl Run<'_> {
                     None => batch_done = true,
                 },
                 Some(result) = early.running.next(), if !early.running.is_empty() => {
-                    self.emit_result(&result).await;
+                    self.emit_result(&result, &mut early.progress_rx).await;
                     if let Some(i) = index_of(&result.id) {
                         results[i] = Some(result);
                     }
                 }
             }
         }
-        // Progress reported just before its tool finished is still worth showing.
-        while let Ok(progress) = early.progress_rx.try_recv() {
-            self.emit(AgentEvent::ToolProgress {
-                id: progress.call_id,
-                message: progress.message,
-            })
-            .await;
+        // Calls that never finished (the run was cancelled) are answered too, in history
+        // and in events.
+        let mut answered = Vec::with_capacity(calls.len());
+        for (result, call) in results.into_iter().zip(&calls) {
+            let result = match result {
+                Some(result) => result,
+                None => {
+                    let result = error_result(call, "cancelled");
+                    self.emit_result(&result, &mut early.progress_rx).await;
+                    result
+                }
+            };
+            answered.push(result);
         }
-        let results = results
-            .into_iter()
-            .zip(&calls)
-            .map(|(r, call)| r.unwrap_or_else(|| error_result(call, "cancelled")))
-            .collect();
-        ToolStep { results, stop }
+        ToolStep {
+            results: answered,
+            stop,
+        }
     }
 
-    async fn emit_result(&self, result: &ToolCallResult) {
+    async fn emit_call(&self, call: &ToolCall) {
+        self.emit(AgentEvent::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+        })
+        .await;
+    }
+
+    /// Reports a tool's progress, unless its call is already answered (a tool that kept its
+    /// context and reported after it returned).
+    async fn emit_progress(&mut self, progress: ToolProgress) {
+        if self.answered.contains(&progress.call_id) {
+            return;
+        }
+        self.emit(AgentEvent::ToolProgress {
+            id: progress.call_id,
+            message: progress.message,
+        })
+        .await;
+    }
+
+    /// Reports a call's result, after any progress the tools reported before it: a tool
+    /// that reports and returns at once has its progress shown first.
+    async fn emit_result(
+        &mut self,
+        result: &ToolCallResult,
+        progress: &mut mpsc::Receiver<ToolProgress>,
+    ) {
+        while let Ok(pending) = progress.try_recv() {
+            self.emit_progress(pending).await;
+        }
+        if self.answered.len() < MAX_ANSWERED {
+            self.answered.insert(result.id.clone());
+        }
         self.emit(AgentEvent::ToolResult {
             id: result.id.clone(),
             name: result.name.clone(),
@@ -780,6 +992,10 @@ impl Run<'_> {
         .await;
     }
 }
+
+/// The most answered call ids remembered per run to filter late progress; beyond it, late
+/// progress of older calls is no longer filtered (memory stays bounded).
+const MAX_ANSWERED: usize = 65_536;
 
 struct ToolStep {
     results: Vec<ToolCallResult>,

@@ -1,0 +1,403 @@
+//! The event grammar of a run, checked over random scripts, and the owned run stream:
+//! a run can be spawned, saved at every turn boundary, and a second run while one is in
+//! flight is refused.
+//!
+//! ```text
+//! run  := turn* Finished
+//! turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
+//!                    | Compacted | call-event)* TurnEnd
+//! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::testing::{history_violation, ScriptedClient, ScriptedResponse};
+use agent_loop::{
+    Agent, AgentEvent, Conversation, FnTool, LlmError, Message, Termination, ToolError,
+};
+use futures::StreamExt;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+/// Checks `events` against the grammar; returns the first violation.
+fn grammar_violation(events: &[AgentEvent]) -> Option<String> {
+    #[derive(PartialEq, Debug)]
+    enum Call {
+        Announced,
+        Answered,
+    }
+    let mut calls: HashMap<String, Call> = HashMap::new();
+    let mut in_turn: Option<u32> = None;
+    let mut turns = 0u32;
+    for (i, event) in events.iter().enumerate() {
+        let at = format!("event {i} ({event:?})");
+        let is_last = i + 1 == events.len();
+        match event {
+            AgentEvent::Finished(outcome) => {
+                if !is_last {
+                    return Some(format!("{at}: Finished is not last"));
+                }
+                if in_turn.is_some() {
+                    return Some(format!("{at}: Finished inside a turn"));
+                }
+                if outcome.turns != turns {
+                    return Some(format!(
+                        "{at}: {} turns reported, {turns} seen",
+                        outcome.turns
+                    ));
+                }
+            }
+            _ if is_last => return Some(format!("{at}: the last event is not Finished")),
+            AgentEvent::TurnStart { turn } => {
+                if in_turn.is_some() {
+                    return Some(format!("{at}: TurnStart inside a turn"));
+                }
+                turns += 1;
+                if *turn != turns {
+                    return Some(format!("{at}: turn {turn}, expected {turns}"));
+                }
+                in_turn = Some(*turn);
+            }
+            AgentEvent::TurnEnd { turn, .. } => {
+                if in_turn != Some(*turn) {
+                    return Some(format!("{at}: TurnEnd outside its turn"));
+                }
+                if let Some((id, _)) = calls.iter().find(|(_, c)| **c == Call::Announced) {
+                    return Some(format!("{at}: TurnEnd before the result of {id}"));
+                }
+                in_turn = None;
+            }
+            other => {
+                if in_turn.is_none() {
+                    return Some(format!("{at}: outside a turn"));
+                }
+                match other {
+                    // A re-sent turn may bring a call with an id already answered.
+                    AgentEvent::ToolCall { id, .. }
+                        if calls.insert(id.clone(), Call::Announced) == Some(Call::Announced) =>
+                    {
+                        return Some(format!("{at}: {id} announced twice"));
+                    }
+                    AgentEvent::ToolProgress { id, .. }
+                        if calls.get(id) != Some(&Call::Announced) =>
+                    {
+                        return Some(format!("{at}: progress of {id} outside its call"));
+                    }
+                    AgentEvent::ToolResult { id, .. }
+                        if calls.insert(id.clone(), Call::Answered) != Some(Call::Announced) =>
+                    {
+                        return Some(format!("{at}: result of {id} without its ToolCall"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !matches!(events.last(), Some(AgentEvent::Finished(_))) {
+        return Some("no Finished event".to_owned());
+    }
+    if let Some((id, _)) = calls.iter().find(|(_, c)| **c == Call::Announced) {
+        return Some(format!("{id} has no result"));
+    }
+    None
+}
+
+/// What a scripted tool call does.
+#[derive(Debug, Clone)]
+enum Behaviour {
+    Ok { reports: u8 },
+    Fail,
+    Panic,
+    Slow { reports: u8 },
+}
+
+fn behaviour() -> impl Strategy<Value = Behaviour> {
+    prop_oneof![
+        (0u8..3).prop_map(|reports| Behaviour::Ok { reports }),
+        Just(Behaviour::Fail),
+        Just(Behaviour::Panic),
+        (0u8..3).prop_map(|reports| Behaviour::Slow { reports }),
+    ]
+}
+
+/// One scripted model turn: tool calls (each with a behaviour, read-only or not) or a final
+/// text; optionally broken once after content (the agent re-sends it).
+#[derive(Debug, Clone)]
+struct TurnScript {
+    calls: Vec<(Behaviour, bool)>,
+    broken_first: bool,
+}
+
+fn turn_script() -> impl Strategy<Value = TurnScript> {
+    (
+        prop::collection::vec((behaviour(), any::<bool>()), 0..4),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(calls, broken_first)| TurnScript {
+            calls,
+            broken_first,
+        })
+}
+
+fn tool(read_only: bool) -> impl agent_loop::Tool {
+    let name = if read_only { "look" } else { "act" };
+    FnTool::new(name, "Scripted.", |input: Value, ctx| async move {
+        let reports = input["reports"].as_u64().unwrap_or(0);
+        for n in 0..reports {
+            ctx.report_progress(format!("step {n}"));
+        }
+        match input["do"].as_str() {
+            Some("fail") => Err(ToolError::new("scripted failure")),
+            Some("panic") => panic!("scripted panic"),
+            Some("slow") => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok::<_, ToolError>("slow done".to_owned())
+            }
+            _ => Ok("done".to_owned()),
+        }
+    })
+    .read_only(read_only)
+}
+
+fn responses(script: &[TurnScript]) -> Vec<ScriptedResponse> {
+    let mut out = Vec::new();
+    for (t, turn) in script.iter().enumerate() {
+        let mut response = ScriptedResponse::text(format!("turn {t}"));
+        for (c, (behaviour, read_only)) in turn.calls.iter().enumerate() {
+            let (what, reports) = match behaviour {
+                Behaviour::Ok { reports } => ("ok", *reports),
+                Behaviour::Fail => ("fail", 0),
+                Behaviour::Panic => ("panic", 0),
+                Behaviour::Slow { reports } => ("slow", *reports),
+            };
+            response = response.then_tool_call(
+                format!("t{t}c{c}"),
+                if *read_only { "look" } else { "act" },
+                json!({"do": what, "reports": reports, "turn": t, "call": c}),
+            );
+        }
+        if turn.broken_first {
+            out.push(response.clone().then_fail(LlmError::Transport {
+                message: "scripted break".into(),
+            }));
+        }
+        out.push(response);
+    }
+    out.push(ScriptedResponse::text("all done"));
+    out
+}
+
+/// Runs the script, cancelling after `cancel_after` events when set; returns the events and
+/// the agent.
+async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<AgentEvent>, Agent) {
+    let client = ScriptedClient::new(responses(&script));
+    let mut agent = Agent::builder(client)
+        .tool(tool(true))
+        .tool(tool(false))
+        .max_turns(20)
+        .max_repeated_calls(50)
+        .max_tool_failure_turns(50)
+        .retry_policy(
+            agent_loop::RetryPolicy::default()
+                .initial_backoff(Duration::from_millis(1))
+                .jitter(agent_loop::Jitter::None),
+        )
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut stream = agent.run("go");
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event);
+        if cancel_after == Some(events.len()) {
+            handle.cancel();
+        }
+    }
+    drop(stream);
+    (events, agent)
+}
+
+fn check(events: &[AgentEvent], agent: &Agent) -> Result<(), TestCaseError> {
+    if let Some(violation) = grammar_violation(events) {
+        return Err(TestCaseError::fail(format!("{violation}\n{events:#?}")));
+    }
+    if let Some(violation) = history_violation(&agent.messages()) {
+        return Err(TestCaseError::fail(format!("history: {violation}")));
+    }
+    prop_assert!(!agent.is_running());
+    Ok(())
+}
+
+fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn every_run_follows_the_grammar(
+        script in prop::collection::vec(turn_script(), 0..4),
+        cancel_after in prop::option::weighted(0.4, 1usize..40),
+        multi_thread in any::<bool>(),
+    ) {
+        let (events, agent) = runtime(multi_thread).block_on(play(script, cancel_after));
+        check(&events, &agent)?;
+        if cancel_after.is_none() {
+            let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+            prop_assert_eq!(&outcome.termination, &Termination::Completed);
+        }
+    }
+}
+
+#[test]
+fn the_checker_catches_what_it_should() {
+    // A real run: one call with progress, then an answer.
+    let script = vec![TurnScript {
+        calls: vec![(Behaviour::Ok { reports: 1 }, false)],
+        broken_first: false,
+    }];
+    let (good, _) = runtime(false).block_on(play(script, None));
+    assert_eq!(grammar_violation(&good), None, "{good:#?}");
+    let position = |pred: &dyn Fn(&AgentEvent) -> bool| good.iter().position(pred).unwrap();
+    let progress = position(&|e| matches!(e, AgentEvent::ToolProgress { .. }));
+    let result = position(&|e| matches!(e, AgentEvent::ToolResult { .. }));
+    let call = position(&|e| matches!(e, AgentEvent::ToolCall { .. }));
+    let turn_end = position(&|e| matches!(e, AgentEvent::TurnEnd { .. }));
+
+    let mut progress_after_result = good.clone();
+    progress_after_result.swap(progress, result);
+    let mut end_before_result = good.clone();
+    end_before_result.swap(result, turn_end);
+    let mut result_without_call = good.clone();
+    result_without_call.remove(call);
+    result_without_call.retain(|e| !matches!(e, AgentEvent::ToolProgress { .. }));
+    let mut no_finished = good.clone();
+    no_finished.pop();
+    let mut finished_twice = good.clone();
+    finished_twice.push(good.last().unwrap().clone());
+    for case in [
+        progress_after_result,
+        end_before_result,
+        result_without_call,
+        no_finished,
+        finished_twice,
+    ] {
+        assert!(grammar_violation(&case).is_some(), "{case:#?}");
+    }
+}
+
+/// A tool that reports progress and returns at once: its progress comes before its result,
+/// on both runtime flavours, every time.
+#[test]
+fn progress_reported_just_before_returning_comes_before_the_result() {
+    for multi_thread in [false, true] {
+        for _ in 0..25 {
+            let script = vec![TurnScript {
+                calls: vec![(Behaviour::Ok { reports: 2 }, false); 3],
+                broken_first: false,
+            }];
+            let (events, agent) = runtime(multi_thread).block_on(play(script, None));
+            if let Some(v) = grammar_violation(&events) {
+                panic!("{v}\n{events:#?}");
+            }
+            let progress = events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::ToolProgress { .. }))
+                .count();
+            assert_eq!(progress, 6, "every report is shown");
+            assert!(!agent.is_running());
+        }
+    }
+}
+
+#[test]
+fn a_spawned_run_saves_at_every_turn_boundary_and_refuses_a_second_run() {
+    runtime(true).block_on(async {
+        let client = ScriptedClient::new([
+            ScriptedResponse::tool_call("c1", "act", json!({"do": "slow"})),
+            ScriptedResponse::tool_call("c2", "act", json!({"do": "ok"})),
+            ScriptedResponse::text("finished"),
+        ]);
+        let mut agent = Agent::builder(client)
+            .system("the builder's prompt")
+            .tool(tool(false))
+            .build()
+            .unwrap();
+        let handle = agent.handle();
+        let stream = agent.run("go");
+        // A second run while the first is in flight: refused, with a clear error.
+        let second: Vec<AgentEvent> = agent.run("again").collect().await;
+        match second.as_slice() {
+            [AgentEvent::Finished(outcome)] => {
+                assert!(
+                    matches!(&outcome.termination, Termination::Error(e)
+                        if e.to_string().contains("in flight")),
+                    "{outcome:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(agent.is_running());
+        assert!(agent.restore(Conversation::default()).is_err());
+
+        let saves = Arc::new(std::sync::Mutex::new(Vec::<Conversation>::new()));
+        let task = {
+            let saves = saves.clone();
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let mut stream = std::pin::pin!(stream);
+                let mut events = Vec::new();
+                while let Some(event) = stream.next().await {
+                    if matches!(event, AgentEvent::TurnEnd { .. }) {
+                        saves.lock().unwrap().push(handle.snapshot());
+                    }
+                    events.push(event);
+                }
+                events
+            })
+        };
+        let events = task.await.unwrap();
+        assert_eq!(grammar_violation(&events), None, "{events:#?}");
+        let saves = saves.lock().unwrap();
+        let lengths: Vec<usize> = saves.iter().map(|c| c.messages.len()).collect();
+        // user; +assistant(call) +results; again; +final answer.
+        assert_eq!(lengths, [3, 5, 6]);
+        for save in saves.iter() {
+            assert_eq!(history_violation(&save.messages), None);
+            assert_eq!(save.system.as_deref(), Some("the builder's prompt"));
+        }
+        // The conversation is back with the agent; it runs again.
+        assert!(!agent.is_running());
+        assert_eq!(agent.messages().len(), 6);
+        assert_eq!(agent.snapshot(), saves[2]);
+    });
+}
+
+#[test]
+fn restore_keeps_the_builders_system_prompt_unless_the_saved_one_has_its_own() {
+    let client = ScriptedClient::new([]);
+    let mut agent = Agent::builder(client).system("builder").build().unwrap();
+    let messages = vec![Message::user("hi"), Message::assistant("hello")];
+    agent
+        .restore(Conversation::new(None, messages.clone()))
+        .unwrap();
+    assert_eq!(agent.snapshot().system.as_deref(), Some("builder"));
+    agent
+        .restore(Conversation::new(Some("saved".into()), messages))
+        .unwrap();
+    assert_eq!(agent.snapshot().system.as_deref(), Some("saved"));
+}
