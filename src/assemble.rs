@@ -495,3 +495,53 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
         serde_json::Value::Object(_) => "an object",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(index: usize, text: &str) -> LlmEvent {
+        LlmEvent::TextDelta {
+            index,
+            text: text.into(),
+        }
+    }
+
+    fn response_limit(max_response_bytes: usize) -> StreamLimits {
+        StreamLimits {
+            max_response_bytes,
+            ..StreamLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_response_exactly_at_its_limit_is_accepted() {
+        // One text block costs its bookkeeping and its bytes: 10 bytes fill the limit exactly.
+        let mut assembler = StreamAssembler::with_limits(response_limit(SLOT_OVERHEAD + 10));
+        assembler.push(&text(0, "01234")).unwrap();
+        assembler.push(&text(0, "56789")).unwrap();
+        assert_eq!(
+            assembler.push(&text(0, "a")),
+            Err(LlmError::LimitExceeded {
+                what: "the response",
+                limit: SLOT_OVERHEAD + 10,
+                setting: "StreamLimits::max_response_bytes",
+            })
+        );
+        // A tool call's id and name count like text.
+        let mut assembler = StreamAssembler::with_limits(response_limit(SLOT_OVERHEAD + 10));
+        assembler
+            .push(&LlmEvent::ToolCallStart {
+                index: 0,
+                id: "id_01".into(),
+                name: "name5".into(),
+            })
+            .unwrap();
+        assert!(assembler
+            .push(&LlmEvent::ToolCallDelta {
+                index: 0,
+                partial_json: "{".into(),
+            })
+            .is_err());
+    }
+}

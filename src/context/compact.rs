@@ -556,4 +556,407 @@ mod tests {
             )
         );
     }
+
+    use crate::context::{CharEstimateCounter, ContextConfig};
+    use crate::provider::LlmStream;
+
+    fn manager(keep_recent_turns: u32) -> ContextManager {
+        ContextManager::new(ContextConfig::default().keep_recent_turns(keep_recent_turns))
+            .with_counter(CharEstimateCounter)
+    }
+
+    fn call(id: &str, input: &str) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: "tool".into(),
+                input: serde_json::json!({ "data": input }),
+            }],
+        }
+    }
+
+    fn results(id: &str, output: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(id, output, false)],
+        }
+    }
+
+    /// A request, one tool step with `output`, and an answer.
+    fn turn(cm: &mut ContextManager, t: usize, output: &str) {
+        cm.push_user_text(format!("request {t}"));
+        cm.push(call(&format!("t{t}"), "in"));
+        cm.push(results(&format!("t{t}"), output));
+        cm.push(Message::assistant(format!("answer {t}")));
+    }
+
+    fn step(cm: &mut ContextManager, id: &str, input: &str, output: &str) {
+        cm.push(call(id, input));
+        cm.push(results(id, output));
+    }
+
+    /// The content of every tool result, in order, as (message index, content).
+    fn outputs(cm: &ContextManager) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for (i, m) in cm.messages.iter().enumerate() {
+            for b in &m.content {
+                if let ContentBlock::ToolResult { content, .. } = b {
+                    out.push((i, content.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn elided(content: &str) -> bool {
+        content.starts_with(ELIDED_PREFIX)
+    }
+
+    /// A summarizer that must not be asked.
+    struct Unused;
+
+    #[async_trait]
+    impl Summarizer for Unused {
+        async fn summarize(&self, _span: &[Message]) -> Result<String, Error> {
+            panic!("the summarizer was asked although the count was at the target");
+        }
+    }
+
+    #[test]
+    fn cut_middle_keeps_an_exact_head_and_tail_and_counts_the_cut() {
+        let text = "h".repeat(500) + &"t".repeat(500);
+        // cap 296 keeps 200 bytes: 100 of head, 100 of tail.
+        assert_eq!(
+            cut_middle(&text, MARKER_RESERVE + 200),
+            format!(
+                "{}\n[... 800 bytes of tool output cut to save context ...]\n{}",
+                "h".repeat(100),
+                "t".repeat(100)
+            )
+        );
+        // An odd number of bytes kept: the extra one goes to the tail.
+        assert_eq!(
+            cut_middle(&text, MARKER_RESERVE + 201),
+            format!(
+                "{}\n[... 799 bytes of tool output cut to save context ...]\n{}",
+                "h".repeat(100),
+                "t".repeat(101)
+            )
+        );
+    }
+
+    #[test]
+    fn a_placeholder_no_shorter_than_the_output_is_not_used() {
+        // A 46-byte output has a 46-byte placeholder: eliding it would save nothing.
+        assert_eq!(format!("{ELIDED_PREFIX}46 bytes]").len(), 46);
+        let mut m = results("1", &"y".repeat(46));
+        assert!(!elide_results(&mut m));
+        assert_eq!(m, results("1", &"y".repeat(46)));
+        let mut m = results("1", &"y".repeat(47));
+        assert!(elide_results(&mut m));
+        assert_eq!(
+            m,
+            results("1", "[tool output elided to save context: 47 bytes]")
+        );
+    }
+
+    #[test]
+    fn an_output_exactly_at_the_cap_is_kept_whole() {
+        let mut cm = ContextManager::new(ContextConfig::default().tool_output_cap(200))
+            .with_counter(CharEstimateCounter);
+        cm.push_user_text("go");
+        cm.push(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::ToolUse {
+                    id: "a".into(),
+                    name: "tool".into(),
+                    input: serde_json::json!({}),
+                },
+                ContentBlock::ToolUse {
+                    id: "b".into(),
+                    name: "tool".into(),
+                    input: serde_json::json!({}),
+                },
+            ],
+        });
+        cm.push(Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::tool_result("a", "x".repeat(200), false),
+                ContentBlock::tool_result("b", "x".repeat(201), false),
+            ],
+        });
+        truncate_tool_outputs(&mut cm);
+        let out = outputs(&cm);
+        assert_eq!(out[0].1, "x".repeat(200));
+        assert_ne!(out[1].1, "x".repeat(201));
+        assert!(out[1].1.len() <= 200, "{}", out[1].1.len());
+    }
+
+    #[tokio::test]
+    async fn a_conversation_exactly_at_its_target_is_left_alone() {
+        let mut cm = manager(1);
+        for t in 0..3 {
+            turn(&mut cm, t, &"x".repeat(400));
+        }
+        cm.push_user_text("current");
+        step(&mut cm, "s0", "in", &"y".repeat(400));
+        step(&mut cm, "s1", "in", &"y".repeat(400));
+        let before = cm.messages().to_vec();
+        let count = cm.token_count();
+        let report = run(&mut cm, count, count, Some(&Unused)).await.unwrap();
+        assert_eq!(
+            report,
+            CompactionReport {
+                strategy: CompactionStrategy::TruncateToolOutputs,
+                tokens_before: count,
+                tokens_after: count,
+            }
+        );
+        assert_eq!(cm.messages(), &before[..]);
+    }
+
+    #[tokio::test]
+    async fn when_nothing_can_go_the_report_says_so_and_the_limit_is_inclusive() {
+        // One turn, no tool outputs: over the target, nothing to remove.
+        let mut cm = manager(4);
+        cm.push_user_text("w".repeat(4_000));
+        let count = cm.token_count();
+        let report = run(&mut cm, count - 10, count, None).await.unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::TruncateToolOutputs);
+        assert_eq!(report.tokens_after, count);
+        // One token more than the limit allows is an error.
+        let err = run(&mut cm, count - 10, count - 1, None).await.unwrap_err();
+        assert!(matches!(err, Error::Context(_)), "{err:?}");
+    }
+
+    /// Three old turns with tool outputs, one recent turn, and a current turn of three steps.
+    fn elidable() -> ContextManager {
+        let mut cm = manager(2);
+        for t in 0..4 {
+            turn(&mut cm, t, &"x".repeat(600));
+        }
+        cm.push_user_text("current"); // message 16
+        for s in 0..3 {
+            step(&mut cm, &format!("s{s}"), "in", &"y".repeat(600));
+        }
+        cm
+    }
+
+    #[tokio::test]
+    async fn old_turns_lose_their_outputs_first_and_just_enough() {
+        let mut cm = elidable();
+        let len = cm.len();
+        let count = cm.token_count();
+        let report = run(&mut cm, count - 1, count, None).await.unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::ElideOldToolResults);
+        // Turns 0-2 are before the two recent turns: their outputs go. The recent turn (3,
+        // message 14) and the current turn's steps keep theirs.
+        let out = outputs(&cm);
+        let gone: Vec<usize> = out
+            .iter()
+            .filter(|(_, c)| elided(c))
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(gone, [2, 6, 10]);
+        assert_eq!(cm.len(), len);
+        assert_eq!(report.tokens_after, cm.token_count());
+        assert!(report.tokens_after < count - 1);
+    }
+
+    #[test]
+    fn then_all_but_the_most_recent_tool_outputs_go() {
+        let mut cm = elidable();
+        elide_old_tool_results(&mut cm, 2, 0);
+        let out = outputs(&cm);
+        let kept: Vec<usize> = out
+            .iter()
+            .filter(|(_, c)| !elided(c))
+            .map(|(i, _)| *i)
+            .collect();
+        // keep = 2: the two most recent tool-result messages.
+        assert_eq!(kept, [20, 22]);
+    }
+
+    #[tokio::test]
+    async fn within_one_long_turn_all_but_the_latest_output_are_elided() {
+        let mut cm = manager(4);
+        cm.push_user_text("do the task");
+        for s in 0..4 {
+            step(&mut cm, &format!("s{s}"), "in", &"y".repeat(800));
+        }
+        let count = cm.token_count();
+        let report = run(&mut cm, count - 1, count, None).await.unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::ElideOldToolResults);
+        let out = outputs(&cm);
+        let flags: Vec<bool> = out.iter().map(|(_, c)| elided(c)).collect();
+        assert_eq!(flags, [true, true, true, false]);
+        assert_eq!(cm.len(), 9, "no step dropped");
+    }
+
+    #[test]
+    fn the_fewest_oldest_turns_are_dropped() {
+        let mut cm = manager(1);
+        for t in 0..5 {
+            cm.push_user_text(format!("request {t} {}", "w".repeat(400)));
+            cm.push(Message::assistant(format!("answer {t}")));
+        }
+        cm.push_user_text("latest");
+        let two_turns: usize = cm.counts[..4].iter().sum();
+        let target = cm.token_count() - two_turns;
+        assert!(drop_oldest_turns(&mut cm, target));
+        assert_eq!(cm.len(), 7);
+        assert!(cm.messages()[0].text().starts_with("request 2"));
+        assert_eq!(cm.token_count(), target);
+        // A single turn cannot be dropped.
+        let mut cm = manager(1);
+        cm.push_user_text("only");
+        assert!(!drop_oldest_turns(&mut cm, 0));
+    }
+
+    fn long_turn() -> ContextManager {
+        let mut cm = manager(4);
+        cm.push_user_text("do the task");
+        for s in 0..5 {
+            step(&mut cm, &format!("s{s}"), &"x".repeat(400), "ok");
+        }
+        cm
+    }
+
+    fn call_ids(cm: &ContextManager) -> Vec<String> {
+        cm.messages()
+            .iter()
+            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_fewest_oldest_steps_are_dropped_with_a_note() {
+        let mut cm = long_turn();
+        let two_steps: usize = cm.counts[1..5].iter().sum();
+        let target = cm.token_count() - two_steps;
+        assert!(drop_oldest_steps(&mut cm, target));
+        assert_eq!(call_ids(&cm), ["s2", "s3", "s4"]);
+        assert_eq!(
+            cm.messages()[0].content,
+            [
+                ContentBlock::text(
+                    "[2 earlier tool step(s) of this task were removed to fit the context window]"
+                ),
+                ContentBlock::text("do the task"),
+            ]
+        );
+        cm.validate().unwrap();
+    }
+
+    #[test]
+    fn the_latest_step_always_stays() {
+        let mut cm = long_turn();
+        assert!(drop_oldest_steps(&mut cm, 0));
+        assert_eq!(call_ids(&cm), ["s4"]);
+        assert!(cm.messages()[0]
+            .text()
+            .starts_with("[4 earlier tool step(s)"));
+        // A turn with one step (or none) has nothing to drop.
+        assert!(!drop_oldest_steps(&mut cm, 0));
+        let mut cm = manager(4);
+        cm.push_user_text("just a question");
+        assert!(!drop_oldest_steps(&mut cm, 0));
+    }
+
+    #[test]
+    fn a_results_message_with_more_than_results_ends_the_steps_that_can_go() {
+        let mut cm = manager(4);
+        cm.push_user_text("do the task");
+        step(&mut cm, "s0", &"x".repeat(400), "ok");
+        cm.push(call("s1", &"x".repeat(400)));
+        cm.push(Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::tool_result("s1", "ok", false),
+                ContentBlock::text("also look at the tests"),
+            ],
+        });
+        step(&mut cm, "s2", &"x".repeat(400), "ok");
+        step(&mut cm, "s3", &"x".repeat(400), "ok");
+        assert!(drop_oldest_steps(&mut cm, 0));
+        assert_eq!(call_ids(&cm), ["s1", "s2", "s3"]);
+        cm.validate().unwrap();
+    }
+
+    #[test]
+    fn transcript_blocks_are_capped_at_eight_kib() {
+        let whole = "a".repeat(8 * 1024);
+        let transcript = render_transcript(&[Message::user(whole.clone())]);
+        assert_eq!(transcript, format!("User: {whole}\n\n"));
+        let long = "a".repeat(8 * 1024 + 1);
+        let transcript = render_transcript(&[Message::user(long)]);
+        assert!(
+            transcript.contains("bytes of tool output cut"),
+            "{}",
+            transcript.len()
+        );
+        assert!(transcript.len() <= 8 * 1024 + "User: \n\n".len());
+    }
+
+    /// Streams one text delta and a stop.
+    struct OneDelta {
+        text: String,
+    }
+
+    impl OneDelta {
+        fn new(text: String) -> Self {
+            OneDelta { text }
+        }
+    }
+
+    impl LlmClient for OneDelta {
+        fn stream<'a>(&'a self, _request: &'a ModelRequest) -> LlmStream<'a> {
+            Box::pin(futures::stream::iter([
+                Ok::<_, LlmError>(LlmEvent::TextDelta {
+                    index: 0,
+                    text: self.text.clone(),
+                }),
+                Ok(LlmEvent::MessageStop {
+                    stop_reason: StopReason::EndTurn,
+                }),
+            ]))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_summary_may_reach_its_size_limit_exactly() {
+        let span = [Message::user("hi")];
+        // 1 MiB is accepted, one byte more is not.
+        let exact = LlmSummarizer::new(OneDelta::new("s".repeat(1 << 20)));
+        assert_eq!(exact.summarize(&span).await.unwrap().len(), 1 << 20);
+        let over = LlmSummarizer::new(OneDelta::new("s".repeat((1 << 20) + 1)));
+        assert!(matches!(
+            over.summarize(&span).await,
+            Err(Error::Llm(LlmError::LimitExceeded { .. }))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_blank_summary_is_refused() {
+        let blank = LlmSummarizer::new(OneDelta::new(" \n ".into()));
+        let err = blank.summarize(&[Message::user("hi")]).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Context(m) if m.contains("empty summary")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn the_summarizer_debug_shows_its_settings_not_its_client() {
+        let s = LlmSummarizer::new(OneDelta::new(String::new()))
+            .model("small")
+            .max_tokens(77)
+            .prompt("custom prompt");
+        let debug = format!("{s:?}");
+        assert!(debug.starts_with("LlmSummarizer"), "{debug}");
+        assert!(debug.contains("small") && debug.contains("77"), "{debug}");
+    }
 }
