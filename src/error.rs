@@ -90,9 +90,15 @@ impl ApiError {
         }
     }
 
-    /// Whether retrying the same request can succeed: `x-should-retry` when the server sent it,
-    /// otherwise 408, 409, 429 (but not an exhausted quota), 5xx and 529.
+    /// Whether retrying the same request can succeed. 400, 401, 403, 404, 413 and 422 never
+    /// can (the request itself is wrong), whatever the server says; otherwise
+    /// `x-should-retry` when the server sent it, else 408, 409, 429 (but not an exhausted
+    /// quota), 5xx and 529. This is the one place the crate decides it: the clients, the
+    /// [`RetryPolicy`](crate::RetryPolicy) and the agent all ask here.
     pub fn is_retryable(&self) -> bool {
+        if matches!(self.status, 400 | 401 | 403 | 404 | 413 | 422) {
+            return false;
+        }
         if let Some(verdict) = self.should_retry {
             return verdict;
         }

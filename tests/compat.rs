@@ -796,3 +796,31 @@ async fn a_connection_error_names_the_url_without_its_query() {
         "{message}"
     );
 }
+
+#[test]
+fn what_is_retryable_is_decided_in_one_place() {
+    // They used to disagree: a 400 with `x-should-retry: true` was retryable to
+    // LlmError::is_retryable and not to the retry policy.
+    let api = |status: u16, should_retry: Option<bool>| {
+        let mut error = agent_loop::ApiError::new(status, "x");
+        error.should_retry = should_retry;
+        LlmError::Api(Box::new(error))
+    };
+    let policy = RetryPolicy::default();
+    for (status, verdict, retryable) in [
+        (400, Some(true), false),
+        (422, Some(true), false),
+        (418, Some(true), true),
+        (503, Some(false), false),
+        (503, None, true),
+        (429, None, true),
+    ] {
+        let error = api(status, verdict);
+        assert_eq!(error.is_retryable(), retryable, "{status} {verdict:?}");
+        assert_eq!(
+            policy.delay_for(1, &error).is_some(),
+            retryable,
+            "{status} {verdict:?}"
+        );
+    }
+}

@@ -168,7 +168,7 @@ impl RetryPolicy {
     /// How long to wait before retry number `attempt` (1 for the first retry) after `error`,
     /// or `None` when the error must not be retried or the retries are used up.
     pub fn delay_for(&self, attempt: u32, error: &LlmError) -> Option<Duration> {
-        if attempt == 0 || attempt > self.max_retries || !is_retryable(error) {
+        if attempt == 0 || attempt > self.max_retries || !error.is_retryable() {
             return None;
         }
         if let Some(requested) = error.retry_after() {
@@ -203,17 +203,6 @@ impl RetryPolicy {
         };
         unit(bits)
     }
-}
-
-/// [`LlmError::is_retryable`], except that the statuses that can never succeed on a resend are
-/// not retried even when the server says `x-should-retry: true`.
-fn is_retryable(error: &LlmError) -> bool {
-    if let Some(status) = error.status() {
-        if matches!(status, 400 | 401 | 403 | 404 | 413 | 422) {
-            return false;
-        }
-    }
-    error.is_retryable()
 }
 
 thread_local! {
