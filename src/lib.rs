@@ -58,7 +58,7 @@
 //!
 //! | layer | types |
 //! |---|---|
-//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`AgentHooks`], [`AgentHandle`] |
+//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`AgentHooks`], [`AgentHandle`]; sans-IO: [`AgentMachine`], [`Input`], [`Action`] |
 //! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
@@ -84,8 +84,8 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, RunOutcome, Termination,
-    ToolDecision,
+    Action, Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentMachine, HookAction,
+    Input, RunOutcome, Termination, ToolDecision,
 };
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{

@@ -6,9 +6,10 @@
 //! back and repeats until the model answers without tools or a limit stops it. The last event
 //! of every run is [`AgentEvent::Finished`] with the [`RunOutcome`].
 //!
-//! The loop's decisions (what a response means, when to stop) are plain functions in
-//! `turn.rs`; `run.rs` is the async driver that moves bytes and events between the model,
-//! the tools and the context.
+//! Every decision of the loop lives in [`AgentMachine`] (`machine.rs`), a sans-IO state
+//! machine with a few pure helpers in `turn.rs`; `run.rs` is the tokio driver that carries
+//! out the machine's actions (model calls, hooks, tools, timers, compaction) and feeds back
+//! what happened.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -24,8 +25,11 @@ use crate::provider::RetryPolicy;
 use crate::provider::{LlmClient, ModelRequest};
 use crate::tool::{Tool, ToolCall, ToolRegistry};
 
+mod machine;
 mod run;
 mod turn;
+
+pub use machine::{Action, AgentMachine, Input};
 
 /// One event of an agent run, in the order things happened.
 ///
@@ -798,6 +802,22 @@ impl AgentBuilder {
     pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
         self
+    }
+
+    /// Builds the loop as a sans-IO [`AgentMachine`] instead of an [`Agent`]: for a host
+    /// that drives it from its own runtime or a durable-execution engine, carrying out its
+    /// [`Action`]s itself (the client given to [`Agent::builder`] only names the model and
+    /// its limits then; hooks and the summarizer are the driver's to apply).
+    pub fn build_machine(self) -> Result<AgentMachine, Error> {
+        let agent = self.build()?;
+        let context = lock(&agent.shared).context.take().ok_or_else(busy)?;
+        Ok(AgentMachine::new(
+            agent.config.clone(),
+            context,
+            agent.tools.clone(),
+            agent.client.stream_limits(),
+            agent.summarizer.is_some(),
+        ))
     }
 
     /// Builds the agent; fails on an invalid tool set.

@@ -1,0 +1,1116 @@
+//! The loop itself as a sans-IO state machine: inputs in, actions out, time passed in.
+//!
+//! Like quinn-proto's `Connection`, [`AgentMachine`] owns the conversation and makes every
+//! decision of a run, and does no I/O: no sockets, no clock, no tasks, no channels, no
+//! `async`. Whoever drives it feeds [`Input`]s with [`AgentMachine::handle`] and carries out
+//! the [`Action`]s that [`AgentMachine::poll`] gives: call the model, ask the hooks, run
+//! tools, emit an event, sleep, compact, finish. The tokio driver behind
+//! [`Agent::run`](crate::Agent::run) is one such driver; a durable engine can carry out the
+//! same actions as journaled steps.
+//!
+//! See [`AgentMachine`] for its states.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::assemble::{ModelResponse, StreamAssembler};
+use crate::context::{CompactionReport, ContextManager};
+use crate::error::{Error, LlmError};
+use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
+use crate::provider::{LlmEvent, ModelRequest, StreamLimits, ToolChoice};
+use crate::tool::{ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
+
+use super::turn::{self, FailureTracker, Next, RepeatTracker};
+use super::{AgentConfig, AgentEvent, RunOutcome, Termination, ToolDecision};
+
+/// The stop reason of the `TurnEnd` of a turn that was cut short.
+pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
+/// Marker appended to answer text that a cancellation cut short.
+const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
+/// The most answered call ids remembered per run to filter late progress; beyond it, late
+/// progress of older calls is no longer filtered (memory stays bounded).
+const MAX_ANSWERED: usize = 65_536;
+/// The most tool-call block ids remembered per response (for `ToolInputDelta` events).
+const MAX_BLOCK_IDS: usize = 4096;
+
+/// Something that happened, fed to [`AgentMachine::handle`].
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Input {
+    /// An event of the model response asked for by the last [`Action::CallModel`].
+    ModelEvent(LlmEvent),
+    /// The model response's stream ended: `Ok` when it simply ended, `Err` with why it
+    /// failed. Not needed after [`LlmEvent::MessageStop`] (the machine stops listening then,
+    /// and says so with [`Action::StopModel`]).
+    ModelEnded(Result<(), LlmError>),
+    /// The `before_model_call` hook stopped the run instead of the model call.
+    HookStopped(String),
+    /// The verdicts on the calls of the last [`Action::Approve`], in its order.
+    Approved(Vec<ToolDecision>),
+    /// A tool call of an [`Action::RunTools`] finished.
+    ToolDone(ToolCallResult),
+    /// A running tool reported progress.
+    ToolProgress(ToolProgress),
+    /// The instant of the last [`Action::SleepUntil`] has come.
+    Timer,
+    /// The last [`Action::Compact`] is done.
+    Compacted(Result<Option<CompactionReport>, Error>),
+    /// Stop at once: running tools are abandoned and answered as cancelled.
+    Cancel,
+    /// Let the current turn finish, then stop.
+    StopAfterTurn,
+}
+
+/// Something the driver must do, taken from [`AgentMachine::poll`].
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Action {
+    /// Report this event to the host.
+    Emit(AgentEvent),
+    /// Ask the model for a response to this request (after the `before_model_call` hook,
+    /// which may change it or answer with [`Input::HookStopped`]); feed its events as
+    /// [`Input::ModelEvent`] and its end as [`Input::ModelEnded`].
+    CallModel(ModelRequest),
+    /// Stop reading the model response in flight: the machine has what it needs (or gave up
+    /// on it).
+    StopModel,
+    /// Ask the `before_tool` hook about these calls; answer with [`Input::Approved`].
+    Approve(Vec<ToolCall>),
+    /// Run these calls (concurrently where their tools allow); answer each with
+    /// [`Input::ToolDone`], and forward their progress as [`Input::ToolProgress`] before
+    /// their results.
+    RunTools(Vec<ToolCall>),
+    /// Abandon every tool call still running: their results are no longer wanted.
+    AbortTools,
+    /// Feed [`Input::Timer`] at this instant.
+    SleepUntil(Instant),
+    /// Compact the conversation ([`AgentMachine::context_mut`]): `reactive` after the
+    /// provider refused the prompt as too long ([`ContextManager::compact_harder`]), else
+    /// before a call ([`ContextManager::compact`]); with the summarizer when `summarize`.
+    /// Answer with [`Input::Compacted`].
+    Compact {
+        /// After a context-overflow error.
+        reactive: bool,
+        /// Whether to use the summarizer.
+        summarize: bool,
+    },
+    /// The run is over; this is the last action. The conversation is left valid
+    /// ([`AgentMachine::into_context`]). The driver reports
+    /// [`AgentEvent::Finished`] with this outcome once it has released what the run held.
+    Finish(RunOutcome),
+}
+
+/// What the machine waits for.
+#[derive(Debug)]
+enum State {
+    /// Not started.
+    Idle,
+    /// An [`Action::Compact`] (then the model call, or the re-sent one).
+    Compacting { reactive: bool, summarize: bool },
+    /// The model's response (or the hook's verdict before it).
+    ModelCall(Box<Attempt>),
+    /// The backoff before re-sending the turn.
+    Backoff,
+    /// The hook's verdicts on a response's calls.
+    Approving(Box<Batch>),
+    /// The results of a response's calls.
+    RunningTools(Box<Batch>),
+    /// Nothing: the next turn starts when the driver next polls, so that a stop request the
+    /// host made on seeing `TurnEnd` applies before it.
+    NextTurn,
+    /// The run is over.
+    Finished,
+}
+
+/// One attempt at a model response.
+#[derive(Debug)]
+struct Attempt {
+    assembler: StreamAssembler,
+    content_seen: bool,
+    usage: Usage,
+    /// Block index → tool call id, for `ToolInputDelta` events.
+    ids: HashMap<usize, String>,
+    early: Early,
+    /// Calls waiting for the hook's verdict before starting early.
+    approving: Vec<ToolCall>,
+}
+
+/// Read-only calls started while the model was still streaming.
+#[derive(Debug, Default)]
+struct Early {
+    /// Id and name of each call started (its `ToolCall` emitted).
+    started: Vec<(String, String)>,
+    /// Their results so far.
+    done: Vec<ToolCallResult>,
+    /// Whether the response asked for a call that is not read-only: calls after it wait for
+    /// the end of the message.
+    blocked: bool,
+}
+
+impl Early {
+    fn running(&self) -> usize {
+        self.started.len().saturating_sub(self.done.len())
+    }
+}
+
+/// A response's calls on their way to results.
+#[derive(Debug)]
+struct Batch {
+    response: ModelResponse,
+    calls: Vec<ToolCall>,
+    results: Vec<Option<ToolCallResult>>,
+    /// Whether each call's `ToolCall` was emitted.
+    announced: Vec<bool>,
+    /// Calls waiting for the hook's verdict (positions in `calls`).
+    approving: Vec<usize>,
+    /// Calls allowed to run and not yet started (positions), held while early read-only
+    /// calls still run and these have side effects.
+    held: Vec<usize>,
+    /// Calls started early that are still running (positions).
+    early_pending: Vec<usize>,
+    stop: Option<Termination>,
+}
+
+/// The agent loop as a sans-IO state machine. Build one with
+/// [`AgentBuilder::build_machine`](crate::AgentBuilder::build_machine); feed it [`Input`]s,
+/// carry out its [`Action`]s. It owns the conversation and makes every decision of a run;
+/// it reads no clock (time comes in with each input), opens no socket, spawns nothing.
+///
+/// Its states, named after what each waits for:
+///
+/// ```text
+///            start
+///              │
+///              ▼
+///   ┌──► next turn ──(limit, stop request)────────────────────────────────► Finished
+///   │          │
+///   │          ├─(over the threshold)──► Compacting ──Compacted──┐
+///   │          ▼                                                 │
+///   │    ModelCall ◄───────────────────────────────────────────────┘
+///   │     │  ▲   events: deltas, early read-only calls (Approve → RunTools)
+///   │     │  └── Backoff ◄──(broke after content, retries left)── Timer
+///   │     │  └── Compacting ◄──(context overflow, once per turn)
+///   │     ▼ response
+///   │  (refused, cut off, final call) ─────────────────────────────────────► Finished
+///   │  (pause_turn, continuation) ──► next turn
+///   │     ▼ tool calls
+///   │  Approving ──Approved──► RunningTools ──ToolDone…──┐
+///   └──────────────────────────────(all answered)────────┘
+/// ```
+///
+/// Any state goes to `Finished` on [`Input::Cancel`], leaving the history valid.
+///
+/// One full tool round trip, driven by hand with no runtime:
+///
+/// ```
+/// use std::time::Instant;
+/// use agent_loop::testing::ScriptedClient;
+/// use agent_loop::{
+///     Action, Agent, AgentEvent, FnTool, Input, LlmEvent, StopReason, Termination,
+///     ToolCallResult, ToolError,
+/// };
+/// use serde_json::json;
+///
+/// let add = FnTool::new("add", "Adds.", |x: serde_json::Value, _ctx| async move {
+///     Ok::<_, ToolError>("unused: the host runs the tool itself here")
+/// });
+/// let mut machine = Agent::builder(ScriptedClient::new([])).tool(add).build_machine()?;
+/// machine.start("What is 2 + 3?", Instant::now());
+///
+/// // Two model responses, as the events a stream gives.
+/// let call = vec![
+///     LlmEvent::ToolCallStart { index: 0, id: "c1".into(), name: "add".into() },
+///     LlmEvent::ToolCallDelta { index: 0, partial_json: r#"{"a":2,"b":3}"#.into() },
+///     LlmEvent::BlockStop { index: 0 },
+///     LlmEvent::MessageStop { stop_reason: StopReason::ToolUse },
+/// ];
+/// let answer = vec![
+///     LlmEvent::TextDelta { index: 0, text: "5".into() },
+///     LlmEvent::BlockStop { index: 0 },
+///     LlmEvent::MessageStop { stop_reason: StopReason::EndTurn },
+/// ];
+/// let mut responses = vec![call, answer].into_iter();
+/// let mut events = Vec::new();
+/// let outcome = loop {
+///     let Some(action) = machine.poll() else { unreachable!("the machine always has work") };
+///     match action {
+///         Action::Emit(event) => events.push(event),
+///         Action::CallModel(_request) => {
+///             for event in responses.next().expect("a scripted response") {
+///                 machine.handle(Input::ModelEvent(event), Instant::now());
+///             }
+///         }
+///         Action::Approve(calls) => {
+///             let verdicts = calls.iter().map(|_| agent_loop::ToolDecision::Allow).collect();
+///             machine.handle(Input::Approved(verdicts), Instant::now());
+///         }
+///         Action::RunTools(calls) => {
+///             for call in calls {
+///                 let sum = call.input["a"].as_i64().unwrap() + call.input["b"].as_i64().unwrap();
+///                 let result = ToolCallResult::new(call.id, call.name, sum.to_string(), false,
+///                                                  std::time::Duration::ZERO);
+///                 machine.handle(Input::ToolDone(result), Instant::now());
+///             }
+///         }
+///         Action::Finish(outcome) => break outcome,
+///         _ => {}
+///     }
+/// };
+/// assert_eq!(outcome.termination, Termination::Completed);
+/// assert_eq!(outcome.final_text, "5");
+/// assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolResult { content, .. } if content == "5")));
+/// assert_eq!(machine.context().messages().len(), 4);
+/// # Ok::<(), agent_loop::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct AgentMachine {
+    config: AgentConfig,
+    context: ContextManager,
+    tools: ToolRegistry,
+    limits: StreamLimits,
+    summarizer: bool,
+    state: State,
+    out: VecDeque<Action>,
+    turns: u32,
+    usage: Usage,
+    final_text: String,
+    /// Answer text streamed in the current attempt.
+    partial_text: String,
+    repeats: RepeatTracker,
+    failures: FailureTracker,
+    continuations: u32,
+    continuing: bool,
+    final_call: bool,
+    /// Failed attempts of this turn that were re-sent.
+    attempt: u32,
+    compacted_for_overflow: bool,
+    stop_after_turn: bool,
+    /// The turn started and not yet ended.
+    open_turn: Option<u32>,
+    /// Calls whose `ToolResult` was emitted: their late progress is dropped.
+    answered: HashSet<String>,
+}
+
+impl AgentMachine {
+    pub(crate) fn new(
+        config: AgentConfig,
+        context: ContextManager,
+        tools: ToolRegistry,
+        limits: StreamLimits,
+        summarizer: bool,
+    ) -> Self {
+        AgentMachine {
+            config,
+            context,
+            tools,
+            limits,
+            summarizer,
+            state: State::Idle,
+            out: VecDeque::new(),
+            turns: 0,
+            usage: Usage::default(),
+            final_text: String::new(),
+            partial_text: String::new(),
+            repeats: RepeatTracker::default(),
+            failures: FailureTracker::default(),
+            continuations: 0,
+            continuing: false,
+            final_call: false,
+            attempt: 0,
+            compacted_for_overflow: false,
+            stop_after_turn: false,
+            open_turn: None,
+            answered: HashSet::new(),
+        }
+    }
+
+    /// Starts a run on `input`, continuing the conversation the machine holds. A machine
+    /// runs once; starting it again does nothing.
+    pub fn start(&mut self, input: impl Into<String>, now: Instant) {
+        if !matches!(self.state, State::Idle) {
+            return;
+        }
+        let _ = now;
+        self.context.repair();
+        self.context.push(Message::user(input.into()));
+        self.state = State::NextTurn;
+    }
+
+    /// The next thing to do, or `None` when the machine waits for an input (or is done).
+    pub fn poll(&mut self) -> Option<Action> {
+        if self.out.is_empty() && matches!(self.state, State::NextTurn) {
+            self.state = self.begin_turn();
+        }
+        self.out.pop_front()
+    }
+
+    /// Whether the run is over (its [`Action::Finish`] was queued).
+    pub fn is_finished(&self) -> bool {
+        matches!(self.state, State::Finished)
+    }
+
+    /// The conversation.
+    pub fn context(&self) -> &ContextManager {
+        &self.context
+    }
+
+    /// The conversation, to compact it when asked to ([`Action::Compact`]).
+    pub fn context_mut(&mut self) -> &mut ContextManager {
+        &mut self.context
+    }
+
+    /// The conversation, once the run is over (or to abandon the machine): left valid.
+    pub fn into_context(mut self) -> ContextManager {
+        self.context.repair();
+        self.context
+    }
+
+    /// The turn in progress (1 for the first), 0 before the first.
+    pub fn turn(&self) -> u32 {
+        self.turns
+    }
+
+    /// Takes one input.
+    pub fn handle(&mut self, input: Input, now: Instant) {
+        match input {
+            Input::Cancel => return self.cancel(),
+            Input::StopAfterTurn => {
+                self.stop_after_turn = true;
+                return;
+            }
+            Input::ToolProgress(progress) => return self.progress(progress),
+            _ => {}
+        }
+        let state = std::mem::replace(&mut self.state, State::Finished);
+        self.state = match (state, input) {
+            (State::ModelCall(attempt), input) => self.on_model(attempt, input, now),
+            (
+                State::Compacting {
+                    reactive,
+                    summarize,
+                },
+                Input::Compacted(result),
+            ) => self.on_compacted(reactive, summarize, result),
+            (State::Backoff, Input::Timer) => self.call_model(),
+            (State::Approving(batch), Input::Approved(verdicts)) => {
+                self.on_approved(batch, verdicts, now)
+            }
+            (State::RunningTools(batch), Input::ToolDone(result)) => {
+                self.on_tool_done(batch, result, now)
+            }
+            // Anything else is stale (a result of an abandoned call, a timer after a cancel)
+            // or out of place: the machine stays where it was.
+            (state, _) => state,
+        };
+    }
+
+    // ----- turns ---------------------------------------------------------------------
+
+    fn emit(&mut self, event: AgentEvent) {
+        self.out.push_back(Action::Emit(event));
+    }
+
+    fn begin_turn(&mut self) -> State {
+        if self.turns > 0 && self.stop_after_turn {
+            return self.finish(Termination::Cancelled);
+        }
+        if let Some(stop) = turn::before_model_call(&self.config, self.turns, &self.usage) {
+            if matches!(stop, Termination::MaxTurns)
+                && self.config.final_answer_at_max_turns
+                && !self.final_call
+            {
+                self.final_call = true;
+            } else {
+                return self.finish(stop);
+            }
+        }
+        self.turns += 1;
+        self.attempt = 0;
+        self.compacted_for_overflow = false;
+        self.emit(AgentEvent::TurnStart { turn: self.turns });
+        self.open_turn = Some(self.turns);
+        if self.context.needs_compaction() {
+            return self.compact(false, self.summarizer);
+        }
+        self.call_model()
+    }
+
+    fn compact(&mut self, reactive: bool, summarize: bool) -> State {
+        self.out.push_back(Action::Compact {
+            reactive,
+            summarize,
+        });
+        State::Compacting {
+            reactive,
+            summarize,
+        }
+    }
+
+    fn on_compacted(
+        &mut self,
+        reactive: bool,
+        summarize: bool,
+        result: Result<Option<CompactionReport>, Error>,
+    ) -> State {
+        match result {
+            Ok(report) => {
+                if let Some(report) = report {
+                    self.emit(AgentEvent::Compacted {
+                        tokens_before: report.tokens_before,
+                        tokens_after: report.tokens_after,
+                    });
+                }
+                self.call_model()
+            }
+            // A failed summary is not fatal: compact again without one (elide, drop turns).
+            Err(e) if summarize => {
+                tracing::warn!(error = %e, "summarizing failed; compacting without a summary");
+                self.compact(reactive, false)
+            }
+            Err(e) => self.finish(Termination::Error(e)),
+        }
+    }
+
+    fn build_request(&self) -> ModelRequest {
+        let config = &self.config;
+        ModelRequest {
+            // Shared with the context, not copied: a turn costs the same at any length.
+            messages: self.context.shared_messages(),
+            model: config.model.clone(),
+            system: self.context.system().map(str::to_owned),
+            tools: self.tools.specs(),
+            max_tokens: config.max_tokens,
+            temperature: config.temperature,
+            thinking_budget: config.thinking_budget,
+            // Tools stay defined (the history refers to them) but may not be called.
+            tool_choice: if self.final_call {
+                ToolChoice::None
+            } else {
+                ToolChoice::Auto
+            },
+            ..ModelRequest::default()
+        }
+    }
+
+    fn call_model(&mut self) -> State {
+        if cfg!(debug_assertions) {
+            self.context.debug_assert_valid();
+        }
+        self.partial_text.clear();
+        self.out.push_back(Action::CallModel(self.build_request()));
+        State::ModelCall(Box::new(Attempt {
+            assembler: StreamAssembler::with_limits(self.limits),
+            content_seen: false,
+            usage: Usage::default(),
+            ids: HashMap::new(),
+            early: Early::default(),
+            approving: Vec::new(),
+        }))
+    }
+
+    // ----- the model's response ------------------------------------------------------
+
+    fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input, now: Instant) -> State {
+        match input {
+            Input::ModelEvent(event) => {
+                if let LlmEvent::Retry {
+                    attempt: n,
+                    delay,
+                    error,
+                } = &event
+                {
+                    // The client re-sends before any content: drop what this attempt said.
+                    self.partial_text.clear();
+                    self.emit(AgentEvent::Retry {
+                        attempt: *n,
+                        delay: *delay,
+                        error: error.to_string(),
+                    });
+                    return State::ModelCall(attempt);
+                }
+                attempt.content_seen |= event.is_content();
+                if let Err(error) = attempt.assembler.push(&event) {
+                    self.out.push_back(Action::StopModel);
+                    return self.attempt_failed(attempt, error, now);
+                }
+                match event {
+                    LlmEvent::TextDelta { text, .. } if !text.is_empty() => {
+                        self.partial_text.push_str(&text);
+                        self.emit(AgentEvent::TextDelta { text });
+                    }
+                    LlmEvent::ThinkingDelta { thinking, .. } if !thinking.is_empty() => {
+                        self.emit(AgentEvent::ThinkingDelta { text: thinking });
+                    }
+                    LlmEvent::ToolCallStart { index, id, name } => {
+                        attempt.early.blocked |= !self.tools.is_read_only(&name);
+                        if attempt.ids.len() < MAX_BLOCK_IDS {
+                            attempt.ids.insert(index, id.clone());
+                        }
+                        self.emit(AgentEvent::ToolCallStart { id, name });
+                    }
+                    LlmEvent::ToolCallDelta {
+                        index,
+                        partial_json,
+                    } => {
+                        if let Some(id) = attempt.ids.get(&index) {
+                            self.emit(AgentEvent::ToolInputDelta {
+                                id: id.clone(),
+                                partial_json,
+                            });
+                        }
+                    }
+                    LlmEvent::BlockStop { index } => self.maybe_start_early(&mut attempt, index),
+                    LlmEvent::Usage(usage) => attempt.usage = usage,
+                    LlmEvent::MessageStop { .. } => {
+                        self.out.push_back(Action::StopModel);
+                        return self.attempt_ended(attempt, now);
+                    }
+                    _ => {}
+                }
+                State::ModelCall(attempt)
+            }
+            Input::ModelEnded(Ok(())) => self.attempt_ended(attempt, now),
+            Input::ModelEnded(Err(error)) => self.attempt_failed(attempt, error, now),
+            Input::HookStopped(reason) => self.finish(Termination::StoppedByHook { reason }),
+            Input::Approved(verdicts) => {
+                let calls = std::mem::take(&mut attempt.approving);
+                for (call, verdict) in calls.into_iter().zip(verdicts) {
+                    // A call the hook does not allow now is decided again, and answered,
+                    // with the rest of the batch.
+                    if verdict == ToolDecision::Allow {
+                        self.emit_call(&call);
+                        attempt
+                            .early
+                            .started
+                            .push((call.id.clone(), call.name.clone()));
+                        self.out.push_back(Action::RunTools(vec![call]));
+                    }
+                }
+                State::ModelCall(attempt)
+            }
+            Input::ToolDone(result) => {
+                if attempt.early.started.iter().any(|(id, _)| *id == result.id) {
+                    attempt.early.done.push(result);
+                }
+                State::ModelCall(attempt)
+            }
+            _ => State::ModelCall(attempt),
+        }
+    }
+
+    /// A read-only call whose arguments are complete starts while the model still streams
+    /// (after the hook allows it), unless a side-effecting call came before it.
+    fn maybe_start_early(&mut self, attempt: &mut Attempt, index: usize) {
+        if !self.config.early_read_only_tools || self.final_call || attempt.early.blocked {
+            return;
+        }
+        let Some((id, name, input)) = attempt.assembler.completed_tool_call(index) else {
+            return;
+        };
+        if !self.tools.is_read_only(name) {
+            return;
+        }
+        let call = ToolCall::new(id, name, input.clone());
+        attempt.approving.push(call.clone());
+        self.out.push_back(Action::Approve(vec![call]));
+    }
+
+    /// The response stream ended (cleanly, or after `MessageStop`).
+    fn attempt_ended(&mut self, attempt: Box<Attempt>, now: Instant) -> State {
+        let Attempt {
+            assembler,
+            content_seen,
+            usage,
+            early,
+            ..
+        } = *attempt;
+        match assembler.finish() {
+            Ok(response) => {
+                self.usage += usage;
+                self.on_response(response, early, now)
+            }
+            Err(error) => self.attempt_failed(
+                Box::new(Attempt {
+                    assembler: StreamAssembler::new(),
+                    content_seen,
+                    usage,
+                    ids: HashMap::new(),
+                    early,
+                    approving: Vec::new(),
+                }),
+                error,
+                now,
+            ),
+        }
+    }
+
+    /// The attempt failed: compact and re-send on an overflow (once per turn), re-send after
+    /// a backoff when it broke after content and retries remain, else end the run.
+    fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError, now: Instant) -> State {
+        self.usage += attempt.usage;
+        self.abandon_early(
+            attempt.early,
+            "not run: the model's response broke off; it is requested again",
+        );
+        self.partial_text.clear();
+        if matches!(error, LlmError::ContextOverflow(_)) && !self.compacted_for_overflow {
+            self.compacted_for_overflow = true;
+            return self.compact(true, self.summarizer);
+        }
+        // Clients retry failures before any content themselves; the agent re-sends the turn
+        // when a response broke after it started.
+        self.attempt += 1;
+        let delay = if attempt.content_seen && error.is_retryable() {
+            self.config.retry.delay_for(self.attempt, &error)
+        } else {
+            None
+        };
+        let Some(delay) = delay else {
+            return self.finish(Termination::Error(Error::Llm(error)));
+        };
+        tracing::warn!(%error, attempt = self.attempt, ?delay, "model stream broke; re-sending the turn");
+        self.emit(AgentEvent::Retry {
+            attempt: self.attempt,
+            delay,
+            error: error.to_string(),
+        });
+        self.out.push_back(Action::SleepUntil(now + delay));
+        State::Backoff
+    }
+
+    /// Answers each call started early of an abandoned attempt: its result if it finished,
+    /// else `why`; the ones still running are abandoned.
+    fn abandon_early(&mut self, early: Early, why: &str) {
+        if early.running() > 0 {
+            self.out.push_back(Action::AbortTools);
+        }
+        for (id, name) in early.started {
+            let result = match early.done.iter().find(|r| r.id == id) {
+                Some(result) => result.clone(),
+                None => ToolCallResult::new(id, name, why, true, Duration::ZERO),
+            };
+            self.emit_result(&result);
+        }
+    }
+
+    fn on_response(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
+        let sent = self.context.len();
+        self.context.record_usage(&response.usage, sent);
+        self.partial_text.clear();
+        if !response.message.content.is_empty() {
+            self.context.push(response.message.clone());
+        }
+        let text = response.text();
+        let has_calls = response.message.tool_uses().next().is_some();
+        if self.continuing {
+            self.final_text.push_str(&text);
+        } else if !text.is_empty() || !has_calls {
+            self.final_text = text;
+        }
+        self.continuing = false;
+
+        if self.final_call {
+            self.answer_unrun(&response, "not run: the turn limit was reached");
+            self.end_turn(&response);
+            return self.finish(Termination::MaxTurns);
+        }
+        let continuations_left = self.continuations < self.config.max_continuations;
+        match turn::after_response(&response, continuations_left) {
+            Next::Stop(termination) => {
+                self.answer_unrun(&response, "not run: the response was cut off or refused");
+                self.end_turn(&response);
+                self.finish(termination)
+            }
+            Next::Resend => {
+                self.end_turn(&response);
+                State::NextTurn
+            }
+            Next::Continue => {
+                self.continuations += 1;
+                if has_calls {
+                    self.answer_unrun(
+                        &response,
+                        "not run: your response was cut off by the max_tokens limit before this \
+                         call was complete; make smaller calls",
+                    );
+                } else {
+                    self.continuing = true;
+                    self.context.push(Message::user(
+                        "Continue exactly where you stopped, without repeating anything.",
+                    ));
+                }
+                self.end_turn(&response);
+                State::NextTurn
+            }
+            Next::RunTools => self.start_batch(response, early, now),
+        }
+    }
+
+    /// Answers every tool call of a response that will not run, so the history stays valid.
+    fn answer_unrun(&mut self, response: &ModelResponse, why: &str) {
+        let results: Vec<ContentBlock> = response
+            .message
+            .tool_uses()
+            .map(|(id, _, _)| ContentBlock::tool_result(id, why, true))
+            .collect();
+        if !results.is_empty() {
+            self.context.push_tool_results(results);
+        }
+    }
+
+    fn end_turn(&mut self, response: &ModelResponse) {
+        if let Some(turn) = self.open_turn.take() {
+            self.emit(AgentEvent::TurnEnd {
+                turn,
+                stop_reason: response.stop_reason.clone(),
+                usage: response.usage,
+            });
+        }
+    }
+
+    // ----- tools ---------------------------------------------------------------------
+
+    /// A response's calls: repeated ones stop the run, invalid ones are answered at once, the
+    /// rest go to the hook (all but those started early).
+    fn start_batch(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
+        let calls: Vec<ToolCall> = response
+            .message
+            .tool_uses()
+            .map(|(id, name, input)| ToolCall::new(id, name, input.clone()))
+            .collect();
+        let n = calls.len();
+        let mut batch = Box::new(Batch {
+            results: vec![None; n],
+            announced: vec![false; n],
+            approving: Vec::new(),
+            held: Vec::new(),
+            early_pending: Vec::new(),
+            stop: None,
+            calls,
+            response,
+        });
+
+        let times = self.repeats.observe(&batch.calls);
+        if times >= self.config.max_repeated_calls {
+            let name = batch
+                .calls
+                .first()
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            let message = format!(
+                "not run: you made exactly this call {times} times in a row with the same input; \
+                 the result will not change"
+            );
+            for i in 0..n {
+                self.answer(&mut batch, i, &message);
+            }
+            batch.stop = Some(Termination::RepeatedToolCall { name, times });
+            return self.complete_batch(batch, now);
+        }
+
+        // Calls started early: announced already; their results so far count.
+        for (id, _) in &early.started {
+            if let Some(i) = batch.calls.iter().position(|c| c.id == *id) {
+                batch.announced[i] = true;
+            }
+        }
+        for result in early.done {
+            if let Some(i) = batch.calls.iter().position(|c| c.id == result.id) {
+                if batch.results[i].is_none() {
+                    self.emit_result(&result);
+                    batch.results[i] = Some(result);
+                }
+            }
+        }
+        batch.early_pending = early
+            .started
+            .iter()
+            .filter_map(|(id, _)| batch.calls.iter().position(|c| c.id == *id))
+            .filter(|&i| batch.results[i].is_none())
+            .collect();
+
+        for i in 0..n {
+            if batch.announced[i] || batch.results[i].is_some() {
+                continue;
+            }
+            let id = batch.calls[i].id.clone();
+            if let Some(invalid) = batch
+                .response
+                .invalid_tool_calls
+                .iter()
+                .find(|c| c.id == id)
+            {
+                let raw: String = invalid.raw_arguments.chars().take(200).collect();
+                let message = format!(
+                    "invalid arguments for tool \"{}\": {}; received: {raw}",
+                    batch.calls[i].name, invalid.reason
+                );
+                self.answer(&mut batch, i, &message);
+                continue;
+            }
+            batch.approving.push(i);
+        }
+        if batch.approving.is_empty() {
+            return self.launch(batch, now);
+        }
+        let calls = batch
+            .approving
+            .iter()
+            .map(|&i| batch.calls[i].clone())
+            .collect();
+        self.out.push_back(Action::Approve(calls));
+        State::Approving(batch)
+    }
+
+    fn on_approved(
+        &mut self,
+        mut batch: Box<Batch>,
+        verdicts: Vec<ToolDecision>,
+        now: Instant,
+    ) -> State {
+        let positions = std::mem::take(&mut batch.approving);
+        let mut verdicts = verdicts.into_iter();
+        let mut allowed = Vec::new();
+        for i in positions {
+            // A verdict the driver did not give is a denial: nothing runs unapproved.
+            match verdicts
+                .next()
+                .unwrap_or_else(|| ToolDecision::Deny("no verdict from the hooks".into()))
+            {
+                ToolDecision::Allow => allowed.push(i),
+                ToolDecision::Deny(reason) => {
+                    self.answer(&mut batch, i, &format!("denied: {reason}"))
+                }
+                ToolDecision::Stop(reason) => {
+                    self.answer(&mut batch, i, &format!("not run: {reason}"));
+                    batch
+                        .stop
+                        .get_or_insert(Termination::StoppedByHook { reason });
+                }
+            }
+        }
+        // A stopping hook stops the whole batch: nothing else of it runs.
+        if batch.stop.is_some() {
+            for i in allowed.drain(..) {
+                self.answer(&mut batch, i, "not run: the run was stopped");
+            }
+        }
+        batch.held = allowed;
+        self.launch(batch, now)
+    }
+
+    /// Starts the allowed calls: after the early read-only calls still running when any of
+    /// them has side effects (they may touch the same resource).
+    fn launch(&mut self, mut batch: Box<Batch>, now: Instant) -> State {
+        for &i in &batch.held {
+            let call = batch.calls[i].clone();
+            if !batch.announced[i] {
+                batch.announced[i] = true;
+                self.emit_call(&call);
+            }
+        }
+        let side_effects = batch
+            .held
+            .iter()
+            .any(|&i| !self.tools.is_read_only(&batch.calls[i].name));
+        if !side_effects || batch.early_pending.is_empty() {
+            let calls: Vec<ToolCall> = batch
+                .held
+                .drain(..)
+                .map(|i| batch.calls[i].clone())
+                .collect();
+            if !calls.is_empty() {
+                self.out.push_back(Action::RunTools(calls));
+            }
+        }
+        if batch.results.iter().all(Option::is_some) {
+            return self.complete_batch(batch, now);
+        }
+        State::RunningTools(batch)
+    }
+
+    fn on_tool_done(
+        &mut self,
+        mut batch: Box<Batch>,
+        result: ToolCallResult,
+        now: Instant,
+    ) -> State {
+        let Some(i) = batch
+            .calls
+            .iter()
+            .position(|c| c.id == result.id)
+            .filter(|&i| batch.results[i].is_none() && batch.announced[i])
+        else {
+            return State::RunningTools(batch);
+        };
+        self.emit_result(&result);
+        batch.results[i] = Some(result);
+        batch.early_pending.retain(|&p| p != i);
+        if batch.early_pending.is_empty() && !batch.held.is_empty() {
+            return self.launch(batch, now);
+        }
+        if batch.results.iter().all(Option::is_some) {
+            return self.complete_batch(batch, now);
+        }
+        State::RunningTools(batch)
+    }
+
+    /// Every call is answered: the results go into the history, the turn ends, and the run
+    /// stops or goes on.
+    fn complete_batch(&mut self, batch: Box<Batch>, _now: Instant) -> State {
+        let Batch {
+            response,
+            calls,
+            results,
+            stop,
+            ..
+        } = *batch;
+        let results: Vec<ToolCallResult> = results
+            .into_iter()
+            .zip(&calls)
+            .map(|(r, call)| r.unwrap_or_else(|| error_result(call, "cancelled")))
+            .collect();
+        let all_failed = self.failures.observe(&results);
+        self.context
+            .push_tool_results(results.iter().map(ToolCallResult::to_block).collect());
+        self.end_turn(&response);
+        if let Some(stop) = stop {
+            return self.finish(stop);
+        }
+        if all_failed >= self.config.max_tool_failure_turns {
+            return self.finish(Termination::ToolFailures { turns: all_failed });
+        }
+        State::NextTurn
+    }
+
+    /// Answers call `i` of the batch itself (not run): its `ToolCall`, if not announced yet,
+    /// then an error result.
+    fn answer(&mut self, batch: &mut Batch, i: usize, message: &str) {
+        let call = batch.calls[i].clone();
+        if !batch.announced[i] {
+            batch.announced[i] = true;
+            self.emit_call(&call);
+        }
+        let result = error_result(&call, message);
+        self.emit_result(&result);
+        batch.results[i] = Some(result);
+    }
+
+    fn emit_call(&mut self, call: &ToolCall) {
+        self.emit(AgentEvent::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+        });
+    }
+
+    fn emit_result(&mut self, result: &ToolCallResult) {
+        if self.answered.len() < MAX_ANSWERED {
+            self.answered.insert(result.id.clone());
+        }
+        self.emit(AgentEvent::ToolResult {
+            id: result.id.clone(),
+            name: result.name.clone(),
+            content: turn::display_content(&result.content, self.config.event_content_limit),
+            is_error: result.is_error,
+            duration: result.duration,
+        });
+    }
+
+    /// A tool's progress, unless its call is already answered.
+    fn progress(&mut self, progress: ToolProgress) {
+        if matches!(self.state, State::Finished) || self.answered.contains(&progress.call_id) {
+            return;
+        }
+        self.emit(AgentEvent::ToolProgress {
+            id: progress.call_id,
+            message: progress.message,
+        });
+    }
+
+    // ----- the end -------------------------------------------------------------------
+
+    /// Stops at once: calls in flight are answered as cancelled (in events and history),
+    /// answer text cut short is kept, marked.
+    fn cancel(&mut self) {
+        let state = std::mem::replace(&mut self.state, State::Finished);
+        match state {
+            State::Finished => return,
+            State::ModelCall(attempt) => {
+                self.out.push_back(Action::StopModel);
+                self.usage += attempt.usage;
+                self.abandon_early(attempt.early, "cancelled");
+            }
+            State::Approving(mut batch) | State::RunningTools(mut batch) => {
+                self.out.push_back(Action::AbortTools);
+                batch.held.clear();
+                for i in 0..batch.calls.len() {
+                    if batch.results[i].is_none() {
+                        self.answer(&mut batch, i, "cancelled");
+                    }
+                }
+                let Batch {
+                    response, results, ..
+                } = *batch;
+                let blocks = results
+                    .iter()
+                    .flatten()
+                    .map(ToolCallResult::to_block)
+                    .collect();
+                self.context.push_tool_results(blocks);
+                self.end_turn(&response);
+            }
+            State::Idle | State::Compacting { .. } | State::Backoff | State::NextTurn => {}
+        }
+        self.keep_interrupted_text();
+        self.state = self.finish(Termination::Cancelled);
+    }
+
+    /// Keeps answer text that was cut short, marked, as the assistant's message.
+    fn keep_interrupted_text(&mut self) {
+        let text = std::mem::take(&mut self.partial_text);
+        if text.trim().is_empty() {
+            return;
+        }
+        let last_is_user = self
+            .context
+            .messages()
+            .last()
+            .is_some_and(|m| m.role == Role::User);
+        if last_is_user {
+            self.context
+                .push(Message::assistant(format!("{text}{INTERRUPTED_MARK}")));
+        }
+    }
+
+    fn finish(&mut self, termination: Termination) -> State {
+        if let Some(turn) = self.open_turn.take() {
+            // A turn cut short (cancelled, failed, stopped by a hook) still ends.
+            self.emit(AgentEvent::TurnEnd {
+                turn,
+                stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
+                usage: Usage::default(),
+            });
+        }
+        self.partial_text.clear();
+        self.context.repair();
+        let outcome = RunOutcome {
+            termination,
+            final_text: std::mem::take(&mut self.final_text),
+            turns: self.turns,
+            usage: self.usage,
+        };
+        self.out.push_back(Action::Finish(outcome));
+        State::Finished
+    }
+}
+
+fn error_result(call: &ToolCall, message: &str) -> ToolCallResult {
+    ToolCallResult::new(
+        call.id.clone(),
+        call.name.clone(),
+        message,
+        true,
+        Duration::ZERO,
+    )
+}

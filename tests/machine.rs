@@ -1,0 +1,406 @@
+//! The agent loop as a sans-IO machine, driven by hand: no runtime, no sockets, time passed
+//! in. Each test feeds inputs and checks the actions and events the machine gives.
+
+use std::time::{Duration, Instant};
+
+use agent_loop::testing::{history_violation, ScriptedClient};
+use agent_loop::{
+    Action, Agent, AgentEvent, AgentMachine, FnTool, Input, LlmError, LlmEvent, RetryPolicy,
+    StopReason, Termination, ToolCall, ToolCallResult, ToolDecision, ToolError, ToolProgress,
+};
+use serde_json::{json, Value};
+
+fn machine() -> AgentMachine {
+    let tool = FnTool::new("act", "Acts.", |_: Value, _ctx| async move {
+        Ok::<_, ToolError>("unused")
+    });
+    let look = FnTool::new("look", "Looks.", |_: Value, _ctx| async move {
+        Ok::<_, ToolError>("unused")
+    })
+    .read_only(true);
+    Agent::builder(ScriptedClient::new([]))
+        .tool(tool)
+        .tool(look)
+        .retry_policy(
+            RetryPolicy::default()
+                .initial_backoff(Duration::from_secs(2))
+                .jitter(agent_loop::Jitter::None),
+        )
+        .build_machine()
+        .unwrap()
+}
+
+/// Everything the machine asks for right now.
+fn drain(m: &mut AgentMachine) -> Vec<Action> {
+    std::iter::from_fn(|| m.poll()).collect()
+}
+
+fn events(actions: &[Action]) -> Vec<&AgentEvent> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+fn call_events(id: &str, name: &str, input: &str) -> Vec<LlmEvent> {
+    vec![
+        LlmEvent::ToolCallStart {
+            index: 0,
+            id: id.into(),
+            name: name.into(),
+        },
+        LlmEvent::ToolCallDelta {
+            index: 0,
+            partial_json: input.into(),
+        },
+        LlmEvent::BlockStop { index: 0 },
+    ]
+}
+
+fn feed(m: &mut AgentMachine, events: Vec<LlmEvent>, now: Instant) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for event in events {
+        m.handle(Input::ModelEvent(event), now);
+        actions.extend(drain(m));
+    }
+    actions
+}
+
+fn stop(reason: StopReason) -> LlmEvent {
+    LlmEvent::MessageStop {
+        stop_reason: reason,
+    }
+}
+
+fn outcome(actions: &[Action]) -> Option<&agent_loop::RunOutcome> {
+    actions.iter().find_map(|a| match a {
+        Action::Finish(o) => Some(o),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_tool_turn_asks_the_hooks_runs_the_tools_then_calls_again() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    let first = drain(&mut m);
+    assert!(
+        matches!(first.as_slice(), [Action::Emit(AgentEvent::TurnStart { turn: 1 }), Action::CallModel(r)] if r.messages.len() == 1)
+    );
+
+    let mut stream = call_events("c1", "act", r#"{"x":1}"#);
+    stream.push(stop(StopReason::ToolUse));
+    let actions = feed(&mut m, stream, now);
+    let approve = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Approve(calls) => Some(calls.clone()),
+            _ => None,
+        })
+        .expect("the hooks are asked");
+    assert_eq!(approve.len(), 1);
+    assert!(actions.iter().any(|a| matches!(a, Action::StopModel)));
+
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    let actions = drain(&mut m);
+    let run: Vec<ToolCall> = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::RunTools(calls) => Some(calls.clone()),
+            _ => None,
+        })
+        .expect("the tools run");
+    assert_eq!(run[0].input, json!({"x": 1}));
+    assert!(matches!(events(&actions)[0], AgentEvent::ToolCall { .. }));
+
+    // Progress, then the result; the turn ends after it and the next call goes out.
+    m.handle(Input::ToolProgress(progress("c1", "half way")), now);
+    m.handle(
+        Input::ToolDone(ToolCallResult::new(
+            "c1",
+            "act",
+            "done",
+            false,
+            Duration::ZERO,
+        )),
+        now,
+    );
+    // Late progress of an answered call is dropped.
+    m.handle(Input::ToolProgress(progress("c1", "late")), now);
+    let actions = drain(&mut m);
+    let kinds: Vec<String> = events(&actions)
+        .iter()
+        .map(|e| {
+            format!("{e:?}")
+                .split([' ', '('])
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["ToolProgress", "ToolResult", "TurnEnd", "TurnStart"],
+        "{actions:#?}"
+    );
+    let Some(Action::CallModel(request)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert_eq!(request.messages.len(), 3);
+    assert_eq!(history_violation(&request.messages), None);
+
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "all done".into(),
+            },
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    let outcome = outcome(&actions).expect("finished");
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "all done");
+    assert!(m.is_finished());
+    assert_eq!(m.context().messages().len(), 4);
+}
+
+fn progress(id: &str, message: &str) -> ToolProgress {
+    ToolProgress::new(id, message)
+}
+
+#[test]
+fn a_response_broken_after_content_is_re_sent_after_a_backoff_from_the_given_time() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    feed(
+        &mut m,
+        vec![LlmEvent::TextDelta {
+            index: 0,
+            text: "Hel".into(),
+        }],
+        now,
+    );
+    m.handle(
+        Input::ModelEnded(Err(LlmError::Transport {
+            message: "reset".into(),
+        })),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(matches!(
+        events(&actions).as_slice(),
+        [AgentEvent::Retry { attempt: 1, .. }]
+    ));
+    let Some(Action::SleepUntil(at)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert_eq!(
+        *at,
+        now + Duration::from_secs(2),
+        "time comes in, it is not read"
+    );
+    // Nothing happens until the timer fires.
+    assert!(drain(&mut m).is_empty());
+    m.handle(Input::Timer, *at);
+    let actions = drain(&mut m);
+    assert!(
+        matches!(actions.as_slice(), [Action::CallModel(_)]),
+        "{actions:#?}"
+    );
+}
+
+#[test]
+fn a_context_overflow_compacts_once_and_re_sends() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let overflow = || {
+        LlmError::ContextOverflow(Box::new(agent_loop::ApiError::new(
+            400,
+            "prompt is too long",
+        )))
+    };
+    m.handle(Input::ModelEnded(Err(overflow())), now);
+    let actions = drain(&mut m);
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Compact {
+            reactive: true,
+            summarize: true
+        }]
+    ));
+    // The summary failed: compact again without one.
+    m.handle(
+        Input::Compacted(Err(agent_loop::Error::Context("no summary".into()))),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Compact {
+            reactive: true,
+            summarize: false
+        }]
+    ));
+    m.handle(Input::Compacted(Ok(None)), now);
+    assert!(matches!(drain(&mut m).as_slice(), [Action::CallModel(_)]));
+    // A second overflow in the same turn ends the run: compaction is not a loop.
+    m.handle(Input::ModelEnded(Err(overflow())), now);
+    let actions = drain(&mut m);
+    assert!(matches!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(Termination::Error(_))
+    ));
+}
+
+#[test]
+fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let mut stream = call_events("c1", "act", "{}");
+    stream.extend([
+        LlmEvent::ToolCallStart {
+            index: 1,
+            id: "c2".into(),
+            name: "act".into(),
+        },
+        LlmEvent::ToolCallDelta {
+            index: 1,
+            partial_json: "{}".into(),
+        },
+        LlmEvent::BlockStop { index: 1 },
+        stop(StopReason::ToolUse),
+    ]);
+    feed(&mut m, stream, now);
+    m.handle(
+        Input::Approved(vec![ToolDecision::Allow, ToolDecision::Allow]),
+        now,
+    );
+    drain(&mut m);
+    m.handle(
+        Input::ToolDone(ToolCallResult::new(
+            "c1",
+            "act",
+            "ok",
+            false,
+            Duration::ZERO,
+        )),
+        now,
+    );
+    drain(&mut m);
+    m.handle(Input::Cancel, now);
+    let actions = drain(&mut m);
+    assert!(actions.iter().any(|a| matches!(a, Action::AbortTools)));
+    let evs = events(&actions);
+    assert!(
+        matches!(evs[0], AgentEvent::ToolResult { id, is_error: true, content, .. } if id == "c2" && content == "cancelled")
+    );
+    assert!(matches!(evs[1], AgentEvent::TurnEnd { .. }));
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::Cancelled)
+    );
+    let context = m.into_context();
+    assert_eq!(history_violation(context.messages()), None);
+    assert_eq!(context.messages().len(), 3);
+}
+
+#[test]
+fn early_read_only_calls_start_while_streaming_and_side_effects_wait_for_them() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    // A read-only call completes mid-stream: the hooks are asked, and it starts at once.
+    let actions = feed(&mut m, call_events("r1", "look", "{}"), now);
+    assert!(matches!(actions.last(), Some(Action::Approve(calls)) if calls[0].id == "r1"));
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    let actions = drain(&mut m);
+    assert!(matches!(actions.last(), Some(Action::RunTools(calls)) if calls[0].id == "r1"));
+    // Then a side-effecting call, and the message ends.
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::ToolCallStart {
+                index: 1,
+                id: "w1".into(),
+                name: "act".into(),
+            },
+            LlmEvent::ToolCallDelta {
+                index: 1,
+                partial_json: "{}".into(),
+            },
+            LlmEvent::BlockStop { index: 1 },
+            stop(StopReason::ToolUse),
+        ],
+        now,
+    );
+    assert!(
+        matches!(actions.last(), Some(Action::Approve(calls)) if calls.len() == 1 && calls[0].id == "w1")
+    );
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    let actions = drain(&mut m);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::RunTools(_))),
+        "the write waits for the read still running: {actions:#?}"
+    );
+    m.handle(
+        Input::ToolDone(ToolCallResult::new(
+            "r1",
+            "look",
+            "seen",
+            false,
+            Duration::ZERO,
+        )),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(matches!(actions.last(), Some(Action::RunTools(calls)) if calls[0].id == "w1"));
+}
+
+#[test]
+fn a_stop_request_lets_the_turn_finish_then_stops() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let mut stream = call_events("c1", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(Input::StopAfterTurn, now);
+    m.handle(
+        Input::ToolDone(ToolCallResult::new(
+            "c1",
+            "act",
+            "ok",
+            false,
+            Duration::ZERO,
+        )),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(!actions.iter().any(|a| matches!(a, Action::CallModel(_))));
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::Cancelled)
+    );
+    assert_eq!(
+        m.context().messages().len(),
+        3,
+        "the turn's results are kept"
+    );
+}
