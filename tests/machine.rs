@@ -46,17 +46,22 @@ fn events(actions: &[Action]) -> Vec<&AgentEvent> {
 }
 
 fn call_events(id: &str, name: &str, input: &str) -> Vec<LlmEvent> {
+    call_block(0, id, name, input)
+}
+
+/// A whole tool-call block at `index`: start, arguments, stop.
+fn call_block(index: usize, id: &str, name: &str, input: &str) -> Vec<LlmEvent> {
     vec![
         LlmEvent::ToolCallStart {
-            index: 0,
+            index,
             id: id.into(),
             name: name.into(),
         },
         LlmEvent::ToolCallDelta {
-            index: 0,
+            index,
             partial_json: input.into(),
         },
-        LlmEvent::BlockStop { index: 0 },
+        LlmEvent::BlockStop { index },
     ]
 }
 
@@ -270,19 +275,8 @@ fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
     m.start("go", now);
     drain(&mut m);
     let mut stream = call_events("c1", "act", "{}");
-    stream.extend([
-        LlmEvent::ToolCallStart {
-            index: 1,
-            id: "c2".into(),
-            name: "act".into(),
-        },
-        LlmEvent::ToolCallDelta {
-            index: 1,
-            partial_json: "{}".into(),
-        },
-        LlmEvent::BlockStop { index: 1 },
-        stop(StopReason::ToolUse),
-    ]);
+    stream.extend(call_block(1, "c2", "act", "{}"));
+    stream.push(stop(StopReason::ToolUse));
     feed(&mut m, stream, now);
     m.handle(
         Input::Approved(vec![ToolDecision::Allow, ToolDecision::Allow]),
@@ -330,23 +324,9 @@ fn early_read_only_calls_start_while_streaming_and_side_effects_wait_for_them() 
     let actions = drain(&mut m);
     assert!(matches!(actions.last(), Some(Action::RunTools(calls)) if calls[0].id == "r1"));
     // Then a side-effecting call, and the message ends.
-    let actions = feed(
-        &mut m,
-        vec![
-            LlmEvent::ToolCallStart {
-                index: 1,
-                id: "w1".into(),
-                name: "act".into(),
-            },
-            LlmEvent::ToolCallDelta {
-                index: 1,
-                partial_json: "{}".into(),
-            },
-            LlmEvent::BlockStop { index: 1 },
-            stop(StopReason::ToolUse),
-        ],
-        now,
-    );
+    let mut stream = call_block(1, "w1", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    let actions = feed(&mut m, stream, now);
     assert!(
         matches!(actions.last(), Some(Action::Approve(calls)) if calls.len() == 1 && calls[0].id == "w1")
     );
