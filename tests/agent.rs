@@ -758,6 +758,15 @@ async fn usage_counts_failed_attempts_too() {
             ..Usage::default()
         }
     );
+    // What the broken attempt cost is reported apart.
+    assert_eq!(
+        outcome.failed_usage,
+        Usage {
+            input_tokens: 10,
+            output_tokens: 1,
+            ..Usage::default()
+        }
+    );
 }
 
 #[tokio::test]

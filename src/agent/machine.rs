@@ -273,6 +273,8 @@ pub struct AgentMachine {
     out: VecDeque<Action>,
     turns: u32,
     usage: Usage,
+    /// The part of `usage` spent on attempts that failed.
+    failed_usage: Usage,
     final_text: String,
     /// Answer text streamed in the current attempt.
     partial_text: String,
@@ -309,6 +311,7 @@ impl AgentMachine {
             out: VecDeque::new(),
             turns: 0,
             usage: Usage::default(),
+            failed_usage: Usage::default(),
             final_text: String::new(),
             partial_text: String::new(),
             repeats: RepeatTracker::default(),
@@ -648,6 +651,7 @@ impl AgentMachine {
     /// a backoff when it broke after content and retries remain, else end the run.
     fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError, now: Instant) -> State {
         self.usage += attempt.usage;
+        self.failed_usage += attempt.usage;
         self.abandon_early(
             attempt.early,
             "not run: the model's response broke off; it is requested again",
@@ -1039,6 +1043,7 @@ impl AgentMachine {
             State::ModelCall(attempt) => {
                 self.out.push_back(Action::StopModel);
                 self.usage += attempt.usage;
+                self.failed_usage += attempt.usage;
                 self.abandon_early(attempt.early, "cancelled");
             }
             State::Approving(mut batch) | State::RunningTools(mut batch) => {
@@ -1099,6 +1104,7 @@ impl AgentMachine {
             final_text: std::mem::take(&mut self.final_text),
             turns: self.turns,
             usage: self.usage,
+            failed_usage: self.failed_usage,
         };
         self.out.push_back(Action::Finish(outcome));
         State::Finished

@@ -166,6 +166,9 @@ pub struct RunOutcome {
     pub turns: u32,
     /// Usage summed over every model call of the run, failed and retried attempts included.
     pub usage: Usage,
+    /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
+    /// ended the run) used: the cost of retries, reported apart so that it can be seen.
+    pub failed_usage: Usage,
 }
 
 /// Why a run stopped.

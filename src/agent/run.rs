@@ -68,6 +68,7 @@ impl Agent {
                         final_text: String::new(),
                         turns: 0,
                         usage: Usage::default(),
+                        failed_usage: Usage::default(),
                     }))
                     .await;
             };
