@@ -3,6 +3,7 @@
 //! nothing; every decision is the machine's.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -18,8 +19,8 @@ use tracing::Instrument;
 use crate::context::Summarizer;
 use crate::error::LlmError;
 use crate::message::Usage;
-use crate::provider::{LlmClient, LlmEvent};
-use crate::tool::{ExecOptions, ToolCallResult, ToolProgress, ToolRegistry};
+use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
 use super::machine::{Action, AgentMachine, Input};
 use super::{busy, lock, Agent, AgentEvent, AgentHandle, AgentHooks, HookAction, RunOutcome};
@@ -106,6 +107,8 @@ impl Agent {
             turn_span: tracing::Span::none(),
             llm_span: tracing::Span::none(),
             attempts: 0,
+            told_cancel: false,
+            told_stop: false,
         }
         .drive(input)
         .instrument(span);
@@ -168,6 +171,93 @@ struct Driver {
     llm_span: tracing::Span,
     /// Model calls made in the turn in progress.
     attempts: u32,
+    /// Whether the machine was told of the cancel, or of the stop request.
+    told_cancel: bool,
+    told_stop: bool,
+}
+
+/// What runs outside the machine on its behalf, and the channels it reports through.
+struct Io {
+    progress_tx: mpsc::Sender<ToolProgress>,
+    progress_rx: mpsc::Receiver<ToolProgress>,
+    results_tx: mpsc::UnboundedSender<ToolCallResult>,
+    results_rx: mpsc::UnboundedReceiver<ToolCallResult>,
+    /// The model call in flight: it forwards the response's items into `model_rx`.
+    model: Option<BoxFuture<'static, ()>>,
+    model_rx: mpsc::Receiver<ModelItem>,
+    /// Whether the machine still listens to `model_rx`.
+    model_live: bool,
+    /// Running tool batches; each sends its results into `results_tx`.
+    tools: FuturesUnordered<BoxFuture<'static, ()>>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Io {
+    fn new() -> Self {
+        let (progress_tx, progress_rx) = mpsc::channel(64);
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let (_, model_rx) = mpsc::channel(1);
+        Io {
+            progress_tx,
+            progress_rx,
+            results_tx,
+            results_rx,
+            model: None,
+            model_rx,
+            model_live: false,
+            tools: FuturesUnordered::new(),
+            timer: None,
+        }
+    }
+
+    /// Starts a model call whose items arrive on a fresh channel, so nothing of an
+    /// abandoned response ever does.
+    fn call_model(
+        &mut self,
+        client: Arc<dyn LlmClient>,
+        request: ModelRequest,
+        span: tracing::Span,
+    ) {
+        let (tx, rx) = mpsc::channel::<ModelItem>(1);
+        self.model_rx = rx;
+        self.model_live = true;
+        self.model = Some(Box::pin(
+            async move {
+                let mut stream = client.stream(&request);
+                while let Some(item) = stream.next().await {
+                    if tx.send(Some(item)).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(None).await;
+            }
+            .instrument(span),
+        ));
+    }
+
+    fn stop_model(&mut self) {
+        self.model = None;
+        self.model_live = false;
+    }
+
+    fn run_tools(
+        &mut self,
+        registry: ToolRegistry,
+        calls: Vec<ToolCall>,
+        opts: ExecOptions,
+        span: tracing::Span,
+    ) {
+        let results = self.results_tx.clone();
+        self.tools.push(Box::pin(
+            async move {
+                let mut batch = std::pin::pin!(registry.execute_stream(calls, opts));
+                while let Some((_, result)) = batch.next().await {
+                    let _ = results.send(result);
+                }
+            }
+            .instrument(span),
+        ));
+    }
 }
 
 impl Drop for Driver {
@@ -223,63 +313,42 @@ impl Driver {
         self.published = messages.len();
     }
 
+    /// Feeds one input to the machine.
+    fn tell(&mut self, input: Input) {
+        if let Some(machine) = self.machine.as_mut() {
+            machine.handle(input, now());
+        }
+    }
+
     async fn drive(mut self, input: String) {
-        let Some(machine) = self.machine.as_mut() else {
-            return;
-        };
-        machine.start(input, now());
-        let (progress_tx, mut progress_rx) = mpsc::channel::<ToolProgress>(64);
-        let (results_tx, mut results_rx) = mpsc::unbounded_channel::<ToolCallResult>();
-        let (_, mut model_rx) = mpsc::channel::<ModelItem>(1);
-        let mut model: Option<BoxFuture<'static, ()>> = None;
-        let mut model_live = false;
-        let mut tools: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
-        let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
-        let mut told_stop = false;
-        let mut told_cancel = false;
+        if let Some(machine) = self.machine.as_mut() {
+            machine.start(input, now());
+        }
+        let mut io = Io::new();
         loop {
-            // Carry out what the machine asks, in order.
             while let Some(action) = self.machine.as_mut().and_then(AgentMachine::poll) {
-                match action {
-                    Action::Emit(event) => {
-                        if let AgentEvent::TurnStart { turn } = event {
-                            self.turn_span =
-                                tracing::info_span!(parent: &self.span, "agent.turn", turn);
-                            self.attempts = 0;
-                        }
-                        let turn_end = matches!(event, AgentEvent::TurnEnd { .. });
-                        self.emit(event).await;
-                        if turn_end {
-                            self.publish();
-                        }
-                        // The host has seen the event: a cancel or stop it decided on now
-                        // applies before anything else happens.
-                        let machine = self.machine.as_mut();
-                        if let Some(machine) = machine {
-                            if !told_cancel && self.cancel.is_cancelled() {
-                                told_cancel = true;
-                                machine.handle(Input::Cancel, now());
-                            } else if !told_stop && self.handle.stop_requested() {
-                                told_stop = true;
-                                machine.handle(Input::StopAfterTurn, now());
-                            }
-                        }
-                    }
-                    Action::CallModel(mut request) => {
-                        let turn = self.machine.as_ref().map_or(0, AgentMachine::turn);
-                        let verdict = self.hooks.before_model_call(&mut request, turn).await;
-                        let Some(machine) = self.machine.as_mut() else {
-                            return;
-                        };
-                        if let HookAction::Stop(reason) = verdict {
-                            machine.handle(Input::HookStopped(reason), now());
-                            continue;
-                        }
-                        // A fresh channel per response: nothing of an abandoned one arrives.
-                        let (tx, rx) = mpsc::channel::<ModelItem>(1);
-                        model_rx = rx;
-                        model_live = true;
-                        let client = self.client.clone();
+                if self.carry_out(action, &mut io).await.is_break() {
+                    return;
+                }
+            }
+            if self.machine.is_none() {
+                return;
+            }
+            if let Some(input) = self.next_input(&mut io).await {
+                self.tell(input);
+            }
+        }
+    }
+
+    /// Carries out one action of the machine; `Break` when the run is over.
+    async fn carry_out(&mut self, action: Action, io: &mut Io) -> ControlFlow<()> {
+        match action {
+            Action::Emit(event) => self.report(event).await,
+            Action::CallModel(mut request) => {
+                let turn = self.machine.as_ref().map_or(0, AgentMachine::turn);
+                match self.hooks.before_model_call(&mut request, turn).await {
+                    HookAction::Stop(reason) => self.tell(Input::HookStopped(reason)),
+                    HookAction::Continue => {
                         let span = tracing::info_span!(
                             parent: &self.turn_span,
                             "llm.call",
@@ -290,106 +359,101 @@ impl Driver {
                         );
                         self.attempts += 1;
                         self.llm_span = span.clone();
-                        model = Some(Box::pin(
-                            async move {
-                                let mut stream = client.stream(&request);
-                                while let Some(item) = stream.next().await {
-                                    if tx.send(Some(item)).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                let _ = tx.send(None).await;
-                            }
-                            .instrument(span),
-                        ));
-                    }
-                    Action::StopModel => {
-                        model = None;
-                        model_live = false;
-                    }
-                    Action::Approve(calls) => {
-                        let mut verdicts = Vec::with_capacity(calls.len());
-                        for call in &calls {
-                            verdicts.push(self.hooks.before_tool(call).await);
-                        }
-                        if let Some(machine) = self.machine.as_mut() {
-                            machine.handle(Input::Approved(verdicts), now());
-                        }
-                    }
-                    Action::RunTools(calls) => {
-                        let registry = self.tools.clone();
-                        let opts = ExecOptions::new()
-                            .cancel(self.cancel.clone())
-                            .progress(progress_tx.clone());
-                        let results = results_tx.clone();
-                        tools.push(Box::pin(
-                            async move {
-                                let mut batch =
-                                    std::pin::pin!(registry.execute_stream(calls, opts));
-                                while let Some((_, result)) = batch.next().await {
-                                    let _ = results.send(result);
-                                }
-                            }
-                            .instrument(self.turn_span.clone()),
-                        ));
-                    }
-                    Action::AbortTools => tools = FuturesUnordered::new(),
-                    Action::SleepUntil(at) => {
-                        timer = Some(Box::pin(tokio::time::sleep_until(
-                            tokio::time::Instant::from_std(at),
-                        )));
-                    }
-                    Action::Compact {
-                        reactive,
-                        summarize,
-                    } => self.compact(reactive, summarize).await,
-                    Action::Finish(outcome) => {
-                        self.finish(outcome).await;
-                        return;
+                        io.call_model(self.client.clone(), request, span);
                     }
                 }
             }
-            let Some(machine) = self.machine.as_mut() else {
-                return;
-            };
-            // Wait for the next thing that happens. Progress before results: a tool that
-            // reports and returns at once has its progress shown first.
-            let input = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled(), if !told_cancel => {
-                    told_cancel = true;
-                    Input::Cancel
+            Action::StopModel => io.stop_model(),
+            Action::Approve(calls) => {
+                let mut verdicts = Vec::with_capacity(calls.len());
+                for call in &calls {
+                    verdicts.push(self.hooks.before_tool(call).await);
                 }
-                Some(progress) = progress_rx.recv() => Input::ToolProgress(progress),
-                Some(result) = results_rx.recv() => Input::ToolDone(result),
-                item = model_rx.recv(), if model_live => match item {
-                    Some(Some(Ok(event))) => {
-                        if let LlmEvent::Usage(usage) = &event {
-                            self.llm_span.record("input_tokens", usage.total_input_tokens());
-                            self.llm_span.record("output_tokens", usage.output_tokens);
-                        }
-                        Input::ModelEvent(event)
+                self.tell(Input::Approved(verdicts));
+            }
+            Action::RunTools(calls) => {
+                let opts = ExecOptions::new()
+                    .cancel(self.cancel.clone())
+                    .progress(io.progress_tx.clone());
+                io.run_tools(self.tools.clone(), calls, opts, self.turn_span.clone());
+            }
+            Action::AbortTools => io.tools = FuturesUnordered::new(),
+            Action::SleepUntil(at) => {
+                io.timer = Some(Box::pin(tokio::time::sleep_until(
+                    tokio::time::Instant::from_std(at),
+                )));
+            }
+            Action::Compact {
+                reactive,
+                summarize,
+            } => self.compact(reactive, summarize).await,
+            Action::Finish(outcome) => {
+                self.finish(outcome).await;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Reports an event. Once the host has seen it, a cancel or stop it decided on applies
+    /// before anything else happens.
+    async fn report(&mut self, event: AgentEvent) {
+        if let AgentEvent::TurnStart { turn } = event {
+            self.turn_span = tracing::info_span!(parent: &self.span, "agent.turn", turn);
+            self.attempts = 0;
+        }
+        let turn_end = matches!(event, AgentEvent::TurnEnd { .. });
+        self.emit(event).await;
+        if turn_end {
+            self.publish();
+        }
+        if !self.told_cancel && self.cancel.is_cancelled() {
+            self.told_cancel = true;
+            self.tell(Input::Cancel);
+        } else if !self.told_stop && self.handle.stop_requested() {
+            self.told_stop = true;
+            self.tell(Input::StopAfterTurn);
+        }
+    }
+
+    /// Waits for the next thing that happens; `None` when it is nothing the machine needs
+    /// to hear (a finished future). Progress before results: a tool that reports and returns
+    /// at once has its progress shown first.
+    async fn next_input(&mut self, io: &mut Io) -> Option<Input> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled(), if !self.told_cancel => {
+                self.told_cancel = true;
+                Some(Input::Cancel)
+            }
+            Some(progress) = io.progress_rx.recv() => Some(Input::ToolProgress(progress)),
+            Some(result) = io.results_rx.recv() => Some(Input::ToolDone(result)),
+            item = io.model_rx.recv(), if io.model_live => Some(match item {
+                Some(Some(Ok(event))) => {
+                    if let LlmEvent::Usage(usage) = &event {
+                        self.llm_span.record("input_tokens", usage.total_input_tokens());
+                        self.llm_span.record("output_tokens", usage.output_tokens);
                     }
-                    Some(Some(Err(error))) => {
-                        model_live = false;
-                        Input::ModelEnded(Err(error))
-                    }
-                    Some(None) | None => {
-                        model_live = false;
-                        Input::ModelEnded(Ok(()))
-                    }
-                },
-                () = async { if let Some(m) = model.as_mut() { m.await } }, if model.is_some() => {
-                    model = None;
-                    continue;
+                    Input::ModelEvent(event)
                 }
-                _ = tools.next(), if !tools.is_empty() => continue,
-                () = async { if let Some(t) = timer.as_mut() { t.await } }, if timer.is_some() => {
-                    timer = None;
-                    Input::Timer
+                Some(Some(Err(error))) => {
+                    io.model_live = false;
+                    Input::ModelEnded(Err(error))
                 }
-            };
-            machine.handle(input, now());
+                Some(None) | None => {
+                    io.model_live = false;
+                    Input::ModelEnded(Ok(()))
+                }
+            }),
+            () = async { if let Some(m) = io.model.as_mut() { m.await } }, if io.model.is_some() => {
+                io.model = None;
+                None
+            }
+            _ = io.tools.next(), if !io.tools.is_empty() => None,
+            () = async { if let Some(t) = io.timer.as_mut() { t.await } }, if io.timer.is_some() => {
+                io.timer = None;
+                Some(Input::Timer)
+            }
         }
     }
 
