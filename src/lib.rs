@@ -85,12 +85,12 @@ mod tool;
 
 pub use agent::{
     Action, Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentMachine, HookAction,
-    Input, RunOutcome, Termination, ToolDecision,
+    Input, LlmSummarizer, RunOutcome, Termination, ToolDecision,
 };
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
-    CharEstimateCounter, CompactionReport, CompactionStrategy, ContextConfig, ContextManager,
-    Conversation, LlmSummarizer, Summarizer, TiktokenCounter, TokenCounter,
+    CharEstimateCounter, CompactionReport, CompactionStep, CompactionStrategy, ContextConfig,
+    ContextManager, Conversation, Summarizer, TiktokenCounter, TokenCounter,
 };
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use agent_loop::testing::{history_violation, ScriptedClient};
 use agent_loop::{
-    Action, Agent, AgentEvent, AgentMachine, FnTool, Input, LlmError, LlmEvent, RetryPolicy,
-    StopReason, Termination, ToolCall, ToolCallResult, ToolDecision, ToolError, ToolProgress,
+    Action, Agent, AgentEvent, AgentMachine, CharEstimateCounter, ContextConfig, ContextManager,
+    Conversation, FnTool, Input, LlmError, LlmEvent, Message, RetryPolicy, StopReason, Termination,
+    ToolCall, ToolCallResult, ToolDecision, ToolError, ToolProgress,
 };
 use serde_json::{json, Value};
 
@@ -223,12 +224,103 @@ fn a_response_broken_after_content_is_re_sent_after_a_backoff_from_the_given_tim
     );
 }
 
+/// A machine whose conversation is already over its small window: compaction comes first.
+fn crowded_machine() -> AgentMachine {
+    crowded(3_000, true)
+}
+
+/// 30 old turns in a `window`-token context, with or without a summarizer.
+fn crowded(window: u32, summarizer: bool) -> AgentMachine {
+    let mut context = ContextManager::new(
+        ContextConfig::default()
+            .context_window(window)
+            .output_reserve(500)
+            .keep_recent_turns(1),
+    )
+    .with_counter(CharEstimateCounter);
+    let mut messages = Vec::new();
+    for i in 0..30 {
+        messages.push(Message::user(format!(
+            "question {i}: {}",
+            "words ".repeat(40)
+        )));
+        messages.push(Message::assistant(format!(
+            "answer {i}: {}",
+            "more ".repeat(40)
+        )));
+    }
+    context.restore(Conversation::new(None, messages)).unwrap();
+    let builder = Agent::builder(ScriptedClient::new([])).context(context);
+    let builder = if summarizer {
+        builder
+    } else {
+        builder.no_summarizer()
+    };
+    builder.build_machine().unwrap()
+}
+
+#[test]
+fn compaction_asks_for_a_summary_as_a_step_and_goes_on_without_one() {
+    let now = Instant::now();
+    let mut m = crowded_machine();
+    let before = m.context().token_count();
+    m.start("the latest question", now);
+    let actions = drain(&mut m);
+    let Some(Action::Summarize(span)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert!(
+        span.len() >= 58,
+        "the old turns are the span: {}",
+        span.len()
+    );
+    // The summary could not be had: compaction goes on without one (drops old turns).
+    m.handle(
+        Input::Summary(Err(agent_loop::Error::Context("down".into()))),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(
+        matches!(events(&actions).as_slice(),
+            [AgentEvent::Compacted { tokens_before, tokens_after }]
+                if *tokens_before > before && tokens_after < tokens_before),
+        "{actions:#?}"
+    );
+    let Some(Action::CallModel(request)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert!(request.messages.len() < 61);
+    assert_eq!(
+        request.messages.last().unwrap().text(),
+        "the latest question"
+    );
+    assert!(m.context().token_count() <= m.context().config().threshold_tokens());
+}
+
+#[test]
+fn a_summary_replaces_the_old_turns() {
+    let now = Instant::now();
+    let mut m = crowded_machine();
+    m.start("the latest question", now);
+    drain(&mut m);
+    m.handle(Input::Summary(Ok("they asked 30 questions".into())), now);
+    let actions = drain(&mut m);
+    let Some(Action::CallModel(request)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert!(request.messages[0]
+        .text()
+        .contains("they asked 30 questions"));
+    assert_eq!(history_violation(&request.messages), None);
+}
+
 #[test]
 fn a_context_overflow_compacts_once_and_re_sends() {
     let now = Instant::now();
-    let mut m = machine();
+    // Within its window by our count; the provider says otherwise.
+    let mut m = crowded(100_000, false);
     m.start("go", now);
-    drain(&mut m);
+    assert!(matches!(drain(&mut m).last(), Some(Action::CallModel(_))));
     let overflow = || {
         LlmError::ContextOverflow(Box::new(agent_loop::ApiError::new(
             400,
@@ -237,28 +329,16 @@ fn a_context_overflow_compacts_once_and_re_sends() {
     };
     m.handle(Input::ModelEnded(Err(overflow())), now);
     let actions = drain(&mut m);
-    assert!(matches!(
-        actions.as_slice(),
-        [Action::Compact {
-            reactive: true,
-            summarize: true
-        }]
-    ));
-    // The summary failed: compact again without one.
-    m.handle(
-        Input::Compacted(Err(agent_loop::Error::Context("no summary".into()))),
-        now,
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [
+                Action::Emit(AgentEvent::Compacted { .. }),
+                Action::CallModel(_)
+            ]
+        ),
+        "{actions:#?}"
     );
-    let actions = drain(&mut m);
-    assert!(matches!(
-        actions.as_slice(),
-        [Action::Compact {
-            reactive: true,
-            summarize: false
-        }]
-    ));
-    m.handle(Input::Compacted(Ok(None)), now);
-    assert!(matches!(drain(&mut m).as_slice(), [Action::CallModel(_)]));
     // A second overflow in the same turn ends the run: compaction is not a loop.
     m.handle(Input::ModelEnded(Err(overflow())), now);
     let actions = drain(&mut m);

@@ -4,7 +4,7 @@
 //! decision of a run, and does no I/O: no sockets, no clock, no tasks, no channels, no
 //! `async`. Whoever drives it feeds [`Input`]s with [`AgentMachine::handle`] and carries out
 //! the [`Action`]s that [`AgentMachine::poll`] gives: call the model, ask the hooks, run
-//! tools, emit an event, sleep, compact, finish. The tokio driver behind
+//! tools, emit an event, sleep, summarize for compaction, finish. The tokio driver behind
 //! [`Agent::run`](crate::Agent::run) is one such driver; a durable engine can carry out the
 //! same actions as journaled steps.
 //!
@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::assemble::{ModelResponse, StreamAssembler};
-use crate::context::{CompactionReport, ContextManager};
+use crate::context::{CompactionReport, CompactionStep, ContextManager};
 use crate::error::{Error, LlmError};
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmEvent, ModelRequest, StreamLimits, ToolChoice};
@@ -53,8 +53,9 @@ pub enum Input {
     ToolProgress(ToolProgress),
     /// The instant of the last [`Action::SleepUntil`] has come.
     Timer,
-    /// The last [`Action::Compact`] is done.
-    Compacted(Result<Option<CompactionReport>, Error>),
+    /// The summary asked for by the last [`Action::Summarize`], or why there is none (the
+    /// compaction then goes on without one).
+    Summary(Result<String, Error>),
     /// Stop at once: running tools are abandoned and answered as cancelled.
     Cancel,
     /// Let the current turn finish, then stop.
@@ -84,16 +85,9 @@ pub enum Action {
     AbortTools,
     /// Feed [`Input::Timer`] at this instant.
     SleepUntil(Instant),
-    /// Compact the conversation ([`AgentMachine::context_mut`]): `reactive` after the
-    /// provider refused the prompt as too long ([`ContextManager::compact_harder`]), else
-    /// before a call ([`ContextManager::compact`]); with the summarizer when `summarize`.
-    /// Answer with [`Input::Compacted`].
-    Compact {
-        /// After a context-overflow error.
-        reactive: bool,
-        /// Whether to use the summarizer.
-        summarize: bool,
-    },
+    /// Summarize these messages (the oldest turns, which compaction replaces with the
+    /// summary); answer with [`Input::Summary`].
+    Summarize(Vec<Message>),
     /// The run is over; this is the last action. The conversation is left valid
     /// ([`AgentMachine::into_context`]). The driver reports
     /// [`AgentEvent::Finished`] with this outcome once it has released what the run held.
@@ -105,8 +99,8 @@ pub enum Action {
 enum State {
     /// Not started.
     Idle,
-    /// An [`Action::Compact`] (then the model call, or the re-sent one).
-    Compacting { reactive: bool, summarize: bool },
+    /// The summary a compaction asked for (then the model call, or the re-sent one).
+    Summarizing,
     /// The model's response (or the hook's verdict before it).
     ModelCall(Box<Attempt>),
     /// The backoff before re-sending the turn.
@@ -182,16 +176,16 @@ struct Batch {
 ///            start
 ///              │
 ///              ▼
-///   ┌──► next turn ──(limit, stop request)────────────────────────────────► Finished
+///   ┌──► next turn ──(limit, stop request)──────────────────────────────► Finished
 ///   │          │
-///   │          ├─(over the threshold)──► Compacting ──Compacted──┐
-///   │          ▼                                                 │
-///   │    ModelCall ◄───────────────────────────────────────────────┘
+///   │          ├─(over the threshold: compact; a summary wanted)──► Summarizing
+///   │          ▼                                                       │ Summary
+///   │    ModelCall ◄─────────────────────────────────────────────────────┘
 ///   │     │  ▲   events: deltas, early read-only calls (Approve → RunTools)
-///   │     │  └── Backoff ◄──(broke after content, retries left)── Timer
-///   │     │  └── Compacting ◄──(context overflow, once per turn)
+///   │     │  ├── Backoff ◄──(broke after content, retries left)── Timer
+///   │     │  └── compact (Summarizing) ◄──(context overflow, once per turn)
 ///   │     ▼ response
-///   │  (refused, cut off, final call) ─────────────────────────────────────► Finished
+///   │  (refused, cut off, final call) ───────────────────────────────────► Finished
 ///   │  (pause_turn, continuation) ──► next turn
 ///   │     ▼ tool calls
 ///   │  Approving ──Approved──► RunningTools ──ToolDone…──┐
@@ -357,11 +351,6 @@ impl AgentMachine {
         &self.context
     }
 
-    /// The conversation, to compact it when asked to ([`Action::Compact`]).
-    pub fn context_mut(&mut self) -> &mut ContextManager {
-        &mut self.context
-    }
-
     /// The conversation, once the run is over (or to abandon the machine): left valid.
     pub fn into_context(mut self) -> ContextManager {
         self.context.repair();
@@ -387,13 +376,7 @@ impl AgentMachine {
         let state = std::mem::replace(&mut self.state, State::Finished);
         self.state = match (state, input) {
             (State::ModelCall(attempt), input) => self.on_model(attempt, input, now),
-            (
-                State::Compacting {
-                    reactive,
-                    summarize,
-                },
-                Input::Compacted(result),
-            ) => self.on_compacted(reactive, summarize, result),
+            (State::Summarizing, Input::Summary(summary)) => self.on_summary(summary),
             (State::Backoff, Input::Timer) => self.call_model(),
             (State::Approving(batch), Input::Approved(verdicts)) => {
                 self.on_approved(batch, verdicts, now)
@@ -433,45 +416,46 @@ impl AgentMachine {
         self.emit(AgentEvent::TurnStart { turn: self.turns });
         self.open_turn = Some(self.turns);
         if self.context.needs_compaction() {
-            return self.compact(false, self.summarizer);
+            return self.compact(false);
         }
         self.call_model()
     }
 
-    fn compact(&mut self, reactive: bool, summarize: bool) -> State {
-        self.out.push_back(Action::Compact {
-            reactive,
-            summarize,
-        });
-        State::Compacting {
-            reactive,
-            summarize,
+    /// Compacts before a call (or, `reactive`, after the provider refused the prompt as too
+    /// long); asks for a summary when one would help, then calls the model.
+    fn compact(&mut self, reactive: bool) -> State {
+        match self.context.begin_compaction(reactive, self.summarizer) {
+            Ok(Some(CompactionStep::Done(report))) => self.compacted(&report),
+            Ok(Some(CompactionStep::Summarize(span))) => {
+                self.out.push_back(Action::Summarize(span));
+                State::Summarizing
+            }
+            Ok(_) => self.call_model(),
+            Err(e) => self.finish(Termination::Error(e)),
         }
     }
 
-    fn on_compacted(
-        &mut self,
-        reactive: bool,
-        summarize: bool,
-        result: Result<Option<CompactionReport>, Error>,
-    ) -> State {
-        match result {
-            Ok(report) => {
-                if let Some(report) = report {
-                    self.emit(AgentEvent::Compacted {
-                        tokens_before: report.tokens_before,
-                        tokens_after: report.tokens_after,
-                    });
-                }
-                self.call_model()
-            }
-            // A failed summary is not fatal: compact again without one (elide, drop turns).
-            Err(e) if summarize => {
+    fn on_summary(&mut self, summary: Result<String, Error>) -> State {
+        let summary = match summary {
+            Ok(summary) => Some(summary),
+            // A failed summary is not fatal: compaction goes on without one.
+            Err(e) => {
                 tracing::warn!(error = %e, "summarizing failed; compacting without a summary");
-                self.compact(reactive, false)
+                None
             }
+        };
+        match self.context.finish_compaction(summary) {
+            Ok(report) => self.compacted(&report),
             Err(e) => self.finish(Termination::Error(e)),
         }
+    }
+
+    fn compacted(&mut self, report: &CompactionReport) -> State {
+        self.emit(AgentEvent::Compacted {
+            tokens_before: report.tokens_before,
+            tokens_after: report.tokens_after,
+        });
+        self.call_model()
     }
 
     fn build_request(&self) -> ModelRequest {
@@ -659,7 +643,7 @@ impl AgentMachine {
         self.partial_text.clear();
         if matches!(error, LlmError::ContextOverflow(_)) && !self.compacted_for_overflow {
             self.compacted_for_overflow = true;
-            return self.compact(true, self.summarizer);
+            return self.compact(true);
         }
         // Clients retry failures before any content themselves; the agent re-sends the turn
         // when a response broke after it started.
@@ -1065,7 +1049,7 @@ impl AgentMachine {
                 self.context.push_tool_results(blocks);
                 self.end_turn(&response);
             }
-            State::Idle | State::Compacting { .. } | State::Backoff | State::NextTurn => {}
+            State::Idle | State::Summarizing | State::Backoff | State::NextTurn => {}
         }
         self.keep_interrupted_text();
         self.state = self.finish(Termination::Cancelled);

@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{ContextConfig, ContextManager, Conversation, LlmSummarizer, Summarizer};
+use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
 use crate::error::Error;
 use crate::message::{Message, StopReason, Usage};
 use crate::provider::RetryPolicy;
@@ -27,9 +27,11 @@ use crate::tool::{Tool, ToolCall, ToolRegistry};
 
 mod machine;
 mod run;
+mod summarizer;
 mod turn;
 
 pub use machine::{Action, AgentMachine, Input};
+pub use summarizer::LlmSummarizer;
 
 /// One event of an agent run, in the order things happened.
 ///

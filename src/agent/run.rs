@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Summarizer;
+use crate::error::Error;
 use crate::error::LlmError;
-use crate::message::Usage;
+use crate::message::{Message, Usage};
 use crate::provider::{LlmClient, LlmEvent, ModelRequest};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
@@ -383,10 +384,7 @@ impl Driver {
                     tokio::time::Instant::from_std(at),
                 )));
             }
-            Action::Compact {
-                reactive,
-                summarize,
-            } => self.compact(reactive, summarize).await,
+            Action::Summarize(span) => self.summarize(span).await,
             Action::Finish(outcome) => {
                 self.finish(outcome).await;
                 return ControlFlow::Break(());
@@ -401,6 +399,10 @@ impl Driver {
         if let AgentEvent::TurnStart { turn } = event {
             self.turn_span = tracing::info_span!(parent: &self.span, "agent.turn", turn);
             self.attempts = 0;
+        }
+        if matches!(event, AgentEvent::Compacted { .. }) {
+            // The history was rewritten: the next publication copies it whole.
+            self.published = 0;
         }
         let turn_end = matches!(event, AgentEvent::TurnEnd { .. });
         self.emit(event).await;
@@ -457,34 +459,21 @@ impl Driver {
         }
     }
 
-    /// Compacts the machine's conversation (a model call when summarizing), unless the run is
-    /// cancelled meanwhile.
-    async fn compact(&mut self, reactive: bool, summarize: bool) {
-        self.published = 0;
-        let summarizer = if summarize {
-            self.summarizer.clone()
-        } else {
-            None
-        };
-        let cancel = self.cancel.clone();
-        let Some(machine) = self.machine.as_mut() else {
-            return;
-        };
-        let context = machine.context_mut();
-        let result = tokio::select! {
-            _ = cancel.cancelled() => None,
-            result = async {
-                if reactive {
-                    context.compact_harder(summarizer.as_deref()).await.map(Some)
-                } else {
-                    context.compact(summarizer.as_deref()).await
+    /// Asks the summarizer for a summary of `span`, unless the run is cancelled meanwhile.
+    async fn summarize(&mut self, span: Vec<Message>) {
+        let summary = match &self.summarizer {
+            None => Err(Error::Context("no summarizer is configured".to_owned())),
+            Some(summarizer) => {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => {
+                        self.told_cancel = true;
+                        return self.tell(Input::Cancel);
+                    }
+                    summary = summarizer.summarize(&span) => summary,
                 }
-            } => Some(result),
+            }
         };
-        match result {
-            Some(result) => machine.handle(Input::Compacted(result), now()),
-            None => machine.handle(Input::Cancel, now()),
-        }
+        self.tell(Input::Summary(summary));
     }
 
     /// The run is over: the conversation goes back to the agent before `Finished` is

@@ -20,22 +20,18 @@
 //! their whole turn, and the first message stays a user message. The current turn is only ever
 //! cut by (e), a whole tool step at a time.
 
-use std::fmt;
-
 use async_trait::async_trait;
-use futures::StreamExt;
 
 use super::history::turn_starts;
 use super::tokens::{ceil_char_boundary, floor_char_boundary};
 use super::ContextManager;
-use crate::error::{Error, LlmError};
-use crate::message::{ContentBlock, Message, Role, StopReason};
-use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::error::Error;
+use crate::message::{ContentBlock, Message, Role};
 
 /// Turns a span of old messages into a summary that replaces them.
 ///
 /// The span always starts at the beginning of the history and ends just before a turn start;
-/// it may begin with the summary of an earlier compaction. [`LlmSummarizer`] asks a model;
+/// it may begin with the summary of an earlier compaction. [`LlmSummarizer`](crate::LlmSummarizer) asks a model;
 /// implement this trait to summarize some other way (or to record calls in tests).
 #[async_trait]
 pub trait Summarizer: Send + Sync {
@@ -85,13 +81,43 @@ const MARKER_RESERVE: usize = 96;
 /// The smallest effective tool output cap.
 const MIN_TOOL_OUTPUT_CAP: usize = 128;
 
-/// Runs the strategies until the count is at most `target`; errs if it ends above `limit`.
-pub(super) async fn run(
+/// What a compaction needs next, from [`ContextManager::begin_compaction`].
+///
+/// Compaction is sans-IO: it never calls a model itself. When the cheap strategies are not
+/// enough and a summary would help, it stops with [`CompactionStep::Summarize`]; the caller
+/// gets the summary (from a model, say) and hands it back to
+/// [`ContextManager::finish_compaction`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompactionStep {
+    /// The compaction is complete.
+    Done(CompactionReport),
+    /// Summarize these messages (the oldest turns) and call
+    /// [`ContextManager::finish_compaction`] with the summary, or with `None` to go on
+    /// without one. Change nothing in the conversation meanwhile.
+    Summarize(Vec<Message>),
+}
+
+/// A compaction between its steps: what it aims at and what it did so far.
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    target: usize,
+    limit: usize,
+    tokens_before: usize,
+    strategy: CompactionStrategy,
+    /// The summarized span ends here (a turn start), and the history has this many messages.
+    cut: usize,
+    len: usize,
+}
+
+/// The first steps: cut long outputs, elide old results; then either a summary is asked for
+/// (when `summarize` and there are old turns to summarize) or the compaction completes.
+pub(super) fn begin(
     cm: &mut ContextManager,
     target: usize,
     limit: usize,
-    summarizer: Option<&dyn Summarizer>,
-) -> Result<CompactionReport, Error> {
+    summarize: bool,
+) -> Result<CompactionStep, Error> {
     let tokens_before = cm.token_count();
     let mut strategy = CompactionStrategy::TruncateToolOutputs;
     let keep = (cm.config.keep_recent_turns as usize).max(1);
@@ -104,13 +130,66 @@ pub(super) async fn run(
             strategy = CompactionStrategy::ElideOldToolResults;
         }
     }
-    if cm.token_count() > target {
-        if let Some(summarizer) = summarizer {
-            if summarize_old_turns(cm, keep, summarizer).await? {
-                strategy = CompactionStrategy::Summarize;
-            }
+    if summarize && cm.token_count() > target {
+        let starts = turn_starts(&cm.messages);
+        if starts.len() > keep {
+            let cut = starts[starts.len() - keep];
+            cm.pending = Some(Pending {
+                target,
+                limit,
+                tokens_before,
+                strategy,
+                cut,
+                len: cm.messages.len(),
+            });
+            return Ok(CompactionStep::Summarize(cm.messages[..cut].to_vec()));
         }
     }
+    finish_steps(cm, target, limit, tokens_before, strategy).map(CompactionStep::Done)
+}
+
+/// The last steps, after a summary was asked for: the summary replaces the old turns (when
+/// given), then whole turns and old tool steps go as far as needed.
+pub(super) fn finish(
+    cm: &mut ContextManager,
+    summary: Option<String>,
+) -> Result<CompactionReport, Error> {
+    let Some(pending) = cm.pending.take() else {
+        return Err(Error::Context(
+            "finish_compaction was called with no compaction waiting for a summary".to_owned(),
+        ));
+    };
+    let mut strategy = pending.strategy;
+    let summary = summary.filter(|s| !s.trim().is_empty());
+    if let Some(summary) = summary {
+        if cm.messages.len() != pending.len {
+            return Err(Error::Context(
+                "the conversation changed while its summary was being written; the summary was \
+                 not used"
+                    .to_owned(),
+            ));
+        }
+        apply_summary(cm, pending.cut, &summary);
+        strategy = CompactionStrategy::Summarize;
+    }
+    finish_steps(
+        cm,
+        pending.target,
+        pending.limit,
+        pending.tokens_before,
+        strategy,
+    )
+}
+
+/// Drops whole turns, then old tool steps of the current turn, down to `target`; errs if the
+/// count ends above `limit`.
+fn finish_steps(
+    cm: &mut ContextManager,
+    target: usize,
+    limit: usize,
+    tokens_before: usize,
+    mut strategy: CompactionStrategy,
+) -> Result<CompactionReport, Error> {
     if cm.token_count() > target && drop_oldest_turns(cm, target) {
         strategy = CompactionStrategy::DropOldestTurns;
     }
@@ -147,6 +226,32 @@ pub(super) async fn run(
         tokens_before,
         tokens_after,
     })
+}
+
+/// Runs every step, asking `summarizer` when a summary is wanted: the async convenience over
+/// [`begin`] and [`finish`]. An error from the summarizer is returned as it is (the cheap
+/// strategies may have been applied).
+pub(super) async fn run(
+    cm: &mut ContextManager,
+    target: usize,
+    limit: usize,
+    summarizer: Option<&dyn Summarizer>,
+) -> Result<CompactionReport, Error> {
+    match begin(cm, target, limit, summarizer.is_some())? {
+        CompactionStep::Done(report) => Ok(report),
+        CompactionStep::Summarize(span) => {
+            let Some(summarizer) = summarizer else {
+                return finish(cm, None);
+            };
+            match summarizer.summarize(&span).await {
+                Ok(summary) => finish(cm, Some(summary)),
+                Err(e) => {
+                    cm.pending = None;
+                    Err(e)
+                }
+            }
+        }
+    }
 }
 
 /// (a) Cuts every tool output longer than the cap to its head and tail.
@@ -230,21 +335,11 @@ fn elide_results(message: &mut Message) -> bool {
     changed
 }
 
-/// (c) Replaces the turns before the `keep` most recent ones with a summary, merged into the
-/// first kept user message. Returns whether it did.
-async fn summarize_old_turns(
-    cm: &mut ContextManager,
-    keep: usize,
-    summarizer: &dyn Summarizer,
-) -> Result<bool, Error> {
-    let starts = turn_starts(&cm.messages);
-    if starts.len() <= keep {
-        return Ok(false);
-    }
-    let cut = starts[starts.len() - keep];
-    let summary = summarizer.summarize(&cm.messages[..cut]).await?;
+/// (c) Replaces the messages before `cut` (a turn start) with `summary`, merged into the first
+/// kept user message.
+fn apply_summary(cm: &mut ContextManager, cut: usize, summary: &str) {
     let Some(first_kept) = cm.messages.get(cut) else {
-        return Ok(false);
+        return;
     };
     let mut content = Vec::with_capacity(first_kept.content.len() + 1);
     content.push(ContentBlock::text(format!(
@@ -259,7 +354,6 @@ async fn summarize_old_turns(
             content,
         }],
     );
-    Ok(true)
 }
 
 /// (d) Drops the fewest oldest whole turns that bring the count to `target` (all but the
@@ -344,180 +438,6 @@ fn drop_oldest_turns(cm: &mut ContextManager, target: usize) -> bool {
     true
 }
 
-/// The default [`Summarizer`]: asks a model for the summary through any [`LlmClient`].
-///
-/// The span is sent as a plain-text transcript in one user message (tool calls and results
-/// rendered as text, long ones cut, thinking left out), under a system prompt asking for a
-/// summary that keeps what the conversation needs to go on. The summary is used only if the
-/// model finished it (`end_turn`); one cut off by `max_tokens` is an error.
-pub struct LlmSummarizer {
-    client: Box<dyn LlmClient>,
-    model: Option<String>,
-    max_tokens: u32,
-    prompt: String,
-}
-
-impl fmt::Debug for LlmSummarizer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LlmSummarizer")
-            .field("model", &self.model)
-            .field("max_tokens", &self.max_tokens)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The default system prompt of [`LlmSummarizer`].
-const SUMMARY_PROMPT: &str = "You compact the history of a conversation between a user and an \
-AI assistant that uses tools. The transcript you are given will be replaced by your summary, \
-and the assistant will continue the work from it, so keep everything it needs: the user's \
-goals, requests and constraints; decisions made and why; important facts, names, file paths, \
-identifiers, commands and values, and the results of tool calls; errors met and how they were \
-resolved; and what remains to be done. Be concise and concrete, invent nothing, and write the \
-summary only, with no preamble.";
-
-/// Longest text of one block in the transcript sent for summarizing.
-const TRANSCRIPT_BLOCK_CAP: usize = 8 * 1024;
-
-/// Largest summary accepted, in bytes.
-const MAX_SUMMARY_BYTES: usize = 1 << 20;
-
-impl LlmSummarizer {
-    /// A summarizer asking `client` (with its default model), with up to 2048 output tokens.
-    pub fn new(client: impl LlmClient + 'static) -> Self {
-        LlmSummarizer {
-            client: Box::new(client),
-            model: None,
-            max_tokens: 2048,
-            prompt: SUMMARY_PROMPT.to_owned(),
-        }
-    }
-
-    /// Asks this model instead of the client's default (a smaller, cheaper one works well).
-    pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.model = Some(model.into());
-        self
-    }
-
-    /// The most tokens the summary may take.
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.max_tokens = max_tokens;
-        self
-    }
-
-    /// Replaces the system prompt that asks for the summary.
-    pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
-        self.prompt = prompt.into();
-        self
-    }
-}
-
-#[async_trait]
-impl Summarizer for LlmSummarizer {
-    async fn summarize(&self, span: &[Message]) -> Result<String, Error> {
-        let request = ModelRequest {
-            model: self.model.clone(),
-            system: Some(self.prompt.clone()),
-            messages: std::sync::Arc::new(vec![Message::user(format!(
-                "Summarize this conversation:\n\n{}",
-                render_transcript(span)
-            ))]),
-            max_tokens: self.max_tokens,
-            ..ModelRequest::default()
-        };
-        let mut stream = self.client.stream(&request);
-        let mut summary = String::new();
-        let mut stop = None;
-        while let Some(event) = stream.next().await {
-            match event? {
-                LlmEvent::TextDelta { text, .. } => {
-                    if summary.len() + text.len() > MAX_SUMMARY_BYTES {
-                        return Err(LlmError::LimitExceeded {
-                            what: "a conversation summary",
-                            limit: MAX_SUMMARY_BYTES,
-                            setting: "LlmSummarizer::max_tokens",
-                        }
-                        .into());
-                    }
-                    summary.push_str(&text);
-                }
-                LlmEvent::MessageStop { stop_reason } => {
-                    stop = Some(stop_reason);
-                    break;
-                }
-                _ => {}
-            }
-        }
-        match stop {
-            Some(StopReason::EndTurn) if !summary.trim().is_empty() => Ok(summary),
-            Some(StopReason::EndTurn) => Err(Error::Context(
-                "the model returned an empty summary; the conversation was not summarized".into(),
-            )),
-            Some(StopReason::MaxTokens) => Err(Error::Context(format!(
-                "the summary was cut off at max_tokens ({}) and was not used; raise \
-                 LlmSummarizer::max_tokens",
-                self.max_tokens
-            ))),
-            Some(other) => Err(Error::Context(format!(
-                "the summary did not finish normally (stop reason {other:?}) and was not used"
-            ))),
-            None => Err(LlmError::incomplete("the summary stream ended without a stop").into()),
-        }
-    }
-}
-
-/// The span as a plain-text transcript, each block capped at [`TRANSCRIPT_BLOCK_CAP`] bytes.
-pub(crate) fn render_transcript(span: &[Message]) -> String {
-    let capped = |s: &str| -> String {
-        if s.len() > TRANSCRIPT_BLOCK_CAP {
-            cut_middle(s, TRANSCRIPT_BLOCK_CAP)
-        } else {
-            s.to_owned()
-        }
-    };
-    let mut out = String::new();
-    for message in span {
-        let who = match message.role {
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-        };
-        for block in &message.content {
-            match block {
-                ContentBlock::Text { text } => {
-                    out.push_str(&format!("{who}: {}\n\n", capped(text)));
-                }
-                ContentBlock::ToolUse { name, input, .. } => {
-                    out.push_str(&format!(
-                        "Assistant called tool `{name}` with {}\n\n",
-                        capped(&input.to_string())
-                    ));
-                }
-                ContentBlock::ToolResult {
-                    content, is_error, ..
-                } => {
-                    let kind = if *is_error {
-                        "Tool error"
-                    } else {
-                        "Tool result"
-                    };
-                    out.push_str(&format!("{kind}: {}\n\n", capped(content)));
-                }
-                ContentBlock::Other(value) => {
-                    out.push_str(&format!(
-                        "{who} ({}): {}\n\n",
-                        value
-                            .get("type")
-                            .and_then(|t| t.as_str())
-                            .unwrap_or("block"),
-                        capped(&value.to_string())
-                    ));
-                }
-                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,7 +478,6 @@ mod tests {
     }
 
     use crate::context::{CharEstimateCounter, ContextConfig};
-    use crate::provider::LlmStream;
 
     fn manager(keep_recent_turns: u32) -> ContextManager {
         ContextManager::new(ContextConfig::default().keep_recent_turns(keep_recent_turns))
@@ -884,79 +803,5 @@ mod tests {
         assert!(drop_oldest_steps(&mut cm, 0));
         assert_eq!(call_ids(&cm), ["s1", "s2", "s3"]);
         cm.validate().unwrap();
-    }
-
-    #[test]
-    fn transcript_blocks_are_capped_at_eight_kib() {
-        let whole = "a".repeat(8 * 1024);
-        let transcript = render_transcript(&[Message::user(whole.clone())]);
-        assert_eq!(transcript, format!("User: {whole}\n\n"));
-        let long = "a".repeat(8 * 1024 + 1);
-        let transcript = render_transcript(&[Message::user(long)]);
-        assert!(
-            transcript.contains("bytes of tool output cut"),
-            "{}",
-            transcript.len()
-        );
-        assert!(transcript.len() <= 8 * 1024 + "User: \n\n".len());
-    }
-
-    /// Streams one text delta and a stop.
-    struct OneDelta {
-        text: String,
-    }
-
-    impl OneDelta {
-        fn new(text: String) -> Self {
-            OneDelta { text }
-        }
-    }
-
-    impl LlmClient for OneDelta {
-        fn stream<'a>(&'a self, _request: &'a ModelRequest) -> LlmStream<'a> {
-            Box::pin(futures::stream::iter([
-                Ok::<_, LlmError>(LlmEvent::TextDelta {
-                    index: 0,
-                    text: self.text.clone(),
-                }),
-                Ok(LlmEvent::MessageStop {
-                    stop_reason: StopReason::EndTurn,
-                }),
-            ]))
-        }
-    }
-
-    #[tokio::test]
-    async fn a_summary_may_reach_its_size_limit_exactly() {
-        let span = [Message::user("hi")];
-        // 1 MiB is accepted, one byte more is not.
-        let exact = LlmSummarizer::new(OneDelta::new("s".repeat(1 << 20)));
-        assert_eq!(exact.summarize(&span).await.unwrap().len(), 1 << 20);
-        let over = LlmSummarizer::new(OneDelta::new("s".repeat((1 << 20) + 1)));
-        assert!(matches!(
-            over.summarize(&span).await,
-            Err(Error::Llm(LlmError::LimitExceeded { .. }))
-        ));
-    }
-
-    #[tokio::test]
-    async fn a_blank_summary_is_refused() {
-        let blank = LlmSummarizer::new(OneDelta::new(" \n ".into()));
-        let err = blank.summarize(&[Message::user("hi")]).await.unwrap_err();
-        assert!(
-            matches!(&err, Error::Context(m) if m.contains("empty summary")),
-            "{err:?}"
-        );
-    }
-
-    #[test]
-    fn the_summarizer_debug_shows_its_settings_not_its_client() {
-        let s = LlmSummarizer::new(OneDelta::new(String::new()))
-            .model("small")
-            .max_tokens(77)
-            .prompt("custom prompt");
-        let debug = format!("{s:?}");
-        assert!(debug.starts_with("LlmSummarizer"), "{debug}");
-        assert!(debug.contains("small") && debug.contains("77"), "{debug}");
     }
 }

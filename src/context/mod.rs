@@ -31,7 +31,8 @@ mod history;
 pub(crate) use history::validate as validate_history;
 mod tokens;
 
-pub use compact::{CompactionReport, CompactionStrategy, LlmSummarizer, Summarizer};
+pub(crate) use compact::cut_middle;
+pub use compact::{CompactionReport, CompactionStep, CompactionStrategy, Summarizer};
 pub use config::ContextConfig;
 pub use tokens::{CharEstimateCounter, TiktokenCounter, TokenCounter};
 
@@ -126,6 +127,8 @@ pub struct ContextManager {
     /// Invariant: `anchor.len <= messages.len()`, and `anchor.est_now` is the estimate of the
     /// system prompt, tools and the first `anchor.len` messages.
     anchor: Option<Anchor>,
+    /// A compaction waiting for its summary ([`ContextManager::finish_compaction`]).
+    pending: Option<compact::Pending>,
 }
 
 impl Default for ContextManager {
@@ -147,6 +150,7 @@ impl ContextManager {
             system_tokens: 0,
             tools_tokens: 0,
             anchor: None,
+            pending: None,
         }
     }
 
@@ -416,6 +420,75 @@ impl ContextManager {
             .map(Some)
     }
 
+    /// Starts a compaction without doing any I/O: the sans-IO form of [`compact`](Self::compact)
+    /// (`reactive: false`) and [`compact_harder`](Self::compact_harder) (`reactive: true`).
+    ///
+    /// Returns `Ok(None)` when a non-reactive compaction is not needed. Otherwise the cheap
+    /// strategies run at once; then, when `summarize` is set and old turns could be
+    /// summarized, it returns [`CompactionStep::Summarize`] with the span to summarize, and
+    /// the caller hands the summary to [`finish_compaction`](Self::finish_compaction);
+    /// else the compaction completes ([`CompactionStep::Done`]).
+    ///
+    /// ```
+    /// use agent_loop::{CharEstimateCounter, CompactionStep, ContextConfig, ContextManager, Message};
+    ///
+    /// let config = ContextConfig::default().context_window(2_000).output_reserve(500).keep_recent_turns(1);
+    /// let mut cm = ContextManager::new(config).with_counter(CharEstimateCounter);
+    /// for i in 0..20 {
+    ///     cm.push_user_text(format!("question {i}: {}", "words ".repeat(40)));
+    ///     cm.push(Message::assistant(format!("answer {i}: {}", "more ".repeat(40))));
+    /// }
+    /// cm.push_user_text("the latest question");
+    /// match cm.begin_compaction(false, true)? {
+    ///     Some(CompactionStep::Summarize(span)) => {
+    ///         // Ask a model (or anything else) for a summary of `span`, then:
+    ///         let summary = format!("{} earlier messages about questions", span.len());
+    ///         let report = cm.finish_compaction(Some(summary))?;
+    ///         assert!(report.tokens_after < report.tokens_before);
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// assert!(cm.token_count() <= cm.config().threshold_tokens());
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
+    pub fn begin_compaction(
+        &mut self,
+        reactive: bool,
+        summarize: bool,
+    ) -> Result<Option<CompactionStep>, Error> {
+        self.pending = None;
+        let (target, limit) = if reactive {
+            let target = self.reactive_target();
+            (target, target)
+        } else {
+            let target = self.config.threshold_tokens();
+            if self.token_count() <= target {
+                return Ok(None);
+            }
+            (target, self.config.input_budget())
+        };
+        compact::begin(self, target, limit, summarize).map(Some)
+    }
+
+    /// Completes the compaction [`begin_compaction`](Self::begin_compaction) left waiting for
+    /// a summary: `Some(summary)` replaces the old turns with it; `None` (the summary could
+    /// not be had) goes on without one, dropping old turns instead. Errs when no compaction
+    /// is waiting, when the conversation changed meanwhile, or when it cannot get within the
+    /// budget ([`Error::Context`]; the history stays valid).
+    pub fn finish_compaction(
+        &mut self,
+        summary: Option<String>,
+    ) -> Result<CompactionReport, Error> {
+        compact::finish(self, summary)
+    }
+
+    fn reactive_target(&self) -> usize {
+        let now = self.token_count();
+        self.config
+            .reactive_tokens()
+            .min(config::fraction_of(now, self.config.reactive_target))
+    }
+
     /// Reactive compaction, after the provider rejected a request as too long for its context
     /// window: our count was too low, so this compacts to
     /// [`reactive_target`](ContextConfig::reactive_target) of the input budget or of the
@@ -425,11 +498,7 @@ impl ContextManager {
         &mut self,
         summarizer: Option<&dyn Summarizer>,
     ) -> Result<CompactionReport, Error> {
-        let now = self.token_count();
-        let target = self
-            .config
-            .reactive_tokens()
-            .min(config::fraction_of(now, self.config.reactive_target));
+        let target = self.reactive_target();
         compact::run(self, target, target, summarizer).await
     }
 
