@@ -771,6 +771,29 @@ mod tests {
     }
 
     #[test]
+    fn only_the_steps_count_toward_what_dropping_them_saves() {
+        // An earlier turn, then a long request: its tokens stay, so they must not count as
+        // removed when deciding how many steps to drop.
+        let mut cm = manager(4);
+        cm.push_user_text("earlier");
+        cm.push(Message::assistant("done"));
+        cm.push_user_text(format!("do the task {}", "r".repeat(1_200))); // message 2
+        for s in 0..4 {
+            step(&mut cm, &format!("s{s}"), &"x".repeat(400), "ok");
+        }
+        let two_steps: usize = cm.counts[3..7].iter().sum();
+        assert!(cm.counts[2] + cm.counts[3] + cm.counts[4] > two_steps);
+        let target = cm.token_count() - two_steps;
+        assert!(drop_oldest_steps(&mut cm, target));
+        assert_eq!(call_ids(&cm), ["s2", "s3"]);
+        assert_eq!(cm.messages()[0].text(), "earlier");
+        assert!(cm.messages()[2]
+            .text()
+            .starts_with("[2 earlier tool step(s)"));
+        cm.validate().unwrap();
+    }
+
+    #[test]
     fn the_latest_step_always_stays() {
         let mut cm = long_turn();
         assert!(drop_oldest_steps(&mut cm, 0));

@@ -355,4 +355,53 @@ mod tests {
             }
         }
     }
+
+    /// Collects the `duration_ms` recorded on `tool.call` spans (the only spans it enables).
+    struct DurationRecorder(Arc<std::sync::Mutex<Vec<f64>>>);
+
+    struct DurationField<'a>(&'a std::sync::Mutex<Vec<f64>>);
+
+    impl tracing::field::Visit for DurationField<'_> {
+        fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+            if field.name() == "duration_ms" {
+                self.0.lock().unwrap().push(value);
+            }
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for DurationRecorder {
+        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+            metadata.name() == "tool.call"
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+            values.record(&mut DurationField(&self.0));
+        }
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    // The clock is tokio's paused test clock: the tool's sleep moves it exactly 250 ms.
+    #[tokio::test(start_paused = true)]
+    async fn the_tool_span_records_the_duration_in_milliseconds() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        struct Empty {}
+        let wait = crate::FnTool::new("wait", "Waits.", |_: Empty, _ctx| async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            Ok("done")
+        });
+        let registry = ToolRegistry::new().with(wait).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let _guard = tracing::subscriber::set_default(DurationRecorder(Arc::clone(&seen)));
+        let call = ToolCall::new("1", "wait", serde_json::json!({}));
+        let result = registry.execute_one(call, &ExecOptions::new()).await;
+        assert_eq!(result.content, "done");
+        assert_eq!(result.duration, Duration::from_millis(250));
+        assert_eq!(*seen.lock().unwrap(), [250.0]);
+    }
 }
