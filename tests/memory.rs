@@ -82,9 +82,13 @@ static ALLOCATOR: Counting = Counting;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
+    let guard = SERIAL
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The first token counter of the process builds the tokenizer on a background thread;
+    // wait for it, so that its tables are not counted as this test's growth.
+    agent_loop::TiktokenCounter::warm_up();
+    guard
 }
 
 /// A measurement: the peak is reset to the current figure when it starts.
