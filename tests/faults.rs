@@ -1041,7 +1041,9 @@ async fn broken_after_content_exhausted(format: Format) {
 fault!(broken_after_content_retries_exhausted => broken_after_content_exhausted);
 
 /// Both layers in one turn: a 500 (the client retries, 10 ms), then a stream broken after
-/// content (the agent re-sends, 50 ms), then success. Each layer counts its own attempts.
+/// content (the agent re-sends), then a 503 (the client retries), then success. The turn
+/// counts its retries once, whichever layer made them: the agent's re-send is the second
+/// (its backoff doubled to 100 ms), the client's next one the third.
 async fn both_layers(format: Format) {
     let server = MockServer::start().await;
     server.push(MockResponse::status(500));
@@ -1056,8 +1058,8 @@ async fn both_layers(format: Format) {
             "TurnStart 1",
             "Retry 1 10ms",
             "Text Hel",
-            "Retry 1 50ms",
-            "Retry 1 10ms",
+            "Retry 2 100ms",
+            "Retry 3 10ms",
             "Text Hello!",
             "TurnEnd 1 EndTurn",
             "Finished Completed",

@@ -277,7 +277,7 @@ pub struct AgentMachine {
     continuations: u32,
     continuing: bool,
     final_call: bool,
-    /// Failed attempts of this turn that were re-sent.
+    /// Retries of this turn so far: the client's (before content) and the agent's (after).
     attempt: u32,
     compacted_for_overflow: bool,
     stop_after_turn: bool,
@@ -500,16 +500,14 @@ impl AgentMachine {
     fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input, now: Instant) -> State {
         match input {
             Input::ModelEvent(event) => {
-                if let LlmEvent::Retry {
-                    attempt: n,
-                    delay,
-                    error,
-                } = &event
-                {
+                if let LlmEvent::Retry { delay, error, .. } = &event {
                     // The client re-sends before any content: drop what this attempt said.
+                    // Its retries count toward the turn's, so that the turn's retries, the
+                    // client's and the agent's together, stay within the policy.
                     self.partial_text.clear();
+                    self.attempt = self.attempt.saturating_add(1);
                     self.emit(AgentEvent::Retry {
-                        attempt: *n,
+                        attempt: self.attempt,
                         delay: *delay,
                         error: error.to_string(),
                     });
