@@ -558,7 +558,9 @@ async fn old_tool_outputs_are_elided_before_anything_is_summarized() {
     let config = ContextConfig::default()
         .context_window(12_000)
         .output_reserve(2_000)
-        .keep_recent_turns(2);
+        .keep_recent_turns(2)
+        // The strategies of old, just under the threshold.
+        .compact_to_threshold();
     let mut cm = manager(config);
     conversation(&mut cm, 9, 4_000);
     cm.push_user_text("and now?");
@@ -586,7 +588,8 @@ async fn the_summarizer_receives_exactly_the_span_it_replaces() {
     let config = ContextConfig::default()
         .context_window(3_000)
         .output_reserve(500)
-        .keep_recent_turns(2);
+        .keep_recent_turns(2)
+        .compact_to_threshold();
     let mut cm = manager(config).with_system("system stays");
     // Long texts (not tool outputs), so (a) and (b) cannot help.
     for t in 0..6 {
@@ -652,7 +655,8 @@ async fn without_a_summarizer_the_oldest_turns_are_dropped() {
 async fn a_current_turn_too_large_for_the_window_is_an_error_that_says_why() {
     let config = ContextConfig::default()
         .context_window(1_000)
-        .output_reserve(200);
+        .output_reserve(200)
+        .compact_to_threshold();
     let mut cm = manager(config);
     cm.push_user_text("old");
     cm.push(Message::assistant("old answer"));
@@ -912,7 +916,9 @@ proptest! {
         use_summarizer in any::<bool>(),
         anchor_factor in prop::option::of(50u64..200),
         harder in any::<bool>(),
+        water_marks in any::<bool>(),
     ) {
+        let config = if water_marks { config } else { config.compact_to_threshold() };
         let mut cm = manager(config.clone()).with_system("You are a careful agent.");
         build(&mut cm, &turns);
         prop_assert!(cm.validate().is_ok(), "{:?}", cm.validate());
@@ -941,9 +947,37 @@ proptest! {
         // Whatever happened, the history is valid and the count consistent.
         prop_assert!(cm.validate().is_ok(), "{:?}", cm.validate());
         prop_assert_eq!(cm.estimated_tokens(), recount(&cm));
-        // The current request is kept word for word (a summary may precede it).
         let starts = turn_starts(cm.messages());
         let last_start = &cm.messages()[*starts.last().unwrap()];
+        if water_marks {
+            // The current request is kept word for word, with at most a note before or after.
+            prop_assert!(last_start
+                .content
+                .windows(latest_request.content.len())
+                .any(|w| w == &latest_request.content[..]));
+            // The head is kept word for word, with at most a note after it, unless the oldest
+            // steps of the current turn had to go and the head is that turn's request.
+            if original_starts.len() > 1 || cm.messages()[0].content.len() <= original[0].content.len() + 1 {
+                prop_assert_eq!(
+                    &cm.messages()[0].content[..original[0].content.len()],
+                    &original[0].content[..]
+                );
+            }
+            match outcome {
+                Ok(Some(report)) => {
+                    prop_assert_eq!(report.tokens_after, cm.token_count());
+                    let limit = if harder { config.reactive_tokens() } else { budget };
+                    prop_assert!(cm.token_count() <= limit, "{:?} over {}", report, limit);
+                }
+                Ok(None) => {
+                    prop_assert!(cm.token_count() <= threshold);
+                    prop_assert_eq!(cm.messages(), &original[..]);
+                }
+                Err(e) => prop_assert!(context_error(&e).contains("current turn")),
+            }
+            return Ok(());
+        }
+        // The current request is kept word for word (a summary may precede it).
         prop_assert!(last_start.content.ends_with(&latest_request.content));
         // The current turn loses at most whole tool steps from its start (a call message and
         // its results); the assistant messages that stay are untouched.
@@ -1027,7 +1061,8 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
         });
     };
     // Large outputs: eliding all but the latest result is enough.
-    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    let mut cm = ContextManager::new(ContextConfig::default().compact_to_threshold())
+        .with_counter(CharEstimateCounter);
     cm.push(Message::user("do the task"));
     for i in 0..6 {
         step(&mut cm, i, "small", &"log line\n".repeat(500));
@@ -1039,7 +1074,8 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
     assert_eq!(cm.messages().len(), 13, "nothing dropped");
 
     // Large inputs: the oldest steps themselves must go; the request and the latest step stay.
-    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    let mut cm = ContextManager::new(ContextConfig::default().compact_to_threshold())
+        .with_counter(CharEstimateCounter);
     cm.push(Message::user("do the task"));
     for i in 0..6 {
         step(&mut cm, i, &"x".repeat(4000), "ok");

@@ -14,6 +14,22 @@
 //!      are dropped, keeping the request and the latest step, with a note in the request
 //! ```
 //!
+//! That is the order when compaction brings the conversation just under its threshold
+//! (`compaction_target: None`). With a low-water mark (the default), [`run_cache_aware`]
+//! compacts for the prompt cache instead: a request shares the provider's cache with the
+//! previous one only up to the first byte that changed, so it keeps the head (system prompt,
+//! tools, the first user message) byte-identical and changes the history as late as it can:
+//!
+//! ```text
+//!  (a) TruncateToolOutputs    as above
+//!  (b) ElideOldToolResults    oldest first, just enough: earlier placeholders stay as they were,
+//!                             so the prefix runs through them; the latest results stay
+//!  (c) Summarize / (d) drop   the oldest steps and turns after the first user message go, down
+//!                             to the low-water mark, with one note (or summary) appended to
+//!                             that message, after its own blocks; the latest user input and
+//!                             the latest tool step stay
+//! ```
+//!
 //! (a) and (b) only rewrite the text of tool results, so the structure of the history is
 //! untouched. (c) and (d) cut the history just before a turn start (a user message that carries
 //! no tool results), so a tool call is never separated from its result, thinking blocks go with
@@ -79,6 +95,14 @@ pub(crate) const SUMMARY_HEADER: &str =
 /// Beginning of the placeholder of an elided tool output.
 const ELIDED_PREFIX: &str = "[tool output elided to save context: ";
 
+/// Beginning of the placeholder of a tool result elided by [`run_cache_aware`]; it goes on
+/// `"{n} bytes from `{tool}`; call the tool again if you need it]"`.
+const CACHE_ELIDED_PREFIX: &str = "[tool result elided to save context: ";
+
+/// Beginning of the note that says what [`run_cache_aware`] dropped.
+const DROPPED_PREFIX: &str =
+    "[Earlier messages of this conversation were removed to fit the context window: ";
+
 /// Room kept for the cut marker, so a cut output never exceeds the cap.
 const MARKER_RESERVE: usize = 96;
 
@@ -125,6 +149,217 @@ pub(super) async fn run(
     if cm.token_count() > target && drop_oldest_steps(cm, target) {
         strategy = CompactionStrategy::DropOldestTurns;
     }
+    finish(cm, strategy, tokens_before, target, limit)
+}
+
+/// Compaction for the prompt cache, down to `target` (the low-water mark); errs if it ends
+/// above `limit`. See the module docs for the order.
+pub(super) async fn run_cache_aware(
+    cm: &mut ContextManager,
+    target: usize,
+    limit: usize,
+    summarizer: Option<&dyn Summarizer>,
+) -> Result<CompactionReport, Error> {
+    let tokens_before = cm.token_count();
+    let mut strategy = CompactionStrategy::TruncateToolOutputs;
+    truncate_tool_outputs(cm);
+    if cm.token_count() > target {
+        let before = cm.token_count();
+        elide_oldest_results(cm, target);
+        if cm.token_count() < before {
+            strategy = CompactionStrategy::ElideOldToolResults;
+        }
+    }
+    if cm.token_count() > target {
+        if let Some(dropped) = drop_after_head(cm, target, summarizer).await? {
+            strategy = dropped;
+        }
+    }
+    // Still over: the old last resorts (they may rewrite the head).
+    if cm.token_count() > target {
+        let before = cm.token_count();
+        elide_all_but_latest_results(cm);
+        if cm.token_count() < before {
+            strategy = CompactionStrategy::ElideOldToolResults;
+        }
+    }
+    if cm.token_count() > target && drop_oldest_steps(cm, target) {
+        strategy = CompactionStrategy::DropOldestTurns;
+    }
+    finish(cm, strategy, tokens_before, target, limit)
+}
+
+/// The indexes of the messages that carry tool results, oldest first.
+fn result_messages(cm: &ContextManager) -> Vec<usize> {
+    (0..cm.messages.len())
+        .filter(|&i| {
+            cm.messages[i]
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        })
+        .collect()
+}
+
+/// Elides tool results, oldest message first, until the count is at most `target`; the latest
+/// message with results keeps them.
+fn elide_oldest_results(cm: &mut ContextManager, target: usize) {
+    let with_results = result_messages(cm);
+    let Some((_, older)) = with_results.split_last() else {
+        return;
+    };
+    for &i in older {
+        if cm.token_count() <= target {
+            return;
+        }
+        let names = tool_names(cm.messages.get(i.wrapping_sub(1)));
+        cm.modify(i, |m| elide_for_cache(m, &names));
+    }
+}
+
+/// The tool names of the calls in `message`, by id.
+fn tool_names(message: Option<&Message>) -> Vec<(String, String)> {
+    message
+        .map(|m| {
+            m.tool_uses()
+                .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replaces the tool results of `message` with a stable placeholder that says what went and
+/// how to get it back. Returns whether anything changed.
+fn elide_for_cache(message: &mut Message, names: &[(String, String)]) -> bool {
+    let mut changed = false;
+    for block in &mut message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            ..
+        } = block
+        {
+            if content.starts_with(CACHE_ELIDED_PREFIX) || content.starts_with(ELIDED_PREFIX) {
+                continue;
+            }
+            let name = names
+                .iter()
+                .find(|(id, _)| id == tool_use_id)
+                .map_or("the tool", |(_, name)| name.as_str());
+            let placeholder = format!(
+                "{CACHE_ELIDED_PREFIX}{} bytes from `{name}`; call the tool again if you need it]",
+                content.len()
+            );
+            if placeholder.len() < content.len() {
+                *content = placeholder;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Whether message `i` may directly follow the first message once the messages between them
+/// are gone: an assistant message after a user message. A cut there never separates a tool
+/// call from its results (they are in the assistant message and the user message after it).
+fn can_follow_head(cm: &ContextManager, i: usize) -> bool {
+    i >= 2
+        && cm
+            .messages
+            .get(i)
+            .is_some_and(|m| m.role == Role::Assistant)
+        && cm.messages[i - 1].role == Role::User
+}
+
+/// Drops the oldest messages after the first one (the head, which stays word for word),
+/// just enough to reach `target` but never the latest user input or the latest tool step, and
+/// appends one note to the head saying so (a summary of what went, with a summarizer). A
+/// second drop replaces the note of the first. Returns the strategy when it dropped anything.
+async fn drop_after_head(
+    cm: &mut ContextManager,
+    target: usize,
+    summarizer: Option<&dyn Summarizer>,
+) -> Result<Option<CompactionStrategy>, Error> {
+    let len = cm.messages.len();
+    // The current turn's request (the latest turn start) stays, with all after it (so the
+    // latest user input does too), and so does the latest tool step.
+    let latest_input = turn_starts(&cm.messages).last().copied().unwrap_or(0);
+    let latest_step = (0..len)
+        .rev()
+        .find(|&i| cm.messages[i].tool_uses().next().is_some())
+        .unwrap_or(len);
+    // Cuts [1, cut) with `cut` an assistant message; none may pass the latest input unless
+    // that is the head itself, and none may reach the latest step.
+    let candidates: Vec<usize> = (2..len)
+        .filter(|&cut| can_follow_head(cm, cut))
+        .filter(|&cut| latest_input == 0 || cut <= latest_input)
+        .filter(|&cut| cut <= latest_step)
+        .collect();
+    let mut chosen = None;
+    let note_room = 64;
+    for &cut in &candidates {
+        chosen = Some(cut);
+        let removed: usize = cm.counts[1..cut].iter().sum();
+        if cm.count_without_range(1, cut, removed) + note_room <= target {
+            break;
+        }
+    }
+    let Some(cut) = chosen else {
+        return Ok(None);
+    };
+    let previous = previous_note(&cm.messages[0]);
+    let dropped_now = cut - 1;
+    let total_dropped = previous.map_or(0, |(_, n)| n) + dropped_now;
+    let (note, strategy) = match summarizer {
+        Some(summarizer) => {
+            let summary = summarizer.summarize(&cm.messages[..cut]).await?;
+            (
+                format!(
+                    "{DROPPED_PREFIX}{total_dropped} messages]\n{SUMMARY_HEADER}\n{}",
+                    summary.trim()
+                ),
+                CompactionStrategy::Summarize,
+            )
+        }
+        None => (
+            format!(
+                "{DROPPED_PREFIX}{total_dropped} messages; ask the user or call the tools again \
+                 for anything they held]"
+            ),
+            CompactionStrategy::DropOldestTurns,
+        ),
+    };
+    cm.splice(1..cut, Vec::new());
+    cm.modify(0, |head| {
+        if let Some((at, _)) = previous_note(head) {
+            head.content.truncate(at);
+        }
+        head.content.push(ContentBlock::text(note));
+        true
+    });
+    Ok(Some(strategy))
+}
+
+/// The note a previous [`drop_after_head`] left at the end of the head: its block index and how
+/// many messages it says went.
+fn previous_note(head: &Message) -> Option<(usize, usize)> {
+    let at = head.content.len().checked_sub(1)?;
+    let ContentBlock::Text { text } = &head.content[at] else {
+        return None;
+    };
+    let rest = text.strip_prefix(DROPPED_PREFIX)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((at, digits.parse().unwrap_or(0)))
+}
+
+/// Checks the limit and reports, for both orders.
+fn finish(
+    cm: &ContextManager,
+    strategy: CompactionStrategy,
+    tokens_before: usize,
+    target: usize,
+    limit: usize,
+) -> Result<CompactionReport, Error> {
     let tokens_after = cm.token_count();
     tracing::debug!(
         ?strategy,

@@ -406,14 +406,17 @@ impl ContextManager {
         &mut self,
         summarizer: Option<&dyn Summarizer>,
     ) -> Result<Option<CompactionReport>, Error> {
-        let target = self.config.threshold_tokens();
-        if self.token_count() <= target {
+        if self.token_count() <= self.config.threshold_tokens() {
             return Ok(None);
         }
+        let target = self.config.target_tokens();
         let limit = self.config.input_budget();
-        compact::run(self, target, limit, summarizer)
-            .await
-            .map(Some)
+        if self.config.compaction_target.is_some() {
+            compact::run_cache_aware(self, target, limit, summarizer).await
+        } else {
+            compact::run(self, target, limit, summarizer).await
+        }
+        .map(Some)
     }
 
     /// Reactive compaction, after the provider rejected a request as too long for its context
@@ -430,7 +433,13 @@ impl ContextManager {
             .config
             .reactive_tokens()
             .min(config::fraction_of(now, self.config.reactive_target));
-        compact::run(self, target, target, summarizer).await
+        if self.config.compaction_target.is_some() {
+            // Down to the low-water mark too, so the next compaction is as far off as usual.
+            let low = target.min(self.config.target_tokens());
+            compact::run_cache_aware(self, low, target, summarizer).await
+        } else {
+            compact::run(self, target, target, summarizer).await
+        }
     }
 
     // ----- mutation primitives; every change to `messages` goes through these -----
@@ -498,14 +507,22 @@ impl ContextManager {
     /// What [`token_count`](Self::token_count) would be after removing the first `p` messages,
     /// whose estimates sum to `removed` (mirrors [`splice`](Self::splice)).
     fn count_without_prefix(&self, p: usize, removed: usize) -> usize {
+        self.count_without_range(0, p, removed)
+    }
+
+    /// What [`token_count`](Self::token_count) would be after removing the messages
+    /// `start..end`, whose estimates sum to `removed` (mirrors [`splice`](Self::splice)).
+    fn count_without_range(&self, start: usize, end: usize, removed: usize) -> usize {
         let estimate = self.estimated_tokens() - removed;
         let Some(a) = self.anchor else {
             return estimate;
         };
-        let est_now = if p <= a.len {
+        let est_now = if start >= a.len {
+            a.est_now
+        } else if end <= a.len {
             a.est_now - removed
         } else {
-            a.est_now - self.counts[..a.len].iter().sum::<usize>()
+            a.est_now - self.counts[start..a.len].iter().sum::<usize>()
         };
         if est_now == 0 {
             return estimate;
