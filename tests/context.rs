@@ -1099,3 +1099,157 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
         .find_map(|m| m.tool_uses().next().map(|(id, _, _)| id.to_owned()));
     assert_eq!(last_call.as_deref(), Some("t5"), "the latest step is kept");
 }
+
+// ----- cache-aware compaction (water marks) -----
+
+/// A task with `steps` tool steps of `bytes`-byte outputs, in one turn.
+fn long_task(cm: &mut ContextManager, steps: usize, bytes: usize) {
+    cm.push_user_text("the first task, kept word for word");
+    for i in 0..steps {
+        cm.push(assistant(vec![call(&format!("s{i}"))]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "y".repeat(bytes))]);
+    }
+}
+
+#[tokio::test]
+async fn water_marks_elide_the_oldest_results_first_and_keep_the_prefix_before_them() {
+    let config = ContextConfig::default()
+        .context_window(10_000)
+        .output_reserve(0)
+        .compaction_threshold(0.8)
+        .compaction_target(0.5);
+    let mut cm = manager(config).with_system("sys");
+    long_task(&mut cm, 9, 4_000); // ~9 × 1,000 tokens
+    assert!(cm.needs_compaction());
+    let before = cm.messages().to_vec();
+    let report = cm.compact(None).await.unwrap().unwrap();
+    assert_eq!(report.strategy, CompactionStrategy::ElideOldToolResults);
+    // Down to the low-water mark, not just under the threshold …
+    assert!(report.tokens_after <= 5_000, "{report:?}");
+    assert!(report.tokens_after > 4_000, "just enough went: {report:?}");
+    // … by eliding the oldest outputs, with a placeholder that says how to get them back.
+    let placeholder = "[tool result elided to save context: 4000 bytes from `read_file`; \
+                       call the tool again if you need it]";
+    assert_eq!(cm.messages()[2].content[0], result("s0", placeholder));
+    let elided: Vec<bool> = cm
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => Some(content == placeholder),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        elided,
+        [true, true, true, true, true, false, false, false, false]
+    );
+    // Everything before the first elided output is byte-identical: the cached prefix holds.
+    assert_eq!(cm.messages()[..2], before[..2]);
+    assert_eq!(cm.len(), before.len());
+    cm.validate().unwrap();
+
+    // The next compaction starts where this one stopped: earlier placeholders are untouched.
+    let after_first = cm.messages().to_vec();
+    for i in 9..13 {
+        cm.push(assistant(vec![call(&format!("s{i}"))]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "y".repeat(4_000))]);
+    }
+    assert!(cm.compact(None).await.unwrap().is_some());
+    assert_eq!(cm.messages()[..11], after_first[..11]);
+    cm.validate().unwrap();
+}
+
+#[tokio::test]
+async fn water_marks_drop_old_steps_after_the_head_with_one_note() {
+    let config = ContextConfig::default()
+        .context_window(10_000)
+        .output_reserve(0)
+        .compaction_threshold(0.8)
+        .compaction_target(0.4);
+    let mut cm = manager(config);
+    // Large tool inputs: eliding outputs cannot help, steps must go.
+    cm.push_user_text("the first task, kept word for word");
+    let step = |cm: &mut ContextManager, i: usize| {
+        cm.push(assistant(vec![ContentBlock::ToolUse {
+            id: format!("s{i}"),
+            name: "edit_file".into(),
+            input: json!({"patch": "p".repeat(4_000)}),
+        }]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "ok")]);
+    };
+    for i in 0..9 {
+        step(&mut cm, i);
+    }
+    let report = cm.compact(None).await.unwrap().unwrap();
+    assert_eq!(report.strategy, CompactionStrategy::DropOldestTurns);
+    assert!(report.tokens_after <= 4_000, "{report:?}");
+    let head = &cm.messages()[0];
+    assert_eq!(
+        head.content[0],
+        ContentBlock::text("the first task, kept word for word")
+    );
+    assert_eq!(head.content.len(), 2);
+    let ContentBlock::Text { text: note } = &head.content[1] else {
+        panic!("a note after the head");
+    };
+    assert!(
+        note.contains("were removed to fit the context window"),
+        "{note}"
+    );
+    let dropped: usize = note
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(cm.len(), 19 - dropped);
+    cm.validate().unwrap();
+
+    // A second drop replaces the note (with the running total) instead of adding one.
+    for i in 9..15 {
+        step(&mut cm, i);
+    }
+    assert!(cm.compact(None).await.unwrap().is_some());
+    let head = &cm.messages()[0];
+    assert_eq!(head.content.len(), 2, "{head:?}");
+    let total: usize = head
+        .text()
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(cm.len(), 1 + 2 * 15 - total);
+    assert!(total > dropped);
+    let last_call = cm.messages()[cm.len() - 2]
+        .tool_uses()
+        .next()
+        .map(|(id, _, _)| id.to_owned());
+    assert_eq!(last_call.as_deref(), Some("s14"), "the latest step stays");
+    cm.validate().unwrap();
+}
+
+#[tokio::test]
+async fn with_water_marks_compact_harder_is_one_compaction_below_both_targets() {
+    let config = ContextConfig::default()
+        .context_window(20_000)
+        .output_reserve(2_000)
+        .compaction_target(0.4);
+    let mut cm = manager(config);
+    long_task(&mut cm, 12, 4_000);
+    // Under our threshold, yet the provider said the prompt is too long.
+    assert!(!cm.needs_compaction());
+    let before = cm.token_count();
+    let report = cm.compact_harder(None).await.unwrap();
+    assert_eq!(report.tokens_before, before);
+    assert!(report.tokens_after <= before * 6 / 10, "{report:?}");
+    assert!(report.tokens_after <= 18_000 * 4 / 10, "{report:?}");
+    // One call did it: nothing is left for a second compaction to do before the next request.
+    assert!(!cm.needs_compaction());
+    assert_eq!(
+        cm.messages()[0].content,
+        [ContentBlock::text("the first task, kept word for word")]
+    );
+    cm.validate().unwrap();
+}

@@ -7,7 +7,7 @@ use crate::error::Error;
 /// The *input budget* is the context window minus the tokens reserved for the response
 /// (`max_tokens`). Compaction starts when the conversation passes `compaction_threshold` of the
 /// input budget (the high-water mark, default 85%) and brings it down to `compaction_target`
-/// (the low-water mark, default 50%): rarely, and a lot at a time, so that the requests in
+/// (the low-water mark, default 40%): rarely, and a lot at a time, so that the requests in
 /// between repeat each other's prefix and a provider's prompt cache serves them. With
 /// `compaction_target` set to `None` ([`compact_to_threshold`](Self::compact_to_threshold)),
 /// compaction brings the conversation just under the threshold, a little at almost every turn
@@ -20,7 +20,7 @@ use crate::error::Error;
 /// assert_eq!(config.context_window, 200_000);
 /// assert_eq!(config.input_budget(), 192_000);
 /// assert_eq!(config.threshold_tokens(), 163_200);
-/// assert_eq!(config.target_tokens(), 96_000);
+/// assert_eq!(config.target_tokens(), 76_800);
 /// config.validate()?;
 /// # Ok::<(), agent_loop::Error>(())
 /// ```
@@ -35,7 +35,7 @@ pub struct ContextConfig {
     /// acts: the high-water mark (default 0.85).
     pub compaction_threshold: f32,
     /// Fraction of the input budget that [`compact`](crate::ContextManager::compact) brings the
-    /// conversation down to: the low-water mark (default `Some(0.5)`), below the threshold.
+    /// conversation down to: the low-water mark (default `Some(0.4)`), below the threshold.
     /// `None` compacts just under the threshold instead, with the strategies of old (which
     /// rewrite the start of the history and fire at almost every turn once the window is
     /// full).
@@ -59,7 +59,7 @@ impl Default for ContextConfig {
             context_window: 128_000,
             output_reserve: 8_192,
             compaction_threshold: 0.85,
-            compaction_target: Some(0.5),
+            compaction_target: Some(0.4),
             reactive_target: 0.6,
             keep_recent_turns: 4,
             tool_output_cap: 16 * 1024,
@@ -260,8 +260,10 @@ mod tests {
             other => panic!("{other:?}"),
         };
         ContextConfig::default().validate().unwrap();
-        let mut c = ContextConfig::default();
-        c.compaction_target = Some(0.85);
+        let mut c = ContextConfig {
+            compaction_target: Some(0.85),
+            ..ContextConfig::default()
+        };
         assert!(message(c.clone()).contains("must be below compaction_threshold"));
         c.compaction_target = Some(f32::NAN);
         assert!(message(c.clone()).starts_with("compaction_target is NaN"));
@@ -299,7 +301,8 @@ mod tests {
         let c = ContextConfig::default()
             .context_window(1_000)
             .output_reserve(200)
-            .compaction_threshold(0.5);
+            .compaction_threshold(0.5)
+            .compaction_target(0.6);
         assert_eq!(c.input_budget(), 800);
         assert_eq!(c.threshold_tokens(), 400);
         assert_eq!(c.reactive_tokens(), 480);
