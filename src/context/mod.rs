@@ -385,7 +385,21 @@ impl ContextManager {
         Ok(repaired)
     }
 
-    /// Compacts the history if it is past the compaction threshold, bringing it back under.
+    /// Compacts the history if it is past the compaction threshold (the high-water mark),
+    /// bringing it down to [`compaction_target`](ContextConfig::compaction_target) (the
+    /// low-water mark, default 40% of the input budget).
+    ///
+    /// With the low-water mark (the default), compaction is cache-aware: the system prompt,
+    /// tools and first user message stay byte-identical; tool outputs are elided oldest first
+    /// (each replaced by a stable placeholder naming the tool, so earlier placeholders never
+    /// change again) until the mark is reached; if that is not enough, the oldest steps and
+    /// turns after the first message go, with one note appended to it (a summary, with a
+    /// `summarizer`), never the current request or the latest tool step. A request then shares
+    /// the provider's prompt cache with the one before up to the first elided output, and
+    /// compaction fires rarely. Call it before every request, as the agent does.
+    ///
+    /// With [`compact_to_threshold`](ContextConfig::compact_to_threshold), the strategies of
+    /// old bring the history just under the threshold:
     ///
     /// The strategies run in order, each only if the previous ones did not get under the
     /// threshold: (a) cut long tool outputs to their head and tail

@@ -80,7 +80,17 @@ impl FromStr for CacheTtl {
 }
 
 /// Where a request asks the provider to cache its prefix (Anthropic `cache_control`
-/// breakpoints); see the [module docs](self) for the picture.
+/// breakpoints).
+///
+/// ```text
+///  tools ──► system ──► messages … user(previous turn) … assistant … user(latest)
+///      ▲          ▲                          ▲                              ▲
+///   last tool  system prompt     read: the previous request      write: for the next
+///                                wrote the cache up to here      request to read
+/// ```
+///
+/// Thinking and empty text blocks may not carry a breakpoint, so a message's breakpoint goes
+/// on its last block that may (text, tool call or tool result).
 ///
 /// The default, which [`ModelRequest::default`](crate::ModelRequest) uses, marks the last tool
 /// definition, the system prompt, and the last block of each of the two latest user messages
