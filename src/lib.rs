@@ -96,8 +96,9 @@ pub use error::{ApiError, Error, LlmError, TimeoutKind};
 pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::redirect_policy;
 pub use provider::{
-    AnthropicClient, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField, ModelRequest,
-    OpenAiClient, RetryPolicy, StreamLimits, ToolChoice, WireDecoder, WireFormat,
+    AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
+    ModelRequest, OpenAiClient, PromptCache, RetryPolicy, StreamLimits, ToolChoice, WireDecoder,
+    WireFormat, MAX_CACHE_BREAKPOINTS,
 };
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
 pub use tool::{

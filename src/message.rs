@@ -221,6 +221,30 @@ impl Usage {
             .saturating_add(self.cache_creation_input_tokens)
     }
 
+    /// The share of the prompt read from the provider's cache: `cache_read_input_tokens` over
+    /// [`total_input_tokens`](Self::total_input_tokens), from 0.0 to 1.0; 0.0 when there was no
+    /// input. On a run's summed usage it is the share of all input tokens served from cache.
+    ///
+    /// ```
+    /// use agent_loop::Usage;
+    ///
+    /// let usage = Usage {
+    ///     input_tokens: 100,
+    ///     cache_read_input_tokens: 800,
+    ///     cache_creation_input_tokens: 100,
+    ///     ..Usage::default()
+    /// };
+    /// assert_eq!(usage.cache_hit_ratio(), 0.8);
+    /// assert_eq!(Usage::default().cache_hit_ratio(), 0.0);
+    /// ```
+    pub fn cache_hit_ratio(&self) -> f64 {
+        let total = self.total_input_tokens();
+        if total == 0 {
+            return 0.0;
+        }
+        self.cache_read_input_tokens as f64 / total as f64
+    }
+
     /// Prompt plus output tokens.
     pub fn total_tokens(&self) -> u64 {
         self.total_input_tokens().saturating_add(self.output_tokens)
@@ -290,6 +314,29 @@ mod tests {
         assert_eq!(v[5]["type"], "server_tool_use");
         let back: Vec<ContentBlock> = serde_json::from_value(v).unwrap();
         assert_eq!(back, blocks);
+    }
+
+    #[test]
+    fn cache_hit_ratio_is_reads_over_all_input() {
+        let u = |input, read, write| Usage {
+            input_tokens: input,
+            cache_read_input_tokens: read,
+            cache_creation_input_tokens: write,
+            output_tokens: 999,
+            ..Usage::default()
+        };
+        assert_eq!(u(0, 0, 0).cache_hit_ratio(), 0.0);
+        assert_eq!(u(10, 0, 0).cache_hit_ratio(), 0.0);
+        assert_eq!(u(0, 10, 0).cache_hit_ratio(), 1.0);
+        // Writes are input too, not hits.
+        assert_eq!(u(25, 50, 25).cache_hit_ratio(), 0.5);
+        // Saturated totals stay within 0..=1.
+        let r = u(u64::MAX, u64::MAX, 0).cache_hit_ratio();
+        assert!((0.0..=1.0).contains(&r), "{r}");
+        // Summed over turns, it is the share of all input served from cache.
+        let mut run = u(100, 0, 900);
+        run += u(100, 900, 0);
+        assert_eq!(run.cache_hit_ratio(), 0.45);
     }
 
     #[test]

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::{
-    AnthropicClient, ContentBlock, Jitter, LlmClient, LlmError, LlmEvent, Message, ModelRequest,
-    OpenAiClient, RetryPolicy, Role, StopReason, TimeoutKind, ToolChoice, ToolSpec,
+    AnthropicClient, CacheTtl, ContentBlock, Jitter, LlmClient, LlmError, LlmEvent, Message,
+    ModelRequest, OpenAiClient, PromptCache, RetryPolicy, Role, StopReason, TimeoutKind,
+    ToolChoice, ToolSpec,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -167,9 +168,13 @@ async fn anthropic_request_golden() {
         json!({
             "model": "claude-test",
             "max_tokens": 1024,
-            "system": "You are terse.",
+            // Prompt caching is on by default: breakpoints on the system prompt (as a text
+            // block), the last tool and the two latest user messages.
+            "system": [{"type": "text", "text": "You are terse.",
+                        "cache_control": {"type": "ephemeral"}}],
             "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "Weather and time in Paris?"}]},
+                {"role": "user", "content": [{"type": "text", "text": "Weather and time in Paris?",
+                                              "cache_control": {"type": "ephemeral"}}]},
                 {"role": "assistant", "content": [
                     {"type": "thinking", "thinking": "Two tools.", "signature": "sig-abc"},
                     {"type": "text", "text": "Checking."},
@@ -178,14 +183,16 @@ async fn anthropic_request_golden() {
                 ]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "call_1", "content": "18°C, sunny"},
-                    {"type": "tool_result", "tool_use_id": "call_2", "content": "unknown timezone", "is_error": true}
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": "unknown timezone", "is_error": true,
+                     "cache_control": {"type": "ephemeral"}}
                 ]}
             ],
             "tools": [
                 {"name": "get_weather", "description": "Current weather",
                  "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
                 {"name": "get_time", "description": "Current time",
-                 "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+                 "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}},
+                 "cache_control": {"type": "ephemeral"}}
             ],
             "tool_choice": {"type": "auto"},
             "temperature": 0.5,
@@ -835,4 +842,266 @@ async fn a_reqwest_client_of_the_users_is_used_as_it_is() {
             .header("x-from-users-client"),
         None
     );
+}
+
+// ----- prompt caching (issue 16) -----
+
+/// Every `cache_control` in a recorded Anthropic body, as (JSON pointer, value).
+fn breakpoints(body: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+    fn walk(v: &serde_json::Value, path: String, out: &mut Vec<(String, serde_json::Value)>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, child) in map {
+                    if k == "cache_control" {
+                        out.push((path.clone(), child.clone()));
+                    } else {
+                        walk(child, format!("{path}/{k}"), out);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(child, format!("{path}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(body, String::new(), &mut out);
+    out
+}
+
+fn tool_step(id: &str, output: &str) -> [Message; 2] {
+    [
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "Read it.".into(),
+                    signature: "sig".into(),
+                },
+                ContentBlock::ToolUse {
+                    id: id.into(),
+                    name: "read_file".into(),
+                    input: json!({"path": "a.rs"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(id, output, false)],
+        },
+    ]
+}
+
+#[tokio::test]
+async fn anthropic_breakpoints_move_with_the_conversation() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("one"));
+    server.push(ScriptedResponse::text("two"));
+    let client = anthropic(&server);
+    let mut request = conversation();
+    request.thinking_budget = None;
+    collect(&client, &request).await;
+    // The next turn repeats the history and adds a step.
+    let [call, result] = tool_step("call_3", "fn main() {}");
+    request.messages_mut().extend([call, result]);
+    collect(&client, &request).await;
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "both accepted");
+    let eph = json!({"type": "ephemeral"});
+    assert_eq!(
+        breakpoints(&requests[0].body),
+        [
+            ("/messages/0/content/0".to_owned(), eph.clone()),
+            ("/messages/2/content/1".to_owned(), eph.clone()),
+            ("/system/0".to_owned(), eph.clone()),
+            ("/tools/1".to_owned(), eph.clone()),
+        ]
+    );
+    // Request 2: the breakpoint of request 1's last message (which request 1 wrote) is read
+    // back, and the new last message gets one; the oldest moved off.
+    assert_eq!(
+        breakpoints(&requests[1].body),
+        [
+            ("/messages/2/content/1".to_owned(), eph.clone()),
+            ("/messages/4/content/0".to_owned(), eph.clone()),
+            ("/system/0".to_owned(), eph.clone()),
+            ("/tools/1".to_owned(), eph),
+        ]
+    );
+    // Apart from the moved breakpoint, request 2 starts with request 1 byte for byte.
+    let strip = |mut v: serde_json::Value| {
+        v["messages"][0]["content"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+        v["messages"].as_array_mut().unwrap().truncate(3);
+        v
+    };
+    assert_eq!(
+        strip(requests[1].body.clone())["messages"],
+        strip(requests[0].body.clone())["messages"]
+    );
+    assert!(server.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn anthropic_cache_ttl_and_switches() {
+    let server = MockServer::start().await;
+    for _ in 0..3 {
+        server.push(ScriptedResponse::text("ok"));
+    }
+    let client = anthropic(&server);
+
+    let mut one_hour = conversation();
+    one_hour.prompt_cache = Some(PromptCache::default().ttl(CacheTtl::OneHour));
+    collect(&client, &one_hour).await;
+
+    let mut off = conversation();
+    off.prompt_cache = None;
+    collect(&client, &off).await;
+
+    let mut only_messages = conversation();
+    only_messages.prompt_cache = Some(
+        PromptCache::default()
+            .tools(false)
+            .system(false)
+            .message_breakpoints(1),
+    );
+    collect(&client, &only_messages).await;
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let marks = breakpoints(&requests[0].body);
+    assert_eq!(marks.len(), 4);
+    assert!(
+        marks
+            .iter()
+            .all(|(_, v)| *v == json!({"type": "ephemeral", "ttl": "1h"})),
+        "{marks:?}"
+    );
+    // Off: no breakpoint, and the system prompt is the plain string again.
+    assert!(breakpoints(&requests[1].body).is_empty());
+    assert_eq!(requests[1].body["system"], "You are terse.");
+    assert_eq!(
+        breakpoints(&requests[2].body),
+        [(
+            "/messages/2/content/1".to_owned(),
+            json!({"type": "ephemeral"})
+        )]
+    );
+    assert_eq!(requests[2].body["system"], "You are terse.");
+}
+
+#[tokio::test]
+async fn breakpoints_skip_blocks_that_may_not_carry_one() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("ok"));
+    // The latest user message ends with an unmodelled block and an empty text block; the one
+    // before has only a block of an unmodelled type that already carries a breakpoint.
+    let mut request = ModelRequest::new(vec![
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::Other(json!({
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "doc"},
+                "cache_control": {"type": "ephemeral"}
+            }))],
+        },
+        Message::assistant("Read."),
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::text("question"),
+                ContentBlock::Other(json!({
+                    "type": "image",
+                    "source": {"type": "url", "url": "https://example.com/a.png"}
+                })),
+                ContentBlock::text(""),
+            ],
+        },
+    ]);
+    request.system = Some("sys".into());
+    collect(&anthropic(&server), &request).await;
+    let body = &server.requests()[0].body;
+    let eph = json!({"type": "ephemeral"});
+    // The question carries it; the verbatim document keeps its own and counts against the
+    // limit; nothing is put on the image.
+    assert_eq!(
+        breakpoints(body),
+        [
+            ("/messages/0/content/0".to_owned(), eph.clone()),
+            ("/messages/2/content/0".to_owned(), eph.clone()),
+            ("/system/0".to_owned(), eph),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_cache_setting_over_the_limit_is_refused_before_sending() {
+    let server = MockServer::start().await;
+    let mut request = conversation();
+    request.prompt_cache = Some(PromptCache::default().message_breakpoints(3));
+    let items = collect(&anthropic(&server), &request).await;
+    assert!(
+        matches!(final_error(&items), Some(LlmError::InvalidRequest { message })
+            if message.contains("5 cache_control breakpoints")),
+        "{items:?}"
+    );
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn the_mock_refuses_what_the_api_refuses_about_cache_control() {
+    let server = MockServer::start().await;
+    let post = |body: serde_json::Value| {
+        let url = format!("{}/v1/messages", server.anthropic_base_url());
+        async move {
+            agent_loop::reqwest::Client::new()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let text = |cc: serde_json::Value| json!({"type": "text", "text": "x", "cache_control": cc});
+    let eph = json!({"type": "ephemeral"});
+    let body = |blocks: Vec<serde_json::Value>| {
+        json!({"model": "m", "max_tokens": 10, "stream": true,
+               "messages": [{"role": "user", "content": blocks}]})
+    };
+    for (blocks, expected) in [
+        (
+            vec![text(eph.clone()); 5],
+            "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+        ),
+        (
+            vec![text(json!({"type": "persistent"}))],
+            "messages.0.content.0.text.cache_control.type: Input should be 'ephemeral'",
+        ),
+        (
+            vec![text(json!({"type": "ephemeral", "ttl": "10m"}))],
+            "messages.0.content.0.text.cache_control.ttl: Input should be '5m' or '1h'",
+        ),
+    ] {
+        let response = post(body(blocks)).await;
+        assert_eq!(response.status(), 400);
+        let error: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], "invalid_request_error");
+        assert_eq!(error["error"]["message"], expected);
+    }
+    // Four, with both TTLs spelled out (the longer first), are accepted (the script answers).
+    server.push(ScriptedResponse::text("ok"));
+    let four = vec![
+        text(json!({"type": "ephemeral", "ttl": "1h"})),
+        text(json!({"type": "ephemeral", "ttl": "5m"})),
+        text(eph.clone()),
+        text(eph),
+    ];
+    assert_eq!(post(body(four)).await.status(), 200);
 }

@@ -558,7 +558,9 @@ async fn old_tool_outputs_are_elided_before_anything_is_summarized() {
     let config = ContextConfig::default()
         .context_window(12_000)
         .output_reserve(2_000)
-        .keep_recent_turns(2);
+        .keep_recent_turns(2)
+        // The strategies of old, just under the threshold.
+        .compact_to_threshold();
     let mut cm = manager(config);
     conversation(&mut cm, 9, 4_000);
     cm.push_user_text("and now?");
@@ -586,7 +588,8 @@ async fn the_summarizer_receives_exactly_the_span_it_replaces() {
     let config = ContextConfig::default()
         .context_window(3_000)
         .output_reserve(500)
-        .keep_recent_turns(2);
+        .keep_recent_turns(2)
+        .compact_to_threshold();
     let mut cm = manager(config).with_system("system stays");
     // Long texts (not tool outputs), so (a) and (b) cannot help.
     for t in 0..6 {
@@ -652,7 +655,8 @@ async fn without_a_summarizer_the_oldest_turns_are_dropped() {
 async fn a_current_turn_too_large_for_the_window_is_an_error_that_says_why() {
     let config = ContextConfig::default()
         .context_window(1_000)
-        .output_reserve(200);
+        .output_reserve(200)
+        .compact_to_threshold();
     let mut cm = manager(config);
     cm.push_user_text("old");
     cm.push(Message::assistant("old answer"));
@@ -912,7 +916,9 @@ proptest! {
         use_summarizer in any::<bool>(),
         anchor_factor in prop::option::of(50u64..200),
         harder in any::<bool>(),
+        water_marks in any::<bool>(),
     ) {
+        let config = if water_marks { config } else { config.compact_to_threshold() };
         let mut cm = manager(config.clone()).with_system("You are a careful agent.");
         build(&mut cm, &turns);
         prop_assert!(cm.validate().is_ok(), "{:?}", cm.validate());
@@ -941,9 +947,37 @@ proptest! {
         // Whatever happened, the history is valid and the count consistent.
         prop_assert!(cm.validate().is_ok(), "{:?}", cm.validate());
         prop_assert_eq!(cm.estimated_tokens(), recount(&cm));
-        // The current request is kept word for word (a summary may precede it).
         let starts = turn_starts(cm.messages());
         let last_start = &cm.messages()[*starts.last().unwrap()];
+        if water_marks {
+            // The current request is kept word for word, with at most a note before or after.
+            prop_assert!(last_start
+                .content
+                .windows(latest_request.content.len())
+                .any(|w| w == &latest_request.content[..]));
+            // The head is kept word for word, with at most a note after it, unless the oldest
+            // steps of the current turn had to go and the head is that turn's request.
+            if original_starts.len() > 1 || cm.messages()[0].content.len() <= original[0].content.len() + 1 {
+                prop_assert_eq!(
+                    &cm.messages()[0].content[..original[0].content.len()],
+                    &original[0].content[..]
+                );
+            }
+            match outcome {
+                Ok(Some(report)) => {
+                    prop_assert_eq!(report.tokens_after, cm.token_count());
+                    let limit = if harder { config.reactive_tokens() } else { budget };
+                    prop_assert!(cm.token_count() <= limit, "{:?} over {}", report, limit);
+                }
+                Ok(None) => {
+                    prop_assert!(cm.token_count() <= threshold);
+                    prop_assert_eq!(cm.messages(), &original[..]);
+                }
+                Err(e) => prop_assert!(context_error(&e).contains("current turn")),
+            }
+            return Ok(());
+        }
+        // The current request is kept word for word (a summary may precede it).
         prop_assert!(last_start.content.ends_with(&latest_request.content));
         // The current turn loses at most whole tool steps from its start (a call message and
         // its results); the assistant messages that stay are untouched.
@@ -1027,7 +1061,8 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
         });
     };
     // Large outputs: eliding all but the latest result is enough.
-    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    let mut cm = ContextManager::new(ContextConfig::default().compact_to_threshold())
+        .with_counter(CharEstimateCounter);
     cm.push(Message::user("do the task"));
     for i in 0..6 {
         step(&mut cm, i, "small", &"log line\n".repeat(500));
@@ -1039,7 +1074,8 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
     assert_eq!(cm.messages().len(), 13, "nothing dropped");
 
     // Large inputs: the oldest steps themselves must go; the request and the latest step stay.
-    let mut cm = ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter);
+    let mut cm = ContextManager::new(ContextConfig::default().compact_to_threshold())
+        .with_counter(CharEstimateCounter);
     cm.push(Message::user("do the task"));
     for i in 0..6 {
         step(&mut cm, i, &"x".repeat(4000), "ok");
@@ -1062,4 +1098,158 @@ async fn one_long_turn_is_compacted_by_eliding_and_dropping_its_oldest_steps() {
         .rev()
         .find_map(|m| m.tool_uses().next().map(|(id, _, _)| id.to_owned()));
     assert_eq!(last_call.as_deref(), Some("t5"), "the latest step is kept");
+}
+
+// ----- cache-aware compaction (water marks) -----
+
+/// A task with `steps` tool steps of `bytes`-byte outputs, in one turn.
+fn long_task(cm: &mut ContextManager, steps: usize, bytes: usize) {
+    cm.push_user_text("the first task, kept word for word");
+    for i in 0..steps {
+        cm.push(assistant(vec![call(&format!("s{i}"))]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "y".repeat(bytes))]);
+    }
+}
+
+#[tokio::test]
+async fn water_marks_elide_the_oldest_results_first_and_keep_the_prefix_before_them() {
+    let config = ContextConfig::default()
+        .context_window(10_000)
+        .output_reserve(0)
+        .compaction_threshold(0.8)
+        .compaction_target(0.5);
+    let mut cm = manager(config).with_system("sys");
+    long_task(&mut cm, 9, 4_000); // ~9 × 1,000 tokens
+    assert!(cm.needs_compaction());
+    let before = cm.messages().to_vec();
+    let report = cm.compact(None).await.unwrap().unwrap();
+    assert_eq!(report.strategy, CompactionStrategy::ElideOldToolResults);
+    // Down to the low-water mark, not just under the threshold …
+    assert!(report.tokens_after <= 5_000, "{report:?}");
+    assert!(report.tokens_after > 4_000, "just enough went: {report:?}");
+    // … by eliding the oldest outputs, with a placeholder that says how to get them back.
+    let placeholder = "[tool result elided to save context: 4000 bytes from `read_file`; \
+                       call the tool again if you need it]";
+    assert_eq!(cm.messages()[2].content[0], result("s0", placeholder));
+    let elided: Vec<bool> = cm
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => Some(content == placeholder),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        elided,
+        [true, true, true, true, true, false, false, false, false]
+    );
+    // Everything before the first elided output is byte-identical: the cached prefix holds.
+    assert_eq!(cm.messages()[..2], before[..2]);
+    assert_eq!(cm.len(), before.len());
+    cm.validate().unwrap();
+
+    // The next compaction starts where this one stopped: earlier placeholders are untouched.
+    let after_first = cm.messages().to_vec();
+    for i in 9..13 {
+        cm.push(assistant(vec![call(&format!("s{i}"))]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "y".repeat(4_000))]);
+    }
+    assert!(cm.compact(None).await.unwrap().is_some());
+    assert_eq!(cm.messages()[..11], after_first[..11]);
+    cm.validate().unwrap();
+}
+
+#[tokio::test]
+async fn water_marks_drop_old_steps_after_the_head_with_one_note() {
+    let config = ContextConfig::default()
+        .context_window(10_000)
+        .output_reserve(0)
+        .compaction_threshold(0.8)
+        .compaction_target(0.4);
+    let mut cm = manager(config);
+    // Large tool inputs: eliding outputs cannot help, steps must go.
+    cm.push_user_text("the first task, kept word for word");
+    let step = |cm: &mut ContextManager, i: usize| {
+        cm.push(assistant(vec![ContentBlock::ToolUse {
+            id: format!("s{i}"),
+            name: "edit_file".into(),
+            input: json!({"patch": "p".repeat(4_000)}),
+        }]));
+        cm.push_tool_results(vec![result(&format!("s{i}"), "ok")]);
+    };
+    for i in 0..9 {
+        step(&mut cm, i);
+    }
+    let report = cm.compact(None).await.unwrap().unwrap();
+    assert_eq!(report.strategy, CompactionStrategy::DropOldestTurns);
+    assert!(report.tokens_after <= 4_000, "{report:?}");
+    let head = &cm.messages()[0];
+    assert_eq!(
+        head.content[0],
+        ContentBlock::text("the first task, kept word for word")
+    );
+    assert_eq!(head.content.len(), 2);
+    let ContentBlock::Text { text: note } = &head.content[1] else {
+        panic!("a note after the head");
+    };
+    assert!(
+        note.contains("were removed to fit the context window"),
+        "{note}"
+    );
+    let dropped: usize = note
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(cm.len(), 19 - dropped);
+    cm.validate().unwrap();
+
+    // A second drop replaces the note (with the running total) instead of adding one.
+    for i in 9..15 {
+        step(&mut cm, i);
+    }
+    assert!(cm.compact(None).await.unwrap().is_some());
+    let head = &cm.messages()[0];
+    assert_eq!(head.content.len(), 2, "{head:?}");
+    let total: usize = head
+        .text()
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(cm.len(), 1 + 2 * 15 - total);
+    assert!(total > dropped);
+    let last_call = cm.messages()[cm.len() - 2]
+        .tool_uses()
+        .next()
+        .map(|(id, _, _)| id.to_owned());
+    assert_eq!(last_call.as_deref(), Some("s14"), "the latest step stays");
+    cm.validate().unwrap();
+}
+
+#[tokio::test]
+async fn with_water_marks_compact_harder_is_one_compaction_below_both_targets() {
+    let config = ContextConfig::default()
+        .context_window(20_000)
+        .output_reserve(2_000)
+        .compaction_target(0.4);
+    let mut cm = manager(config);
+    long_task(&mut cm, 12, 4_000);
+    // Under our threshold, yet the provider said the prompt is too long.
+    assert!(!cm.needs_compaction());
+    let before = cm.token_count();
+    let report = cm.compact_harder(None).await.unwrap();
+    assert_eq!(report.tokens_before, before);
+    assert!(report.tokens_after <= before * 6 / 10, "{report:?}");
+    assert!(report.tokens_after <= 18_000 * 4 / 10, "{report:?}");
+    // One call did it: nothing is left for a second compaction to do before the next request.
+    assert!(!cm.needs_compaction());
+    assert_eq!(
+        cm.messages()[0].content,
+        [ContentBlock::text("the first task, kept word for word")]
+    );
+    cm.validate().unwrap();
 }

@@ -269,8 +269,9 @@ fn compaction_asks_for_a_summary_as_a_step_and_goes_on_without_one() {
     let Some(Action::Summarize(span)) = actions.last() else {
         panic!("{actions:#?}");
     };
+    // The oldest messages, as many as the low-water mark needs gone; never the latest input.
     assert!(
-        span.len() >= 58,
+        (10..61).contains(&span.len()),
         "the old turns are the span: {}",
         span.len()
     );

@@ -14,6 +14,22 @@
 //!      are dropped, keeping the request and the latest step, with a note in the request
 //! ```
 //!
+//! That is the order when compaction brings the conversation just under its threshold
+//! (`compaction_target: None`). With a low-water mark (the default), compaction
+//! compacts for the prompt cache instead: a request shares the provider's cache with the
+//! previous one only up to the first byte that changed, so it keeps the head (system prompt,
+//! tools, the first user message) byte-identical and changes the history as late as it can:
+//!
+//! ```text
+//!  (a) TruncateToolOutputs    as above
+//!  (b) ElideOldToolResults    oldest first, just enough: earlier placeholders stay as they were,
+//!                             so the prefix runs through them; the latest results stay
+//!  (c) Summarize / (d) drop   the oldest steps and turns after the first user message go, down
+//!                             to the low-water mark, with one note (or summary) appended to
+//!                             that message, after its own blocks; the latest user input and
+//!                             the latest tool step stay
+//! ```
+//!
 //! (a) and (b) only rewrite the text of tool results, so the structure of the history is
 //! untouched. (c) and (d) cut the history just before a turn start (a user message that carries
 //! no tool results), so a tool call is never separated from its result, thinking blocks go with
@@ -75,6 +91,14 @@ pub(crate) const SUMMARY_HEADER: &str =
 /// Beginning of the placeholder of an elided tool output.
 const ELIDED_PREFIX: &str = "[tool output elided to save context: ";
 
+/// Beginning of the placeholder of a tool result elided in the cache-aware order; it goes on
+/// `"{n} bytes from `{tool}`; call the tool again if you need it]"`.
+const CACHE_ELIDED_PREFIX: &str = "[tool result elided to save context: ";
+
+/// Beginning of the note that says what the cache-aware order dropped.
+const DROPPED_PREFIX: &str =
+    "[Earlier messages of this conversation were removed to fit the context window: ";
+
 /// Room kept for the cut marker, so a cut output never exceeds the cap.
 const MARKER_RESERVE: usize = 96;
 
@@ -105,19 +129,23 @@ pub(super) struct Pending {
     limit: usize,
     tokens_before: usize,
     strategy: CompactionStrategy,
-    /// The summarized span ends here (a turn start), and the history has this many messages.
+    /// The span to summarize ends here, and the history has this many messages.
     cut: usize,
     len: usize,
+    /// The cache-aware order (a low-water mark is set): the span is dropped after the head.
+    cache_aware: bool,
 }
 
 /// The first steps: cut long outputs, elide old results; then either a summary is asked for
-/// (when `summarize` and there are old turns to summarize) or the compaction completes.
+/// (when `summarize` and there is a span to summarize) or the compaction completes. With a
+/// low-water mark the order is the cache-aware one (module docs).
 pub(super) fn begin(
     cm: &mut ContextManager,
     target: usize,
     limit: usize,
     summarize: bool,
 ) -> Result<CompactionStep, Error> {
+    let cache_aware = cm.config.compaction_target.is_some();
     let tokens_before = cm.token_count();
     let mut strategy = CompactionStrategy::TruncateToolOutputs;
     let keep = (cm.config.keep_recent_turns as usize).max(1);
@@ -125,31 +153,45 @@ pub(super) fn begin(
     truncate_tool_outputs(cm);
     if cm.token_count() > target {
         let before = cm.token_count();
-        elide_old_tool_results(cm, keep, target);
+        if cache_aware {
+            elide_oldest_results(cm, target);
+        } else {
+            elide_old_tool_results(cm, keep, target);
+        }
         if cm.token_count() < before {
             strategy = CompactionStrategy::ElideOldToolResults;
         }
     }
-    if summarize && cm.token_count() > target {
-        let starts = turn_starts(&cm.messages);
-        if starts.len() > keep {
-            let cut = starts[starts.len() - keep];
-            cm.pending = Some(Pending {
-                target,
-                limit,
-                tokens_before,
-                strategy,
-                cut,
-                len: cm.messages.len(),
-            });
-            return Ok(CompactionStep::Summarize(cm.messages[..cut].to_vec()));
+    if cm.token_count() > target {
+        let cut = if cache_aware {
+            head_cut(cm, target)
+        } else {
+            let starts = turn_starts(&cm.messages);
+            (starts.len() > keep).then(|| starts[starts.len() - keep])
+        };
+        if let Some(cut) = cut {
+            if summarize {
+                cm.pending = Some(Pending {
+                    target,
+                    limit,
+                    tokens_before,
+                    strategy,
+                    cut,
+                    len: cm.messages.len(),
+                    cache_aware,
+                });
+                return Ok(CompactionStep::Summarize(cm.messages[..cut].to_vec()));
+            }
+            if cache_aware {
+                strategy = drop_after_head(cm, cut, None);
+            }
         }
     }
-    finish_steps(cm, target, limit, tokens_before, strategy).map(CompactionStep::Done)
+    last_steps(cm, target, limit, tokens_before, strategy, cache_aware).map(CompactionStep::Done)
 }
 
-/// The last steps, after a summary was asked for: the summary replaces the old turns (when
-/// given), then whole turns and old tool steps go as far as needed.
+/// The last steps, after a summary was asked for: the span goes (replaced by the summary when
+/// one is given), then whatever else must go.
 pub(super) fn finish(
     cm: &mut ContextManager,
     summary: Option<String>,
@@ -159,38 +201,45 @@ pub(super) fn finish(
             "finish_compaction was called with no compaction waiting for a summary".to_owned(),
         ));
     };
-    let mut strategy = pending.strategy;
     let summary = summary.filter(|s| !s.trim().is_empty());
-    if let Some(summary) = summary {
-        if cm.messages.len() != pending.len {
-            return Err(Error::Context(
-                "the conversation changed while its summary was being written; the summary was \
-                 not used"
-                    .to_owned(),
-            ));
+    if summary.is_some() && cm.messages.len() != pending.len {
+        return Err(Error::Context(
+            "the conversation changed while its summary was being written; the summary was \
+             not used"
+                .to_owned(),
+        ));
+    }
+    let mut strategy = pending.strategy;
+    if pending.cache_aware {
+        if pending.cut < cm.messages.len() {
+            strategy = drop_after_head(cm, pending.cut, summary.as_deref());
         }
+    } else if let Some(summary) = summary {
         apply_summary(cm, pending.cut, &summary);
         strategy = CompactionStrategy::Summarize;
     }
-    finish_steps(
+    last_steps(
         cm,
         pending.target,
         pending.limit,
         pending.tokens_before,
         strategy,
+        pending.cache_aware,
     )
 }
 
-/// Drops whole turns, then old tool steps of the current turn, down to `target`; errs if the
+/// The last resorts, down to `target`: whole old turns (in the classic order), then every
+/// tool output but the latest, then the oldest tool steps of the current turn. Errs if the
 /// count ends above `limit`.
-fn finish_steps(
+fn last_steps(
     cm: &mut ContextManager,
     target: usize,
     limit: usize,
     tokens_before: usize,
     mut strategy: CompactionStrategy,
+    cache_aware: bool,
 ) -> Result<CompactionReport, Error> {
-    if cm.token_count() > target && drop_oldest_turns(cm, target) {
+    if !cache_aware && cm.token_count() > target && drop_oldest_turns(cm, target) {
         strategy = CompactionStrategy::DropOldestTurns;
     }
     // An agent run is often one long turn: its oldest tool steps go too, last of all.
@@ -204,28 +253,7 @@ fn finish_steps(
     if cm.token_count() > target && drop_oldest_steps(cm, target) {
         strategy = CompactionStrategy::DropOldestTurns;
     }
-    let tokens_after = cm.token_count();
-    tracing::debug!(
-        ?strategy,
-        tokens_before,
-        tokens_after,
-        target,
-        "compacted the conversation"
-    );
-    if tokens_after > limit {
-        return Err(Error::Context(format!(
-            "the conversation still needs {tokens_after} tokens after compaction, over the \
-             {limit} it may use (context window {} tokens, {} reserved for output); only the \
-             current turn is left and it cannot be cut further: shorten the request or its tool \
-             outputs, lower `tool_output_cap`, or use a model with a larger context window",
-            cm.config.context_window, cm.config.output_reserve
-        )));
-    }
-    Ok(CompactionReport {
-        strategy,
-        tokens_before,
-        tokens_after,
-    })
+    report(cm, strategy, tokens_before, target, limit)
 }
 
 /// Runs every step, asking `summarizer` when a summary is wanted: the async convenience over
@@ -252,6 +280,199 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// The indexes of the messages that carry tool results, oldest first.
+fn result_messages(cm: &ContextManager) -> Vec<usize> {
+    (0..cm.messages.len())
+        .filter(|&i| {
+            cm.messages[i]
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        })
+        .collect()
+}
+
+/// Elides tool results, oldest message first, until the count is at most `target`; the latest
+/// message with results keeps them.
+fn elide_oldest_results(cm: &mut ContextManager, target: usize) {
+    let with_results = result_messages(cm);
+    let Some((_, older)) = with_results.split_last() else {
+        return;
+    };
+    for &i in older {
+        if cm.token_count() <= target {
+            return;
+        }
+        let names = tool_names(cm.messages.get(i.wrapping_sub(1)));
+        cm.modify(i, |m| elide_for_cache(m, &names));
+    }
+}
+
+/// The tool names of the calls in `message`, by id.
+fn tool_names(message: Option<&Message>) -> Vec<(String, String)> {
+    message
+        .map(|m| {
+            m.tool_uses()
+                .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replaces the tool results of `message` with a stable placeholder that says what went and
+/// how to get it back. Returns whether anything changed.
+fn elide_for_cache(message: &mut Message, names: &[(String, String)]) -> bool {
+    let mut changed = false;
+    for block in &mut message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            ..
+        } = block
+        {
+            if content.starts_with(CACHE_ELIDED_PREFIX) || content.starts_with(ELIDED_PREFIX) {
+                continue;
+            }
+            let name = names
+                .iter()
+                .find(|(id, _)| id == tool_use_id)
+                .map_or("the tool", |(_, name)| name.as_str());
+            let placeholder = format!(
+                "{CACHE_ELIDED_PREFIX}{} bytes from `{name}`; call the tool again if you need it]",
+                content.len()
+            );
+            if placeholder.len() < content.len() {
+                *content = placeholder;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Whether message `i` may directly follow the first message once the messages between them
+/// are gone: an assistant message after a user message. A cut there never separates a tool
+/// call from its results (they are in the assistant message and the user message after it).
+fn can_follow_head(cm: &ContextManager, i: usize) -> bool {
+    i >= 2
+        && cm
+            .messages
+            .get(i)
+            .is_some_and(|m| m.role == Role::Assistant)
+        && cm.messages[i - 1].role == Role::User
+}
+
+/// Where a cache-aware drop after the head ends: the fewest oldest messages after the first
+/// one (the head, which stays word for word) that reach `target`, never the latest user input
+/// or the latest tool step. `None` when nothing can go.
+fn head_cut(cm: &ContextManager, target: usize) -> Option<usize> {
+    let len = cm.messages.len();
+    // The current turn's request (the latest turn start) stays, with all after it (so the
+    // latest user input does too), and so does the latest tool step.
+    let latest_input = turn_starts(&cm.messages).last().copied().unwrap_or(0);
+    let latest_step = (0..len)
+        .rev()
+        .find(|&i| cm.messages[i].tool_uses().next().is_some())
+        .unwrap_or(len);
+    // Cuts [1, cut) with `cut` an assistant message; none may pass the latest input unless
+    // that is the head itself, and none may reach the latest step.
+    let note_room = 64;
+    let mut chosen = None;
+    for cut in (2..len)
+        .filter(|&cut| can_follow_head(cm, cut))
+        .filter(|&cut| latest_input == 0 || cut <= latest_input)
+        .filter(|&cut| cut <= latest_step)
+    {
+        chosen = Some(cut);
+        let removed: usize = cm.counts[1..cut].iter().sum();
+        if cm.count_without_range(1, cut, removed) + note_room <= target {
+            break;
+        }
+    }
+    chosen
+}
+
+/// Drops the messages in `[1, cut)` and appends one note to the head saying so, with the
+/// summary of what went when there is one. A second drop replaces the note of the first.
+fn drop_after_head(
+    cm: &mut ContextManager,
+    cut: usize,
+    summary: Option<&str>,
+) -> CompactionStrategy {
+    let previous = previous_note(&cm.messages[0]);
+    let dropped_now = cut - 1;
+    let total_dropped = previous.map_or(0, |(_, n)| n) + dropped_now;
+    let (note, strategy) = match summary {
+        Some(summary) => (
+            format!(
+                "{DROPPED_PREFIX}{total_dropped} messages]\n{SUMMARY_HEADER}\n{}",
+                summary.trim()
+            ),
+            CompactionStrategy::Summarize,
+        ),
+        None => (
+            format!(
+                "{DROPPED_PREFIX}{total_dropped} messages; ask the user or call the tools again \
+                 for anything they held]"
+            ),
+            CompactionStrategy::DropOldestTurns,
+        ),
+    };
+    cm.splice(1..cut, Vec::new());
+    cm.modify(0, |head| {
+        if let Some((at, _)) = previous_note(head) {
+            head.content.truncate(at);
+        }
+        head.content.push(ContentBlock::text(note));
+        true
+    });
+    strategy
+}
+
+/// The note a previous [`drop_after_head`] left at the end of the head: its block index and how
+/// many messages it says went.
+fn previous_note(head: &Message) -> Option<(usize, usize)> {
+    let at = head.content.len().checked_sub(1)?;
+    let ContentBlock::Text { text } = &head.content[at] else {
+        return None;
+    };
+    let rest = text.strip_prefix(DROPPED_PREFIX)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((at, digits.parse().unwrap_or(0)))
+}
+
+/// Checks the limit and reports, for both orders.
+fn report(
+    cm: &ContextManager,
+    strategy: CompactionStrategy,
+    tokens_before: usize,
+    target: usize,
+    limit: usize,
+) -> Result<CompactionReport, Error> {
+    let tokens_after = cm.token_count();
+    tracing::debug!(
+        ?strategy,
+        tokens_before,
+        tokens_after,
+        target,
+        "compacted the conversation"
+    );
+    if tokens_after > limit {
+        return Err(Error::Context(format!(
+            "the conversation still needs {tokens_after} tokens after compaction, over the \
+             {limit} it may use (context window {} tokens, {} reserved for output); only the \
+             current turn is left and it cannot be cut further: shorten the request or its tool \
+             outputs, lower `tool_output_cap`, or use a model with a larger context window",
+            cm.config.context_window, cm.config.output_reserve
+        )));
+    }
+    Ok(CompactionReport {
+        strategy,
+        tokens_before,
+        tokens_after,
+    })
 }
 
 /// (a) Cuts every tool output longer than the cap to its head and tail.
@@ -479,9 +700,14 @@ mod tests {
 
     use crate::context::{CharEstimateCounter, ContextConfig};
 
+    /// A manager in the classic order (no low-water mark), which these tests pin down.
     fn manager(keep_recent_turns: u32) -> ContextManager {
-        ContextManager::new(ContextConfig::default().keep_recent_turns(keep_recent_turns))
-            .with_counter(CharEstimateCounter)
+        ContextManager::new(
+            ContextConfig::default()
+                .keep_recent_turns(keep_recent_turns)
+                .compact_to_threshold(),
+        )
+        .with_counter(CharEstimateCounter)
     }
 
     fn call(id: &str, input: &str) -> Message {

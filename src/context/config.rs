@@ -1,10 +1,17 @@
-//! The context budget: window size, output reserve, compaction threshold.
+//! The context budget: window size, output reserve, compaction water marks.
+
+use crate::error::Error;
 
 /// The context budget of a [`ContextManager`](crate::ContextManager).
 ///
 /// The *input budget* is the context window minus the tokens reserved for the response
 /// (`max_tokens`). Compaction starts when the conversation passes `compaction_threshold` of the
-/// input budget, and brings it back under that line.
+/// input budget (the high-water mark, default 85%) and brings it down to `compaction_target`
+/// (the low-water mark, default 40%): rarely, and a lot at a time, so that the requests in
+/// between repeat each other's prefix and a provider's prompt cache serves them. With
+/// `compaction_target` set to `None` ([`compact_to_threshold`](Self::compact_to_threshold)),
+/// compaction brings the conversation just under the threshold, a little at almost every turn
+/// once the window is full (the behaviour before the water marks).
 ///
 /// ```
 /// use agent_loop::ContextConfig;
@@ -13,6 +20,9 @@
 /// assert_eq!(config.context_window, 200_000);
 /// assert_eq!(config.input_budget(), 192_000);
 /// assert_eq!(config.threshold_tokens(), 163_200);
+/// assert_eq!(config.target_tokens(), 76_800);
+/// config.validate()?;
+/// # Ok::<(), agent_loop::Error>(())
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +32,14 @@ pub struct ContextConfig {
     /// Tokens kept free for the response; set it to the request's `max_tokens`.
     pub output_reserve: u32,
     /// Fraction of the input budget past which [`compact`](crate::ContextManager::compact)
-    /// acts (default 0.85).
+    /// acts: the high-water mark (default 0.85).
     pub compaction_threshold: f32,
+    /// Fraction of the input budget that [`compact`](crate::ContextManager::compact) brings the
+    /// conversation down to: the low-water mark (default `Some(0.4)`), below the threshold.
+    /// `None` compacts just under the threshold instead, with the strategies of old (which
+    /// rewrite the start of the history and fire at almost every turn once the window is
+    /// full).
+    pub compaction_target: Option<f32>,
     /// Fraction of the input budget that
     /// [`compact_harder`](crate::ContextManager::compact_harder) aims for after the provider
     /// rejected a request as too long (default 0.6).
@@ -43,6 +59,7 @@ impl Default for ContextConfig {
             context_window: 128_000,
             output_reserve: 8_192,
             compaction_threshold: 0.85,
+            compaction_target: Some(0.4),
             reactive_target: 0.6,
             keep_recent_turns: 4,
             tool_output_cap: 16 * 1024,
@@ -117,6 +134,21 @@ impl ContextConfig {
         self
     }
 
+    /// Sets the low-water mark: the fraction of the input budget compaction brings the
+    /// conversation down to (clamped to 0.05..=1; [`validate`](Self::validate) checks that it
+    /// is below the threshold).
+    pub fn compaction_target(mut self, fraction: f32) -> Self {
+        self.compaction_target = Some(clamp_fraction(fraction));
+        self
+    }
+
+    /// Turns the low-water mark off: compaction brings the conversation just under the
+    /// threshold, with the strategies of old.
+    pub fn compact_to_threshold(mut self) -> Self {
+        self.compaction_target = None;
+        self
+    }
+
     /// Sets the fraction of the input budget that reactive compaction aims for (clamped to
     /// 0.05..=1).
     pub fn reactive_target(mut self, fraction: f32) -> Self {
@@ -146,9 +178,58 @@ impl ContextConfig {
         fraction_of(self.input_budget(), self.compaction_threshold)
     }
 
+    /// The token count [`compact`](crate::ContextManager::compact) brings the conversation
+    /// down to: the low-water mark, or the threshold when there is none (or when the mark is
+    /// not below it).
+    pub fn target_tokens(&self) -> usize {
+        let threshold = self.threshold_tokens();
+        match self.compaction_target {
+            Some(target) => fraction_of(self.input_budget(), target).min(threshold),
+            None => threshold,
+        }
+    }
+
     /// The token count [`compact_harder`](crate::ContextManager::compact_harder) aims for.
     pub fn reactive_tokens(&self) -> usize {
         fraction_of(self.input_budget(), self.reactive_target)
+    }
+
+    /// Checks the budget: a non-empty input budget, every fraction a number in (0, 1], and the
+    /// low-water mark below the high-water mark. The setters clamp what they are given, but
+    /// the fields are public; an agent builder calls this so a bad setting fails at
+    /// construction with [`Error::Config`], not at the first compaction.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.input_budget() == 0 {
+            return Err(Error::Config(format!(
+                "the output reserve ({} tokens) leaves no room for input in a context window of \
+                 {} tokens",
+                self.output_reserve, self.context_window
+            )));
+        }
+        let fractions = [
+            ("compaction_threshold", Some(self.compaction_threshold)),
+            ("compaction_target", self.compaction_target),
+            ("reactive_target", Some(self.reactive_target)),
+        ];
+        for (name, value) in fractions {
+            if let Some(v) = value {
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(Error::Config(format!(
+                        "{name} is {v}: it must be a fraction of the input budget in (0, 1]"
+                    )));
+                }
+            }
+        }
+        if let Some(target) = self.compaction_target {
+            if target >= self.compaction_threshold {
+                return Err(Error::Config(format!(
+                    "compaction_target ({target}) must be below compaction_threshold ({}): \
+                     compaction starts above the threshold and ends at the target",
+                    self.compaction_threshold
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -171,6 +252,30 @@ pub(crate) fn fraction_of(tokens: usize, fraction: f32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        let message = |c: ContextConfig| match c.validate() {
+            Err(Error::Config(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        ContextConfig::default().validate().unwrap();
+        let mut c = ContextConfig {
+            compaction_target: Some(0.85),
+            ..ContextConfig::default()
+        };
+        assert!(message(c.clone()).contains("must be below compaction_threshold"));
+        c.compaction_target = Some(f32::NAN);
+        assert!(message(c.clone()).starts_with("compaction_target is NaN"));
+        c.compaction_target = Some(0.0);
+        assert!(message(c.clone()).starts_with("compaction_target is 0"));
+        c.compaction_target = None;
+        c.reactive_target = 1.5;
+        assert!(message(c.clone()).starts_with("reactive_target is 1.5"));
+        c.reactive_target = 0.6;
+        c.compaction_threshold = -1.0;
+        assert!(message(c).starts_with("compaction_threshold is -1"));
+    }
 
     #[test]
     fn model_lookup_by_prefix() {
@@ -196,12 +301,25 @@ mod tests {
         let c = ContextConfig::default()
             .context_window(1_000)
             .output_reserve(200)
-            .compaction_threshold(0.5);
+            .compaction_threshold(0.5)
+            .compaction_target(0.6);
         assert_eq!(c.input_budget(), 800);
         assert_eq!(c.threshold_tokens(), 400);
         assert_eq!(c.reactive_tokens(), 480);
+        assert_eq!(
+            c.target_tokens(),
+            400,
+            "a target above the threshold: the threshold"
+        );
+        assert!(c.validate().is_err());
+        let c = c.compaction_target(0.25);
+        assert_eq!(c.target_tokens(), 200);
+        c.validate().unwrap();
+        assert_eq!(c.clone().compact_to_threshold().target_tokens(), 400);
+        c.clone().compact_to_threshold().validate().unwrap();
         let c = c.output_reserve(5_000);
         assert_eq!(c.input_budget(), 0);
+        assert!(c.validate().is_err());
         assert_eq!(
             ContextConfig::default()
                 .compaction_threshold(f32::NAN)

@@ -389,7 +389,21 @@ impl ContextManager {
         Ok(repaired)
     }
 
-    /// Compacts the history if it is past the compaction threshold, bringing it back under.
+    /// Compacts the history if it is past the compaction threshold (the high-water mark),
+    /// bringing it down to [`compaction_target`](ContextConfig::compaction_target) (the
+    /// low-water mark, default 40% of the input budget).
+    ///
+    /// With the low-water mark (the default), compaction is cache-aware: the system prompt,
+    /// tools and first user message stay byte-identical; tool outputs are elided oldest first
+    /// (each replaced by a stable placeholder naming the tool, so earlier placeholders never
+    /// change again) until the mark is reached; if that is not enough, the oldest steps and
+    /// turns after the first message go, with one note appended to it (a summary, with a
+    /// `summarizer`), never the current request or the latest tool step. A request then shares
+    /// the provider's prompt cache with the one before up to the first elided output, and
+    /// compaction fires rarely. Call it before every request, as the agent does.
+    ///
+    /// With [`compact_to_threshold`](ContextConfig::compact_to_threshold), the strategies of
+    /// old bring the history just under the threshold:
     ///
     /// The strategies run in order, each only if the previous ones did not get under the
     /// threshold: (a) cut long tool outputs to their head and tail
@@ -410,10 +424,10 @@ impl ContextManager {
         &mut self,
         summarizer: Option<&dyn Summarizer>,
     ) -> Result<Option<CompactionReport>, Error> {
-        let target = self.config.threshold_tokens();
-        if self.token_count() <= target {
+        if self.token_count() <= self.config.threshold_tokens() {
             return Ok(None);
         }
+        let target = self.config.target_tokens();
         let limit = self.config.input_budget();
         compact::run(self, target, limit, summarizer)
             .await
@@ -458,14 +472,12 @@ impl ContextManager {
     ) -> Result<Option<CompactionStep>, Error> {
         self.pending = None;
         let (target, limit) = if reactive {
-            let target = self.reactive_target();
-            (target, target)
+            self.reactive_targets()
         } else {
-            let target = self.config.threshold_tokens();
-            if self.token_count() <= target {
+            if self.token_count() <= self.config.threshold_tokens() {
                 return Ok(None);
             }
-            (target, self.config.input_budget())
+            (self.config.target_tokens(), self.config.input_budget())
         };
         compact::begin(self, target, limit, summarize).map(Some)
     }
@@ -482,11 +494,20 @@ impl ContextManager {
         compact::finish(self, summary)
     }
 
-    fn reactive_target(&self) -> usize {
+    /// What a reactive compaction aims for, and the most it may end with: the reactive
+    /// target (of the budget or of the count now, whichever is lower); with a low-water mark,
+    /// down to the mark too, so the next compaction is as far off as usual.
+    fn reactive_targets(&self) -> (usize, usize) {
         let now = self.token_count();
-        self.config
+        let target = self
+            .config
             .reactive_tokens()
-            .min(config::fraction_of(now, self.config.reactive_target))
+            .min(config::fraction_of(now, self.config.reactive_target));
+        if self.config.compaction_target.is_some() {
+            (target.min(self.config.target_tokens()), target)
+        } else {
+            (target, target)
+        }
     }
 
     /// Reactive compaction, after the provider rejected a request as too long for its context
@@ -498,8 +519,8 @@ impl ContextManager {
         &mut self,
         summarizer: Option<&dyn Summarizer>,
     ) -> Result<CompactionReport, Error> {
-        let target = self.reactive_target();
-        compact::run(self, target, target, summarizer).await
+        let (target, limit) = self.reactive_targets();
+        compact::run(self, target, limit, summarizer).await
     }
 
     // ----- mutation primitives; every change to `messages` goes through these -----
@@ -567,14 +588,22 @@ impl ContextManager {
     /// What [`token_count`](Self::token_count) would be after removing the first `p` messages,
     /// whose estimates sum to `removed` (mirrors [`splice`](Self::splice)).
     fn count_without_prefix(&self, p: usize, removed: usize) -> usize {
+        self.count_without_range(0, p, removed)
+    }
+
+    /// What [`token_count`](Self::token_count) would be after removing the messages
+    /// `start..end`, whose estimates sum to `removed` (mirrors [`splice`](Self::splice)).
+    fn count_without_range(&self, start: usize, end: usize, removed: usize) -> usize {
         let estimate = self.estimated_tokens() - removed;
         let Some(a) = self.anchor else {
             return estimate;
         };
-        let est_now = if p <= a.len {
+        let est_now = if start >= a.len {
+            a.est_now
+        } else if end <= a.len {
             a.est_now - removed
         } else {
-            a.est_now - self.counts[..a.len].iter().sum::<usize>()
+            a.est_now - self.counts[start..a.len].iter().sum::<usize>()
         };
         if est_now == 0 {
             return estimate;

@@ -16,11 +16,13 @@ use crate::message::{Message, StopReason, ToolSpec, Usage};
 use crate::sse::{SseDecoder, SseLimits};
 
 pub(crate) mod anthropic;
+mod cache;
 pub(crate) mod http;
 pub(crate) mod openai;
 pub(crate) mod retry;
 
 pub use anthropic::AnthropicClient;
+pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use retry::{Jitter, RetryPolicy};
@@ -407,6 +409,10 @@ pub struct ModelRequest {
     /// Provider-specific fields merged into the request body as they are
     /// (for example `{"top_k": 5}` or `{"reasoning_effort": "low"}`).
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Prompt caching: where Anthropic `cache_control` breakpoints go (ignored by OpenAI, which
+    /// caches by itself). Default [`PromptCache::default()`]: the last tool, the system prompt
+    /// and the two latest user messages, 5-minute TTL. `None` sends no breakpoint.
+    pub prompt_cache: Option<PromptCache>,
 }
 
 impl Default for ModelRequest {
@@ -422,6 +428,7 @@ impl Default for ModelRequest {
             stop_sequences: Vec::new(),
             thinking_budget: None,
             extra: serde_json::Map::new(),
+            prompt_cache: Some(PromptCache::default()),
         }
     }
 }

@@ -5,6 +5,9 @@
 //! - Anthropic: a custom tool's `input_schema` must be an object schema (`"type": "object"`)
 //!   without `oneOf`, `anyOf` or `allOf` at its top level.
 //! - OpenAI: a function's `parameters`, when present, must be an object schema.
+//! - Anthropic prompt caching: at most four `cache_control` breakpoints in one request (tools,
+//!   system blocks, message content blocks and the blocks inside tool results), each of type
+//!   `ephemeral` with a `ttl` of `5m` or `1h` when it has one.
 //!
 //! The messages are the providers' own.
 
@@ -23,6 +26,11 @@ pub(super) struct Rejection {
 /// The first tool in `body` whose schema the provider refuses, described as the provider
 /// does; `None` when every tool schema is acceptable.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
+    if format == WireFormat::Anthropic {
+        if let Some(refused) = cache_control(body) {
+            return Some(refused);
+        }
+    }
     let tools = body.get("tools")?.as_array()?;
     tools.iter().enumerate().find_map(|(i, tool)| match format {
         WireFormat::Anthropic => anthropic(i, tool),
@@ -63,6 +71,88 @@ fn anthropic(index: usize, tool: &Value) -> Option<Rejection> {
     }
     if map.get("type").and_then(Value::as_str) != Some("object") {
         return invalid(format!("{field}.type: Input should be 'object'"));
+    }
+    None
+}
+
+/// The most `cache_control` breakpoints Anthropic accepts in one request.
+const MAX_BREAKPOINTS: usize = 4;
+
+/// Anthropic's checks of the `cache_control` breakpoints: each one's shape (field paths as the
+/// API names them, e.g. `messages.0.content.1.text.cache_control.ttl`), then their number.
+fn cache_control(body: &Value) -> Option<Rejection> {
+    fn visit<'v>(found: &mut Vec<(String, &'v Value)>, path: String, block: &'v Value) {
+        if let Some(control) = block.get("cache_control") {
+            let kind = block.get("type").and_then(Value::as_str).unwrap_or("text");
+            found.push((format!("{path}.{kind}.cache_control"), control));
+        }
+    }
+    let mut found: Vec<(String, &Value)> = Vec::new();
+    if let Some(tools) = body.get("tools").and_then(Value::as_array) {
+        for (i, tool) in tools.iter().enumerate() {
+            if let Some(control) = tool.get("cache_control") {
+                found.push((format!("tools.{i}.custom.cache_control"), control));
+            }
+        }
+    }
+    if let Some(system) = body.get("system").and_then(Value::as_array) {
+        for (i, block) in system.iter().enumerate() {
+            visit(&mut found, format!("system.{i}"), block);
+        }
+    }
+    for (i, message) in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, block) in message
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            visit(&mut found, format!("messages.{i}.content.{j}"), block);
+            // A tool result's content may be blocks too.
+            for (k, inner) in block
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                visit(
+                    &mut found,
+                    format!("messages.{i}.content.{j}.tool_result.content.{k}"),
+                    inner,
+                );
+            }
+        }
+    }
+    let invalid = |message: String| {
+        Some(Rejection {
+            error_type: "invalid_request_error",
+            code: None,
+            message,
+        })
+    };
+    for (path, control) in &found {
+        if control.get("type").and_then(Value::as_str) != Some("ephemeral") {
+            return invalid(format!("{path}.type: Input should be 'ephemeral'"));
+        }
+        match control.get("ttl") {
+            None => {}
+            Some(Value::String(ttl)) if ttl == "5m" || ttl == "1h" => {}
+            Some(_) => return invalid(format!("{path}.ttl: Input should be '5m' or '1h'")),
+        }
+    }
+    if found.len() > MAX_BREAKPOINTS {
+        return invalid(format!(
+            "A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {}.",
+            found.len()
+        ));
     }
     None
 }
@@ -134,6 +224,52 @@ mod tests {
             rejection(WireFormat::Anthropic, &json!({"messages": []})),
             None
         );
+    }
+
+    #[test]
+    fn anthropic_counts_breakpoints_everywhere_and_checks_their_shape() {
+        let eph = json!({"type": "ephemeral"});
+        let body = |extra: Value| {
+            json!({
+                "tools": [{"name": "t", "input_schema": {"type": "object"}, "cache_control": eph}],
+                "system": [{"type": "text", "text": "s", "cache_control": eph}],
+                "messages": [{"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "1", "content": [
+                        {"type": "text", "text": "r", "cache_control": eph}
+                    ]},
+                    extra
+                ]}]
+            })
+        };
+        let message =
+            |extra: Value| rejection(WireFormat::Anthropic, &body(extra)).map(|r| r.message);
+        // Three plus one: at the limit.
+        assert_eq!(
+            message(json!({"type": "text", "text": "x", "cache_control": eph})),
+            None
+        );
+        assert_eq!(message(json!({"type": "text", "text": "x"})), None);
+        // The nested one counts: three plus two is five.
+        let five = json!({"type": "tool_result", "tool_use_id": "2", "cache_control": eph,
+                          "content": [{"type": "text", "text": "r", "cache_control": eph}]});
+        assert_eq!(
+            message(five).as_deref(),
+            Some("A maximum of 4 blocks with cache_control may be provided. Found 5.")
+        );
+        assert_eq!(
+            message(json!({"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": 300}}))
+                .as_deref(),
+            Some("messages.0.content.1.text.cache_control.ttl: Input should be '5m' or '1h'")
+        );
+        assert_eq!(
+            message(json!({"type": "image", "cache_control": {}})).as_deref(),
+            Some("messages.0.content.1.image.cache_control.type: Input should be 'ephemeral'")
+        );
+        // OpenAI bodies are not checked for it.
+        let many = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x", "cache_control": {"type": "bogus"}}
+        ]}]});
+        assert_eq!(rejection(WireFormat::OpenAiChat, &many), None);
     }
 
     #[test]

@@ -7,15 +7,21 @@
 //! - Empty text blocks are dropped (Anthropic rejects them), and so are messages left empty.
 //! - Thinking, redacted-thinking and unmodelled (`Other`) blocks are sent back unmodified.
 //! - `tool_use.input` is always an object (anything else becomes `{}`).
+//! - Prompt caching ([`PromptCache`], on by default): `cache_control` goes on the last tool, on
+//!   the system prompt (then sent as one text block), and on the last cacheable block of each of
+//!   the latest user messages. Thinking, redacted-thinking and empty text blocks may not carry
+//!   one (the API refuses them), so the breakpoint goes on the last block that may; unmodelled
+//!   blocks are sent as they are, and their own breakpoints count against the limit of four.
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Role};
-use crate::provider::{ModelRequest, ToolChoice};
+use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
 use super::wire::{
-    MessagesRequest, ObjectOrEmpty, WireBlock, WireMessage, WireThinking, WireTool, WireToolChoice,
+    MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireMessage, WireSystem,
+    WireSystemBlock, WireThinking, WireTool, WireToolChoice,
 };
 
 /// The JSON body for `request`, using `default_model` when the request names none.
@@ -28,15 +34,47 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
                 .to_owned(),
         });
     }
-    let tools: Vec<WireTool<'_>> = request
+    let cache = request.prompt_cache;
+    if let Some(cache) = &cache {
+        cache.validate().map_err(|e| LlmError::InvalidRequest {
+            message: e.to_string(),
+        })?;
+    }
+    let control = cache.map(|c| cache_control(c.ttl));
+    let mut tools: Vec<WireTool<'_>> = request
         .tools
         .iter()
         .map(|t| WireTool {
             name: &t.name,
             description: &t.description,
             input_schema: &t.input_schema,
+            cache_control: None,
         })
         .collect();
+    let mut placed = 0;
+    if let (Some(last), Some(PromptCache { tools: true, .. })) = (tools.last_mut(), &cache) {
+        last.cache_control = control;
+        placed += 1;
+    }
+    let system = request.system.as_deref().filter(|s| !s.is_empty());
+    let system = match (system, &cache) {
+        (Some(text), Some(PromptCache { system: true, .. })) => {
+            placed += 1;
+            Some(WireSystem::Blocks([WireSystemBlock {
+                kind: "text",
+                text,
+                cache_control: cache_control(cache.map(|c| c.ttl).unwrap_or_default()),
+            }]))
+        }
+        (Some(text), _) => Some(WireSystem::Text(text)),
+        (None, _) => None,
+    };
+    let mut messages = messages(request);
+    if let (Some(cache), Some(control)) = (&cache, control) {
+        let verbatim = verbatim_breakpoints(&messages);
+        let room = MAX_CACHE_BREAKPOINTS.saturating_sub(placed + verbatim);
+        mark_latest_user_messages(&mut messages, cache.message_breakpoints.min(room), control);
+    }
     let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
         ToolChoice::Auto => WireToolChoice::Auto,
         ToolChoice::Any => WireToolChoice::Any,
@@ -46,8 +84,8 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
     let body = MessagesRequest {
         model,
         max_tokens: request.max_tokens,
-        system: request.system.as_deref().filter(|s| !s.is_empty()),
-        messages: messages(request),
+        system,
+        messages,
         tools,
         tool_choice,
         temperature: request.temperature,
@@ -62,6 +100,55 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         message: format!("could not encode the request: {e}"),
     })?;
     crate::provider::http::merge_extra(value, &request.extra)
+}
+
+fn cache_control(ttl: CacheTtl) -> WireCacheControl {
+    WireCacheControl {
+        kind: "ephemeral",
+        ttl: match ttl {
+            CacheTtl::FiveMinutes => None,
+            CacheTtl::OneHour => Some("1h"),
+        },
+    }
+}
+
+/// The `cache_control` breakpoints already in unmodelled blocks, sent as they are.
+fn verbatim_breakpoints(messages: &[WireMessage<'_>]) -> u32 {
+    let n = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter(|b| matches!(b, WireBlock::Other(v) if v.get("cache_control").is_some()))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Puts `control` on the last block that may carry one in each of the `count` latest user
+/// messages (a user message with no such block is skipped and does not use up a breakpoint).
+fn mark_latest_user_messages(
+    messages: &mut [WireMessage<'_>],
+    count: u32,
+    control: WireCacheControl,
+) {
+    let mut left = count;
+    for message in messages.iter_mut().rev() {
+        if left == 0 {
+            return;
+        }
+        if message.role != "user" {
+            continue;
+        }
+        let slot = message.content.iter_mut().rev().find_map(|b| match b {
+            WireBlock::Text { cache_control, .. }
+            | WireBlock::ToolUse { cache_control, .. }
+            | WireBlock::ToolResult { cache_control, .. } => Some(cache_control),
+            // Thinking blocks may not carry a breakpoint; unmodelled blocks are sent verbatim.
+            _ => None,
+        });
+        if let Some(slot) = slot {
+            *slot = Some(control);
+            left -= 1;
+        }
+    }
 }
 
 fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
@@ -99,7 +186,10 @@ fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
 fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
     Some(match block {
         ContentBlock::Text { text } if text.is_empty() => return None,
-        ContentBlock::Text { text } => WireBlock::Text { text },
+        ContentBlock::Text { text } => WireBlock::Text {
+            text,
+            cache_control: None,
+        },
         ContentBlock::Thinking {
             thinking,
             signature,
@@ -112,6 +202,7 @@ fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
             id,
             name,
             input: ObjectOrEmpty(input),
+            cache_control: None,
         },
         ContentBlock::ToolResult {
             tool_use_id,
@@ -121,6 +212,7 @@ fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
             tool_use_id,
             content,
             is_error: *is_error,
+            cache_control: None,
         },
         ContentBlock::Other(value) => WireBlock::Other(value),
     })
@@ -144,9 +236,43 @@ mod tests {
             json!({
                 "model": "claude-test",
                 "max_tokens": 4096,
-                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+                ]}],
                 "stream": true
             })
+        );
+        let mut uncached = ModelRequest::new(vec![Message::user("hi")]);
+        uncached.prompt_cache = None;
+        assert_eq!(
+            encode_value(&uncached)["messages"][0]["content"][0],
+            json!({"type": "text", "text": "hi"})
+        );
+    }
+
+    #[test]
+    fn a_user_message_without_a_cacheable_block_does_not_use_up_a_breakpoint() {
+        let r = ModelRequest::new(vec![
+            Message::user("first"),
+            Message::assistant("a"),
+            Message::user("second"),
+            Message::assistant("b"),
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::Other(json!({"type": "image", "source": {}}))],
+            },
+        ]);
+        let v = encode_value(&r);
+        assert!(v["messages"][4]["content"][0]
+            .get("cache_control")
+            .is_none());
+        assert_eq!(
+            v["messages"][2]["content"][0]["cache_control"]["type"],
+            "ephemeral"
+        );
+        assert_eq!(
+            v["messages"][0]["content"][0]["cache_control"]["type"],
+            "ephemeral"
         );
     }
 

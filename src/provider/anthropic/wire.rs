@@ -8,7 +8,7 @@ pub(crate) struct MessagesRequest<'a> {
     pub(crate) model: &'a str,
     pub(crate) max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) system: Option<&'a str>,
+    pub(crate) system: Option<WireSystem<'a>>,
     pub(crate) messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) tools: Vec<WireTool<'a>>,
@@ -21,6 +21,33 @@ pub(crate) struct MessagesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) thinking: Option<WireThinking>,
     pub(crate) stream: bool,
+}
+
+/// `system`: a string, or text blocks when the system prompt carries a cache breakpoint.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum WireSystem<'a> {
+    Text(&'a str),
+    Blocks([WireSystemBlock<'a>; 1]),
+}
+
+/// A text block of `system`.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireSystemBlock<'a> {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) text: &'a str,
+    pub(crate) cache_control: WireCacheControl,
+}
+
+/// `cache_control`: `{"type": "ephemeral"}`, with `"ttl": "1h"` for the long TTL (the 5-minute
+/// default is sent without a `ttl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct WireCacheControl {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ttl: Option<&'static str>,
 }
 
 /// One message: a role and content blocks (always the array form).
@@ -36,6 +63,8 @@ pub(crate) struct WireMessage<'a> {
 pub(crate) enum WireBlock<'a> {
     Text {
         text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<WireCacheControl>,
     },
     Thinking {
         thinking: &'a str,
@@ -48,12 +77,16 @@ pub(crate) enum WireBlock<'a> {
         id: &'a str,
         name: &'a str,
         input: ObjectOrEmpty<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<WireCacheControl>,
     },
     ToolResult {
         tool_use_id: &'a str,
         content: &'a str,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<WireCacheControl>,
     },
     /// A block the crate does not model, sent back verbatim.
     #[serde(untagged)]
@@ -79,6 +112,8 @@ pub(crate) struct WireTool<'a> {
     pub(crate) name: &'a str,
     pub(crate) description: &'a str,
     pub(crate) input_schema: &'a serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cache_control: Option<WireCacheControl>,
 }
 
 /// `tool_choice`.
