@@ -500,6 +500,13 @@ mod tests {
         assert!(!registry.is_empty());
         assert!(ToolRegistry::new().is_empty());
         assert_eq!(ToolRegistry::new().len(), 0);
+        let debug = format!("{:?}", registry.max_concurrency(3));
+        assert!(
+            debug.starts_with("ToolRegistry")
+                && debug.contains("[\"read\", \"write\"]")
+                && debug.contains("max_concurrency: 3"),
+            "{debug}"
+        );
     }
 
     #[test]
