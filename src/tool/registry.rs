@@ -454,3 +454,95 @@ impl ExecOptions {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FnTool;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Path {
+        #[allow(dead_code)]
+        path: String,
+    }
+
+    fn registry() -> ToolRegistry {
+        let read = FnTool::new("read", "Reads a file.", |_: Path, _ctx| async move {
+            Ok("text")
+        })
+        .read_only(true)
+        .timeout(Duration::from_secs(5));
+        let write = FnTool::new("write", "Writes a file.", |_: Path, _ctx| async move {
+            Ok("done")
+        });
+        ToolRegistry::new().with(read).unwrap().with(write).unwrap()
+    }
+
+    #[test]
+    fn a_registered_tool_shows_what_the_model_sees() {
+        let registry = registry();
+        let read = registry.get("read").unwrap();
+        assert_eq!(read.name(), "read");
+        assert_eq!(read.description(), "Reads a file.");
+        assert_eq!(read.input_schema(), &read.spec().input_schema);
+        assert_eq!(read.input_schema()["required"], serde_json::json!(["path"]));
+        assert_eq!(read.spec().description, "Reads a file.");
+        assert!(read.read_only());
+        assert_eq!(read.timeout(), Some(Duration::from_secs(5)));
+        let write = registry.get("write").unwrap();
+        assert!(!write.read_only());
+        assert_eq!(write.timeout(), None);
+        let debug = format!("{read:?}");
+        assert!(debug.starts_with("RegisteredTool"), "{debug}");
+        assert!(
+            debug.contains("\"read\"") && debug.contains("read_only: true"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn the_registry_answers_by_name() {
+        let registry = registry();
+        assert!(registry.contains("read") && registry.contains("write"));
+        assert!(!registry.contains("delete"));
+        assert!(registry.get("delete").is_none());
+        assert!(registry.is_read_only("read"));
+        assert!(!registry.is_read_only("write"));
+        assert!(!registry.is_read_only("delete"));
+        assert_eq!(registry.names().collect::<Vec<_>>(), ["read", "write"]);
+        let specs: Vec<String> = registry.specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(specs, ["read", "write"]);
+        assert_eq!(registry.len(), 2);
+        assert!(!registry.is_empty());
+        assert!(ToolRegistry::new().is_empty());
+        assert_eq!(ToolRegistry::new().len(), 0);
+        let debug = format!("{:?}", registry.max_concurrency(3));
+        assert!(
+            debug.starts_with("ToolRegistry")
+                && debug.contains("[\"read\", \"write\"]")
+                && debug.contains("max_concurrency: 3"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn calls_and_results_convert_to_and_from_blocks() {
+        let block = ContentBlock::ToolUse {
+            id: "c1".into(),
+            name: "read".into(),
+            input: serde_json::json!({"path": "a"}),
+        };
+        let call = ToolCall::from_block(&block).unwrap();
+        assert_eq!((call.id.as_str(), call.name.as_str()), ("c1", "read"));
+        assert_eq!(call.input, serde_json::json!({"path": "a"}));
+        assert!(!call.has_invalid_json());
+        assert!(ToolCall::from_block(&ContentBlock::text("hi")).is_none());
+        assert!(ToolCall::from_raw("c2", "read", "{\"path\":").has_invalid_json());
+        assert!(!ToolCall::from_raw("c3", "read", "").has_invalid_json());
+        let result = ToolCallResult::new("c1", "read", "oops", true, Duration::ZERO);
+        assert_eq!(
+            result.to_block(),
+            ContentBlock::tool_result("c1", "oops", true)
+        );
+    }
+}
