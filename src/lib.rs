@@ -102,8 +102,8 @@ pub use provider::{
 };
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
 pub use tool::{
-    Concurrency, ExecOptions, FnTool, RegisteredTool, Tool, ToolCall, ToolCallResult, ToolContext,
-    ToolError, ToolOutput, ToolProgress, ToolRegistry,
+    Access, Concurrency, ExecOptions, FnTool, RegisteredTool, Schedule, Tool, ToolCall,
+    ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
 };
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz

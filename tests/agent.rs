@@ -4,15 +4,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::testing::{history_violation, ScriptedClient, ScriptedResponse};
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
     Agent, AgentEvent, AgentHooks, ApiError, ContentBlock, FnTool, HookAction, LlmError,
-    ModelRequest, RetryPolicy, Role, RunOutcome, StopReason, Termination, ToolCall, ToolDecision,
-    ToolError, Usage,
+    ModelRequest, RetryPolicy, Role, StopReason, Termination, ToolCall, ToolDecision, ToolError,
+    Usage,
 };
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
+
+mod common;
+use common::agent::{assert_valid, echo_tool, run, run_cancelling};
 
 #[derive(Deserialize, schemars::JsonSchema)]
 struct AddInput {
@@ -28,46 +31,12 @@ fn add_tool() -> impl agent_loop::Tool {
     )
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-struct EchoInput {
-    text: String,
-}
-
-fn echo_tool() -> impl agent_loop::Tool {
-    FnTool::new("echo", "Echoes text.", |i: EchoInput, _ctx| async move {
-        Ok::<_, ToolError>(i.text)
-    })
-}
-
 fn failing_tool() -> impl agent_loop::Tool {
     FnTool::new(
         "fail",
         "Always fails.",
         |_: serde_json::Value, _ctx| async move { Err::<String, _>(ToolError::new("disk on fire")) },
     )
-}
-
-async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome) {
-    let events: Vec<AgentEvent> = agent.run(input).collect().await;
-    let outcome = match events.last() {
-        Some(AgentEvent::Finished(o)) => o.clone(),
-        other => panic!("the last event is not Finished: {other:?}"),
-    };
-    assert_eq!(
-        events
-            .iter()
-            .filter(|e| matches!(e, AgentEvent::Finished(_)))
-            .count(),
-        1,
-        "exactly one Finished event"
-    );
-    (events, outcome)
-}
-
-fn assert_valid(agent: &Agent) {
-    if let Some(v) = history_violation(&agent.messages()) {
-        panic!("invalid history: {v}\n{:#?}", agent.messages());
-    }
 }
 
 /// Event kinds, without durations, for exact sequence checks.
@@ -660,20 +629,12 @@ async fn cancelling_while_tools_run_answers_every_call_and_the_next_run_works() 
         .tool(add_tool())
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut events = Vec::new();
-    {
-        let mut stream = std::pin::pin!(agent.run("go"));
-        while let Some(event) = stream.next().await {
-            if matches!(&event, AgentEvent::ToolResult { id, .. } if id == "a1") {
-                handle.cancel();
-            }
-            events.push(event);
-        }
-    }
-    let Some(AgentEvent::Finished(outcome)) = events.last() else {
-        panic!()
-    };
+    let (_, outcome) = run_cancelling(
+        &mut agent,
+        "go",
+        |event| matches!(event, AgentEvent::ToolResult { id, .. } if id == "a1"),
+    )
+    .await;
     assert_eq!(outcome.termination, Termination::Cancelled);
     assert_valid(&agent);
     let messages = agent.messages();

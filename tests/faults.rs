@@ -23,18 +23,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use agent_loop::testing::{
-    history_violation, MockResponse, MockServer, ScriptedResponse, StreamPoint,
-};
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::{
     Agent, AgentBuilder, AgentEvent, AnthropicClient, CharEstimateCounter, ContentBlock,
     ContextConfig, ContextManager, Error, FnTool, Jitter, LlmClient, LlmError, Message,
     OpenAiClient, RetryPolicy, Role, RunOutcome, StreamLimits, Termination, TimeoutKind,
     ToolContext, ToolError, ToolRegistry,
 };
-use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::json;
+
+mod common;
+use common::agent::{assert_valid, echo_tool, result_event, run, run_cancelling};
 
 const KEY: &str = "sk-fault-suite-0123456789-secret";
 
@@ -175,17 +174,6 @@ fn bare(client: Box<dyn LlmClient>) -> AgentBuilder {
         .context(context)
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-struct EchoInput {
-    text: String,
-}
-
-fn echo_tool() -> impl agent_loop::Tool {
-    FnTool::new("echo", "Echoes text.", |i: EchoInput, _ctx| async move {
-        Ok::<_, ToolError>(i.text)
-    })
-}
-
 /// A tool that counts its calls (to prove a call did or did not run).
 fn counting_tool(name: &'static str, runs: Arc<AtomicU32>) -> impl agent_loop::Tool {
     FnTool::new(name, "Counts.", move |_: serde_json::Value, _ctx| {
@@ -195,47 +183,6 @@ fn counting_tool(name: &'static str, runs: Arc<AtomicU32>) -> impl agent_loop::T
             Ok::<_, ToolError>("counted")
         }
     })
-}
-
-/// Runs the agent to the end; checks that `Finished` is the last event and the only one.
-async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome) {
-    let events: Vec<AgentEvent> = agent.run(input).collect().await;
-    finished(events)
-}
-
-/// Runs the agent, calling `handle.cancel()` right after the first event `cancel_on` accepts.
-async fn run_cancelling(
-    agent: &mut Agent,
-    input: &str,
-    cancel_on: impl Fn(&AgentEvent) -> bool,
-) -> (Vec<AgentEvent>, RunOutcome) {
-    let handle = agent.handle();
-    let mut events = Vec::new();
-    {
-        let mut stream = std::pin::pin!(agent.run(input));
-        let mut cancelled = false;
-        while let Some(event) = stream.next().await {
-            if !cancelled && cancel_on(&event) {
-                handle.cancel();
-                cancelled = true;
-            }
-            events.push(event);
-        }
-    }
-    finished(events)
-}
-
-fn finished(events: Vec<AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
-    let outcome = match events.last() {
-        Some(AgentEvent::Finished(o)) => o.clone(),
-        other => panic!("the last event is not Finished: {other:?}\n{events:#?}"),
-    };
-    let count = events
-        .iter()
-        .filter(|e| matches!(e, AgentEvent::Finished(_)))
-        .count();
-    assert_eq!(count, 1, "exactly one Finished event: {events:#?}");
-    (events, outcome)
 }
 
 /// The events in a compact form: kinds with the data that identifies them. `Retry` carries
@@ -290,17 +237,6 @@ fn retry_errors(events: &[AgentEvent]) -> Vec<String> {
             _ => None,
         })
         .collect()
-}
-
-/// The content of the `ToolResult` event of call `id`.
-fn result_event(events: &[AgentEvent], id: &str) -> String {
-    events
-        .iter()
-        .find_map(|e| match e {
-            AgentEvent::ToolResult { id: i, content, .. } if i == id => Some(content.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no ToolResult event for {id}: {events:#?}"))
 }
 
 /// The error that ended the run.
@@ -376,9 +312,7 @@ fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
 /// exactly `expected`.
 #[track_caller]
 fn assert_history(agent: &Agent, server: Option<&MockServer>, expected: &[&str]) {
-    if let Some(v) = history_violation(&agent.messages()) {
-        panic!("invalid history: {v}\n{:#?}", agent.messages());
-    }
+    assert_valid(agent);
     if let Some(server) = server {
         assert_eq!(server.history_violations(), Vec::<String>::new());
     }
@@ -1619,9 +1553,7 @@ async fn cancel_while_tools_run(format: Format) {
         sent.contains("cancelled") && sent.contains("again"),
         "{sent}"
     );
-    if let Some(v) = history_violation(&agent.messages()) {
-        panic!("invalid history: {v}\n{:#?}", agent.messages());
-    }
+    assert_valid(&agent);
     assert_eq!(server.history_violations(), Vec::<String>::new());
     assert_eq!(
         history(&agent.messages()).last().unwrap(),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use agent_loop::schemars::JsonSchema;
 use agent_loop::{
-    async_trait, CancellationToken, Concurrency, Error, ExecOptions, FnTool, Tool, ToolCall,
-    ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
+    async_trait, Access, CancellationToken, Concurrency, Error, ExecOptions, FnTool, Tool,
+    ToolCall, ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -735,6 +735,14 @@ fn the_registry_lists_its_tools_in_registration_order() {
     assert!(registry.is_read_only("calc"));
     assert!(!registry.is_read_only("echo"));
     assert!(!registry.is_read_only("missing"));
+    // `read_only` and `Access` are one fact, seen two ways.
+    assert_eq!(registry.access("calc"), Some(Access::ReadOnly));
+    assert_eq!(registry.access("echo"), Some(Access::SideEffects));
+    assert_eq!(registry.access("missing"), None);
+    assert_eq!(
+        registry.get("calc").map(|t| t.access()),
+        Some(Access::ReadOnly)
+    );
     assert_eq!(registry.get("calc").map(|t| t.name()), Some("calc"));
     assert!(registry.get("missing").is_none());
 

@@ -18,12 +18,14 @@
 use crate::message::Message;
 
 mod mock;
+mod response;
 mod scripted;
 mod sse;
 mod tool_schemas;
 mod whole;
 
-pub use mock::{Interruption, MockResponse, MockServer, RecordedRequest, StreamPoint};
+pub use mock::{MockServer, RecordedRequest};
+pub use response::{Interruption, MockResponse, StreamPoint};
 pub use scripted::{ScriptedClient, ScriptedResponse};
 
 /// Checks the history invariant a provider enforces on a conversation and returns the first

@@ -1,20 +1,15 @@
-//! Running a batch of tool calls: ordering constraints, the concurrency limit, timeouts,
-//! panics, cancellation and the output cap.
+//! Running a batch of prepared tool calls: the planner's order, the concurrency limit,
+//! timeouts, panics, cancellation and the output cap.
 //!
 //! Every call is one future in a `FuturesUnordered` polled by the stream itself (no spawned
 //! tasks, so dropping the stream or cancelling stops every tool at once). A call first waits
-//! for the calls it must follow, then for a permit of the batch's semaphore, then runs:
+//! for the calls [`plan`] says it must follow, then for a permit of the batch's semaphore,
+//! then runs.
 //!
-//! ```text
-//!   Shared      waits for the last Exclusive call before it
-//!   Keyed(k)    waits for the last Exclusive call before it and the previous call keyed k
-//!   Exclusive   waits for every call since the previous Exclusive call (and that one)
-//! ```
-//!
-//! Calls that fail before running (unknown tool, bad arguments) are answered at once.
+//! Calls that failed before running (unknown tool, bad arguments) are answered at once.
 
 use std::any::Any;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -26,12 +21,19 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::registry::{ExecOptions, Prepared, ToolCall, ToolCallResult, ToolRegistry};
+use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
+use super::plan::plan;
 use super::schema::{self, quote};
-use super::{Concurrency, ToolContext};
+use super::ToolContext;
 
-/// The content of the result of a call stopped by cancellation.
-const CANCELLED: &str = "cancelled";
+/// The registry's limits that apply to a whole batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// At most this many calls run at once (0 counts as 1).
+    pub(crate) max_concurrency: u32,
+    /// The longest result text.
+    pub(crate) max_output_bytes: usize,
+}
 
 type CallFuture<'a> = BoxFuture<'a, (usize, ToolCallResult)>;
 
@@ -55,17 +57,23 @@ enum Next {
     Done,
 }
 
+/// Runs the calls, each with what the registry made of it (an `Err` is answered at once with
+/// that text), and yields each result with the call's index as it arrives.
 pub(crate) fn run<'a>(
-    registry: &'a ToolRegistry,
-    calls: Vec<ToolCall>,
+    calls: Vec<(ToolCall, Result<Prepared<'a>, String>)>,
+    limits: Limits,
     opts: ExecOptions,
 ) -> impl Stream<Item = (usize, ToolCallResult)> + Send + 'a {
-    let config = *registry.config();
     let count = calls.len();
-    let semaphore = Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize));
+    let semaphore = Arc::new(Semaphore::new(limits.max_concurrency.max(1) as usize));
     let done: Vec<CancellationToken> = (0..count).map(|_| CancellationToken::new()).collect();
     let started: Arc<Vec<OnceLock<Instant>>> =
         Arc::new((0..count).map(|_| OnceLock::new()).collect());
+    let schedules: Vec<_> = calls
+        .iter()
+        .map(|(_, prepared)| prepared.as_ref().ok().map(|p| p.schedule.clone()))
+        .collect();
+    let plan = plan(&schedules);
 
     let mut batch = Batch {
         ready: VecDeque::new(),
@@ -76,34 +84,12 @@ pub(crate) fn run<'a>(
         cancel: opts.cancel.clone(),
     };
 
-    // Ordering constraints, in the model's order.
-    let mut last_exclusive: Option<usize> = None;
-    let mut since_exclusive: Vec<usize> = Vec::new();
-    let mut last_by_key: HashMap<String, usize> = HashMap::new();
-
-    for (index, call) in calls.into_iter().enumerate() {
+    for (index, (call, prepared)) in calls.into_iter().enumerate() {
         batch.calls.push((call.id.clone(), call.name.clone()));
-        let prepared = match registry.get(&call.name) {
-            None => Err(unknown_tool(registry, &call.name)),
-            Some(tool) => match call.parse_error() {
-                Some(error) => Err(schema::invalid_arguments(&call.name, error)),
-                // A custom `Deserialize` or `Tool::concurrency` may panic: that is the tool's
-                // failure, answered like a panic in `call`.
-                None => std::panic::catch_unwind(AssertUnwindSafe(|| tool.prepare(&call.input)))
-                    .unwrap_or_else(|panic| {
-                        Err(format!(
-                            "tool {} panicked: {}",
-                            quote(&call.name),
-                            panic_message(panic.as_ref())
-                        ))
-                    })
-                    .map(|prepared| (prepared, tool.timeout().unwrap_or(config.default_timeout))),
-            },
-        };
-        let (prepared, limit) = match prepared {
-            Ok(ok) => ok,
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
             Err(message) => {
-                let content = truncate_middle(message, config.max_output_bytes);
+                let content = truncate_middle(message, limits.max_output_bytes);
                 batch.answered[index] = true;
                 batch.ready.push_back((
                     index,
@@ -112,28 +98,17 @@ pub(crate) fn run<'a>(
                 continue;
             }
         };
-
-        let mut deps: Vec<usize> = last_exclusive.into_iter().collect();
-        match &prepared.concurrency {
-            Concurrency::Shared => since_exclusive.push(index),
-            Concurrency::Keyed(key) => {
-                deps.extend(last_by_key.insert(key.clone(), index));
-                since_exclusive.push(index);
-            }
-            Concurrency::Exclusive => {
-                deps.append(&mut since_exclusive);
-                last_by_key.clear();
-                last_exclusive = Some(index);
-            }
-        }
-
         let call_run = CallRun {
             index,
             call,
+            limit: prepared.timeout,
             prepared,
-            limit,
-            max_output_bytes: config.max_output_bytes,
-            deps: deps.iter().filter_map(|&d| done.get(d).cloned()).collect(),
+            max_output_bytes: limits.max_output_bytes,
+            deps: plan
+                .deps(index)
+                .iter()
+                .filter_map(|&d| done.get(d).cloned())
+                .collect(),
             done: done.get(index).cloned().unwrap_or_default(),
             semaphore: Arc::clone(&semaphore),
             started: Arc::clone(&started),
@@ -175,9 +150,10 @@ pub(crate) fn run<'a>(
                         .get(index)
                         .and_then(OnceLock::get)
                         .map_or(Duration::ZERO, Instant::elapsed);
-                    batch
-                        .ready
-                        .push_back((index, cancelled(id.clone(), name.clone(), duration)));
+                    batch.ready.push_back((
+                        index,
+                        ToolCallResult::cancelled(id.clone(), name.clone(), duration),
+                    ));
                 }
                 batch.answered.iter_mut().for_each(|a| *a = true);
                 let item = batch.ready.pop_front()?;
@@ -269,25 +245,8 @@ impl CallRun<'_> {
     }
 }
 
-/// The result of a call stopped (or never started) because the batch was cancelled.
-pub(crate) fn cancelled(id: String, name: String, duration: Duration) -> ToolCallResult {
-    ToolCallResult::new(id, name, CANCELLED, true, duration)
-}
-
-fn unknown_tool(registry: &ToolRegistry, name: &str) -> String {
-    let names: Vec<String> = registry.names().map(quote).collect();
-    if names.is_empty() {
-        format!("unknown tool {}; no tools are available", quote(name))
-    } else {
-        format!(
-            "unknown tool {}; available tools: {}",
-            quote(name),
-            names.join(", ")
-        )
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The text of a panic's payload, cut to 500 bytes.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     let message = if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -321,6 +280,7 @@ pub(crate) fn truncate_middle(text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ToolRegistry;
 
     #[test]
     fn short_text_is_untouched() {

@@ -9,17 +9,23 @@
 //!                                        │
 //!  ToolCall { id, name, input } ─────────┤ lookup → JSON Schema → serde → Tool::call
 //!                                        ▼        (every failure is an is_error result)
-//!                                 scheduler: Shared / Exclusive / Keyed, max concurrency,
-//!                                 timeouts, panics contained, cancellation, output cap
+//!                                 plan: a Schedule per call (Access + Concurrency:
+//!                                 Shared / Exclusive / Keyed), ordered by a pure planner
+//!                                        │
+//!                                        ▼
+//!                                 exec: max concurrency, timeouts, panics contained,
+//!                                 cancellation, output cap
 //!                                        │
 //!                                        ▼
 //!                                 ToolCallResult, one per call, in the model's order
 //! ```
 
+mod call;
 mod error;
 mod exec;
 mod flatten;
 mod fn_tool;
+mod plan;
 mod registry;
 mod schema;
 
@@ -30,9 +36,11 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use error::ToolError;
 pub use fn_tool::FnTool;
-pub use registry::{ExecOptions, RegisteredTool, ToolCall, ToolCallResult, ToolRegistry};
+pub use plan::{Access, Concurrency, Schedule};
+pub use registry::{RegisteredTool, ToolRegistry};
 
 /// A tool the model can call, with a typed input.
 ///
@@ -156,14 +164,15 @@ pub trait Tool: Send + Sync + 'static {
     async fn call(&self, input: Self::Input, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 
     /// How this call may overlap the other calls of the same batch; see [`Concurrency`].
-    /// Default: [`Concurrency::Shared`].
+    /// Default: [`Concurrency::Shared`]. With [`Tool::read_only`] it makes the call's
+    /// [`Schedule`].
     fn concurrency(&self, input: &Self::Input) -> Concurrency {
         let _ = input;
         Concurrency::Shared
     }
 
-    /// Whether the tool has no side effects, so it is safe to start early and to run again.
-    /// Default: `false`.
+    /// Whether the tool has no side effects, so it is safe to start early and to run again:
+    /// `true` is [`Access::ReadOnly`], `false` [`Access::SideEffects`]. Default: `false`.
     fn read_only(&self) -> bool {
         false
     }
@@ -173,23 +182,6 @@ pub trait Tool: Send + Sync + 'static {
     fn timeout(&self) -> Option<Duration> {
         None
     }
-}
-
-/// How one tool call may overlap the other calls of its batch.
-///
-/// Decided per call by [`Tool::concurrency`], so a file tool can lock by path.
-#[non_exhaustive]
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub enum Concurrency {
-    /// Runs beside any other call (up to the registry's concurrency limit).
-    #[default]
-    Shared,
-    /// Runs alone: it starts after every earlier call of the batch has finished, and no later
-    /// call starts before it has finished.
-    Exclusive,
-    /// Calls with the same key run one after another, in the model's order; calls with
-    /// different keys (and shared calls) run beside them.
-    Keyed(String),
 }
 
 /// What a tool returns to the model.

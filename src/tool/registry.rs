@@ -1,43 +1,39 @@
-//! [`ToolRegistry`]: the type-erased tools, the argument checks at the registry boundary,
-//! and the public types of a call ([`ToolCall`], [`ToolCallResult`], [`ExecOptions`]).
+//! [`ToolRegistry`]: the type-erased tools and the argument checks at the registry boundary.
+//! It prepares each call of a batch (lookup, checks, [`Schedule`]) and hands them to `exec`.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::{exec, schema, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolProgress};
+use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
+use super::exec::{self, panic_message};
+use super::plan::{Access, Schedule};
+use super::schema::{self, quote};
+use super::Tool;
 use crate::error::Error;
-use crate::message::{ContentBlock, ToolSpec};
+use crate::message::ToolSpec;
 
 /// The object-safe face of a [`Tool`] inside the registry (rig's Tool/ToolDyn split): it takes
 /// checked JSON and hides the input type.
 pub(crate) trait ErasedTool: Send + Sync {
-    /// Deserializes the (schema-checked) arguments and binds them to a call of the tool.
-    fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String>;
+    /// Deserializes the (schema-checked) arguments and binds them to a call of the tool,
+    /// with the tool's access and this call's concurrency; the timeout is left to the caller.
+    fn prepare(&self, input: &serde_json::Value, access: Access) -> Result<Prepared<'_>, String>;
 }
-
-/// A call whose arguments have been checked and deserialized, ready to run.
-pub(crate) struct Prepared<'a> {
-    pub(crate) concurrency: Concurrency,
-    pub(crate) run: Box<dyn FnOnce(ToolContext) -> ToolFuture<'a> + Send + 'a>,
-}
-
-pub(crate) type ToolFuture<'a> = BoxFuture<'a, Result<ToolOutput, ToolError>>;
 
 struct Erased<T>(T);
 
 impl<T: Tool> ErasedTool for Erased<T> {
-    fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
+    fn prepare(&self, input: &serde_json::Value, access: Access) -> Result<Prepared<'_>, String> {
         let input: T::Input = schema::deserialize(input)?;
         let concurrency = self.0.concurrency(&input);
         Ok(Prepared {
-            concurrency,
+            schedule: Schedule::new(access, concurrency),
+            timeout: Duration::ZERO,
             run: Box::new(move |ctx| self.0.call(input, ctx)),
         })
     }
@@ -46,7 +42,7 @@ impl<T: Tool> ErasedTool for Erased<T> {
 /// A tool as the registry holds it: its spec, its settings and its compiled input schema.
 pub struct RegisteredTool {
     spec: ToolSpec,
-    read_only: bool,
+    access: Access,
     timeout: Option<Duration>,
     validator: schema::InputValidator,
     tool: Box<dyn ErasedTool>,
@@ -74,9 +70,15 @@ impl RegisteredTool {
         &self.spec
     }
 
-    /// See [`Tool::read_only`].
+    /// Whether the tool has no side effects: [`Tool::read_only`], the same as
+    /// `self.access().is_read_only()`.
     pub fn read_only(&self) -> bool {
-        self.read_only
+        self.access.is_read_only()
+    }
+
+    /// What the tool's calls do to the world (from [`Tool::read_only`]); see [`Access`].
+    pub fn access(&self) -> Access {
+        self.access
     }
 
     /// See [`Tool::timeout`].
@@ -85,9 +87,9 @@ impl RegisteredTool {
     }
 
     /// Checks the arguments against the schema, then deserializes them.
-    pub(crate) fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
+    fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
         schema::check_arguments(&self.validator, input)
-            .and_then(|()| self.tool.prepare(input))
+            .and_then(|()| self.tool.prepare(input, self.access))
             .map_err(|detail| schema::invalid_arguments(self.name(), &detail))
     }
 }
@@ -96,7 +98,7 @@ impl fmt::Debug for RegisteredTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegisteredTool")
             .field("name", &self.spec.name)
-            .field("read_only", &self.read_only)
+            .field("access", &self.access)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -104,10 +106,10 @@ impl fmt::Debug for RegisteredTool {
 
 /// The registry's settings.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Config {
-    pub(crate) max_concurrency: u32,
-    pub(crate) default_timeout: Duration,
-    pub(crate) max_output_bytes: usize,
+struct Config {
+    max_concurrency: u32,
+    default_timeout: Duration,
+    max_output_bytes: usize,
 }
 
 impl Default for Config {
@@ -136,9 +138,9 @@ struct Tools {
 ///
 /// Execution ([`execute_batch`](Self::execute_batch), [`execute_stream`](Self::execute_stream)):
 /// the calls of a batch run concurrently (at most [`max_concurrency`](Self::max_concurrency) at
-/// once) under each call's [`Concurrency`]; each call gets exactly one result, in the model's
-/// order, whatever happens (error, panic, timeout, cancellation); outputs longer than
-/// [`max_output_bytes`](Self::max_output_bytes) are cut in the middle.
+/// once) under each call's [`Concurrency`](super::Concurrency); each call gets exactly one
+/// result, in the model's order, whatever happens (error, panic, timeout, cancellation);
+/// outputs longer than [`max_output_bytes`](Self::max_output_bytes) are cut in the middle.
 ///
 /// Cloning is cheap (the tools are shared); registering on a clone does not affect the original.
 #[derive(Clone, Default)]
@@ -192,7 +194,7 @@ impl ToolRegistry {
                 description: tool.description().to_owned(),
                 input_schema,
             },
-            read_only: tool.read_only(),
+            access: Access::from_read_only(tool.read_only()),
             timeout: tool.timeout(),
             validator,
             tool: Box::new(Erased(tool)),
@@ -258,9 +260,15 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Whether the named tool is registered and [read-only](Tool::read_only).
+    /// Whether the named tool is registered and [read-only](Tool::read_only): the same as
+    /// `self.access(name) == Some(Access::ReadOnly)`.
     pub fn is_read_only(&self, name: &str) -> bool {
-        self.get(name).is_some_and(RegisteredTool::read_only)
+        self.access(name).is_some_and(Access::is_read_only)
+    }
+
+    /// What the named tool's calls do to the world, if it is registered; see [`Access`].
+    pub fn access(&self, name: &str) -> Option<Access> {
+        self.get(name).map(RegisteredTool::access)
     }
 
     /// The number of tools.
@@ -296,7 +304,7 @@ impl ToolRegistry {
         self.execute_batch(vec![call], opts)
             .await
             .pop()
-            .unwrap_or_else(|| exec::cancelled(id, name, Duration::ZERO))
+            .unwrap_or_else(|| ToolCallResult::cancelled(id, name, Duration::ZERO))
     }
 
     /// Runs the calls of one model turn and yields each result as it arrives, with the call's
@@ -307,11 +315,54 @@ impl ToolRegistry {
         calls: Vec<ToolCall>,
         opts: ExecOptions,
     ) -> impl Stream<Item = (usize, ToolCallResult)> + Send + '_ {
-        exec::run(self, calls, opts)
+        let calls = calls
+            .into_iter()
+            .map(|call| {
+                let prepared = self.prepare_call(&call);
+                (call, prepared)
+            })
+            .collect();
+        let limits = exec::Limits {
+            max_concurrency: self.config.max_concurrency,
+            max_output_bytes: self.config.max_output_bytes,
+        };
+        exec::run(calls, limits, opts)
     }
 
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
+    /// Looks the call's tool up and checks its arguments; an `Err` is the text of the error
+    /// result that answers the call without running it.
+    fn prepare_call(&self, call: &ToolCall) -> Result<Prepared<'_>, String> {
+        let tool = self
+            .get(&call.name)
+            .ok_or_else(|| self.unknown_tool(&call.name))?;
+        if let Some(error) = call.parse_error() {
+            return Err(schema::invalid_arguments(&call.name, error));
+        }
+        // A custom `Deserialize` or `Tool::concurrency` may panic: that is the tool's failure,
+        // answered like a panic in `call`.
+        let mut prepared = std::panic::catch_unwind(AssertUnwindSafe(|| tool.prepare(&call.input)))
+            .unwrap_or_else(|panic| {
+                Err(format!(
+                    "tool {} panicked: {}",
+                    quote(&call.name),
+                    panic_message(panic.as_ref())
+                ))
+            })?;
+        prepared.timeout = tool.timeout().unwrap_or(self.config.default_timeout);
+        Ok(prepared)
+    }
+
+    fn unknown_tool(&self, name: &str) -> String {
+        let names: Vec<String> = self.names().map(quote).collect();
+        if names.is_empty() {
+            format!("unknown tool {}; no tools are available", quote(name))
+        } else {
+            format!(
+                "unknown tool {}; available tools: {}",
+                quote(name),
+                names.join(", ")
+            )
+        }
     }
 }
 
@@ -325,139 +376,10 @@ impl fmt::Debug for ToolRegistry {
             .finish()
     }
 }
-
-/// One tool call requested by the model.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolCall {
-    /// The provider's call id; the result answers it.
-    pub id: String,
-    /// The tool's name as the model wrote it.
-    pub name: String,
-    /// The arguments (`Null` when they were not valid JSON; see [`ToolCall::from_raw`]).
-    pub input: serde_json::Value,
-    /// Why the raw argument text could not be parsed, when it could not.
-    parse_error: Option<String>,
-}
-
-impl ToolCall {
-    /// A call with arguments already parsed.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, input: serde_json::Value) -> Self {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            input,
-            parse_error: None,
-        }
-    }
-
-    /// A call with its raw argument text, as the model streamed it. Text that is not valid
-    /// JSON makes the call an error result saying so; empty text counts as `{}`.
-    pub fn from_raw(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
-        let (input, parse_error) = match schema::parse_raw(raw) {
-            Ok(input) => (input, None),
-            Err(error) => (serde_json::Value::Null, Some(error)),
-        };
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            input,
-            parse_error,
-        }
-    }
-
-    /// The call a `tool_use` block asks for, if it is one.
-    pub fn from_block(block: &ContentBlock) -> Option<Self> {
-        match block {
-            ContentBlock::ToolUse { id, name, input } => {
-                Some(ToolCall::new(id.clone(), name.clone(), input.clone()))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether the arguments were given as text that is not valid JSON.
-    pub fn has_invalid_json(&self) -> bool {
-        self.parse_error.is_some()
-    }
-
-    pub(crate) fn parse_error(&self) -> Option<&str> {
-        self.parse_error.as_deref()
-    }
-}
-
-/// The outcome of one tool call, as the model will read it.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolCallResult {
-    /// The id of the call this answers.
-    pub id: String,
-    /// The tool's name.
-    pub name: String,
-    /// What the tool returned, or what went wrong, as text for the model.
-    pub content: String,
-    /// Whether the call failed.
-    pub is_error: bool,
-    /// How long the call ran (zero when it never started).
-    pub duration: Duration,
-}
-
-impl ToolCallResult {
-    /// A result.
-    pub fn new(
-        id: impl Into<String>,
-        name: impl Into<String>,
-        content: impl Into<String>,
-        is_error: bool,
-        duration: Duration,
-    ) -> Self {
-        ToolCallResult {
-            id: id.into(),
-            name: name.into(),
-            content: content.into(),
-            is_error,
-            duration,
-        }
-    }
-
-    /// The `tool_result` block that answers the call.
-    pub fn to_block(&self) -> ContentBlock {
-        ContentBlock::tool_result(self.id.clone(), self.content.clone(), self.is_error)
-    }
-}
-
-/// Per-batch options: cancellation and where progress notes go.
-#[non_exhaustive]
-#[derive(Debug, Clone, Default)]
-pub struct ExecOptions {
-    /// Cancelling it stops the running calls; every unfinished call is answered `cancelled`.
-    pub cancel: CancellationToken,
-    /// Where the tools' progress notes go (dropped when the channel is full).
-    pub progress: Option<mpsc::Sender<ToolProgress>>,
-}
-
-impl ExecOptions {
-    /// Options with a fresh token and no progress channel.
-    pub fn new() -> Self {
-        ExecOptions::default()
-    }
-
-    /// Uses this cancellation token.
-    pub fn cancel(mut self, token: CancellationToken) -> Self {
-        self.cancel = token;
-        self
-    }
-
-    /// Sends progress notes to this channel.
-    pub fn progress(mut self, sender: mpsc::Sender<ToolProgress>) -> Self {
-        self.progress = Some(sender);
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::ContentBlock;
     use crate::FnTool;
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -495,7 +417,7 @@ mod tests {
         let debug = format!("{read:?}");
         assert!(debug.starts_with("RegisteredTool"), "{debug}");
         assert!(
-            debug.contains("\"read\"") && debug.contains("read_only: true"),
+            debug.contains("\"read\"") && debug.contains("access: ReadOnly"),
             "{debug}"
         );
     }

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod agent;
+
 use agent_loop::{LlmError, LlmEvent, ModelResponse, StreamAssembler, WireDecoder, WireFormat};
 
 /// What decoding a whole body gives: the events, and the assembled response or the first error.

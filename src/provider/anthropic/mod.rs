@@ -1,7 +1,7 @@
 //! Anthropic Messages: wire types, request encoding, stream decoding and the client.
 
 pub(crate) mod decode;
-mod request;
+pub(crate) mod request;
 
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]

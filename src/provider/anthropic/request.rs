@@ -15,8 +15,10 @@
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
+use serde_json::Value;
+
 use crate::error::LlmError;
-use crate::message::{ContentBlock, Role};
+use crate::message::{ContentBlock, Message, Role};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
 use super::wire::{
@@ -218,6 +220,75 @@ fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
     })
 }
 
+/// The conversation in an Anthropic Messages request body: the inverse of [`encode`] for the
+/// `messages` field, for the mock server's history check. Tolerant of any JSON (never
+/// panics): a missing field reads as empty, an unknown block is kept as
+/// [`ContentBlock::Other`], a role other than `assistant` reads as user.
+pub(crate) fn decode(body: &Value) -> Vec<Message> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    messages
+        .iter()
+        .map(|m| {
+            let role = if m.get("role").and_then(Value::as_str) == Some("assistant") {
+                Role::Assistant
+            } else {
+                Role::User
+            };
+            let content = match m.get("content") {
+                Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
+                Some(Value::Array(blocks)) => blocks.iter().map(decode_block).collect(),
+                _ => Vec::new(),
+            };
+            Message { role, content }
+        })
+        .collect()
+}
+
+fn decode_block(block: &Value) -> ContentBlock {
+    let text = |key: &str| {
+        block
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    match block.get("type").and_then(Value::as_str) {
+        Some("text") => ContentBlock::text(text("text")),
+        Some("thinking") => ContentBlock::Thinking {
+            thinking: text("thinking"),
+            signature: text("signature"),
+        },
+        Some("redacted_thinking") => ContentBlock::RedactedThinking { data: text("data") },
+        Some("tool_use") => ContentBlock::ToolUse {
+            id: text("id"),
+            name: text("name"),
+            input: block.get("input").cloned().unwrap_or(Value::Null),
+        },
+        Some("tool_result") => ContentBlock::ToolResult {
+            tool_use_id: text("tool_use_id"),
+            content: match block.get("content") {
+                Some(Value::String(content)) => content.clone(),
+                // Content blocks: their texts, joined.
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => String::new(),
+            },
+            is_error: block
+                .get("is_error")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        },
+        _ => ContentBlock::Other(block.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +392,127 @@ mod tests {
     fn missing_model_is_an_invalid_request() {
         let err = encode(&ModelRequest::new(vec![Message::user("x")]), "").unwrap_err();
         assert!(matches!(err, LlmError::InvalidRequest { .. }));
+    }
+
+    /// A conversation with every kind of block the agent sends: parallel calls, an error
+    /// result, signed and redacted thinking in a tool turn, and an unmodelled block.
+    fn tool_conversation() -> Vec<Message> {
+        vec![
+            Message::user("list and read"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Thinking {
+                        thinking: "two calls".into(),
+                        signature: "sig".into(),
+                    },
+                    ContentBlock::RedactedThinking {
+                        data: "opaque".into(),
+                    },
+                    ContentBlock::text("Looking."),
+                    ContentBlock::ToolUse {
+                        id: "toolu_1".into(),
+                        name: "ls".into(),
+                        input: json!({"path": "."}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "toolu_2".into(),
+                        name: "read".into(),
+                        input: json!({"path": "a.txt", "lines": [1, 2]}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::tool_result("toolu_1", "a.txt", false),
+                    ContentBlock::tool_result("toolu_2", "no such file", true),
+                ],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Other(json!({"type": "server_tool_use", "id": "srv_1"})),
+                    ContentBlock::text("a.txt is missing."),
+                ],
+            },
+            Message::user("thanks"),
+        ]
+    }
+
+    #[test]
+    fn decode_inverts_encode() {
+        let history = tool_conversation();
+        let body = encode_value(&ModelRequest::new(history.clone()));
+        assert_eq!(decode(&body), history);
+    }
+
+    #[test]
+    fn decode_sees_the_history_as_sent_merged_and_reordered() {
+        // Two user messages become one; the result moves before the note.
+        let r = ModelRequest::new(vec![
+            Message::user("a"),
+            Message::user("b"),
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "1".into(),
+                    name: "t".into(),
+                    input: json!("not an object"),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::text("note"),
+                    ContentBlock::tool_result("1", "ok", false),
+                ],
+            },
+        ]);
+        let decoded = decode(&encode_value(&r));
+        let roles: Vec<Role> = decoded.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
+        assert_eq!(
+            decoded[0].content,
+            [ContentBlock::text("a"), ContentBlock::text("b")]
+        );
+        assert_eq!(
+            decoded[1].content,
+            [ContentBlock::ToolUse {
+                id: "1".into(),
+                name: "t".into(),
+                input: json!({}),
+            }]
+        );
+        assert_eq!(
+            decoded[2].content,
+            [
+                ContentBlock::tool_result("1", "ok", false),
+                ContentBlock::text("note")
+            ]
+        );
+    }
+
+    #[test]
+    fn decode_never_panics_on_odd_bodies() {
+        for body in [
+            json!(null),
+            json!({"messages": "no"}),
+            json!({"messages": [1, null, {"role": 5, "content": {"x": 1}}]}),
+            json!({"messages": [{"role": "assistant", "content": [
+                7, {"type": "tool_use"}, {"type": "tool_result", "content": [{"x": 1}]}
+            ]}]}),
+        ] {
+            let _ = decode(&body);
+        }
+        assert!(decode(&json!({})).is_empty());
+        let odd = decode(&json!({"messages": [{"role": "assistant", "content": [
+            {"type": "tool_result", "tool_use_id": "x", "content": [{"type": "text", "text": "a"},
+                                                                 {"type": "text", "text": "b"}]}
+        ]}]}));
+        assert_eq!(
+            odd[0].content,
+            [ContentBlock::tool_result("x", "a\nb", false)]
+        );
     }
 }

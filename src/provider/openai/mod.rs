@@ -2,7 +2,7 @@
 //! decoding and the client.
 
 pub(crate) mod decode;
-mod request;
+pub(crate) mod request;
 
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]

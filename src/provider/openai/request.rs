@@ -19,6 +19,8 @@
 //! - `max_tokens` is sent by default ([`MaxTokensField`]); `stream_options.include_usage` is
 //!   always set; `extra` fields are merged last, at the top level.
 
+use serde_json::Value;
+
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
@@ -240,6 +242,143 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
     });
 }
 
+/// The conversation in a Chat Completions request body, in the crate's shape: the inverse of
+/// [`encode`] for the `messages` field, for the mock server's history check. Tolerant of any
+/// JSON (never panics).
+///
+/// System and developer messages are left out (they are not part of the alternation). The
+/// `tool` messages after an assistant message and the user message after them form one user
+/// message, results first, as [`encode`] split it. A result whose content starts with
+/// [`ERROR_RESULT_PREFIX`] reads as an error result without it. Arguments that are not JSON
+/// are kept as a JSON string.
+pub(crate) fn decode(body: &Value) -> Vec<Message> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out: Vec<Message> = Vec::new();
+    for m in messages {
+        match m.get("role").and_then(Value::as_str).unwrap_or_default() {
+            "assistant" => {
+                let mut content = decode_thinking(m.get("thinking_blocks"));
+                content.extend(decode_content(m.get("content")));
+                for call in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    content.push(decode_tool_call(call));
+                }
+                out.push(Message {
+                    role: Role::Assistant,
+                    content,
+                });
+            }
+            "tool" => {
+                let text = m.get("content").and_then(Value::as_str).unwrap_or_default();
+                let (text, is_error) = match text.strip_prefix(ERROR_RESULT_PREFIX) {
+                    Some(rest) => (rest, true),
+                    None => (text, false),
+                };
+                let id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let result = ContentBlock::tool_result(id, text, is_error);
+                match out.last_mut() {
+                    Some(last) if last.role == Role::User && only_results(last) => {
+                        last.content.push(result)
+                    }
+                    _ => out.push(Message {
+                        role: Role::User,
+                        content: vec![result],
+                    }),
+                }
+            }
+            "user" => {
+                let content = decode_content(m.get("content"));
+                match out.last_mut() {
+                    // The user part of a turn that began with tool results, or a user message
+                    // after a user message (OpenAI accepts them; one user turn).
+                    Some(last) if last.role == Role::User => last.content.extend(content),
+                    _ => out.push(Message {
+                        role: Role::User,
+                        content,
+                    }),
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn only_results(message: &Message) -> bool {
+    message
+        .content
+        .iter()
+        .all(|b| matches!(b, ContentBlock::ToolResult { .. }))
+}
+
+/// Text content (a string) or content parts (text parts as text, the others verbatim).
+fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
+    match content {
+        Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(text)) => ContentBlock::text(text),
+                    _ => ContentBlock::Other(part.clone()),
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn decode_thinking(blocks: Option<&Value>) -> Vec<ContentBlock> {
+    let text = |block: &Value, key: &str| {
+        block
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    blocks
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|block| match block.get("type").and_then(Value::as_str) {
+            Some("redacted_thinking") => ContentBlock::RedactedThinking {
+                data: text(block, "data"),
+            },
+            _ => ContentBlock::Thinking {
+                thinking: text(block, "thinking"),
+                signature: text(block, "signature"),
+            },
+        })
+        .collect()
+}
+
+fn decode_tool_call(call: &Value) -> ContentBlock {
+    let field =
+        |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
+    let function = call.get("function");
+    let arguments = field(function.and_then(|f| f.get("arguments")));
+    ContentBlock::ToolUse {
+        id: field(call.get("id")),
+        name: field(function.and_then(|f| f.get("name"))),
+        input: serde_json::from_str(&arguments).unwrap_or(Value::String(arguments)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +435,117 @@ mod tests {
             v["messages"][0]["content"],
             json!([{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}])
         );
+    }
+
+    fn decode_round_trip(history: Vec<Message>, thinking_blocks: bool) -> Vec<Message> {
+        let bytes = encode(
+            &ModelRequest::new(history),
+            "gpt-test",
+            MaxTokensField::MaxTokens,
+            thinking_blocks,
+        )
+        .unwrap();
+        decode(&serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// Parallel calls, an error result, a user note after results, signed thinking.
+    fn tool_conversation() -> Vec<Message> {
+        vec![
+            Message::user("list and read"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Thinking {
+                        thinking: "two calls".into(),
+                        signature: "sig".into(),
+                    },
+                    ContentBlock::text("Looking."),
+                    ContentBlock::ToolUse {
+                        id: "call_1".into(),
+                        name: "ls".into(),
+                        input: json!({"path": "."}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "call_2".into(),
+                        name: "read".into(),
+                        input: json!({"path": "a.txt", "lines": [1, 2]}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::tool_result("call_1", "a.txt", false),
+                    ContentBlock::tool_result("call_2", "no such file", true),
+                    ContentBlock::text("hurry"),
+                ],
+            },
+            Message::assistant("a.txt is missing."),
+            Message::user("thanks"),
+        ]
+    }
+
+    #[test]
+    fn decode_inverts_encode() {
+        let history = tool_conversation();
+        assert_eq!(decode_round_trip(history.clone(), true), history);
+    }
+
+    #[test]
+    fn decode_sees_what_was_sent_without_thinking_blocks() {
+        let mut expected = tool_conversation();
+        expected[1].content.remove(0);
+        assert_eq!(decode_round_trip(tool_conversation(), false), expected);
+    }
+
+    #[test]
+    fn decode_skips_system_and_keeps_odd_arguments() {
+        let body = json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "look"},
+                                         {"type": "image_url", "image_url": {"url": "u"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "t", "arguments": "{oops"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c", "content": "Error: bad"},
+        ]});
+        assert_eq!(
+            decode(&body),
+            [
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::text("look"),
+                        ContentBlock::Other(
+                            json!({"type": "image_url", "image_url": {"url": "u"}})
+                        ),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::ToolUse {
+                        id: "c".into(),
+                        name: "t".into(),
+                        input: json!("{oops"),
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![ContentBlock::tool_result("c", "bad", true)],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn decode_never_panics_on_odd_bodies() {
+        for body in [
+            json!(null),
+            json!({"messages": {}}),
+            json!({"messages": [1, {"role": "tool"}, {"role": "assistant", "tool_calls": [1, {"function": 2}],
+                                                     "thinking_blocks": [3]}]}),
+        ] {
+            let _ = decode(&body);
+        }
     }
 }

@@ -1,0 +1,161 @@
+//! The types of one call and one batch: [`ToolCall`] in, [`ToolCallResult`] out,
+//! [`ExecOptions`] per batch, and [`Prepared`], a call the registry has checked and bound to
+//! its tool, ready for `exec` to run.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::plan::Schedule;
+use super::{schema, ToolContext, ToolError, ToolOutput, ToolProgress};
+use crate::message::ContentBlock;
+
+/// The content of the result of a call stopped by cancellation.
+const CANCELLED: &str = "cancelled";
+
+/// A call whose arguments have been checked and deserialized, ready to run.
+pub(crate) struct Prepared<'a> {
+    /// How it may be scheduled.
+    pub(crate) schedule: Schedule,
+    /// The longest it may run.
+    pub(crate) timeout: Duration,
+    pub(crate) run: Box<dyn FnOnce(ToolContext) -> ToolFuture<'a> + Send + 'a>,
+}
+
+pub(crate) type ToolFuture<'a> = BoxFuture<'a, Result<ToolOutput, ToolError>>;
+
+/// One tool call requested by the model.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The provider's call id; the result answers it.
+    pub id: String,
+    /// The tool's name as the model wrote it.
+    pub name: String,
+    /// The arguments (`Null` when they were not valid JSON; see [`ToolCall::from_raw`]).
+    pub input: serde_json::Value,
+    /// Why the raw argument text could not be parsed, when it could not.
+    parse_error: Option<String>,
+}
+
+impl ToolCall {
+    /// A call with arguments already parsed.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: serde_json::Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            parse_error: None,
+        }
+    }
+
+    /// A call with its raw argument text, as the model streamed it. Text that is not valid
+    /// JSON makes the call an error result saying so; empty text counts as `{}`.
+    pub fn from_raw(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
+        let (input, parse_error) = match schema::parse_raw(raw) {
+            Ok(input) => (input, None),
+            Err(error) => (serde_json::Value::Null, Some(error)),
+        };
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            parse_error,
+        }
+    }
+
+    /// The call a `tool_use` block asks for, if it is one.
+    pub fn from_block(block: &ContentBlock) -> Option<Self> {
+        match block {
+            ContentBlock::ToolUse { id, name, input } => {
+                Some(ToolCall::new(id.clone(), name.clone(), input.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the arguments were given as text that is not valid JSON.
+    pub fn has_invalid_json(&self) -> bool {
+        self.parse_error.is_some()
+    }
+
+    pub(crate) fn parse_error(&self) -> Option<&str> {
+        self.parse_error.as_deref()
+    }
+}
+
+/// The outcome of one tool call, as the model will read it.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallResult {
+    /// The id of the call this answers.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// What the tool returned, or what went wrong, as text for the model.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+    /// How long the call ran (zero when it never started).
+    pub duration: Duration,
+}
+
+impl ToolCallResult {
+    /// A result.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+        duration: Duration,
+    ) -> Self {
+        ToolCallResult {
+            id: id.into(),
+            name: name.into(),
+            content: content.into(),
+            is_error,
+            duration,
+        }
+    }
+
+    /// The `tool_result` block that answers the call.
+    pub fn to_block(&self) -> ContentBlock {
+        ContentBlock::tool_result(self.id.clone(), self.content.clone(), self.is_error)
+    }
+
+    /// The result of a call stopped (or never started) because its batch was cancelled.
+    pub(crate) fn cancelled(id: String, name: String, duration: Duration) -> Self {
+        ToolCallResult::new(id, name, CANCELLED, true, duration)
+    }
+}
+
+/// Per-batch options: cancellation and where progress notes go.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    /// Cancelling it stops the running calls; every unfinished call is answered `cancelled`.
+    pub cancel: CancellationToken,
+    /// Where the tools' progress notes go (dropped when the channel is full).
+    pub progress: Option<mpsc::Sender<ToolProgress>>,
+}
+
+impl ExecOptions {
+    /// Options with a fresh token and no progress channel.
+    pub fn new() -> Self {
+        ExecOptions::default()
+    }
+
+    /// Uses this cancellation token.
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Sends progress notes to this channel.
+    pub fn progress(mut self, sender: mpsc::Sender<ToolProgress>) -> Self {
+        self.progress = Some(sender);
+        self
+    }
+}

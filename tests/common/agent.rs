@@ -1,0 +1,82 @@
+//! Helpers for the tests that run an [`Agent`] (tests/agent.rs, tests/faults.rs).
+
+use agent_loop::testing::history_violation;
+use agent_loop::{Agent, AgentEvent, FnTool, RunOutcome, ToolError};
+use futures::StreamExt;
+use serde::Deserialize;
+
+/// Runs the agent to the end; checks that `Finished` is the last event and the only one.
+pub async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome) {
+    let events: Vec<AgentEvent> = agent.run(input).collect().await;
+    finished(events)
+}
+
+/// Runs the agent, calling `handle.cancel()` right after the first event `cancel_on` accepts.
+pub async fn run_cancelling(
+    agent: &mut Agent,
+    input: &str,
+    cancel_on: impl Fn(&AgentEvent) -> bool,
+) -> (Vec<AgentEvent>, RunOutcome) {
+    let handle = agent.handle();
+    let mut events = Vec::new();
+    {
+        let mut stream = std::pin::pin!(agent.run(input));
+        let mut cancelled = false;
+        while let Some(event) = stream.next().await {
+            if !cancelled && cancel_on(&event) {
+                handle.cancel();
+                cancelled = true;
+            }
+            events.push(event);
+        }
+    }
+    finished(events)
+}
+
+/// The outcome of a run's events; checks that `Finished` is the last event and the only one.
+pub fn finished(events: Vec<AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
+    let outcome = match events.last() {
+        Some(AgentEvent::Finished(o)) => o.clone(),
+        other => panic!("the last event is not Finished: {other:?}\n{events:#?}"),
+    };
+    let count = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::Finished(_)))
+        .count();
+    assert_eq!(count, 1, "exactly one Finished event: {events:#?}");
+    (events, outcome)
+}
+
+/// The agent's history is valid for a provider (the invariant every request relies on).
+#[track_caller]
+pub fn assert_valid(agent: &Agent) {
+    if let Some(v) = history_violation(&agent.messages()) {
+        panic!("invalid history: {v}\n{:#?}", agent.messages());
+    }
+}
+
+/// The content of the `ToolResult` event of call `id`.
+#[track_caller]
+pub fn result_event(events: &[AgentEvent], id: &str) -> String {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolResult { id: i, content, .. } if i == id => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no ToolResult event for {id}: {events:#?}"))
+}
+
+/// The input of [`echo_tool`].
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct EchoInput {
+    /// The text to echo.
+    pub text: String,
+}
+
+/// `echo`: returns its `text`.
+pub fn echo_tool() -> impl agent_loop::Tool {
+    FnTool::new("echo", "Echoes text.", |i: EchoInput, _ctx| async move {
+        Ok::<_, ToolError>(i.text)
+    })
+}
