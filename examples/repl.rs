@@ -284,10 +284,11 @@ impl View {
                 };
                 writeln!(
                     out,
-                    "[{how}{} turn(s) · {} in / {} out tokens]",
+                    "[{how}{} turn(s) · {} in / {} out tokens · {:.0}% of input from cache]",
                     outcome.turns,
                     outcome.usage.total_input_tokens(),
-                    outcome.usage.output_tokens
+                    outcome.usage.output_tokens,
+                    outcome.cache_hit_ratio() * 100.0
                 )?;
             }
             _ => {}

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
+use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, Jitter, LlmClient, LlmError,
     LlmEvent, Message, ModelRequest, OpenAiClient, RetryPolicy, StopReason, Termination, ToolError,
@@ -823,4 +823,78 @@ fn what_is_retryable_is_decided_in_one_place() {
             "{status} {verdict:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's prompt cache and its settings.
+
+#[tokio::test]
+async fn the_agent_marks_cache_breakpoints_and_reports_the_hit_ratio() {
+    let server = MockServer::start().await;
+    server.push(
+        ScriptedResponse::tool_call("c1", "add", json!({"a": 1, "b": 2})).usage(
+            agent_loop::Usage {
+                input_tokens: 100,
+                cache_creation_input_tokens: 900,
+                output_tokens: 5,
+                ..Default::default()
+            },
+        ),
+    );
+    server.push(ScriptedResponse::text("3").usage(agent_loop::Usage {
+        input_tokens: 100,
+        cache_read_input_tokens: 900,
+        output_tokens: 1,
+        ..Default::default()
+    }));
+    let mut agent = Agent::builder(anthropic(&server))
+        .system("You add.")
+        .tool(adder())
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("1 + 2?").collect().await;
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("{events:?}");
+    };
+    // 900 of 2,000 input tokens came from the cache.
+    assert!(
+        (outcome.cache_hit_ratio() - 0.45).abs() < 1e-9,
+        "{outcome:?}"
+    );
+    for request in server.requests() {
+        let body = request.body.to_string();
+        let marks = body.matches("\"cache_control\"").count();
+        assert!((2..=4).contains(&marks), "{marks} breakpoints in {body}");
+    }
+
+    // Off: no breakpoints at all.
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("hi"));
+    let mut agent = Agent::builder(anthropic(&server))
+        .system("You add.")
+        .prompt_cache(None)
+        .build()
+        .unwrap();
+    let _: Vec<AgentEvent> = agent.run("hello").collect().await;
+    assert!(!server.requests()[0]
+        .body
+        .to_string()
+        .contains("cache_control"));
+}
+
+#[test]
+fn settings_the_api_would_refuse_fail_at_build() {
+    let mut cache = agent_loop::PromptCache::default();
+    cache.message_breakpoints = 9;
+    let error = Agent::builder(ScriptedClient::new([]))
+        .prompt_cache(Some(cache))
+        .build()
+        .unwrap_err();
+    assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");
+
+    let error = Agent::builder(ScriptedClient::new([]))
+        .context_config(agent_loop::ContextConfig::default().compaction_target(0.99))
+        .build()
+        .unwrap_err();
+    assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");
 }

@@ -235,16 +235,16 @@ async fn repl_answers_piped_lines_and_exits_at_end_of_input() {
     let expected_in_order = [
         "you> hello\n",
         "Hello! I'm the scripted mock model",
-        "[1 turn(s) · 310 in / 34 out tokens]\n",
+        "[1 turn(s) · 310 in / 34 out tokens · 0% of input from cache]\n",
         "you> what's the weather in Paris and London?\n",
         "Let me check both cities.\n",
         "  → get_weather({\"city\":\"Paris\"})\n",
         "  → get_weather({\"city\":\"London\"})\n",
         "Paris has 18 °C and light rain",
-        "[2 turn(s) · 833 in / 95 out tokens]\n",
+        "[2 turn(s) · 833 in / 95 out tokens · 0% of input from cache]\n",
         "you> a story\n",
         "Once upon a time",
-        "The end.\n[1 turn(s) · 512 in / 420 out tokens]\n",
+        "The end.\n[1 turn(s) · 512 in / 420 out tokens · 0% of input from cache]\n",
     ];
     let mut rest = out.as_str();
     for expected in expected_in_order {
@@ -294,7 +294,7 @@ async fn repl_ctrl_c_cancels_the_answer_and_keeps_the_session() {
         "{out}"
     );
     assert!(
-        out.contains("you> are you there?\nStill here.\n[1 turn(s) · 40 in / 3 out tokens]"),
+        out.contains("you> are you there?\nStill here.\n[1 turn(s) · 40 in / 3 out tokens · 0% of input from cache]"),
         "{out}"
     );
     assert!(!out.contains("bye"), "one Ctrl-C does not exit: {out}");

@@ -469,6 +469,7 @@ impl AgentMachine {
             max_tokens: config.max_tokens,
             temperature: config.temperature,
             thinking_budget: config.thinking_budget,
+            prompt_cache: config.prompt_cache,
             // Tools stay defined (the history refers to them) but may not be called.
             tool_choice: if self.final_call {
                 ToolChoice::None

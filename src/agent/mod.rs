@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
 use crate::error::Error;
 use crate::message::{Message, StopReason, Usage};
-use crate::provider::RetryPolicy;
 use crate::provider::{LlmClient, ModelRequest};
+use crate::provider::{PromptCache, RetryPolicy};
 use crate::tool::{Tool, ToolCall, ToolRegistry};
 
 mod machine;
@@ -235,6 +235,15 @@ impl PartialEq for Termination {
     }
 }
 
+impl RunOutcome {
+    /// The share of the run's input tokens served from the provider's prompt cache (cache
+    /// reads over all input, 0 when there was no input). Each turn's own figure is
+    /// `usage.cache_hit_ratio()` of its [`AgentEvent::TurnEnd`].
+    pub fn cache_hit_ratio(&self) -> f64 {
+        self.usage.cache_hit_ratio()
+    }
+}
+
 impl Termination {
     /// Whether the run ended because the model was done.
     pub fn is_completed(&self) -> bool {
@@ -345,6 +354,7 @@ pub(crate) struct AgentConfig {
     pub(crate) retry: RetryPolicy,
     pub(crate) event_content_limit: usize,
     pub(crate) early_read_only_tools: bool,
+    pub(crate) prompt_cache: Option<PromptCache>,
 }
 
 impl Default for AgentConfig {
@@ -363,6 +373,7 @@ impl Default for AgentConfig {
             retry: RetryPolicy::default(),
             event_content_limit: 4096,
             early_read_only_tools: true,
+            prompt_cache: Some(PromptCache::default()),
         }
     }
 }
@@ -773,6 +784,16 @@ impl AgentBuilder {
         self
     }
 
+    /// Prompt-cache breakpoints on every request (default on, five-minute TTL: the tools,
+    /// the system prompt and the two latest user messages are marked, so each turn reads the
+    /// conversation so far from the provider's cache). `None` sends none. Anthropic needs
+    /// them to cache at all; OpenAI caches by itself and ignores them. An invalid setting
+    /// (more breakpoints than the API allows) fails [`build`](Self::build).
+    pub fn prompt_cache(mut self, cache: Option<PromptCache>) -> Self {
+        self.config.prompt_cache = cache;
+        self
+    }
+
     /// Context window settings (default: looked up from the model name).
     pub fn context_config(mut self, config: ContextConfig) -> Self {
         self.context_config = Some(config);
@@ -829,6 +850,12 @@ impl AgentBuilder {
     pub fn build(self) -> Result<Agent, Error> {
         if let Some(e) = self.tool_errors.into_iter().next() {
             return Err(e);
+        }
+        if let Some(cache) = &self.config.prompt_cache {
+            cache.validate()?;
+        }
+        if let Some(config) = &self.context_config {
+            config.validate()?;
         }
         let model = self
             .config
