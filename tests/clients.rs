@@ -12,13 +12,10 @@ use agent_loop::{
 use futures::StreamExt;
 use serde_json::json;
 
-const KEY: &str = "sk-test-0123456789-secret";
+mod common;
+use common::fast_retries;
 
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy::default()
-        .initial_backoff(Duration::from_millis(1))
-        .jitter(Jitter::None)
-}
+const KEY: &str = "sk-test-0123456789-secret";
 
 fn anthropic(server: &MockServer) -> AnthropicClient {
     AnthropicClient::new(KEY)

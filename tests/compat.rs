@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, Jitter, LlmClient, LlmError,
-    LlmEvent, Message, ModelRequest, OpenAiClient, RetryPolicy, StopReason, Termination, ToolError,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmError, LlmEvent,
+    Message, ModelRequest, OpenAiClient, RetryPolicy, StopReason, Termination, ToolError,
     WireDecoder, WireFormat,
 };
 use futures::StreamExt;
@@ -17,15 +17,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 mod common;
+use common::fast_retries;
 
 const KEY: &str = "sk-compat-0123456789-secret";
 const HEADER_SECRET: &str = "hdr-secret-987";
-
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy::default()
-        .initial_backoff(Duration::from_millis(1))
-        .jitter(Jitter::None)
-}
 
 fn anthropic(server: &MockServer) -> AnthropicClient {
     AnthropicClient::new(KEY)

@@ -81,6 +81,17 @@ fn stop(reason: StopReason) -> LlmEvent {
     }
 }
 
+/// A successful result of call `id`.
+fn done(id: &str, name: &str, content: &str) -> Input {
+    Input::ToolDone(ToolCallResult::new(
+        id,
+        name,
+        content,
+        false,
+        Duration::ZERO,
+    ))
+}
+
 fn outcome(actions: &[Action]) -> Option<&agent_loop::RunOutcome> {
     actions.iter().find_map(|a| match a {
         Action::Finish(o) => Some(o),
@@ -125,16 +136,7 @@ fn a_tool_turn_asks_the_hooks_runs_the_tools_then_calls_again() {
 
     // Progress, then the result; the turn ends after it and the next call goes out.
     m.handle(Input::ToolProgress(progress("c1", "half way")), now);
-    m.handle(
-        Input::ToolDone(ToolCallResult::new(
-            "c1",
-            "act",
-            "done",
-            false,
-            Duration::ZERO,
-        )),
-        now,
-    );
+    m.handle(done("c1", "act", "done"), now);
     // Late progress of an answered call is dropped.
     m.handle(Input::ToolProgress(progress("c1", "late")), now);
     let actions = drain(&mut m);
@@ -364,16 +366,7 @@ fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
         now,
     );
     drain(&mut m);
-    m.handle(
-        Input::ToolDone(ToolCallResult::new(
-            "c1",
-            "act",
-            "ok",
-            false,
-            Duration::ZERO,
-        )),
-        now,
-    );
+    m.handle(done("c1", "act", "ok"), now);
     drain(&mut m);
     m.handle(Input::Cancel, now);
     let actions = drain(&mut m);
@@ -417,16 +410,7 @@ fn early_read_only_calls_start_while_streaming_and_side_effects_wait_for_them() 
         !actions.iter().any(|a| matches!(a, Action::RunTools(_))),
         "the write waits for the read still running: {actions:#?}"
     );
-    m.handle(
-        Input::ToolDone(ToolCallResult::new(
-            "r1",
-            "look",
-            "seen",
-            false,
-            Duration::ZERO,
-        )),
-        now,
-    );
+    m.handle(done("r1", "look", "seen"), now);
     let actions = drain(&mut m);
     assert!(matches!(actions.last(), Some(Action::RunTools(calls)) if calls[0].id == "w1"));
 }
@@ -443,16 +427,7 @@ fn a_stop_request_lets_the_turn_finish_then_stops() {
     m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
     drain(&mut m);
     m.handle(Input::StopAfterTurn, now);
-    m.handle(
-        Input::ToolDone(ToolCallResult::new(
-            "c1",
-            "act",
-            "ok",
-            false,
-            Duration::ZERO,
-        )),
-        now,
-    );
+    m.handle(done("c1", "act", "ok"), now);
     let actions = drain(&mut m);
     assert!(!actions.iter().any(|a| matches!(a, Action::CallModel(_))));
     assert_eq!(

@@ -3,7 +3,17 @@
 
 pub mod agent;
 
-use agent_loop::{LlmError, LlmEvent, ModelResponse, StreamAssembler, WireDecoder, WireFormat};
+use agent_loop::{
+    Jitter, LlmError, LlmEvent, ModelResponse, RetryPolicy, StreamAssembler, WireDecoder,
+    WireFormat,
+};
+
+/// Retries at once (1 ms, no jitter): for tests of what is retried, not of how long it waits.
+pub fn fast_retries() -> RetryPolicy {
+    RetryPolicy::default()
+        .initial_backoff(std::time::Duration::from_millis(1))
+        .jitter(Jitter::None)
+}
 
 /// What decoding a whole body gives: the events, and the assembled response or the first error.
 #[derive(Debug, Clone, PartialEq)]

@@ -347,9 +347,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn merges_roles_orders_results_first_and_fixes_inputs() {
-        let mut r = ModelRequest::new(vec![
+    /// A history Anthropic would refuse as it is: two user messages in a row, a tool input
+    /// that is not an object, and a result after the user's note.
+    fn unmerged_history() -> Vec<Message> {
+        vec![
             Message::user("a"),
             Message::user("b"),
             Message {
@@ -367,7 +368,12 @@ mod tests {
                     ContentBlock::tool_result("1", "ok", false),
                 ],
             },
-        ]);
+        ]
+    }
+
+    #[test]
+    fn merges_roles_orders_results_first_and_fixes_inputs() {
+        let mut r = ModelRequest::new(unmerged_history());
         r.tools = vec![ToolSpec {
             name: "t".into(),
             description: "d".into(),
@@ -450,25 +456,7 @@ mod tests {
     #[test]
     fn decode_sees_the_history_as_sent_merged_and_reordered() {
         // Two user messages become one; the result moves before the note.
-        let r = ModelRequest::new(vec![
-            Message::user("a"),
-            Message::user("b"),
-            Message {
-                role: Role::Assistant,
-                content: vec![ContentBlock::ToolUse {
-                    id: "1".into(),
-                    name: "t".into(),
-                    input: json!("not an object"),
-                }],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::text("note"),
-                    ContentBlock::tool_result("1", "ok", false),
-                ],
-            },
-        ]);
+        let r = ModelRequest::new(unmerged_history());
         let decoded = decode(&encode_value(&r));
         let roles: Vec<Role> = decoded.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
