@@ -103,6 +103,11 @@ enum Body {
         signature: String,
     },
     Redacted(String),
+    Reasoning {
+        id: String,
+        summary: Vec<String>,
+        encrypted_content: Option<String>,
+    },
     Tool {
         id: String,
         name: String,
@@ -238,6 +243,33 @@ impl StreamAssembler {
                 self.grow(data.len())?;
                 self.create(*index, Body::Redacted(data.clone()))?;
             }
+            LlmEvent::Reasoning {
+                index,
+                id,
+                summary,
+                encrypted_content,
+            } => {
+                let size = id.len()
+                    + summary.iter().map(String::len).sum::<usize>()
+                    + encrypted_content.as_ref().map_or(0, String::len);
+                self.grow(size)?;
+                let body = Body::Reasoning {
+                    id: id.clone(),
+                    summary: summary.clone(),
+                    encrypted_content: encrypted_content.clone(),
+                };
+                // The item completes the summary streamed for the same index, if any.
+                match self.position(*index) {
+                    Some(_) => {
+                        let slot = self.open_slot(*index)?;
+                        match slot.body {
+                            Body::Thinking { .. } => slot.body = body,
+                            _ => return Err(kind_mismatch(*index, "reasoning")),
+                        }
+                    }
+                    None => self.create(*index, body)?,
+                }
+            }
             LlmEvent::ToolCallStart { index, id, name } => {
                 self.create(
                     *index,
@@ -333,6 +365,15 @@ impl StreamAssembler {
                     });
                 }
                 Body::Redacted(data) => content.push(ContentBlock::RedactedThinking { data }),
+                Body::Reasoning {
+                    id,
+                    summary,
+                    encrypted_content,
+                } => content.push(ContentBlock::Reasoning {
+                    id,
+                    summary,
+                    encrypted_content,
+                }),
                 Body::Tool { id, name, args } => {
                     let mut parsed = slot
                         .parsed

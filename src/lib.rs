@@ -121,7 +121,8 @@ pub mod __fuzz {
     ) -> Result<serde_json::Value, LlmError> {
         let body = match format {
             WireFormat::Anthropic => crate::provider::anthropic::fuzz_encode(request)?,
-            WireFormat::OpenAiChat => crate::provider::openai::fuzz_encode(request)?,
+            WireFormat::OpenAiResponses => crate::provider::responses::fuzz_encode(request)?,
+            _ => crate::provider::openai::fuzz_encode(request)?,
         };
         serde_json::from_slice(&body).map_err(|e| LlmError::InvalidRequest {
             message: format!("the encoded body is not JSON: {e}"),

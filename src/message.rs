@@ -111,6 +111,19 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+    /// An OpenAI Responses reasoning item, kept whole so it can be sent back verbatim in
+    /// later turns (a reasoning model keeps its chain of thought across tool calls only when
+    /// its reasoning items come back). Other providers' encoders leave it out.
+    Reasoning {
+        /// The item id (`rs_…`).
+        id: String,
+        /// The summary texts, one per summary part.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// The encrypted reasoning (`include: ["reasoning.encrypted_content"]`), when sent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
     /// A block type the crate does not model, kept verbatim (including its `type`).
     #[serde(untagged)]
     Other(serde_json::Value),

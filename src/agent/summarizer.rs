@@ -180,7 +180,9 @@ pub(crate) fn render_transcript(span: &[Message]) -> String {
                         capped(&value.to_string())
                     ));
                 }
-                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
+                ContentBlock::Thinking { .. }
+                | ContentBlock::RedactedThinking { .. }
+                | ContentBlock::Reasoning { .. } => {}
             }
         }
     }

@@ -121,7 +121,9 @@ pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
                                 "message {i} is a user message with a tool call ({id})"
                             )));
                         }
-                        ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
+                        ContentBlock::Thinking { .. }
+                        | ContentBlock::RedactedThinking { .. }
+                        | ContentBlock::Reasoning { .. } => {
                             return Err(invalid(format!(
                                 "message {i} is a user message with a thinking block"
                             )));

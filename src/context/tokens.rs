@@ -205,6 +205,17 @@ fn block_tokens(counter: &dyn TokenCounter, block: &ContentBlock) -> usize {
             signature,
         } => counter.count(thinking) + signature.len().div_ceil(4),
         ContentBlock::RedactedThinking { data } => data.len().div_ceil(4),
+        ContentBlock::Reasoning {
+            id,
+            summary,
+            encrypted_content,
+        } => {
+            id.len().div_ceil(4)
+                + summary.iter().map(|s| counter.count(s)).sum::<usize>()
+                + encrypted_content
+                    .as_ref()
+                    .map_or(0, |c| c.len().div_ceil(4))
+        }
         ContentBlock::ToolUse { id: _, name, input } => {
             TOOL_BLOCK_OVERHEAD + counter.count(name) + counter.count(&input.to_string())
         }

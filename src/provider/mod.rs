@@ -19,6 +19,7 @@ pub(crate) mod anthropic;
 mod cache;
 pub(crate) mod http;
 pub(crate) mod openai;
+pub(crate) mod responses;
 pub(crate) mod retry;
 
 pub use anthropic::AnthropicClient;
@@ -36,6 +37,9 @@ pub enum WireFormat {
     /// OpenAI Chat Completions (`POST /chat/completions`, `stream: true`) and every
     /// OpenAI-compatible server.
     OpenAiChat,
+    /// OpenAI Responses (`POST /responses`, `stream: true`), with reasoning items carried
+    /// across tool turns; also served by compatible servers (LiteLLM, vLLM …).
+    OpenAiResponses,
 }
 
 /// One provider-neutral event of a streamed model response.
@@ -79,6 +83,19 @@ pub enum LlmEvent {
         index: usize,
         /// The opaque payload.
         data: String,
+    },
+    /// A complete OpenAI Responses reasoning item at `index`. Replaces the summary text
+    /// streamed as [`LlmEvent::ThinkingDelta`]s for the same index, if any: the item is what
+    /// goes back to the model, as [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning).
+    Reasoning {
+        /// Block index.
+        index: usize,
+        /// The item id.
+        id: String,
+        /// The summary texts.
+        summary: Vec<String>,
+        /// The encrypted reasoning, when the server sent it.
+        encrypted_content: Option<String>,
     },
     /// A tool call starts at `index`.
     ToolCallStart {
@@ -143,6 +160,7 @@ impl LlmEvent {
                 | LlmEvent::ThinkingDelta { .. }
                 | LlmEvent::SignatureDelta { .. }
                 | LlmEvent::RedactedThinking { .. }
+                | LlmEvent::Reasoning { .. }
                 | LlmEvent::ToolCallStart { .. }
                 | LlmEvent::ToolCallDelta { .. }
                 | LlmEvent::OtherBlock { .. }
@@ -217,6 +235,7 @@ pub struct WireDecoder {
 enum ProviderDecoder {
     Anthropic(anthropic::decode::Decoder),
     OpenAi(openai::decode::Decoder),
+    Responses(responses::decode::Decoder),
 }
 
 impl WireDecoder {
@@ -230,6 +249,9 @@ impl WireDecoder {
         let inner = match format {
             WireFormat::Anthropic => ProviderDecoder::Anthropic(anthropic::decode::Decoder::new()),
             WireFormat::OpenAiChat => ProviderDecoder::OpenAi(openai::decode::Decoder::new()),
+            WireFormat::OpenAiResponses => {
+                ProviderDecoder::Responses(responses::decode::Decoder::new())
+            }
         };
         WireDecoder {
             sse: SseDecoder::with_limits(limits.sse()),
@@ -281,7 +303,8 @@ impl WireDecoder {
     }
 
     /// Decodes a whole, non-streamed response body: the JSON message (Anthropic
-    /// `{"type":"message", …}`, OpenAI `{"object":"chat.completion", …}`) that some servers and
+    /// `{"type":"message", …}`, OpenAI `{"object":"chat.completion", …}` or
+    /// `{"object":"response", …}`) that some servers and
     /// proxies send in answer to a streaming request. Appends the same events a stream with
     /// the same content gives, ending with [`LlmEvent::MessageStop`]. A body that is the
     /// provider's error object gives the same error an in-stream error event would. Never
@@ -313,6 +336,7 @@ impl WireDecoder {
             Ok(text) => match &mut self.inner {
                 ProviderDecoder::Anthropic(d) => d.decode_whole(text, out),
                 ProviderDecoder::OpenAi(d) => d.decode_whole(text, out),
+                ProviderDecoder::Responses(d) => d.decode_whole(text, out),
             },
         };
         self.remember(result)
@@ -323,6 +347,7 @@ impl WireDecoder {
         match &self.inner {
             ProviderDecoder::Anthropic(d) => d.is_done(),
             ProviderDecoder::OpenAi(d) => d.is_done(),
+            ProviderDecoder::Responses(d) => d.is_done(),
         }
     }
 }
@@ -337,6 +362,7 @@ impl ProviderDecoder {
         match self {
             ProviderDecoder::Anthropic(d) => d.on_event(event, data, out),
             ProviderDecoder::OpenAi(d) => d.on_event(event, data, out),
+            ProviderDecoder::Responses(d) => d.on_event(event, data, out),
         }
     }
 
@@ -344,6 +370,7 @@ impl ProviderDecoder {
         match self {
             ProviderDecoder::Anthropic(d) => d.finish(out),
             ProviderDecoder::OpenAi(d) => d.finish(out),
+            ProviderDecoder::Responses(d) => d.finish(out),
         }
     }
 }

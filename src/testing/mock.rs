@@ -362,6 +362,8 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         Some(WireFormat::Anthropic)
     } else if route.ends_with("/chat/completions") {
         Some(WireFormat::OpenAiChat)
+    } else if route.ends_with("/responses") {
+        Some(WireFormat::OpenAiResponses)
     } else {
         None
     };
@@ -584,6 +586,11 @@ async fn answer(socket: &mut TcpStream, reply: Reply) -> std::io::Result<bool> {
 /// Checks the history invariant on a request body in `format`, decoded by the provider's own
 /// request module (the inverse of what its client encodes).
 fn wire_history_violation(format: WireFormat, body: &Value) -> Option<String> {
+    if format == WireFormat::OpenAiResponses {
+        body.get("input")?.as_array()?;
+        let history = crate::provider::responses::request::decode(body);
+        return super::history_violation(&history);
+    }
     body.get("messages")?.as_array()?;
     let history = match format {
         WireFormat::Anthropic => crate::provider::anthropic::request::decode(body),

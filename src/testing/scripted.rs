@@ -67,6 +67,11 @@ pub(crate) enum Block {
         signature: String,
     },
     RedactedThinking(String),
+    Reasoning {
+        id: String,
+        summary: Vec<String>,
+        encrypted_content: Option<String>,
+    },
     ToolCall {
         id: String,
         name: String,
@@ -212,6 +217,33 @@ impl ScriptedResponse {
     pub fn then_redacted_thinking(mut self, data: impl Into<String>) -> Self {
         self.steps
             .push(Step::Block(Block::RedactedThinking(data.into())));
+        self
+    }
+
+    /// Adds an OpenAI Responses reasoning item: its summary streams as thinking, and the whole
+    /// item ends the block (it becomes a
+    /// [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning) that goes back to the model).
+    ///
+    /// ```
+    /// use agent_loop::testing::ScriptedResponse;
+    /// use serde_json::json;
+    ///
+    /// let turn = ScriptedResponse::new()
+    ///     .then_reasoning("rs_1", ["Need the weather."], Some("gAAAA-opaque"))
+    ///     .then_tool_call("call_1", "get_weather", json!({"city": "Paris"}));
+    /// # let _ = turn;
+    /// ```
+    pub fn then_reasoning(
+        mut self,
+        id: impl Into<String>,
+        summary: impl IntoIterator<Item = impl Into<String>>,
+        encrypted_content: Option<impl Into<String>>,
+    ) -> Self {
+        self.steps.push(Step::Block(Block::Reasoning {
+            id: id.into(),
+            summary: summary.into_iter().map(Into::into).collect(),
+            encrypted_content: encrypted_content.map(Into::into),
+        }));
         self
     }
 
@@ -381,6 +413,28 @@ impl ScriptedResponse {
                 index,
                 data: data.clone(),
             }),
+            Block::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => {
+                for (i, part) in summary.iter().enumerate() {
+                    let pieces = self.pieces(part);
+                    for (j, piece) in pieces.iter().enumerate() {
+                        let separator = if i > 0 && j == 0 { "\n\n" } else { "" };
+                        events.push(LlmEvent::ThinkingDelta {
+                            index,
+                            thinking: format!("{separator}{piece}"),
+                        });
+                    }
+                }
+                events.push(LlmEvent::Reasoning {
+                    index,
+                    id: id.clone(),
+                    summary: summary.clone(),
+                    encrypted_content: encrypted_content.clone(),
+                });
+            }
             Block::ToolCall {
                 id,
                 name,

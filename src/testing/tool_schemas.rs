@@ -157,8 +157,10 @@ fn cache_control(body: &Value) -> Option<Rejection> {
     None
 }
 
+/// A Chat Completions tool (`{"type":"function","function":{…}}`) or a flat Responses one
+/// (`{"type":"function","name","parameters",…}`).
 fn openai(tool: &Value) -> Option<Rejection> {
-    let function = tool.get("function")?;
+    let function = tool.get("function").unwrap_or(tool);
     let parameters = function.get("parameters")?;
     let found = match parameters.get("type") {
         Some(Value::String(t)) if t == "object" => return None,

@@ -19,6 +19,7 @@ pub(crate) fn encode(format: WireFormat, response: &ScriptedResponse) -> Option<
     let assembled = assemble(format, response)?;
     Some(match format {
         WireFormat::Anthropic => anthropic(&assembled),
+        WireFormat::OpenAiResponses => responses(&assembled),
         _ => openai(&assembled),
     })
 }
@@ -106,6 +107,63 @@ fn openai(response: &ModelResponse) -> Value {
             "total_tokens": prompt + usage.output_tokens,
             "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        },
+    })
+}
+
+/// A Responses object (`{"object":"response","output":[…]}`): reasoning items, one message
+/// item per text block, function calls, in the response's order.
+fn responses(response: &ModelResponse) -> Value {
+    let output: Vec<Value> = response
+        .message
+        .content
+        .iter()
+        .enumerate()
+        .filter_map(|(i, block)| match block {
+            ContentBlock::Text { text } => Some(json!({
+                "type": "message", "id": format!("msg_{i}"), "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]})),
+            ContentBlock::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => Some(json!({
+                "type": "reasoning", "id": id,
+                "summary": summary.iter()
+                    .map(|t| json!({"type": "summary_text", "text": t}))
+                    .collect::<Vec<_>>(),
+                "encrypted_content": encrypted_content})),
+            ContentBlock::ToolUse { id, name, input } => Some(json!({
+                "type": "function_call", "id": format!("fc_{i}"), "call_id": id,
+                "name": name, "arguments": input.to_string(), "status": "completed"})),
+            _ => None,
+        })
+        .collect();
+    let (status, incomplete) = match &response.stop_reason {
+        StopReason::MaxTokens => ("incomplete", json!({"reason": "max_output_tokens"})),
+        StopReason::ContentFilter | StopReason::Refusal => {
+            ("incomplete", json!({"reason": "content_filter"}))
+        }
+        _ => ("completed", Value::Null),
+    };
+    let usage = response.usage;
+    let input = usage.input_tokens + usage.cache_read_input_tokens;
+    json!({
+        "id": response.id,
+        "object": "response",
+        "created_at": 0,
+        "status": status,
+        "incomplete_details": incomplete,
+        "error": null,
+        "model": response.model,
+        "output": output,
+        "usage": {
+            "input_tokens": input,
+            "input_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": input + usage.output_tokens,
         },
     })
 }

@@ -200,6 +200,8 @@ fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
             signature,
         },
         ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
+        // OpenAI Responses reasoning has no Anthropic form.
+        ContentBlock::Reasoning { .. } => return None,
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
             id,
             name,

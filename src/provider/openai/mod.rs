@@ -17,6 +17,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
+use crate::provider::responses::{self, ResponsesOptions};
 use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -26,6 +27,12 @@ static SPEC: ProviderSpec = ProviderSpec {
     parse_error_body,
     is_context_overflow,
     auth_hint: "the API key: OPENAI_API_KEY, or the key passed to OpenAiClient::new",
+};
+
+/// The same server and error shapes as [`SPEC`]; the Responses stream format.
+static RESPONSES_SPEC: ProviderSpec = ProviderSpec {
+    format: WireFormat::OpenAiResponses,
+    ..SPEC
 };
 
 /// Which request field carries [`ModelRequest::max_tokens`].
@@ -47,7 +54,8 @@ pub enum MaxTokensField {
 }
 
 /// A streaming client for OpenAI Chat Completions (`POST {base_url}/chat/completions`) and
-/// every OpenAI-compatible server.
+/// every OpenAI-compatible server, or, with [`responses`](Self::responses), for the OpenAI
+/// Responses API (`POST {base_url}/responses`).
 ///
 /// ```no_run
 /// use agent_loop::{MaxTokensField, OpenAiClient};
@@ -85,6 +93,8 @@ pub struct OpenAiClient {
     auth_header: Option<String>,
     /// Whether signed thinking goes back as `thinking_blocks`.
     thinking_blocks: bool,
+    /// `Some`: the Responses API (`/responses`) with these settings; `None`: Chat Completions.
+    responses: Option<ResponsesOptions>,
     transport: Transport,
 }
 
@@ -132,12 +142,14 @@ impl OpenAiClient {
             max_tokens_field: None,
             auth_header: None,
             thinking_blocks: false,
+            responses: None,
             transport: Transport::new(HttpSettings::new(Duration::from_secs(300))),
         }
     }
 
-    /// A client configured from the environment: `OPENAI_API_KEY`, `OPENAI_BASE_URL` and
-    /// `OPENAI_MODEL`.
+    /// A client configured from the environment: `OPENAI_API_KEY`, `OPENAI_BASE_URL`,
+    /// `OPENAI_MODEL`, and `OPENAI_WIRE_API` (`responses` for the Responses API, `chat` or unset
+    /// for Chat Completions).
     ///
     /// The key is required unless `OPENAI_BASE_URL` is set (local and self-hosted servers often
     /// need none); a missing key is then sent as no `Authorization` header. Fails with
@@ -166,6 +178,15 @@ impl OpenAiClient {
         }
         if let Some(model) = get("OPENAI_MODEL") {
             client = client.model(model.trim());
+        }
+        match get("OPENAI_WIRE_API").as_deref().map(str::trim) {
+            None | Some("chat") => {}
+            Some("responses") => client = client.responses(),
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "OPENAI_WIRE_API is {other:?}: set it to \"responses\" or \"chat\""
+                )))
+            }
         }
         Ok(client)
     }
@@ -236,6 +257,63 @@ impl OpenAiClient {
         self
     }
 
+    /// Speaks the OpenAI Responses API (`POST {base_url}/responses`) instead of Chat
+    /// Completions: the same server, key, headers, timeouts, retries and limits.
+    ///
+    /// Reasoning models keep their chain of thought across tool calls only when their reasoning
+    /// items are sent back; in this mode they are kept in the history as
+    /// [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning) and sent back verbatim.
+    /// Nothing is stored on the server by default (`store: false`, with
+    /// `include: ["reasoning.encrypted_content"]`); see [`store`](Self::store).
+    ///
+    /// ```
+    /// use agent_loop::{LlmClient, OpenAiClient};
+    ///
+    /// let client = OpenAiClient::new("sk-…").model("o4-mini").responses()
+    ///     .reasoning_effort("low")
+    ///     .reasoning_summary("auto");
+    /// assert_eq!(client.model(), "o4-mini");
+    /// ```
+    pub fn responses(mut self) -> Self {
+        self.responses.get_or_insert_with(ResponsesOptions::default);
+        self
+    }
+
+    /// Whether the client speaks the Responses API (see [`responses`](Self::responses)).
+    pub fn is_responses(&self) -> bool {
+        self.responses.is_some()
+    }
+
+    /// `reasoning.effort` for reasoning models (`minimal`, `low`, `medium`, `high`); switches
+    /// to the Responses API.
+    pub fn reasoning_effort(mut self, effort: impl Into<String>) -> Self {
+        self.responses
+            .get_or_insert_with(ResponsesOptions::default)
+            .reasoning_effort = Some(effort.into());
+        self
+    }
+
+    /// `reasoning.summary` (`auto`, `concise`, `detailed`): ask for reasoning summaries, which
+    /// stream as thinking; switches to the Responses API.
+    pub fn reasoning_summary(mut self, summary: impl Into<String>) -> Self {
+        self.responses
+            .get_or_insert_with(ResponsesOptions::default)
+            .reasoning_summary = Some(summary.into());
+        self
+    }
+
+    /// Lets the server store responses (`store: true`; default false, with
+    /// `include: ["reasoning.encrypted_content"]` so reasoning travels in the history instead).
+    /// Needed to continue with `previous_response_id` (put it in
+    /// [`ModelRequest::extra`]: only the messages after the last assistant message are then
+    /// sent). Switches to the Responses API.
+    pub fn store(mut self, store: bool) -> Self {
+        self.responses
+            .get_or_insert_with(ResponsesOptions::default)
+            .store = store;
+        self
+    }
+
     crate::provider::http::transport_setters!(
         "for example a gateway's routing header",
         "300 s",
@@ -247,7 +325,16 @@ impl OpenAiClient {
         let field = self
             .max_tokens_field
             .unwrap_or_else(|| MaxTokensField::for_model(model));
-        let body = request::encode(request, &self.model, field, self.thinking_blocks)?;
+        let (body, path) = match &self.responses {
+            Some(options) => (
+                responses::request::encode(request, &self.model, options)?,
+                "/responses",
+            ),
+            None => (
+                request::encode(request, &self.model, field, self.thinking_blocks)?,
+                "/chat/completions",
+            ),
+        };
         let mut headers = HeaderMap::new();
         if !self.api_key.is_empty() {
             match &self.auth_header {
@@ -282,7 +369,7 @@ impl OpenAiClient {
             }
         }
         HttpRequest::json(
-            join_url(&self.base_url, "/chat/completions"),
+            join_url(&self.base_url, path),
             body,
             headers,
             &self.transport.settings().headers,
@@ -292,7 +379,12 @@ impl OpenAiClient {
 
 impl LlmClient for OpenAiClient {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport.stream(&SPEC, move || self.build(request))
+        let spec = if self.responses.is_some() {
+            &RESPONSES_SPEC
+        } else {
+            &SPEC
+        };
+        self.transport.stream(spec, move || self.build(request))
     }
 
     fn model(&self) -> &str {

@@ -1,0 +1,487 @@
+//! Encodes a [`ModelRequest`] into an OpenAI Responses request body (`POST /responses`).
+//!
+//! - The system prompt is `instructions`; the conversation is `input`, a list of items.
+//! - A user message's tool results become `function_call_output` items (placed first, with
+//!   `call_id`; the content of an error result is prefixed with `Error: `, since the format has
+//!   no error flag); its text (and unmodelled parts such as `input_image`, sent verbatim) a
+//!   `message` item with role `user`.
+//! - An assistant message becomes, in its blocks' order: its reasoning items verbatim
+//!   ([`ContentBlock::Reasoning`]: id, summary, `encrypted_content`), `message` items with role
+//!   `assistant` for its text, and `function_call` items (`call_id`, `name`, `arguments` as a
+//!   JSON string) for its tool calls. Anthropic thinking and unmodelled blocks are dropped:
+//!   the format has no place for them.
+//! - Tools are flat function tools (`{"type":"function","name","description","parameters",
+//!   "strict":false}`); `tool_choice` is sent with tools only.
+//! - `max_output_tokens`, `temperature`, `reasoning: {effort, summary}` when set on the client,
+//!   and `store: false` with `include: ["reasoning.encrypted_content"]` unless the client
+//!   stores responses: the crate never relies on state kept by the server. Stop sequences
+//!   have no field in this format and are not sent.
+//! - `previous_response_id` in [`ModelRequest::extra`] continues a stored response: only the
+//!   messages after the last assistant message are sent, as the server holds the rest.
+//! - `extra` fields are merged last, at the top level.
+
+use serde_json::Value;
+
+use crate::error::LlmError;
+use crate::message::{ContentBlock, Message, Role};
+use crate::provider::{ModelRequest, ToolChoice};
+
+use super::wire::{
+    FunctionTool, InputItem, InputPart, MessageContent, Reasoning, ResponsesRequest, SummaryText,
+};
+use super::ResponsesOptions;
+
+/// The prefix of the output of a tool result that is an error.
+pub(crate) const ERROR_RESULT_PREFIX: &str = "Error: ";
+
+/// The JSON body for `request`, using `default_model` when the request names none.
+pub(crate) fn encode(
+    request: &ModelRequest,
+    default_model: &str,
+    options: &ResponsesOptions,
+) -> Result<Vec<u8>, LlmError> {
+    let model = request.model.as_deref().unwrap_or(default_model);
+    if model.is_empty() {
+        return Err(LlmError::InvalidRequest {
+            message: "no model: set one with OpenAiClient::model(..) (or OPENAI_MODEL), or in \
+                      ModelRequest::model"
+                .to_owned(),
+        });
+    }
+    let continued = request
+        .extra
+        .get("previous_response_id")
+        .is_some_and(|v| !v.is_null());
+    let messages: &[Message] = if continued {
+        let after = request
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+            .map_or(0, |i| i + 1);
+        request.messages.get(after..).unwrap_or_default()
+    } else {
+        &request.messages
+    };
+    let mut input = Vec::with_capacity(messages.len() + 1);
+    for message in messages {
+        match message.role {
+            Role::Assistant => assistant(message, &mut input),
+            _ => user(message, &mut input),
+        }
+    }
+    let tools: Vec<FunctionTool<'_>> = request
+        .tools
+        .iter()
+        .map(|t| FunctionTool {
+            kind: "function",
+            name: &t.name,
+            description: &t.description,
+            parameters: &t.input_schema,
+            strict: false,
+        })
+        .collect();
+    let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
+        ToolChoice::Auto => serde_json::json!("auto"),
+        ToolChoice::Any => serde_json::json!("required"),
+        ToolChoice::None => serde_json::json!("none"),
+        ToolChoice::Tool(name) => serde_json::json!({"type": "function", "name": name}),
+    });
+    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
+        .then(|| Reasoning {
+            effort: options.reasoning_effort.as_deref(),
+            summary: options.reasoning_summary.as_deref(),
+        });
+    let body = ResponsesRequest {
+        model,
+        instructions: request.system.as_deref().filter(|s| !s.is_empty()),
+        input,
+        tools,
+        tool_choice,
+        max_output_tokens: request.max_tokens,
+        temperature: request.temperature,
+        reasoning,
+        store: options.store,
+        include: if options.store {
+            Vec::new()
+        } else {
+            vec!["reasoning.encrypted_content"]
+        },
+        stream: true,
+    };
+    let value = serde_json::to_value(&body).map_err(|e| LlmError::InvalidRequest {
+        message: format!("could not encode the request: {e}"),
+    })?;
+    crate::provider::http::merge_extra(value, &request.extra)
+}
+
+fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
+    for block in &message.content {
+        match block {
+            ContentBlock::Text { text } if !text.is_empty() => out.push(InputItem::Message {
+                role: "assistant",
+                content: MessageContent::Text(text.clone()),
+            }),
+            ContentBlock::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => out.push(InputItem::Reasoning {
+                id,
+                summary: summary
+                    .iter()
+                    .map(|text| SummaryText {
+                        kind: "summary_text",
+                        text,
+                    })
+                    .collect(),
+                encrypted_content: encrypted_content.as_deref(),
+            }),
+            ContentBlock::ToolUse { id, name, input } => out.push(InputItem::FunctionCall {
+                call_id: id,
+                name,
+                arguments: if input.is_object() {
+                    input.to_string()
+                } else {
+                    "{}".to_owned()
+                },
+            }),
+            _ => {}
+        }
+    }
+}
+
+fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
+    for block in &message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } = block
+        {
+            out.push(InputItem::FunctionCallOutput {
+                call_id: tool_use_id,
+                output: if *is_error {
+                    format!("{ERROR_RESULT_PREFIX}{content}")
+                } else {
+                    content.clone()
+                },
+            });
+        }
+    }
+    let has_parts = message
+        .content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::Other(_)));
+    let content = if has_parts {
+        MessageContent::Parts(
+            message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::Text { text } if !text.is_empty() => Some(InputPart::Text {
+                        kind: "input_text",
+                        text,
+                    }),
+                    ContentBlock::Other(value) => Some(InputPart::Other(value)),
+                    _ => None,
+                })
+                .collect(),
+        )
+    } else {
+        let texts: Vec<&str> = message
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } if !text.is_empty() => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if texts.is_empty() {
+            return;
+        }
+        MessageContent::Text(texts.join("\n"))
+    };
+    out.push(InputItem::Message {
+        role: "user",
+        content,
+    });
+}
+
+/// The conversation in a Responses request body, in the crate's shape: the inverse of
+/// [`encode`] for the `input` field, for the mock server's history check. Tolerant of any JSON
+/// (never panics).
+///
+/// System and developer messages are left out. Consecutive assistant items (reasoning,
+/// messages, function calls) form one assistant message; `function_call_output` items and the
+/// user message after them one user message, results first. An output starting with
+/// [`ERROR_RESULT_PREFIX`] reads as an error result without it.
+pub(crate) fn decode(body: &Value) -> Vec<Message> {
+    let items: &[Value] = match body.get("input") {
+        Some(Value::Array(items)) => items,
+        Some(Value::String(text)) => return vec![Message::user(text.clone())],
+        _ => &[],
+    };
+    let mut out: Vec<Message> = Vec::new();
+    let str_of = |v: &Value, key: &str| {
+        v.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for item in items {
+        let ty = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
+        let (role, block) = match ty {
+            "message" => match item.get("role").and_then(Value::as_str) {
+                Some("assistant") => (Role::Assistant, decode_content(item.get("content"))),
+                Some("user") => (Role::User, decode_content(item.get("content"))),
+                _ => continue,
+            },
+            "reasoning" => (
+                Role::Assistant,
+                vec![ContentBlock::Reasoning {
+                    id: str_of(item, "id"),
+                    summary: item
+                        .get("summary")
+                        .and_then(Value::as_array)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| str_of(p, "text"))
+                        .collect(),
+                    encrypted_content: item
+                        .get("encrypted_content")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                }],
+            ),
+            "function_call" => {
+                let arguments = str_of(item, "arguments");
+                (
+                    Role::Assistant,
+                    vec![ContentBlock::ToolUse {
+                        id: str_of(item, "call_id"),
+                        name: str_of(item, "name"),
+                        input: serde_json::from_str(&arguments).unwrap_or(Value::String(arguments)),
+                    }],
+                )
+            }
+            "function_call_output" => {
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                let (text, is_error) = match output.strip_prefix(ERROR_RESULT_PREFIX) {
+                    Some(rest) => (rest.to_owned(), true),
+                    None => (output, false),
+                };
+                (
+                    Role::User,
+                    vec![ContentBlock::tool_result(
+                        str_of(item, "call_id"),
+                        text,
+                        is_error,
+                    )],
+                )
+            }
+            _ => continue,
+        };
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(block),
+            _ => out.push(Message {
+                role,
+                content: block,
+            }),
+        }
+    }
+    out
+}
+
+/// Text content (a string) or content parts (text parts as text, the others verbatim).
+fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
+    match content {
+        Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("input_text" | "output_text" | "text"), Some(text)) => {
+                        ContentBlock::text(text)
+                    }
+                    _ => ContentBlock::Other(part.clone()),
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn encode_value(request: &ModelRequest, options: &ResponsesOptions) -> Value {
+        serde_json::from_slice(&encode(request, "gpt-test", options).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn minimal_request_is_stateless_by_default() {
+        let mut r = ModelRequest::new(vec![Message::user("hi")]);
+        r.system = Some("be brief".into());
+        r.stop_sequences = vec!["STOP".into()];
+        assert_eq!(
+            encode_value(&r, &ResponsesOptions::default()),
+            json!({
+                "model": "gpt-test",
+                "instructions": "be brief",
+                "input": [{"type": "message", "role": "user", "content": "hi"}],
+                "max_output_tokens": 4096,
+                "store": false,
+                "include": ["reasoning.encrypted_content"],
+                "stream": true
+            })
+        );
+        let stored = ResponsesOptions {
+            store: true,
+            reasoning_effort: Some("low".into()),
+            reasoning_summary: Some("auto".into()),
+        };
+        let v = encode_value(&r, &stored);
+        assert_eq!(v["store"], true);
+        assert!(v.get("include").is_none());
+        assert_eq!(v["reasoning"], json!({"effort": "low", "summary": "auto"}));
+    }
+
+    fn tool_conversation() -> Vec<Message> {
+        vec![
+            Message::user("list and read"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Reasoning {
+                        id: "rs_1".into(),
+                        summary: vec!["Two calls.".into()],
+                        encrypted_content: Some("gAAA==".into()),
+                    },
+                    ContentBlock::text("Looking."),
+                    ContentBlock::ToolUse {
+                        id: "call_1".into(),
+                        name: "ls".into(),
+                        input: json!({"path": "."}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "call_2".into(),
+                        name: "read".into(),
+                        input: json!({"path": "a.txt"}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::tool_result("call_1", "a.txt", false),
+                    ContentBlock::tool_result("call_2", "no such file", true),
+                    ContentBlock::text("hurry"),
+                ],
+            },
+            Message::assistant("a.txt is missing."),
+            Message::user("thanks"),
+        ]
+    }
+
+    #[test]
+    fn decode_inverts_encode() {
+        let history = tool_conversation();
+        let bytes = encode(
+            &ModelRequest::new(history.clone()),
+            "m",
+            &ResponsesOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(decode(&serde_json::from_slice(&bytes).unwrap()), history);
+    }
+
+    #[test]
+    fn items_keep_the_blocks_order_and_drop_anthropic_thinking() {
+        let mut history = tool_conversation();
+        history[1].content.insert(
+            0,
+            ContentBlock::Thinking {
+                thinking: "t".into(),
+                signature: "s".into(),
+            },
+        );
+        let v = encode_value(&ModelRequest::new(history), &ResponsesOptions::default());
+        let types: Vec<&str> = v["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "message",
+                "reasoning",
+                "message",
+                "function_call",
+                "function_call",
+                "function_call_output",
+                "function_call_output",
+                "message",
+                "message",
+                "message"
+            ]
+        );
+        assert_eq!(
+            v["input"][1],
+            json!({"type": "reasoning", "id": "rs_1",
+                   "summary": [{"type": "summary_text", "text": "Two calls."}],
+                   "encrypted_content": "gAAA=="})
+        );
+        assert_eq!(
+            v["input"][3],
+            json!({"type": "function_call", "call_id": "call_1", "name": "ls",
+                   "arguments": "{\"path\":\".\"}"})
+        );
+        assert_eq!(
+            v["input"][6],
+            json!({"type": "function_call_output", "call_id": "call_2",
+                   "output": "Error: no such file"})
+        );
+    }
+
+    #[test]
+    fn previous_response_id_sends_only_the_new_turn() {
+        let mut r = ModelRequest::new(tool_conversation());
+        r.extra
+            .insert("previous_response_id".into(), json!("resp_123"));
+        let v = encode_value(&r, &ResponsesOptions::default());
+        assert_eq!(v["previous_response_id"], "resp_123");
+        assert_eq!(
+            v["input"],
+            json!([{"type": "message", "role": "user", "content": "thanks"}])
+        );
+    }
+
+    #[test]
+    fn decode_never_panics_on_odd_bodies() {
+        for body in [
+            json!(null),
+            json!({"input": {}}),
+            json!({"input": "hi"}),
+            json!({"input": [1, {"type": "reasoning", "summary": [3]},
+                             {"type": "function_call_output", "output": [1]},
+                             {"role": "assistant", "content": [{"type": 1}]}]}),
+        ] {
+            let _ = decode(&body);
+        }
+    }
+}

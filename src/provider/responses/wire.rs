@@ -1,0 +1,103 @@
+//! OpenAI Responses request types (serde), borrowed from the canonical request. Field names and
+//! shapes follow the official SDK's `ResponseCreateParams` and its input item types.
+
+use serde::Serialize;
+
+/// The body of `POST /responses`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResponsesRequest<'a> {
+    pub(crate) model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) instructions: Option<&'a str>,
+    pub(crate) input: Vec<InputItem<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tools: Vec<FunctionTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_choice: Option<serde_json::Value>,
+    pub(crate) max_output_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reasoning: Option<Reasoning<'a>>,
+    pub(crate) store: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) include: Vec<&'static str>,
+    pub(crate) stream: bool,
+}
+
+/// `reasoning: {effort, summary}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Reasoning<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<&'a str>,
+}
+
+/// One item of `input`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum InputItem<'a> {
+    /// `EasyInputMessageParam`: a user or assistant message.
+    Message {
+        role: &'static str,
+        content: MessageContent<'a>,
+    },
+    /// `ResponseFunctionToolCallParam`.
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: String,
+    },
+    /// `FunctionCallOutput`.
+    FunctionCallOutput { call_id: &'a str, output: String },
+    /// `ResponseReasoningItemParam`, sent back as it came.
+    Reasoning {
+        id: &'a str,
+        summary: Vec<SummaryText<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<&'a str>,
+    },
+}
+
+/// A message's content: a string, or a list of input parts.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum MessageContent<'a> {
+    Text(String),
+    Parts(Vec<InputPart<'a>>),
+}
+
+/// One input content part: `input_text`, or a part the crate does not model sent verbatim
+/// (`input_image`, `input_file`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum InputPart<'a> {
+    Text {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        text: &'a str,
+    },
+    Other(&'a serde_json::Value),
+}
+
+/// `{"type":"summary_text","text":…}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SummaryText<'a> {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) text: &'a str,
+}
+
+/// `FunctionToolParam`: a flat function tool.
+#[derive(Debug, Serialize)]
+pub(crate) struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) name: &'a str,
+    pub(crate) description: &'a str,
+    pub(crate) parameters: &'a serde_json::Value,
+    /// Required by the type (nullable); `false`: the crate's schemas are not all strict-mode
+    /// schemas (strict mode needs every property required and no additional properties).
+    pub(crate) strict: bool,
+}
