@@ -54,6 +54,8 @@ struct Event<'a> {
     output_index: Option<u64>,
     #[serde(default)]
     content_index: Option<u64>,
+    #[serde(default)]
+    summary_index: Option<u64>,
     #[serde(borrow, default)]
     delta: Option<CowStr<'a>>,
     /// `output_text.done`, `reasoning_summary_text.done`.
@@ -831,6 +833,7 @@ impl<'a> Event<'a> {
             ty: None,
             output_index: None,
             content_index: None,
+            summary_index: None,
             delta: None,
             text: None,
             refusal: None,
@@ -863,7 +866,7 @@ impl<'a> Event<'a> {
     /// The summary part a reasoning delta belongs to (`summary_index`, read from
     /// `content_index` for raw reasoning text).
     fn summary_index_or_content(&self) -> Option<u64> {
-        self.content_index
+        self.summary_index.or(self.content_index)
     }
 }
 

@@ -1,0 +1,416 @@
+//! The OpenAI Responses wire format: decoding of the documented stream events (fixtures in
+//! tests/fixtures/responses/, written from OpenAI's streaming event reference), the mapping to
+//! the crate's response, errors and truncation.
+
+mod common;
+
+use agent_loop::{
+    ContentBlock, InvalidToolCallReason, LlmError, LlmEvent, StopReason, StreamAssembler, Usage,
+    WireDecoder, WireFormat,
+};
+use serde_json::{json, Value};
+
+const F: WireFormat = WireFormat::OpenAiResponses;
+
+fn fixture(name: &str) -> Vec<u8> {
+    common::fixture(&format!("responses/{name}"))
+}
+
+/// Decodes a fixture whole and in every chunking from 1 byte up; all must agree.
+fn decode(name: &str) -> common::Decoded {
+    let body = fixture(name);
+    let whole = common::decode(F, &body);
+    for size in [1, 2, 3, 5, 7, 16, 64, 4096] {
+        assert_eq!(
+            common::decode_chunked(F, &body, size),
+            whole,
+            "{name} at chunk size {size}"
+        );
+    }
+    whole
+}
+
+fn tool_use(id: &str, name: &str, input: Value) -> ContentBlock {
+    ContentBlock::ToolUse {
+        id: id.into(),
+        name: name.into(),
+        input,
+    }
+}
+
+/// The blocks the official SDK's accumulated final response holds: the `response.output` of
+/// the final event (`response.completed` / `response.incomplete`), which the SDK returns as
+/// the final response, mapped to the crate's blocks (a refusal is a text block, a function
+/// call a tool use keyed by its `call_id`, items the crate does not model are left out).
+fn sdk_final(body: &[u8]) -> (Vec<ContentBlock>, Value) {
+    let text = String::from_utf8_lossy(body);
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .rfind(|v| {
+            matches!(
+                v["type"].as_str(),
+                Some("response.completed" | "response.incomplete")
+            )
+        })
+        .expect("a final event");
+    let response = &last["response"];
+    let mut blocks = Vec::new();
+    for item in response["output"].as_array().unwrap() {
+        match item["type"].as_str().unwrap() {
+            "message" => {
+                for part in item["content"].as_array().unwrap() {
+                    let text = part["text"].as_str().or(part["refusal"].as_str()).unwrap();
+                    blocks.push(ContentBlock::text(text));
+                }
+            }
+            "function_call" => blocks.push(tool_use(
+                item["call_id"].as_str().unwrap(),
+                item["name"].as_str().unwrap(),
+                serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap(),
+            )),
+            "reasoning" => blocks.push(ContentBlock::Reasoning {
+                id: item["id"].as_str().unwrap().into(),
+                summary: item["summary"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["text"].as_str().unwrap().to_owned())
+                    .collect(),
+                encrypted_content: item["encrypted_content"].as_str().map(str::to_owned),
+            }),
+            _ => {}
+        }
+    }
+    (blocks, response["usage"].clone())
+}
+
+#[test]
+fn every_fixture_assembles_what_the_sdk_accumulates() {
+    let all = common::fixtures("responses");
+    assert!(all.len() >= 10, "{} fixtures", all.len());
+    let mut compared = 0;
+    for (name, body) in &all {
+        let decoded = decode(name);
+        let Ok(response) = decoded.result else {
+            continue;
+        };
+        let (mut expected, usage) = sdk_final(body);
+        if name == "incomplete_max_output_tokens.sse" {
+            // The SDK's final output leaves out the call cut off by max_output_tokens; the
+            // crate keeps it, with `{}` as input, listed as incomplete and never executed.
+            expected.push(tool_use("call_len", "write_file", json!({})));
+        }
+        assert_eq!(response.message.content, expected, "{name}");
+        assert_eq!(
+            response.usage.total_input_tokens(),
+            usage["input_tokens"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            response.usage.output_tokens,
+            usage["output_tokens"].as_u64().unwrap()
+        );
+        assert_eq!(
+            response.usage.cache_read_input_tokens,
+            usage["input_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()
+        );
+        assert_eq!(
+            response.usage.reasoning_tokens,
+            usage["output_tokens_details"]["reasoning_tokens"]
+                .as_u64()
+                .unwrap()
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 8, "fixtures that end in a final response");
+}
+
+#[test]
+fn text_keeps_multibyte_text_usage_and_ids_and_ignores_annotations_and_comments() {
+    let response = decode("text.sse").result.unwrap();
+    assert_eq!(response.text(), "Hello, wörld — ok 🎉");
+    assert_eq!(response.message.content.len(), 1);
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+    assert_eq!(response.id, "resp_text");
+    assert_eq!(response.model, "gpt-5-2025-08-07");
+    assert_eq!(
+        response.usage,
+        Usage {
+            input_tokens: 176,
+            cache_read_input_tokens: 1024,
+            output_tokens: 12,
+            ..Usage::default()
+        }
+    );
+}
+
+#[test]
+fn events_without_event_lines_decode_the_same() {
+    assert_eq!(
+        decode("text_no_event_lines.sse").events,
+        decode("text.sse").events
+    );
+}
+
+#[test]
+fn reasoning_is_kept_whole_and_streamed_as_thinking() {
+    let decoded = decode("reasoning_tool_call.sse");
+    let thinking: String = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { index: 0, thinking } => Some(thinking.as_str()),
+            _ => None,
+        })
+        .collect();
+    // The two summary parts stream as one thinking text, a blank line between them.
+    assert_eq!(
+        thinking,
+        "**Planning the lookup**\n\nI need the weather.\n\n**Calling the tool**"
+    );
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::Reasoning {
+                id: "rs_0a1b".into(),
+                summary: vec![
+                    "**Planning the lookup**\n\nI need the weather.".into(),
+                    "**Calling the tool**".into()
+                ],
+                // The finished item's, not the partial one `output_item.added` carried.
+                encrypted_content: Some("gAAAAABoEncryptedReasoningBlobQUJDRA==".into()),
+            },
+            // The call's id is its call_id, not the item id fc_77.
+            tool_use("call_weather_1", "get_weather", json!({"city": "Paris"})),
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(response.usage.reasoning_tokens, 128);
+    assert_eq!(response.usage.output_tokens, 180);
+    // The reasoning block serializes in the crate's conversation model with its own tag.
+    assert_eq!(
+        serde_json::to_value(&response.message.content[0]).unwrap(),
+        json!({"type": "reasoning", "id": "rs_0a1b",
+               "summary": ["**Planning the lookup**\n\nI need the weather.", "**Calling the tool**"],
+               "encrypted_content": "gAAAAABoEncryptedReasoningBlobQUJDRA=="})
+    );
+}
+
+#[test]
+fn interleaved_parallel_calls_are_keyed_by_output_index() {
+    let decoded = decode("parallel_calls.sse");
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("Checking both."),
+            tool_use("call_a", "get_weather", json!({"city": "Oslo"})),
+            tool_use("call_b", "get_time", json!({"tz": "Europe/Oslo"})),
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    // The second call finished first: its block stops first, so it can start early.
+    let stops: Vec<usize> = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::BlockStop { index } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, [0, 2, 1]);
+}
+
+#[test]
+fn a_refusal_is_text_with_the_refusal_stop_reason() {
+    let response = decode("refusal.sse").result.unwrap();
+    assert_eq!(response.text(), "I can't help with that.");
+    assert_eq!(response.stop_reason, StopReason::Refusal);
+}
+
+#[test]
+fn incomplete_responses_map_their_reason() {
+    let response = decode("incomplete_max_output_tokens.sse").result.unwrap();
+    assert_eq!(response.stop_reason, StopReason::MaxTokens);
+    assert_eq!(response.text(), "Let me write the file.");
+    assert_eq!(response.invalid_tool_calls.len(), 1);
+    assert_eq!(response.invalid_tool_calls[0].id, "call_len");
+    assert_eq!(
+        response.invalid_tool_calls[0].reason,
+        InvalidToolCallReason::Incomplete
+    );
+    let response = decode("incomplete_content_filter.sse").result.unwrap();
+    assert_eq!(response.stop_reason, StopReason::Refusal);
+    assert_eq!(response.text(), "Partial");
+}
+
+#[test]
+fn failures_are_typed_and_classified_like_the_other_formats() {
+    let failed = decode("failed_server_error.sse").result.unwrap_err();
+    assert_eq!(
+        failed,
+        LlmError::Stream {
+            error_type: "server_error".into(),
+            message: "The server had an error while processing your request.".into()
+        }
+    );
+    assert!(failed.is_retryable());
+    let rate = decode("error_rate_limit.sse").result.unwrap_err();
+    assert!(
+        matches!(&rate, LlmError::Stream { error_type, .. } if error_type == "rate_limit_exceeded"),
+        "{rate:?}"
+    );
+    assert!(rate.is_retryable());
+
+    let body = |data: Value| format!("data: {data}\n\n");
+    let decode_str = |s: String| common::decode(F, s.as_bytes()).result;
+    // Request errors surface at once.
+    let bad = decode_str(body(json!({"type": "response.failed", "response": {
+        "id": "r", "status": "failed",
+        "error": {"code": "invalid_prompt", "message": "Invalid prompt."}}})))
+    .unwrap_err();
+    assert!(!bad.is_retryable(), "{bad:?}");
+    // A context overflow is recognized as one, so the agent compacts.
+    let overflow = decode_str(body(
+        json!({"type": "error", "code": "context_length_exceeded",
+               "message": "Your input exceeds the context window of this model.", "param": "input"}),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(overflow, LlmError::ContextOverflow(_)),
+        "{overflow:?}"
+    );
+    // Proxies that put an HTTP status in the error are classified by it.
+    let proxy = decode_str(body(
+        json!({"type": "error", "error": {"message": "slow down", "type": "throttling_error", "code": "429"}}),
+    ))
+    .unwrap_err();
+    assert_eq!(proxy.status(), Some(429));
+    assert!(proxy.is_retryable());
+}
+
+#[test]
+fn a_body_cut_anywhere_before_the_final_event_is_incomplete_never_shorter() {
+    for name in [
+        "text.sse",
+        "reasoning_tool_call.sse",
+        "parallel_calls.sse",
+        "refusal.sse",
+    ] {
+        let body = fixture(name);
+        let full = common::decode(F, &body).result.unwrap();
+        let final_event = String::from_utf8_lossy(&body)
+            .rfind("event: response.completed")
+            .unwrap();
+        for cut in 0..body.len() {
+            let result = common::decode(F, &body[..cut]).result;
+            match result {
+                Err(LlmError::Incomplete { .. }) => {}
+                // The last event's data line complete, only its blank line missing: the event
+                // is whole and dispatched at the end of the body.
+                Ok(response) if cut > final_event => assert_eq!(response, full, "{name} cut {cut}"),
+                other => panic!("{name} cut at {cut}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn lenient_servers_text_and_arguments_only_in_the_done_events() {
+    let response = decode("lenient_done_only.sse").result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("Whole text."),
+            tool_use("call_d", "lookup", json!({"q": 1})),
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+}
+
+#[test]
+fn deltas_are_not_doubled_by_the_done_events() {
+    // Each piece of text arrives once as a delta and again in four finishing events.
+    let decoded = decode("text.sse");
+    let text: String = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Hello, wörld — ok 🎉");
+}
+
+#[test]
+fn malformed_streams_are_errors_not_panics() {
+    for (body, what) in [
+        (
+            "data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":0,\"delta\":\"{}\"}\n\n",
+            "never started",
+        ),
+        ("data: {not json\n\n", "invalid JSON"),
+        (
+            "data: {\"type\":\"response.output_text.delta\",\"output_index\":99999999,\"delta\":\"x\"}\n\n",
+            "limit",
+        ),
+    ] {
+        match common::decode(F, body.as_bytes()).result {
+            Err(LlmError::Malformed { message }) => {
+                assert!(message.contains(what), "{message}")
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+    // An empty body, or one of another format, is incomplete.
+    for body in ["", "data: {\"choices\":[]}\n\n"] {
+        assert!(matches!(
+            common::decode(F, body.as_bytes()).result,
+            Err(LlmError::Incomplete { .. })
+        ));
+    }
+}
+
+#[test]
+fn the_stream_ends_at_the_final_event() {
+    let mut body = fixture("text.sse");
+    body.extend_from_slice(b"data: [DONE]\n\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"late\"}\n\n");
+    let mut decoder = WireDecoder::new(F);
+    let mut events = Vec::new();
+    decoder.push(&body, &mut events).unwrap();
+    assert!(decoder.is_done());
+    decoder.finish(&mut events).unwrap();
+    let mut assembler = StreamAssembler::new();
+    for e in &events {
+        assembler.push(e).unwrap();
+    }
+    assert_eq!(assembler.finish().unwrap().text(), "Hello, wörld — ok 🎉");
+}
+
+#[test]
+fn a_whole_response_object_decodes_like_its_stream() {
+    let body = fixture("reasoning_tool_call.sse");
+    let text = String::from_utf8_lossy(&body);
+    let completed: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "response.completed")
+        .unwrap();
+    let whole = serde_json::to_vec(&completed["response"]).unwrap();
+    let mut events = Vec::new();
+    WireDecoder::new(F)
+        .decode_json(&whole, &mut events)
+        .unwrap();
+    let response = common::assemble(&events).unwrap();
+    let streamed = decode("reasoning_tool_call.sse").result.unwrap();
+    assert_eq!(response.message, streamed.message);
+    assert_eq!(response.usage, streamed.usage);
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+}
