@@ -3,7 +3,9 @@
 //! `cargo run --example calculator` works with no API key: the crate's loopback mock server
 //! plays a scripted model over real HTTP and SSE. With `ANTHROPIC_API_KEY` (or
 //! `OPENAI_API_KEY`, optionally with `OPENAI_BASE_URL` and `OPENAI_MODEL`) it asks a real model.
-//! Pass your own question as arguments.
+//! Pass your own question as arguments. `--responses` (or `OPENAI_WIRE_API=responses`) speaks
+//! the OpenAI Responses API instead, with or without a key: the model's reasoning items of the
+//! tool turn are sent back on the next turn.
 
 mod common;
 
@@ -23,7 +25,7 @@ struct CalcInput {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let question = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let question = common::args().join(" ");
     let question = if question.is_empty() {
         "What is (17 + 25) * 3, and what is that divided by 7?".to_owned()
     } else {
@@ -31,8 +33,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // What the mock model answers when no API key is set.
+    // Over the Responses API the scripted model reasons first, as a reasoning model does.
+    let first = if common::wants_responses() {
+        ScriptedResponse::new().then_reasoning(
+            "rs_calc_1",
+            ["**Two computations**\n\nThe second uses the first's result."],
+            Some("gAAAA-scripted-encrypted-reasoning"),
+        )
+    } else {
+        ScriptedResponse::new()
+    };
     let script = vec![
-        ScriptedResponse::text("I'll compute both with the calculator.")
+        first
+            .then_text("I'll compute both with the calculator.")
             .then_tool_call(
                 "call_1",
                 "calculator",

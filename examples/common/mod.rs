@@ -15,11 +15,28 @@ pub struct Model {
     _server: Option<MockServer>,
 }
 
+/// Whether the OpenAI Responses API was asked for: a `--responses` argument, or
+/// `OPENAI_WIRE_API=responses`.
+pub fn wants_responses() -> bool {
+    std::env::args().any(|a| a == "--responses")
+        || std::env::var("OPENAI_WIRE_API").is_ok_and(|v| v.trim() == "responses")
+}
+
+/// The program's arguments without the flags the examples share (`--responses`).
+pub fn args() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| a != "--responses")
+        .collect()
+}
+
 /// A real provider when `ANTHROPIC_API_KEY` or `OPENAI_API_KEY` is set (with optional
 /// `OPENAI_BASE_URL` and `ANTHROPIC_MODEL` / `OPENAI_MODEL`), otherwise the loopback mock
-/// server playing `script` through the real Anthropic client and HTTP stack.
+/// server playing `script` through the real Anthropic client and HTTP stack. With
+/// [`wants_responses`], OpenAI is spoken over the Responses API (the mock server too).
 pub async fn model(script: Vec<ScriptedResponse>) -> Model {
-    if std::env::var_os("ANTHROPIC_API_KEY").is_some() {
+    let responses = wants_responses();
+    if std::env::var_os("ANTHROPIC_API_KEY").is_some() && !responses {
         match AnthropicClient::from_env() {
             Ok(client) => {
                 let client = if std::env::var_os("ANTHROPIC_MODEL").is_none() {
@@ -41,12 +58,22 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
     {
         match OpenAiClient::from_env() {
             Ok(client) => {
-                let client = if std::env::var_os("OPENAI_MODEL").is_none() {
-                    client.model("gpt-4o-mini")
+                let client = match (std::env::var_os("OPENAI_MODEL"), responses) {
+                    (None, false) => client.model("gpt-4o-mini"),
+                    (None, true) => client.model("gpt-5-mini"),
+                    (Some(_), _) => client,
+                };
+                let client = if responses {
+                    client.responses().reasoning_summary("auto")
                 } else {
                     client
                 };
-                let description = format!("OpenAI-compatible ({})", LlmClient::model(&client));
+                let api = if client.is_responses() {
+                    "OpenAI Responses"
+                } else {
+                    "OpenAI-compatible"
+                };
+                let description = format!("{api} ({})", LlmClient::model(&client));
                 return Model {
                     client: Arc::new(client),
                     description,
@@ -60,13 +87,22 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
     for response in script {
         server.push(response);
     }
-    let client = AnthropicClient::new("mock-key")
-        .base_url(server.anthropic_base_url())
-        .model("scripted");
+    let (client, api): (Arc<dyn LlmClient>, &str) = if responses {
+        let client = OpenAiClient::new("")
+            .base_url(server.openai_base_url())
+            .model("scripted")
+            .responses();
+        (Arc::new(client), "OpenAI Responses")
+    } else {
+        let client = AnthropicClient::new("mock-key")
+            .base_url(server.anthropic_base_url())
+            .model("scripted");
+        (Arc::new(client), "Anthropic Messages")
+    };
     Model {
-        client: Arc::new(client),
+        client,
         description: format!(
-            "the loopback mock server at {} playing a scripted scenario (set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real model)",
+            "the loopback mock server at {} playing a scripted scenario over {api} (set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real model)",
             server.url()
         ),
         _server: Some(server),

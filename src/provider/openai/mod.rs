@@ -479,6 +479,27 @@ mod tests {
     }
 
     #[test]
+    fn from_env_picks_the_wire_api() {
+        let lookup = |api: &'static str| {
+            move |name: &str| match name {
+                "OPENAI_API_KEY" => Some("k".to_owned()),
+                "OPENAI_WIRE_API" => Some(api.to_owned()),
+                _ => None,
+            }
+        };
+        assert!(OpenAiClient::from_lookup(lookup("responses"))
+            .unwrap()
+            .is_responses());
+        assert!(!OpenAiClient::from_lookup(lookup("chat"))
+            .unwrap()
+            .is_responses());
+        let err = OpenAiClient::from_lookup(lookup("completions")).unwrap_err();
+        assert!(err.to_string().contains("OPENAI_WIRE_API"), "{err}");
+        assert!(!OpenAiClient::new("k").is_responses());
+        assert!(OpenAiClient::new("k").store(false).is_responses());
+    }
+
+    #[test]
     fn error_bodies_and_overflow_are_recognized() {
         let mut e = ApiError::new(400, "");
         assert!(parse_error_body(
