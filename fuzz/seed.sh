@@ -3,7 +3,8 @@
 #   - tests/fixtures/{anthropic,openai}/*.sse       (or $AGENT_LOOP_FIXTURES/{anthropic,openai})
 #   - the SDK transcripts, ../shared/transcripts/*.sse (or $AGENT_LOOP_TRANSCRIPTS), when present.
 # Each seed is a 0x00 byte (the input layout's "no cut points", see fuzz/src/lib.rs) followed by
-# the body. The `sse` target gets every body; `anthropic` and `openai` get their provider's.
+# the body. The `sse` target gets every body; `anthropic`, `openai` and `responses` get their
+# format's (tests/fixtures/responses/*.sse, transcripts named openai_responses_*).
 # Safe to run again: files are named by content hash, so nothing is duplicated.
 set -euo pipefail
 
@@ -21,13 +22,22 @@ seed() { # seed <target> <file>
 }
 
 count=0
-for provider in anthropic openai; do
+for provider in anthropic openai responses; do
     for file in "$fixtures/$provider"/*.sse "$transcripts/${provider}"_*.sse; do
         [ -f "$file" ] || continue
+        case "$provider:$(basename "$file")" in
+            openai:openai_responses_*) continue ;; # a Responses transcript, seeded below
+        esac
         seed sse "$file"
         seed "$provider" "$file"
         count=$((count + 1))
     done
 done
+for file in "$transcripts"/openai_responses_*.sse; do
+    [ -f "$file" ] || continue
+    seed sse "$file"
+    seed responses "$file"
+    count=$((count + 1))
+done
 mkdir -p "$fuzz_dir/corpus/request_encoding"
-echo "seeded $count bodies into $fuzz_dir/corpus/{sse,anthropic,openai}"
+echo "seeded $count bodies into $fuzz_dir/corpus/{sse,anthropic,openai,responses}"

@@ -11,6 +11,8 @@
 //!   in user messages, `tool_use.input` an object, thinking blocks sent back unmodified, no
 //!   block lost;
 //! - OpenAI: `arguments` strings that parse to JSON objects, one `tool` message per result;
+//! - OpenAI Responses: known item types only, `arguments` that parse to objects, one
+//!   `function_call_output` per result, every assistant reasoning item sent back unmodified;
 //! - invariant 4 carried through: when the history is valid (`testing::history_violation` is
 //!   `None`), every call in the body is answered, in order, right after it.
 //!
@@ -74,6 +76,11 @@ enum FBlock {
         is_error: bool,
     },
     Other(FJson),
+    Reasoning {
+        id: String,
+        summary: Vec<String>,
+        encrypted_content: Option<String>,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -164,6 +171,15 @@ fn block(block: &FBlock) -> ContentBlock {
             is_error,
         } => ContentBlock::tool_result(tool_id(*id), content.clone(), *is_error),
         FBlock::Other(value) => ContentBlock::Other(value.value(0)),
+        FBlock::Reasoning {
+            id,
+            summary,
+            encrypted_content,
+        } => ContentBlock::Reasoning {
+            id: id.clone(),
+            summary: summary.clone(),
+            encrypted_content: encrypted_content.clone(),
+        },
     }
 }
 
@@ -204,7 +220,7 @@ fn check_anthropic(request: &ModelRequest, body: &Value, valid_history: bool) {
     };
     let mut thinking_in: Vec<(&str, &str)> = Vec::new();
     let (mut calls_in, mut results_in, mut texts_in) = (0, 0, 0);
-    for message in &request.messages {
+    for message in request.messages.iter() {
         for b in &message.content {
             match b {
                 ContentBlock::Thinking {
@@ -355,14 +371,135 @@ fn check_openai(request: &ModelRequest, body: &Value, valid_history: bool) {
     }
 }
 
+fn check_responses(request: &ModelRequest, body: &Value, valid_history: bool) {
+    let text = serde_json::to_vec(body).expect("the body serializes");
+    let back: Value = serde_json::from_slice(&text).expect("the body parses back");
+    assert_eq!(&back, body, "JSON round trip changed the body");
+    let object = body.as_object().expect("the body is an object");
+    for (key, value) in &request.extra {
+        assert_eq!(object.get(key), Some(value), "extra field {key:?} lost");
+    }
+    if request.extra.contains_key("input") || request.extra.contains_key("previous_response_id") {
+        return;
+    }
+    let items = object
+        .get("input")
+        .and_then(Value::as_array)
+        .expect("input is an array");
+    let mut results_out = 0;
+    let mut reasoning_out: Vec<&Value> = Vec::new();
+    for item in items {
+        match str_field(item, "type") {
+            "message" => assert!(["user", "assistant"].contains(&str_field(item, "role"))),
+            "function_call" => {
+                let parsed: Value =
+                    serde_json::from_str(str_field(item, "arguments")).expect("arguments parse");
+                assert!(parsed.is_object());
+            }
+            "function_call_output" => {
+                results_out += 1;
+                assert!(item["output"].is_string());
+            }
+            "reasoning" => reasoning_out.push(item),
+            other => panic!("unknown input item type {other:?}"),
+        }
+    }
+    let mut results_in = 0;
+    let mut reasoning_in = 0;
+    for message in request.messages.iter() {
+        for b in &message.content {
+            match (message.role, b) {
+                (Role::User, ContentBlock::ToolResult { .. }) => results_in += 1,
+                (
+                    Role::Assistant,
+                    ContentBlock::Reasoning {
+                        id,
+                        summary,
+                        encrypted_content,
+                    },
+                ) => {
+                    let sent = reasoning_out
+                        .get(reasoning_in)
+                        .expect("a reasoning item lost");
+                    assert_eq!(str_field(sent, "id"), id);
+                    let texts: Vec<&str> = sent["summary"]
+                        .as_array()
+                        .expect("summary")
+                        .iter()
+                        .map(|p| str_field(p, "text"))
+                        .collect();
+                    assert_eq!(
+                        texts,
+                        summary.iter().map(String::as_str).collect::<Vec<_>>()
+                    );
+                    assert_eq!(
+                        sent["encrypted_content"].as_str(),
+                        encrypted_content.as_deref()
+                    );
+                    reasoning_in += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        results_out, results_in,
+        "one function_call_output per result"
+    );
+    assert_eq!(reasoning_out.len(), reasoning_in, "reasoning items added");
+    if valid_history {
+        // An assistant turn is a run of reasoning, assistant message and function_call items
+        // (in the model's order); its calls are answered, in order, by the function_call_output
+        // items right after it.
+        let assistant = |n: &Value| match str_field(n, "type") {
+            "reasoning" | "function_call" => true,
+            "message" => str_field(n, "role") == "assistant",
+            _ => false,
+        };
+        let mut i = 0;
+        while i < items.len() {
+            if !assistant(&items[i]) {
+                i += 1;
+                continue;
+            }
+            let end = items[i..]
+                .iter()
+                .position(|n| !assistant(n))
+                .map_or(items.len(), |p| i + p);
+            let calls: Vec<&str> = items[i..end]
+                .iter()
+                .filter(|n| str_field(n, "type") == "function_call")
+                .map(|n| str_field(n, "call_id"))
+                .collect();
+            let answers: Vec<&str> = items[end..]
+                .iter()
+                .take_while(|n| str_field(n, "type") == "function_call_output")
+                .map(|n| str_field(n, "call_id"))
+                .collect();
+            if !calls.is_empty() {
+                assert_eq!(
+                    calls, answers,
+                    "items {i}..{end}: calls not answered in order"
+                );
+            }
+            i = end;
+        }
+    }
+}
+
 fuzz_target!(|input: FRequest| {
     let request = input.build();
     let valid_history = history_violation(&request.messages).is_none();
-    for format in [WireFormat::Anthropic, WireFormat::OpenAiChat] {
+    for format in [
+        WireFormat::Anthropic,
+        WireFormat::OpenAiChat,
+        WireFormat::OpenAiResponses,
+    ] {
         let body = agent_loop::__fuzz::encode_request(format, &request)
             .unwrap_or_else(|e| panic!("{format:?}: encoding failed: {e}"));
         match format {
             WireFormat::Anthropic => check_anthropic(&request, &body, valid_history),
+            WireFormat::OpenAiResponses => check_responses(&request, &body, valid_history),
             _ => check_openai(&request, &body, valid_history),
         }
     }

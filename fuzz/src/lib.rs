@@ -345,6 +345,14 @@ mod tests {
               data: [DONE]\n\n",
         );
         wire_target(WireFormat::Anthropic, b"\x00event: ping\ndata: {}\n\n");
+        wire_target(
+            WireFormat::OpenAiResponses,
+            b"\x00data: {\"type\":\"response.output_item.added\",\"output_index\":0,\
+              \"item\":{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"t\"}}\n\n\
+              data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":0,\
+              \"delta\":\"{}\"}\n\n\
+              data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\"}}\n\n",
+        );
     }
 
     /// Replays every file of `corpus/<target>/` and `regressions/<target>/`, when present.
@@ -352,10 +360,11 @@ mod tests {
     fn replay_corpora() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         type Target = fn(&[u8]);
-        let targets: [(&str, Target); 3] = [
+        let targets: [(&str, Target); 4] = [
             ("sse", sse_target),
             ("anthropic", |d| wire_target(WireFormat::Anthropic, d)),
             ("openai", |d| wire_target(WireFormat::OpenAiChat, d)),
+            ("responses", |d| wire_target(WireFormat::OpenAiResponses, d)),
         ];
         for (name, target) in targets {
             for dir in ["corpus", "regressions"] {
