@@ -3,7 +3,8 @@
 //!   plain `memchr` newline scan (the practical ceiling), at 16 B, 256 B, 4 KiB and 64 KiB chunks;
 //! - the full pipeline (bytes → LlmEvents → assembled response) vs `eventsource-stream` +
 //!   `serde_json::Value`, and our stages: SSE alone, SSE + JSON decoding, assembly alone;
-//! - tool-call assembly of large arguments in small fragments (linear time).
+//! - tool-call assembly of large arguments in small fragments (linear time);
+//! - the OpenAI Responses decoder beside the Chat Completions decoder on the same content.
 //!
 //! Run: `cargo bench --bench wire`; results go to BENCHMARKS.md as ratios.
 
@@ -111,6 +112,178 @@ pub fn openai_stream(target: usize) -> Vec<u8> {
         out.push_str("data: {\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"choices\":[],\"usage\":{\"prompt_tokens\":149,\"completion_tokens\":60,\"total_tokens\":209}}\n\ndata: [DONE]\n\n");
     }
     out.into_bytes()
+}
+
+/// One message of "the same content" in both OpenAI formats: 120 text pieces of three words,
+/// then two calls whose 12-byte argument pieces alternate, from the same word sequence.
+struct SameContent {
+    text: Vec<String>,
+    args: String,
+}
+
+fn same_content(messages: usize) -> Vec<SameContent> {
+    let mut w = Words(0xD1B54A32D192ED03);
+    (0..messages)
+        .map(|_| SameContent {
+            text: (0..120).map(|_| w.phrase(3)).collect(),
+            args: serde_json::json!({"city": w.phrase(20), "units": "c"}).to_string(),
+        })
+        .collect()
+}
+
+/// The Chat Completions bodies of `content`, one per message (as `openai_stream` writes them).
+fn chat_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    let head = "{\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"system_fingerprint\":\"fp_eb9dce56a8\",\"choices\":[{\"index\":0,\"delta\":";
+    content
+        .iter()
+        .map(|m| {
+            let mut out = format!("data: {head}{{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n");
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                out.push_str(&format!(
+                    "data: {head}{{\"content\":{t}}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+                ));
+            }
+            for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"id\":\"{id}\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+            }
+            for piece in m.args.as_bytes().chunks(12) {
+                for i in 0..2 {
+                    let p = serde_json::to_string(&String::from_utf8_lossy(piece)).unwrap();
+                    out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"function\":{{\"arguments\":{p}}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
+                }
+            }
+            out.push_str(&format!(
+                "data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}}]}}\n\n"
+            ));
+            out.push_str("data: {\"id\":\"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,\"model\":\"gpt-4o-2024-08-06\",\"choices\":[],\"usage\":{\"prompt_tokens\":149,\"completion_tokens\":60,\"total_tokens\":209}}\n\ndata: [DONE]\n\n");
+            out.into_bytes()
+        })
+        .collect()
+}
+
+/// The Responses bodies of `content`, one per message, with every event the API sends for it
+/// (lifecycle events with the full response object, `sequence_number`, `obfuscation`, the
+/// `*.done` events and the final output).
+fn responses_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    let response = |status: &str, output: &str, usage: &str| {
+        format!("{{\"id\":\"resp_68af4030592c81938ec0a5fbab4a3e9f\",\"object\":\"response\",\"created_at\":1756315696,\"status\":\"{status}\",\"background\":false,\"error\":null,\"incomplete_details\":null,\"instructions\":null,\"max_output_tokens\":null,\"model\":\"gpt-4.1-2025-04-14\",\"output\":[{output}],\"parallel_tool_calls\":true,\"previous_response_id\":null,\"reasoning\":{{\"effort\":null,\"summary\":null}},\"store\":false,\"temperature\":1.0,\"text\":{{\"format\":{{\"type\":\"text\"}},\"verbosity\":\"medium\"}},\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":1.0,\"truncation\":\"disabled\",\"usage\":{usage},\"user\":null,\"metadata\":{{}}}}")
+    };
+    content
+        .iter()
+        .map(|m| {
+            let mut seq = 0;
+            let mut out = String::new();
+            let mut ev = |out: &mut String, ty: &str, rest: String| {
+                out.push_str(&format!(
+                    "event: {ty}\ndata: {{\"type\":\"{ty}\",{rest},\"sequence_number\":{seq}}}\n\n"
+                ));
+                seq += 1;
+            };
+            ev(&mut out, "response.created", format!("\"response\":{}", response("in_progress", "", "null")));
+            ev(&mut out, "response.in_progress", format!("\"response\":{}", response("in_progress", "", "null")));
+            let msg = "msg_68af4031b5d08193a1fd4a2c0e6b8e3c";
+            ev(&mut out, "response.output_item.added", format!("\"output_index\":0,\"item\":{{\"id\":\"{msg}\",\"type\":\"message\",\"status\":\"in_progress\",\"content\":[],\"role\":\"assistant\"}}"));
+            ev(&mut out, "response.content_part.added", format!("\"item_id\":\"{msg}\",\"output_index\":0,\"content_index\":0,\"part\":{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}"));
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                ev(&mut out, "response.output_text.delta", format!("\"item_id\":\"{msg}\",\"output_index\":0,\"content_index\":0,\"delta\":{t},\"logprobs\":[],\"obfuscation\":\"kX3p\""));
+            }
+            let text = serde_json::to_string(&m.text.concat()).unwrap();
+            ev(&mut out, "response.output_text.done", format!("\"item_id\":\"{msg}\",\"output_index\":0,\"content_index\":0,\"text\":{text},\"logprobs\":[]"));
+            let part = format!("{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":{text}}}");
+            ev(&mut out, "response.content_part.done", format!("\"item_id\":\"{msg}\",\"output_index\":0,\"content_index\":0,\"part\":{part}"));
+            let message_item = format!("{{\"id\":\"{msg}\",\"type\":\"message\",\"status\":\"completed\",\"content\":[{part}],\"role\":\"assistant\"}}");
+            ev(&mut out, "response.output_item.done", format!("\"output_index\":0,\"item\":{message_item}"));
+            let mut items = vec![message_item];
+            for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                ev(&mut out, "response.output_item.added", format!("\"output_index\":{},\"item\":{{\"id\":\"fc_{id}\",\"type\":\"function_call\",\"status\":\"in_progress\",\"arguments\":\"\",\"call_id\":\"{id}\",\"name\":\"get_weather\"}}", i + 1));
+            }
+            for piece in m.args.as_bytes().chunks(12) {
+                for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                    let p = serde_json::to_string(&String::from_utf8_lossy(piece)).unwrap();
+                    ev(&mut out, "response.function_call_arguments.delta", format!("\"item_id\":\"fc_{id}\",\"output_index\":{},\"delta\":{p},\"obfuscation\":\"q9\"", i + 1));
+                }
+            }
+            let args = serde_json::to_string(&m.args).unwrap();
+            for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                ev(&mut out, "response.function_call_arguments.done", format!("\"item_id\":\"fc_{id}\",\"output_index\":{},\"arguments\":{args}", i + 1));
+                let item = format!("{{\"id\":\"fc_{id}\",\"type\":\"function_call\",\"status\":\"completed\",\"arguments\":{args},\"call_id\":\"{id}\",\"name\":\"get_weather\"}}");
+                ev(&mut out, "response.output_item.done", format!("\"output_index\":{},\"item\":{item}", i + 1));
+                items.push(item);
+            }
+            let usage = "{\"input_tokens\":149,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":60,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":209}";
+            ev(&mut out, "response.completed", format!("\"response\":{}", response("completed", &items.join(","), usage)));
+            out.into_bytes()
+        })
+        .collect()
+}
+
+/// The Chat and Responses decoders on the same content: bytes → events → assembled response,
+/// per message, 4 KiB chunks.
+fn bench_same_content(c: &mut Criterion) {
+    let content = same_content(400);
+    let chat = chat_bodies(&content);
+    let responses = responses_bodies(&content);
+    let assemble = |format: WireFormat, body: &[u8]| {
+        let mut decoder = WireDecoder::new(format);
+        let mut events = Vec::new();
+        decoder.push(body, &mut events).unwrap();
+        decoder.finish(&mut events).unwrap();
+        let mut assembler = StreamAssembler::new();
+        for e in &events {
+            assembler.push(e).unwrap();
+        }
+        assembler.finish().unwrap()
+    };
+    // Same content in, same response out.
+    for (a, b) in chat.iter().zip(&responses).take(3) {
+        let (a, b) = (
+            assemble(WireFormat::OpenAiChat, a),
+            assemble(WireFormat::OpenAiResponses, b),
+        );
+        assert_eq!(a.message, b.message);
+        assert_eq!(a.stop_reason, b.stop_reason);
+    }
+    let bytes = |bodies: &[Vec<u8>]| bodies.iter().map(Vec::len).sum::<usize>();
+    println!(
+        "same content, {} messages: chat {} bytes, responses {} bytes",
+        content.len(),
+        bytes(&chat),
+        bytes(&responses)
+    );
+    let mut group = c.benchmark_group("same_content");
+    group.throughput(Throughput::Elements(content.len() as u64));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(4));
+    for (name, format, bodies) in [
+        ("chat", WireFormat::OpenAiChat, &chat),
+        ("responses", WireFormat::OpenAiResponses, &responses),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut blocks = 0;
+                for body in bodies.iter() {
+                    let mut decoder = WireDecoder::new(format);
+                    let mut assembler = StreamAssembler::new();
+                    let mut events = Vec::new();
+                    for piece in body.chunks(4096) {
+                        decoder.push(piece, &mut events).unwrap();
+                        for e in events.drain(..) {
+                            assembler.push(&e).unwrap();
+                        }
+                    }
+                    decoder.finish(&mut events).unwrap();
+                    for e in events.drain(..) {
+                        assembler.push(&e).unwrap();
+                    }
+                    blocks += assembler.finish().unwrap().message.content.len();
+                }
+                black_box(blocks)
+            })
+        });
+    }
+    group.finish();
 }
 
 /// Splits a concatenation of whole messages back into per-message bodies (for the pipeline,
@@ -407,5 +580,11 @@ fn bench_assembly(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_sse, bench_pipeline, bench_assembly);
+criterion_group!(
+    benches,
+    bench_sse,
+    bench_pipeline,
+    bench_assembly,
+    bench_same_content
+);
 criterion_main!(benches);

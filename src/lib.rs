@@ -1,8 +1,8 @@
 //! # agent-loop
 //!
 //! Runs an LLM agent's think → act → observe loop with no agent framework underneath: streams
-//! a model response over HTTP (Anthropic Messages or OpenAI Chat Completions and every
-//! OpenAI-compatible server), decodes the Server-Sent Events, assembles tool calls whose JSON
+//! a model response over HTTP (Anthropic Messages, OpenAI Responses, or OpenAI Chat
+//! Completions and every OpenAI-compatible server), decodes the Server-Sent Events, assembles tool calls whose JSON
 //! arguments arrive in fragments, runs the tools, feeds the results back, keeps the
 //! conversation inside the context window, retries transient failures, and stops for the
 //! right reason.

@@ -38,10 +38,13 @@ fn tool_use(id: &str, name: &str, input: Value) -> ContentBlock {
     }
 }
 
-/// The blocks the official SDK's accumulated final response holds: the `response.output` of
-/// the final event (`response.completed` / `response.incomplete`), which the SDK returns as
-/// the final response, mapped to the crate's blocks (a refusal is a text block, a function
-/// call a tool use keyed by its `call_id`, items the crate does not model are left out).
+/// The blocks the official SDK's final response holds, mapped to the crate's blocks (a refusal
+/// is a text block, a function call a tool use keyed by its `call_id`, items the crate does not
+/// model are left out). The Python SDK's `ResponseStream.get_final_response()` returns the
+/// response of the `response.completed` event (openai-python
+/// `src/openai/lib/streaming/responses/_responses.py`: `accumulate_event` keeps
+/// `event.response` as `_completed_response`); for `response.incomplete`, where the SDK raises,
+/// the same field of that event is used.
 fn sdk_final(body: &[u8]) -> (Vec<ContentBlock>, Value) {
     let text = String::from_utf8_lossy(body);
     let last = text

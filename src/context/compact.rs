@@ -3,6 +3,8 @@
 //! Applied in order, each only if the previous ones did not get under the target:
 //!
 //! ```text
+//!  (0) DropOldReasoning      OpenAI Responses reasoning items of earlier turns go, oldest
+//!                            first, just enough (the model uses only the current turn's)
 //!  (a) TruncateToolOutputs   tool outputs longer than the cap keep head + tail around a marker
 //!  (b) ElideOldToolResults   outputs of tool calls before the recent turns, then of all but the
 //!                            most recent tool calls, become "[tool output elided …]"
@@ -61,6 +63,10 @@ pub trait Summarizer: Send + Sync {
 pub enum CompactionStrategy {
     /// (a) Long tool outputs were cut to their head and tail.
     TruncateToolOutputs,
+    /// (0) OpenAI Responses reasoning items of turns before the current one were dropped
+    /// (their `encrypted_content` is large, and the model does not use the reasoning of
+    /// earlier turns); the current turn's stay. Tried before every other strategy.
+    DropOldReasoning,
     /// (b) The outputs of older tool calls were replaced with a placeholder.
     ElideOldToolResults,
     /// (c) The oldest turns were replaced with a model-written summary.
@@ -150,7 +156,16 @@ pub(super) fn begin(
     let mut strategy = CompactionStrategy::TruncateToolOutputs;
     let keep = (cm.config.keep_recent_turns as usize).max(1);
 
-    truncate_tool_outputs(cm);
+    if drop_old_reasoning(cm, target) {
+        strategy = CompactionStrategy::DropOldReasoning;
+    }
+    if cm.token_count() > target {
+        let before = cm.token_count();
+        truncate_tool_outputs(cm);
+        if cm.token_count() < before {
+            strategy = CompactionStrategy::TruncateToolOutputs;
+        }
+    }
     if cm.token_count() > target {
         let before = cm.token_count();
         if cache_aware {
@@ -280,6 +295,34 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Drops the reasoning items of messages before the current turn, oldest message first, until
+/// the count is at most `target`; true when one went. A message left with nothing but its
+/// reasoning keeps it (an empty message is not a valid history).
+fn drop_old_reasoning(cm: &mut ContextManager, target: usize) -> bool {
+    let current = turn_starts(&cm.messages).last().copied().unwrap_or(0);
+    let mut dropped = false;
+    for i in 0..current {
+        if cm.token_count() <= target {
+            break;
+        }
+        cm.modify(i, |m| {
+            let reasoning = m
+                .content
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::Reasoning { .. }))
+                .count();
+            if reasoning == 0 || reasoning == m.content.len() {
+                return false;
+            }
+            m.content
+                .retain(|b| !matches!(b, ContentBlock::Reasoning { .. }));
+            dropped = true;
+            true
+        });
+    }
+    dropped
 }
 
 /// The indexes of the messages that carry tool results, oldest first.
@@ -939,6 +982,51 @@ mod tests {
         let flags: Vec<bool> = out.iter().map(|(_, c)| elided(c)).collect();
         assert_eq!(flags, [true, true, true, false]);
         assert_eq!(cm.len(), 9, "no step dropped");
+    }
+
+    #[test]
+    fn old_reasoning_goes_first_oldest_first_and_the_current_turn_keeps_its_own() {
+        let reasoning = |id: &str| ContentBlock::Reasoning {
+            id: id.into(),
+            summary: vec!["thought".into()],
+            encrypted_content: Some("e".repeat(4000)),
+        };
+        let mut cm = manager(1);
+        for (t, id) in ["rs_1", "rs_2", "rs_3"].iter().enumerate() {
+            cm.push(Message::user(format!("question {t}")));
+            cm.push(Message {
+                role: Role::Assistant,
+                content: vec![reasoning(id), ContentBlock::text("answer")],
+            });
+        }
+        cm.push(Message::user("last"));
+        cm.push(Message {
+            role: Role::Assistant,
+            content: vec![reasoning("rs_4"), ContentBlock::text("now")],
+        });
+        let ids = |cm: &ContextManager| -> Vec<String> {
+            cm.messages()
+                .iter()
+                .flat_map(|m| &m.content)
+                .filter_map(|b| match b {
+                    ContentBlock::Reasoning { id, .. } => Some(id.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let before = cm.token_count();
+        // Just under one item less: the oldest goes, and only it.
+        let target = before - 500;
+        let report = futures::executor::block_on(run(&mut cm, target, before, None)).unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::DropOldReasoning);
+        assert_eq!(ids(&cm), ["rs_2", "rs_3", "rs_4"]);
+        assert!(report.tokens_after <= target);
+        // Down to nothing old: the current turn's reasoning stays.
+        let report = futures::executor::block_on(run(&mut cm, 1, before, None)).unwrap();
+        assert!(ids(&cm).contains(&"rs_4".to_owned()), "{:?}", ids(&cm));
+        assert!(!ids(&cm).contains(&"rs_3".to_owned()));
+        assert!(report.tokens_after < before);
+        assert!(cm.validate().is_ok());
     }
 
     #[test]

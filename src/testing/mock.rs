@@ -1,4 +1,4 @@
-//! [`MockServer`]: a loopback HTTP/1.1 model server that speaks both wire formats, with fault
+//! [`MockServer`]: a loopback HTTP/1.1 model server that speaks every wire format, with fault
 //! injection: the accept loop, connection handling and the record of requests. What it
 //! answers is [`MockResponse`]'s business (`response.rs`); the history it checks is decoded by
 //! each provider's request module.
@@ -97,10 +97,11 @@ struct ServerState {
     connections: usize,
 }
 
-/// A loopback HTTP/1.1 model server for tests, serving both wire formats from one script.
+/// A loopback HTTP/1.1 model server for tests, serving every wire format from one script.
 ///
 /// `POST` to any path ending in `/v1/messages` is answered in Anthropic SSE, to any path
-/// ending in `/chat/completions` in OpenAI SSE, each with the next scripted
+/// ending in `/chat/completions` in OpenAI Chat Completions SSE, to any path ending in
+/// `/responses` in OpenAI Responses SSE, each with the next scripted
 /// [`MockResponse`]. Every request is recorded ([`MockServer::requests`]) and its history
 /// checked ([`MockServer::history_violations`]). A request whose tool schemas the real API
 /// refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
