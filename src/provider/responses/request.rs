@@ -87,7 +87,7 @@ pub(crate) fn encode(
         ToolChoice::Tool(name) => serde_json::json!({"type": "function", "name": name}),
     });
     let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
-        .then(|| Reasoning {
+        .then_some(Reasoning {
             effort: options.reasoning_effort.as_deref(),
             summary: options.reasoning_summary.as_deref(),
         });
