@@ -398,6 +398,13 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
             }
             "user" => {
                 let content = decode_content(m.get("content"));
+                // The images of tool results, each run after its label, go back to their
+                // results.
+                if let Some(last) = out.last_mut().filter(|l| only_results(l)) {
+                    if attach_tool_images(last, &content) {
+                        continue;
+                    }
+                }
                 match out.last_mut() {
                     // The user part of a turn that began with tool results, or a user message
                     // after a user message (OpenAI accepts them; one user turn).
@@ -425,20 +432,93 @@ fn only_results(message: &Message) -> bool {
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|part| {
-                match (
-                    part.get("type").and_then(Value::as_str),
-                    part.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(text)) => ContentBlock::text(text),
-                    _ => ContentBlock::Other(part.clone()),
-                }
-            })
-            .collect(),
+        Some(Value::Array(parts)) => parts.iter().map(decode_part).collect(),
         _ => Vec::new(),
     }
+}
+
+/// One content part: text, an `image_url` (a data: URL becomes base64 bytes), a PDF `file`;
+/// anything else verbatim.
+fn decode_part(part: &Value) -> ContentBlock {
+    let source = |url: Option<&str>| -> Option<MediaSource> {
+        let url = url?;
+        Some(match url.strip_prefix("data:") {
+            Some(rest) => {
+                let (media_type, data) = rest.split_once(";base64,")?;
+                MediaSource::Base64 {
+                    media_type: media_type.to_owned(),
+                    data: data.to_owned(),
+                }
+            }
+            None => MediaSource::Url {
+                url: url.to_owned(),
+            },
+        })
+    };
+    let decoded = match part.get("type").and_then(Value::as_str) {
+        Some("text") => part
+            .get("text")
+            .and_then(Value::as_str)
+            .map(ContentBlock::text),
+        Some("image_url") => source(part.pointer("/image_url/url").and_then(Value::as_str))
+            .map(|source| ContentBlock::Image { source }),
+        Some("file") => {
+            source(part.pointer("/file/file_data").and_then(Value::as_str)).map(|source| {
+                ContentBlock::Document {
+                    source,
+                    title: part
+                        .pointer("/file/filename")
+                        .and_then(Value::as_str)
+                        .filter(|name| *name != "document.pdf")
+                        .map(str::to_owned),
+                }
+            })
+        }
+        _ => None,
+    };
+    decoded.unwrap_or_else(|| ContentBlock::Other(part.clone()))
+}
+
+/// Moves the images of a tool-images user message (label text, then images, per result) to
+/// the results they belong to; `false` (and nothing moved) when `content` is not one.
+fn attach_tool_images(results: &mut Message, content: &[ContentBlock]) -> bool {
+    let mut groups: Vec<(String, Vec<MediaSource>)> = Vec::new();
+    for block in content {
+        match block {
+            ContentBlock::Text { text } => {
+                let Some(id) = text
+                    .strip_prefix(TOOL_IMAGES_LABEL)
+                    .and_then(|rest| rest.strip_suffix(':'))
+                else {
+                    return false;
+                };
+                groups.push((id.to_owned(), Vec::new()));
+            }
+            ContentBlock::Image { source } => match groups.last_mut() {
+                Some((_, images)) => images.push(source.clone()),
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    if groups.is_empty() {
+        return false;
+    }
+    for (id, group) in groups {
+        for block in &mut results.content {
+            if let ContentBlock::ToolResult {
+                tool_use_id,
+                images,
+                ..
+            } = block
+            {
+                if *tool_use_id == id {
+                    images.extend(group.iter().cloned());
+                }
+            }
+        }
+    }
+    true
 }
 
 fn decode_thinking(blocks: Option<&Value>) -> Vec<ContentBlock> {
