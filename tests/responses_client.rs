@@ -5,8 +5,8 @@ mod common;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message,
-    ModelRequest, OpenAiClient, Role, StopReason, ToolSpec,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource,
+    Message, ModelRequest, OpenAiClient, Role, StopReason, ToolSpec,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -38,10 +38,11 @@ fn conversation() -> ModelRequest {
             role: Role::User,
             content: vec![
                 ContentBlock::text("Weather and time in Paris?"),
-                ContentBlock::Other(
-                    json!({"type": "input_image", "image_url": "https://example.com/a.png",
-                           "detail": "auto"}),
-                ),
+                ContentBlock::Image {
+                    source: MediaSource::Url {
+                        url: "https://example.com/a.png".into(),
+                    },
+                },
             ],
         },
         Message {
@@ -64,12 +65,23 @@ fn conversation() -> ModelRequest {
         Message {
             role: Role::User,
             content: vec![
-                ContentBlock::tool_result("call_1", "18°C, sunny", false),
+                ContentBlock::ToolResult {
+                    tool_use_id: "call_1".into(),
+                    content: "18°C, sunny".into(),
+                    is_error: false,
+                    images: vec![MediaSource::Base64 {
+                        media_type: "image/png".into(),
+                        data: "iVBORw0KGgo=".into(),
+                    }],
+                },
                 ContentBlock::tool_result("call_2", "unknown timezone", true),
             ],
         },
     ]);
     request.system = Some("You are terse.".into());
+    request.top_p = Some(0.25);
+    request.parallel_tool_calls = Some(true);
+    request.user = Some("user-7".into());
     request.max_tokens = 1024;
     request.temperature = Some(0.5);
     request.tools = vec![
@@ -207,7 +219,22 @@ fn check_create_params(body: &Value) {
             // FunctionCallOutput
             "function_call_output" => {
                 check(item, &["call_id", "output", "type"], &["id", "status"]);
-                assert!(item["output"].is_string());
+                match &item["output"] {
+                    Value::String(_) => {}
+                    // ResponseFunctionCallOutputItemListParam
+                    Value::Array(parts) => {
+                        for part in parts {
+                            match part["type"].as_str().unwrap() {
+                                "input_text" => check(part, &["text", "type"], &[]),
+                                "input_image" => {
+                                    check(part, &["type"], &["detail", "file_id", "image_url"])
+                                }
+                                other => panic!("unknown output part {other}"),
+                            }
+                        }
+                    }
+                    other => panic!("output {other}"),
+                }
             }
             // ResponseReasoningItemParam
             "reasoning" => {
@@ -307,7 +334,11 @@ async fn request_golden_and_valid_under_the_sdk_types() {
                  "arguments": "{\"city\":\"Paris\"}"},
                 {"type": "function_call", "call_id": "call_2", "name": "get_time",
                  "arguments": "{\"tz\":\"Europe/Paris\"}"},
-                {"type": "function_call_output", "call_id": "call_1", "output": "18°C, sunny"},
+                {"type": "function_call_output", "call_id": "call_1", "output": [
+                    {"type": "input_text", "text": "18°C, sunny"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                     "detail": "auto"}
+                ]},
                 {"type": "function_call_output", "call_id": "call_2",
                  "output": "Error: unknown timezone"}
             ],
@@ -322,6 +353,9 @@ async fn request_golden_and_valid_under_the_sdk_types() {
             "tool_choice": "auto",
             "max_output_tokens": 1024,
             "temperature": 0.5,
+            "top_p": 0.25,
+            "parallel_tool_calls": true,
+            "user": "user-7",
             "reasoning": {"effort": "low", "summary": "auto"},
             "store": false,
             "include": ["reasoning.encrypted_content"],

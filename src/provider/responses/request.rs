@@ -3,8 +3,10 @@
 //! - The system prompt is `instructions`; the conversation is `input`, a list of items.
 //! - A user message's tool results become `function_call_output` items (placed first, with
 //!   `call_id`; the content of an error result is prefixed with `Error: `, since the format has
-//!   no error flag); its text (and unmodelled parts such as `input_image`, sent verbatim) a
-//!   `message` item with role `user`.
+//!   no error flag; a result with images has an output list: `input_text`, then an
+//!   `input_image` per image); its text, images (`input_image`, `detail: auto`), PDF documents
+//!   (`input_file`, bytes as a data URL or a `file_url`) and unmodelled parts (sent verbatim)
+//!   a `message` item with role `user`.
 //! - An assistant message becomes, in its blocks' order: its reasoning items verbatim
 //!   ([`ContentBlock::Reasoning`]: id, summary, `encrypted_content`), `message` items with role
 //!   `assistant` for its text, and `function_call` items (`call_id`, `name`, `arguments` as a
@@ -12,7 +14,8 @@
 //!   the format has no place for them.
 //! - Tools are flat function tools (`{"type":"function","name","description","parameters",
 //!   "strict":false}`); `tool_choice` is sent with tools only.
-//! - `max_output_tokens`, `temperature`, `reasoning: {effort, summary}` when set on the client,
+//! - `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` (with tools only),
+//!   `user`, `reasoning: {effort, summary}` when set on the client,
 //!   and `store: false` with `include: ["reasoning.encrypted_content"]` unless the client
 //!   stores responses: the crate never relies on state kept by the server. Stop sequences
 //!   have no field in this format and are not sent.
@@ -22,12 +25,16 @@
 
 use serde_json::Value;
 
+use std::borrow::Cow;
+
 use crate::error::LlmError;
-use crate::message::{ContentBlock, Message, Role};
+use crate::media::{ImageFormat, MAX_DOCUMENT_BASE64, OPENAI_MAX_IMAGE_BASE64};
+use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
 
 use super::wire::{
-    FunctionTool, InputItem, InputPart, MessageContent, Reasoning, ResponsesRequest, SummaryText,
+    FunctionTool, InputItem, InputPart, MessageContent, Output, Reasoning, ResponsesRequest,
+    SourceUrl, SummaryText,
 };
 use super::ResponsesOptions;
 
@@ -66,7 +73,7 @@ pub(crate) fn encode(
     for message in messages {
         match message.role {
             Role::Assistant => assistant(message, &mut input),
-            _ => user(message, &mut input),
+            _ => user(message, &mut input)?,
         }
     }
     let tools: Vec<FunctionTool<'_>> = request
@@ -91,6 +98,7 @@ pub(crate) fn encode(
             effort: options.reasoning_effort.as_deref(),
             summary: options.reasoning_summary.as_deref(),
         });
+    let parallel_tool_calls = request.parallel_tool_calls.filter(|_| !tools.is_empty());
     let body = ResponsesRequest {
         model,
         instructions: request.system.as_deref().filter(|s| !s.is_empty()),
@@ -99,6 +107,10 @@ pub(crate) fn encode(
         tool_choice,
         max_output_tokens: request.max_tokens,
         temperature: request.temperature,
+        top_p: request.top_p,
+        // Refused without tools, as in Chat Completions.
+        parallel_tool_calls,
+        user: request.user.as_deref(),
         reasoning,
         store: options.store,
         include: if options.store {
@@ -150,43 +162,62 @@ fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
     }
 }
 
-fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
+fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), LlmError> {
     for block in &message.content {
         if let ContentBlock::ToolResult {
             tool_use_id,
             content,
             is_error,
+            images,
         } = block
         {
+            let text = if *is_error {
+                format!("{ERROR_RESULT_PREFIX}{content}")
+            } else {
+                content.clone()
+            };
+            let output = if images.is_empty() {
+                Output::Text(text)
+            } else {
+                let mut parts = Vec::with_capacity(images.len() + 1);
+                parts.push(InputPart::Text {
+                    kind: "input_text",
+                    text: Cow::Owned(text),
+                });
+                for source in images {
+                    parts.push(image_part(source)?);
+                }
+                Output::Parts(parts)
+            };
             out.push(InputItem::FunctionCallOutput {
                 call_id: tool_use_id,
-                output: if *is_error {
-                    format!("{ERROR_RESULT_PREFIX}{content}")
-                } else {
-                    content.clone()
-                },
+                output,
             });
         }
     }
-    let has_parts = message
-        .content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::Other(_)));
-    let content = if has_parts {
-        MessageContent::Parts(
-            message
-                .content
-                .iter()
-                .filter_map(|b| match b {
-                    ContentBlock::Text { text } if !text.is_empty() => Some(InputPart::Text {
-                        kind: "input_text",
-                        text,
-                    }),
-                    ContentBlock::Other(value) => Some(InputPart::Other(value)),
-                    _ => None,
-                })
-                .collect(),
+    let has_parts = message.content.iter().any(|b| {
+        matches!(
+            b,
+            ContentBlock::Other(_) | ContentBlock::Image { .. } | ContentBlock::Document { .. }
         )
+    });
+    let content = if has_parts {
+        let mut parts = Vec::with_capacity(message.content.len());
+        for b in &message.content {
+            match b {
+                ContentBlock::Text { text } if !text.is_empty() => parts.push(InputPart::Text {
+                    kind: "input_text",
+                    text: Cow::Borrowed(text),
+                }),
+                ContentBlock::Image { source } => parts.push(image_part(source)?),
+                ContentBlock::Document { source, title } => {
+                    parts.push(file_part(source, title.as_deref())?)
+                }
+                ContentBlock::Other(value) => parts.push(InputPart::Other(value)),
+                _ => {}
+            }
+        }
+        MessageContent::Parts(parts)
     } else {
         let texts: Vec<&str> = message
             .content
@@ -197,7 +228,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
             })
             .collect();
         if texts.is_empty() {
-            return;
+            return Ok(());
         }
         MessageContent::Text(texts.join("\n"))
     };
@@ -205,6 +236,69 @@ fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
         role: "user",
         content,
     });
+    Ok(())
+}
+
+/// An `input_image` part, checked against OpenAI's documented limits (PNG, JPEG, WebP or GIF;
+/// at most 20 MB).
+fn image_part(source: &MediaSource) -> Result<InputPart<'_>, LlmError> {
+    if let MediaSource::Base64 { media_type, data } = source {
+        if ImageFormat::from_media_type(media_type).is_none() {
+            return Err(LlmError::InvalidRequest {
+                message: format!(
+                    "OpenAI does not take images of type `{media_type}` (only image/png, \
+                     image/jpeg, image/gif and image/webp)"
+                ),
+            });
+        }
+        if data.len() > OPENAI_MAX_IMAGE_BASE64 {
+            return Err(LlmError::InvalidRequest {
+                message: format!(
+                    "an image is {} bytes of base64, over OpenAI's limit of 20 MB",
+                    data.len()
+                ),
+            });
+        }
+    }
+    Ok(InputPart::Image {
+        kind: "input_image",
+        image_url: SourceUrl(source),
+        detail: "auto",
+    })
+}
+
+/// An `input_file` part for a PDF: its bytes as a data URL, or a URL the server fetches.
+fn file_part<'a>(
+    source: &'a MediaSource,
+    title: Option<&'a str>,
+) -> Result<InputPart<'a>, LlmError> {
+    match source {
+        MediaSource::Base64 { media_type, data } if media_type == "application/pdf" => {
+            if data.len() > MAX_DOCUMENT_BASE64 {
+                return Err(LlmError::InvalidRequest {
+                    message: format!(
+                        "a document is {} bytes of base64, over the 32 MB limit",
+                        data.len()
+                    ),
+                });
+            }
+            Ok(InputPart::File {
+                kind: "input_file",
+                file_data: Some(SourceUrl(source)),
+                file_url: None,
+                filename: Some(title.unwrap_or("document.pdf")),
+            })
+        }
+        MediaSource::Base64 { media_type, .. } => Err(LlmError::InvalidRequest {
+            message: format!("OpenAI takes PDF documents, not `{media_type}`"),
+        }),
+        MediaSource::Url { url } => Ok(InputPart::File {
+            kind: "input_file",
+            file_data: None,
+            file_url: Some(url),
+            filename: title,
+        }),
+    }
 }
 
 /// The conversation in a Responses request body, in the crate's shape: the inverse of
@@ -269,8 +363,22 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                 )
             }
             "function_call_output" => {
+                let mut images = Vec::new();
                 let output = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => {
+                        let mut text = String::new();
+                        for part in parts {
+                            match part.get("type").and_then(Value::as_str) {
+                                Some("input_text") => text.push_str(&str_of(part, "text")),
+                                Some("input_image") => {
+                                    images.push(media_source(&str_of(part, "image_url")))
+                                }
+                                _ => {}
+                            }
+                        }
+                        text
+                    }
                     Some(other) => other.to_string(),
                     None => String::new(),
                 };
@@ -280,11 +388,12 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                 };
                 (
                     Role::User,
-                    vec![ContentBlock::tool_result(
-                        str_of(item, "call_id"),
-                        text,
+                    vec![ContentBlock::ToolResult {
+                        tool_use_id: str_of(item, "call_id"),
+                        content: text,
                         is_error,
-                    )],
+                        images,
+                    }],
                 )
             }
             _ => continue,
@@ -300,7 +409,24 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
     out
 }
 
-/// Text content (a string) or content parts (text parts as text, the others verbatim).
+/// A `data:` URL as base64 bytes, any other URL as a URL.
+fn media_source(url: &str) -> MediaSource {
+    let base64 = url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"));
+    match base64 {
+        Some((media_type, data)) => MediaSource::Base64 {
+            media_type: media_type.to_owned(),
+            data: data.to_owned(),
+        },
+        None => MediaSource::Url {
+            url: url.to_owned(),
+        },
+    }
+}
+
+/// Text content (a string) or content parts (text parts as text, images and files as theirs,
+/// the others verbatim).
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
@@ -313,6 +439,29 @@ fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
                 ) {
                     (Some("input_text" | "output_text" | "text"), Some(text)) => {
                         ContentBlock::text(text)
+                    }
+                    (Some("input_image"), _) => match part.get("image_url").and_then(Value::as_str)
+                    {
+                        Some(url) => ContentBlock::Image {
+                            source: media_source(url),
+                        },
+                        None => ContentBlock::Other(part.clone()),
+                    },
+                    (Some("input_file"), _) => {
+                        let source = part
+                            .get("file_data")
+                            .or_else(|| part.get("file_url"))
+                            .and_then(Value::as_str);
+                        match source {
+                            Some(source) => ContentBlock::Document {
+                                source: media_source(source),
+                                title: part
+                                    .get("filename")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned),
+                            },
+                            None => ContentBlock::Other(part.clone()),
+                        }
                     }
                     _ => ContentBlock::Other(part.clone()),
                 }
@@ -456,6 +605,95 @@ mod tests {
             json!({"type": "function_call_output", "call_id": "call_2",
                    "output": "Error: no such file"})
         );
+    }
+
+    #[test]
+    fn images_documents_and_tool_images_are_input_parts() {
+        let png = MediaSource::Base64 {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        };
+        let history = vec![
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::text("what is this?"),
+                    ContentBlock::Image {
+                        source: png.clone(),
+                    },
+                    ContentBlock::Document {
+                        source: MediaSource::Base64 {
+                            media_type: "application/pdf".into(),
+                            data: "JVBERi0=".into(),
+                        },
+                        title: Some("report.pdf".into()),
+                    },
+                    ContentBlock::Document {
+                        source: MediaSource::Url {
+                            url: "https://example.com/a.pdf".into(),
+                        },
+                        title: None,
+                    },
+                ],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "call_1".into(),
+                    name: "chart".into(),
+                    input: json!({}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::ToolResult {
+                    tool_use_id: "call_1".into(),
+                    content: "here".into(),
+                    is_error: false,
+                    images: vec![png.clone()],
+                }],
+            },
+        ];
+        let mut r = ModelRequest::new(history.clone());
+        r.top_p = Some(0.5);
+        r.user = Some("u-1".into());
+        r.parallel_tool_calls = Some(false);
+        let v = encode_value(&r, &ResponsesOptions::default());
+        assert_eq!(
+            v["input"][0]["content"],
+            json!([
+                {"type": "input_text", "text": "what is this?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=", "filename": "report.pdf"},
+                {"type": "input_file", "file_url": "https://example.com/a.pdf"}
+            ])
+        );
+        assert_eq!(
+            v["input"][2],
+            json!({"type": "function_call_output", "call_id": "call_1", "output": [
+                {"type": "input_text", "text": "here"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}
+            ]})
+        );
+        assert_eq!(v["top_p"], 0.5);
+        assert_eq!(v["user"], "u-1");
+        // No tools: parallel_tool_calls is not sent (OpenAI refuses it without tools).
+        assert!(v.get("parallel_tool_calls").is_none());
+        assert_eq!(decode(&v), history);
+
+        let bad = ModelRequest::new(vec![Message {
+            role: Role::User,
+            content: vec![ContentBlock::Image {
+                source: MediaSource::Base64 {
+                    media_type: "image/tiff".into(),
+                    data: "AA==".into(),
+                },
+            }],
+        }]);
+        assert!(matches!(
+            encode(&bad, "m", &ResponsesOptions::default()),
+            Err(LlmError::InvalidRequest { .. })
+        ));
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub(crate) struct ResponsesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) reasoning: Option<Reasoning<'a>>,
     pub(crate) store: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -49,8 +55,11 @@ pub(crate) enum InputItem<'a> {
         name: &'a str,
         arguments: String,
     },
-    /// `FunctionCallOutput`.
-    FunctionCallOutput { call_id: &'a str, output: String },
+    /// `FunctionCallOutput`: text, or text and images as input parts.
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Output<'a>,
+    },
     /// `ResponseReasoningItemParam`, sent back as it came.
     Reasoning {
         id: &'a str,
@@ -68,17 +77,59 @@ pub(crate) enum MessageContent<'a> {
     Parts(Vec<InputPart<'a>>),
 }
 
-/// One input content part: `input_text`, or a part the crate does not model sent verbatim
-/// (`input_image`, `input_file`).
+/// A function call's output: a string, or a list of input parts (text and images).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Output<'a> {
+    Text(String),
+    Parts(Vec<InputPart<'a>>),
+}
+
+/// One input content part: `input_text`, `input_image`, `input_file`, or a part the crate does
+/// not model sent verbatim.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum InputPart<'a> {
     Text {
         #[serde(rename = "type")]
         kind: &'static str,
-        text: &'a str,
+        text: std::borrow::Cow<'a, str>,
+    },
+    /// `ResponseInputImageParam`: `detail` is required there.
+    Image {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        image_url: SourceUrl<'a>,
+        detail: &'static str,
+    },
+    /// `ResponseInputFileParam`: the bytes as a data URL, or a URL the server fetches.
+    File {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<SourceUrl<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
     },
     Other(&'a serde_json::Value),
+}
+
+/// A media source as OpenAI takes it: a `data:` URL for bytes (written straight into the body,
+/// not copied first), the URL itself otherwise.
+#[derive(Debug)]
+pub(crate) struct SourceUrl<'a>(pub(crate) &'a crate::message::MediaSource);
+
+impl Serialize for SourceUrl<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            crate::message::MediaSource::Base64 { media_type, data } => {
+                serializer.collect_str(&format_args!("data:{media_type};base64,{data}"))
+            }
+            crate::message::MediaSource::Url { url } => serializer.serialize_str(url),
+        }
+    }
 }
 
 /// `{"type":"summary_text","text":…}`.
