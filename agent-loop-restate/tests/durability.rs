@@ -64,3 +64,189 @@ async fn sigkill_mid_tool_reruns_only_that_tool_with_the_same_key() {
     let last = &mock.requests()[1];
     assert!(last.body.to_string().contains("did a"), "{}", last.body);
 }
+
+#[tokio::test]
+async fn sigkill_between_two_parallel_tools_keeps_the_finished_one() {
+    let Some((restate, mock, mut worker, tools)) = setup("parallel").await else {
+        return;
+    };
+    mock.push(
+        ScriptedResponse::tool_call("c1", "step", json!({"label": "a"})).then_tool_call(
+            "c2",
+            "step",
+            json!({"label": "b"}),
+        ),
+    );
+    mock.push(ScriptedResponse::text("Both done."));
+    hold(&tools.0, "b");
+    let run = restate.run("s2", "Do a and b.");
+
+    // `a` finished and its result is journaled; `b` is still running.
+    restate.wait_tool_completed("s2", "c1").await;
+    wait_until("b starts", || async {
+        count(&tool_log(&tools.0), "start b s2/c2") == 1
+    })
+    .await;
+    worker.kill();
+    worker.restart().await;
+    wait_until("b starts again", || async {
+        count(&tool_log(&tools.0), "start b s2/c2") == 2
+    })
+    .await;
+    release(&tools.0, "b");
+
+    let report = run.await.expect("run task");
+    assert_eq!(report["final_text"], "Both done.");
+    assert_eq!(mock.requests().len(), 2);
+    let log = tool_log(&tools.0);
+    assert_eq!(count(&log, "start a s2/c1"), 1, "{log:?}");
+    assert_eq!(count(&log, "done a s2/c1"), 1, "{log:?}");
+    assert_eq!(count(&log, "start b s2/c2"), 2, "{log:?}");
+    assert_eq!(count(&log, "done b s2/c2"), 1, "{log:?}");
+    let body = mock.requests()[1].body.to_string();
+    assert!(body.contains("did a") && body.contains("did b"), "{body}");
+    assert!(mock.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn sigkill_after_a_model_call_does_not_send_it_again() {
+    let Some((restate, mock, mut worker, tools)) = setup("after_model").await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "c1",
+        "step",
+        json!({"label": "a"}),
+    ));
+    // The second model call hangs mid-stream until the worker dies; its retry answers.
+    mock.push(
+        MockResponse::stream(ScriptedResponse::text("Finished."))
+            .stall_at(StreamPoint::AfterFirstContent, None),
+    );
+    mock.push(ScriptedResponse::text("Finished."));
+    let run = restate.run("s3", "Do step a.");
+
+    wait_until("the second model call is in flight", || async {
+        mock.requests().len() == 2
+    })
+    .await;
+    worker.kill();
+    worker.restart().await;
+
+    let report = run.await.expect("run task");
+    assert_eq!(report["final_text"], "Finished.");
+    assert_eq!(report["completed"], true);
+    // Call 1 (completed before the crash) once; call 2 (interrupted) twice; nothing more.
+    assert_eq!(mock.requests().len(), 3);
+    let log = tool_log(&tools.0);
+    assert_eq!(count(&log, "start a s3/c1"), 1, "{log:?}");
+    assert_eq!(count(&log, "done a s3/c1"), 1, "{log:?}");
+    assert_eq!(mock.requests()[1].body, mock.requests()[2].body);
+}
+
+#[tokio::test]
+async fn a_durable_approval_survives_a_worker_restart() {
+    let Some((restate, mock, mut worker, tools)) = setup("approval").await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "d1",
+        "deploy",
+        json!({"label": "prod"}),
+    ));
+    mock.push(ScriptedResponse::text("Deployed."));
+    let run = restate.run("s4", "Deploy to prod.");
+
+    // A host follows along through the shared `state` handler while the run waits.
+    wait_until("the run waits for approval", || async {
+        let (_, state) = restate.call("s4", "state", None).await;
+        state["status"]["status"] == "waiting_for_approval"
+    })
+    .await;
+    let (_, state) = restate.call("s4", "state", None).await;
+    assert_eq!(state["status"]["call_id"], "d1");
+    worker.kill();
+    worker.restart().await;
+    assert!(
+        tool_log(&tools.0).is_empty(),
+        "the deploy ran before its approval"
+    );
+
+    let (status, body) = restate
+        .call(
+            "s4",
+            "approve",
+            Some(json!({"call_id": "d1", "allow": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let report = run.await.expect("run task");
+    assert_eq!(report["final_text"], "Deployed.");
+    let log = tool_log(&tools.0);
+    assert_eq!(count(&log, "done prod s4/d1"), 1, "{log:?}");
+    assert_eq!(mock.requests().len(), 2);
+
+    // The progress log tells the whole story, in order.
+    let (_, events) = restate.call("s4", "eventsSince", Some(json!(0))).await;
+    let kinds: Vec<&str> = events
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "turn_start",
+            "approval_needed",
+            "tool_call",
+            "tool_result",
+            "turn_end",
+            "turn_start",
+            "turn_end",
+            "finished"
+        ]
+    );
+    let (_, later) = restate.call("s4", "eventsSince", Some(json!(6))).await;
+    assert_eq!(later.as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn a_denied_approval_is_the_tool_result_and_an_unknown_call_is_refused() {
+    let Some((restate, mock, _worker, tools)) = setup("deny").await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "d1",
+        "deploy",
+        json!({"label": "prod"}),
+    ));
+    mock.push(ScriptedResponse::text("Not deployed."));
+    let run = restate.run("s5", "Deploy to prod.");
+    wait_until("the run waits for approval", || async {
+        let (_, state) = restate.call("s5", "state", None).await;
+        state["status"]["status"] == "waiting_for_approval"
+    })
+    .await;
+    let (status, _) = restate
+        .call(
+            "s5",
+            "approve",
+            Some(json!({"call_id": "nope", "allow": true})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = restate
+        .call(
+            "s5",
+            "approve",
+            Some(json!({"call_id": "d1", "allow": false, "reason": "not on a Friday"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let report = run.await.expect("run task");
+    assert_eq!(report["final_text"], "Not deployed.");
+    assert!(tool_log(&tools.0).is_empty());
+    let body = mock.requests()[1].body.to_string();
+    assert!(body.contains("not on a Friday"), "{body}");
+}
