@@ -250,3 +250,82 @@ async fn a_denied_approval_is_the_tool_result_and_an_unknown_call_is_refused() {
     let body = mock.requests()[1].body.to_string();
     assert!(body.contains("not on a Friday"), "{body}");
 }
+
+#[tokio::test]
+async fn a_non_retryable_error_ends_the_run_as_in_process() {
+    let Some((restate, mock, _worker, _tools)) = setup("error").await else {
+        return;
+    };
+    mock.push(MockResponse::status(400).error_message("bad request: no such model"));
+    mock.push(MockResponse::status(400).error_message("bad request: no such model"));
+    let report = restate.run("s6", "Hello?").await.expect("run task");
+
+    let client = agent_loop::AnthropicClient::new("mock-key")
+        .base_url(mock.anthropic_base_url())
+        .model("claude-mock");
+    let mut agent = agent_loop::Agent::builder(client).build().expect("agent");
+    let mut events = std::pin::pin!(agent.run("Hello?"));
+    let mut outcome = None;
+    while let Some(event) = futures::StreamExt::next(&mut events).await {
+        if let agent_loop::AgentEvent::Finished(done) = event {
+            outcome = Some(done);
+        }
+    }
+    let outcome = outcome.expect("a Finished event");
+    assert!(!outcome.termination.is_completed());
+    assert_eq!(report["completed"], false);
+    assert_eq!(report["termination"], outcome.termination.to_string());
+    // Not retryable: one request each, no retry by the client, the agent or Restate.
+    assert_eq!(mock.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn restate_cancel_stops_the_run_and_leaves_a_valid_history() {
+    let Some((restate, mock, _worker, tools)) = setup("cancel").await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "c1",
+        "step",
+        json!({"label": "slow"}),
+    ));
+    hold(&tools.0, "slow");
+    let run = restate.run_raw("s7", "Do the slow step.");
+    wait_until("the tool starts", || async {
+        count(&tool_log(&tools.0), "start slow s7/c1") == 1
+    })
+    .await;
+    let rows = restate
+        .query("SELECT id FROM sys_invocation WHERE target = 'AgentSession/s7/run'")
+        .await;
+    let id = rows[0]["id"].as_str().expect("invocation id").to_owned();
+    restate.cancel(&id).await;
+    let (status, _) = run.await.expect("run task");
+    assert_eq!(status, 409, "a cancelled run answers 409");
+    release(&tools.0, "slow");
+
+    let (_, state) = restate.call("s7", "state", None).await;
+    assert_eq!(state["status"]["termination"], "cancelled");
+    let conversation: agent_loop::Conversation =
+        serde_json::from_value(state["conversation"].clone()).expect("conversation");
+    assert_eq!(
+        agent_loop::testing::history_violation(&conversation.messages),
+        None
+    );
+    // The session goes on: the next run continues the (valid) history.
+    mock.push(ScriptedResponse::text("Still here."));
+    let report = restate.run("s7", "Are you there?").await.expect("run task");
+    assert_eq!(report["final_text"], "Still here.");
+    assert!(mock.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn an_invalid_session_id_is_a_clear_error() {
+    let Some((restate, _mock, _worker, _tools)) = setup("bad_id").await else {
+        return;
+    };
+    let long = "x".repeat(300);
+    let (status, body) = restate.call(&long, "run", Some(json!("hi"))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("invalid session id"), "{body}");
+}

@@ -175,6 +175,34 @@ bind-address = "127.0.0.1:{ingress}"
         })
     }
 
+    /// Like [`run`](Self::run), but gives the status and body whatever they are.
+    pub fn run_raw(&self, session: &str, input: &str) -> tokio::task::JoinHandle<(u16, Value)> {
+        let request = self
+            .http
+            .post(format!("{}/AgentSession/{session}/run", self.ingress))
+            .json(&json!(input));
+        tokio::spawn(async move {
+            let response = request.send().await.expect("ingress");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (
+                status,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        })
+    }
+
+    /// Cancels an invocation through the admin API (what `restate invocations cancel` does).
+    pub async fn cancel(&self, invocation_id: &str) {
+        let response = self
+            .http
+            .patch(format!("{}/invocations/{invocation_id}/cancel", self.admin))
+            .send()
+            .await
+            .expect("admin API");
+        assert!(response.status().is_success(), "cancel: {response:?}");
+    }
+
     /// Calls a handler of the session object.
     pub async fn call(&self, session: &str, handler: &str, body: Option<Value>) -> (u16, Value) {
         let mut request = self
