@@ -28,7 +28,7 @@ struct Step {
     label: String,
 }
 
-fn log(dir: &PathBuf, line: &str) -> Result<(), ToolError> {
+fn log(dir: &std::path::Path, line: &str) -> Result<(), ToolError> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -49,8 +49,9 @@ async fn step(dir: PathBuf, input: Step, ctx: ToolContext) -> Result<String, Too
     Ok(format!("did {}", input.label))
 }
 
+/// Serves the demo agent until the process ends (the `durable` example calls it too).
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let addr: SocketAddr = std::env::var("WORKER_ADDR")
         .unwrap_or_else(|_| "127.0.0.1:9080".into())
         .parse()
