@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_loop::{
-    ApiError, LlmClient, LlmError, LlmEvent, ModelRequest, StopReason, TimeoutKind, ToolCallResult,
-    Usage,
+    ApiError, LlmClient, LlmError, LlmEvent, MediaSource, ModelRequest, StopReason, TimeoutKind,
+    ToolCallResult, Usage,
 };
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -472,6 +472,9 @@ pub(crate) struct ToolStep {
     pub content: String,
     pub is_error: bool,
     pub duration_ms: u64,
+    /// Images the tool returned with its text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<MediaSource>,
 }
 
 impl ToolStep {
@@ -480,6 +483,7 @@ impl ToolStep {
             content: result.content.clone(),
             is_error: result.is_error,
             duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
+            images: result.images.clone(),
         }
     }
 
@@ -491,6 +495,7 @@ impl ToolStep {
             self.is_error,
             Duration::from_millis(self.duration_ms),
         )
+        .with_images(self.images)
     }
 }
 
