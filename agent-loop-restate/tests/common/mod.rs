@@ -358,3 +358,74 @@ pub fn hold(dir: &Path, label: &str) {
 pub fn release(dir: &Path, label: &str) {
     let _ = std::fs::remove_file(dir.join(format!("hold-{label}")));
 }
+
+/// A round-robin TCP load balancer in front of worker replicas, as a deployment would put
+/// one: Restate knows one address; each connection goes to the next live worker.
+pub struct Balancer {
+    pub port: u16,
+    /// Connections each backend took.
+    pub connections: std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Balancer {
+    pub async fn start(backends: Vec<u16>) -> Balancer {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the balancer");
+        let port = listener.local_addr().expect("address").port();
+        let connections: Arc<Vec<AtomicUsize>> =
+            Arc::new(backends.iter().map(|_| AtomicUsize::new(0)).collect());
+        let counts = connections.clone();
+        let task = tokio::spawn(async move {
+            let next = Arc::new(AtomicUsize::new(0));
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let first = next.fetch_add(1, Ordering::Relaxed);
+                let backends = backends.clone();
+                let counts = counts.clone();
+                tokio::spawn(async move {
+                    for k in 0..backends.len() {
+                        let i = (first + k) % backends.len();
+                        let Ok(mut outbound) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", backends[i])).await
+                        else {
+                            continue;
+                        };
+                        counts[i].fetch_add(1, Ordering::Relaxed);
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        return;
+                    }
+                });
+            }
+        });
+        Balancer {
+            port,
+            connections,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Restate {
+    /// Registers a deployment by address.
+    pub async fn register_uri(&self, uri: &str) -> reqwest::Response {
+        self.http
+            .post(format!("{}/deployments", self.admin))
+            .json(&json!({ "uri": uri }))
+            .send()
+            .await
+            .expect("admin API")
+    }
+}
