@@ -7,8 +7,10 @@
 //!
 //! - each model call is one `ctx.run` step whose result is the response (its events, deltas of
 //!   a block merged) or the error that ended it;
-//! - each tool call is one `ctx.run` step whose result is the tool's result; the calls of a
-//!   turn run concurrently;
+//! - each tool call is one invocation of the `AgentTools` service (served by the same workers)
+//!   whose one `ctx.run` step runs the tool; the calls of a turn run concurrently (the Rust
+//!   SDK's `ctx.run` steps cannot be awaited together, calls can), and a Restate cancel of the
+//!   run does not wait for a running tool;
 //! - a backoff before re-sending a turn is a durable `ctx.sleep`;
 //! - an approval a human must give is a Restate awakeable, which may be resolved days later;
 //! - the conversation is the virtual object's state, saved at every turn boundary.
@@ -40,6 +42,9 @@
 //! | `events_since` | shared | index `n` → up to 100 [`ProgressEvent`]s from `n` on |
 //! | `approve` | shared | [`ApprovalDecision`] → resolves the pending approval of that call |
 //!
+//! The `AgentTools` service has one handler, `execute`, which the session calls with an
+//! idempotency key `{session}/{call id}`; it is not meant to be called by hosts.
+//!
 //! Cancel a run with Restate's own cancel (`restate invocations cancel`, or the admin API): the
 //! run stops as an in-process cancel does (unanswered calls answered as cancelled, the
 //! history left valid and saved).
@@ -53,6 +58,14 @@
 //! [`serve`]) are stateless replicas behind a load balancer, any of which can continue any
 //! session. Adding workers adds throughput for model and tool calls; adding partitions adds
 //! journal throughput.
+//!
+//! # Overhead
+//!
+//! Measured on one machine with a debug build (`tests/overhead.rs`, median of five 20-turn
+//! runs, a mock model and a tool each turn): about 1.5 ms per turn in-process, about 14 ms
+//! per turn on a local restate-server, so roughly 12 ms per turn for the journal (the model
+//! step, the tool invocation and its step, state writes). Against a real model's seconds per
+//! turn it is noise.
 //!
 //! # Limits
 //!

@@ -304,20 +304,44 @@ impl DurableAgent {
     }
 }
 
-/// Serves the agent's `AgentSession` object on `addr` (HTTP/2, what restate-server calls)
-/// until the process ends. Register the address with the server's admin API
-/// (`POST /deployments {"uri": "http://host:port"}`).
-pub async fn serve(agent: DurableAgent, addr: SocketAddr) {
-    HttpServer::new(
+/// Serves the agent's `AgentSession` object (and the `AgentTools` service its tool calls go
+/// through) on `addr`, HTTP/2 as restate-server calls it, until the process ends. Register the
+/// address with the server's admin API (`POST /deployments {"uri": "http://host:port"}`).
+///
+/// Fails only when `addr` cannot be bound.
+pub async fn serve(agent: DurableAgent, addr: SocketAddr) -> std::io::Result<()> {
+    let endpoint = restate_sdk::hyper::HyperEndpoint::new(
         Endpoint::builder()
             .bind(AgentSession {
                 agent: agent.clone(),
             })
             .bind(AgentTools { agent })
             .build(),
-    )
-    .listen_and_serve(addr)
-    .await;
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors and the like: wait a little, keep serving.
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Every journaled step is a small frame answered by a small frame: with Nagle's
+        // algorithm on, each waits for the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            let connection =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), endpoint);
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, %remote, "connection from restate-server ended");
+            }
+        });
+    }
 }
 
 struct AgentSession {
@@ -358,15 +382,18 @@ impl AgentTools {
         } = request;
         let step = format!("tool {name} {id}");
         let call = ToolCall::new(id, name, input);
+        let session: Arc<str> = Arc::from(session);
         Ok(ctx
-            .run(move || async move {
-                let opts = ExecOptions::new().idempotency_scope(session);
-                let result = tools.execute_one(call, &opts).await;
-                Ok(Json(ToolStep::from_result(&result)))
-            })
+            .run(move || async move { Ok(Json(execute(tools, session, call).await)) })
             .name(step)
             .await?)
     }
+}
+
+/// Runs one tool call with its idempotency key scoped to the session.
+async fn execute(tools: ToolRegistry, session: Arc<str>, call: ToolCall) -> ToolStep {
+    let opts = ExecOptions::new().idempotency_scope(session);
+    ToolStep::from_result(&tools.execute_one(call, &opts).await)
 }
 
 #[restate_sdk::object(name = "AgentSession")]
@@ -622,9 +649,11 @@ impl Driver<'_, '_> {
         })
     }
 
-    /// Each call one invocation of the `AgentTools` service (whose one journaled step runs
-    /// the tool), all of them concurrently; results fed as they come. Calls, unlike `ctx.run`
-    /// steps, are durable futures that can be awaited together.
+    /// Each call is one invocation of the `AgentTools` service (whose one journaled step runs
+    /// the tool), all concurrently, their results fed as they come. Calls, unlike `ctx.run`
+    /// steps, are durable futures: they can be awaited together, and a Restate cancel of the
+    /// run returns at once instead of waiting for a running tool (as an in-process cancel
+    /// abandons it), even for a lone call.
     async fn run_tools(
         &mut self,
         machine: &mut AgentMachine,

@@ -72,6 +72,18 @@ async fn overhead_per_turn() {
         assert_eq!(report["turns"], TURNS);
         durable.push(start.elapsed() / TURNS as u32);
     }
+    if std::env::var_os("OVERHEAD_JOURNAL").is_some() {
+        for row in restate
+            .query(
+                "SELECT j.index, j.entry_type, j.name, j.appended_at FROM sys_journal j JOIN \
+                 sys_invocation i ON j.id = i.id WHERE i.target = 'AgentSession/o0/run' ORDER BY \
+                 j.index LIMIT 40",
+            )
+            .await
+        {
+            println!("{row}");
+        }
+    }
     let (local, durable) = (median(local), median(durable));
     println!(
         "per turn (median of {RUNS} runs of {TURNS} turns): in-process {local:?}, on Restate \

@@ -88,5 +88,8 @@ pub async fn main() {
             }
         });
     eprintln!("worker listening on {addr}");
-    agent_loop_restate::serve(agent, addr).await;
+    if let Err(e) = agent_loop_restate::serve(agent, addr).await {
+        eprintln!("cannot listen on {addr}: {e}");
+        std::process::exit(1);
+    }
 }
