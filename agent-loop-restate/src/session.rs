@@ -512,10 +512,7 @@ impl Driver<'_, '_> {
                 continue;
             };
             let result = match action {
-                Action::Emit(event) => {
-                    self.record(&event, &machine)?;
-                    Ok(())
-                }
+                Action::Emit(event) => self.record(&event, &machine),
                 Action::CallModel(request) => self.call_model(&mut machine, request).await,
                 Action::Approve(calls) => self.approve(&mut machine, calls).await,
                 Action::RunTools(calls) => self.run_tools(&mut machine, calls).await,
@@ -548,7 +545,15 @@ impl Driver<'_, '_> {
                         input_tokens: outcome.usage.input_tokens,
                         output_tokens: outcome.usage.output_tokens,
                     };
-                    self.save(&machine)?;
+                    // A conversation too large to save keeps the last one that fit; the
+                    // run ends with the error saying why.
+                    let (termination, stopped) = match self.save(&machine) {
+                        Ok(()) => (termination, stopped),
+                        Err(too_large) => (
+                            format!("error: {}", too_large.message()),
+                            stopped.or(Some(too_large)),
+                        ),
+                    };
                     self.push(ProgressEvent::Finished {
                         termination: termination.clone(),
                         final_text: outcome.final_text,

@@ -329,3 +329,51 @@ async fn an_invalid_session_id_is_a_clear_error() {
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("invalid session id"), "{body}");
 }
+
+#[tokio::test]
+async fn a_conversation_over_the_state_limit_is_a_clear_error() {
+    let Some(restate) = restate_or_skip("state_limit") else {
+        return;
+    };
+    restate.ready().await;
+    let mock = MockServer::start().await;
+    let tools = TempDir::new("state_limit");
+    let worker = Worker::start_with(
+        &mock.anthropic_base_url(),
+        &tools.0,
+        &[("MAX_STATE_BYTES", "400")],
+    )
+    .await;
+    assert!(restate.register(&worker).await.status().is_success());
+    mock.push(ScriptedResponse::text("short"));
+    let report = restate.run("small", "hi").await.expect("run task");
+    assert_eq!(report["final_text"], "short");
+
+    mock.push(ScriptedResponse::text("x".repeat(1000)));
+    let (status, body) = restate.run_raw("big", "hi").await.expect("run task");
+    assert!(status >= 400, "{status} {body}");
+    assert!(
+        body.to_string()
+            .contains("over the 400 the session may save"),
+        "{body}"
+    );
+    let (_, state) = restate.call("big", "state", None).await;
+    assert!(
+        state["status"]["termination"]
+            .as_str()
+            .is_some_and(|t| t.contains("context window")),
+        "{state}"
+    );
+}
+
+#[tokio::test]
+async fn registering_the_same_worker_twice_is_idempotent() {
+    let Some((restate, _mock, worker, _tools)) = setup("register_twice").await else {
+        return;
+    };
+    // setup registered it once; the same address again names the same deployment.
+    let again = restate.register(&worker).await;
+    assert!(again.status().is_success(), "{again:?}");
+    let rows = restate.query("SELECT id FROM sys_deployment").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+}

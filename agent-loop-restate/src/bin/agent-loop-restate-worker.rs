@@ -7,7 +7,8 @@
 //!   Anthropic API with `ANTHROPIC_API_KEY`;
 //! - `TOOL_DIR`: a directory the demo tools log to, one line when a call starts and one when
 //!   it ends, with its idempotency key. A call of label `L` waits while the file `hold-L`
-//!   exists there, so a test can kill the worker while it runs.
+//!   exists there, so a test can kill the worker while it runs;
+//! - `MAX_STATE_BYTES`: [`DurableAgent::max_state_bytes`](agent_loop_restate::DurableAgent::max_state_bytes).
 //!
 //! Tools: `step` (does one labelled step) and `deploy` (the same, but needs a human's
 //! approval first).
@@ -87,6 +88,13 @@ pub async fn main() {
                 ApprovalRequest::Allow
             }
         });
+    let agent = match std::env::var("MAX_STATE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(bytes) => agent.max_state_bytes(bytes),
+        None => agent,
+    };
     eprintln!("worker listening on {addr}");
     if let Err(e) = agent_loop_restate::serve(agent, addr).await {
         eprintln!("cannot listen on {addr}: {e}");

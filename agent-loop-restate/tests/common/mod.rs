@@ -265,15 +265,25 @@ pub struct Worker {
     pub port: u16,
     model_url: String,
     tool_dir: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl Worker {
     pub async fn start(model_url: &str, tool_dir: &Path) -> Worker {
+        Worker::start_with(model_url, tool_dir, &[]).await
+    }
+
+    /// A worker with extra environment (`MAX_STATE_BYTES`, say).
+    pub async fn start_with(model_url: &str, tool_dir: &Path, env: &[(&str, &str)]) -> Worker {
         let mut worker = Worker {
             child: None,
             port: free_port(),
             model_url: model_url.to_owned(),
             tool_dir: tool_dir.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         worker.spawn().await;
         worker
@@ -288,6 +298,7 @@ impl Worker {
             .env("WORKER_ADDR", format!("127.0.0.1:{}", self.port))
             .env("MODEL_BASE_URL", &self.model_url)
             .env("TOOL_DIR", &self.tool_dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
