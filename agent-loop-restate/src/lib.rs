@@ -43,7 +43,8 @@
 //! | `approve` | shared | [`ApprovalDecision`] → resolves the pending approval of that call |
 //!
 //! The `AgentTools` service has one handler, `execute`, which the session calls with an
-//! idempotency key `{session}/{call id}`; it is not meant to be called by hosts.
+//! Restate idempotency key `{session}/{run invocation id}/{call id}`; it is not meant to be
+//! called by hosts.
 //!
 //! Cancel a run with Restate's own cancel (`restate invocations cancel`, or the admin API): the
 //! run stops as an in-process cancel does (unanswered calls answered as cancelled, the

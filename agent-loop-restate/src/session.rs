@@ -54,6 +54,9 @@ pub enum ApprovalRequest {
 
 /// Decides which tool calls need a human's approval. Any
 /// `Fn(&ToolCall) -> ApprovalRequest` is one.
+///
+/// It must be deterministic (decide from the call alone): Restate replays a run after a crash
+/// by running the handler again, and a different verdict on replay is a journal mismatch.
 pub trait ApprovalPolicy: Send + Sync + 'static {
     /// The verdict on one call.
     fn check(&self, call: &ToolCall) -> ApprovalRequest;
@@ -259,9 +262,10 @@ impl DurableAgent {
     }
 
     /// Configures each run's machine (system prompt, limits, retry policy, context window…)
-    /// on a builder that already has the client and the tools. Hooks and the summarizer of
-    /// the builder are not used: approvals go through [`approval`](Self::approval), and
-    /// compaction drops or elides without a summary.
+    /// on a builder that already has the client and the tools. Keep it deterministic, like
+    /// everything a replay runs again. Hooks and the summarizer of the builder are not used:
+    /// approvals go through [`approval`](Self::approval), and compaction drops or elides
+    /// without a summary.
     pub fn configure(
         mut self,
         configure: impl Fn(AgentBuilder) -> AgentBuilder + Send + Sync + 'static,
@@ -670,7 +674,10 @@ impl Driver<'_, '_> {
             .map(|c| (c.id.clone(), c.name.clone()))
             .collect();
         for call in calls {
-            let key = format!("{}/{}", self.session, call.id);
+            // The call is journaled, so it is sent once anyway; the key (unique per run, since
+            // a model may use a call id again once compaction dropped the first) names the
+            // invocation for operators.
+            let key = format!("{}/{}/{}", self.session, self.ctx.invocation_id(), call.id);
             let request = ToolRequest {
                 session: self.session.to_string(),
                 id: call.id,

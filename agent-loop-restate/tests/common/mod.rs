@@ -240,7 +240,7 @@ bind-address = "127.0.0.1:{ingress}"
     pub async fn wait_tool_completed(&self, session: &str, call_id: &str) {
         let sql = format!(
             "SELECT status FROM sys_invocation WHERE target = 'AgentTools/execute' AND \
-             idempotency_key = '{session}/{call_id}'"
+             idempotency_key LIKE '{session}/%/{call_id}'"
         );
         wait_until("the tool's invocation completes", || async {
             self.query(&sql)
