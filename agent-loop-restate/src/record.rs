@@ -130,6 +130,13 @@ pub(crate) enum Event {
         index: usize,
         data: String,
     },
+    /// An OpenAI Responses reasoning item (sent back to the model in later turns).
+    Reasoning {
+        index: usize,
+        id: String,
+        summary: Vec<String>,
+        encrypted_content: Option<String>,
+    },
     ToolStart {
         index: usize,
         id: String,
@@ -176,6 +183,17 @@ impl Event {
                 text: signature,
             },
             LlmEvent::RedactedThinking { index, data } => Event::Redacted { index, data },
+            LlmEvent::Reasoning {
+                index,
+                id,
+                summary,
+                encrypted_content,
+            } => Event::Reasoning {
+                index,
+                id,
+                summary,
+                encrypted_content,
+            },
             LlmEvent::ToolCallStart { index, id, name } => Event::ToolStart { index, id, name },
             LlmEvent::ToolCallDelta {
                 index,
@@ -216,6 +234,17 @@ impl Event {
                 signature: text,
             },
             Event::Redacted { index, data } => LlmEvent::RedactedThinking { index, data },
+            Event::Reasoning {
+                index,
+                id,
+                summary,
+                encrypted_content,
+            } => LlmEvent::Reasoning {
+                index,
+                id,
+                summary,
+                encrypted_content,
+            },
             Event::ToolStart { index, id, name } => LlmEvent::ToolCallStart { index, id, name },
             Event::ToolDelta { index, json } => LlmEvent::ToolCallDelta {
                 index,
@@ -531,6 +560,20 @@ mod tests {
             assert_eq!(back, error);
             assert_eq!(back.is_retryable(), error.is_retryable());
         }
+    }
+
+    #[test]
+    fn reasoning_items_are_recorded_whole() {
+        let event = LlmEvent::Reasoning {
+            index: 0,
+            id: "rs_1".into(),
+            summary: vec!["plan".into()],
+            encrypted_content: Some("gAAAA".into()),
+        };
+        let recorded = Event::from_llm(&event).expect("recorded, not dropped");
+        let json = serde_json::to_string(&recorded).unwrap();
+        let back: Event = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.into_llm(), event);
     }
 
     #[test]
