@@ -272,7 +272,8 @@ impl OpenAiClient {
     /// let client = OpenAiClient::new("sk-…").model("o4-mini").responses()
     ///     .reasoning_effort("low")
     ///     .reasoning_summary("auto");
-    /// assert_eq!(client.model(), "o4-mini");
+    /// assert_eq!(LlmClient::model(&client), "o4-mini");
+    /// assert!(client.is_responses());
     /// ```
     pub fn responses(mut self) -> Self {
         self.responses.get_or_insert_with(ResponsesOptions::default);
