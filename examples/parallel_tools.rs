@@ -191,7 +191,7 @@ pub async fn run(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let question = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let question = common::args().join(" ");
     let question = if question.is_empty() {
         QUESTION.to_owned()
     } else {

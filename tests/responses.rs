@@ -417,3 +417,43 @@ fn a_whole_response_object_decodes_like_its_stream() {
     assert_eq!(response.usage, streamed.usage);
     assert_eq!(response.stop_reason, StopReason::ToolUse);
 }
+
+/// Recorded Responses streams, when the transcripts folder has any (`openai_responses_*.sse`):
+/// each must assemble what its final event's output holds (what the SDK returns), under every
+/// chunking. None are recorded yet; the test says so loudly rather than pass in silence.
+#[test]
+fn recorded_responses_transcripts_match_their_final_output() {
+    let dir = match std::env::var_os("AGENT_LOOP_TRANSCRIPTS") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/transcripts"),
+    };
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("openai_responses_") && name.ends_with(".sse")) {
+            continue;
+        }
+        let body = std::fs::read(&path).unwrap();
+        let whole = common::decode(F, &body);
+        for size in [1, 7, 64, 4096] {
+            assert_eq!(
+                common::decode_chunked(F, &body, size),
+                whole,
+                "{name} at {size}"
+            );
+        }
+        if let Ok(response) = whole.result {
+            let (expected, _) = sdk_final(&body);
+            assert_eq!(response.message.content, expected, "{name}");
+        }
+        checked += 1;
+    }
+    if checked == 0 {
+        eprintln!(
+            "NOTE: no openai_responses_*.sse transcripts in {}; only the hand-written fixtures \
+             were checked",
+            dir.display()
+        );
+    }
+}
