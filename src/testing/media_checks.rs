@@ -14,6 +14,13 @@
 //!   one of the four image types.
 //! - `file` parts only in user messages, with a `filename` and base64 `file_data`.
 //! - `tool` messages carry a string or `text` parts only.
+//!
+//! OpenAI (Responses, `ResponseInputImageParam` / `ResponseInputFileParam`):
+//! - `input_image` and `input_file` parts only in user messages and in a
+//!   `function_call_output`'s output list (which holds `input_text`, `input_image` and
+//!   `input_file` parts only); `input_image` has a `detail` and an `http(s)` or base64 image
+//!   `data:` URL; `input_file` has a PDF `data:` URL in `file_data`, a `file_url` or a
+//!   `file_id`.
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -24,6 +31,9 @@ use crate::provider::WireFormat;
 
 /// The first image or document block in `body` the provider refuses, described as it does.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
+    if format == WireFormat::OpenAiResponses {
+        return responses(body);
+    }
     let messages = body.get("messages")?.as_array()?;
     messages.iter().enumerate().find_map(|(i, m)| {
         let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
@@ -207,10 +217,149 @@ fn openai_part(at: &str, role: &str, part: &Value) -> Option<Rejection> {
     }
 }
 
+fn responses(body: &Value) -> Option<Rejection> {
+    let items = body.get("input")?.as_array()?;
+    items.iter().enumerate().find_map(|(i, item)| {
+        let at = format!("input[{i}]");
+        match item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message")
+        {
+            "message" => {
+                let role = item.get("role").and_then(Value::as_str).unwrap_or_default();
+                let parts = item.get("content")?.as_array()?;
+                parts.iter().enumerate().find_map(|(j, part)| {
+                    responses_part(&format!("{at}.content[{j}]"), role == "user", part)
+                })
+            }
+            "function_call_output" => {
+                let parts = item.get("output")?.as_array()?;
+                parts.iter().enumerate().find_map(|(j, part)| {
+                    let at = format!("{at}.output[{j}]");
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("input_text" | "input_image" | "input_file") => {
+                            responses_part(&at, true, part)
+                        }
+                        other => invalid(format!(
+                            "Invalid value for '{at}.type': expected 'input_text', \
+                             'input_image' or 'input_file', got {:?}",
+                            other.unwrap_or_default()
+                        )),
+                    }
+                })
+            }
+            _ => None,
+        }
+    })
+}
+
+fn responses_part(at: &str, user: bool, part: &Value) -> Option<Rejection> {
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
+    match kind {
+        "input_image" | "input_file" if !user => invalid(format!(
+            "Invalid '{at}': '{kind}' parts are only allowed in user messages and function \
+             call outputs"
+        )),
+        "input_image" => {
+            if part.get("detail").and_then(Value::as_str).is_none() {
+                return invalid(format!("Missing required parameter: '{at}.detail'"));
+            }
+            if part.get("file_id").and_then(Value::as_str).is_some() {
+                return None;
+            }
+            let url = part
+                .get("image_url")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if url.starts_with("https://") || url.starts_with("http://") {
+                return None;
+            }
+            let image = url
+                .strip_prefix("data:")
+                .and_then(|rest| rest.split_once(";base64,"))
+                .filter(|(media_type, _)| ImageFormat::from_media_type(media_type).is_some());
+            match image {
+                Some((_, data))
+                    if base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .is_ok() =>
+                {
+                    None
+                }
+                _ => invalid(format!(
+                    "Invalid '{at}.image_url': expected a URL or a base64 data URL of \
+                     image/png, image/jpeg, image/gif or image/webp"
+                )),
+            }
+        }
+        "input_file" => {
+            let data = part.get("file_data").and_then(Value::as_str);
+            let url = part.get("file_url").and_then(Value::as_str);
+            let id = part.get("file_id").and_then(Value::as_str);
+            match (data, url, id) {
+                (Some(data), _, _) if !data.starts_with("data:application/pdf;base64,") => invalid(
+                    format!("Invalid '{at}.file_data': expected a base64 data URL of a PDF"),
+                ),
+                (Some(_), _, _) | (_, Some(_), _) | (_, _, Some(_)) => None,
+                _ => invalid(format!(
+                    "Invalid '{at}': one of 'file_data', 'file_url' or 'file_id' is required"
+                )),
+            }
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn responses_refuses_what_its_types_refuse() {
+        let user = |part: Value| json!({"input": [{"type": "message", "role": "user", "content": [part]}]});
+        let png = format!("data:image/png;base64,{}", png_b64());
+        let ok = [
+            user(json!({"type": "input_image", "image_url": png, "detail": "auto"})),
+            user(
+                json!({"type": "input_image", "image_url": "https://e.com/a.png", "detail": "low"}),
+            ),
+            user(
+                json!({"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=",
+                        "filename": "a.pdf"}),
+            ),
+            user(json!({"type": "input_file", "file_url": "https://e.com/a.pdf"})),
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": [
+                {"type": "input_text", "text": "t"},
+                {"type": "input_image", "image_url": png, "detail": "auto"}]}]}),
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "text"}]}),
+        ];
+        for body in ok {
+            assert!(
+                rejection(WireFormat::OpenAiResponses, &body).is_none(),
+                "{body}"
+            );
+        }
+        let bad = [
+            user(json!({"type": "input_image", "image_url": png})),
+            user(
+                json!({"type": "input_image", "image_url": "data:image/tiff;base64,AA==", "detail": "auto"}),
+            ),
+            user(json!({"type": "input_file", "file_data": "data:text/plain;base64,AA=="})),
+            user(json!({"type": "input_file", "filename": "a.pdf"})),
+            json!({"input": [{"type": "message", "role": "assistant", "content": [
+                {"type": "input_image", "image_url": "https://e.com/a.png", "detail": "auto"}]}]}),
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": [
+                {"type": "output_text", "text": "t"}]}]}),
+        ];
+        for body in bad {
+            assert!(
+                rejection(WireFormat::OpenAiResponses, &body).is_some(),
+                "{body}"
+            );
+        }
+    }
 
     fn png_b64() -> String {
         let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
