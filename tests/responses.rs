@@ -371,6 +371,28 @@ fn malformed_streams_are_errors_not_panics() {
             other => panic!("{body}: {other:?}"),
         }
     }
+    // An event the decoder does not read is ignored even when its fields have other types
+    // than the same names have in the events it reads.
+    let mut body = fixture("text.sse");
+    body.splice(
+        0..0,
+        b"data: {\"type\":\"response.future.delta\",\"delta\":{\"x\":1},\"item\":7}\n\n"
+            .iter()
+            .copied(),
+    );
+    assert_eq!(
+        common::decode(F, &body).result.unwrap().text(),
+        "Hello, wörld — ok 🎉"
+    );
+    // A numeric error code is still a typed error.
+    let numeric = common::decode(
+        F,
+        b"data: {\"type\":\"error\",\"code\":503,\"message\":\"unavailable\"}\n\n",
+    )
+    .result
+    .unwrap_err();
+    assert_eq!(numeric.status(), Some(503), "{numeric:?}");
+    assert!(numeric.is_retryable());
     // An empty body, or one of another format, is incomplete.
     for body in ["", "data: {\"choices\":[]}\n\n"] {
         assert!(matches!(

@@ -75,10 +75,10 @@ struct Event<'a> {
     response: Option<ResponseObject<'a>>,
     /// The `error` event: `code`, `message` at the top level (some servers nest them in
     /// `error`).
-    #[serde(borrow, default)]
-    code: Option<CowStr<'a>>,
-    #[serde(borrow, default)]
-    message: Option<CowStr<'a>>,
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    #[serde(default)]
+    message: Option<serde_json::Value>,
     #[serde(default)]
     error: Option<serde_json::Value>,
 }
@@ -260,11 +260,30 @@ impl Decoder {
             // Some proxies end with the Chat Completions marker; the final event decides.
             return Ok(());
         }
-        let ev: Event<'_> = serde_json::from_str(data).map_err(|e| {
-            LlmError::malformed(format!(
-                "invalid JSON in OpenAI Responses stream event: {e}"
-            ))
-        })?;
+        let ev: Event<'_> = match serde_json::from_str(data) {
+            Ok(ev) => ev,
+            Err(e) => {
+                // An event of a type the decoder does not read may use the field names it
+                // reads for other things (a future event's `delta` as an object, say): it is
+                // ignored like any unknown event. Only the event types handled here, and
+                // invalid JSON, are errors. This second parse runs on the error path only.
+                #[derive(Deserialize)]
+                struct TypeOnly<'a> {
+                    #[serde(rename = "type", borrow, default)]
+                    ty: Option<CowStr<'a>>,
+                }
+                let ty = serde_json::from_str::<TypeOnly<'_>>(data).ok().map(|t| {
+                    t.ty.map(CowStr::into_string)
+                        .unwrap_or_else(|| event.to_owned())
+                });
+                if ty.is_some_and(|ty| !is_handled(&ty)) {
+                    return Ok(());
+                }
+                return Err(LlmError::malformed(format!(
+                    "invalid JSON in OpenAI Responses stream event: {e}"
+                )));
+            }
+        };
         let ty = match &ev.ty {
             Some(ty) => ty.as_str(),
             None => event,
@@ -870,6 +889,32 @@ impl<'a> Event<'a> {
     }
 }
 
+/// Whether the decoder reads events of this type (the others are ignored).
+fn is_handled(ty: &str) -> bool {
+    matches!(
+        ty,
+        "error"
+            | "response.created"
+            | "response.in_progress"
+            | "response.queued"
+            | "response.output_item.added"
+            | "response.output_item.done"
+            | "response.content_part.added"
+            | "response.content_part.done"
+            | "response.output_text.delta"
+            | "response.output_text.done"
+            | "response.refusal.delta"
+            | "response.refusal.done"
+            | "response.function_call_arguments.delta"
+            | "response.function_call_arguments.done"
+            | "response.reasoning_summary_text.delta"
+            | "response.reasoning_text.delta"
+            | "response.completed"
+            | "response.incomplete"
+            | "response.failed"
+    )
+}
+
 fn part_kind(part: &Part<'_>) -> Option<PartKind> {
     match part.ty.as_ref().map(CowStr::as_str) {
         Some("output_text") => Some(PartKind::Text),
@@ -905,15 +950,16 @@ fn error_event(ev: &Event<'_>) -> LlmError {
         return stream_error(error);
     }
     let mut error = serde_json::Map::new();
-    if let Some(code) = &ev.code {
-        error.insert("code".to_owned(), code.as_str().into());
+    if let Some(code) = ev.code.as_ref().filter(|c| !c.is_null()) {
+        error.insert("code".to_owned(), code.clone());
     }
     error.insert(
         "message".to_owned(),
-        ev.message
-            .as_ref()
-            .map_or("the server sent an error event", CowStr::as_str)
-            .into(),
+        match &ev.message {
+            Some(serde_json::Value::String(m)) => m.as_str().into(),
+            Some(other) if !other.is_null() => other.to_string().into(),
+            _ => "the server sent an error event".into(),
+        },
     );
     stream_error(&serde_json::Value::Object(error))
 }
