@@ -77,6 +77,8 @@ mod agent;
 mod assemble;
 mod context;
 mod error;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod message;
 mod provider;
 mod sse;
