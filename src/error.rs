@@ -28,6 +28,15 @@ pub enum Error {
     /// conversation is not a valid history.
     #[error("context error: {0}")]
     Context(String),
+    /// An image or document was refused before anything was sent (unknown media type, bytes
+    /// that are not the image they claim to be, over a size limit).
+    #[error("invalid media: {0}")]
+    Media(#[from] crate::media::MediaError),
+    /// A one-shot call ([`Agent::prompt`](crate::Agent::prompt)) ended without an answer:
+    /// the turn limit, a budget, a refusal, an invalid structured answer … The outcome says
+    /// which, with what the run produced.
+    #[error("the run ended without an answer: {}", .0.termination)]
+    Stopped(Box<crate::agent::RunOutcome>),
 }
 
 /// Which timeout fired; each one is its own setting on the clients.

@@ -63,7 +63,7 @@
 //! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
-//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`] |
+//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`]; media: [`Image`], [`Document`], [`MediaSource`], [`UserInput`] |
 //! | errors | [`Error`], [`LlmError`], [`ToolError`] |
 //! | testing | [`testing::ScriptedClient`], [`testing::MockServer`] |
 //!
@@ -79,6 +79,7 @@ mod context;
 mod error;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod media;
 mod message;
 mod provider;
 mod sse;
@@ -87,7 +88,8 @@ mod tool;
 
 pub use agent::{
     Action, Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentMachine, HookAction,
-    Input, LlmSummarizer, RunOutcome, Termination, ToolDecision,
+    Input, LlmSummarizer, RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision,
+    DEFAULT_OUTPUT_TOOL,
 };
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
@@ -95,12 +97,17 @@ pub use context::{
     ContextManager, Conversation, Summarizer, TiktokenCounter, TokenCounter,
 };
 pub use error::{ApiError, Error, LlmError, TimeoutKind};
-pub use message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
+pub use media::{
+    image_dimensions, Document, Image, ImageFormat, ImageTokenRule, MediaError, MAX_MEDIA_BYTES,
+};
+pub use message::{
+    ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage, UserInput,
+};
 pub use provider::redirect_policy;
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
-    ModelRequest, OpenAiClient, PromptCache, RetryPolicy, StreamLimits, ToolChoice, WireDecoder,
-    WireFormat, MAX_CACHE_BREAKPOINTS,
+    ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
+    ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
 pub use tool::{

@@ -63,6 +63,103 @@ impl Message {
     }
 }
 
+/// What a user says to start a run: text, and optionally images and documents.
+///
+/// [`Agent::run`](crate::Agent::run) takes anything that converts into it, so plain text
+/// (`&str`, `String`) works as it is.
+///
+/// ```
+/// use agent_loop::{Image, UserInput};
+///
+/// # let png = {
+/// #     let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+/// #     b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0, 0, 0, 0]);
+/// #     b
+/// # };
+/// let input = UserInput::text("What is in this picture?").image(Image::png(&png)?);
+/// assert_eq!(input.into_message().content.len(), 2);
+/// # Ok::<(), agent_loop::MediaError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UserInput {
+    content: Vec<ContentBlock>,
+}
+
+impl UserInput {
+    /// Input with this text.
+    pub fn text(text: impl Into<String>) -> Self {
+        UserInput {
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// Adds an image (after what is there).
+    pub fn image(mut self, image: crate::media::Image) -> Self {
+        self.content.push(image.into());
+        self
+    }
+
+    /// Adds a document (after what is there).
+    pub fn document(mut self, document: crate::media::Document) -> Self {
+        self.content.push(document.into());
+        self
+    }
+
+    /// Adds more text (after what is there).
+    pub fn and_text(mut self, text: impl Into<String>) -> Self {
+        self.content.push(ContentBlock::text(text));
+        self
+    }
+
+    /// Adds any content block (text, image, document).
+    pub fn block(mut self, block: ContentBlock) -> Self {
+        self.content.push(block);
+        self
+    }
+
+    /// The user message it makes.
+    pub fn into_message(self) -> Message {
+        Message {
+            role: Role::User,
+            content: if self.content.is_empty() {
+                vec![ContentBlock::text(String::new())]
+            } else {
+                self.content
+            },
+        }
+    }
+}
+
+impl From<&str> for UserInput {
+    fn from(text: &str) -> Self {
+        UserInput::text(text)
+    }
+}
+
+impl From<String> for UserInput {
+    fn from(text: String) -> Self {
+        UserInput::text(text)
+    }
+}
+
+impl From<&String> for UserInput {
+    fn from(text: &String) -> Self {
+        UserInput::text(text.clone())
+    }
+}
+
+impl From<crate::media::Image> for UserInput {
+    fn from(image: crate::media::Image) -> Self {
+        UserInput::default().image(image)
+    }
+}
+
+impl From<Vec<ContentBlock>> for UserInput {
+    fn from(content: Vec<ContentBlock>) -> Self {
+        UserInput { content }
+    }
+}
+
 /// One block of a message's content.
 ///
 /// Serialized with a `type` tag in snake case (`{"type":"text","text":"…"}`), the same shape
@@ -110,6 +207,26 @@ pub enum ContentBlock {
         /// Whether the tool failed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// Images the tool returned with its text. Anthropic carries them inside the
+        /// `tool_result`; OpenAI Chat cannot, so they go in a user message right after the
+        /// tool messages.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<MediaSource>,
+    },
+    /// An image (PNG, JPEG, GIF or WebP) in a user message. Build one with
+    /// [`Image`](crate::Image), which checks the bytes.
+    Image {
+        /// Where the image is: its bytes (base64) or a URL.
+        source: MediaSource,
+    },
+    /// A document (PDF) in a user message. Anthropic reads it natively; OpenAI Chat gets it as
+    /// a `file` part. Build one with [`Document`](crate::Document).
+    Document {
+        /// Where the document is: its bytes (base64) or a URL.
+        source: MediaSource,
+        /// A title shown to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
     },
     /// A block type the crate does not model, kept verbatim (including its `type`).
     #[serde(untagged)]
@@ -132,6 +249,47 @@ impl ContentBlock {
             tool_use_id: tool_use_id.into(),
             content: content.into(),
             is_error,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// Where an image's or a document's bytes are.
+///
+/// Serialized with a `type` tag, the shape of Anthropic's `source`:
+/// `{"type":"base64","media_type":"image/png","data":"…"}` or `{"type":"url","url":"…"}`.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MediaSource {
+    /// The bytes, base64-encoded (standard alphabet, padded), with their media type.
+    Base64 {
+        /// `image/png`, `image/jpeg`, `image/gif`, `image/webp` or `application/pdf`.
+        media_type: String,
+        /// The base64 text.
+        data: String,
+    },
+    /// An `https://` (or `http://`) URL the provider fetches itself.
+    Url {
+        /// The URL.
+        url: String,
+    },
+}
+
+impl MediaSource {
+    /// The media type, where the source says it (URLs do not).
+    pub fn media_type(&self) -> Option<&str> {
+        match self {
+            MediaSource::Base64 { media_type, .. } => Some(media_type),
+            MediaSource::Url { .. } => None,
+        }
+    }
+
+    /// A `data:` URL for base64 sources (OpenAI's form), the URL itself otherwise.
+    pub fn to_url(&self) -> String {
+        match self {
+            MediaSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+            MediaSource::Url { url } => url.clone(),
         }
     }
 }

@@ -15,6 +15,14 @@ mod coding_agent;
 #[path = "../examples/repl.rs"]
 mod repl;
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/vision.rs"]
+mod vision;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/structured_output.rs"]
+mod structured_output;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -325,4 +333,47 @@ async fn repl_exits_on_a_second_ctrl_c_at_the_prompt() {
     assert!(out.contains("(press Ctrl-C again to exit"), "{out}");
     assert!(out.ends_with("bye\n"), "{out}");
     assert!(client.requests().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// vision and structured_output
+
+#[tokio::test]
+async fn vision_sends_the_flag_and_returns_the_chart_to_the_model() {
+    let client = ScriptedClient::new(vision::script());
+    let mut agent = vision::build_agent(Arc::new(client.clone())).unwrap();
+    let outcome = vision::run(&mut agent, |_| {}).await.unwrap();
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert!(outcome.final_text.contains("France"));
+    let first = &client.requests()[0];
+    let image = agent_loop::Image::png(&vision::flag()).unwrap();
+    assert_eq!(image.dimensions(), Some((96, 64)));
+    assert!(first.messages[0]
+        .content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::Image { source } if source == image.source())));
+    let second = &client.requests()[1];
+    let images = second
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::ToolResult { images, .. } => Some(images.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(images.len(), 1);
+    assert!(client.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn structured_output_extracts_the_invoice_after_one_correction() {
+    let client = ScriptedClient::new(structured_output::script());
+    let mut agent = structured_output::build_agent(Arc::new(client.clone())).unwrap();
+    let outcome = structured_output::run(&mut agent, |_| {}).await.unwrap();
+    assert_eq!(outcome.turns, 2);
+    let invoice: structured_output::Invoice = outcome.parse_output().unwrap();
+    assert_eq!(invoice.number, "INV-2041");
+    assert_eq!(invoice.lines[0].quantity, 4);
+    assert_eq!(invoice.currency, "EUR");
 }

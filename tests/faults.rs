@@ -302,6 +302,7 @@ fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
                 tool_use_id,
                 content,
                 is_error,
+                ..
             } if tool_use_id == id => Some((content.clone(), *is_error)),
             _ => None,
         })

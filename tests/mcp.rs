@@ -12,8 +12,8 @@ use std::time::Duration;
 use agent_loop::mcp::{McpConnection, McpServer};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Access, Agent, AgentEvent, CancellationToken, ContentBlock, ExecOptions, Tool, ToolCall,
-    ToolCallResult, ToolRegistry,
+    Access, Agent, AgentEvent, CancellationToken, ContentBlock, ExecOptions, MediaSource, Tool,
+    ToolCall, ToolCallResult, ToolRegistry,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -208,6 +208,14 @@ async fn an_image_result_is_kept_and_named() {
         "{}",
         result.content
     );
+    // The image itself goes on to the model.
+    match result.images.as_slice() {
+        [MediaSource::Base64 { media_type, data }] => {
+            assert_eq!(media_type, "image/png");
+            assert!(data.starts_with("iVBORw0KGgo"), "{data}");
+        }
+        other => panic!("expected one PNG, got {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -675,7 +683,8 @@ async fn an_agent_run_calls_an_mcp_tool_and_the_model_reads_the_real_result() {
         .await
         .unwrap();
     let client = ScriptedClient::new([
-        ScriptedResponse::tool_call("call_1", "mcp_echo", json!({"message": "from the model"})),
+        ScriptedResponse::tool_call("call_1", "mcp_echo", json!({"message": "from the model"}))
+            .then_tool_call("call_2", "mcp_get-tiny-image", json!({})),
         ScriptedResponse::text("The server said it back."),
     ]);
     let mut agent = Agent::builder(client.clone())
@@ -717,4 +726,14 @@ async fn an_agent_run_calls_an_mcp_tool_and_the_model_reads_the_real_result() {
             if tool_use_id == "call_1" && content.contains("Echo: from the model"))
         });
     assert!(sent_back, "{:#?}", requests[1].messages);
+    // The image a tool returned reaches the model too.
+    let image_sent = requests[1]
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .any(|b| {
+            matches!(b, ContentBlock::ToolResult { tool_use_id, images, .. }
+            if tool_use_id == "call_2" && images.len() == 1)
+        });
+    assert!(image_sent, "{:#?}", requests[1].messages);
 }

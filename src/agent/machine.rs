@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager};
 use crate::error::{Error, LlmError};
-use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
-use crate::provider::{LlmEvent, ModelRequest, StreamLimits, ToolChoice};
+use crate::message::{ContentBlock, Message, Role, StopReason, Usage, UserInput};
+use crate::provider::{LlmEvent, ModelRequest, RequestSettings, StreamLimits, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
+use super::output::{RunOptions, StructuredOutput};
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
 use super::{AgentConfig, AgentEvent, RunOutcome, Termination, ToolDecision};
 
@@ -285,6 +286,16 @@ pub struct AgentMachine {
     open_turn: Option<u32>,
     /// Calls whose `ToolResult` was emitted: their late progress is dropped.
     answered: HashSet<String>,
+    /// This run's request settings (the run's over the builder's).
+    settings: RequestSettings,
+    /// The typed final answer asked for.
+    output: Option<StructuredOutput>,
+    /// Wrong (or missing) final answers so far.
+    output_failures: u32,
+    /// The next call must be to the answer tool.
+    force_output: bool,
+    /// The accepted final answer.
+    output_value: Option<serde_json::Value>,
 }
 
 impl AgentMachine {
@@ -318,19 +329,65 @@ impl AgentMachine {
             stop_after_turn: false,
             open_turn: None,
             answered: HashSet::new(),
+            settings: RequestSettings::default(),
+            output: None,
+            output_failures: 0,
+            force_output: false,
+            output_value: None,
         }
     }
 
     /// Starts a run on `input`, continuing the conversation the machine holds. A machine
     /// runs once; starting it again does nothing.
-    pub fn start(&mut self, input: impl Into<String>, now: Instant) {
+    pub fn start(&mut self, input: impl Into<UserInput>, now: Instant) {
+        self.start_with(input, RunOptions::default(), now);
+    }
+
+    /// Starts a run on `input` with per-run options (request settings over the builder's, a
+    /// structured answer). Options that cannot work (a setting out of range, an answer tool
+    /// named like one of the agent's tools, a forced tool the agent does not have) end the run
+    /// at once with [`Termination::Error`], before the input is added.
+    pub fn start_with(&mut self, input: impl Into<UserInput>, options: RunOptions, now: Instant) {
         if !matches!(self.state, State::Idle) {
             return;
         }
         let _ = now;
+        let settings = options.settings.over(&self.config.settings);
+        if let Err(e) = self.check_options(&settings, options.output.as_ref()) {
+            self.finish(Termination::Error(e));
+            return;
+        }
+        self.settings = settings;
+        self.output = options.output;
         self.context.repair();
-        self.context.push(Message::user(input.into()));
+        self.context.push(input.into().into_message());
         self.state = State::NextTurn;
+    }
+
+    fn check_options(
+        &self,
+        settings: &RequestSettings,
+        output: Option<&StructuredOutput>,
+    ) -> Result<(), Error> {
+        settings.validate()?;
+        if let Some(output) = output {
+            if self.tools.contains(output.tool_name()) {
+                return Err(Error::Config(format!(
+                    "the answer tool's name \"{}\" is taken by one of the agent's tools; name \
+                     it otherwise (StructuredOutput::name)",
+                    output.tool_name()
+                )));
+            }
+        }
+        if let Some(ToolChoice::Tool(name)) = &settings.tool_choice {
+            let known = self.tools.contains(name) || output.is_some_and(|o| o.tool_name() == name);
+            if !known {
+                return Err(Error::Config(format!(
+                    "tool_choice names the tool \"{name}\", which the agent does not have"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The next thing to do, or `None` when the machine waits for an input (or is done).
@@ -402,7 +459,7 @@ impl AgentMachine {
         }
         if let Some(stop) = turn::before_model_call(&self.config, self.turns, &self.usage) {
             if matches!(stop, Termination::MaxTurns)
-                && self.config.final_answer_at_max_turns
+                && (self.config.final_answer_at_max_turns || self.output.is_some())
                 && !self.final_call
             {
                 self.final_call = true;
@@ -460,24 +517,34 @@ impl AgentMachine {
 
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
-        ModelRequest {
+        let mut tools = self.tools.specs();
+        if let Some(output) = &self.output {
+            tools.push(output.spec.clone());
+        }
+        let mut request = ModelRequest {
             // Shared with the context, not copied: a turn costs the same at any length.
             messages: self.context.shared_messages(),
             model: config.model.clone(),
             system: self.context.system().map(str::to_owned),
-            tools: self.tools.specs(),
+            tools,
             max_tokens: config.max_tokens,
-            temperature: config.temperature,
             thinking_budget: config.thinking_budget,
             prompt_cache: config.prompt_cache,
-            // Tools stay defined (the history refers to them) but may not be called.
-            tool_choice: if self.final_call {
-                ToolChoice::None
-            } else {
-                ToolChoice::Auto
-            },
             ..ModelRequest::default()
+        };
+        self.settings.apply(&mut request);
+        // Anthropic refuses a forced tool choice with extended thinking on; there the
+        // model is only told (in the history) to call the answer tool.
+        let can_force = config.thinking_budget.is_none();
+        match &self.output {
+            Some(output) if (self.final_call || self.force_output) && can_force => {
+                request.tool_choice = ToolChoice::Tool(output.spec.name.clone());
+            }
+            // Tools stay defined (the history refers to them) but may not be called.
+            _ if self.final_call => request.tool_choice = ToolChoice::None,
+            _ => {}
         }
+        request
     }
 
     fn call_model(&mut self) -> State {
@@ -696,13 +763,17 @@ impl AgentMachine {
         }
         self.continuing = false;
 
-        if self.final_call {
+        if self.final_call && !self.has_output_call(&response) {
             self.answer_unrun(&response, "not run: the turn limit was reached");
             self.end_turn(&response);
             return self.finish(Termination::MaxTurns);
         }
         let continuations_left = self.continuations < self.config.max_continuations;
         match turn::after_response(&response, continuations_left) {
+            Next::Stop(Termination::Completed) if self.output.is_some() => {
+                self.end_turn(&response);
+                self.missing_output(&response)
+            }
             Next::Stop(termination) => {
                 self.answer_unrun(&response, "not run: the response was cut off or refused");
                 self.end_turn(&response);
@@ -815,6 +886,18 @@ impl AgentMachine {
             .filter_map(|(id, _)| batch.calls.iter().position(|c| c.id == *id))
             .filter(|&i| batch.results[i].is_none())
             .collect();
+        self.answer_output_calls(&mut batch);
+        if self.final_call && batch.stop.is_none() {
+            batch.stop = Some(Termination::MaxTurns);
+        }
+        if batch.stop.is_some() {
+            // The run ends with this batch: the other calls are not run.
+            for i in 0..n {
+                if !batch.announced[i] && batch.results[i].is_none() {
+                    self.answer(&mut batch, i, "not run: the run ended with this response");
+                }
+            }
+        }
 
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
@@ -973,14 +1056,112 @@ impl AgentMachine {
     /// Answers call `i` of the batch itself (not run): its `ToolCall`, if not announced yet,
     /// then an error result.
     fn answer(&mut self, batch: &mut Batch, i: usize, message: &str) {
+        self.answer_with(batch, i, message, true);
+    }
+
+    fn answer_with(&mut self, batch: &mut Batch, i: usize, message: &str, is_error: bool) {
         let call = batch.calls[i].clone();
         if !batch.announced[i] {
             batch.announced[i] = true;
             self.emit_call(&call);
         }
-        let result = error_result(&call, message);
+        let result = ToolCallResult::new(
+            call.id.clone(),
+            call.name.clone(),
+            message,
+            is_error,
+            Duration::ZERO,
+        );
         self.emit_result(&result);
         batch.results[i] = Some(result);
+    }
+
+    // ----- structured output ---------------------------------------------------------
+
+    fn has_output_call(&self, response: &ModelResponse) -> bool {
+        self.output.as_ref().is_some_and(|output| {
+            response
+                .message
+                .tool_uses()
+                .any(|(_, name, _)| name == output.spec.name)
+        })
+    }
+
+    /// The model answered in text where a call of the answer tool was asked for: it is told
+    /// so and made to call it, or, out of retries, the run ends.
+    fn missing_output(&mut self, response: &ModelResponse) -> State {
+        let Some(output) = &self.output else {
+            return self.finish(Termination::Completed);
+        };
+        let name = output.spec.name.clone();
+        self.output_failures += 1;
+        if self.output_failures > output.max_retries {
+            let raw = serde_json::Value::String(response.text());
+            return self.finish(Termination::InvalidOutput {
+                raw,
+                error: format!("the model answered in text without calling {name}"),
+            });
+        }
+        self.force_output = true;
+        self.context.push(Message::user(format!(
+            "Give your final answer by calling the {name} tool with it."
+        )));
+        State::NextTurn
+    }
+
+    /// Answers the calls of the answer tool: a valid answer ends the run with this batch; a
+    /// wrong one is answered with what is wrong, and the next call is forced to the tool (or,
+    /// out of retries, the run ends).
+    fn answer_output_calls(&mut self, batch: &mut Batch) {
+        let Some(output) = self.output.clone() else {
+            return;
+        };
+        for i in 0..batch.calls.len() {
+            if batch.calls[i].name != output.spec.name || batch.results[i].is_some() {
+                continue;
+            }
+            if batch.stop.is_some() {
+                self.answer(batch, i, "not run: the final answer was already given");
+                continue;
+            }
+            let id = &batch.calls[i].id;
+            let verdict = match batch
+                .response
+                .invalid_tool_calls
+                .iter()
+                .find(|c| c.id == *id)
+            {
+                Some(invalid) => Err(format!("the answer is not valid JSON: {}", invalid.reason)),
+                None => output.check(&batch.calls[i].input),
+            };
+            match verdict {
+                Ok(()) => {
+                    self.output_value = Some(batch.calls[i].input.clone());
+                    self.force_output = false;
+                    self.answer_with(batch, i, "Final answer received.", false);
+                    batch.stop = Some(Termination::Completed);
+                }
+                Err(why) => {
+                    self.output_failures += 1;
+                    self.answer(
+                        batch,
+                        i,
+                        &format!(
+                            "invalid final answer: {why}. Call {} again with a corrected answer.",
+                            output.spec.name
+                        ),
+                    );
+                    if self.output_failures > output.max_retries {
+                        batch.stop = Some(Termination::InvalidOutput {
+                            raw: batch.calls[i].input.clone(),
+                            error: why,
+                        });
+                    } else {
+                        self.force_output = true;
+                    }
+                }
+            }
+        }
     }
 
     fn emit_call(&mut self, call: &ToolCall) {
@@ -1088,6 +1269,7 @@ impl AgentMachine {
             turns: self.turns,
             usage: self.usage,
             failed_usage: self.failed_usage,
+            output: self.output_value.take(),
         };
         self.out.push_back(Action::Finish(outcome));
         State::Finished

@@ -22,15 +22,17 @@ use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
 use crate::error::Error;
 use crate::message::{Message, StopReason, Usage};
 use crate::provider::{LlmClient, ModelRequest};
-use crate::provider::{PromptCache, RetryPolicy};
+use crate::provider::{PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{Tool, ToolCall, ToolRegistry};
 
 mod machine;
+mod output;
 mod run;
 mod summarizer;
 mod turn;
 
 pub use machine::{Action, AgentMachine, Input};
+pub use output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use summarizer::LlmSummarizer;
 
 /// One event of an agent run, in the order things happened.
@@ -171,6 +173,8 @@ pub struct RunOutcome {
     /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
     /// ended the run) used: the cost of retries, reported apart so that it can be seen.
     pub failed_usage: Usage,
+    /// The structured answer, when one was asked for ([`RunOptions::output`]) and given.
+    pub output: Option<serde_json::Value>,
 }
 
 /// Why a run stopped.
@@ -211,6 +215,15 @@ pub enum Termination {
     Refused,
     /// The answer was cut off by `max_tokens` and no continuation was left.
     MaxTokens,
+    /// The model gave no valid structured answer within the retries allowed
+    /// ([`StructuredOutput::max_retries`]).
+    InvalidOutput {
+        /// The last answer: the answer tool's input, or the model's text when it answered in
+        /// text.
+        raw: serde_json::Value,
+        /// What was wrong with it.
+        error: String,
+    },
     /// An error ended the run.
     Error(Error),
 }
@@ -229,6 +242,9 @@ impl PartialEq for Termination {
                 a == c && b == d
             }
             (StoppedByHook { reason: a }, StoppedByHook { reason: b }) => a == b,
+            (InvalidOutput { raw: a, error: b }, InvalidOutput { raw: c, error: d }) => {
+                a == c && b == d
+            }
             (Error(a), Error(b)) => a.to_string() == b.to_string(),
             _ => false,
         }
@@ -236,6 +252,31 @@ impl PartialEq for Termination {
 }
 
 impl RunOutcome {
+    /// The structured answer as a `T`: the run must have completed with one.
+    pub fn parse_output<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        match (&self.termination, &self.output) {
+            (Termination::Completed, Some(value)) => T::deserialize(value).map_err(|e| {
+                Error::Config(format!(
+                    "the structured answer is not the type asked for: {e}"
+                ))
+            }),
+            (Termination::Completed, None) => Err(Error::Config(
+                "the run gave no structured answer: none was asked for (RunOptions::output)"
+                    .to_owned(),
+            )),
+            _ => Err(Error::Stopped(Box::new(self.clone()))),
+        }
+    }
+
+    /// The final text, if the run completed; else why it did not.
+    pub fn into_text(self) -> Result<String, Error> {
+        match self.termination {
+            Termination::Completed => Ok(self.final_text),
+            Termination::Error(e) => Err(e),
+            _ => Err(Error::Stopped(Box::new(self))),
+        }
+    }
+
     /// The share of the run's input tokens served from the provider's prompt cache (cache
     /// reads over all input, 0 when there was no input). Each turn's own figure is
     /// `usage.cache_hit_ratio()` of its [`AgentEvent::TurnEnd`].
@@ -272,6 +313,9 @@ impl fmt::Display for Termination {
             Termination::StoppedByHook { reason } => write!(f, "stopped by a hook: {reason}"),
             Termination::Refused => f.write_str("the model refused"),
             Termination::MaxTokens => f.write_str("the answer was cut off at max_tokens"),
+            Termination::InvalidOutput { error, .. } => {
+                write!(f, "no valid structured answer: {error}")
+            }
             Termination::Error(e) => write!(f, "error: {e}"),
         }
     }
@@ -343,7 +387,7 @@ impl AgentHooks for NoHooks {}
 pub(crate) struct AgentConfig {
     pub(crate) model: Option<String>,
     pub(crate) max_tokens: u32,
-    pub(crate) temperature: Option<f32>,
+    pub(crate) settings: RequestSettings,
     pub(crate) thinking_budget: Option<u32>,
     pub(crate) max_turns: u32,
     pub(crate) max_tool_failure_turns: u32,
@@ -362,7 +406,7 @@ impl Default for AgentConfig {
         AgentConfig {
             model: None,
             max_tokens: 8192,
-            temperature: None,
+            settings: RequestSettings::default(),
             thinking_budget: None,
             max_turns: 50,
             max_tool_failure_turns: 3,
@@ -726,9 +770,58 @@ impl AgentBuilder {
         self
     }
 
-    /// Sampling temperature.
+    /// Sampling temperature (0.0 to 2.0; checked by [`build`](Self::build)).
     pub fn temperature(mut self, temperature: f32) -> Self {
-        self.config.temperature = Some(temperature);
+        self.config.settings.temperature = Some(temperature);
+        self
+    }
+
+    /// Nucleus sampling (above 0.0, at most 1.0; checked by [`build`](Self::build)).
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.config.settings.top_p = Some(top_p);
+        self
+    }
+
+    /// Sequences that stop generation.
+    pub fn stop_sequences<S: Into<String>>(mut self, stops: impl IntoIterator<Item = S>) -> Self {
+        self.config.settings.stop_sequences = Some(stops.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Which tool the model must (or must not) call on every turn (default
+    /// [`ToolChoice::Auto`]). A named tool must be one of the agent's.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.config.settings.tool_choice = Some(choice);
+        self
+    }
+
+    /// Whether the model may call several tools in one response (default: the provider's,
+    /// which is yes).
+    pub fn parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.config.settings.parallel_tool_calls = Some(parallel);
+        self
+    }
+
+    /// An id of the end user, for the provider's abuse monitoring.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.config.settings.user = Some(user.into());
+        self
+    }
+
+    /// A provider-specific body field (`top_k`, `reasoning_effort`, `service_tier` …). A
+    /// field the crate sends itself is refused when the request is encoded, naming it.
+    pub fn extra_body(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.config.settings.extra.insert(key.into(), value);
+        self
+    }
+
+    /// All request settings at once (replacing those set before).
+    pub fn settings(mut self, settings: RequestSettings) -> Self {
+        let max_tokens = settings.max_tokens;
+        self.config.settings = settings;
+        if let Some(n) = max_tokens {
+            self.config.max_tokens = n;
+        }
         self
     }
 
@@ -869,6 +962,17 @@ impl AgentBuilder {
         }
         if let Some(config) = &self.context_config {
             config.validate()?;
+        }
+        self.config.settings.validate()?;
+        if self.config.max_tokens == 0 {
+            return Err(Error::Config("max_tokens must be at least 1".to_owned()));
+        }
+        if let Some(ToolChoice::Tool(name)) = &self.config.settings.tool_choice {
+            if !self.tools.contains(name) {
+                return Err(Error::Config(format!(
+                    "tool_choice names the tool \"{name}\", which the agent does not have"
+                )));
+            }
         }
         let model = self
             .config

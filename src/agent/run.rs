@@ -19,11 +19,12 @@ use tracing::Instrument;
 use crate::context::Summarizer;
 use crate::error::Error;
 use crate::error::LlmError;
-use crate::message::{Message, Usage};
+use crate::message::{Message, Usage, UserInput};
 use crate::provider::{LlmClient, LlmEvent, ModelRequest};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
 use super::machine::{Action, AgentMachine, Input};
+use super::output::{RunOptions, StructuredOutput};
 use super::{busy, lock, Agent, AgentEvent, AgentHandle, AgentHooks, HookAction, RunOutcome};
 use super::{Shared, Termination};
 
@@ -50,7 +51,18 @@ impl Agent {
     /// interrupted) and the next `run` works.
     pub fn run(
         &mut self,
-        input: impl Into<String>,
+        input: impl Into<UserInput>,
+    ) -> impl Stream<Item = AgentEvent> + Send + 'static {
+        self.run_with(input, RunOptions::default())
+    }
+
+    /// [`run`](Self::run) with per-run options: request settings over the builder's, and a
+    /// structured answer ([`RunOptions::output`]), which the outcome then carries in
+    /// [`RunOutcome::output`].
+    pub fn run_with(
+        &mut self,
+        input: impl Into<UserInput>,
+        options: RunOptions,
     ) -> impl Stream<Item = AgentEvent> + Send + 'static {
         let input = input.into();
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
@@ -71,6 +83,7 @@ impl Agent {
                         turns: 0,
                         usage: Usage::default(),
                         failed_usage: Usage::default(),
+                        output: None,
                     }))
                     .await;
             };
@@ -111,12 +124,117 @@ impl Agent {
             told_cancel: false,
             told_stop: false,
         }
-        .drive(input)
+        .drive(input, options)
         .instrument(span);
         EventStream {
             driver: Some(Box::pin(driver)),
             rx,
         }
+    }
+}
+
+impl Agent {
+    /// Runs the whole loop on `input` and returns how it ended; the events are dropped.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, RunOptions};
+    ///
+    /// let client = ScriptedClient::new([ScriptedResponse::text("Paris.")]);
+    /// let mut agent = Agent::builder(client).build()?;
+    /// let outcome = agent.run_to_end("Capital of France?", RunOptions::new()).await;
+    /// assert_eq!(outcome.final_text, "Paris.");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_to_end(
+        &mut self,
+        input: impl Into<UserInput>,
+        options: RunOptions,
+    ) -> RunOutcome {
+        self.run_to_end_with(input, options, |_| {}).await
+    }
+
+    /// [`run_to_end`](Self::run_to_end), handing each event to `on_event` as it comes (to
+    /// print the answer as it streams, log tool calls …).
+    pub async fn run_to_end_with(
+        &mut self,
+        input: impl Into<UserInput>,
+        options: RunOptions,
+        mut on_event: impl FnMut(&AgentEvent) + Send,
+    ) -> RunOutcome {
+        let mut events = std::pin::pin!(self.run_with(input, options));
+        let mut outcome = None;
+        while let Some(event) = events.next().await {
+            on_event(&event);
+            if let AgentEvent::Finished(done) = event {
+                outcome = Some(done);
+            }
+        }
+        // The stream always ends with `Finished`; this is only for a broken invariant.
+        outcome.unwrap_or_else(|| RunOutcome {
+            termination: Termination::Error(Error::Config(
+                "the run ended without an outcome".to_owned(),
+            )),
+            final_text: String::new(),
+            turns: 0,
+            usage: Usage::default(),
+            failed_usage: Usage::default(),
+            output: None,
+        })
+    }
+
+    /// Runs the whole loop on `input` and returns the final answer's text; a run that ends
+    /// any other way is an error ([`Error::Stopped`] with the outcome, or the error that ended
+    /// it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::Agent;
+    ///
+    /// let mut agent = Agent::builder(ScriptedClient::new([ScriptedResponse::text("4")])).build()?;
+    /// assert_eq!(agent.prompt("2 + 2?").await?, "4");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prompt(&mut self, input: impl Into<UserInput>) -> Result<String, Error> {
+        self.run_to_end(input, RunOptions::default())
+            .await
+            .into_text()
+    }
+
+    /// Runs the whole loop on `input` asking for a typed answer (a structured answer through
+    /// the `final_answer` tool, see [`StructuredOutput`]) and returns it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::Agent;
+    /// use serde_json::json;
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct City { name: String, country: String }
+    ///
+    /// let client = ScriptedClient::new([ScriptedResponse::tool_call(
+    ///     "c1", "final_answer", json!({"name": "Paris", "country": "France"}),
+    /// )]);
+    /// let mut agent = Agent::builder(client).build()?;
+    /// let city: City = agent.prompt_typed("Capital of France?").await?;
+    /// assert_eq!(city.name, "Paris");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prompt_typed<T>(&mut self, input: impl Into<UserInput>) -> Result<T, Error>
+    where
+        T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
+    {
+        let options = RunOptions::new().output(StructuredOutput::of::<T>()?);
+        self.run_to_end(input, options).await.parse_output()
     }
 }
 
@@ -321,9 +439,9 @@ impl Driver {
         }
     }
 
-    async fn drive(mut self, input: String) {
+    async fn drive(mut self, input: UserInput, options: RunOptions) {
         if let Some(machine) = self.machine.as_mut() {
-            machine.start(input, now());
+            machine.start_with(input, options, now());
         }
         let mut io = Io::new();
         loop {

@@ -180,7 +180,17 @@ pub(crate) fn render_transcript(span: &[Message]) -> String {
                         capped(&value.to_string())
                     ));
                 }
+                ContentBlock::Image { .. } => out.push_str(&format!("{who}: [an image]\n\n")),
+                ContentBlock::Document { title, .. } => out.push_str(&format!(
+                    "{who}: [a document{}]\n\n",
+                    title
+                        .as_deref()
+                        .map(|t| format!(" titled \"{t}\""))
+                        .unwrap_or_default()
+                )),
                 ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
+                #[allow(unreachable_patterns)]
+                _ => {}
             }
         }
     }

@@ -61,6 +61,9 @@ pub trait Summarizer: Send + Sync {
 pub enum CompactionStrategy {
     /// (a) Long tool outputs were cut to their head and tail.
     TruncateToolOutputs,
+    /// (a') Images and documents before the recent turns were replaced with a placeholder
+    /// (each costs up to ~1,600 tokens, a PDF page ~2,000).
+    DropOldImages,
     /// (b) The outputs of older tool calls were replaced with a placeholder.
     ElideOldToolResults,
     /// (c) The oldest turns were replaced with a model-written summary.
@@ -151,6 +154,13 @@ pub(super) fn begin(
     let keep = (cm.config.keep_recent_turns as usize).max(1);
 
     truncate_tool_outputs(cm);
+    if cm.token_count() > target {
+        let before = cm.token_count();
+        drop_old_images(cm, keep, target);
+        if cm.token_count() < before {
+            strategy = CompactionStrategy::DropOldImages;
+        }
+    }
     if cm.token_count() > target {
         let before = cm.token_count();
         if cache_aware {
@@ -492,6 +502,62 @@ fn truncate_tool_outputs(cm: &mut ContextManager) {
             changed
         });
     }
+}
+
+/// The text that replaces an image compaction removed.
+pub(crate) const IMAGE_PLACEHOLDER: &str = "[image removed to save context]";
+
+/// (a') Replaces the images and documents of the messages before the `keep` most recent turns
+/// with placeholders, oldest first, until the conversation is within `target`.
+fn drop_old_images(cm: &mut ContextManager, keep: usize, target: usize) {
+    let starts = turn_starts(&cm.messages);
+    let recent_start = if starts.len() > keep {
+        starts[starts.len() - keep]
+    } else {
+        0
+    };
+    for i in 0..recent_start {
+        if cm.token_count() <= target {
+            return;
+        }
+        cm.modify(i, replace_media);
+    }
+}
+
+fn replace_media(message: &mut Message) -> bool {
+    let mut changed = false;
+    for block in &mut message.content {
+        match block {
+            ContentBlock::Image { .. } => {
+                *block = ContentBlock::text(IMAGE_PLACEHOLDER);
+                changed = true;
+            }
+            ContentBlock::Document { title, .. } => {
+                let what = match title {
+                    Some(title) => format!("[document \"{title}\" removed to save context]"),
+                    None => "[document removed to save context]".to_owned(),
+                };
+                *block = ContentBlock::text(what);
+                changed = true;
+            }
+            ContentBlock::ToolResult {
+                content, images, ..
+            } if !images.is_empty() => {
+                let n = images.len();
+                images.clear();
+                if !content.is_empty() {
+                    content.push('\n');
+                }
+                content.push_str(&format!(
+                    "[{n} image{} removed to save context]",
+                    if n == 1 { "" } else { "s" }
+                ));
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed
 }
 
 /// `text` cut to at most `cap` bytes (`cap >= MARKER_RESERVE`): its head and tail around a

@@ -1,6 +1,7 @@
 //! The context budget: window size, output reserve, compaction water marks.
 
 use crate::error::Error;
+use crate::media::ImageTokenRule;
 
 /// The context budget of a [`ContextManager`](crate::ContextManager).
 ///
@@ -50,6 +51,9 @@ pub struct ContextConfig {
     /// Longest tool output, in bytes, kept whole when compacting; longer outputs keep their
     /// head and tail around a marker (default 16 KiB).
     pub tool_output_cap: u32,
+    /// How an image's tokens are estimated (default [`ImageTokenRule::Larger`];
+    /// [`for_model`](Self::for_model) picks the provider's rule by model name).
+    pub image_tokens: ImageTokenRule,
 }
 
 impl Default for ContextConfig {
@@ -63,6 +67,7 @@ impl Default for ContextConfig {
             reactive_target: 0.6,
             keep_recent_turns: 4,
             tool_output_cap: 16 * 1024,
+            image_tokens: ImageTokenRule::Larger,
         }
     }
 }
@@ -113,7 +118,14 @@ impl ContextConfig {
             config.context_window = window;
             config.output_reserve = reserve;
         }
+        config.image_tokens = ImageTokenRule::for_model(base);
         config
+    }
+
+    /// Sets how image tokens are estimated.
+    pub fn image_tokens(mut self, rule: ImageTokenRule) -> Self {
+        self.image_tokens = rule;
+        self
     }
 
     /// Sets the context window, in tokens.

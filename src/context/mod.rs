@@ -201,7 +201,13 @@ impl ContextManager {
 
     /// Replaces the budget (for example after switching models).
     pub fn set_config(&mut self, config: ContextConfig) {
+        let recount = config.image_tokens != self.config.image_tokens;
         self.config = config;
+        if recount {
+            let tools_tokens = self.tools_tokens;
+            self.recount_all();
+            self.tools_tokens = tools_tokens;
+        }
     }
 
     /// Appends a message. A message of the same role as the last one is merged into it (tool
@@ -216,7 +222,8 @@ impl ContextManager {
                 });
             }
             _ => {
-                let count = tokens::message_tokens(&*self.counter, &message);
+                let count =
+                    tokens::message_tokens(&*self.counter, self.config.image_tokens, &message);
                 Arc::make_mut(&mut self.messages).push(message);
                 self.counts.push(count);
                 self.total += count;
@@ -382,7 +389,7 @@ impl ContextManager {
         self.anchor = None;
         self.counts = messages
             .iter()
-            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .map(|m| tokens::message_tokens(&*self.counter, self.config.image_tokens, m))
             .collect();
         self.total = self.counts.iter().sum();
         self.messages = Arc::new(messages);
@@ -531,7 +538,7 @@ impl ContextManager {
         self.counts = self
             .messages
             .iter()
-            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .map(|m| tokens::message_tokens(&*self.counter, self.config.image_tokens, m))
             .collect();
         self.total = self.counts.iter().sum();
         self.tools_tokens = 0;
@@ -549,7 +556,7 @@ impl ContextManager {
         if !f(message) {
             return;
         }
-        let new = tokens::message_tokens(&*self.counter, message);
+        let new = tokens::message_tokens(&*self.counter, self.config.image_tokens, message);
         let old = std::mem::replace(&mut self.counts[i], new);
         self.total = self.total - old + new;
         if self.anchor.is_some_and(|a| i < a.len) {
@@ -561,7 +568,7 @@ impl ContextManager {
     fn splice(&mut self, range: Range<usize>, replacement: Vec<Message>) {
         let new_counts: Vec<usize> = replacement
             .iter()
-            .map(|m| tokens::message_tokens(&*self.counter, m))
+            .map(|m| tokens::message_tokens(&*self.counter, self.config.image_tokens, m))
             .collect();
         let added: usize = new_counts.iter().sum();
         let removed: usize = self.counts[range.clone()].iter().sum();
@@ -662,7 +669,10 @@ mod tests {
     fn assert_consistent(cm: &ContextManager) {
         assert_eq!(cm.counts.len(), cm.messages.len());
         for (m, c) in cm.messages.iter().zip(&cm.counts) {
-            assert_eq!(*c, tokens::message_tokens(&CharEstimateCounter, m));
+            assert_eq!(
+                *c,
+                tokens::message_tokens(&CharEstimateCounter, crate::ImageTokenRule::Larger, m)
+            );
         }
         assert_eq!(cm.total, cm.counts.iter().sum::<usize>());
         if let Some(a) = cm.anchor {

@@ -10,7 +10,8 @@ use std::sync::{Arc, LazyLock};
 
 use tiktoken_rs::CoreBPE;
 
-use crate::message::{ContentBlock, Message};
+use crate::media::{self, ImageTokenRule};
+use crate::message::{ContentBlock, MediaSource, Message};
 
 /// Counts the tokens of a text.
 ///
@@ -189,15 +190,25 @@ pub(crate) const SYSTEM_OVERHEAD: usize = 4;
 /// The estimated tokens of one message: a fixed overhead plus its blocks. Tool inputs and blocks
 /// the crate does not model are counted through their JSON text; thinking signatures and
 /// redacted thinking are opaque and counted as bytes/4.
-pub(crate) fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
+pub(crate) fn message_tokens(
+    counter: &dyn TokenCounter,
+    images: ImageTokenRule,
+    message: &Message,
+) -> usize {
     let mut total = MESSAGE_OVERHEAD;
     for block in &message.content {
-        total += block_tokens(counter, block);
+        total += block_tokens(counter, images, block);
     }
     total
 }
 
-fn block_tokens(counter: &dyn TokenCounter, block: &ContentBlock) -> usize {
+/// The estimated tokens of an image: the provider's rule applied to the size read from the
+/// image's header (a URL counts as the largest image).
+pub(crate) fn image_tokens(rule: ImageTokenRule, source: &MediaSource) -> usize {
+    rule.image_tokens(media::source_dimensions(source))
+}
+
+fn block_tokens(counter: &dyn TokenCounter, images: ImageTokenRule, block: &ContentBlock) -> usize {
     match block {
         ContentBlock::Text { text } => counter.count(text),
         ContentBlock::Thinking {
@@ -208,7 +219,24 @@ fn block_tokens(counter: &dyn TokenCounter, block: &ContentBlock) -> usize {
         ContentBlock::ToolUse { id: _, name, input } => {
             TOOL_BLOCK_OVERHEAD + counter.count(name) + counter.count(&input.to_string())
         }
-        ContentBlock::ToolResult { content, .. } => TOOL_BLOCK_OVERHEAD + counter.count(content),
+        ContentBlock::ToolResult {
+            content,
+            images: sources,
+            ..
+        } => {
+            TOOL_BLOCK_OVERHEAD
+                + counter.count(content)
+                + sources
+                    .iter()
+                    .map(|s| image_tokens(images, s))
+                    .sum::<usize>()
+        }
+        ContentBlock::Image { source } => image_tokens(images, source),
+        ContentBlock::Document { source, title } => {
+            let pages = media::source_pages(source).unwrap_or(media::UNKNOWN_DOCUMENT_PAGES);
+            pages.saturating_mul(media::DOCUMENT_PAGE_TOKENS)
+                + title.as_deref().map_or(0, |t| counter.count(t))
+        }
         ContentBlock::Other(value) => counter.count(&value.to_string()),
     }
 }

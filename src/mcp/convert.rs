@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::media::Image;
 use crate::tool::{ToolError, ToolOutput};
 
 /// Longest tool name both providers take.
@@ -225,14 +226,26 @@ fn cut_at(text: &str, max: usize) -> (&str, bool) {
     (text.get(..end).unwrap_or(""), true)
 }
 
-/// The tool's answer: text (with structured content as JSON after it), or an error.
+/// The tool's answer: text (with structured content as JSON after it) and the images, or an
+/// error. An image that fails the crate's checks (bad base64, a format the providers do not
+/// take, too large) is not sent; the text says why.
 pub(crate) fn into_output(mapped: Mapped) -> Result<ToolOutput, ToolError> {
     let Mapped {
         mut text,
+        images,
         is_error,
         structured,
-        ..
     } = mapped;
+    let mut valid = Vec::new();
+    for image in images {
+        match Image::from_base64(&image.mime_type, &image.data) {
+            Ok(image) => valid.push(image),
+            Err(e) => text.push_str(&format!(
+                "\n[an image ({}) was not sent: {e}]",
+                image.mime_type
+            )),
+        }
+    }
     if let Some(structured) = structured {
         if text.is_empty() && !is_error {
             return Ok(ToolOutput::Json(structured));
@@ -248,7 +261,11 @@ pub(crate) fn into_output(mapped: Mapped) -> Result<ToolOutput, ToolError> {
         }
         return Err(ToolError::new(text));
     }
-    Ok(ToolOutput::Text(text))
+    if valid.is_empty() {
+        Ok(ToolOutput::Text(text))
+    } else {
+        Ok(ToolOutput::with_images(text, valid))
+    }
 }
 
 #[cfg(test)]
@@ -314,7 +331,15 @@ mod tests {
             }]
         );
         assert!(!mapped.is_error);
-        assert_eq!(into_output(mapped).unwrap().into_text().lines().count(), 9);
+        // "iVBORw0KGgo=" is a PNG signature alone: not an image the providers take.
+        let output = into_output(mapped.clone()).unwrap();
+        assert!(output.images().is_empty());
+        let text = output.into_text();
+        assert!(text.starts_with(&mapped.text), "{text}");
+        assert!(
+            text.contains("\n[an image (image/png) was not sent: "),
+            "{text}"
+        );
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!  tools/call ◄── McpTool::call (progress token; progress → ToolProgress; dropped on cancel or
 //!                                timeout → notifications/cancelled)
 //!      │
-//!      ▼  content → text (+ images), resources inlined, structuredContent as JSON, isError → error
+//!      ▼  text → text, images → images, resources inlined, structuredContent as JSON,
+//!         isError → error result
 //! ```
 //!
 //! # Example
@@ -523,7 +524,8 @@ struct ToolInfo {
 /// A call sends a progress token (the server's progress notifications become
 /// [`ToolProgress`](crate::ToolProgress) notes), and a call stopped by cancellation or its
 /// timeout sends `notifications/cancelled`. Content maps as follows: text as text; an image
-/// is named in the text (`[image: image/png, 1234 bytes]`); an embedded text resource is
+/// is sent to the model as an image (see [`ToolOutput::with_images`]) and named in the text
+/// where it came (`[image: image/png, 1234 bytes]`); audio is named; an embedded text resource is
 /// inlined under its URI, a binary one named with its size; `structuredContent` is added as
 /// JSON unless a text block already holds the same JSON; `isError` makes an error result. A
 /// server that crashes or hangs answers the call with an error, and the next call starts it

@@ -818,13 +818,23 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// Merges `extra` into the top level of the encoded body (extra wins) and serializes it.
+/// Merges `extra` into the top level of the encoded body and serializes it. A key the body
+/// already has is a clash, refused with an error naming it: neither value silently wins.
 pub(crate) fn merge_extra(
     mut body: serde_json::Value,
     extra: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<u8>, LlmError> {
     if let serde_json::Value::Object(map) = &mut body {
         for (key, value) in extra {
+            if map.contains_key(key) {
+                return Err(LlmError::InvalidRequest {
+                    message: format!(
+                        "the extra body field `{key}` clashes with a field the crate sends in \
+                         this request; set it through its typed setting (ModelRequest / \
+                         RequestSettings) instead"
+                    ),
+                });
+            }
             map.insert(key.clone(), value.clone());
         }
     }

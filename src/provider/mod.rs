@@ -20,12 +20,14 @@ mod cache;
 pub(crate) mod http;
 pub(crate) mod openai;
 pub(crate) mod retry;
+mod settings;
 
 pub use anthropic::AnthropicClient;
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use retry::{Jitter, RetryPolicy};
+pub use settings::RequestSettings;
 
 /// A provider's streaming wire format.
 #[non_exhaustive]
@@ -402,12 +404,24 @@ pub struct ModelRequest {
     pub max_tokens: u32,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Nucleus sampling: the probability mass sampled from.
+    pub top_p: Option<f32>,
     /// Sequences that stop generation.
     pub stop_sequences: Vec<String>,
+    /// Whether the model may call several tools in one response (`None`: the provider's
+    /// default, which is yes). Anthropic: `tool_choice.disable_parallel_tool_use`; OpenAI:
+    /// `parallel_tool_calls`. Sent only with tools.
+    pub parallel_tool_calls: Option<bool>,
+    /// An id for the end user, for the provider's abuse monitoring (Anthropic
+    /// `metadata.user_id`, OpenAI `user`).
+    pub user: Option<String>,
     /// Anthropic extended thinking: the token budget for reasoning (ignored by OpenAI).
     pub thinking_budget: Option<u32>,
-    /// Provider-specific fields merged into the request body as they are
-    /// (for example `{"top_k": 5}` or `{"reasoning_effort": "low"}`).
+    /// Provider-specific fields merged into the top level of the request body as they are
+    /// (for example `{"top_k": 5}` or `{"reasoning_effort": "low"}`). A field the crate
+    /// itself sends in this request (`model`, `messages`, `max_tokens`, `temperature` …) may
+    /// not be set here: the request fails with [`LlmError::InvalidRequest`] naming it, rather
+    /// than one of the two values silently winning. Use the typed field instead.
     pub extra: serde_json::Map<String, serde_json::Value>,
     /// Prompt caching: where Anthropic `cache_control` breakpoints go (ignored by OpenAI, which
     /// caches by itself). Default [`PromptCache::default()`]: the last tool, the system prompt
@@ -425,7 +439,10 @@ impl Default for ModelRequest {
             tool_choice: ToolChoice::Auto,
             max_tokens: 4096,
             temperature: None,
+            top_p: None,
             stop_sequences: Vec::new(),
+            parallel_tool_calls: None,
+            user: None,
             thinking_budget: None,
             extra: serde_json::Map::new(),
             prompt_cache: Some(PromptCache::default()),

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::WireFormat;
 
 use super::response::{BodyEnd, MockResponse, Reply};
-use super::tool_schemas;
+use super::{media_checks, tool_schemas};
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 64 << 10;
@@ -379,7 +379,10 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         // A tool schema the real API refuses gets its 400; the script is not consumed.
         let refused = format
             .filter(|_| request.method == "POST")
-            .and_then(|format| tool_schemas::rejection(format, &body));
+            .and_then(|format| {
+                tool_schemas::rejection(format, &body)
+                    .or_else(|| media_checks::rejection(format, &body))
+            });
         state.requests.push(RecordedRequest {
             method: request.method.clone(),
             path: request.path.clone(),

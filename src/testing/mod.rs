@@ -17,6 +17,7 @@
 
 use crate::message::Message;
 
+mod media_checks;
 mod mock;
 mod response;
 mod scripted;

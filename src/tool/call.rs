@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::plan::Schedule;
 use super::{schema, ToolContext, ToolError, ToolOutput, ToolProgress};
-use crate::message::ContentBlock;
+use crate::message::{ContentBlock, MediaSource};
 
 /// The content of the result of a call stopped by cancellation.
 const CANCELLED: &str = "cancelled";
@@ -100,6 +100,8 @@ pub struct ToolCallResult {
     pub is_error: bool,
     /// How long the call ran (zero when it never started).
     pub duration: Duration,
+    /// Images the tool returned with its text.
+    pub images: Vec<MediaSource>,
 }
 
 impl ToolCallResult {
@@ -117,12 +119,24 @@ impl ToolCallResult {
             content: content.into(),
             is_error,
             duration,
+            images: Vec::new(),
         }
     }
 
     /// The `tool_result` block that answers the call.
     pub fn to_block(&self) -> ContentBlock {
-        ContentBlock::tool_result(self.id.clone(), self.content.clone(), self.is_error)
+        ContentBlock::ToolResult {
+            tool_use_id: self.id.clone(),
+            content: self.content.clone(),
+            is_error: self.is_error,
+            images: self.images.clone(),
+        }
+    }
+
+    /// The same result with these images.
+    pub fn with_images(mut self, images: Vec<MediaSource>) -> Self {
+        self.images = images;
+        self
     }
 
     /// The result of a call stopped (or never started) because its batch was cancelled.

@@ -216,8 +216,13 @@ impl CallRun<'_> {
         let run = self.prepared.run;
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();
         let name = quote(&self.call.name);
+        let mut images = Vec::new();
         let (content, is_error) = match tokio::time::timeout(self.limit, future).await {
-            Ok(Ok(Ok(output))) => (output.into_text(), false),
+            Ok(Ok(Ok(output))) => {
+                let (text, output_images) = output.into_parts();
+                images = output_images;
+                (text, false)
+            }
             Ok(Ok(Err(error))) => (error.model_text(), true),
             Ok(Err(panic)) => {
                 let message = panic_message(panic.as_ref());
@@ -240,7 +245,8 @@ impl CallRun<'_> {
         let content = truncate_middle(content, self.max_output_bytes);
         (
             self.index,
-            ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration),
+            ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration)
+                .with_images(images),
         )
     }
 }

@@ -27,7 +27,7 @@ mod flatten;
 mod fn_tool;
 mod plan;
 mod registry;
-mod schema;
+pub(crate) mod schema;
 
 use std::fmt;
 use std::time::Duration;
@@ -35,6 +35,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::media::Image;
+use crate::message::MediaSource;
 
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use error::ToolError;
@@ -190,7 +193,23 @@ pub trait Tool: Send + Sync + 'static {
 
 /// What a tool returns to the model.
 ///
-/// Today text or JSON; more kinds (images) may be added, hence `#[non_exhaustive]`.
+/// Text, JSON, or text with images (a screenshot, a chart, a page of a scan). Images reach the
+/// model as the provider allows: inside the tool result for Anthropic; for OpenAI Chat, whose
+/// tool messages carry text only, in a user message right after the tool results.
+///
+/// ```
+/// use agent_loop::{Image, ToolOutput};
+///
+/// # let png = {
+/// #     let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+/// #     b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0, 0, 0, 0]);
+/// #     b
+/// # };
+/// let chart = Image::png(&png)?;
+/// let output = ToolOutput::with_images("the chart of March", vec![chart]);
+/// assert_eq!(output.images().len(), 1);
+/// # Ok::<(), agent_loop::MediaError>(())
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolOutput {
@@ -198,6 +217,13 @@ pub enum ToolOutput {
     Text(String),
     /// A JSON value, sent as compact JSON text.
     Json(serde_json::Value),
+    /// Text with images.
+    WithImages {
+        /// The text (may be empty).
+        text: String,
+        /// The images, in order.
+        images: Vec<MediaSource>,
+    },
 }
 
 impl ToolOutput {
@@ -211,20 +237,53 @@ impl ToolOutput {
         ToolOutput::Json(value)
     }
 
+    /// An image alone.
+    pub fn image(image: Image) -> Self {
+        Self::with_images(String::new(), vec![image])
+    }
+
+    /// Text with images.
+    pub fn with_images(text: impl Into<String>, images: Vec<Image>) -> Self {
+        ToolOutput::WithImages {
+            text: text.into(),
+            images: images.into_iter().map(Image::into_source).collect(),
+        }
+    }
+
+    /// The images of the output (none for text and JSON).
+    pub fn images(&self) -> &[MediaSource] {
+        match self {
+            ToolOutput::WithImages { images, .. } => images,
+            _ => &[],
+        }
+    }
+
     /// The text the model reads.
     pub fn to_text(&self) -> String {
         match self {
-            ToolOutput::Text(text) => text.clone(),
+            ToolOutput::Text(text) | ToolOutput::WithImages { text, .. } => text.clone(),
             ToolOutput::Json(value) => value.to_string(),
         }
     }
 
     /// The text the model reads, without copying text outputs.
     pub fn into_text(self) -> String {
+        self.into_parts().0
+    }
+
+    /// The text and the images.
+    pub fn into_parts(self) -> (String, Vec<MediaSource>) {
         match self {
-            ToolOutput::Text(text) => text,
-            ToolOutput::Json(value) => value.to_string(),
+            ToolOutput::Text(text) => (text, Vec::new()),
+            ToolOutput::Json(value) => (value.to_string(), Vec::new()),
+            ToolOutput::WithImages { text, images } => (text, images),
         }
+    }
+}
+
+impl From<Image> for ToolOutput {
+    fn from(image: Image) -> Self {
+        ToolOutput::image(image)
     }
 }
 

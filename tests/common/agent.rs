@@ -11,6 +11,15 @@ pub async fn run(agent: &mut Agent, input: &str) -> (Vec<AgentEvent>, RunOutcome
     finished(events)
 }
 
+/// [`run`] with any input (text, images, documents).
+pub async fn run_input(
+    agent: &mut Agent,
+    input: impl Into<agent_loop::UserInput>,
+) -> (Vec<AgentEvent>, RunOutcome) {
+    let events: Vec<AgentEvent> = agent.run(input).collect().await;
+    finished(events)
+}
+
 /// Runs the agent, calling `handle.cancel()` right after the first event `cancel_on` accepts.
 pub async fn run_cancelling(
     agent: &mut Agent,

@@ -18,12 +18,16 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::message::{ContentBlock, Message, Role};
+use crate::media::{
+    ImageFormat, ANTHROPIC_MAX_IMAGE_BASE64, ANTHROPIC_MAX_IMAGE_SIDE, MAX_DOCUMENT_BASE64,
+};
+use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
 use super::wire::{
-    MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireMessage, WireSystem,
-    WireSystemBlock, WireThinking, WireTool, WireToolChoice,
+    MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireChoice, WireMessage,
+    WireMetadata, WireSystem, WireSystemBlock, WireThinking, WireTool, WireToolChoice,
+    WireToolContent,
 };
 
 /// The JSON body for `request`, using `default_model` when the request names none.
@@ -71,17 +75,28 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         (Some(text), _) => Some(WireSystem::Text(text)),
         (None, _) => None,
     };
-    let mut messages = messages(request);
+    let mut messages = messages(request)?;
     if let (Some(cache), Some(control)) = (&cache, control) {
         let verbatim = verbatim_breakpoints(&messages);
         let room = MAX_CACHE_BREAKPOINTS.saturating_sub(placed + verbatim);
         mark_latest_user_messages(&mut messages, cache.message_breakpoints.min(room), control);
     }
-    let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
-        ToolChoice::Auto => WireToolChoice::Auto,
-        ToolChoice::Any => WireToolChoice::Any,
-        ToolChoice::None => WireToolChoice::None,
-        ToolChoice::Tool(name) => WireToolChoice::Tool { name },
+    let tool_choice = (!tools.is_empty()).then(|| {
+        let choice = match &request.tool_choice {
+            ToolChoice::Auto => WireChoice::Auto,
+            ToolChoice::Any => WireChoice::Any,
+            ToolChoice::None => WireChoice::None,
+            ToolChoice::Tool(name) => WireChoice::Tool { name },
+        };
+        // `none` takes no parallelism setting.
+        let disable_parallel_tool_use = match (&choice, request.parallel_tool_calls) {
+            (WireChoice::None, _) | (_, None) => None,
+            (_, Some(parallel)) => Some(!parallel),
+        };
+        WireToolChoice {
+            choice,
+            disable_parallel_tool_use,
+        }
     });
     let body = MessagesRequest {
         model,
@@ -91,7 +106,12 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         tools,
         tool_choice,
         temperature: request.temperature,
+        top_p: request.top_p,
         stop_sequences: &request.stop_sequences,
+        metadata: request
+            .user
+            .as_deref()
+            .map(|user_id| WireMetadata { user_id }),
         thinking: request.thinking_budget.map(|budget_tokens| WireThinking {
             kind: "enabled",
             budget_tokens,
@@ -142,7 +162,9 @@ fn mark_latest_user_messages(
         let slot = message.content.iter_mut().rev().find_map(|b| match b {
             WireBlock::Text { cache_control, .. }
             | WireBlock::ToolUse { cache_control, .. }
-            | WireBlock::ToolResult { cache_control, .. } => Some(cache_control),
+            | WireBlock::ToolResult { cache_control, .. }
+            | WireBlock::Image { cache_control, .. }
+            | WireBlock::Document { cache_control, .. } => Some(cache_control),
             // Thinking blocks may not carry a breakpoint; unmodelled blocks are sent verbatim.
             _ => None,
         });
@@ -153,14 +175,19 @@ fn mark_latest_user_messages(
     }
 }
 
-fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
+fn messages(request: &ModelRequest) -> Result<Vec<WireMessage<'_>>, LlmError> {
     let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
     for message in request.messages.iter() {
         let role = match message.role {
             Role::Assistant => "assistant",
             _ => "user",
         };
-        let blocks: Vec<WireBlock<'_>> = message.content.iter().filter_map(block).collect();
+        let mut blocks: Vec<WireBlock<'_>> = Vec::with_capacity(message.content.len());
+        for b in &message.content {
+            if let Some(b) = block(b)? {
+                blocks.push(b);
+            }
+        }
         if blocks.is_empty() {
             continue;
         }
@@ -182,12 +209,68 @@ fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
             message.content.extend(rest);
         }
     }
-    out
+    Ok(out)
 }
 
-fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
-    Some(match block {
-        ContentBlock::Text { text } if text.is_empty() => return None,
+/// Checks an image source against Anthropic's documented limits: one of the four image
+/// types, at most 5 MB of base64 data, at most 8000 px a side.
+fn check_image(source: &MediaSource) -> Result<(), LlmError> {
+    let refuse = |message: String| Err(LlmError::InvalidRequest { message });
+    match source {
+        MediaSource::Base64 { media_type, data } => {
+            if ImageFormat::from_media_type(media_type).is_none() {
+                return refuse(format!(
+                    "Anthropic does not take images of type `{media_type}` (only image/png, \
+                     image/jpeg, image/gif and image/webp)"
+                ));
+            }
+            if data.len() > ANTHROPIC_MAX_IMAGE_BASE64 {
+                return refuse(format!(
+                    "an image is {} bytes of base64, over Anthropic's limit of 5 MB; send it \
+                     smaller",
+                    data.len()
+                ));
+            }
+            if let Some((w, h)) = crate::media::source_dimensions(source) {
+                if w > ANTHROPIC_MAX_IMAGE_SIDE || h > ANTHROPIC_MAX_IMAGE_SIDE {
+                    return refuse(format!(
+                        "an image is {w}×{h} px, over Anthropic's limit of 8000 px a side"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_document(source: &MediaSource) -> Result<(), LlmError> {
+    match source {
+        MediaSource::Base64 { media_type, data } => {
+            if media_type != "application/pdf" {
+                return Err(LlmError::InvalidRequest {
+                    message: format!(
+                        "Anthropic takes documents of type application/pdf, not `{media_type}`"
+                    ),
+                });
+            }
+            if data.len() > MAX_DOCUMENT_BASE64 {
+                return Err(LlmError::InvalidRequest {
+                    message: format!(
+                        "a document is {} bytes of base64, over the 32 MB request limit",
+                        data.len()
+                    ),
+                });
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
+    Ok(Some(match block {
+        ContentBlock::Text { text } if text.is_empty() => return Ok(None),
         ContentBlock::Text { text } => WireBlock::Text {
             text,
             cache_control: None,
@@ -210,14 +293,51 @@ fn block(block: &ContentBlock) -> Option<WireBlock<'_>> {
             tool_use_id,
             content,
             is_error,
+            images,
         } => WireBlock::ToolResult {
             tool_use_id,
-            content,
+            content: if images.is_empty() {
+                WireToolContent::Text(content)
+            } else {
+                let mut parts = Vec::with_capacity(images.len() + 1);
+                if !content.is_empty() {
+                    parts.push(WireBlock::Text {
+                        text: content,
+                        cache_control: None,
+                    });
+                }
+                for source in images {
+                    check_image(source)?;
+                    parts.push(WireBlock::Image {
+                        source,
+                        cache_control: None,
+                    });
+                }
+                WireToolContent::Blocks(parts)
+            },
             is_error: *is_error,
             cache_control: None,
         },
+        ContentBlock::Image { source } => {
+            check_image(source)?;
+            WireBlock::Image {
+                source,
+                cache_control: None,
+            }
+        }
+        ContentBlock::Document { source, title } => {
+            check_document(source)?;
+            WireBlock::Document {
+                source,
+                title: title.as_deref(),
+                cache_control: None,
+            }
+        }
         ContentBlock::Other(value) => WireBlock::Other(value),
-    })
+        // A block kind this format cannot carry is left out.
+        #[allow(unreachable_patterns)]
+        _ => return Ok(None),
+    }))
 }
 
 /// The conversation in an Anthropic Messages request body: the inverse of [`encode`] for the
@@ -284,6 +404,34 @@ fn decode_block(block: &Value) -> ContentBlock {
                 .get("is_error")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            images: match block.get("content") {
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("image"))
+                    .filter_map(|p| serde_json::from_value(p.get("source")?.clone()).ok())
+                    .collect(),
+                _ => Vec::new(),
+            },
+        },
+        Some("image") => match block
+            .get("source")
+            .and_then(|s| serde_json::from_value(s.clone()).ok())
+        {
+            Some(source) => ContentBlock::Image { source },
+            None => ContentBlock::Other(block.clone()),
+        },
+        Some("document") => match block
+            .get("source")
+            .and_then(|s| serde_json::from_value(s.clone()).ok())
+        {
+            Some(source) => ContentBlock::Document {
+                source,
+                title: block
+                    .get("title")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            },
+            None => ContentBlock::Other(block.clone()),
         },
         _ => ContentBlock::Other(block.clone()),
     }
@@ -381,7 +529,6 @@ mod tests {
         }];
         r.tool_choice = ToolChoice::Tool("t".into());
         r.extra.insert("top_k".into(), json!(5));
-        r.extra.insert("max_tokens".into(), json!(7));
         let v = encode_value(&r);
         assert_eq!(v["messages"].as_array().unwrap().len(), 3);
         assert_eq!(v["messages"][0]["content"].as_array().unwrap().len(), 2);
@@ -391,7 +538,6 @@ mod tests {
         assert!(v["messages"][2]["content"][0].get("is_error").is_none());
         assert_eq!(v["tool_choice"], json!({"type": "tool", "name": "t"}));
         assert_eq!(v["top_k"], 5);
-        assert_eq!(v["max_tokens"], 7);
     }
 
     #[test]

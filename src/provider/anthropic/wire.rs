@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::message::MediaSource;
+
 /// The body of `POST /v1/messages`.
 #[derive(Debug, Serialize)]
 pub(crate) struct MessagesRequest<'a> {
@@ -16,8 +18,12 @@ pub(crate) struct MessagesRequest<'a> {
     pub(crate) tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub(crate) stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) metadata: Option<WireMetadata<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) thinking: Option<WireThinking>,
     pub(crate) stream: bool,
@@ -82,15 +88,38 @@ pub(crate) enum WireBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: WireToolContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<WireCacheControl>,
+    },
+    /// `{"type":"image","source":{"type":"base64"|"url",…}}`
+    Image {
+        source: &'a MediaSource,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<WireCacheControl>,
+    },
+    /// `{"type":"document","source":{…},"title":…}`
+    Document {
+        source: &'a MediaSource,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<WireCacheControl>,
     },
     /// A block the crate does not model, sent back verbatim.
     #[serde(untagged)]
     Other(&'a serde_json::Value),
+}
+
+/// A `tool_result`'s content: a string, or text and image blocks when the tool returned
+/// images.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum WireToolContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<WireBlock<'a>>),
 }
 
 /// A JSON object, or `{}` for anything that is not one (Anthropic requires an object).
@@ -116,10 +145,25 @@ pub(crate) struct WireTool<'a> {
     pub(crate) cache_control: Option<WireCacheControl>,
 }
 
-/// `tool_choice`.
+/// `metadata`: the end user's id.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireMetadata<'a> {
+    pub(crate) user_id: &'a str,
+}
+
+/// `tool_choice`; `disable_parallel_tool_use` is sent only when set.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireToolChoice<'a> {
+    #[serde(flatten)]
+    pub(crate) choice: WireChoice<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) disable_parallel_tool_use: Option<bool>,
+}
+
+/// The kind of `tool_choice`.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum WireToolChoice<'a> {
+pub(crate) enum WireChoice<'a> {
     Auto,
     Any,
     None,

@@ -22,12 +22,13 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::message::{ContentBlock, Message, Role};
+use crate::media::{ImageFormat, MAX_DOCUMENT_BASE64, OPENAI_MAX_IMAGE_BASE64};
+use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
 
 use super::wire::{
-    ChatContent, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ContentPart, FunctionCall,
-    FunctionSpec, StreamOptions, ThinkingBlock,
+    ChatContent, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ContentPart, FilePart,
+    FunctionCall, FunctionSpec, ImageUrl, SourceUrl, StreamOptions, ThinkingBlock,
 };
 use super::MaxTokensField;
 
@@ -62,7 +63,7 @@ pub(crate) fn encode(
     for message in request.messages.iter() {
         match message.role {
             Role::Assistant => assistant(message, thinking_blocks, &mut messages),
-            _ => user(message, &mut messages),
+            _ => user(message, &mut messages)?,
         }
     }
     let tools: Vec<ChatTool<'_>> = request
@@ -94,10 +95,14 @@ pub(crate) fn encode(
         messages,
         max_tokens,
         max_completion_tokens,
+        // OpenAI refuses `parallel_tool_calls` without tools.
+        parallel_tool_calls: request.parallel_tool_calls.filter(|_| !tools.is_empty()),
         tools,
         tool_choice,
         temperature: request.temperature,
+        top_p: request.top_p,
         stop: &request.stop_sequences,
+        user: request.user.as_deref(),
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
@@ -188,12 +193,18 @@ fn signed_thinking(message: &Message) -> Vec<ThinkingBlock<'_>> {
         .collect()
 }
 
-fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
+/// The label of the user message that carries a tool result's images (OpenAI tool messages
+/// take text only): `Images returned by tool call <id>:`.
+pub(crate) const TOOL_IMAGES_LABEL: &str = "Images returned by tool call ";
+
+fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) -> Result<(), LlmError> {
+    let mut tool_images: Vec<ContentPart<'a>> = Vec::new();
     for block in &message.content {
         if let ContentBlock::ToolResult {
             tool_use_id,
             content,
             is_error,
+            images,
         } = block
         {
             let content = if *is_error {
@@ -208,29 +219,53 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
                 tool_call_id: Some(tool_use_id),
                 thinking_blocks: Vec::new(),
             });
+            if !images.is_empty() {
+                tool_images.push(ContentPart::Text {
+                    kind: "text",
+                    text: format!("{TOOL_IMAGES_LABEL}{tool_use_id}:").into(),
+                });
+                for source in images {
+                    tool_images.push(image_part(source)?);
+                }
+            }
         }
     }
-    let has_parts = message
-        .content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::Other(_)));
+    if !tool_images.is_empty() {
+        out.push(ChatMessage {
+            role: "user",
+            content: ChatContent::Parts(tool_images),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            thinking_blocks: Vec::new(),
+        });
+    }
+    let has_parts = message.content.iter().any(|b| {
+        matches!(
+            b,
+            ContentBlock::Other(_) | ContentBlock::Image { .. } | ContentBlock::Document { .. }
+        )
+    });
     let content = if has_parts {
-        let parts = message
-            .content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } if !text.is_empty() => {
-                    Some(ContentPart::Text { kind: "text", text })
+        let mut parts = Vec::with_capacity(message.content.len());
+        for b in &message.content {
+            match b {
+                ContentBlock::Text { text } if !text.is_empty() => parts.push(ContentPart::Text {
+                    kind: "text",
+                    text: text.as_str().into(),
+                }),
+                ContentBlock::Image { source } => parts.push(image_part(source)?),
+                ContentBlock::Document { source, title } => {
+                    parts.push(file_part(source, title.as_deref())?)
                 }
-                ContentBlock::Other(value) => Some(ContentPart::Other(value)),
-                _ => None,
-            })
-            .collect();
+                ContentBlock::Other(value) => parts.push(ContentPart::Other(value)),
+                _ => {}
+            }
+        }
         ChatContent::Parts(parts)
     } else {
         match joined_text(message) {
             Some(text) => ChatContent::Text(text),
-            None => return,
+            None => return Ok(()),
         }
     };
     out.push(ChatMessage {
@@ -240,6 +275,70 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
         tool_call_id: None,
         thinking_blocks: Vec::new(),
     });
+    Ok(())
+}
+
+/// An `image_url` part, checked against OpenAI's documented limits (PNG, JPEG, WebP or GIF;
+/// at most 20 MB).
+fn image_part(source: &MediaSource) -> Result<ContentPart<'_>, LlmError> {
+    if let MediaSource::Base64 { media_type, data } = source {
+        if ImageFormat::from_media_type(media_type).is_none() {
+            return Err(LlmError::InvalidRequest {
+                message: format!(
+                    "OpenAI does not take images of type `{media_type}` (only image/png, \
+                     image/jpeg, image/gif and image/webp)"
+                ),
+            });
+        }
+        if data.len() > OPENAI_MAX_IMAGE_BASE64 {
+            return Err(LlmError::InvalidRequest {
+                message: format!(
+                    "an image is {} bytes of base64, over OpenAI's limit of 20 MB",
+                    data.len()
+                ),
+            });
+        }
+    }
+    Ok(ContentPart::ImageUrl {
+        kind: "image_url",
+        image_url: ImageUrl {
+            url: SourceUrl(source),
+        },
+    })
+}
+
+/// A `file` part for a PDF: Chat Completions takes file bytes, not URLs.
+fn file_part<'a>(
+    source: &'a MediaSource,
+    title: Option<&'a str>,
+) -> Result<ContentPart<'a>, LlmError> {
+    match source {
+        MediaSource::Base64 { media_type, data } if media_type == "application/pdf" => {
+            if data.len() > MAX_DOCUMENT_BASE64 {
+                return Err(LlmError::InvalidRequest {
+                    message: format!(
+                        "a document is {} bytes of base64, over the 32 MB limit",
+                        data.len()
+                    ),
+                });
+            }
+            Ok(ContentPart::File {
+                kind: "file",
+                file: FilePart {
+                    filename: title.unwrap_or("document.pdf"),
+                    file_data: SourceUrl(source),
+                },
+            })
+        }
+        MediaSource::Base64 { media_type, .. } => Err(LlmError::InvalidRequest {
+            message: format!("OpenAI Chat takes PDF documents, not `{media_type}`"),
+        }),
+        _ => Err(LlmError::InvalidRequest {
+            message: "OpenAI Chat Completions cannot fetch a document from a URL: give the \
+                      PDF's bytes (Document::pdf)"
+                .to_owned(),
+        }),
+    }
 }
 
 /// The conversation in a Chat Completions request body, in the crate's shape: the inverse of
@@ -299,6 +398,13 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
             }
             "user" => {
                 let content = decode_content(m.get("content"));
+                // The images of tool results, each run after its label, go back to their
+                // results.
+                if let Some(last) = out.last_mut().filter(|l| only_results(l)) {
+                    if attach_tool_images(last, &content) {
+                        continue;
+                    }
+                }
                 match out.last_mut() {
                     // The user part of a turn that began with tool results, or a user message
                     // after a user message (OpenAI accepts them; one user turn).
@@ -326,20 +432,93 @@ fn only_results(message: &Message) -> bool {
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|part| {
-                match (
-                    part.get("type").and_then(Value::as_str),
-                    part.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(text)) => ContentBlock::text(text),
-                    _ => ContentBlock::Other(part.clone()),
-                }
-            })
-            .collect(),
+        Some(Value::Array(parts)) => parts.iter().map(decode_part).collect(),
         _ => Vec::new(),
     }
+}
+
+/// One content part: text, an `image_url` (a data: URL becomes base64 bytes), a PDF `file`;
+/// anything else verbatim.
+fn decode_part(part: &Value) -> ContentBlock {
+    let source = |url: Option<&str>| -> Option<MediaSource> {
+        let url = url?;
+        Some(match url.strip_prefix("data:") {
+            Some(rest) => {
+                let (media_type, data) = rest.split_once(";base64,")?;
+                MediaSource::Base64 {
+                    media_type: media_type.to_owned(),
+                    data: data.to_owned(),
+                }
+            }
+            None => MediaSource::Url {
+                url: url.to_owned(),
+            },
+        })
+    };
+    let decoded = match part.get("type").and_then(Value::as_str) {
+        Some("text") => part
+            .get("text")
+            .and_then(Value::as_str)
+            .map(ContentBlock::text),
+        Some("image_url") => source(part.pointer("/image_url/url").and_then(Value::as_str))
+            .map(|source| ContentBlock::Image { source }),
+        Some("file") => {
+            source(part.pointer("/file/file_data").and_then(Value::as_str)).map(|source| {
+                ContentBlock::Document {
+                    source,
+                    title: part
+                        .pointer("/file/filename")
+                        .and_then(Value::as_str)
+                        .filter(|name| *name != "document.pdf")
+                        .map(str::to_owned),
+                }
+            })
+        }
+        _ => None,
+    };
+    decoded.unwrap_or_else(|| ContentBlock::Other(part.clone()))
+}
+
+/// Moves the images of a tool-images user message (label text, then images, per result) to
+/// the results they belong to; `false` (and nothing moved) when `content` is not one.
+fn attach_tool_images(results: &mut Message, content: &[ContentBlock]) -> bool {
+    let mut groups: Vec<(String, Vec<MediaSource>)> = Vec::new();
+    for block in content {
+        match block {
+            ContentBlock::Text { text } => {
+                let Some(id) = text
+                    .strip_prefix(TOOL_IMAGES_LABEL)
+                    .and_then(|rest| rest.strip_suffix(':'))
+                else {
+                    return false;
+                };
+                groups.push((id.to_owned(), Vec::new()));
+            }
+            ContentBlock::Image { source } => match groups.last_mut() {
+                Some((_, images)) => images.push(source.clone()),
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    if groups.is_empty() {
+        return false;
+    }
+    for (id, group) in groups {
+        for block in &mut results.content {
+            if let ContentBlock::ToolResult {
+                tool_use_id,
+                images,
+                ..
+            } = block
+            {
+                if *tool_use_id == id {
+                    images.extend(group.iter().cloned());
+                }
+            }
+        }
+    }
+    true
 }
 
 fn decode_thinking(blocks: Option<&Value>) -> Vec<ContentBlock> {

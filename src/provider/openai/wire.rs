@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::message::MediaSource;
+
 /// The body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatRequest<'a> {
@@ -16,9 +18,15 @@ pub(crate) struct ChatRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_choice: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub(crate) stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<&'a str>,
     pub(crate) stream: bool,
     pub(crate) stream_options: StreamOptions,
 }
@@ -66,16 +74,57 @@ pub(crate) enum ChatContent<'a> {
     Null,
 }
 
-/// One content part: text, or a part the crate does not model sent verbatim.
+/// One content part: text, an image, a file, or a part the crate does not model sent
+/// verbatim.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum ContentPart<'a> {
     Text {
         #[serde(rename = "type")]
         kind: &'static str,
-        text: &'a str,
+        text: std::borrow::Cow<'a, str>,
+    },
+    /// `{"type":"image_url","image_url":{"url":"data:…" | "https://…"}}`
+    ImageUrl {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        image_url: ImageUrl<'a>,
+    },
+    /// `{"type":"file","file":{"filename":…,"file_data":"data:application/pdf;base64,…"}}`
+    File {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        file: FilePart<'a>,
     },
     Other(&'a serde_json::Value),
+}
+
+/// `image_url`: the URL (a base64 source is written as a `data:` URL without a copy).
+#[derive(Debug, Serialize)]
+pub(crate) struct ImageUrl<'a> {
+    pub(crate) url: SourceUrl<'a>,
+}
+
+/// A `file` part's fields.
+#[derive(Debug, Serialize)]
+pub(crate) struct FilePart<'a> {
+    pub(crate) filename: &'a str,
+    pub(crate) file_data: SourceUrl<'a>,
+}
+
+/// A media source as a URL: its own URL, or a `data:` URL written straight into the body.
+#[derive(Debug)]
+pub(crate) struct SourceUrl<'a>(pub(crate) &'a MediaSource);
+
+impl Serialize for SourceUrl<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            MediaSource::Base64 { media_type, data } => {
+                serializer.collect_str(&format_args!("data:{media_type};base64,{data}"))
+            }
+            MediaSource::Url { url } => serializer.serialize_str(url),
+        }
+    }
 }
 
 /// An assistant's tool call.

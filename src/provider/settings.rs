@@ -1,0 +1,250 @@
+//! [`RequestSettings`]: the sampling and request settings an agent applies to every model
+//! call (on the builder) or to one run (through [`RunOptions`](crate::RunOptions)).
+
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+use crate::provider::{ModelRequest, ToolChoice};
+
+/// Sampling and request settings: temperature, top-p, output length, stop sequences, tool
+/// choice, parallel tool calls, an end-user id, and provider-specific body fields.
+///
+/// Every field is optional; a set field overrides the one below it (per-run settings over the
+/// builder's, the builder's over the request defaults). Ranges are checked by
+/// [`validate`](Self::validate), which [`AgentBuilder::build`](crate::AgentBuilder::build)
+/// and each run call.
+///
+/// ```
+/// use agent_loop::{RequestSettings, ToolChoice};
+///
+/// let settings = RequestSettings::new()
+///     .temperature(0.2)
+///     .top_p(0.9)
+///     .stop_sequences(["END"])
+///     .tool_choice(ToolChoice::Any)
+///     .parallel_tool_calls(false)
+///     .user("user-1234")
+///     .extra("top_k", serde_json::json!(40));
+/// assert!(settings.validate().is_ok());
+/// assert!(RequestSettings::new().temperature(3.0).validate().is_err());
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestSettings {
+    /// Sampling temperature, 0.0 to 2.0 (Anthropic takes up to 1.0).
+    pub temperature: Option<f32>,
+    /// Nucleus sampling, above 0.0 and at most 1.0.
+    pub top_p: Option<f32>,
+    /// Most output tokens per response, at least 1.
+    pub max_tokens: Option<u32>,
+    /// Sequences that stop generation (each non-empty).
+    pub stop_sequences: Option<Vec<String>>,
+    /// Which tool the model must (or must not) call.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the model may call several tools in one response.
+    pub parallel_tool_calls: Option<bool>,
+    /// An id for the end user (Anthropic `metadata.user_id`, OpenAI `user`).
+    pub user: Option<String>,
+    /// Provider-specific fields merged into the top level of the request body. A field the
+    /// crate itself sends fails the request with an error naming it (see
+    /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
+    pub extra: Map<String, Value>,
+}
+
+impl RequestSettings {
+    /// No settings: the defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets top-p.
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.top_p = Some(top_p);
+        self
+    }
+
+    /// Sets the most output tokens per response.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the stop sequences.
+    pub fn stop_sequences<S: Into<String>>(mut self, stops: impl IntoIterator<Item = S>) -> Self {
+        self.stop_sequences = Some(stops.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the tool choice.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Allows or forbids several tool calls in one response.
+    pub fn parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.parallel_tool_calls = Some(parallel);
+        self
+    }
+
+    /// Sets the end-user id.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Adds a provider-specific body field.
+    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.extra.insert(key.into(), value);
+        self
+    }
+
+    /// Checks the ranges: temperature 0.0–2.0, top-p in (0.0, 1.0], max tokens ≥ 1, stop
+    /// sequences non-empty, a named tool choice non-empty, all numbers finite.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |message: String| Err(Error::Config(message));
+        if let Some(t) = self.temperature {
+            if !t.is_finite() || !(0.0..=2.0).contains(&t) {
+                return bad(format!("temperature must be between 0.0 and 2.0, not {t}"));
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !p.is_finite() || p <= 0.0 || p > 1.0 {
+                return bad(format!("top_p must be above 0.0 and at most 1.0, not {p}"));
+            }
+        }
+        if self.max_tokens == Some(0) {
+            return bad("max_tokens must be at least 1".to_owned());
+        }
+        if let Some(stops) = &self.stop_sequences {
+            if stops.iter().any(String::is_empty) {
+                return bad("a stop sequence may not be empty".to_owned());
+            }
+        }
+        if let Some(ToolChoice::Tool(name)) = &self.tool_choice {
+            if name.is_empty() {
+                return bad("tool_choice names no tool".to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// These settings over `base`: each field set here replaces the base's; extra fields are
+    /// merged, these winning.
+    pub fn over(&self, base: &RequestSettings) -> RequestSettings {
+        let mut extra = base.extra.clone();
+        extra.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        RequestSettings {
+            temperature: self.temperature.or(base.temperature),
+            top_p: self.top_p.or(base.top_p),
+            max_tokens: self.max_tokens.or(base.max_tokens),
+            stop_sequences: self
+                .stop_sequences
+                .clone()
+                .or_else(|| base.stop_sequences.clone()),
+            tool_choice: self
+                .tool_choice
+                .clone()
+                .or_else(|| base.tool_choice.clone()),
+            parallel_tool_calls: self.parallel_tool_calls.or(base.parallel_tool_calls),
+            user: self.user.clone().or_else(|| base.user.clone()),
+            extra,
+        }
+    }
+
+    /// Writes the set fields into `request`.
+    pub fn apply(&self, request: &mut ModelRequest) {
+        if let Some(t) = self.temperature {
+            request.temperature = Some(t);
+        }
+        if let Some(p) = self.top_p {
+            request.top_p = Some(p);
+        }
+        if let Some(n) = self.max_tokens {
+            request.max_tokens = n;
+        }
+        if let Some(stops) = &self.stop_sequences {
+            request.stop_sequences = stops.clone();
+        }
+        if let Some(choice) = &self.tool_choice {
+            request.tool_choice = choice.clone();
+        }
+        if let Some(parallel) = self.parallel_tool_calls {
+            request.parallel_tool_calls = Some(parallel);
+        }
+        if let Some(user) = &self.user {
+            request.user = Some(user.clone());
+        }
+        for (key, value) in &self.extra {
+            request.extra.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn validation_checks_every_range() {
+        let ok = RequestSettings::new()
+            .temperature(0.0)
+            .top_p(1.0)
+            .max_tokens(1);
+        assert!(ok.validate().is_ok());
+        assert!(RequestSettings::new().temperature(2.0).validate().is_ok());
+        for bad in [
+            RequestSettings::new().temperature(-0.1),
+            RequestSettings::new().temperature(2.01),
+            RequestSettings::new().temperature(f32::NAN),
+            RequestSettings::new().top_p(0.0),
+            RequestSettings::new().top_p(1.01),
+            RequestSettings::new().top_p(f32::INFINITY),
+            RequestSettings::new().max_tokens(0),
+            RequestSettings::new().stop_sequences([""]),
+            RequestSettings::new().tool_choice(ToolChoice::Tool(String::new())),
+        ] {
+            let err = bad.validate().unwrap_err();
+            assert!(matches!(err, Error::Config(_)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn later_settings_win_field_by_field() {
+        let base = RequestSettings::new()
+            .temperature(0.5)
+            .user("a")
+            .extra("k", json!(1))
+            .extra("j", json!(2));
+        let run = RequestSettings::new().temperature(0.1).extra("k", json!(3));
+        let both = run.over(&base);
+        assert_eq!(both.temperature, Some(0.1));
+        assert_eq!(both.user.as_deref(), Some("a"));
+        assert_eq!(both.extra["k"], 3);
+        assert_eq!(both.extra["j"], 2);
+        let mut request = ModelRequest::default();
+        both.apply(&mut request);
+        assert_eq!(request.temperature, Some(0.1));
+        assert_eq!(request.user.as_deref(), Some("a"));
+        assert_eq!(request.max_tokens, 4096);
+        RequestSettings::new()
+            .max_tokens(7)
+            .parallel_tool_calls(false)
+            .tool_choice(ToolChoice::None)
+            .stop_sequences(["x"])
+            .top_p(0.5)
+            .apply(&mut request);
+        assert_eq!(request.max_tokens, 7);
+        assert_eq!(request.parallel_tool_calls, Some(false));
+        assert_eq!(request.tool_choice, ToolChoice::None);
+        assert_eq!(request.stop_sequences, ["x"]);
+        assert_eq!(request.top_p, Some(0.5));
+    }
+}
