@@ -134,6 +134,9 @@ impl McpServer {
 
     /// A server reached over streamable HTTP at `url` (its MCP endpoint, such as
     /// `http://127.0.0.1:3001/mcp`).
+    ///
+    /// The HTTP client (rmcp's, on reqwest 0.13 with rustls) needs a process-wide rustls
+    /// crypto provider: when the host has installed none, connecting installs ring's.
     pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
         McpServer::new(
             name,
@@ -452,6 +455,13 @@ impl McpConnection {
                 inner.name()
             )))
         })?;
+        if listed.len() > MAX_TOOLS {
+            tracing::warn!(
+                server = %inner.server.name,
+                listed = listed.len(),
+                "MCP server lists more than {MAX_TOOLS} tools; taking the first {MAX_TOOLS}"
+            );
+        }
         let filter = inner.server.filter.clone();
         let tools: Vec<ToolInfo> = listed
             .into_iter()
@@ -460,7 +470,12 @@ impl McpConnection {
             .map(|t| ToolInfo {
                 name: convert::tool_name(&inner.server.prefix, &t.name),
                 remote: t.name.to_string(),
-                description: t.description.as_deref().unwrap_or_default().to_owned(),
+                description: t
+                    .description
+                    .as_deref()
+                    .or(t.title.as_deref())
+                    .unwrap_or_default()
+                    .to_owned(),
                 schema: convert::input_schema(&t.input_schema),
                 read_only: t
                     .annotations
@@ -702,5 +717,92 @@ impl AgentBuilder {
             }
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_shows_no_secrets() {
+        let http = McpServer::http("remote", "http://127.0.0.1:9/mcp")
+            .header("Authorization", "Bearer sk-secret-1")
+            .prefix("r_");
+        let debug = format!("{http:?}");
+        assert!(
+            debug.contains("Authorization") && debug.contains("r_"),
+            "{debug}"
+        );
+        assert!(!debug.contains("sk-secret-1"), "{debug}");
+        let stdio = McpServer::stdio("local", "server")
+            .args(["--root", "/tmp"])
+            .env("API_TOKEN", "tok-secret-2")
+            .current_dir("/tmp");
+        let debug = format!("{stdio:?}");
+        assert!(
+            debug.contains("API_TOKEN") && debug.contains("--root"),
+            "{debug}"
+        );
+        assert!(!debug.contains("tok-secret-2"), "{debug}");
+    }
+
+    #[test]
+    fn settings_for_one_transport_leave_the_other_alone() {
+        let http = McpServer::http("h", "http://127.0.0.1:9/mcp")
+            .arg("x")
+            .env("K", "V")
+            .current_dir("/");
+        assert!(matches!(&http.transport, Transport::Http { headers, .. } if headers.is_empty()));
+        let stdio = McpServer::stdio("s", "cmd").header("K", "V");
+        match &stdio.transport {
+            Transport::Stdio { args, env, cwd, .. } => {
+                assert!(args.is_empty() && env.is_empty() && cwd.is_none())
+            }
+            Transport::Http { .. } => panic!("stdio became http"),
+        }
+        assert_eq!(
+            McpServer::stdio("s", "c")
+                .max_message_bytes(0)
+                .max_message_bytes,
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_that_does_not_exist_is_a_clear_error() {
+        let error = McpServer::stdio("ghost", "/nonexistent/agent-loop-mcp-server")
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("MCP server \"ghost\": could not start"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_program_that_is_no_mcp_server_fails_the_handshake() {
+        // `true` exits at once without a word: the handshake cannot complete.
+        let error = McpServer::stdio("silent", "true")
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("MCP server \"silent\": the MCP handshake failed"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_header_is_a_configuration_error() {
+        let error = McpServer::http("h", "http://127.0.0.1:9/mcp")
+            .header("Bad Header", "v")
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Config(_)), "{error}");
     }
 }
