@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
     CustomResult, RequestId, ServerResult,
@@ -664,6 +664,14 @@ impl Tool for McpTool {
             }
         };
         guard.id = None;
+        // Notes that came in with the answer.
+        while let Some(Some(note)) = progress.next().now_or_never() {
+            ctx.report_progress(convert::progress_text(
+                note.progress,
+                note.total,
+                note.message.as_deref(),
+            ));
+        }
         let json = match result {
             Ok(ServerResult::CallToolResult(result)) => {
                 serde_json::to_value(&result).map_err(|e| self.fail(e))?
