@@ -535,6 +535,21 @@ async fn bad_output_from_a_server_gives_clear_errors() {
 }
 
 #[tokio::test]
+async fn a_server_that_pages_forever_is_read_a_bounded_number_of_pages() {
+    let Some(fixture) = script(FIXTURE) else {
+        return;
+    };
+    let connection = McpServer::stdio("endless", "node")
+        .arg(fixture.display().to_string())
+        .env("FIXTURE_ENDLESS_PAGES", "1")
+        .connect()
+        .await
+        .unwrap();
+    // 100 pages of two tools each, then the listing stops.
+    assert_eq!(connection.tools().len(), 200);
+}
+
+#[tokio::test]
 async fn a_changed_tool_list_is_noticed_and_refreshed() {
     let Some(fixture) = script(FIXTURE) else {
         return;

@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    CustomResult, RequestId, ServerResult,
+    CustomResult, PaginatedRequestParams, RequestId, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
@@ -66,6 +66,8 @@ use session::{Handler, Session};
 
 /// At most this many tools are taken from one server.
 const MAX_TOOLS: usize = 1024;
+/// At most this many pages of `tools/list` are read.
+const MAX_PAGES: usize = 100;
 
 /// Filters tools by their name on the server.
 type Filter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -307,6 +309,38 @@ impl fmt::Debug for McpServer {
     }
 }
 
+/// `tools/list`, every page, bounded: at most [`MAX_PAGES`] pages and [`MAX_TOOLS`] tools
+/// (a server that pages on and on keeps what was listed, with a warning).
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    server: &str,
+) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer.list_tools(Some(params)).await?;
+        tools.extend(page.tools);
+        if tools.len() >= MAX_TOOLS {
+            tracing::warn!(
+                server,
+                "MCP server lists over {MAX_TOOLS} tools; taking the first {MAX_TOOLS}"
+            );
+            tools.truncate(MAX_TOOLS);
+            return Ok(tools);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    tracing::warn!(
+        server,
+        "MCP server lists tools over more than {MAX_PAGES} pages; taking those"
+    );
+    Ok(tools)
+}
+
 /// The state of one connection, shared by its [`McpConnection`] clones and its tools.
 struct Inner {
     server: McpServer,
@@ -449,24 +483,16 @@ impl McpConnection {
         let inner = &self.inner;
         let peer = inner.peer().await?;
         inner.handler.tools_changed.store(false, Ordering::Release);
-        let listed = peer.list_all_tools().await.map_err(|e| {
+        let listed = list_tools(&peer, &inner.server.name).await.map_err(|e| {
             Error::Tool(ToolError::new(format!(
                 "MCP server {}: listing its tools failed: {e}",
                 inner.name()
             )))
         })?;
-        if listed.len() > MAX_TOOLS {
-            tracing::warn!(
-                server = %inner.server.name,
-                listed = listed.len(),
-                "MCP server lists more than {MAX_TOOLS} tools; taking the first {MAX_TOOLS}"
-            );
-        }
         let filter = inner.server.filter.clone();
         let tools: Vec<ToolInfo> = listed
             .into_iter()
             .filter(|t| filter.as_ref().is_none_or(|keep| keep(&t.name)))
-            .take(MAX_TOOLS)
             .map(|t| ToolInfo {
                 name: convert::tool_name(&inner.server.prefix, &t.name),
                 remote: t.name.to_string(),
