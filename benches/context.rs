@@ -172,5 +172,53 @@ fn tiktoken(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append_turn, tiktoken);
+/// Counting a message with a 3 MB JPEG: the crate reads the size from the header (decoding
+/// at most 96 KiB of the base64), against the baseline of decoding the whole image first.
+fn image_tokens(c: &mut Criterion) {
+    use base64::Engine as _;
+    // A JPEG whose size marker sits after 60 KiB of metadata (a camera's EXIF and thumbnail).
+    let mut jpeg = vec![0xFF, 0xD8];
+    jpeg.extend_from_slice(&[0xFF, 0xE1, 0xEA, 0x60]);
+    jpeg.resize(jpeg.len() + 0xEA60 - 2, 0x11);
+    jpeg.extend_from_slice(&[0xFF, 0xC0, 0x00, 0x11, 0x08, 0x0B, 0xB8, 0x0F, 0xA0, 3]);
+    jpeg.resize(3 * 1024 * 1024, 0x22);
+    let image = agent_loop::Image::jpeg(&jpeg).expect("a valid JPEG header");
+    assert_eq!(image.dimensions(), Some((4000, 3000)));
+    let message = agent_loop::UserInput::text("What is this?")
+        .image(image.clone())
+        .into_message();
+    let agent_loop::MediaSource::Base64 { data, .. } = image.source() else {
+        unreachable!()
+    };
+    let config = ContextConfig::for_model("claude-sonnet-4-5");
+    let mut group = c.benchmark_group("context/image_tokens");
+    group.measurement_time(Duration::from_secs(3));
+    group.bench_function("count_from_header", |b| {
+        b.iter_batched(
+            || {
+                let cm = ContextManager::new(config.clone()).with_counter(CharEstimateCounter);
+                (cm, message.clone())
+            },
+            |(mut cm, message)| {
+                cm.push(black_box(message));
+                black_box(cm.token_count())
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("baseline_decode_whole_image", |b| {
+        b.iter(|| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(black_box(data))
+                .expect("valid base64");
+            black_box(agent_loop::image_dimensions(
+                agent_loop::ImageFormat::Jpeg,
+                &bytes,
+            ))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, append_turn, tiktoken, image_tokens);
 criterion_main!(benches);

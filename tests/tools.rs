@@ -1225,3 +1225,28 @@ async fn tools_can_use_the_question_mark_and_the_model_reads_the_error() {
     let error: Error = io.into();
     assert!(matches!(error, Error::Tool(_)));
 }
+
+#[tokio::test]
+async fn the_idempotency_key_is_the_call_id_scoped_by_the_driver() {
+    #[derive(Deserialize, JsonSchema)]
+    struct Empty {}
+    let key = FnTool::new(
+        "key",
+        "Says its idempotency key.",
+        |_: Empty, ctx: ToolContext| async move { Ok::<_, ToolError>(ctx.idempotency_key()) },
+    );
+    let registry = ToolRegistry::new().with(key).unwrap();
+    let call = || ToolCall::new("call_7", "key", json!({}));
+    let plain = registry.execute_one(call(), &ExecOptions::new()).await;
+    assert_eq!(plain.content, "call_7");
+    let scoped = registry
+        .execute_one(call(), &ExecOptions::new().idempotency_scope("session-1"))
+        .await;
+    assert_eq!(scoped.content, "session-1/call_7");
+    assert_eq!(
+        ToolContext::new("c")
+            .idempotency_scope("s")
+            .idempotency_key(),
+        "s/c"
+    );
+}

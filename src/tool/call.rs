@@ -153,6 +153,9 @@ pub struct ExecOptions {
     pub cancel: CancellationToken,
     /// Where the tools' progress notes go (dropped when the channel is full).
     pub progress: Option<mpsc::Sender<ToolProgress>>,
+    /// Prefixes each call's [`ToolContext::idempotency_key`] (a durable driver sets the
+    /// session id here).
+    pub idempotency_scope: Option<std::sync::Arc<str>>,
 }
 
 impl ExecOptions {
@@ -170,6 +173,12 @@ impl ExecOptions {
     /// Sends progress notes to this channel.
     pub fn progress(mut self, sender: mpsc::Sender<ToolProgress>) -> Self {
         self.progress = Some(sender);
+        self
+    }
+
+    /// Scopes the calls' idempotency keys: each call's key becomes `{scope}/{call id}`.
+    pub fn idempotency_scope(mut self, scope: impl Into<std::sync::Arc<str>>) -> Self {
+        self.idempotency_scope = Some(scope.into());
         self
     }
 }

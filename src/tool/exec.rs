@@ -114,6 +114,7 @@ pub(crate) fn run<'a>(
             started: Arc::clone(&started),
             cancel: opts.cancel.child_token(),
             progress: opts.progress.clone(),
+            idempotency_scope: opts.idempotency_scope.clone(),
         };
         batch.running.push(call_run.run().boxed());
     }
@@ -178,6 +179,7 @@ struct CallRun<'a> {
     started: Arc<Vec<OnceLock<Instant>>>,
     cancel: CancellationToken,
     progress: Option<tokio::sync::mpsc::Sender<super::ToolProgress>>,
+    idempotency_scope: Option<Arc<str>>,
 }
 
 impl CallRun<'_> {
@@ -212,6 +214,9 @@ impl CallRun<'_> {
             ToolContext::new(self.call.id.clone()).cancellation_token(self.cancel.clone());
         if let Some(progress) = self.progress {
             ctx = ctx.progress_sender(progress);
+        }
+        if let Some(scope) = self.idempotency_scope {
+            ctx = ctx.idempotency_scope(scope);
         }
         let run = self.prepared.run;
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();

@@ -332,6 +332,7 @@ pub struct ToolContext {
     call_id: String,
     cancel: CancellationToken,
     progress: Option<mpsc::Sender<ToolProgress>>,
+    idempotency_scope: Option<std::sync::Arc<str>>,
 }
 
 impl ToolContext {
@@ -342,6 +343,24 @@ impl ToolContext {
             call_id: call_id.into(),
             cancel: CancellationToken::new(),
             progress: None,
+            idempotency_scope: None,
+        }
+    }
+
+    /// Scopes [`idempotency_key`](Self::idempotency_key) (a session id, say).
+    pub fn idempotency_scope(mut self, scope: impl Into<std::sync::Arc<str>>) -> Self {
+        self.idempotency_scope = Some(scope.into());
+        self
+    }
+
+    /// A key that names this call for the external systems a tool with side effects calls:
+    /// `{scope}/{call id}` under a durable driver (the session id is the scope), else the call
+    /// id. A call run again after a crash gets the same key, so the external system can drop
+    /// the repeat.
+    pub fn idempotency_key(&self) -> String {
+        match &self.idempotency_scope {
+            Some(scope) => format!("{scope}/{}", self.call_id),
+            None => self.call_id.clone(),
         }
     }
 

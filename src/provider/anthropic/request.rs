@@ -440,7 +440,7 @@ fn decode_block(block: &Value) -> ContentBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Message, ToolSpec};
+    use crate::message::{MediaSource, Message, ToolSpec};
     use serde_json::{json, Value};
 
     fn encode_value(request: &ModelRequest) -> Value {
@@ -590,6 +590,72 @@ mod tests {
             },
             Message::user("thanks"),
         ]
+    }
+
+    /// A history with every kind of media: images (bytes and URL) and a document in a user
+    /// message, and a tool result with two images.
+    fn media_conversation() -> Vec<Message> {
+        let png = MediaSource::Base64 {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        };
+        vec![
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::text("look"),
+                    ContentBlock::Image {
+                        source: png.clone(),
+                    },
+                    ContentBlock::Image {
+                        source: MediaSource::Url {
+                            url: "https://x.test/a.jpg".into(),
+                        },
+                    },
+                    ContentBlock::Document {
+                        source: MediaSource::Base64 {
+                            media_type: "application/pdf".into(),
+                            data: "JVBERi0=".into(),
+                        },
+                        title: Some("Report".into()),
+                    },
+                ],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::ToolUse {
+                        id: "c1".into(),
+                        name: "shot".into(),
+                        input: json!({}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "c2".into(),
+                        name: "shot".into(),
+                        input: json!({}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::ToolResult {
+                        tool_use_id: "c1".into(),
+                        content: "two shots".into(),
+                        is_error: false,
+                        images: vec![png.clone(), png.clone()],
+                    },
+                    ContentBlock::tool_result("c2", "none", false),
+                ],
+            },
+        ]
+    }
+
+    #[test]
+    fn media_round_trip_through_the_body() {
+        let mut request = ModelRequest::new(media_conversation());
+        request.prompt_cache = None;
+        assert_eq!(decode(&encode_value(&request)), media_conversation());
     }
 
     #[test]

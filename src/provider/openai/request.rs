@@ -670,6 +670,71 @@ mod tests {
         assert_eq!(decode_round_trip(history.clone(), true), history);
     }
 
+    /// A history with every kind of media: images (bytes and URL) and a document in a user
+    /// message, and a tool result with two images.
+    fn media_conversation() -> Vec<Message> {
+        let png = MediaSource::Base64 {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        };
+        vec![
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::text("look"),
+                    ContentBlock::Image {
+                        source: png.clone(),
+                    },
+                    ContentBlock::Image {
+                        source: MediaSource::Url {
+                            url: "https://x.test/a.jpg".into(),
+                        },
+                    },
+                    ContentBlock::Document {
+                        source: MediaSource::Base64 {
+                            media_type: "application/pdf".into(),
+                            data: "JVBERi0=".into(),
+                        },
+                        title: Some("Report".into()),
+                    },
+                ],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::ToolUse {
+                        id: "c1".into(),
+                        name: "shot".into(),
+                        input: json!({}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "c2".into(),
+                        name: "shot".into(),
+                        input: json!({}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::ToolResult {
+                        tool_use_id: "c1".into(),
+                        content: "two shots".into(),
+                        is_error: false,
+                        images: vec![png.clone(), png.clone()],
+                    },
+                    ContentBlock::tool_result("c2", "none", false),
+                ],
+            },
+        ]
+    }
+
+    #[test]
+    fn media_round_trip_through_the_body() {
+        let history = media_conversation();
+        assert_eq!(decode_round_trip(history.clone(), false), history);
+    }
+
     #[test]
     fn decode_sees_what_was_sent_without_thinking_blocks() {
         let mut expected = tool_conversation();
@@ -682,7 +747,8 @@ mod tests {
         let body = json!({"messages": [
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "look"},
-                                         {"type": "image_url", "image_url": {"url": "u"}}]},
+                                         {"type": "image_url", "image_url": {"url": "u"}},
+                                         {"type": "input_audio", "input_audio": {}}]},
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c", "type": "function", "function": {"name": "t", "arguments": "{oops"}}
             ]},
@@ -695,9 +761,12 @@ mod tests {
                     role: Role::User,
                     content: vec![
                         ContentBlock::text("look"),
-                        ContentBlock::Other(
-                            json!({"type": "image_url", "image_url": {"url": "u"}})
-                        ),
+                        // An image part reads back as an image, whatever its URL.
+                        ContentBlock::Image {
+                            source: MediaSource::Url { url: "u".into() }
+                        },
+                        // A part the crate does not model is kept as it is.
+                        ContentBlock::Other(json!({"type": "input_audio", "input_audio": {}})),
                     ],
                 },
                 Message {

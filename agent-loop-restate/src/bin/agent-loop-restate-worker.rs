@@ -1,0 +1,103 @@
+//! A worker process serving a demo agent as the `AgentSession` Restate object: the worker
+//! the `durable` example and the durability tests start (and kill).
+//!
+//! Configuration, from the environment:
+//! - `WORKER_ADDR`: where to listen (default `127.0.0.1:9080`);
+//! - `MODEL_BASE_URL`: an Anthropic-compatible server (the tests' mock); without it the real
+//!   Anthropic API with `ANTHROPIC_API_KEY`;
+//! - `TOOL_DIR`: a directory the demo tools log to, one line when a call starts and one when
+//!   it ends, with its idempotency key. A call of label `L` waits while the file `hold-L`
+//!   exists there, so a test can kill the worker while it runs;
+//! - `MAX_STATE_BYTES`: [`DurableAgent::max_state_bytes`](agent_loop_restate::DurableAgent::max_state_bytes).
+//!
+//! Tools: `step` (does one labelled step) and `deploy` (the same, but needs a human's
+//! approval first).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_loop::{AnthropicClient, FnTool, ToolContext, ToolError, ToolRegistry};
+use agent_loop_restate::{ApprovalRequest, DurableAgent};
+use serde::Deserialize;
+
+#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::schemars")]
+struct Step {
+    /// A label for the step.
+    label: String,
+}
+
+fn log(dir: &std::path::Path, line: &str) -> Result<(), ToolError> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("tools.log"))
+        .map_err(|e| ToolError::new(e.to_string()))?;
+    writeln!(file, "{line}").map_err(|e| ToolError::new(e.to_string()))?;
+    file.sync_all().map_err(|e| ToolError::new(e.to_string()))
+}
+
+async fn step(dir: PathBuf, input: Step, ctx: ToolContext) -> Result<String, ToolError> {
+    let key = ctx.idempotency_key();
+    log(&dir, &format!("start {} {key}", input.label))?;
+    let hold = dir.join(format!("hold-{}", input.label));
+    while hold.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    log(&dir, &format!("done {} {key}", input.label))?;
+    Ok(format!("did {}", input.label))
+}
+
+/// Serves the demo agent until the process ends (the `durable` example calls it too).
+#[tokio::main]
+pub async fn main() {
+    let addr: SocketAddr = std::env::var("WORKER_ADDR")
+        .unwrap_or_else(|_| "127.0.0.1:9080".into())
+        .parse()
+        .expect("WORKER_ADDR is host:port");
+    let dir = PathBuf::from(std::env::var("TOOL_DIR").unwrap_or_else(|_| ".".into()));
+    let client = match std::env::var("MODEL_BASE_URL") {
+        Ok(url) => AnthropicClient::new("mock-key")
+            .base_url(url)
+            .model("claude-mock"),
+        Err(_) => AnthropicClient::from_env().expect("ANTHROPIC_API_KEY or MODEL_BASE_URL"),
+    };
+    let (d1, d2) = (dir.clone(), dir);
+    let tools = ToolRegistry::new()
+        .with(FnTool::new(
+            "step",
+            "Does one labelled step of the task.",
+            move |input: Step, ctx| step(d1.clone(), input, ctx),
+        ))
+        .and_then(|r| {
+            r.with(FnTool::new(
+                "deploy",
+                "Deploys; a human approves each deploy first.",
+                move |input: Step, ctx| step(d2.clone(), input, ctx),
+            ))
+        })
+        .expect("valid tools");
+    let agent = DurableAgent::new(client, tools)
+        .configure(|b| b.system("You do tasks step by step with the tools."))
+        .approval(|call: &agent_loop::ToolCall| {
+            if call.name == "deploy" {
+                ApprovalRequest::AskHuman
+            } else {
+                ApprovalRequest::Allow
+            }
+        });
+    let agent = match std::env::var("MAX_STATE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(bytes) => agent.max_state_bytes(bytes),
+        None => agent,
+    };
+    eprintln!("worker listening on {addr}");
+    if let Err(e) = agent_loop_restate::serve(agent, addr).await {
+        eprintln!("cannot listen on {addr}: {e}");
+        std::process::exit(1);
+    }
+}
