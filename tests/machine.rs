@@ -498,3 +498,34 @@ fn a_broken_response_abandons_its_early_calls_still_running_and_answers_them() {
         "{actions:#?}"
     );
 }
+
+#[test]
+fn a_stop_asked_before_the_first_turn_still_lets_that_turn_run() {
+    let now = Instant::now();
+    let mut m = machine();
+    assert!(!m.is_finished());
+    m.start("go", now);
+    m.handle(Input::StopAfterTurn, now);
+    let actions = drain(&mut m);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::CallModel(_))),
+        "the first turn runs: {actions:#?}"
+    );
+    assert!(!m.is_finished());
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "hi".into(),
+            },
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::Completed)
+    );
+    assert!(m.is_finished());
+}
