@@ -77,6 +77,8 @@ mod agent;
 mod assemble;
 mod context;
 mod error;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod media;
 mod message;
 mod provider;

@@ -440,3 +440,92 @@ fn a_stop_request_lets_the_turn_finish_then_stops() {
         "the turn's results are kept"
     );
 }
+
+#[test]
+fn a_broken_response_abandons_its_early_calls_still_running_and_answers_them() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    // Two read-only calls start early; one finishes, one is still running.
+    for (index, id) in [(0, "r1"), (1, "r2")] {
+        feed(&mut m, call_block(index, id, "look", "{}"), now);
+        m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+        drain(&mut m);
+    }
+    m.handle(done("r1", "look", "seen"), now);
+    drain(&mut m);
+    m.handle(
+        Input::ModelEnded(Err(LlmError::Transport {
+            message: "reset".into(),
+        })),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::AbortTools)),
+        "the running early call is abandoned: {actions:#?}"
+    );
+    let results: Vec<(&str, &str)> = events(&actions)
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { id, content, .. } => Some((id.as_str(), content.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], ("r1", "seen"));
+    assert_eq!(results[1].0, "r2");
+    assert!(results[1].1.starts_with("not run"), "{results:?}");
+
+    // When every early call had finished, nothing is abandoned.
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    feed(&mut m, call_events("r1", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("r1", "look", "seen"), now);
+    drain(&mut m);
+    m.handle(
+        Input::ModelEnded(Err(LlmError::Transport {
+            message: "reset".into(),
+        })),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::AbortTools)),
+        "{actions:#?}"
+    );
+}
+
+#[test]
+fn a_stop_asked_before_the_first_turn_still_lets_that_turn_run() {
+    let now = Instant::now();
+    let mut m = machine();
+    assert!(!m.is_finished());
+    m.start("go", now);
+    m.handle(Input::StopAfterTurn, now);
+    let actions = drain(&mut m);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::CallModel(_))),
+        "the first turn runs: {actions:#?}"
+    );
+    assert!(!m.is_finished());
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "hi".into(),
+            },
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::Completed)
+    );
+    assert!(m.is_finished());
+}

@@ -333,3 +333,99 @@ async fn compaction_drops_old_images_first_and_leaves_a_placeholder() {
     );
     assert!(report.tokens_after < report.tokens_before);
 }
+
+/// One old turn with an image, a titled PDF and a tool result with an image; a newer turn
+/// with a small image; and the current turn.
+fn media_history(target: f32) -> ContextManager {
+    let config = ContextConfig::default()
+        .context_window(6_000)
+        .output_reserve(1_000)
+        .keep_recent_turns(1)
+        .compaction_target(target)
+        .image_tokens(ImageTokenRule::Anthropic);
+    let mut cm = ContextManager::new(config);
+    let big = || Image::png(&png(1000, 1000)).unwrap();
+    cm.push(
+        UserInput::text("read")
+            .image(big())
+            .document(Document::pdf(PDF).unwrap().title("Q3"))
+            .into_message(),
+    );
+    cm.push(Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: "c1".into(),
+            name: "shot".into(),
+            input: json!({}),
+        }],
+    });
+    cm.push_tool_results(vec![ContentBlock::ToolResult {
+        tool_use_id: "c1".into(),
+        content: "result".into(),
+        is_error: false,
+        images: vec![big().into_source()],
+    }]);
+    cm.push(Message::assistant("seen"));
+    cm.push(
+        UserInput::text("and this")
+            .image(Image::png(&png(400, 400)).unwrap())
+            .into_message(),
+    );
+    cm.push(Message::assistant("small"));
+    cm.push(Message::user("now"));
+    cm
+}
+
+#[tokio::test]
+async fn compaction_drops_media_oldest_first_and_only_as_much_as_needed() {
+    // Dropping the first message's image and document is enough.
+    let mut cm = media_history(0.4);
+    let before = cm.token_count();
+    let report = cm.compact(None).await.unwrap().expect("a compaction");
+    assert_eq!(report.strategy, CompactionStrategy::DropOldImages);
+    assert_eq!(
+        cm.messages()[0].content,
+        [
+            ContentBlock::text("read"),
+            ContentBlock::text("[image removed to save context]"),
+            ContentBlock::text("[document \"Q3\" removed to save context]"),
+        ]
+    );
+    let ContentBlock::ToolResult { images, .. } = &cm.messages()[2].content[0] else {
+        panic!()
+    };
+    assert_eq!(
+        images.len(),
+        1,
+        "the next media stays: the target was reached"
+    );
+    assert!(matches!(
+        cm.messages()[4].content[1],
+        ContentBlock::Image { .. }
+    ));
+    // The count follows what was removed (1334 + 2250 tokens of media).
+    assert!(
+        before - cm.token_count() > 3_000,
+        "{before} -> {}",
+        cm.token_count()
+    );
+    assert_eq!(report.tokens_after, cm.token_count());
+
+    // A lower target takes every old image, the tool's too; the text stays.
+    let mut cm = media_history(0.05);
+    cm.compact(None).await.unwrap().expect("a compaction");
+    let ContentBlock::ToolResult {
+        images, content, ..
+    } = &cm.messages()[2].content[0]
+    else {
+        panic!()
+    };
+    assert!(images.is_empty());
+    assert!(content.starts_with("result\n[1 image removed"), "{content}");
+    assert_eq!(
+        cm.messages()[4].text(),
+        "and this[image removed to save context]"
+    );
+    // The current turn is never touched.
+    assert_eq!(cm.messages().last().unwrap().text(), "now");
+}

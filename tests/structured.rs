@@ -257,6 +257,37 @@ async fn an_answer_tool_named_like_an_agent_tool_is_refused() {
     assert_eq!(outcome.termination, Termination::Completed);
 }
 
+#[tokio::test]
+async fn the_answer_tool_may_be_forced_from_the_first_call() {
+    let client = ScriptedClient::new([ScriptedResponse::tool_call(
+        "c1",
+        "final_answer",
+        json!({"name": "Ada", "age": 36}),
+    )]);
+    let mut agent = Agent::builder(client.clone()).build().unwrap();
+    let options = contact_options().settings(
+        agent_loop::RequestSettings::new().tool_choice(ToolChoice::Tool("final_answer".into())),
+    );
+    let outcome = agent.run_to_end("Ada, 36", options).await;
+    assert_eq!(outcome.termination, Termination::Completed, "{outcome:?}");
+    assert_eq!(
+        client.requests()[0].tool_choice,
+        ToolChoice::Tool("final_answer".into())
+    );
+    // A forced tool the agent does not have is refused before anything is sent.
+    let client = ScriptedClient::new([]);
+    let mut agent = Agent::builder(client.clone()).build().unwrap();
+    let options = contact_options()
+        .settings(agent_loop::RequestSettings::new().tool_choice(ToolChoice::Tool("other".into())));
+    let outcome = agent.run_to_end("?", options).await;
+    assert!(
+        matches!(&outcome.termination, Termination::Error(Error::Config(m)) if m.contains("other")),
+        "{:?}",
+        outcome.termination
+    );
+    assert!(client.requests().is_empty());
+}
+
 #[test]
 fn an_answer_type_that_is_not_an_object_is_refused_with_advice() {
     let err = StructuredOutput::of::<Vec<String>>().unwrap_err();

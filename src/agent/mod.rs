@@ -739,6 +739,19 @@ impl AgentBuilder {
         self
     }
 
+    /// The builder's registry, for modules that register tools of their own kind.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn registry_mut(&mut self) -> &mut ToolRegistry {
+        &mut self.tools
+    }
+
+    /// Records a tool error for [`build`](Self::build) to report.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn with_tool_error(mut self, error: Error) -> Self {
+        self.tool_errors.push(error);
+        self
+    }
+
     /// Uses this registry (with its tools and execution settings) instead of the builder's.
     pub fn tools(mut self, registry: ToolRegistry) -> Self {
         self.tools = registry;

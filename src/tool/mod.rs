@@ -44,6 +44,10 @@ pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency, Schedule};
 pub use registry::{RegisteredTool, ToolRegistry};
+#[cfg(all(feature = "mcp", test))]
+pub(crate) use schema::check_name;
+#[cfg(feature = "mcp")]
+pub(crate) use schema::quote;
 
 /// A tool the model can call, with a typed input.
 ///

@@ -1,0 +1,842 @@
+//! Model Context Protocol tools (feature `mcp`): connect to an MCP server and give the agent
+//! its tools.
+//!
+//! ```text
+//!  McpServer::stdio(..) / ::http(..)  ──connect──►  McpConnection  (one live session; restarted
+//!   (command, args, env, cwd | URL,                  │              on the next call after a
+//!    headers; prefix, filter, timeout)               │              crash, a bounded number of
+//!                                                    │              times; the child is killed
+//!                                                    ▼              and reaped when dropped)
+//!                                        tools/list (all pages) → McpTool per tool
+//!                                                    │  name (prefixed, made provider-safe),
+//!                                                    │  description, inputSchema (the registry's
+//!                                                    ▼  schema rules; unions flattened)
+//!                                        ToolRegistry / AgentBuilder::mcp_tools
+//!                                                    │
+//!  tools/call ◄── McpTool::call (progress token; progress → ToolProgress; dropped on cancel or
+//!                                timeout → notifications/cancelled)
+//!      │
+//!      ▼  text → text, images → images, resources inlined, structuredContent as JSON,
+//!         isError → error result
+//! ```
+//!
+//! # Example
+//!
+//! ```no_run
+//! use agent_loop::mcp::McpServer;
+//! use agent_loop::{Agent, AnthropicClient};
+//!
+//! # async fn demo() -> Result<(), agent_loop::Error> {
+//! let files = McpServer::stdio("files", "npx")
+//!     .args(["-y", "@modelcontextprotocol/server-filesystem", "/tmp/work"])
+//!     .prefix("fs_")
+//!     .connect()
+//!     .await?;
+//! let agent = Agent::builder(AnthropicClient::from_env()?)
+//!     .mcp_tools(&files)
+//!     .build()?;
+//! # let _ = agent;
+//! # Ok(())
+//! # }
+//! ```
+
+mod convert;
+mod session;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    CustomResult, PaginatedRequestParams, RequestId, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::Value;
+
+use crate::agent::AgentBuilder;
+use crate::error::Error;
+use crate::tool::{quote, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use session::{Handler, Session};
+
+/// At most this many tools are taken from one server.
+const MAX_TOOLS: usize = 1024;
+/// At most this many pages of `tools/list` are read.
+const MAX_PAGES: usize = 100;
+
+/// Filters tools by their name on the server.
+type Filter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+#[derive(Clone)]
+enum Transport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// How to reach an MCP server, and which of its tools to take; [`connect`](Self::connect)
+/// starts it.
+///
+/// Two transports: a child process speaking MCP over its stdin and stdout
+/// ([`stdio`](Self::stdio)), and streamable HTTP ([`http`](Self::http)). The child's stderr
+/// goes to `tracing` (target `agent_loop::mcp::stderr`, level INFO), never to the terminal.
+#[derive(Clone)]
+pub struct McpServer {
+    name: String,
+    transport: Transport,
+    prefix: String,
+    filter: Option<Filter>,
+    timeout: Option<Duration>,
+    concurrency: Concurrency,
+    max_reconnects: u32,
+    max_message_bytes: usize,
+    connect_timeout: Duration,
+}
+
+impl McpServer {
+    fn new(name: impl Into<String>, transport: Transport) -> Self {
+        McpServer {
+            name: name.into(),
+            transport,
+            prefix: String::new(),
+            filter: None,
+            timeout: None,
+            concurrency: Concurrency::Shared,
+            max_reconnects: 3,
+            max_message_bytes: 16 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// A server started as a child process, speaking MCP over its stdin and stdout. `name`
+    /// names the server in errors and logs.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>) -> Self {
+        McpServer::new(
+            name,
+            Transport::Stdio {
+                command: command.into(),
+                args: Vec::new(),
+                env: Vec::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    /// A server reached over streamable HTTP at `url` (its MCP endpoint, such as
+    /// `http://127.0.0.1:3001/mcp`).
+    ///
+    /// The HTTP client (rmcp's, on reqwest 0.13 with rustls) needs a process-wide rustls
+    /// crypto provider: when the host has installed none, connecting installs ring's.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServer::new(
+            name,
+            Transport::Http {
+                url: url.into(),
+                headers: Vec::new(),
+            },
+        )
+    }
+
+    /// Adds a command-line argument (stdio servers; ignored for HTTP).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        if let Transport::Stdio { args, .. } = &mut self.transport {
+            args.push(arg.into());
+        }
+        self
+    }
+
+    /// Adds command-line arguments (stdio servers; ignored for HTTP).
+    pub fn args<I, S>(mut self, new: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        if let Transport::Stdio { args, .. } = &mut self.transport {
+            args.extend(new.into_iter().map(Into::into));
+        }
+        self
+    }
+
+    /// Sets an environment variable of the child process, on top of this process's
+    /// environment (stdio servers; ignored for HTTP). Values never appear in `Debug`.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Transport::Stdio { env, .. } = &mut self.transport {
+            env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// The working directory of the child process (stdio servers; ignored for HTTP).
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        if let Transport::Stdio { cwd, .. } = &mut self.transport {
+            *cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// Adds a header to every HTTP request, such as `Authorization` (HTTP servers; ignored for
+    /// stdio). Values never appear in `Debug`.
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Transport::Http { headers, .. } = &mut self.transport {
+            headers.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// Puts `prefix` before every tool name the model sees (`fs_` makes `read_file`
+    /// `fs_read_file`), to keep two servers' tools apart. Characters the providers do not
+    /// allow in names (anything but letters, digits, `_` and `-`) become `_`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Takes only the tools with these names (as the server names them).
+    pub fn only<I, S>(self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        self.filter(move |name| names.iter().any(|n| n == name))
+    }
+
+    /// Takes only the tools whose name (as the server names it) passes `keep`.
+    pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(Arc::new(keep));
+        self
+    }
+
+    /// The longest one call of this server's tools may run (default: the registry's).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How calls of this server's tools overlap other calls (default
+    /// [`Concurrency::Shared`]: side by side); [`Concurrency::Exclusive`] for a server that
+    /// cannot take concurrent calls.
+    pub fn concurrency(mut self, concurrency: Concurrency) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// How many times in a row starting the server again may fail before its tools answer
+    /// every call with an error without trying (default 3). A session that dies is restarted
+    /// on the next call; a successful start resets the count.
+    pub fn max_reconnects(mut self, times: u32) -> Self {
+        self.max_reconnects = times;
+        self
+    }
+
+    /// The largest message the server may send (default 16 MiB). A larger one closes the
+    /// connection, and the call waiting for it gets an error saying so.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes.max(1);
+        self
+    }
+
+    /// How long starting the server and the MCP handshake may take (default 30 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Starts the server, runs the MCP handshake and lists its tools (every page).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tool`] when the server cannot be started or reached, the handshake fails or
+    /// times out, or listing the tools fails; [`Error::Config`] for an invalid header.
+    pub async fn connect(self) -> Result<McpConnection, Error> {
+        let handler = Handler {
+            server: Arc::from(self.name.as_str()),
+            progress: Default::default(),
+            tools_changed: Default::default(),
+        };
+        let session = session::connect(&self, &handler).await?;
+        let inner = Arc::new(Inner {
+            server: self,
+            handler,
+            session: tokio::sync::Mutex::new(Some(session)),
+            failed_connects: AtomicU32::new(0),
+            tools: Mutex::new(Vec::new()),
+        });
+        let connection = McpConnection { inner };
+        connection.refresh().await?;
+        Ok(connection)
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("McpServer");
+        d.field("name", &self.name);
+        match &self.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let env: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+                d.field("command", command)
+                    .field("args", args)
+                    .field("env", &env)
+                    .field("cwd", cwd);
+            }
+            Transport::Http { url, headers } => {
+                let headers: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+                d.field("url", url).field("headers", &headers);
+            }
+        }
+        d.field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `tools/list`, every page, bounded: at most [`MAX_PAGES`] pages and [`MAX_TOOLS`] tools
+/// (a server that pages on and on keeps what was listed, with a warning).
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    server: &str,
+) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer.list_tools(Some(params)).await?;
+        tools.extend(page.tools);
+        if tools.len() >= MAX_TOOLS {
+            tracing::warn!(
+                server,
+                "MCP server lists over {MAX_TOOLS} tools; taking the first {MAX_TOOLS}"
+            );
+            tools.truncate(MAX_TOOLS);
+            return Ok(tools);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    tracing::warn!(
+        server,
+        "MCP server lists tools over more than {MAX_PAGES} pages; taking those"
+    );
+    Ok(tools)
+}
+
+/// The state of one connection, shared by its [`McpConnection`] clones and its tools.
+struct Inner {
+    server: McpServer,
+    handler: Handler,
+    session: tokio::sync::Mutex<Option<Session>>,
+    failed_connects: AtomicU32,
+    /// The listed tools (no handle on the connection: tools hold `Inner`, `Inner` holds these).
+    tools: Mutex<Vec<ToolInfo>>,
+}
+
+impl Inner {
+    fn name(&self) -> String {
+        quote(&self.server.name)
+    }
+
+    /// The live session's peer; starts the server again when the session has died (at most
+    /// `max_reconnects` failed starts in a row).
+    async fn peer(&self) -> Result<Peer<RoleClient>, ToolError> {
+        let mut guard = self.session.lock().await;
+        if let Some(session) = guard.as_mut() {
+            if !session.is_closed() {
+                return Ok(session.peer());
+            }
+            tracing::warn!(server = %self.server.name, "MCP server connection lost; restarting it");
+        }
+        if let Some(old) = guard.take() {
+            old.close().await;
+        }
+        let failed = self.failed_connects.load(Ordering::Acquire);
+        if failed >= self.server.max_reconnects {
+            return Err(ToolError::new(format!(
+                "MCP server {} is down: restarting it failed {failed} times in a row",
+                self.name()
+            )));
+        }
+        match session::connect(&self.server, &self.handler).await {
+            Ok(session) => {
+                self.failed_connects.store(0, Ordering::Release);
+                let peer = session.peer();
+                *guard = Some(session);
+                Ok(peer)
+            }
+            Err(e) => {
+                self.failed_connects.fetch_add(1, Ordering::AcqRel);
+                Err(ToolError::new(format!("{e}")))
+            }
+        }
+    }
+
+    /// Why the session failed, for an error message.
+    async fn failure_reason(&self) -> Option<String> {
+        let mut guard = self.session.lock().await;
+        let session = guard.as_mut()?;
+        if session.oversized() {
+            Some(format!(
+                "it sent a message over the {}-byte limit, so the connection was closed",
+                self.server.max_message_bytes
+            ))
+        } else if session.is_closed() {
+            Some("the connection closed (the server exited or crashed)".to_owned())
+        } else {
+            None
+        }
+    }
+}
+
+/// A live connection to an MCP server, with the tools it offers. Cheap to clone.
+///
+/// Dropping the last clone (and the last of its tools, which hold the connection) ends the
+/// session: a child process is killed and reaped by tokio. [`close`](Self::close) does the
+/// same and waits for the child to exit.
+#[derive(Clone)]
+pub struct McpConnection {
+    inner: Arc<Inner>,
+}
+
+impl McpConnection {
+    /// The server's name, as given to [`McpServer::stdio`] or [`McpServer::http`].
+    pub fn name(&self) -> &str {
+        &self.inner.server.name
+    }
+
+    /// The server's tools (the ones that pass the filter), as of the last listing.
+    pub fn tools(&self) -> Vec<McpTool> {
+        self.inner
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|info| McpTool {
+                info: info.clone(),
+                connection: self.inner.clone(),
+            })
+            .collect()
+    }
+
+    /// Registers the server's tools in `registry`; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the server and the tool when a tool's name is taken or its
+    /// input schema breaks the registry's rules (see [`ToolRegistry::register`]; a top-level
+    /// `oneOf` of object schemas is flattened, other unions are refused). Tools registered
+    /// before the failing one stay registered.
+    pub fn register(&self, registry: &mut ToolRegistry) -> Result<usize, Error> {
+        let tools = self.tools();
+        for tool in &tools {
+            registry
+                .register(tool.clone())
+                .map_err(|e| self.explain(tool, e))?;
+        }
+        Ok(tools.len())
+    }
+
+    fn explain(&self, tool: &McpTool, e: Error) -> Error {
+        match e {
+            Error::Config(message) => Error::Config(format!(
+                "MCP server {}, tool {}: {message}",
+                quote(self.name()),
+                quote(&tool.info.remote)
+            )),
+            other => other,
+        }
+    }
+
+    /// Whether the server said its tool list changed (`notifications/tools/list_changed`)
+    /// since the last [`refresh`](Self::refresh). Tools already registered keep working
+    /// (calls go by the server's name); to give the model the new list, refresh and register
+    /// the tools in a new registry (or build a new agent).
+    pub fn tools_changed(&self) -> bool {
+        self.inner.handler.tools_changed.load(Ordering::Acquire)
+    }
+
+    /// Lists the server's tools again (every page).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tool`] when the server cannot be reached or the listing fails.
+    pub async fn refresh(&self) -> Result<(), Error> {
+        let inner = &self.inner;
+        let peer = inner.peer().await?;
+        inner.handler.tools_changed.store(false, Ordering::Release);
+        let listed = list_tools(&peer, &inner.server.name).await.map_err(|e| {
+            Error::Tool(ToolError::new(format!(
+                "MCP server {}: listing its tools failed: {e}",
+                inner.name()
+            )))
+        })?;
+        let filter = inner.server.filter.clone();
+        let tools: Vec<ToolInfo> = listed
+            .into_iter()
+            .filter(|t| filter.as_ref().is_none_or(|keep| keep(&t.name)))
+            .map(|t| ToolInfo {
+                name: convert::tool_name(&inner.server.prefix, &t.name),
+                remote: t.name.to_string(),
+                description: t
+                    .description
+                    .as_deref()
+                    .or(t.title.as_deref())
+                    .unwrap_or_default()
+                    .to_owned(),
+                schema: convert::input_schema(&t.input_schema),
+                read_only: t
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false),
+            })
+            .collect();
+        *inner.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        Ok(())
+    }
+
+    /// The process id of the server's child process (stdio servers, while running).
+    pub async fn process_id(&self) -> Option<u32> {
+        self.inner.session.lock().await.as_ref()?.process_id()
+    }
+
+    /// Ends the session now: closes the connection, kills a child process and waits for it.
+    /// A later call of one of its tools starts the server again.
+    pub async fn close(&self) {
+        if let Some(session) = self.inner.session.lock().await.take() {
+            session.close().await;
+        }
+    }
+}
+
+impl fmt::Debug for McpConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpConnection")
+            .field("server", &self.inner.server)
+            .field(
+                "tools",
+                &self
+                    .inner
+                    .tools
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .map(|t| t.name.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// What the server says about one tool.
+#[derive(Debug, Clone)]
+struct ToolInfo {
+    name: String,
+    remote: String,
+    description: String,
+    schema: Value,
+    read_only: bool,
+}
+
+/// One tool of an MCP server, as the registry takes it: a [`Tool`] with JSON input, the
+/// server's description and input schema, and [read-only](Tool::read_only) when the server
+/// annotates it `readOnlyHint`. It holds its connection: the server runs while any of its
+/// tools (or a [`McpConnection`] clone) is alive.
+///
+/// A call sends a progress token (the server's progress notifications become
+/// [`ToolProgress`](crate::ToolProgress) notes), and a call stopped by cancellation or its
+/// timeout sends `notifications/cancelled`. Content maps as follows: text as text; an image
+/// is sent to the model as an image (see [`ToolOutput::with_images`]) and named in the text
+/// where it came (`[image: image/png, 1234 bytes]`); audio is named; an embedded text resource is
+/// inlined under its URI, a binary one named with its size; `structuredContent` is added as
+/// JSON unless a text block already holds the same JSON; `isError` makes an error result. A
+/// server that crashes or hangs answers the call with an error, and the next call starts it
+/// again.
+#[derive(Clone)]
+pub struct McpTool {
+    info: ToolInfo,
+    connection: Arc<Inner>,
+}
+
+impl McpTool {
+    /// The tool's name on the server (the model sees [`Tool::name`], with the prefix).
+    pub fn remote_name(&self) -> &str {
+        &self.info.remote
+    }
+
+    /// The name of the server the tool belongs to.
+    pub fn server_name(&self) -> &str {
+        &self.connection.server.name
+    }
+
+    /// The error for a call whose connection failed.
+    async fn lost(&self, error: ServiceError) -> ToolError {
+        let reason = self
+            .connection
+            .failure_reason()
+            .await
+            .unwrap_or_else(|| error.to_string());
+        self.fail(format_args!(
+            "{reason}; the server is started again on the next call"
+        ))
+    }
+
+    fn fail(&self, what: impl fmt::Display) -> ToolError {
+        ToolError::new(format!(
+            "MCP server {}, tool {}: {what}",
+            self.connection.name(),
+            quote(&self.info.remote)
+        ))
+    }
+}
+
+impl fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpTool")
+            .field("name", &self.info.name)
+            .field("remote", &self.info.remote)
+            .field("server", &self.connection.server.name)
+            .field("read_only", &self.info.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    type Input = Value;
+
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    fn description(&self) -> &str {
+        &self.info.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.info.schema.clone()
+    }
+
+    fn read_only(&self) -> bool {
+        self.info.read_only
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        self.connection.server.concurrency.clone()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.connection.server.timeout
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let connection = &self.connection;
+        let peer = connection.peer().await?;
+        let mut params = CallToolRequestParams::new(self.info.remote.clone());
+        if let Value::Object(arguments) = input {
+            params = params.with_arguments(arguments);
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = match peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        // rmcp gives every request its own progress token; subscribe before the server can
+        // have read the request (it is only queued for the transport so far).
+        let mut progress = connection
+            .handler
+            .progress
+            .subscribe(handle.progress_token.clone())
+            .await;
+        // Until the answer arrives, dropping this call (cancellation, timeout) sends
+        // `notifications/cancelled` for the request.
+        let mut guard = CancelOnDrop {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let mut response = std::pin::pin!(handle.await_response());
+        let result = loop {
+            tokio::select! {
+                result = &mut response => break result,
+                Some(note) = progress.next() => {
+                    ctx.report_progress(convert::progress_text(
+                        note.progress,
+                        note.total,
+                        note.message.as_deref(),
+                    ));
+                }
+            }
+        };
+        guard.id = None;
+        // Notes that came in with the answer.
+        while let Some(Some(note)) = progress.next().now_or_never() {
+            ctx.report_progress(convert::progress_text(
+                note.progress,
+                note.total,
+                note.message.as_deref(),
+            ));
+        }
+        let json = match result {
+            Ok(ServerResult::CallToolResult(result)) => {
+                serde_json::to_value(&result).map_err(|e| self.fail(e))?
+            }
+            // A result rmcp could not read as a CallToolResult (a content type it does not
+            // know): read the JSON here.
+            Ok(ServerResult::CustomResult(CustomResult(json))) => json,
+            Ok(_) => {
+                return Err(self.fail("the server answered with something other than a tool result"))
+            }
+            Err(ServiceError::McpError(e)) => {
+                return Err(self.fail(format_args!("the server refused the call: {}", e.message)))
+            }
+            Err(e) => return Err(self.lost(e).await),
+        };
+        convert::into_output(convert::map_result(&json))
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller stopped waiting.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = "cancelled by the agent (run cancelled or tool timeout)".to_owned();
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason)))
+                .await;
+        });
+    }
+}
+
+impl AgentBuilder {
+    /// Adds the tools of an MCP server (see [`McpConnection::register`]). A name clash or a
+    /// schema the registry refuses makes [`build`](Self::build) fail, naming the server and
+    /// the tool.
+    pub fn mcp_tools(mut self, connection: &McpConnection) -> Self {
+        for tool in connection.tools() {
+            let registered = self.registry_mut().register(tool.clone());
+            if let Err(e) = registered {
+                self = self.with_tool_error(connection.explain(&tool, e));
+            }
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_shows_no_secrets() {
+        let http = McpServer::http("remote", "http://127.0.0.1:9/mcp")
+            .header("Authorization", "Bearer sk-secret-1")
+            .prefix("r_");
+        let debug = format!("{http:?}");
+        assert!(
+            debug.contains("Authorization") && debug.contains("r_"),
+            "{debug}"
+        );
+        assert!(!debug.contains("sk-secret-1"), "{debug}");
+        let stdio = McpServer::stdio("local", "server")
+            .args(["--root", "/tmp"])
+            .env("API_TOKEN", "tok-secret-2")
+            .current_dir("/tmp");
+        let debug = format!("{stdio:?}");
+        assert!(
+            debug.contains("API_TOKEN") && debug.contains("--root"),
+            "{debug}"
+        );
+        assert!(!debug.contains("tok-secret-2"), "{debug}");
+    }
+
+    #[test]
+    fn settings_for_one_transport_leave_the_other_alone() {
+        let http = McpServer::http("h", "http://127.0.0.1:9/mcp")
+            .arg("x")
+            .env("K", "V")
+            .current_dir("/");
+        assert!(matches!(&http.transport, Transport::Http { headers, .. } if headers.is_empty()));
+        let stdio = McpServer::stdio("s", "cmd").header("K", "V");
+        match &stdio.transport {
+            Transport::Stdio { args, env, cwd, .. } => {
+                assert!(args.is_empty() && env.is_empty() && cwd.is_none())
+            }
+            Transport::Http { .. } => panic!("stdio became http"),
+        }
+        assert_eq!(
+            McpServer::stdio("s", "c")
+                .max_message_bytes(0)
+                .max_message_bytes,
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_that_does_not_exist_is_a_clear_error() {
+        let error = McpServer::stdio("ghost", "/nonexistent/agent-loop-mcp-server")
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("MCP server \"ghost\": could not start"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_program_that_is_no_mcp_server_fails_the_handshake() {
+        // `true` exits at once without a word: the handshake cannot complete.
+        let error = McpServer::stdio("silent", "true")
+            .connect()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("MCP server \"silent\": the MCP handshake failed"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_header_is_a_configuration_error() {
+        let error = McpServer::http("h", "http://127.0.0.1:9/mcp")
+            .header("Bad Header", "v")
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Config(_)), "{error}");
+    }
+}

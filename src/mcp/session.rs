@@ -1,0 +1,267 @@
+//! One live connection to an MCP server: starting it (a child process over stdio, or
+//! streamable HTTP), the client handler that takes its notifications, the child's stderr
+//! sent to `tracing`, and the size limit on what it sends.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::StreamExt;
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::process::{Child, ChildStderr};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+use super::{McpServer, Transport};
+use crate::error::Error;
+use crate::tool::{quote, ToolError};
+
+/// A stderr line longer than this is logged cut.
+const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// What the server tells us between calls; shared by every session of one connection, so
+/// progress subscriptions and the list-changed flag survive a reconnect.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    pub(crate) server: Arc<str>,
+    pub(crate) progress: ProgressDispatcher,
+    pub(crate) tools_changed: Arc<AtomicBool>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::debug!(server = %self.server, "MCP server changed its tool list");
+        self.tools_changed.store(true, Ordering::Release);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("agent-loop", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// A running connection: the rmcp service and, for stdio, the child process.
+pub(crate) struct Session {
+    service: RunningService<RoleClient, Handler>,
+    /// Killed when dropped (`kill_on_drop`); tokio reaps it.
+    child: Option<Child>,
+    /// Set when the server sent a message over the size limit (the connection is then closed).
+    oversized: Arc<AtomicBool>,
+}
+
+impl Session {
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.service.peer().clone()
+    }
+
+    /// Whether the connection is gone: the service ended, its transport closed, or the child
+    /// process exited.
+    pub(crate) fn is_closed(&mut self) -> bool {
+        let exited = match &mut self.child {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => false,
+        };
+        exited || self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    pub(crate) fn oversized(&self) -> bool {
+        self.oversized.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn process_id(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Ends the session: stops the service, kills the child and waits for it (no zombie).
+    pub(crate) async fn close(mut self) {
+        let _ = self.service.cancel().await;
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Starts the server and runs the MCP handshake.
+pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Session, Error> {
+    let name = quote(&server.name);
+    let oversized = Arc::new(AtomicBool::new(false));
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Error::Tool(ToolError::new(format!("MCP server {name}: {what}: {e}")))
+    };
+    let connecting = async {
+        match &server.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let mut child = cmd
+                    .spawn()
+                    .map_err(|e| fail(&format!("could not start {}", quote(command)), &e))?;
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return Err(fail("could not start it", &"no stdio pipes"));
+                };
+                if let Some(stderr) = child.stderr.take() {
+                    tokio::spawn(forward_stderr(handler.server.clone(), stderr));
+                }
+                let stdout = LineLimit::new(stdout, server.max_message_bytes, oversized.clone());
+                let transport = AsyncRwTransport::new_client(stdout, stdin)
+                    .with_max_line_length(server.max_message_bytes.saturating_add(1));
+                let service = handler
+                    .clone()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail("the MCP handshake failed", &e))?;
+                Ok(Session {
+                    service,
+                    child: Some(child),
+                    oversized: oversized.clone(),
+                })
+            }
+            Transport::Http { url, headers } => {
+                let mut custom = HashMap::new();
+                for (key, value) in headers {
+                    let key =
+                        reqwest::header::HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
+                            Error::Config(format!("MCP server {name}: header name: {e}"))
+                        })?;
+                    let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+                        Error::Config(format!(
+                            "MCP server {name}: the value of header {} is not a valid header value",
+                            quote(key.as_str())
+                        ))
+                    })?;
+                    custom.insert(key, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom)
+                    .max_sse_event_size(server.max_message_bytes)
+                    .max_json_response_size(server.max_message_bytes);
+                // reqwest 0.13 (rmcp's HTTP client) builds without a crypto provider of its own
+                // and panics without a process default: install ring's, unless the host
+                // installed one.
+                if rustls::crypto::CryptoProvider::get_default().is_none() {
+                    let _ = rustls::crypto::ring::default_provider().install_default();
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                let service = handler
+                    .clone()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail("the MCP handshake failed", &e))?;
+                Ok(Session {
+                    service,
+                    child: None,
+                    oversized: oversized.clone(),
+                })
+            }
+        }
+    };
+    match tokio::time::timeout(server.connect_timeout, connecting).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Tool(ToolError::new(format!(
+            "MCP server {name}: no answer to the MCP handshake within {:?}",
+            server.connect_timeout
+        )))),
+    }
+}
+
+/// Sends each stderr line of the server to `tracing` (target `agent_loop::mcp::stderr`),
+/// never to the terminal; long lines are cut.
+async fn forward_stderr(server: Arc<str>, stderr: ChildStderr) {
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => {
+                tracing::info!(target: "agent_loop::mcp::stderr", server = %server, "{line}")
+            }
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::info!(target: "agent_loop::mcp::stderr", server = %server, "[a stderr line over {MAX_STDERR_LINE} bytes was dropped]");
+            }
+            Err(LinesCodecError::Io(_)) => break,
+        }
+    }
+}
+
+/// The server's stdout, ended (EOF) at the first line longer than the limit, with the flag
+/// set: the connection closes and the pending calls fail, saying why, instead of waiting for
+/// an answer that was dropped.
+struct LineLimit<R> {
+    inner: R,
+    max: usize,
+    line: usize,
+    tripped: Arc<AtomicBool>,
+}
+
+impl<R> LineLimit<R> {
+    fn new(inner: R, max: usize, tripped: Arc<AtomicBool>) -> Self {
+        LineLimit {
+            inner,
+            max,
+            line: 0,
+            tripped,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for LineLimit<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.tripped.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            let new = buf.filled().get(before..).unwrap_or(&[]);
+            for &byte in new {
+                if byte == b'\n' {
+                    this.line = 0;
+                } else {
+                    this.line += 1;
+                    if this.line > this.max {
+                        this.tripped.store(true, Ordering::Release);
+                        // Hide what was read: the transport sees the end of the stream.
+                        buf.set_filled(before);
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
+        poll
+    }
+}
