@@ -98,6 +98,7 @@ async fn openai_gets_no_parallel_tool_calls_without_tools() {
 async fn per_run_settings_override_the_builders_for_that_run_only() {
     let client = ScriptedClient::new([ScriptedResponse::text("a"), ScriptedResponse::text("b")]);
     let mut agent = Agent::builder(client.clone())
+        .model("model-of-the-builder")
         .temperature(0.7)
         .user("builder")
         .build()
@@ -118,6 +119,9 @@ async fn per_run_settings_override_the_builders_for_that_run_only() {
     assert_eq!(requests[1].temperature, Some(0.7));
     assert_eq!(requests[1].max_tokens, 8192);
     assert_eq!(requests[1].tool_choice, ToolChoice::Auto);
+    for request in &requests {
+        assert_eq!(request.model.as_deref(), Some("model-of-the-builder"));
+    }
 }
 
 #[test]
