@@ -220,6 +220,10 @@ async fn with_extended_thinking_the_tool_is_not_forced() {
     let outcome = agent.run_to_end("?", contact_options()).await;
     assert_eq!(outcome.termination, Termination::Completed);
     assert_eq!(client.requests()[1].tool_choice, ToolChoice::Auto);
+    assert!(client
+        .requests()
+        .iter()
+        .all(|r| r.thinking_budget == Some(1024)));
 }
 
 #[tokio::test]
