@@ -17,6 +17,8 @@ use crate::sse::{SseDecoder, SseLimits};
 
 pub(crate) mod anthropic;
 mod cache;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub(crate) mod http;
 pub(crate) mod openai;
 pub(crate) mod responses;

@@ -18,9 +18,7 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::media::{
-    ImageFormat, ANTHROPIC_MAX_IMAGE_BASE64, ANTHROPIC_MAX_IMAGE_SIDE, MAX_DOCUMENT_BASE64,
-};
+use crate::media::{self, Provider};
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
@@ -212,60 +210,12 @@ fn messages(request: &ModelRequest) -> Result<Vec<WireMessage<'_>>, LlmError> {
     Ok(out)
 }
 
-/// Checks an image source against Anthropic's documented limits: one of the four image
-/// types, at most 5 MB of base64 data, at most 8000 px a side.
 fn check_image(source: &MediaSource) -> Result<(), LlmError> {
-    let refuse = |message: String| Err(LlmError::InvalidRequest { message });
-    match source {
-        MediaSource::Base64 { media_type, data } => {
-            if ImageFormat::from_media_type(media_type).is_none() {
-                return refuse(format!(
-                    "Anthropic does not take images of type `{media_type}` (only image/png, \
-                     image/jpeg, image/gif and image/webp)"
-                ));
-            }
-            if data.len() > ANTHROPIC_MAX_IMAGE_BASE64 {
-                return refuse(format!(
-                    "an image is {} bytes of base64, over Anthropic's limit of 5 MB; send it \
-                     smaller",
-                    data.len()
-                ));
-            }
-            if let Some((w, h)) = crate::media::source_dimensions(source) {
-                if w > ANTHROPIC_MAX_IMAGE_SIDE || h > ANTHROPIC_MAX_IMAGE_SIDE {
-                    return refuse(format!(
-                        "an image is {w}×{h} px, over Anthropic's limit of 8000 px a side"
-                    ));
-                }
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+    media::check_image(source, Provider::Anthropic)
 }
 
 fn check_document(source: &MediaSource) -> Result<(), LlmError> {
-    match source {
-        MediaSource::Base64 { media_type, data } => {
-            if media_type != "application/pdf" {
-                return Err(LlmError::InvalidRequest {
-                    message: format!(
-                        "Anthropic takes documents of type application/pdf, not `{media_type}`"
-                    ),
-                });
-            }
-            if data.len() > MAX_DOCUMENT_BASE64 {
-                return Err(LlmError::InvalidRequest {
-                    message: format!(
-                        "a document is {} bytes of base64, over the 32 MB request limit",
-                        data.len()
-                    ),
-                });
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+    media::check_document(source, Provider::Anthropic)
 }
 
 fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
@@ -442,7 +392,7 @@ fn decode_block(block: &Value) -> ContentBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{MediaSource, Message, ToolSpec};
+    use crate::message::{Message, ToolSpec};
     use serde_json::{json, Value};
 
     fn encode_value(request: &ModelRequest) -> Value {
@@ -594,70 +544,14 @@ mod tests {
         ]
     }
 
-    /// A history with every kind of media: images (bytes and URL) and a document in a user
-    /// message, and a tool result with two images.
-    fn media_conversation() -> Vec<Message> {
-        let png = MediaSource::Base64 {
-            media_type: "image/png".into(),
-            data: "iVBORw0KGgo=".into(),
-        };
-        vec![
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::text("look"),
-                    ContentBlock::Image {
-                        source: png.clone(),
-                    },
-                    ContentBlock::Image {
-                        source: MediaSource::Url {
-                            url: "https://x.test/a.jpg".into(),
-                        },
-                    },
-                    ContentBlock::Document {
-                        source: MediaSource::Base64 {
-                            media_type: "application/pdf".into(),
-                            data: "JVBERi0=".into(),
-                        },
-                        title: Some("Report".into()),
-                    },
-                ],
-            },
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    ContentBlock::ToolUse {
-                        id: "c1".into(),
-                        name: "shot".into(),
-                        input: json!({}),
-                    },
-                    ContentBlock::ToolUse {
-                        id: "c2".into(),
-                        name: "shot".into(),
-                        input: json!({}),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::ToolResult {
-                        tool_use_id: "c1".into(),
-                        content: "two shots".into(),
-                        is_error: false,
-                        images: vec![png.clone(), png.clone()],
-                    },
-                    ContentBlock::tool_result("c2", "none", false),
-                ],
-            },
-        ]
-    }
-
     #[test]
     fn media_round_trip_through_the_body() {
-        let mut request = ModelRequest::new(media_conversation());
+        let mut request = ModelRequest::new(crate::provider::fixtures::media_conversation());
         request.prompt_cache = None;
-        assert_eq!(decode(&encode_value(&request)), media_conversation());
+        assert_eq!(
+            decode(&encode_value(&request)),
+            crate::provider::fixtures::media_conversation()
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::media::{ImageFormat, MAX_DOCUMENT_BASE64, OPENAI_MAX_IMAGE_BASE64};
+use crate::media::{self, Provider};
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
 
@@ -281,24 +281,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) -> Result<(), 
 /// An `image_url` part, checked against OpenAI's documented limits (PNG, JPEG, WebP or GIF;
 /// at most 20 MB).
 fn image_part(source: &MediaSource) -> Result<ContentPart<'_>, LlmError> {
-    if let MediaSource::Base64 { media_type, data } = source {
-        if ImageFormat::from_media_type(media_type).is_none() {
-            return Err(LlmError::InvalidRequest {
-                message: format!(
-                    "OpenAI does not take images of type `{media_type}` (only image/png, \
-                     image/jpeg, image/gif and image/webp)"
-                ),
-            });
-        }
-        if data.len() > OPENAI_MAX_IMAGE_BASE64 {
-            return Err(LlmError::InvalidRequest {
-                message: format!(
-                    "an image is {} bytes of base64, over OpenAI's limit of 20 MB",
-                    data.len()
-                ),
-            });
-        }
-    }
+    media::check_image(source, Provider::OpenAi)?;
     Ok(ContentPart::ImageUrl {
         kind: "image_url",
         image_url: ImageUrl {
@@ -313,15 +296,8 @@ fn file_part<'a>(
     title: Option<&'a str>,
 ) -> Result<ContentPart<'a>, LlmError> {
     match source {
-        MediaSource::Base64 { media_type, data } if media_type == "application/pdf" => {
-            if data.len() > MAX_DOCUMENT_BASE64 {
-                return Err(LlmError::InvalidRequest {
-                    message: format!(
-                        "a document is {} bytes of base64, over the 32 MB limit",
-                        data.len()
-                    ),
-                });
-            }
+        MediaSource::Base64 { .. } => {
+            media::check_document(source, Provider::OpenAi)?;
             Ok(ContentPart::File {
                 kind: "file",
                 file: FilePart {
@@ -330,9 +306,6 @@ fn file_part<'a>(
                 },
             })
         }
-        MediaSource::Base64 { media_type, .. } => Err(LlmError::InvalidRequest {
-            message: format!("OpenAI Chat takes PDF documents, not `{media_type}`"),
-        }),
         _ => Err(LlmError::InvalidRequest {
             message: "OpenAI Chat Completions cannot fetch a document from a URL: give the \
                       PDF's bytes (Document::pdf)"
@@ -670,68 +643,9 @@ mod tests {
         assert_eq!(decode_round_trip(history.clone(), true), history);
     }
 
-    /// A history with every kind of media: images (bytes and URL) and a document in a user
-    /// message, and a tool result with two images.
-    fn media_conversation() -> Vec<Message> {
-        let png = MediaSource::Base64 {
-            media_type: "image/png".into(),
-            data: "iVBORw0KGgo=".into(),
-        };
-        vec![
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::text("look"),
-                    ContentBlock::Image {
-                        source: png.clone(),
-                    },
-                    ContentBlock::Image {
-                        source: MediaSource::Url {
-                            url: "https://x.test/a.jpg".into(),
-                        },
-                    },
-                    ContentBlock::Document {
-                        source: MediaSource::Base64 {
-                            media_type: "application/pdf".into(),
-                            data: "JVBERi0=".into(),
-                        },
-                        title: Some("Report".into()),
-                    },
-                ],
-            },
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    ContentBlock::ToolUse {
-                        id: "c1".into(),
-                        name: "shot".into(),
-                        input: json!({}),
-                    },
-                    ContentBlock::ToolUse {
-                        id: "c2".into(),
-                        name: "shot".into(),
-                        input: json!({}),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::ToolResult {
-                        tool_use_id: "c1".into(),
-                        content: "two shots".into(),
-                        is_error: false,
-                        images: vec![png.clone(), png.clone()],
-                    },
-                    ContentBlock::tool_result("c2", "none", false),
-                ],
-            },
-        ]
-    }
-
     #[test]
     fn media_round_trip_through_the_body() {
-        let history = media_conversation();
+        let history = crate::provider::fixtures::media_conversation();
         assert_eq!(decode_round_trip(history.clone(), false), history);
     }
 

@@ -28,7 +28,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 use crate::error::LlmError;
-use crate::media::{ImageFormat, MAX_DOCUMENT_BASE64, OPENAI_MAX_IMAGE_BASE64};
+use crate::media::{self, Provider};
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
 
@@ -242,24 +242,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), Ll
 /// An `input_image` part, checked against OpenAI's documented limits (PNG, JPEG, WebP or GIF;
 /// at most 20 MB).
 fn image_part(source: &MediaSource) -> Result<InputPart<'_>, LlmError> {
-    if let MediaSource::Base64 { media_type, data } = source {
-        if ImageFormat::from_media_type(media_type).is_none() {
-            return Err(LlmError::InvalidRequest {
-                message: format!(
-                    "OpenAI does not take images of type `{media_type}` (only image/png, \
-                     image/jpeg, image/gif and image/webp)"
-                ),
-            });
-        }
-        if data.len() > OPENAI_MAX_IMAGE_BASE64 {
-            return Err(LlmError::InvalidRequest {
-                message: format!(
-                    "an image is {} bytes of base64, over OpenAI's limit of 20 MB",
-                    data.len()
-                ),
-            });
-        }
-    }
+    media::check_image(source, Provider::OpenAi)?;
     Ok(InputPart::Image {
         kind: "input_image",
         image_url: SourceUrl(source),
@@ -273,15 +256,8 @@ fn file_part<'a>(
     title: Option<&'a str>,
 ) -> Result<InputPart<'a>, LlmError> {
     match source {
-        MediaSource::Base64 { media_type, data } if media_type == "application/pdf" => {
-            if data.len() > MAX_DOCUMENT_BASE64 {
-                return Err(LlmError::InvalidRequest {
-                    message: format!(
-                        "a document is {} bytes of base64, over the 32 MB limit",
-                        data.len()
-                    ),
-                });
-            }
+        MediaSource::Base64 { .. } => {
+            media::check_document(source, Provider::OpenAi)?;
             Ok(InputPart::File {
                 kind: "input_file",
                 file_data: Some(SourceUrl(source)),
@@ -289,9 +265,6 @@ fn file_part<'a>(
                 filename: Some(title.unwrap_or("document.pdf")),
             })
         }
-        MediaSource::Base64 { media_type, .. } => Err(LlmError::InvalidRequest {
-            message: format!("OpenAI takes PDF documents, not `{media_type}`"),
-        }),
         MediaSource::Url { url } => Ok(InputPart::File {
             kind: "input_file",
             file_data: None,
