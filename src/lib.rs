@@ -112,7 +112,7 @@ pub use provider::{
 pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
 pub use tool::{
     Access, Concurrency, ExecOptions, FnTool, RegisteredTool, Schedule, Tool, ToolCall,
-    ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
+    ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
 };
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz

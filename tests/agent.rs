@@ -874,3 +874,115 @@ fn the_run_stream_is_send() {
     let stream = agent.run("hi");
     assert_send(&stream);
 }
+
+/// A tool source whose first refresh fails and whose second brings the tool `late`.
+#[derive(Default)]
+struct LateSource {
+    changed: std::sync::atomic::AtomicBool,
+    refreshes: AtomicU32,
+}
+
+impl agent_loop::ToolSource for LateSource {
+    fn changed(&self) -> bool {
+        self.changed.load(Ordering::Acquire)
+    }
+
+    fn refresh(&self) -> futures::future::BoxFuture<'_, Result<(), agent_loop::Error>> {
+        Box::pin(async move {
+            self.changed.store(false, Ordering::Release);
+            match self.refreshes.fetch_add(1, Ordering::AcqRel) {
+                0 => Err(agent_loop::Error::Config("the source is down".into())),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn register(
+        &self,
+        registry: &mut agent_loop::ToolRegistry,
+    ) -> Result<usize, agent_loop::Error> {
+        if self.refreshes.load(Ordering::Acquire) < 2 {
+            return Ok(0);
+        }
+        registry.register(FnTool::new(
+            "late",
+            "Came late.",
+            |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("late result") },
+        ))?;
+        Ok(1)
+    }
+}
+
+/// A source that changes is refreshed between turns: a failed refresh keeps the old tools,
+/// a good one gives the next request (and the tool runner) the new ones.
+#[tokio::test]
+async fn a_tool_source_that_changes_is_refreshed_between_turns() {
+    let source = Arc::new(LateSource::default());
+    let poke = {
+        let source = source.clone();
+        FnTool::new(
+            "poke",
+            "Changes the source.",
+            move |_: serde_json::Value, _ctx| {
+                let source = source.clone();
+                async move {
+                    source.changed.store(true, Ordering::Release);
+                    Ok::<_, ToolError>("poked")
+                }
+            },
+        )
+    };
+    struct Shared(Arc<LateSource>);
+    impl agent_loop::ToolSource for Shared {
+        fn changed(&self) -> bool {
+            self.0.changed()
+        }
+        fn refresh(&self) -> futures::future::BoxFuture<'_, Result<(), agent_loop::Error>> {
+            self.0.refresh()
+        }
+        fn register(
+            &self,
+            registry: &mut agent_loop::ToolRegistry,
+        ) -> Result<usize, agent_loop::Error> {
+            self.0.register(registry)
+        }
+    }
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "poke", json!({})),
+        ScriptedResponse::tool_call("c2", "poke", json!({})),
+        ScriptedResponse::tool_call("c3", "late", json!({})),
+        ScriptedResponse::text("done"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(poke)
+        .tool_source(Shared(source.clone()))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("go").collect().await;
+    assert_valid(&agent);
+    let late = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult {
+            id,
+            content,
+            is_error,
+            ..
+        } if id == "c3" => Some((content.clone(), *is_error)),
+        _ => None,
+    });
+    assert_eq!(late, Some(("late result".to_owned(), false)), "{events:#?}");
+    let names: Vec<Vec<String>> = client
+        .requests()
+        .iter()
+        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            vec!["poke"],
+            vec!["poke"], // the first refresh failed: the old tools stay
+            vec!["poke", "late"],
+            vec!["poke", "late"],
+        ]
+    );
+    assert_eq!(source.refreshes.load(Ordering::Acquire), 2);
+}

@@ -529,3 +529,135 @@ fn a_stop_asked_before_the_first_turn_still_lets_that_turn_run() {
     );
     assert!(m.is_finished());
 }
+
+/// Polls up to and including the next `TurnEnd`: what a driver sees before the turn boundary.
+fn until_turn_end(m: &mut AgentMachine) -> Vec<Action> {
+    let mut actions = Vec::new();
+    while let Some(action) = m.poll() {
+        let end = matches!(action, Action::Emit(AgentEvent::TurnEnd { .. }));
+        actions.push(action);
+        if end {
+            break;
+        }
+    }
+    actions
+}
+
+fn tool_names(request: &agent_loop::ModelRequest) -> Vec<&str> {
+    request.tools.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[test]
+fn tools_changed_between_turns_are_what_the_next_request_lists() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    let first = drain(&mut m);
+    let Some(Action::CallModel(request)) = first.last() else {
+        panic!("{first:#?}");
+    };
+    assert_eq!(tool_names(request), ["act", "look"]);
+
+    // Tools that change mid-response do not disturb it.
+    let mut replacement = agent_loop::ToolRegistry::new();
+    replacement
+        .register(
+            FnTool::new("fresh", "New.", |_: Value, _ctx| async move {
+                Ok::<_, ToolError>("unused")
+            })
+            .read_only(true),
+        )
+        .unwrap();
+    replacement
+        .register(FnTool::new("act", "Acts.", |_: Value, _ctx| async move {
+            Ok::<_, ToolError>("unused")
+        }))
+        .unwrap();
+    let mut stream = call_events("c1", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    let (head, tail) = stream.split_at(1);
+    let mut actions = feed(&mut m, head.to_vec(), now);
+    m.handle(Input::ToolsChanged(replacement.clone()), now);
+    actions.extend(feed(&mut m, tail.to_vec(), now));
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Approve(_))),
+        "{actions:#?}"
+    );
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("c1", "act", "done"), now);
+    let actions = until_turn_end(&mut m);
+    assert!(
+        matches!(
+            actions.last(),
+            Some(Action::Emit(AgentEvent::TurnEnd { turn: 1, .. }))
+        ),
+        "{actions:#?}"
+    );
+
+    // At the turn boundary: `look` is gone, `fresh` came.
+    let mut newer = agent_loop::ToolRegistry::new();
+    newer
+        .register(
+            FnTool::new("fresh", "New.", |_: Value, _ctx| async move {
+                Ok::<_, ToolError>("unused")
+            })
+            .read_only(true),
+        )
+        .unwrap();
+    m.handle(Input::ToolsChanged(newer), now);
+    let actions = drain(&mut m);
+    let Some(Action::CallModel(request)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert_eq!(tool_names(request), ["fresh"]);
+    assert_eq!(history_violation(&request.messages), None);
+
+    // The new tool is judged by the new registry: read-only, so it starts early.
+    let mut stream = call_events("c2", "fresh", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    let (head, tail) = stream.split_at(3);
+    let early = feed(&mut m, head.to_vec(), now);
+    assert!(
+        early
+            .iter()
+            .any(|a| matches!(a, Action::Approve(calls) if calls[0].name == "fresh")),
+        "a read-only call starts while streaming: {early:#?}"
+    );
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("c2", "fresh", "fresh result"), now);
+    for event in tail.iter().cloned() {
+        m.handle(Input::ModelEvent(event), now);
+    }
+    let actions = until_turn_end(&mut m);
+    assert!(
+        matches!(
+            actions.last(),
+            Some(Action::Emit(AgentEvent::TurnEnd { turn: 2, .. }))
+        ),
+        "{actions:#?}"
+    );
+    let actions = drain(&mut m);
+    let Some(Action::CallModel(request)) = actions.last() else {
+        panic!("{actions:#?}");
+    };
+    assert_eq!(tool_names(request), ["fresh"]);
+
+    // After the run, a late change is ignored and breaks nothing.
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "ok".into(),
+            },
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    assert!(outcome(&actions).is_some_and(|o| o.termination == Termination::Completed));
+    m.handle(Input::ToolsChanged(replacement), now);
+    assert!(m.is_finished());
+    assert!(m.poll().is_none());
+}

@@ -12,8 +12,8 @@ use std::time::Duration;
 use agent_loop::mcp::{McpConnection, McpServer};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Access, Agent, AgentEvent, CancellationToken, ContentBlock, ExecOptions, MediaSource, Tool,
-    ToolCall, ToolCallResult, ToolRegistry,
+    Access, Agent, AgentEvent, CancellationToken, ContentBlock, ExecOptions, MediaSource,
+    RunOptions, Tool, ToolCall, ToolCallResult, ToolRegistry,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -565,6 +565,74 @@ async fn a_changed_tool_list_is_noticed_and_refreshed() {
     connection.refresh().await.unwrap();
     assert!(!connection.tools_changed());
     assert!(connection.tools().iter().any(|t| t.name() == "late_tool"));
+}
+
+#[tokio::test]
+async fn an_agent_offers_the_tools_a_server_added_mid_run_from_the_next_turn() {
+    let Some(fixture) = script(FIXTURE) else {
+        return;
+    };
+    let connection = McpServer::stdio("fixture", "node")
+        .arg(fixture.display().to_string())
+        .only(["add_tool", "late_tool"])
+        .connect()
+        .await
+        .unwrap();
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("call_1", "add_tool", json!({})),
+        ScriptedResponse::tool_call("call_2", "late_tool", json!({})),
+        ScriptedResponse::text("Both worked."),
+        ScriptedResponse::text("Done again."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .mcp_tools(&connection)
+        .build()
+        .unwrap();
+    assert!(!agent.tools().contains("late_tool"));
+    let events: Vec<AgentEvent> = agent.run("Add a tool, then use it.").collect().await;
+    let results: Vec<(String, String, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult {
+                id,
+                content,
+                is_error,
+                ..
+            } => Some((id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("call_1".to_owned(), "added".to_owned(), false),
+            ("call_2".to_owned(), "late and here".to_owned(), false),
+        ],
+        "{events:#?}"
+    );
+    match events.last() {
+        Some(AgentEvent::Finished(outcome)) => {
+            assert!(outcome.termination.is_completed(), "{outcome:?}");
+            assert_eq!(outcome.final_text, "Both worked.");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Turn 1 was offered the tools as built; turn 2, after the server's
+    // notifications/tools/list_changed, the new list.
+    let requests = client.requests();
+    let names =
+        |i: usize| -> Vec<String> { requests[i].tools.iter().map(|t| t.name.clone()).collect() };
+    assert_eq!(names(0), ["add_tool"]);
+    assert_eq!(names(1), ["add_tool", "late_tool"]);
+    assert_eq!(names(2), ["add_tool", "late_tool"]);
+    assert!(!connection.tools_changed());
+    // The next run starts from the newest tools, without listing them again.
+    let again = agent.run_to_end("Again.", RunOptions::new()).await;
+    assert_eq!(again.final_text, "Done again.", "{again:?}");
+    let requests = client.requests();
+    assert_eq!(requests.len(), 4);
+    let last: Vec<&str> = requests[3].tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(last, ["add_tool", "late_tool"]);
 }
 
 #[tokio::test]

@@ -61,6 +61,15 @@ pub enum Input {
     Cancel,
     /// Let the current turn finish, then stop.
     StopAfterTurn,
+    /// The agent's tools changed (a [`ToolSource`](crate::ToolSource) such as an MCP server
+    /// added or removed some): this registry replaces the machine's. The next
+    /// [`Action::CallModel`] lists these tools, and the machine judges calls by them from now
+    /// on (read-only or not); the driver runs the calls with the same registry. Feed it
+    /// between turns (after a `TurnEnd`, before polling for the next turn); it is taken in any
+    /// state and never changes the state, so a late one breaks nothing (a request already
+    /// sent keeps the tools it listed). Ignored once the run is over, and when the registry
+    /// has a tool named like the run's answer tool ([`RunOptions::output`]).
+    ToolsChanged(ToolRegistry),
 }
 
 /// Something the driver must do, taken from [`AgentMachine::poll`].
@@ -428,6 +437,7 @@ impl AgentMachine {
                 return;
             }
             Input::ToolProgress(progress) => return self.progress(progress),
+            Input::ToolsChanged(tools) => return self.set_tools(tools),
             _ => {}
         }
         let state = std::mem::replace(&mut self.state, State::Finished);
@@ -445,6 +455,24 @@ impl AgentMachine {
             // or out of place: the machine stays where it was.
             (state, _) => state,
         };
+    }
+
+    /// Replaces the tools (see [`Input::ToolsChanged`]).
+    fn set_tools(&mut self, tools: ToolRegistry) {
+        if matches!(self.state, State::Finished) {
+            return;
+        }
+        if let Some(output) = &self.output {
+            if tools.contains(output.tool_name()) {
+                tracing::warn!(
+                    tool = output.tool_name(),
+                    "the changed tools include one named like the answer tool; keeping the old tools"
+                );
+                return;
+            }
+        }
+        self.context.set_tools(&tools.specs());
+        self.tools = tools;
     }
 
     // ----- turns ---------------------------------------------------------------------

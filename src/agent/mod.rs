@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::message::{Message, StopReason, Usage};
 use crate::provider::{LlmClient, ModelRequest};
 use crate::provider::{PromptCache, RequestSettings, RetryPolicy, ToolChoice};
-use crate::tool::{Tool, ToolCall, ToolRegistry};
+use crate::tool::{Tool, ToolCall, ToolRegistry, ToolSource, ToolSources};
 
 mod machine;
 mod output;
@@ -545,7 +545,10 @@ impl AgentHandle {
 /// ```
 pub struct Agent {
     pub(crate) client: Arc<dyn LlmClient>,
+    /// The tools as built.
     pub(crate) tools: ToolRegistry,
+    /// The builder's own tools and the tool sources, with the newest registry.
+    pub(crate) sources: ToolSources,
     pub(crate) config: AgentConfig,
     pub(crate) hooks: Arc<dyn AgentHooks>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
@@ -659,7 +662,8 @@ impl Agent {
         lock(&self.shared).context.is_none()
     }
 
-    /// The tools.
+    /// The tools, as built. With [tool sources](AgentBuilder::tool_source), a run uses the
+    /// newest set, which may differ.
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
     }
@@ -690,6 +694,7 @@ pub(crate) fn busy() -> Error {
 pub struct AgentBuilder {
     client: Arc<dyn LlmClient>,
     tools: ToolRegistry,
+    sources: Vec<Arc<dyn ToolSource>>,
     tool_errors: Vec<Error>,
     system: Option<String>,
     context: Option<ContextManager>,
@@ -714,6 +719,7 @@ impl AgentBuilder {
         AgentBuilder {
             client,
             tools: ToolRegistry::new(),
+            sources: Vec::new(),
             tool_errors: Vec::new(),
             system: None,
             context: None,
@@ -739,20 +745,20 @@ impl AgentBuilder {
         self
     }
 
-    /// The builder's registry, for modules that register tools of their own kind.
-    #[cfg(feature = "mcp")]
-    pub(crate) fn registry_mut(&mut self) -> &mut ToolRegistry {
-        &mut self.tools
-    }
-
-    /// Records a tool error for [`build`](Self::build) to report.
-    #[cfg(feature = "mcp")]
-    pub(crate) fn with_tool_error(mut self, error: Error) -> Self {
-        self.tool_errors.push(error);
+    /// Adds a source of tools that can change while the agent runs (an MCP server's, see
+    /// `mcp_tools`). Its current tools are registered by [`build`](Self::build) (a name
+    /// clash or a refused schema makes it fail). At the start of each run and at each turn
+    /// boundary, a source that says it [changed](ToolSource::changed) is refreshed and the
+    /// tools rebuilt (the builder's own, then every source's, in the order added), so the
+    /// next model request lists the new set and its calls run with it. A refresh that fails,
+    /// or new tools that cannot be registered, are logged (`tracing`) and the old tools stay.
+    pub fn tool_source(mut self, source: impl ToolSource + 'static) -> Self {
+        self.sources.push(Arc::new(source));
         self
     }
 
-    /// Uses this registry (with its tools and execution settings) instead of the builder's.
+    /// Uses this registry (with its tools and execution settings) instead of the builder's
+    /// (the tools of [tool sources](Self::tool_source) are added to it).
     pub fn tools(mut self, registry: ToolRegistry) -> Self {
         self.tools = registry;
         self
@@ -946,7 +952,7 @@ impl AgentBuilder {
         Ok(AgentMachine::new(
             agent.config.clone(),
             context,
-            agent.tools.clone(),
+            agent.sources.current(),
             agent.client.stream_limits(),
             agent.summarizer.is_some(),
         ))
@@ -967,8 +973,10 @@ impl AgentBuilder {
         if self.config.max_tokens == 0 {
             return Err(Error::Config("max_tokens must be at least 1".to_owned()));
         }
+        let sources = ToolSources::new(self.tools, self.sources)?;
+        let tools = sources.current();
         if let Some(ToolChoice::Tool(name)) = &self.config.settings.tool_choice {
-            if !self.tools.contains(name) {
+            if !tools.contains(name) {
                 return Err(Error::Config(format!(
                     "tool_choice names the tool \"{name}\", which the agent does not have"
                 )));
@@ -992,7 +1000,7 @@ impl AgentBuilder {
         if self.system.is_some() {
             context.set_system(self.system);
         }
-        context.set_tools(&self.tools.specs());
+        context.set_tools(&tools.specs());
         let summarizer = match self.summarizer {
             Some(choice) => choice,
             None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
@@ -1003,7 +1011,8 @@ impl AgentBuilder {
         }));
         Ok(Agent {
             client: self.client,
-            tools: self.tools,
+            tools,
+            sources,
             config: self.config,
             hooks: self.hooks,
             summarizer,

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::error::LlmError;
 use crate::message::{Message, Usage, UserInput};
 use crate::provider::{LlmClient, LlmEvent, ModelRequest};
-use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
+use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry, ToolSources};
 
 use super::machine::{Action, AgentMachine, Input};
 use super::output::{RunOptions, StructuredOutput};
@@ -99,10 +99,11 @@ impl Agent {
             output_tokens = tracing::field::Empty,
             termination = tracing::field::Empty,
         );
+        let tools = self.sources.current();
         let machine = AgentMachine::new(
             self.config.clone(),
             context,
-            self.tools.clone(),
+            tools.clone(),
             self.client.stream_limits(),
             self.summarizer.is_some(),
         );
@@ -110,7 +111,8 @@ impl Agent {
             span: span.clone(),
             machine: Some(machine),
             client: self.client.clone(),
-            tools: self.tools.clone(),
+            tools,
+            sources: self.sources.clone(),
             hooks: self.hooks.clone(),
             summarizer: self.summarizer.clone(),
             handle: self.handle.clone(),
@@ -275,7 +277,10 @@ struct Driver {
     /// `Some` until the conversation goes back to the agent.
     machine: Option<AgentMachine>,
     client: Arc<dyn LlmClient>,
+    /// The tools calls run with: always the machine's.
     tools: ToolRegistry,
+    /// Where new tools come from between turns.
+    sources: ToolSources,
     hooks: Arc<dyn AgentHooks>,
     summarizer: Option<Arc<dyn Summarizer>>,
     handle: AgentHandle,
@@ -440,6 +445,8 @@ impl Driver {
     }
 
     async fn drive(mut self, input: UserInput, options: RunOptions) {
+        // Sources that changed since the last run (or during it, after its last turn).
+        self.refresh_tools().await;
         if let Some(machine) = self.machine.as_mut() {
             machine.start_with(input, options, now());
         }
@@ -533,6 +540,32 @@ impl Driver {
         } else if !self.told_stop && self.handle.stop_requested() {
             self.told_stop = true;
             self.tell(Input::StopAfterTurn);
+        }
+        if turn_end {
+            self.refresh_tools().await;
+        }
+    }
+
+    /// Between turns: when a tool source changed, refreshes it and gives the machine (and
+    /// the tool runner) the rebuilt registry. One atomic load per source when none changed;
+    /// nothing once the run is over or stopping. A cancel during the refresh cancels the run at once.
+    async fn refresh_tools(&mut self) {
+        let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
+        // A run told to stop after this turn needs no new tools.
+        if over || self.told_stop || !self.sources.changed() {
+            return;
+        }
+        let refreshed = tokio::select! {
+            _ = self.cancel.cancelled(), if !self.told_cancel => {
+                self.told_cancel = true;
+                return self.tell(Input::Cancel);
+            }
+            refreshed = self.sources.refresh() => refreshed,
+        };
+        if let Some(tools) = refreshed {
+            tracing::debug!(tools = tools.len(), "the agent's tools changed");
+            self.tools = tools.clone();
+            self.tell(Input::ToolsChanged(tools));
         }
     }
 

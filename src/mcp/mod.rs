@@ -61,7 +61,9 @@ use serde_json::Value;
 
 use crate::agent::AgentBuilder;
 use crate::error::Error;
-use crate::tool::{quote, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use crate::tool::{
+    quote, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource,
+};
 use session::{Handler, Session};
 
 /// At most this many tools are taken from one server.
@@ -468,8 +470,14 @@ impl McpConnection {
 
     /// Whether the server said its tool list changed (`notifications/tools/list_changed`)
     /// since the last [`refresh`](Self::refresh). Tools already registered keep working
-    /// (calls go by the server's name); to give the model the new list, refresh and register
-    /// the tools in a new registry (or build a new agent).
+    /// (calls go by the server's name). An agent given the connection with
+    /// [`AgentBuilder::mcp_tools`] refreshes it between turns by itself (see
+    /// [`ToolSource`]); elsewhere, refresh and register the tools in a new registry.
+    ///
+    /// The flag is set as the notification is read, before any message the server sent
+    /// after it (such as the result of the call that changed the list) is handled. One
+    /// connection has one flag: when several agents share it, the first to refresh clears
+    /// it for all.
     pub fn tools_changed(&self) -> bool {
         self.inner.handler.tools_changed.load(Ordering::Acquire)
     }
@@ -739,18 +747,31 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The server's tools as a source the agent refreshes between turns when the server says
+/// its list changed.
+impl ToolSource for McpConnection {
+    fn changed(&self) -> bool {
+        self.tools_changed()
+    }
+
+    fn refresh(&self) -> futures::future::BoxFuture<'_, Result<(), Error>> {
+        Box::pin(McpConnection::refresh(self))
+    }
+
+    fn register(&self, registry: &mut ToolRegistry) -> Result<usize, Error> {
+        McpConnection::register(self, registry)
+    }
+}
+
 impl AgentBuilder {
-    /// Adds the tools of an MCP server (see [`McpConnection::register`]). A name clash or a
-    /// schema the registry refuses makes [`build`](Self::build) fail, naming the server and
-    /// the tool.
-    pub fn mcp_tools(mut self, connection: &McpConnection) -> Self {
-        for tool in connection.tools() {
-            let registered = self.registry_mut().register(tool.clone());
-            if let Err(e) = registered {
-                self = self.with_tool_error(connection.explain(&tool, e));
-            }
-        }
-        self
+    /// Adds the tools of an MCP server (see [`McpConnection::register`]) as a
+    /// [tool source](AgentBuilder::tool_source): when the server sends
+    /// `notifications/tools/list_changed`, the agent lists its tools again at the next turn
+    /// boundary and the model is offered the new set from the next request on. A name clash
+    /// or a schema the registry refuses makes [`build`](Self::build) fail, naming the server
+    /// and the tool (after a refresh: the failure is logged and the old tools stay).
+    pub fn mcp_tools(self, connection: &McpConnection) -> Self {
+        self.tool_source(connection.clone())
     }
 }
 

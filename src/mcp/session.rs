@@ -11,11 +11,14 @@ use std::task::{Context, Poll};
 
 use futures::StreamExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, JsonRpcMessage, ProgressNotificationParam,
+    ServerNotification,
+};
+use rmcp::service::{NotificationContext, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::{StreamableHttpClientTransport, Transport as RmcpTransport};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr};
@@ -47,8 +50,8 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // The flag was set as the notification was read (`WatchListChanged`).
         tracing::debug!(server = %self.server, "MCP server changed its tool list");
-        self.tools_changed.store(true, Ordering::Release);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -135,8 +138,11 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
                     tokio::spawn(forward_stderr(handler.server.clone(), stderr));
                 }
                 let stdout = LineLimit::new(stdout, server.max_message_bytes, oversized.clone());
-                let transport = AsyncRwTransport::new_client(stdout, stdin)
-                    .with_max_line_length(server.max_message_bytes.saturating_add(1));
+                let transport = WatchListChanged {
+                    inner: AsyncRwTransport::new_client(stdout, stdin)
+                        .with_max_line_length(server.max_message_bytes.saturating_add(1)),
+                    flag: handler.tools_changed.clone(),
+                };
                 let service = handler
                     .clone()
                     .serve(transport)
@@ -173,7 +179,10 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
                 if rustls::crypto::CryptoProvider::get_default().is_none() {
                     let _ = rustls::crypto::ring::default_provider().install_default();
                 }
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let transport = WatchListChanged {
+                    inner: StreamableHttpClientTransport::from_config(config),
+                    flag: handler.tools_changed.clone(),
+                };
                 let service = handler
                     .clone()
                     .serve(transport)
@@ -263,5 +272,42 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineLimit<R> {
             }
         }
         poll
+    }
+}
+
+/// A transport that sets the list-changed flag as soon as it reads
+/// `notifications/tools/list_changed`. rmcp hands notifications to the handler on a task of
+/// their own, so the handler could set the flag after the answer the server sent next (the
+/// result of the call that changed the list) is delivered; here, reading is in order.
+struct WatchListChanged<T> {
+    inner: T,
+    flag: Arc<AtomicBool>,
+}
+
+impl<T: RmcpTransport<RoleClient>> RmcpTransport<RoleClient> for WatchListChanged<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if let Some(JsonRpcMessage::Notification(note)) = &message {
+            if matches!(
+                note.notification,
+                ServerNotification::ToolListChangedNotification(_)
+            ) {
+                self.flag.store(true, Ordering::Release);
+            }
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }

@@ -28,6 +28,7 @@ mod fn_tool;
 mod plan;
 mod registry;
 pub(crate) mod schema;
+mod source;
 
 use std::fmt;
 use std::time::Duration;
@@ -48,6 +49,8 @@ pub use registry::{RegisteredTool, ToolRegistry};
 pub(crate) use schema::check_name;
 #[cfg(feature = "mcp")]
 pub(crate) use schema::quote;
+pub use source::ToolSource;
+pub(crate) use source::ToolSources;
 
 /// A tool the model can call, with a typed input.
 ///
