@@ -156,6 +156,33 @@ fn anthropic_source(at: &str, source: Option<&Value>, image: bool) -> Option<Rej
     }
 }
 
+/// An OpenAI image URL (Chat `image_url.url`, Responses `image_url`): `http(s)`, or a base64
+/// `data:` URL of one of the four image types that decodes.
+fn image_url(at: &str, url: Option<&str>) -> Option<Rejection> {
+    let url = url.unwrap_or_default();
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return None;
+    }
+    let data = url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"))
+        .filter(|(media_type, _)| ImageFormat::from_media_type(media_type).is_some())
+        .map(|(_, data)| data);
+    match data {
+        Some(data)
+            if base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .is_ok() =>
+        {
+            None
+        }
+        _ => invalid(format!(
+            "Invalid '{at}': expected a URL or a base64 data URL of image/png, image/jpeg, \
+             image/gif or image/webp"
+        )),
+    }
+}
+
 fn openai_part(at: &str, role: &str, part: &Value) -> Option<Rejection> {
     let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
     if role == "tool" && kind != "text" {
@@ -169,30 +196,8 @@ fn openai_part(at: &str, role: &str, part: &Value) -> Option<Rejection> {
              not '{role}'"
         )),
         "image_url" => {
-            let url = part
-                .pointer("/image_url/url")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if url.starts_with("https://") || url.starts_with("http://") {
-                return None;
-            }
-            let image = url
-                .strip_prefix("data:")
-                .and_then(|rest| rest.split_once(";base64,"))
-                .filter(|(media_type, _)| ImageFormat::from_media_type(media_type).is_some());
-            match image {
-                Some((_, data))
-                    if base64::engine::general_purpose::STANDARD
-                        .decode(data)
-                        .is_ok() =>
-                {
-                    None
-                }
-                _ => invalid(format!(
-                    "Invalid '{at}.image_url.url': expected a URL or a base64 data URL of \
-                     image/png, image/jpeg, image/gif or image/webp"
-                )),
-            }
+            let url = part.pointer("/image_url/url").and_then(Value::as_str);
+            image_url(&format!("{at}.image_url.url"), url)
         }
         "file" => {
             let data = part
@@ -268,30 +273,8 @@ fn responses_part(at: &str, user: bool, part: &Value) -> Option<Rejection> {
             if part.get("file_id").and_then(Value::as_str).is_some() {
                 return None;
             }
-            let url = part
-                .get("image_url")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if url.starts_with("https://") || url.starts_with("http://") {
-                return None;
-            }
-            let image = url
-                .strip_prefix("data:")
-                .and_then(|rest| rest.split_once(";base64,"))
-                .filter(|(media_type, _)| ImageFormat::from_media_type(media_type).is_some());
-            match image {
-                Some((_, data))
-                    if base64::engine::general_purpose::STANDARD
-                        .decode(data)
-                        .is_ok() =>
-                {
-                    None
-                }
-                _ => invalid(format!(
-                    "Invalid '{at}.image_url': expected a URL or a base64 data URL of \
-                     image/png, image/jpeg, image/gif or image/webp"
-                )),
-            }
+            let url = part.get("image_url").and_then(Value::as_str);
+            image_url(&format!("{at}.image_url"), url)
         }
         "input_file" => {
             let data = part.get("file_data").and_then(Value::as_str);
