@@ -2144,3 +2144,97 @@ fn blocks_are_found_by_index_whatever_their_order_and_numbering() {
         ]
     );
 }
+
+// ----- OpenAI edge cases found by mutation testing ------------------------------------------
+
+/// Decodes Chat Completions chunks given as JSON values, then `[DONE]`.
+fn openai_chunks(chunks: &[serde_json::Value]) -> common::Decoded {
+    let mut body = String::new();
+    for chunk in chunks {
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    common::decode(WireFormat::OpenAiChat, body.as_bytes())
+}
+
+#[test]
+fn openai_finish_reason_stop_with_calls_is_tool_use_and_without_is_end_turn() {
+    let call = serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+        "tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}]}}]});
+    let stop = serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    let text = serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}}]});
+    let with_call = openai_chunks(&[call, stop.clone()]);
+    assert_eq!(with_call.result.unwrap().stop_reason, StopReason::ToolUse);
+    let plain = openai_chunks(&[text, stop]);
+    assert_eq!(plain.result.unwrap().stop_reason, StopReason::EndTurn);
+}
+
+#[test]
+fn openai_only_the_choice_with_index_0_counts_wherever_it_is() {
+    let d = openai_chunks(&[serde_json::json!({"id": "c", "model": "m", "choices": [
+        {"index": 1, "delta": {"content": "second"}},
+        {"index": 0, "delta": {"content": "first"}, "finish_reason": "stop"}
+    ]})]);
+    assert_eq!(d.result.unwrap().text(), "first");
+}
+
+#[test]
+fn openai_usage_with_one_figure_is_kept() {
+    let d = openai_chunks(&[
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}),
+        serde_json::json!({"id": "c", "model": "m", "choices": [], "usage": {"prompt_tokens": 12}}),
+    ]);
+    assert_eq!(d.result.unwrap().usage.input_tokens, 12);
+}
+
+#[test]
+fn openai_calls_without_ids_get_distinct_generated_ids() {
+    let d = openai_chunks(&[
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+        "tool_calls": [
+            {"index": 0, "function": {"name": "f", "arguments": "{}"}},
+            {"index": 1, "function": {"name": "g", "arguments": "{}"}}
+        ]}, "finish_reason": "tool_calls"}]}),
+    ]);
+    let response = d.result.unwrap();
+    let ids: Vec<&str> = response.message.tool_uses().map(|(id, _, _)| id).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.iter().all(|id| !id.is_empty()), "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
+fn openai_thinking_blocks_text_is_taken_once_and_empty_parts_are_dropped() {
+    // `reasoning_content` and `thinking_blocks` carry the same text: it is taken once.
+    let d = openai_chunks(&[
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+            "reasoning_content": "think",
+            "thinking_blocks": [{"type": "thinking", "thinking": "think", "signature": ""}]}}]}),
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+            "thinking_blocks": [{"type": "thinking", "thinking": "", "signature": "sig"},
+                                {"type": "redacted_thinking", "data": ""}]},
+            "finish_reason": "stop"}]}),
+    ]);
+    let thinking: String = d
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { thinking, .. } => Some(thinking.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "think");
+    assert!(!d
+        .events
+        .iter()
+        .any(|e| matches!(e, LlmEvent::RedactedThinking { .. })));
+    let signatures: Vec<&str> = d
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::SignatureDelta { signature, .. } => Some(signature.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(signatures, ["sig"]);
+}
