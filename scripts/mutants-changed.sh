@@ -17,6 +17,9 @@
 # the only way to examine just some files is a copy of the config without `examine_globs`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
+# The recorded SDK transcripts beside the clone, as .ci/run reads them: without them the
+# conformance tests check nothing and decoder mutants go unnoticed.
+export AGENT_LOOP_TRANSCRIPTS="${AGENT_LOOP_TRANSCRIPTS:-$(cd .. && pwd)/shared/transcripts}"
 
 mode=files-since
 base=main
