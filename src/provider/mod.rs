@@ -20,6 +20,7 @@ mod cache;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod http;
+pub(crate) mod media_limits;
 pub(crate) mod openai;
 pub(crate) mod responses;
 pub(crate) mod retry;

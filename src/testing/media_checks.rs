@@ -26,7 +26,8 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::tool_schemas::Rejection;
-use crate::media::{ImageFormat, ANTHROPIC_MAX_IMAGE_BASE64};
+use crate::media::ImageFormat;
+use crate::provider::media_limits::ANTHROPIC_MAX_IMAGE_BASE64;
 use crate::provider::WireFormat;
 
 /// The first image or document block in `body` the provider refuses, described as it does.

@@ -18,8 +18,8 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::media::{self, Provider};
 use crate::message::{ContentBlock, MediaSource, Message, Role};
+use crate::provider::media_limits::{self as media, Provider};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
 use super::wire::{
