@@ -62,3 +62,38 @@ pub(crate) fn media_conversation() -> Vec<Message> {
         },
     ]
 }
+
+/// The tool conversation both OpenAI request modules round-trip, with `reasoning` (signed
+/// thinking for Chat, a reasoning item for Responses) first in the assistant's tool turn.
+pub(crate) fn tool_conversation(reasoning: ContentBlock) -> Vec<Message> {
+    vec![
+        Message::user("list and read"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                reasoning,
+                ContentBlock::text("Looking."),
+                ContentBlock::ToolUse {
+                    id: "call_1".into(),
+                    name: "ls".into(),
+                    input: json!({"path": "."}),
+                },
+                ContentBlock::ToolUse {
+                    id: "call_2".into(),
+                    name: "read".into(),
+                    input: json!({"path": "a.txt", "lines": [1, 2]}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::tool_result("call_1", "a.txt", false),
+                ContentBlock::tool_result("call_2", "no such file", true),
+                ContentBlock::text("hurry"),
+            ],
+        },
+        Message::assistant("a.txt is missing."),
+        Message::user("thanks"),
+    ]
+}

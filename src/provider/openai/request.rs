@@ -600,41 +600,11 @@ mod tests {
         decode(&serde_json::from_slice(&bytes).unwrap())
     }
 
-    /// Parallel calls, an error result, a user note after results, signed thinking.
     fn tool_conversation() -> Vec<Message> {
-        vec![
-            Message::user("list and read"),
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    ContentBlock::Thinking {
-                        thinking: "two calls".into(),
-                        signature: "sig".into(),
-                    },
-                    ContentBlock::text("Looking."),
-                    ContentBlock::ToolUse {
-                        id: "call_1".into(),
-                        name: "ls".into(),
-                        input: json!({"path": "."}),
-                    },
-                    ContentBlock::ToolUse {
-                        id: "call_2".into(),
-                        name: "read".into(),
-                        input: json!({"path": "a.txt", "lines": [1, 2]}),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::tool_result("call_1", "a.txt", false),
-                    ContentBlock::tool_result("call_2", "no such file", true),
-                    ContentBlock::text("hurry"),
-                ],
-            },
-            Message::assistant("a.txt is missing."),
-            Message::user("thanks"),
-        ]
+        crate::provider::fixtures::tool_conversation(ContentBlock::Thinking {
+            thinking: "two calls".into(),
+            signature: "sig".into(),
+        })
     }
 
     #[test]

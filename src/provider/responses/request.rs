@@ -482,40 +482,11 @@ mod tests {
     }
 
     fn tool_conversation() -> Vec<Message> {
-        vec![
-            Message::user("list and read"),
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    ContentBlock::Reasoning {
-                        id: "rs_1".into(),
-                        summary: vec!["Two calls.".into()],
-                        encrypted_content: Some("gAAA==".into()),
-                    },
-                    ContentBlock::text("Looking."),
-                    ContentBlock::ToolUse {
-                        id: "call_1".into(),
-                        name: "ls".into(),
-                        input: json!({"path": "."}),
-                    },
-                    ContentBlock::ToolUse {
-                        id: "call_2".into(),
-                        name: "read".into(),
-                        input: json!({"path": "a.txt"}),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    ContentBlock::tool_result("call_1", "a.txt", false),
-                    ContentBlock::tool_result("call_2", "no such file", true),
-                    ContentBlock::text("hurry"),
-                ],
-            },
-            Message::assistant("a.txt is missing."),
-            Message::user("thanks"),
-        ]
+        crate::provider::fixtures::tool_conversation(ContentBlock::Reasoning {
+            id: "rs_1".into(),
+            summary: vec!["Two calls.".into()],
+            encrypted_content: Some("gAAA==".into()),
+        })
     }
 
     #[test]
