@@ -10,7 +10,8 @@
 #   ... -- ARGS                                more cargo-mutants arguments (e.g. -- --list)
 #
 # Jobs default to 1 (CARGO_MUTANTS_JOBS overrides). Results land in mutants.out/ (-- -o DIR
-# to put them elsewhere). With CARGO_TARGET_DIR set, the mutants build in $CARGO_TARGET_DIR/mutants.
+# to put them elsewhere). CARGO_TARGET_DIR is ignored: each cargo-mutants job builds in the
+# target directory of its own copy of the tree.
 #
 # Why a temporary config: cargo-mutants adds `--file` globs to the config's `examine_globs`
 # instead of narrowing them (and v27 does not apply `--re` to its "delete field" mutants), so
@@ -43,12 +44,13 @@ awk '/^examine_globs *= *\[/ {skip=1} !skip {print} skip && /^\]/ {skip=0}' \
   .cargo/mutants.toml >"$config"
 
 export CARGO_MUTANTS_JOBS="${CARGO_MUTANTS_JOBS:-1}"
-# A mutated build writes the same artifact names as a normal build of this crate: with a shared
-# CARGO_TARGET_DIR, a build of the real tree running meanwhile would swap the binaries under
-# cargo-mutants' feet. Give the mutants a target directory of their own.
-if [[ -n "${CARGO_TARGET_DIR:-}" ]]; then
-  export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/mutants"
-fi
+# Each job builds its mutant in its own copy of the tree, and must use that copy's target
+# directory. With one shared CARGO_TARGET_DIR, parallel jobs (and any build of the real tree
+# meanwhile) overwrite each other's artifacts: cargo then reports a mutated crate "Fresh" and
+# tests another job's binary, so mutants are marked caught or missed by the wrong build.
+unset CARGO_TARGET_DIR
+# Debug info is not needed to tell a failing test from a passing one, and it doubles link time.
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
 case "$mode" in
   lines)
     diff="$(mktemp)"

@@ -340,21 +340,25 @@ async fn a_whole_json_answer_runs_the_loop_like_a_stream() {
 
 #[tokio::test]
 async fn a_whole_json_error_body_is_the_providers_error() {
-    let server = MockServer::start().await;
-    server.push(MockResponse::raw(
-        200,
-        "application/json",
-        json!({"type": "error", "error": {"type": "invalid_request_error",
-                                          "message": "bad thing"}})
-        .to_string(),
-    ));
-    let error = final_error(&collect(&anthropic(&server)).await);
-    assert!(
-        matches!(&error, LlmError::Stream { error_type, message }
-            if error_type == "invalid_request_error" && message == "bad thing"),
-        "{error:?}"
-    );
-    assert_eq!(server.requests().len(), 1);
+    // Anthropic's own shape, a proxy's `{"error": …}` without the `type`, and a bare
+    // `{"type": "error"}`: each is the provider's error, never "not a message".
+    let bad_thing = json!({"type": "invalid_request_error", "message": "bad thing"});
+    let bodies = [
+        (json!({"type": "error", "error": bad_thing}), "invalid_request_error", "bad thing"),
+        (json!({"error": bad_thing}), "invalid_request_error", "bad thing"),
+        (json!({"type": "error"}), "error", r#"{"type":"error"}"#),
+    ];
+    for (body, want_type, want_message) in bodies {
+        let server = MockServer::start().await;
+        server.push(MockResponse::raw(200, "application/json", body.to_string()));
+        let error = final_error(&collect(&anthropic(&server)).await);
+        assert!(
+            matches!(&error, LlmError::Stream { error_type, message }
+                if error_type == want_type && message == want_message),
+            "{body}: {error:?}"
+        );
+        assert_eq!(server.requests().len(), 1);
+    }
 }
 
 #[tokio::test]
