@@ -670,6 +670,8 @@ mod tests {
     fn event_id_and_retry_fields() {
         let out = decode_all(&[
             b"event: add\nid: 7\nretry: 1500\ndata: x\n\nretry: 1a\nid: b\0ad\ndata: y\n\n",
+            // Only ASCII digits: Rust's integer parsing would take the `+`, the spec does not.
+            b"retry: +25\ndata: z\n\n",
         ]);
         assert_eq!(
             out,
@@ -683,6 +685,12 @@ mod tests {
                 SseEvent {
                     event: "message".into(),
                     data: "y".into(),
+                    id: Some("7".into()),
+                    retry: None
+                },
+                SseEvent {
+                    event: "message".into(),
+                    data: "z".into(),
                     id: Some("7".into()),
                     retry: None
                 },
