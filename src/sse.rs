@@ -699,6 +699,37 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_event_line_ends_exactly_at_its_terminator() {
+        // The repeat of `event: paid` takes the fast path: it must skip exactly the line and its
+        // terminator, or the tail `id` would be read as an `id` field.
+        for nl in ["\n", "\r\n", "\r"] {
+            let body = format!("event: paid{nl}data: 1{nl}{nl}event: paid{nl}data: 2{nl}{nl}");
+            let out = decode_all(&[body.as_bytes()]);
+            assert_eq!(out, vec![ev("paid", "1"), ev("paid", "2")], "{nl:?}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_event_line_is_held_to_the_line_limit() {
+        // `event:abc` (9 bytes) sets the type; the repeat `event: abc` is 10 bytes.
+        let mut d = SseDecoder::with_limits(SseLimits::new(9, 64));
+        let mut out = Vec::new();
+        d.push(b"event:abc
+data: 1
+
+", &mut out).unwrap();
+        assert_eq!(out, vec![ev("abc", "1")]);
+        let err = d.push(b"event: abc
+data: 2
+
+", &mut out).unwrap_err();
+        assert!(
+            matches!(err, LlmError::LimitExceeded { limit: 9, what: "an SSE line", .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_repeated_event_type_is_told_from_a_longer_one() {
         let body = b"event: ab\ndata: 1\n\nevent: ab\r\ndata: 2\n\nevent: abc\ndata: 3\n\n\
                      event: ab \ndata: 4\n\nevent: ab\rdata: 5\n\nevent: ab:\ndata: 6\n\n";
