@@ -2204,6 +2204,60 @@ fn openai_calls_without_ids_get_distinct_generated_ids() {
 }
 
 #[test]
+fn openai_thinking_blocks_text_is_taken_when_reasoning_content_is_absent() {
+    // Some proxies send the thinking only inside `thinking_blocks`.
+    let d = openai_chunks(&[
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+            "thinking_blocks": [{"type": "thinking", "thinking": "only here", "signature": "s1"}]}}]}),
+        serde_json::json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": {
+            "content": "answer"}, "finish_reason": "stop"}]}),
+    ]);
+    let kinds: Vec<(&str, &str)> = d
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { thinking, .. } => Some(("thinking", thinking.as_str())),
+            LlmEvent::SignatureDelta { signature, .. } => Some(("signature", signature.as_str())),
+            LlmEvent::TextDelta { text, .. } => Some(("text", text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [("thinking", "only here"), ("signature", "s1"), ("text", "answer")]
+    );
+}
+
+#[test]
+fn openai_in_stream_error_with_empty_fields_falls_back_to_the_error_itself() {
+    // Empty strings are not a message, a type or a code: the message is the error object and
+    // the type the generic one.
+    let error = serde_json::json!({"message": "", "type": "", "code": ""});
+    let d = openai_chunks(&[serde_json::json!({ "error": error })]);
+    match d.result {
+        Err(LlmError::Stream {
+            error_type,
+            message,
+        }) => {
+            assert_eq!(error_type, "error");
+            assert_eq!(message, error.to_string());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn openai_choices_that_are_not_an_array_are_refused_by_name() {
+    let d = openai_chunks(&[serde_json::json!({"id": "c", "choices": {"index": 0}})]);
+    let error = d.result.unwrap_err();
+    assert!(matches!(error, LlmError::Malformed { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("expected an array of choices"),
+        "{error}"
+    );
+}
+
+#[test]
 fn openai_thinking_blocks_text_is_taken_once_and_empty_parts_are_dropped() {
     // `reasoning_content` and `thinking_blocks` carry the same text: it is taken once.
     let d = openai_chunks(&[
