@@ -714,17 +714,33 @@ mod tests {
         // `event:abc` (9 bytes) sets the type; the repeat `event: abc` is 10 bytes.
         let mut d = SseDecoder::with_limits(SseLimits::new(9, 64));
         let mut out = Vec::new();
-        d.push(b"event:abc
+        d.push(
+            b"event:abc
 data: 1
 
-", &mut out).unwrap();
+",
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out, vec![ev("abc", "1")]);
-        let err = d.push(b"event: abc
+        let err = d
+            .push(
+                b"event: abc
 data: 2
 
-", &mut out).unwrap_err();
+",
+                &mut out,
+            )
+            .unwrap_err();
         assert!(
-            matches!(err, LlmError::LimitExceeded { limit: 9, what: "an SSE line", .. }),
+            matches!(
+                err,
+                LlmError::LimitExceeded {
+                    limit: 9,
+                    what: "an SSE line",
+                    ..
+                }
+            ),
             "{err}"
         );
     }

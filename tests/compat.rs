@@ -344,8 +344,16 @@ async fn a_whole_json_error_body_is_the_providers_error() {
     // `{"type": "error"}`: each is the provider's error, never "not a message".
     let bad_thing = json!({"type": "invalid_request_error", "message": "bad thing"});
     let bodies = [
-        (json!({"type": "error", "error": bad_thing}), "invalid_request_error", "bad thing"),
-        (json!({"error": bad_thing}), "invalid_request_error", "bad thing"),
+        (
+            json!({"type": "error", "error": bad_thing}),
+            "invalid_request_error",
+            "bad thing",
+        ),
+        (
+            json!({"error": bad_thing}),
+            "invalid_request_error",
+            "bad thing",
+        ),
         (json!({"type": "error"}), "error", r#"{"type":"error"}"#),
     ];
     for (body, want_type, want_message) in bodies {

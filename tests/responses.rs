@@ -336,6 +336,105 @@ fn lenient_servers_text_and_arguments_only_in_the_done_events() {
     assert_eq!(response.stop_reason, StopReason::ToolUse);
 }
 
+/// A stream of just these events (no `event:` lines), framed by `response.created` and
+/// `response.completed`.
+fn minimal_stream(events: &[Value]) -> Vec<u8> {
+    let mut body = String::new();
+    let created = json!({"type": "response.created",
+                         "response": {"id": "resp_m", "model": "m", "status": "in_progress"}});
+    let completed = json!({"type": "response.completed",
+                           "response": {"id": "resp_m", "model": "m", "status": "completed"}});
+    for event in std::iter::once(&created).chain(events).chain([&completed]) {
+        body.push_str(&format!("data: {event}\n\n"));
+    }
+    body.into_bytes()
+}
+
+#[test]
+fn each_finishing_event_alone_carries_its_content() {
+    // Servers that skip the deltas and `response.output_item.done` still send the content in
+    // one of the other events: each is enough on its own.
+    let message = json!({"type": "response.output_item.added", "output_index": 0,
+                         "item": {"id": "msg_m", "type": "message", "role": "assistant",
+                                  "status": "in_progress", "content": []}});
+    let at = |mut event: Value| {
+        event["item_id"] = json!("msg_m");
+        event["output_index"] = json!(0);
+        event["content_index"] = json!(0);
+        event
+    };
+    let text_cases = [
+        (
+            at(json!({"type": "response.content_part.added",
+                      "part": {"type": "output_text", "text": "Announced.", "annotations": []}})),
+            "Announced.",
+        ),
+        (
+            at(json!({"type": "response.output_text.done", "text": "Done text."})),
+            "Done text.",
+        ),
+        (
+            at(json!({"type": "response.content_part.done",
+                      "part": {"type": "output_text", "text": "Part done.", "annotations": []}})),
+            "Part done.",
+        ),
+    ];
+    for (event, want) in text_cases {
+        let decoded = common::decode(F, &minimal_stream(&[message.clone(), event.clone()]));
+        let response = decoded.result.unwrap_or_else(|e| panic!("{event}: {e}"));
+        assert_eq!(
+            response.message.content,
+            [ContentBlock::text(want)],
+            "{event}"
+        );
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+    }
+
+    let refusal = at(json!({"type": "response.refusal.done", "refusal": "I won't."}));
+    let response = common::decode(F, &minimal_stream(&[message.clone(), refusal]))
+        .result
+        .unwrap();
+    assert_eq!(response.text(), "I won't.");
+    assert_eq!(response.stop_reason, StopReason::Refusal);
+
+    let call = json!({"type": "response.output_item.added", "output_index": 0,
+                      "item": {"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                               "name": "lookup", "arguments": "", "status": "in_progress"}});
+    let arguments = json!({"type": "response.function_call_arguments.done", "item_id": "fc_m",
+                           "output_index": 0, "arguments": "{\"q\":1}"});
+    let response = common::decode(F, &minimal_stream(&[call, arguments]))
+        .result
+        .unwrap();
+    assert_eq!(
+        response.message.content,
+        [tool_use("call_m", "lookup", json!({"q": 1}))]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+}
+
+#[test]
+fn a_part_announced_empty_is_filled_by_its_deltas_once() {
+    let events = [
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"id": "msg_m", "type": "message", "role": "assistant", "content": []}}),
+        json!({"type": "response.content_part.added", "item_id": "msg_m", "output_index": 0,
+               "content_index": 0, "part": {"type": "output_text", "text": ""}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_m", "output_index": 0,
+               "content_index": 0, "delta": "Hi"}),
+    ];
+    let decoded = common::decode(F, &minimal_stream(&events));
+    let texts: Vec<&str> = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["Hi"]);
+    assert_eq!(decoded.result.unwrap().text(), "Hi");
+}
+
 #[test]
 fn deltas_are_not_doubled_by_the_done_events() {
     // Each piece of text arrives once as a delta and again in four finishing events.
@@ -406,6 +505,14 @@ fn malformed_streams_are_errors_not_panics() {
 fn the_stream_ends_at_the_final_event() {
     let mut body = fixture("text.sse");
     body.extend_from_slice(b"data: [DONE]\n\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"late\"}\n\n");
+    // Not done before the final event.
+    let last = body
+        .windows(b"response.completed".len())
+        .position(|w| w == b"response.completed")
+        .unwrap();
+    let mut early = WireDecoder::new(F);
+    early.push(&body[..last], &mut Vec::new()).unwrap();
+    assert!(!early.is_done());
     let mut decoder = WireDecoder::new(F);
     let mut events = Vec::new();
     decoder.push(&body, &mut events).unwrap();

@@ -2224,7 +2224,11 @@ fn openai_thinking_blocks_text_is_taken_when_reasoning_content_is_absent() {
         .collect();
     assert_eq!(
         kinds,
-        [("thinking", "only here"), ("signature", "s1"), ("text", "answer")]
+        [
+            ("thinking", "only here"),
+            ("signature", "s1"),
+            ("text", "answer")
+        ]
     );
 }
 
