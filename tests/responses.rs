@@ -295,6 +295,21 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
     .unwrap_err();
     assert_eq!(proxy.status(), Some(429));
     assert!(proxy.is_retryable());
+    // A failure whose error is null, or missing, still says what happened.
+    for response in [
+        json!({"id": "r", "status": "failed", "error": null}),
+        json!({"id": "r", "status": "failed"}),
+    ] {
+        let failed = decode_str(body(json!({"type": "response.failed", "response": response})))
+            .unwrap_err();
+        assert_eq!(
+            failed,
+            LlmError::Stream {
+                error_type: "response.failed".into(),
+                message: "the response failed without an error object".into()
+            }
+        );
+    }
 }
 
 #[test]

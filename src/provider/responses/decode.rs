@@ -383,9 +383,10 @@ impl Decoder {
             }
             "response.failed" => {
                 let error = ev.response.as_ref().and_then(|r| r.error.as_ref());
+                // serde reads `"error": null` as `None`.
                 Err(match error {
-                    Some(error) if !error.is_null() => stream_error(error),
-                    _ => LlmError::Stream {
+                    Some(error) => stream_error(error),
+                    None => LlmError::Stream {
                         error_type: "response.failed".to_owned(),
                         message: "the response failed without an error object".to_owned(),
                     },
