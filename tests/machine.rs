@@ -661,3 +661,252 @@ fn tools_changed_between_turns_are_what_the_next_request_lists() {
     assert!(m.is_finished());
     assert!(m.poll().is_none());
 }
+
+/// A machine like `machine()` with the given builder changes.
+fn machine_with(
+    configure: impl FnOnce(agent_loop::AgentBuilder) -> agent_loop::AgentBuilder,
+) -> AgentMachine {
+    let act = FnTool::new("act", "Acts.", |_: Value, _ctx| async move {
+        Ok::<_, ToolError>("unused")
+    });
+    let look = FnTool::new("look", "Looks.", |_: Value, _ctx| async move {
+        Ok::<_, ToolError>("unused")
+    })
+    .read_only(true);
+    let builder = Agent::builder(ScriptedClient::new([]))
+        .tool(act)
+        .tool(look)
+        .retry_policy(RetryPolicy::default().jitter(agent_loop::Jitter::None));
+    configure(builder).build_machine().unwrap()
+}
+
+fn model_request(actions: &[Action]) -> Option<&agent_loop::ModelRequest> {
+    actions.iter().find_map(|a| match a {
+        Action::CallModel(request) => Some(request),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_request_carries_the_agents_prompt_cache_settings() {
+    let cache = agent_loop::PromptCache::default().ttl(agent_loop::CacheTtl::OneHour);
+    let mut m = machine_with(|b| b.prompt_cache(Some(cache.clone())));
+    m.start("go", Instant::now());
+    let actions = drain(&mut m);
+    assert_eq!(model_request(&actions).unwrap().prompt_cache, Some(cache));
+}
+
+#[test]
+fn empty_text_and_thinking_deltas_are_not_events() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let delta = |text: &str| LlmEvent::TextDelta {
+        index: 1,
+        text: text.into(),
+    };
+    let thinking = |text: &str| LlmEvent::ThinkingDelta {
+        index: 0,
+        thinking: text.into(),
+    };
+    let actions = feed(
+        &mut m,
+        vec![
+            thinking(""),
+            delta(""),
+            delta("Hi"),
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    let streamed: Vec<&AgentEvent> = events(&actions)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                AgentEvent::TextDelta { .. } | AgentEvent::ThinkingDelta { .. }
+            )
+        })
+        .collect();
+    assert!(
+        matches!(streamed.as_slice(), [AgentEvent::TextDelta { text }] if text == "Hi"),
+        "{streamed:#?}"
+    );
+    assert_eq!(outcome(&actions).unwrap().final_text, "Hi");
+}
+
+#[test]
+fn a_stream_that_ends_without_its_stop_event_is_broken_and_re_sent() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    feed(
+        &mut m,
+        vec![LlmEvent::TextDelta {
+            index: 0,
+            text: "Hel".into(),
+        }],
+        now,
+    );
+    // The transport ended cleanly, but the message never did.
+    m.handle(Input::ModelEnded(Ok(())), now);
+    let actions = drain(&mut m);
+    assert!(
+        matches!(
+            events(&actions).as_slice(),
+            [AgentEvent::Retry { attempt: 1, .. }]
+        ),
+        "{actions:#?}"
+    );
+    assert!(matches!(actions.last(), Some(Action::SleepUntil(_))));
+}
+
+#[test]
+fn only_retryable_failures_after_content_are_re_sent_by_the_agent() {
+    let now = Instant::now();
+    // After content, a failure the API would give again ends the run.
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    feed(
+        &mut m,
+        vec![LlmEvent::TextDelta {
+            index: 0,
+            text: "Hel".into(),
+        }],
+        now,
+    );
+    let refused = LlmError::Stream {
+        error_type: "invalid_request_error".into(),
+        message: "no".into(),
+    };
+    assert!(!refused.is_retryable());
+    m.handle(Input::ModelEnded(Err(refused)), now);
+    let actions = drain(&mut m);
+    assert!(!events(&actions)
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Retry { .. })));
+    assert!(
+        matches!(
+            outcome(&actions).map(|o| &o.termination),
+            Some(Termination::Error(_))
+        ),
+        "{actions:#?}"
+    );
+
+    // Before any content, the client has already retried: a transient failure ends the run.
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let transient = LlmError::Transport {
+        message: "reset".into(),
+    };
+    assert!(transient.is_retryable());
+    m.handle(Input::ModelEnded(Err(transient)), now);
+    let actions = drain(&mut m);
+    assert!(
+        matches!(
+            outcome(&actions).map(|o| &o.termination),
+            Some(Termination::Error(_))
+        ),
+        "{actions:#?}"
+    );
+}
+
+#[test]
+fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
+    let now = Instant::now();
+    let mut m = machine_with(|b| b.max_turns(1).final_answer_at_max_turns(true));
+    m.start("go", now);
+    drain(&mut m);
+    let mut stream = call_events("c1", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("c1", "act", "done"), now);
+    let actions = drain(&mut m);
+    let request = model_request(&actions).expect("the final call");
+    assert_eq!(request.tool_choice, agent_loop::ToolChoice::None);
+    // The model calls a read-only tool anyway: it is not started, early or late.
+    let mut stream = call_events("r1", "look", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    let actions = feed(&mut m, stream, now);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Approve(_) | Action::RunTools(_))),
+        "{actions:#?}"
+    );
+    assert_eq!(
+        outcome(&actions).unwrap().termination,
+        Termination::MaxTurns
+    );
+}
+
+#[test]
+fn tool_input_deltas_name_their_call_for_the_first_4096_calls_of_a_response() {
+    // Block ids are remembered for a bounded number of calls; memory stays bounded.
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    for index in 0..=4096 {
+        m.handle(
+            Input::ModelEvent(LlmEvent::ToolCallStart {
+                index,
+                id: format!("c{index}"),
+                name: "act".into(),
+            }),
+            now,
+        );
+    }
+    drain(&mut m);
+    let delta = |index| {
+        Input::ModelEvent(LlmEvent::ToolCallDelta {
+            index,
+            partial_json: "{".into(),
+        })
+    };
+    m.handle(delta(4095), now);
+    let actions = drain(&mut m);
+    assert!(
+        matches!(events(&actions).as_slice(), [AgentEvent::ToolInputDelta { id, .. }] if id == "c4095"),
+        "{actions:#?}"
+    );
+    m.handle(delta(4096), now);
+    assert!(events(&drain(&mut m)).is_empty());
+}
+
+#[test]
+fn the_final_text_is_the_last_text_the_model_wrote() {
+    // Turn 1 writes text beside a call; turn 2 (the last) only calls. The run ends at the
+    // turn limit with turn 1's text, not an empty one.
+    let now = Instant::now();
+    let mut m = machine_with(|b| b.max_turns(2));
+    m.start("go", now);
+    drain(&mut m);
+    let mut stream = vec![LlmEvent::TextDelta {
+        index: 0,
+        text: "Let me check.".into(),
+    }];
+    stream.extend(call_block(1, "c1", "act", "{}"));
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("c1", "act", "done"), now);
+    assert!(model_request(&drain(&mut m)).is_some());
+    let mut stream = call_events("c2", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("c2", "act", "done"), now);
+    let actions = drain(&mut m);
+    let outcome = outcome(&actions).expect("finished");
+    assert_eq!(outcome.termination, Termination::MaxTurns);
+    assert_eq!(outcome.final_text, "Let me check.");
+}

@@ -300,8 +300,10 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
         json!({"id": "r", "status": "failed", "error": null}),
         json!({"id": "r", "status": "failed"}),
     ] {
-        let failed = decode_str(body(json!({"type": "response.failed", "response": response})))
-            .unwrap_err();
+        let failed = decode_str(body(
+            json!({"type": "response.failed", "response": response}),
+        ))
+        .unwrap_err();
         assert_eq!(
             failed,
             LlmError::Stream {
