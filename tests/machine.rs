@@ -844,6 +844,46 @@ fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
         outcome(&actions).unwrap().termination,
         Termination::MaxTurns
     );
+    // The call is answered, so the history stays valid.
+    let messages = m.context().messages();
+    assert_eq!(history_violation(messages), None);
+    let last = messages.last().unwrap();
+    assert!(
+        last.content.iter().any(|b| matches!(b,
+            agent_loop::ContentBlock::ToolResult { tool_use_id, content, is_error: true, .. }
+                if tool_use_id == "r1" && content.contains("turn limit"))),
+        "{last:?}"
+    );
+}
+
+#[test]
+fn cut_off_answers_are_continued_up_to_the_limit() {
+    let now = Instant::now();
+    let mut m = machine_with(|b| b.max_continuations(1));
+    m.start("go", now);
+    drain(&mut m);
+    let cut = |text: &str| {
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: text.into(),
+            },
+            stop(StopReason::MaxTokens),
+        ]
+    };
+    let actions = feed(&mut m, cut("Once upon"), now);
+    let request = model_request(&actions).expect("continued");
+    assert!(request
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .starts_with("Continue"));
+    let actions = feed(&mut m, cut(" a time"), now);
+    assert!(model_request(&actions).is_none(), "{actions:#?}");
+    let outcome = outcome(&actions).expect("finished");
+    assert_eq!(outcome.termination, Termination::MaxTokens);
+    assert_eq!(outcome.final_text, "Once upon a time");
 }
 
 #[test]

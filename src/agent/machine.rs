@@ -798,7 +798,8 @@ impl AgentMachine {
         }
         let continuations_left = self.continuations < self.config.max_continuations;
         match turn::after_response(&response, continuations_left) {
-            Next::Stop(Termination::Completed) if self.output.is_some() => {
+            // A completed response has no calls; without an answer tool this finishes.
+            Next::Stop(Termination::Completed) => {
                 self.end_turn(&response);
                 self.missing_output(&response)
             }
