@@ -950,3 +950,48 @@ fn the_final_text_is_the_last_text_the_model_wrote() {
     assert_eq!(outcome.termination, Termination::MaxTurns);
     assert_eq!(outcome.final_text, "Let me check.");
 }
+
+#[test]
+fn a_second_result_for_an_answered_call_is_ignored() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let mut stream = call_block(0, "c1", "act", "{}");
+    stream.extend(call_block(1, "c2", "act", "{}"));
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    m.handle(
+        Input::Approved(vec![ToolDecision::Allow, ToolDecision::Allow]),
+        now,
+    );
+    drain(&mut m);
+    m.handle(done("c1", "act", "first"), now);
+    m.handle(done("c1", "act", "again"), now);
+    let actions = drain(&mut m);
+    let results: Vec<&AgentEvent> = events(&actions)
+        .into_iter()
+        .filter(|e| matches!(e, AgentEvent::ToolResult { .. }))
+        .collect();
+    assert!(
+        matches!(results.as_slice(), [AgentEvent::ToolResult { id, content, .. }] if id == "c1" && content == "first"),
+        "{results:#?}"
+    );
+    // The turn still waits for c2, then carries c1's first result.
+    assert!(model_request(&actions).is_none());
+    m.handle(done("c2", "act", "second"), now);
+    let actions = drain(&mut m);
+    let request = model_request(&actions).expect("next turn");
+    let texts: Vec<String> = request
+        .messages
+        .last()
+        .unwrap()
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            agent_loop::ContentBlock::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["first", "second"]);
+}

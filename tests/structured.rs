@@ -180,8 +180,31 @@ async fn other_calls_beside_a_valid_answer_are_not_run() {
     let outcome = agent.run_to_end("?", contact_options()).await;
     assert_eq!(outcome.termination, Termination::Completed);
     assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
-    let (text, is_error) = result_text(&agent, "c2");
-    assert!(is_error && text.starts_with("not run"), "{text}");
+    assert_eq!(
+        result_text(&agent, "c1"),
+        ("Final answer received.".into(), false)
+    );
+    assert_eq!(
+        result_text(&agent, "c2"),
+        ("not run: the run ended with this response".into(), true)
+    );
+}
+
+#[tokio::test]
+async fn an_answer_whose_json_is_cut_off_is_answered_as_invalid_json() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call_raw("c1", "final_answer", r#"{"name": "Ada", "#),
+        ScriptedResponse::tool_call("c2", "final_answer", json!({"name": "Ada", "age": 36})),
+    ]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let outcome = agent.run_to_end("Ada, 36", contact_options()).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let (why, is_error) = result_text(&agent, "c1");
+    assert!(is_error);
+    assert!(
+        why.starts_with("invalid final answer: the answer is not valid JSON"),
+        "{why}"
+    );
 }
 
 #[tokio::test]

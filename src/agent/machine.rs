@@ -1045,13 +1045,9 @@ impl AgentMachine {
         self.emit_result(&result);
         batch.results[i] = Some(result);
         batch.early_pending.retain(|&p| p != i);
-        if batch.early_pending.is_empty() && !batch.held.is_empty() {
-            return self.launch(batch, now);
-        }
-        if batch.results.iter().all(Option::is_some) {
-            return self.complete_batch(batch, now);
-        }
-        State::RunningTools(batch)
+        // Starts the held calls once no early call is left, and completes the batch when
+        // every call is answered.
+        self.launch(batch, now)
     }
 
     /// Every call is answered: the results go into the history, the turn ends, and the run
