@@ -300,8 +300,10 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
         json!({"id": "r", "status": "failed", "error": null}),
         json!({"id": "r", "status": "failed"}),
     ] {
-        let failed = decode_str(body(json!({"type": "response.failed", "response": response})))
-            .unwrap_err();
+        let failed = decode_str(body(
+            json!({"type": "response.failed", "response": response}),
+        ))
+        .unwrap_err();
         assert_eq!(
             failed,
             LlmError::Stream {
@@ -598,6 +600,107 @@ fn recorded_responses_transcripts_match_their_final_output() {
             "NOTE: no openai_responses_*.sse transcripts in {}; only the hand-written fixtures \
              were checked",
             dir.display()
+        );
+    }
+}
+
+/// Checks the block discipline every consumer relies on: each block that got content stops
+/// exactly once, gets nothing after its stop, and stops before the message does.
+fn assert_blocks_stop_once(events: &[LlmEvent], what: &str) {
+    use std::collections::BTreeMap;
+    let mut stops: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut started = std::collections::BTreeSet::new();
+    let mut message_stopped = false;
+    for event in events {
+        let content = match event {
+            LlmEvent::TextDelta { index, .. }
+            | LlmEvent::ThinkingDelta { index, .. }
+            | LlmEvent::Reasoning { index, .. }
+            | LlmEvent::ToolCallStart { index, .. }
+            | LlmEvent::ToolCallDelta { index, .. } => Some(*index),
+            LlmEvent::BlockStop { index } => {
+                assert!(
+                    !message_stopped,
+                    "{what}: block {index} stopped after the message"
+                );
+                assert!(
+                    started.contains(index),
+                    "{what}: block {index} stopped, never started"
+                );
+                *stops.entry(*index).or_default() += 1;
+                None
+            }
+            LlmEvent::MessageStop { .. } => {
+                message_stopped = true;
+                None
+            }
+            _ => None,
+        };
+        if let Some(index) = content {
+            assert!(
+                !stops.contains_key(&index),
+                "{what}: content for block {index} after its stop: {event:?}"
+            );
+            started.insert(index);
+        }
+    }
+    assert!(message_stopped, "{what}: no MessageStop");
+    for index in &started {
+        assert_eq!(stops.get(index), Some(&1), "{what}: stops of block {index}");
+    }
+}
+
+#[test]
+fn every_block_stops_once_before_the_message_stops() {
+    for (name, _) in common::fixtures("responses") {
+        let decoded = decode(&name);
+        if decoded.result.is_ok() {
+            assert_blocks_stop_once(&decoded.events, &name);
+        }
+    }
+    // Servers that send neither `content_part.done` nor `output_item.done`: the final event
+    // closes what is still open.
+    let text = json!({"type": "response.output_text.delta", "item_id": "msg_m",
+                      "output_index": 0, "content_index": 0, "delta": "Hi"});
+    let message = json!({"type": "response.output_item.added", "output_index": 0,
+                         "item": {"id": "msg_m", "type": "message", "role": "assistant",
+                                  "content": []}});
+    let call = json!({"type": "response.output_item.added", "output_index": 1,
+                      "item": {"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                               "name": "lookup", "arguments": ""}});
+    let arguments = json!({"type": "response.function_call_arguments.delta", "item_id": "fc_m",
+                           "output_index": 1, "delta": "{\"q\":1}"});
+    let reasoning = json!({"type": "response.output_item.added", "output_index": 0,
+                           "item": {"id": "rs_m", "type": "reasoning", "summary": []}});
+    let thinking = json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_m",
+                          "output_index": 0, "summary_index": 0, "delta": "Thinking"});
+    let cases = [
+        ("text", vec![message.clone(), text.clone()]),
+        ("call", vec![message, text, call, arguments]),
+        ("reasoning", vec![reasoning, thinking]),
+    ];
+    for (what, events) in cases {
+        let decoded = common::decode(F, &minimal_stream(&events));
+        decoded.result.as_ref().unwrap();
+        assert_blocks_stop_once(&decoded.events, what);
+    }
+}
+
+#[test]
+fn a_part_stops_at_its_content_part_done() {
+    // The block is complete at `response.content_part.done`, before its item finishes.
+    for name in ["text.sse", "refusal.sse"] {
+        let body = fixture(name);
+        let item_done = String::from_utf8_lossy(&body)
+            .find("event: response.output_item.done")
+            .unwrap();
+        let mut decoder = WireDecoder::new(F);
+        let mut events = Vec::new();
+        decoder.push(&body[..item_done], &mut events).unwrap();
+        assert_eq!(
+            events.last(),
+            Some(&LlmEvent::BlockStop { index: 0 }),
+            "{name}"
         );
     }
 }
