@@ -687,6 +687,90 @@ fn every_block_stops_once_before_the_message_stops() {
 }
 
 #[test]
+fn the_finished_item_alone_carries_its_content() {
+    // Servers that announce an item, then send it finished with no part or delta events.
+    let added = |output_index: u64, item: Value| json!({"type": "response.output_item.added", "output_index": output_index, "item": item});
+    let done = |output_index: u64, item: Value| json!({"type": "response.output_item.done", "output_index": output_index, "item": item});
+    let message = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                         "status": "in_progress", "content": []});
+    let finished = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                          "status": "completed", "content": [
+                              {"type": "output_text", "text": "First.", "annotations": []},
+                              {"type": "output_text", "text": "Second.", "annotations": []}]});
+    let call = json!({"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                      "name": "lookup", "arguments": "", "status": "in_progress"});
+    let call_done = json!({"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                           "name": "lookup", "arguments": "{\"q\":1}", "status": "completed"});
+    let decoded = common::decode(
+        F,
+        &minimal_stream(&[
+            added(0, message.clone()),
+            done(0, finished),
+            added(1, call),
+            done(1, call_done),
+        ]),
+    );
+    assert_blocks_stop_once(&decoded.events, "finished items");
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("First."),
+            ContentBlock::text("Second."),
+            tool_use("call_m", "lookup", json!({"q": 1})),
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+
+    let refused = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                         "status": "completed",
+                         "content": [{"type": "refusal", "refusal": "I won't."}]});
+    let response = common::decode(F, &minimal_stream(&[added(0, message), done(0, refused)]))
+        .result
+        .unwrap();
+    assert_eq!(response.message.content, [ContentBlock::text("I won't.")]);
+    assert_eq!(response.stop_reason, StopReason::Refusal);
+}
+
+#[test]
+fn items_never_announced_get_their_own_blocks() {
+    // Servers that skip `response.output_item.added`: the first event of an item opens it.
+    let events = [
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_m",
+               "output_index": 0, "summary_index": 0, "delta": "Thinking."}),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"id": "rs_m", "type": "reasoning",
+                        "summary": [{"type": "summary_text", "text": "Thinking."}]}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_m", "output_index": 1,
+               "content_index": 0, "delta": "Hi"}),
+    ];
+    let decoded = common::decode(F, &minimal_stream(&events));
+    assert_blocks_stop_once(&decoded.events, "never announced");
+    let blocks: Vec<(usize, &str)> = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { index, thinking } => Some((*index, thinking.as_str())),
+            LlmEvent::TextDelta { index, text } => Some((*index, text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocks, [(0, "Thinking."), (1, "Hi")]);
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::Reasoning {
+                id: "rs_m".into(),
+                summary: vec!["Thinking.".into()],
+                encrypted_content: None,
+            },
+            ContentBlock::text("Hi"),
+        ]
+    );
+}
+
+#[test]
 fn a_part_stops_at_its_content_part_done() {
     // The block is complete at `response.content_part.done`, before its item finishes.
     for name in ["text.sse", "refusal.sse"] {
@@ -703,4 +787,66 @@ fn a_part_stops_at_its_content_part_done() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn a_whole_response_object_keeps_its_status_error_and_parts() {
+    let decode_json = |body: Value| {
+        let mut events = Vec::new();
+        WireDecoder::new(F).decode_json(body.to_string().as_bytes(), &mut events)?;
+        common::assemble(&events)
+    };
+    let message = |content: Value| {
+        json!([{"id": "msg_w", "type": "message", "role": "assistant", "status": "completed",
+                "content": content}])
+    };
+    let text = message(
+        json!([{"type": "output_text", "text": "Part one.", "annotations": []},
+                              {"type": "output_text", "text": "Part two.", "annotations": []}]),
+    );
+    let response = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+                                      "status": "completed", "error": null, "output": text}))
+    .unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("Part one."),
+            ContentBlock::text("Part two.")
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+
+    for (reason, stop) in [
+        (
+            json!({"reason": "max_output_tokens"}),
+            StopReason::MaxTokens,
+        ),
+        (json!({"reason": "content_filter"}), StopReason::Refusal),
+    ] {
+        let response = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+            "status": "incomplete", "incomplete_details": reason,
+            "output": message(json!([{"type": "output_text", "text": "Cut", "annotations": []}]))}))
+        .unwrap();
+        assert_eq!(response.stop_reason, stop, "{reason}");
+        assert_eq!(response.text(), "Cut");
+    }
+
+    let refusal = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+        "status": "completed",
+        "output": message(json!([{"type": "refusal", "refusal": "I can't help with that."}]))}))
+    .unwrap();
+    assert_eq!(refusal.text(), "I can't help with that.");
+    assert_eq!(refusal.stop_reason, StopReason::Refusal);
+
+    let failed = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+        "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": "The server had an error."}}))
+    .unwrap_err();
+    assert_eq!(
+        failed,
+        LlmError::Stream {
+            error_type: "server_error".into(),
+            message: "The server had an error.".into()
+        }
+    );
 }
