@@ -264,9 +264,12 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
     );
     assert!(failed.is_retryable());
     let rate = decode("error_rate_limit.sse").result.unwrap_err();
-    assert!(
-        matches!(&rate, LlmError::Stream { error_type, .. } if error_type == "rate_limit_exceeded"),
-        "{rate:?}"
+    assert_eq!(
+        rate,
+        LlmError::Stream {
+            error_type: "rate_limit_exceeded".into(),
+            message: "Rate limit reached for gpt-5.".into()
+        }
     );
     assert!(rate.is_retryable());
 
@@ -295,6 +298,30 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
     .unwrap_err();
     assert_eq!(proxy.status(), Some(429));
     assert!(proxy.is_retryable());
+    // An error event whose code and message are null still says what happened.
+    let bare = decode_str(body(
+        json!({"type": "error", "code": null, "message": null, "param": null}),
+    ))
+    .unwrap_err();
+    assert_eq!(
+        bare,
+        LlmError::Stream {
+            error_type: "error".into(),
+            message: "the server sent an error event".into()
+        }
+    );
+    // A proxy's message that is not a string is kept as its JSON text.
+    let structured = decode_str(body(
+        json!({"type": "error", "code": "upstream_error", "message": {"detail": "bad gateway"}}),
+    ))
+    .unwrap_err();
+    assert_eq!(
+        structured,
+        LlmError::Stream {
+            error_type: "upstream_error".into(),
+            message: r#"{"detail":"bad gateway"}"#.into()
+        }
+    );
     // A failure whose error is null, or missing, still says what happened.
     for response in [
         json!({"id": "r", "status": "failed", "error": null}),
@@ -475,6 +502,11 @@ fn malformed_streams_are_errors_not_panics() {
             "never started",
         ),
         ("data: {not json\n\n", "invalid JSON"),
+        // An event type the decoder reads, with a field of the wrong type.
+        (
+            "data: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"content_index\":0,\"delta\":{\"text\":\"x\"}}\n\n",
+            "invalid JSON",
+        ),
         (
             "data: {\"type\":\"response.output_text.delta\",\"output_index\":99999999,\"delta\":\"x\"}\n\n",
             "limit",
@@ -530,6 +562,17 @@ fn the_stream_ends_at_the_final_event() {
     let mut early = WireDecoder::new(F);
     early.push(&body[..last], &mut Vec::new()).unwrap();
     assert!(!early.is_done());
+    // The decoder itself says the body was cut, and how, before any assembler looks.
+    match early.finish(&mut Vec::new()) {
+        Err(LlmError::Incomplete { detail }) => {
+            assert!(detail.contains("no response.completed"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match WireDecoder::new(F).finish(&mut Vec::new()) {
+        Err(LlmError::Incomplete { detail }) => assert!(detail.contains("no event"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
     let mut decoder = WireDecoder::new(F);
     let mut events = Vec::new();
     decoder.push(&body, &mut events).unwrap();
