@@ -264,9 +264,12 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
     );
     assert!(failed.is_retryable());
     let rate = decode("error_rate_limit.sse").result.unwrap_err();
-    assert!(
-        matches!(&rate, LlmError::Stream { error_type, .. } if error_type == "rate_limit_exceeded"),
-        "{rate:?}"
+    assert_eq!(
+        rate,
+        LlmError::Stream {
+            error_type: "rate_limit_exceeded".into(),
+            message: "Rate limit reached for gpt-5.".into()
+        }
     );
     assert!(rate.is_retryable());
 
@@ -295,6 +298,30 @@ fn failures_are_typed_and_classified_like_the_other_formats() {
     .unwrap_err();
     assert_eq!(proxy.status(), Some(429));
     assert!(proxy.is_retryable());
+    // An error event whose code and message are null still says what happened.
+    let bare = decode_str(body(
+        json!({"type": "error", "code": null, "message": null, "param": null}),
+    ))
+    .unwrap_err();
+    assert_eq!(
+        bare,
+        LlmError::Stream {
+            error_type: "error".into(),
+            message: "the server sent an error event".into()
+        }
+    );
+    // A proxy's message that is not a string is kept as its JSON text.
+    let structured = decode_str(body(
+        json!({"type": "error", "code": "upstream_error", "message": {"detail": "bad gateway"}}),
+    ))
+    .unwrap_err();
+    assert_eq!(
+        structured,
+        LlmError::Stream {
+            error_type: "upstream_error".into(),
+            message: r#"{"detail":"bad gateway"}"#.into()
+        }
+    );
     // A failure whose error is null, or missing, still says what happened.
     for response in [
         json!({"id": "r", "status": "failed", "error": null}),
@@ -475,6 +502,11 @@ fn malformed_streams_are_errors_not_panics() {
             "never started",
         ),
         ("data: {not json\n\n", "invalid JSON"),
+        // An event type the decoder reads, with a field of the wrong type.
+        (
+            "data: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"content_index\":0,\"delta\":{\"text\":\"x\"}}\n\n",
+            "invalid JSON",
+        ),
         (
             "data: {\"type\":\"response.output_text.delta\",\"output_index\":99999999,\"delta\":\"x\"}\n\n",
             "limit",
@@ -530,6 +562,17 @@ fn the_stream_ends_at_the_final_event() {
     let mut early = WireDecoder::new(F);
     early.push(&body[..last], &mut Vec::new()).unwrap();
     assert!(!early.is_done());
+    // The decoder itself says the body was cut, and how, before any assembler looks.
+    match early.finish(&mut Vec::new()) {
+        Err(LlmError::Incomplete { detail }) => {
+            assert!(detail.contains("no response.completed"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match WireDecoder::new(F).finish(&mut Vec::new()) {
+        Err(LlmError::Incomplete { detail }) => assert!(detail.contains("no event"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
     let mut decoder = WireDecoder::new(F);
     let mut events = Vec::new();
     decoder.push(&body, &mut events).unwrap();
@@ -602,4 +645,251 @@ fn recorded_responses_transcripts_match_their_final_output() {
             dir.display()
         );
     }
+}
+
+/// Checks the block discipline every consumer relies on: each block that got content stops
+/// exactly once, gets nothing after its stop, and stops before the message does.
+fn assert_blocks_stop_once(events: &[LlmEvent], what: &str) {
+    use std::collections::BTreeMap;
+    let mut stops: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut started = std::collections::BTreeSet::new();
+    let mut message_stopped = false;
+    for event in events {
+        let content = match event {
+            LlmEvent::TextDelta { index, .. }
+            | LlmEvent::ThinkingDelta { index, .. }
+            | LlmEvent::Reasoning { index, .. }
+            | LlmEvent::ToolCallStart { index, .. }
+            | LlmEvent::ToolCallDelta { index, .. } => Some(*index),
+            LlmEvent::BlockStop { index } => {
+                assert!(
+                    !message_stopped,
+                    "{what}: block {index} stopped after the message"
+                );
+                assert!(
+                    started.contains(index),
+                    "{what}: block {index} stopped, never started"
+                );
+                *stops.entry(*index).or_default() += 1;
+                None
+            }
+            LlmEvent::MessageStop { .. } => {
+                message_stopped = true;
+                None
+            }
+            _ => None,
+        };
+        if let Some(index) = content {
+            assert!(
+                !stops.contains_key(&index),
+                "{what}: content for block {index} after its stop: {event:?}"
+            );
+            started.insert(index);
+        }
+    }
+    assert!(message_stopped, "{what}: no MessageStop");
+    for index in &started {
+        assert_eq!(stops.get(index), Some(&1), "{what}: stops of block {index}");
+    }
+}
+
+#[test]
+fn every_block_stops_once_before_the_message_stops() {
+    for (name, _) in common::fixtures("responses") {
+        let decoded = decode(&name);
+        if decoded.result.is_ok() {
+            assert_blocks_stop_once(&decoded.events, &name);
+        }
+    }
+    // Servers that send neither `content_part.done` nor `output_item.done`: the final event
+    // closes what is still open.
+    let text = json!({"type": "response.output_text.delta", "item_id": "msg_m",
+                      "output_index": 0, "content_index": 0, "delta": "Hi"});
+    let message = json!({"type": "response.output_item.added", "output_index": 0,
+                         "item": {"id": "msg_m", "type": "message", "role": "assistant",
+                                  "content": []}});
+    let call = json!({"type": "response.output_item.added", "output_index": 1,
+                      "item": {"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                               "name": "lookup", "arguments": ""}});
+    let arguments = json!({"type": "response.function_call_arguments.delta", "item_id": "fc_m",
+                           "output_index": 1, "delta": "{\"q\":1}"});
+    let reasoning = json!({"type": "response.output_item.added", "output_index": 0,
+                           "item": {"id": "rs_m", "type": "reasoning", "summary": []}});
+    let thinking = json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_m",
+                          "output_index": 0, "summary_index": 0, "delta": "Thinking"});
+    let cases = [
+        ("text", vec![message.clone(), text.clone()]),
+        ("call", vec![message, text, call, arguments]),
+        ("reasoning", vec![reasoning, thinking]),
+    ];
+    for (what, events) in cases {
+        let decoded = common::decode(F, &minimal_stream(&events));
+        decoded.result.as_ref().unwrap();
+        assert_blocks_stop_once(&decoded.events, what);
+    }
+}
+
+#[test]
+fn the_finished_item_alone_carries_its_content() {
+    // Servers that announce an item, then send it finished with no part or delta events.
+    let added = |output_index: u64, item: Value| json!({"type": "response.output_item.added", "output_index": output_index, "item": item});
+    let done = |output_index: u64, item: Value| json!({"type": "response.output_item.done", "output_index": output_index, "item": item});
+    let message = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                         "status": "in_progress", "content": []});
+    let finished = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                          "status": "completed", "content": [
+                              {"type": "output_text", "text": "First.", "annotations": []},
+                              {"type": "output_text", "text": "Second.", "annotations": []}]});
+    let call = json!({"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                      "name": "lookup", "arguments": "", "status": "in_progress"});
+    let call_done = json!({"id": "fc_m", "type": "function_call", "call_id": "call_m",
+                           "name": "lookup", "arguments": "{\"q\":1}", "status": "completed"});
+    let decoded = common::decode(
+        F,
+        &minimal_stream(&[
+            added(0, message.clone()),
+            done(0, finished),
+            added(1, call),
+            done(1, call_done),
+        ]),
+    );
+    assert_blocks_stop_once(&decoded.events, "finished items");
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("First."),
+            ContentBlock::text("Second."),
+            tool_use("call_m", "lookup", json!({"q": 1})),
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+
+    let refused = json!({"id": "msg_m", "type": "message", "role": "assistant",
+                         "status": "completed",
+                         "content": [{"type": "refusal", "refusal": "I won't."}]});
+    let response = common::decode(F, &minimal_stream(&[added(0, message), done(0, refused)]))
+        .result
+        .unwrap();
+    assert_eq!(response.message.content, [ContentBlock::text("I won't.")]);
+    assert_eq!(response.stop_reason, StopReason::Refusal);
+}
+
+#[test]
+fn items_never_announced_get_their_own_blocks() {
+    // Servers that skip `response.output_item.added`: the first event of an item opens it.
+    let events = [
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_m",
+               "output_index": 0, "summary_index": 0, "delta": "Thinking."}),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"id": "rs_m", "type": "reasoning",
+                        "summary": [{"type": "summary_text", "text": "Thinking."}]}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_m", "output_index": 1,
+               "content_index": 0, "delta": "Hi"}),
+    ];
+    let decoded = common::decode(F, &minimal_stream(&events));
+    assert_blocks_stop_once(&decoded.events, "never announced");
+    let blocks: Vec<(usize, &str)> = decoded
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { index, thinking } => Some((*index, thinking.as_str())),
+            LlmEvent::TextDelta { index, text } => Some((*index, text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocks, [(0, "Thinking."), (1, "Hi")]);
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::Reasoning {
+                id: "rs_m".into(),
+                summary: vec!["Thinking.".into()],
+                encrypted_content: None,
+            },
+            ContentBlock::text("Hi"),
+        ]
+    );
+}
+
+#[test]
+fn a_part_stops_at_its_content_part_done() {
+    // The block is complete at `response.content_part.done`, before its item finishes.
+    for name in ["text.sse", "refusal.sse"] {
+        let body = fixture(name);
+        let item_done = String::from_utf8_lossy(&body)
+            .find("event: response.output_item.done")
+            .unwrap();
+        let mut decoder = WireDecoder::new(F);
+        let mut events = Vec::new();
+        decoder.push(&body[..item_done], &mut events).unwrap();
+        assert_eq!(
+            events.last(),
+            Some(&LlmEvent::BlockStop { index: 0 }),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_whole_response_object_keeps_its_status_error_and_parts() {
+    let decode_json = |body: Value| {
+        let mut events = Vec::new();
+        WireDecoder::new(F).decode_json(body.to_string().as_bytes(), &mut events)?;
+        common::assemble(&events)
+    };
+    let message = |content: Value| {
+        json!([{"id": "msg_w", "type": "message", "role": "assistant", "status": "completed",
+                "content": content}])
+    };
+    let text = message(
+        json!([{"type": "output_text", "text": "Part one.", "annotations": []},
+                              {"type": "output_text", "text": "Part two.", "annotations": []}]),
+    );
+    let response = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+                                      "status": "completed", "error": null, "output": text}))
+    .unwrap();
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::text("Part one."),
+            ContentBlock::text("Part two.")
+        ]
+    );
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+
+    for (reason, stop) in [
+        (
+            json!({"reason": "max_output_tokens"}),
+            StopReason::MaxTokens,
+        ),
+        (json!({"reason": "content_filter"}), StopReason::Refusal),
+    ] {
+        let response = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+            "status": "incomplete", "incomplete_details": reason,
+            "output": message(json!([{"type": "output_text", "text": "Cut", "annotations": []}]))}))
+        .unwrap();
+        assert_eq!(response.stop_reason, stop, "{reason}");
+        assert_eq!(response.text(), "Cut");
+    }
+
+    let refusal = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+        "status": "completed",
+        "output": message(json!([{"type": "refusal", "refusal": "I can't help with that."}]))}))
+    .unwrap();
+    assert_eq!(refusal.text(), "I can't help with that.");
+    assert_eq!(refusal.stop_reason, StopReason::Refusal);
+
+    let failed = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
+        "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": "The server had an error."}}))
+    .unwrap_err();
+    assert_eq!(
+        failed,
+        LlmError::Stream {
+            error_type: "server_error".into(),
+            message: "The server had an error.".into()
+        }
+    );
 }

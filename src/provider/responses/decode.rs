@@ -584,16 +584,12 @@ impl Decoder {
         let next_block = self.next_block;
         let slot = self.slot(ev.output_index)?;
         let item = ev.output_index.unwrap_or_default() as usize;
-        let parts = match slot {
-            Some(ItemState::Message { parts }) => parts,
-            None => {
-                *slot = Some(ItemState::Message { parts: Vec::new() });
-                match slot {
-                    Some(ItemState::Message { parts }) => parts,
-                    _ => return Ok(None),
-                }
-            }
-            Some(_) => return Ok(None),
+        if slot.is_none() {
+            // Text for an item never announced: it is a message.
+            *slot = Some(ItemState::Message { parts: Vec::new() });
+        }
+        let Some(ItemState::Message { parts }) = slot else {
+            return Ok(None);
         };
         if let Some(p) = parts.iter().position(|p| p.content_index == content_index) {
             if parts[p].kind != kind {
@@ -808,7 +804,8 @@ impl Decoder {
         let whole: Whole<'_> = serde_json::from_str(body).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in OpenAI Responses body: {e}"))
         })?;
-        if let Some(error) = whole.response.error.as_ref().filter(|e| !e.is_null()) {
+        // serde reads `"error": null` as `None`.
+        if let Some(error) = whole.response.error.as_ref() {
             return Err(stream_error(error));
         }
         self.start(Some(&whole.response), out);
@@ -951,15 +948,17 @@ fn error_event(ev: &Event<'_>) -> LlmError {
         return stream_error(error);
     }
     let mut error = serde_json::Map::new();
-    if let Some(code) = ev.code.as_ref().filter(|c| !c.is_null()) {
+    // serde reads `"code": null` as `None`.
+    if let Some(code) = &ev.code {
         error.insert("code".to_owned(), code.clone());
     }
     error.insert(
         "message".to_owned(),
         match &ev.message {
             Some(serde_json::Value::String(m)) => m.as_str().into(),
-            Some(other) if !other.is_null() => other.to_string().into(),
-            _ => "the server sent an error event".into(),
+            // serde reads `"message": null` as `None`.
+            Some(other) => other.to_string().into(),
+            None => "the server sent an error event".into(),
         },
     );
     stream_error(&serde_json::Value::Object(error))
