@@ -362,3 +362,34 @@ fn unmodelled_blocks_count_against_the_response_limit() {
     let base = smallest_response_limit(&block(""));
     assert_eq!(smallest_response_limit(&block("0123456789")), base + 10);
 }
+
+#[test]
+fn every_byte_of_a_reasoning_item_counts_against_the_response_limit() {
+    // The id, each summary part and the encrypted content all count, one for one.
+    let item = |id: &str, summary: &[&str], encrypted: Option<&str>| {
+        vec![
+            LlmEvent::Reasoning {
+                index: 0,
+                id: id.into(),
+                summary: summary.iter().map(|s| s.to_string()).collect(),
+                encrypted_content: encrypted.map(str::to_owned),
+            },
+            stop(0),
+            message_stop(StopReason::EndTurn),
+        ]
+    };
+    let base = smallest_response_limit(&item("r", &[], None));
+    assert_eq!(smallest_response_limit(&item("r2345", &[], None)), base + 4);
+    assert_eq!(
+        smallest_response_limit(&item("r", &["abc", "de"], None)),
+        base + 5
+    );
+    assert_eq!(
+        smallest_response_limit(&item("r", &[], Some("0123456"))),
+        base + 7
+    );
+    assert_eq!(
+        smallest_response_limit(&item("r2345", &["abc", "de"], Some("0123456"))),
+        base + 16
+    );
+}
