@@ -1096,6 +1096,72 @@ mod tests {
     }
 
     #[test]
+    fn dropping_old_reasoning_is_reported_and_an_exact_fit_ends_the_compaction_there() {
+        let reasoning = |id: &str| ContentBlock::Reasoning {
+            id: id.into(),
+            summary: vec!["thought".into()],
+            encrypted_content: Some("e".repeat(4000)),
+        };
+        // Two turns, both kept whole (keep 10): old reasoning is all compaction may drop,
+        // besides cutting the long tool output.
+        let build = |old_reasoning: bool, output: &str| {
+            let mut cm = manager(10);
+            cm.push(Message::user("q1"));
+            let mut first = vec![ContentBlock::text("a1")];
+            if old_reasoning {
+                first.insert(0, reasoning("rs_1"));
+            }
+            cm.push(Message {
+                role: Role::Assistant,
+                content: first,
+            });
+            cm.push(Message::user("q2"));
+            step(&mut cm, "c1", "in", output);
+            cm.push(Message {
+                role: Role::Assistant,
+                content: vec![reasoning("rs_2"), ContentBlock::text("a2")],
+            });
+            cm
+        };
+        let long = "y".repeat(200_000);
+
+        // The target is exactly the size without the old item: dropping it is enough, and the
+        // long output is left alone.
+        let target = build(false, &long).token_count();
+        let mut cm = build(true, &long);
+        let before = cm.token_count();
+        let report = futures::executor::block_on(run(&mut cm, target, before, None)).unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::DropOldReasoning);
+        assert_eq!(report.tokens_after, target);
+        assert_eq!(outputs(&cm)[0].1, long);
+
+        // One token less, and the output is cut (so it is long enough to be).
+        let mut cm = build(true, &long);
+        futures::executor::block_on(run(&mut cm, target - 1, before, None)).unwrap();
+        assert!(outputs(&cm)[0].1.len() < long.len());
+
+        // Still over after the reasoning goes, with nothing else the cache-aware order may
+        // cut (no tool results, the head kept): the report names the step that did the work.
+        let mut cm = ContextManager::new(
+            ContextConfig::default()
+                .keep_recent_turns(10)
+                .compaction_target(0.5),
+        )
+        .with_counter(CharEstimateCounter);
+        for (t, id) in ["rs_1", "rs_2"].iter().enumerate() {
+            cm.push(Message::user(format!("q{t}")));
+            cm.push(Message {
+                role: Role::Assistant,
+                content: vec![reasoning(id), ContentBlock::text("a")],
+            });
+        }
+        let before = cm.token_count();
+        let report = futures::executor::block_on(run(&mut cm, 1, before, None)).unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::DropOldReasoning);
+        assert!(report.tokens_after < before);
+    }
+
+    #[test]
     fn the_fewest_oldest_turns_are_dropped() {
         let mut cm = manager(1);
         for t in 0..5 {
