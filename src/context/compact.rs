@@ -1137,8 +1137,9 @@ mod tests {
 
         // One token less, and the output is cut (so it is long enough to be).
         let mut cm = build(true, &long);
-        futures::executor::block_on(run(&mut cm, target - 1, before, None)).unwrap();
+        let report = futures::executor::block_on(run(&mut cm, target - 1, before, None)).unwrap();
         assert!(outputs(&cm)[0].1.len() < long.len());
+        assert_eq!(report.strategy, CompactionStrategy::TruncateToolOutputs);
 
         // Still over after the reasoning goes, with nothing else the cache-aware order may
         // cut (no tool results, the head kept): the report names the step that did the work.
