@@ -1162,6 +1162,102 @@ mod tests {
         assert!(report.tokens_after < before);
     }
 
+    /// A summarizer that always answers with this text.
+    struct Fixed(&'static str);
+
+    #[async_trait]
+    impl Summarizer for Fixed {
+        async fn summarize(&self, _span: &[Message]) -> Result<String, Error> {
+            Ok(self.0.to_owned())
+        }
+    }
+
+    fn cache_aware(keep_recent_turns: u32) -> ContextManager {
+        ContextManager::new(
+            ContextConfig::default()
+                .keep_recent_turns(keep_recent_turns)
+                .compaction_target(0.5),
+        )
+        .with_counter(CharEstimateCounter)
+    }
+
+    #[test]
+    fn with_only_the_kept_turns_there_is_nothing_to_summarize() {
+        let mut cm = manager(2);
+        turn(&mut cm, 0, &"y".repeat(400));
+        turn(&mut cm, 1, &"y".repeat(400));
+        let before = cm.token_count();
+        // `Unused` panics if asked: the two kept turns are not a span to summarize.
+        futures::executor::block_on(run(&mut cm, before / 2, before, Some(&Unused))).unwrap();
+        assert!(cm.validate().is_ok());
+    }
+
+    #[test]
+    fn a_cache_aware_summary_replaces_the_span_after_the_head() {
+        let mut cm = cache_aware(1);
+        for t in 0..6 {
+            turn(&mut cm, t, &"y".repeat(2_000));
+        }
+        let before = cm.token_count();
+        let report = futures::executor::block_on(run(
+            &mut cm,
+            before / 4,
+            before,
+            Some(&Fixed("what happened")),
+        ))
+        .unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::Summarize);
+        let head = cm.messages[0].text();
+        assert!(head.starts_with("request 0"), "{head}");
+        assert!(head.contains("what happened"), "{head}");
+        assert!(cm.len() < 24);
+        assert!(cm.validate().is_ok());
+    }
+
+    #[test]
+    fn a_message_of_only_reasoning_keeps_it() {
+        // Emptying it would leave an empty message; the cache-aware order drops nothing here
+        // (the only possible cut would pass the latest input).
+        let reasoning = |id: &str| ContentBlock::Reasoning {
+            id: id.into(),
+            summary: vec!["thought".into()],
+            encrypted_content: Some("e".repeat(2000)),
+        };
+        let mut cm = cache_aware(10);
+        cm.push(Message::user("q1"));
+        cm.push(Message {
+            role: Role::Assistant,
+            content: vec![reasoning("rs_1")],
+        });
+        cm.push(Message::user("q2"));
+        cm.push(Message {
+            role: Role::Assistant,
+            content: vec![reasoning("rs_2"), ContentBlock::text("a2")],
+        });
+        let before = cm.messages.clone();
+        let count = cm.token_count();
+        futures::executor::block_on(run(&mut cm, 1, count, None)).ok();
+        assert_eq!(cm.messages, before);
+    }
+
+    #[test]
+    fn a_cache_aware_cut_never_separates_a_call_from_its_results() {
+        // The first call's input is most of the conversation: dropping that one message would
+        // be enough, but its results would be left without it. The cut takes both.
+        let mut cm = cache_aware(1);
+        cm.push_user_text("do the task");
+        step(&mut cm, "s0", &"x".repeat(8_000), "small");
+        step(&mut cm, "s1", "in", "small");
+        step(&mut cm, "s2", "in", "small");
+        let before = cm.token_count();
+        let report = futures::executor::block_on(run(&mut cm, before / 3, before, None)).unwrap();
+        assert_eq!(report.strategy, CompactionStrategy::DropOldestTurns);
+        assert!(cm.validate().is_ok(), "{:?}", cm.messages);
+        // The head, then the second step on.
+        assert_eq!(cm.len(), 5, "{:?}", cm.messages);
+        assert!(cm.messages[1].tool_uses().any(|(id, _, _)| id == "s1"));
+    }
+
     #[test]
     fn the_fewest_oldest_turns_are_dropped() {
         let mut cm = manager(1);
