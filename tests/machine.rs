@@ -690,7 +690,7 @@ fn model_request(actions: &[Action]) -> Option<&agent_loop::ModelRequest> {
 #[test]
 fn the_request_carries_the_agents_prompt_cache_settings() {
     let cache = agent_loop::PromptCache::default().ttl(agent_loop::CacheTtl::OneHour);
-    let mut m = machine_with(|b| b.prompt_cache(Some(cache.clone())));
+    let mut m = machine_with(|b| b.prompt_cache(Some(cache)));
     m.start("go", Instant::now());
     let actions = drain(&mut m);
     assert_eq!(model_request(&actions).unwrap().prompt_cache, Some(cache));
