@@ -995,3 +995,41 @@ fn a_second_result_for_an_answered_call_is_ignored() {
         .collect();
     assert_eq!(texts, ["first", "second"]);
 }
+
+#[test]
+fn a_final_answer_beside_an_early_call_still_running_waits_for_its_real_result() {
+    let now = Instant::now();
+    let mut m = machine();
+    let options = agent_loop::RunOptions::new()
+        .output(agent_loop::StructuredOutput::from_schema(json!({"type": "object"})).unwrap());
+    m.start_with("go", options, now);
+    drain(&mut m);
+    // A read-only call completes mid-stream and starts early.
+    feed(&mut m, call_events("r1", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    let actions = drain(&mut m);
+    assert!(matches!(actions.last(), Some(Action::RunTools(calls)) if calls[0].id == "r1"));
+    // Then a valid final answer, and the message ends: the run ends with this batch, but the
+    // running call is answered by its own result, not as "not run".
+    let mut stream = call_block(1, "f1", "final_answer", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    let actions = feed(&mut m, stream, now);
+    assert!(
+        !events(&actions)
+            .iter()
+            .any(|e| matches!(e, AgentEvent::ToolResult { id, .. } if id == "r1")),
+        "{actions:#?}"
+    );
+    m.handle(done("r1", "look", "seen"), now);
+    let actions = drain(&mut m);
+    assert!(
+        events(&actions)
+            .iter()
+            .any(|e| matches!(e, AgentEvent::ToolResult { id, content, .. } if id == "r1" && content == "seen")),
+        "{actions:#?}"
+    );
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::Completed)
+    );
+}
