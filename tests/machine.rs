@@ -183,9 +183,8 @@ fn progress(id: &str, message: &str) -> ToolProgress {
     ToolProgress::new(id, message)
 }
 
-#[test]
-fn a_response_broken_after_content_is_re_sent_after_a_backoff_from_the_given_time() {
-    let now = Instant::now();
+/// A machine whose first model response has streamed `text` so far.
+fn streaming_text(text: &str, now: Instant) -> AgentMachine {
     let mut m = machine();
     m.start("go", now);
     drain(&mut m);
@@ -193,10 +192,17 @@ fn a_response_broken_after_content_is_re_sent_after_a_backoff_from_the_given_tim
         &mut m,
         vec![LlmEvent::TextDelta {
             index: 0,
-            text: "Hel".into(),
+            text: text.into(),
         }],
         now,
     );
+    m
+}
+
+#[test]
+fn a_response_broken_after_content_is_re_sent_after_a_backoff_from_the_given_time() {
+    let now = Instant::now();
+    let mut m = streaming_text("Hel", now);
     m.handle(
         Input::ModelEnded(Err(LlmError::Transport {
             message: "reset".into(),
@@ -739,17 +745,7 @@ fn empty_text_and_thinking_deltas_are_not_events() {
 #[test]
 fn a_stream_that_ends_without_its_stop_event_is_broken_and_re_sent() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
-    feed(
-        &mut m,
-        vec![LlmEvent::TextDelta {
-            index: 0,
-            text: "Hel".into(),
-        }],
-        now,
-    );
+    let mut m = streaming_text("Hel", now);
     // The transport ended cleanly, but the message never did.
     m.handle(Input::ModelEnded(Ok(())), now);
     let actions = drain(&mut m);
@@ -767,17 +763,7 @@ fn a_stream_that_ends_without_its_stop_event_is_broken_and_re_sent() {
 fn only_retryable_failures_after_content_are_re_sent_by_the_agent() {
     let now = Instant::now();
     // After content, a failure the API would give again ends the run.
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
-    feed(
-        &mut m,
-        vec![LlmEvent::TextDelta {
-            index: 0,
-            text: "Hel".into(),
-        }],
-        now,
-    );
+    let mut m = streaming_text("Hel", now);
     let refused = LlmError::Stream {
         error_type: "invalid_request_error".into(),
         message: "no".into(),

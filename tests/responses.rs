@@ -380,6 +380,17 @@ fn lenient_servers_text_and_arguments_only_in_the_done_events() {
     assert_eq!(response.stop_reason, StopReason::ToolUse);
 }
 
+/// The text of every `TextDelta`, in order.
+fn text_deltas(events: &[LlmEvent]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A stream of just these events (no `event:` lines), framed by `response.created` and
 /// `response.completed`.
 fn minimal_stream(events: &[Value]) -> Vec<u8> {
@@ -467,15 +478,7 @@ fn a_part_announced_empty_is_filled_by_its_deltas_once() {
                "content_index": 0, "delta": "Hi"}),
     ];
     let decoded = common::decode(F, &minimal_stream(&events));
-    let texts: Vec<&str> = decoded
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(texts, ["Hi"]);
+    assert_eq!(text_deltas(&decoded.events), ["Hi"]);
     assert_eq!(decoded.result.unwrap().text(), "Hi");
 }
 
@@ -483,15 +486,10 @@ fn a_part_announced_empty_is_filled_by_its_deltas_once() {
 fn deltas_are_not_doubled_by_the_done_events() {
     // Each piece of text arrives once as a delta and again in four finishing events.
     let decoded = decode("text.sse");
-    let text: String = decoded
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "Hello, wörld — ok 🎉");
+    assert_eq!(
+        text_deltas(&decoded.events).concat(),
+        "Hello, wörld — ok 🎉"
+    );
 }
 
 #[test]
