@@ -916,6 +916,26 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_placeholder_no_shorter_than_the_output_is_not_used() {
+        let names = [("1".to_owned(), "read".to_owned())];
+        let placeholder = |len: usize| {
+            format!(
+                "{CACHE_ELIDED_PREFIX}{len} bytes from `read`; call the tool again if you need it]"
+            )
+        };
+        // The output whose placeholder is exactly as long as it is.
+        let same = (10..1000)
+            .find(|&len| placeholder(len).len() == len)
+            .unwrap();
+        let mut m = results("1", &"y".repeat(same));
+        assert!(!elide_for_cache(&mut m, &names));
+        assert_eq!(m, results("1", &"y".repeat(same)));
+        let mut m = results("1", &"y".repeat(same + 1));
+        assert!(elide_for_cache(&mut m, &names));
+        assert_eq!(m, results("1", &placeholder(same + 1)));
+    }
+
+    #[test]
     fn an_output_exactly_at_the_cap_is_kept_whole() {
         let mut cm = ContextManager::new(ContextConfig::default().tool_output_cap(200))
             .with_counter(CharEstimateCounter);
@@ -1212,6 +1232,26 @@ mod tests {
         assert!(head.contains("what happened"), "{head}");
         assert!(cm.len() < 24);
         assert!(cm.validate().is_ok());
+    }
+
+    #[test]
+    fn a_conversation_cut_back_to_the_span_while_summarizing_keeps_what_is_left() {
+        // The span to summarize ends at `cut`; the conversation is rolled back to exactly
+        // that meanwhile, and no summary came: there is nothing after the span to keep, so
+        // nothing is dropped after the head.
+        let mut cm = cache_aware(1);
+        for t in 0..6 {
+            turn(&mut cm, t, &"y".repeat(2_000));
+        }
+        let before = cm.token_count();
+        let CompactionStep::Summarize(span) = begin(&mut cm, before / 4, before, true).unwrap()
+        else {
+            panic!("a summary is wanted");
+        };
+        cm.truncate(span.len());
+        let kept = cm.messages.clone();
+        finish(&mut cm, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cm.messages[1..], kept[1..]);
     }
 
     #[test]
