@@ -693,6 +693,22 @@ fn model_request(actions: &[Action]) -> Option<&agent_loop::ModelRequest> {
     })
 }
 
+/// One tool turn of `act` call `id`: the stream (then a `tool_use` stop), the hooks allow
+/// it, it finishes with "done". The actions after its result.
+fn act_turn(
+    m: &mut AgentMachine,
+    mut stream: Vec<LlmEvent>,
+    id: &str,
+    now: Instant,
+) -> Vec<Action> {
+    stream.push(stop(StopReason::ToolUse));
+    feed(m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(m);
+    m.handle(done(id, "act", "done"), now);
+    drain(m)
+}
+
 #[test]
 fn the_request_carries_the_agents_prompt_cache_settings() {
     let cache = agent_loop::PromptCache::default().ttl(agent_loop::CacheTtl::OneHour);
@@ -807,13 +823,7 @@ fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
     let mut m = machine_with(|b| b.max_turns(1).final_answer_at_max_turns(true));
     m.start("go", now);
     drain(&mut m);
-    let mut stream = call_events("c1", "act", "{}");
-    stream.push(stop(StopReason::ToolUse));
-    feed(&mut m, stream, now);
-    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
-    drain(&mut m);
-    m.handle(done("c1", "act", "done"), now);
-    let actions = drain(&mut m);
+    let actions = act_turn(&mut m, call_events("c1", "act", "{}"), "c1", now);
     let request = model_request(&actions).expect("the final call");
     assert_eq!(request.tool_choice, agent_loop::ToolChoice::None);
     // The model calls a read-only tool anyway: it is not started, early or late.
@@ -919,19 +929,8 @@ fn the_final_text_is_the_last_text_the_model_wrote() {
         text: "Let me check.".into(),
     }];
     stream.extend(call_block(1, "c1", "act", "{}"));
-    stream.push(stop(StopReason::ToolUse));
-    feed(&mut m, stream, now);
-    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
-    drain(&mut m);
-    m.handle(done("c1", "act", "done"), now);
-    assert!(model_request(&drain(&mut m)).is_some());
-    let mut stream = call_events("c2", "act", "{}");
-    stream.push(stop(StopReason::ToolUse));
-    feed(&mut m, stream, now);
-    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
-    drain(&mut m);
-    m.handle(done("c2", "act", "done"), now);
-    let actions = drain(&mut m);
+    assert!(model_request(&act_turn(&mut m, stream, "c1", now)).is_some());
+    let actions = act_turn(&mut m, call_events("c2", "act", "{}"), "c2", now);
     let outcome = outcome(&actions).expect("finished");
     assert_eq!(outcome.termination, Termination::MaxTurns);
     assert_eq!(outcome.final_text, "Let me check.");
