@@ -37,17 +37,11 @@ async fn sigkill_mid_tool_reruns_only_that_tool_with_the_same_key() {
     hold(&tools.0, "a");
     let run = restate.run("s1", "Do step a.");
 
-    wait_until("the tool starts", || async {
-        count(&tool_log(&tools.0), "start a s1/c1") == 1
-    })
-    .await;
+    wait_for_log(&tools.0, "start a s1/c1", 1).await;
     worker.kill();
     worker.restart().await;
     // The interrupted call runs again on the new worker, with the same idempotency key.
-    wait_until("the tool starts again", || async {
-        count(&tool_log(&tools.0), "start a s1/c1") == 2
-    })
-    .await;
+    wait_for_log(&tools.0, "start a s1/c1", 2).await;
     release(&tools.0, "a");
 
     let report = run.await.expect("run task");
@@ -83,16 +77,10 @@ async fn sigkill_between_two_parallel_tools_keeps_the_finished_one() {
 
     // `a` finished and its result is journaled; `b` is still running.
     restate.wait_tool_completed("s2", "c1").await;
-    wait_until("b starts", || async {
-        count(&tool_log(&tools.0), "start b s2/c2") == 1
-    })
-    .await;
+    wait_for_log(&tools.0, "start b s2/c2", 1).await;
     worker.kill();
     worker.restart().await;
-    wait_until("b starts again", || async {
-        count(&tool_log(&tools.0), "start b s2/c2") == 2
-    })
-    .await;
+    wait_for_log(&tools.0, "start b s2/c2", 2).await;
     release(&tools.0, "b");
 
     let report = run.await.expect("run task");
@@ -291,10 +279,7 @@ async fn restate_cancel_stops_the_run_and_leaves_a_valid_history() {
     ));
     hold(&tools.0, "slow");
     let run = restate.run_raw("s7", "Do the slow step.");
-    wait_until("the tool starts", || async {
-        count(&tool_log(&tools.0), "start slow s7/c1") == 1
-    })
-    .await;
+    wait_for_log(&tools.0, "start slow s7/c1", 1).await;
     let rows = restate
         .query("SELECT id FROM sys_invocation WHERE target = 'AgentSession/s7/run'")
         .await;

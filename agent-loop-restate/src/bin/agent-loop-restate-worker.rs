@@ -29,13 +29,17 @@ struct Step {
     label: String,
 }
 
+/// Appends one line to the tools' log. The line goes out in one `write` on an `O_APPEND`
+/// file, so lines of tools running at once never interleave (`writeln!` would write the text
+/// and its newline separately, and another tool's line could land between them).
 fn log(dir: &std::path::Path, line: &str) -> Result<(), ToolError> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("tools.log"))
         .map_err(|e| ToolError::new(e.to_string()))?;
-    writeln!(file, "{line}").map_err(|e| ToolError::new(e.to_string()))?;
+    file.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| ToolError::new(e.to_string()))?;
     file.sync_all().map_err(|e| ToolError::new(e.to_string()))
 }
 

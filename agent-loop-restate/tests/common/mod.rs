@@ -361,6 +361,23 @@ pub fn count(log: &[String], line: &str) -> usize {
     log.iter().filter(|l| *l == line).count()
 }
 
+/// Waits until the tools' log in `dir` holds `line` exactly `times` times; a timeout shows
+/// the log.
+pub async fn wait_for_log(dir: &Path, line: &str, times: usize) {
+    let start = Instant::now();
+    loop {
+        let log = tool_log(dir);
+        if count(&log, line) == times {
+            return;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "timed out waiting for {times} × {line:?} in the tools' log: {log:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Makes the tool call labelled `label` wait (until [`release`]).
 pub fn hold(dir: &Path, label: &str) {
     std::fs::write(dir.join(format!("hold-{label}")), b"").expect("hold file");
