@@ -253,7 +253,7 @@ impl Decoder {
         let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in OpenAI stream chunk: {e}"))
         })?;
-        if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
+        if let Some(error) = chunk.error {
             return Err(stream_error(&error));
         }
         if !self.started {
