@@ -781,6 +781,203 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_format_displays_as_its_media_type() {
+        assert_eq!(ImageFormat::Png.to_string(), "image/png");
+        assert_eq!(ImageFormat::Webp.to_string(), "image/webp");
+    }
+
+    /// The base64 of a 32 MiB image is 44,739,244 characters (4 per started 3 bytes): that
+    /// much is decoded, one character more is refused before any decoding.
+    #[test]
+    fn base64_up_to_the_encoded_limit_is_decoded_and_longer_is_refused_unread() {
+        let limit = MAX_MEDIA_BYTES.div_ceil(3) * 4;
+        assert_eq!(limit, 44_739_244);
+        // Not base64 at all: decoding it says so, which shows it was decoded.
+        let at_limit = "!".repeat(limit);
+        assert!(matches!(
+            Image::from_base64("image/png", &at_limit),
+            Err(MediaError::InvalidBase64(_))
+        ));
+        let over = "!".repeat(limit + 1);
+        assert_eq!(
+            Image::from_base64("image/png", &over),
+            Err(MediaError::TooLarge {
+                what: "the image",
+                size: (limit + 1) / 4 * 3,
+                limit: MAX_MEDIA_BYTES,
+            })
+        );
+    }
+
+    #[test]
+    fn exactly_the_size_limit_is_accepted() {
+        let mut pdf = vec![b' '; MAX_MEDIA_BYTES];
+        pdf[..5].copy_from_slice(b"%PDF-");
+        assert!(Document::pdf(&pdf).is_ok());
+        pdf.push(b' ');
+        assert_eq!(
+            Document::pdf(&pdf),
+            Err(MediaError::TooLarge {
+                what: "the document",
+                size: MAX_MEDIA_BYTES + 1,
+                limit: MAX_MEDIA_BYTES,
+            })
+        );
+    }
+
+    #[test]
+    fn a_url_needs_a_host_after_its_scheme() {
+        for bare in ["http://", "https://", "HTTP://"] {
+            assert_eq!(
+                Image::from_url(bare),
+                Err(MediaError::InvalidUrl(bare.to_owned()))
+            );
+        }
+        assert!(Image::from_url("http://a").is_ok());
+        assert!(Image::from_url("HTTPS://a").is_ok());
+        assert!(Document::from_url("http://a/x.pdf").is_ok());
+    }
+
+    #[test]
+    fn a_refused_url_is_shown_whole_when_short_and_cut_at_a_char_boundary_when_long() {
+        assert_eq!(
+            Image::from_url("ftp://x/y.png"),
+            Err(MediaError::InvalidUrl("ftp://x/y.png".to_owned()))
+        );
+        // 80 bytes of ASCII is shown whole; one more byte is cut to 80 and marked.
+        let exact = format!("ftp://{}", "a".repeat(74));
+        assert_eq!(
+            Image::from_url(&exact),
+            Err(MediaError::InvalidUrl(exact.clone()))
+        );
+        let long = format!("{exact}b");
+        assert_eq!(
+            Image::from_url(&long),
+            Err(MediaError::InvalidUrl(format!("{exact}…")))
+        );
+        // A two-byte character across byte 80 is left out whole.
+        let wide = format!("ftp://{}é tail", "a".repeat(73));
+        assert_eq!(
+            Image::from_url(&wide),
+            Err(MediaError::InvalidUrl(format!("ftp://{}…", "a".repeat(73))))
+        );
+    }
+
+    #[test]
+    fn an_image_without_width_or_height_is_unreadable() {
+        for (w, h) in [(0, 5), (5, 0), (0, 0)] {
+            assert_eq!(
+                Image::png(&png(w, h)),
+                Err(MediaError::Unreadable("image/png")),
+                "{w}×{h}"
+            );
+        }
+        assert_eq!(Image::png(&png(1, 1)).unwrap().dimensions(), Some((1, 1)));
+    }
+
+    #[test]
+    fn webp_extended_sizes_use_all_24_bits() {
+        // Canvas 70,000 × 3: width - 1 = 0x01_11_6F, little-endian.
+        let vp8x = [0, 0, 0, 0, 0x6F, 0x11, 0x01, 0x02, 0, 0];
+        assert_eq!(
+            image_dimensions(ImageFormat::Webp, &webp(b"VP8X", &vp8x)),
+            Some((70_000, 3))
+        );
+    }
+
+    /// A JPEG: SOI, then `segments`, then a baseline SOF0 of `w` × `h`.
+    fn jpeg_with(segments: &[u8], w: u16, h: u16) -> Vec<u8> {
+        let mut b = vec![0xFF, 0xD8];
+        b.extend_from_slice(segments);
+        b.extend_from_slice(&[0xFF, 0xC0, 0x00, 0x11, 0x08]);
+        b.extend_from_slice(&h.to_be_bytes());
+        b.extend_from_slice(&w.to_be_bytes());
+        b.extend_from_slice(&[3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+        b
+    }
+
+    #[test]
+    fn jpeg_segments_are_walked_by_their_kind() {
+        let dims =
+            |segments: &[u8]| image_dimensions(ImageFormat::Jpeg, &jpeg_with(segments, 32, 24));
+        assert_eq!(dims(&[]), Some((32, 24)));
+        // A standalone marker (RST0, TEM) has no length: the next marker follows at once.
+        assert_eq!(dims(&[0xFF, 0xD0]), Some((32, 24)));
+        assert_eq!(dims(&[0xFF, 0x01]), Some((32, 24)));
+        // An empty segment (length 2 counts only itself) is skipped.
+        assert_eq!(dims(&[0xFF, 0xE1, 0x00, 0x02]), Some((32, 24)));
+        // A length under 2 is damage.
+        assert_eq!(dims(&[0xFF, 0xE1, 0x00, 0x01, 0xFF]), None);
+        // A Huffman table (C4), like the other non-frame C-markers, is skipped by its length,
+        // not read as the frame.
+        for marker in [0xC4, 0xC8, 0xCC] {
+            assert_eq!(
+                dims(&[0xFF, marker, 0x00, 0x08, 0, 0, 0, 0, 0, 0]),
+                Some((32, 24)),
+                "{marker:#x}"
+            );
+        }
+        // Start of scan or end of image before any frame: no size, even if a frame follows.
+        assert_eq!(dims(&[0xFF, 0xDA, 0x00, 0x02]), None);
+        assert_eq!(dims(&[0xFF, 0xD9, 0x00, 0x02]), None);
+    }
+
+    #[test]
+    fn a_jpeg_size_is_found_behind_large_metadata() {
+        // A 20 KB EXIF segment before the frame, as cameras write.
+        let mut exif = vec![0xFF, 0xE1];
+        exif.extend_from_slice(&20_000u16.to_be_bytes());
+        exif.resize(2 + 20_000, 0);
+        let image = Image::jpeg(&jpeg_with(&exif, 4000, 3000)).unwrap();
+        assert_eq!(image.dimensions(), Some((4000, 3000)));
+        assert_eq!(source_dimensions(image.source()), Some((4000, 3000)));
+        // A PNG source is read from its first bytes.
+        let png = Image::png(&png(640, 480)).unwrap();
+        assert_eq!(source_dimensions(png.source()), Some((640, 480)));
+    }
+
+    #[test]
+    fn token_rules_scale_large_images_first() {
+        // Anthropic scales the long edge to 1568 first: 3136×200 is counted as 1568×100.
+        assert_eq!(
+            ImageTokenRule::Anthropic.image_tokens(Some((3136, 200))),
+            210
+        );
+        // OpenAI fits within 2048 first: 4096×1000 → 2048×500 (short side already under
+        // 768) → 4 × 1 tiles.
+        assert_eq!(
+            ImageTokenRule::OpenAi.image_tokens(Some((4096, 1000))),
+            85 + 170 * 4
+        );
+        // An image of unknown size counts as the largest: 8 tiles.
+        assert_eq!(ImageTokenRule::OpenAi.image_tokens(None), 85 + 170 * 8);
+        assert_eq!(ImageTokenRule::Larger.image_tokens(None), 1600);
+    }
+
+    #[test]
+    fn every_openai_model_family_gets_the_openai_rule() {
+        for name in [
+            "gpt-4o",
+            "chatgpt-4o-latest",
+            "o1-mini",
+            "o3",
+            "o4-mini",
+            "OpenAI/GPT-5",
+        ] {
+            assert_eq!(
+                ImageTokenRule::for_model(name),
+                ImageTokenRule::OpenAi,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            ImageTokenRule::for_model("anthropic/Claude-Opus-4"),
+            ImageTokenRule::Anthropic
+        );
+        assert_eq!(ImageTokenRule::for_model("omni"), ImageTokenRule::Larger);
+    }
+
     proptest::proptest! {
         #[test]
         fn header_readers_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
