@@ -1018,3 +1018,47 @@ fn a_final_answer_beside_an_early_call_still_running_waits_for_its_real_result()
         Some(&Termination::Completed)
     );
 }
+
+#[test]
+fn answered_call_ids_are_remembered_for_the_first_65536_calls_of_a_run() {
+    // Late progress is dropped by the ids of answered calls. That set is bounded: beyond
+    // 65,536 ids a late progress is shown (harmless) instead of remembered. A response this
+    // large also shows that results find their calls without a scan: quadratic work here
+    // would take minutes.
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    let calls = 65_538;
+    for index in 0..calls {
+        for event in call_block(index, &format!("c{index}"), "look", "{}") {
+            m.handle(Input::ModelEvent(event), now);
+        }
+    }
+    m.handle(Input::ModelEvent(stop(StopReason::ToolUse)), now);
+    drain(&mut m);
+    m.handle(Input::Approved(vec![ToolDecision::Allow; calls]), now);
+    drain(&mut m);
+    // c2 … c65537 fill the set; c1 is answered beyond it; c0 keeps the batch open.
+    for index in (1..calls).rev() {
+        m.handle(done(&format!("c{index}"), "look", "seen"), now);
+    }
+    let answered = events(&drain(&mut m))
+        .into_iter()
+        .filter(|e| matches!(e, AgentEvent::ToolResult { .. }))
+        .count();
+    assert_eq!(answered, calls - 1);
+    m.handle(Input::ToolProgress(progress("c2", "late")), now);
+    assert!(events(&drain(&mut m)).is_empty());
+    m.handle(Input::ToolProgress(progress("c1", "late")), now);
+    let shown = drain(&mut m);
+    assert!(
+        matches!(events(&shown).as_slice(), [AgentEvent::ToolProgress { id, .. }] if id == "c1"),
+        "{shown:#?}"
+    );
+    // c0's result completes the batch and ends the turn.
+    m.handle(done("c0", "look", "seen"), now);
+    assert!(events(&drain(&mut m))
+        .iter()
+        .any(|e| matches!(e, AgentEvent::TurnEnd { turn: 1, .. })));
+}

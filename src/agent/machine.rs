@@ -171,8 +171,48 @@ struct Batch {
     /// calls still run and these have side effects.
     held: Vec<usize>,
     /// Calls started early that are still running (positions).
-    early_pending: Vec<usize>,
+    early_pending: HashSet<usize>,
     stop: Option<Termination>,
+    /// Each call id's position in `calls` (the first, should the model repeat an id), so a
+    /// result finds its call without a scan: a response may hold very many calls.
+    positions: HashMap<String, usize>,
+    /// Calls without a result yet.
+    unanswered: usize,
+}
+
+impl Batch {
+    fn new(response: ModelResponse, calls: Vec<ToolCall>) -> Batch {
+        let n = calls.len();
+        let mut positions = HashMap::with_capacity(n);
+        for (i, call) in calls.iter().enumerate() {
+            positions.entry(call.id.clone()).or_insert(i);
+        }
+        Batch {
+            results: vec![None; n],
+            announced: vec![false; n],
+            approving: Vec::new(),
+            held: Vec::new(),
+            early_pending: HashSet::new(),
+            stop: None,
+            positions,
+            unanswered: n,
+            calls,
+            response,
+        }
+    }
+
+    /// The position of the call with this id.
+    fn position(&self, id: &str) -> Option<usize> {
+        self.positions.get(id).copied()
+    }
+
+    /// Records call `i`'s result (the first one given; callers check it has none).
+    fn set_result(&mut self, i: usize, result: ToolCallResult) {
+        if self.results[i].is_none() {
+            self.unanswered -= 1;
+        }
+        self.results[i] = Some(result);
+    }
 }
 
 /// The agent loop as a sans-IO state machine. Build one with
@@ -866,16 +906,7 @@ impl AgentMachine {
             .map(|(id, name, input)| ToolCall::new(id, name, input.clone()))
             .collect();
         let n = calls.len();
-        let mut batch = Box::new(Batch {
-            results: vec![None; n],
-            announced: vec![false; n],
-            approving: Vec::new(),
-            held: Vec::new(),
-            early_pending: Vec::new(),
-            stop: None,
-            calls,
-            response,
-        });
+        let mut batch = Box::new(Batch::new(response, calls));
 
         let times = self.repeats.observe(&batch.calls);
         if times >= self.config.max_repeated_calls {
@@ -897,22 +928,22 @@ impl AgentMachine {
 
         // Calls started early: announced already; their results so far count.
         for (id, _) in &early.started {
-            if let Some(i) = batch.calls.iter().position(|c| c.id == *id) {
+            if let Some(i) = batch.position(id) {
                 batch.announced[i] = true;
             }
         }
         for result in early.done {
-            if let Some(i) = batch.calls.iter().position(|c| c.id == result.id) {
+            if let Some(i) = batch.position(&result.id) {
                 if batch.results[i].is_none() {
                     self.emit_result(&result);
-                    batch.results[i] = Some(result);
+                    batch.set_result(i, result);
                 }
             }
         }
         batch.early_pending = early
             .started
             .iter()
-            .filter_map(|(id, _)| batch.calls.iter().position(|c| c.id == *id))
+            .filter_map(|(id, _)| batch.position(id))
             .filter(|&i| batch.results[i].is_none())
             .collect();
         self.answer_output_calls(&mut batch);
@@ -928,21 +959,22 @@ impl AgentMachine {
             }
         }
 
+        // What is wrong with each invalid call (the first report for its id), by id.
+        let mut invalid: HashMap<String, String> = HashMap::new();
+        for call in &batch.response.invalid_tool_calls {
+            invalid.entry(call.id.clone()).or_insert_with(|| {
+                let raw: String = call.raw_arguments.chars().take(200).collect();
+                format!("{}; received: {raw}", call.reason)
+            });
+        }
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
                 continue;
             }
-            let id = batch.calls[i].id.clone();
-            if let Some(invalid) = batch
-                .response
-                .invalid_tool_calls
-                .iter()
-                .find(|c| c.id == id)
-            {
-                let raw: String = invalid.raw_arguments.chars().take(200).collect();
+            if let Some(why) = invalid.get(&batch.calls[i].id) {
                 let message = format!(
-                    "invalid arguments for tool \"{}\": {}; received: {raw}",
-                    batch.calls[i].name, invalid.reason
+                    "invalid arguments for tool \"{}\": {why}",
+                    batch.calls[i].name
                 );
                 self.answer(&mut batch, i, &message);
                 continue;
@@ -1022,7 +1054,7 @@ impl AgentMachine {
                 self.out.push_back(Action::RunTools(calls));
             }
         }
-        if batch.results.iter().all(Option::is_some) {
+        if batch.unanswered == 0 {
             return self.complete_batch(batch, now);
         }
         State::RunningTools(batch)
@@ -1035,16 +1067,14 @@ impl AgentMachine {
         now: Instant,
     ) -> State {
         let Some(i) = batch
-            .calls
-            .iter()
-            .position(|c| c.id == result.id)
+            .position(&result.id)
             .filter(|&i| batch.results[i].is_none() && batch.announced[i])
         else {
             return State::RunningTools(batch);
         };
         self.emit_result(&result);
-        batch.results[i] = Some(result);
-        batch.early_pending.retain(|&p| p != i);
+        batch.set_result(i, result);
+        batch.early_pending.remove(&i);
         // Starts the held calls once no early call is left, and completes the batch when
         // every call is answered.
         self.launch(batch, now)
@@ -1098,7 +1128,7 @@ impl AgentMachine {
             Duration::ZERO,
         );
         self.emit_result(&result);
-        batch.results[i] = Some(result);
+        batch.set_result(i, result);
     }
 
     // ----- structured output ---------------------------------------------------------

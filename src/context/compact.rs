@@ -38,6 +38,8 @@
 //! their whole turn, and the first message stays a user message. The current turn is only ever
 //! cut by (e), a whole tool step at a time.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 
 use super::history::turn_starts;
@@ -363,20 +365,20 @@ fn elide_oldest_results(cm: &mut ContextManager, target: usize) {
     }
 }
 
-/// The tool names of the calls in `message`, by id.
-fn tool_names(message: Option<&Message>) -> Vec<(String, String)> {
-    message
-        .map(|m| {
-            m.tool_uses()
-                .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The tool names of the calls in `message`, by id (the first call of an id names it).
+fn tool_names(message: Option<&Message>) -> HashMap<String, String> {
+    let mut names = HashMap::new();
+    for (id, name, _) in message.into_iter().flat_map(Message::tool_uses) {
+        names
+            .entry(id.to_owned())
+            .or_insert_with(|| name.to_owned());
+    }
+    names
 }
 
 /// Replaces the tool results of `message` with a stable placeholder that says what went and
 /// how to get it back. Returns whether anything changed.
-fn elide_for_cache(message: &mut Message, names: &[(String, String)]) -> bool {
+fn elide_for_cache(message: &mut Message, names: &HashMap<String, String>) -> bool {
     let mut changed = false;
     for block in &mut message.content {
         if let ContentBlock::ToolResult {
@@ -388,10 +390,7 @@ fn elide_for_cache(message: &mut Message, names: &[(String, String)]) -> bool {
             if content.starts_with(CACHE_ELIDED_PREFIX) || content.starts_with(ELIDED_PREFIX) {
                 continue;
             }
-            let name = names
-                .iter()
-                .find(|(id, _)| id == tool_use_id)
-                .map_or("the tool", |(_, name)| name.as_str());
+            let name = names.get(tool_use_id).map_or("the tool", String::as_str);
             let placeholder = format!(
                 "{CACHE_ELIDED_PREFIX}{} bytes from `{name}`; call the tool again if you need it]",
                 content.len()
@@ -917,7 +916,7 @@ mod tests {
 
     #[test]
     fn a_cache_placeholder_no_shorter_than_the_output_is_not_used() {
-        let names = [("1".to_owned(), "read".to_owned())];
+        let names = HashMap::from([("1".to_owned(), "read".to_owned())]);
         let placeholder = |len: usize| {
             format!(
                 "{CACHE_ELIDED_PREFIX}{len} bytes from `read`; call the tool again if you need it]"

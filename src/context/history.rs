@@ -15,7 +15,7 @@
 //!  user ──► assistant [text, tool_use a, tool_use b] ──► user [result a, result b, text?] ──► …
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::error::Error;
 use crate::message::{ContentBlock, Message, Role};
@@ -247,26 +247,37 @@ pub(crate) fn repair(messages: Vec<Message>) -> (Vec<Message>, usize) {
             );
         }
         let next = &mut messages[i + 1];
-        let (mut results, others): (Vec<_>, Vec<_>) = std::mem::take(&mut next.content)
+        let (results, others): (Vec<_>, Vec<_>) = std::mem::take(&mut next.content)
             .into_iter()
             .partition(|b| matches!(b, ContentBlock::ToolResult { .. }));
+        // Each call takes the first result left for its id: looked up, not scanned for, as a
+        // response may hold very many calls.
+        let mut by_id: HashMap<String, VecDeque<usize>> = HashMap::new();
+        for (p, block) in results.iter().enumerate() {
+            if let ContentBlock::ToolResult { tool_use_id, .. } = block {
+                by_id.entry(tool_use_id.clone()).or_default().push_back(p);
+            }
+        }
+        let mut slots: Vec<Option<ContentBlock>> = results.into_iter().map(Some).collect();
         let mut answered = Vec::with_capacity(ids.len() + others.len());
         for id in &ids {
-            let found = results.iter().position(
-                |b| matches!(b, ContentBlock::ToolResult { tool_use_id, .. } if tool_use_id == id),
-            );
+            let found = by_id
+                .get_mut(id)
+                .and_then(VecDeque::pop_front)
+                .and_then(|p| slots[p].take());
             match found {
-                Some(p) => answered.push(results.remove(p)),
+                Some(result) => answered.push(result),
                 None => {
                     repaired += 1;
                     answered.push(ContentBlock::tool_result(id.clone(), INTERRUPTED, true));
                 }
             }
         }
-        if !results.is_empty() {
+        let dropped = slots.iter().flatten().count();
+        if dropped > 0 {
             tracing::warn!(
                 message = i + 1,
-                dropped = results.len(),
+                dropped,
                 "dropping duplicate or stray tool results"
             );
         }
