@@ -478,5 +478,79 @@ fn concurrent(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, scripted, concurrent);
+// ---------------------------------------------------------------------------------------------
+// (c) One response with very many tool calls, through the sans-IO machine.
+
+/// A machine, and the inputs of a whole run whose first response holds `calls` calls of a
+/// read-only tool, each answered, then a final text: the machine alone (no client, no tools,
+/// no runtime).
+fn wide_response(calls: usize) -> (agent_loop::AgentMachine, Vec<agent_loop::Input>) {
+    use agent_loop::{Input, ToolCallResult, ToolDecision};
+    let look = FnTool::new("look", "Looks.", |_: serde_json::Value, _ctx| async move {
+        Ok::<_, ToolError>("unused")
+    })
+    .read_only(true);
+    let m = Agent::builder(ScriptedClient::new([]))
+        .tool(look)
+        .build_machine()
+        .expect("valid machine");
+    let event = Input::ModelEvent;
+    let mut inputs = Vec::with_capacity(4 * calls + 4);
+    for index in 0..calls {
+        let id = format!("c{index}");
+        let name = "look".to_owned();
+        inputs.push(event(LlmEvent::ToolCallStart { index, id, name }));
+        let partial_json = "{}".to_owned();
+        inputs.push(event(LlmEvent::ToolCallDelta {
+            index,
+            partial_json,
+        }));
+        inputs.push(event(LlmEvent::BlockStop { index }));
+    }
+    let stop = |stop_reason| event(LlmEvent::MessageStop { stop_reason });
+    inputs.push(stop(StopReason::ToolUse));
+    inputs.push(Input::Approved(vec![ToolDecision::Allow; calls]));
+    for index in 0..calls {
+        let id = format!("c{index}");
+        let result = ToolCallResult::new(id, "look", "seen", false, Duration::ZERO);
+        inputs.push(Input::ToolDone(result));
+    }
+    let text = "Done.".to_owned();
+    inputs.push(event(LlmEvent::TextDelta { index: 0, text }));
+    inputs.push(stop(StopReason::EndTurn));
+    (m, inputs)
+}
+
+/// Runs the machine over the inputs: the number of actions it produced.
+fn run_machine(mut m: agent_loop::AgentMachine, inputs: Vec<agent_loop::Input>) -> usize {
+    let now = Instant::now();
+    m.start("Look at everything.", now);
+    let mut actions = std::iter::from_fn(|| m.poll()).count();
+    for input in inputs {
+        m.handle(input, now);
+        actions += std::iter::from_fn(|| m.poll()).count();
+    }
+    assert!(m.is_finished(), "the run ends");
+    actions
+}
+
+fn wide(c: &mut Criterion) {
+    let mut group = c.benchmark_group("agent/wide_response");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    for calls in [1_024usize, 16_384] {
+        group.throughput(Throughput::Elements(calls as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(calls), &calls, |b, &calls| {
+            b.iter_batched(
+                || wide_response(calls),
+                |(m, inputs)| black_box(run_machine(m, inputs)),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scripted, concurrent, wide);
 criterion_main!(benches);
