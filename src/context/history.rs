@@ -364,4 +364,82 @@ mod tests {
         assert_eq!(h.len(), 3);
         assert_eq!(h[2].content.len(), 2);
     }
+
+    /// The `dropped` field of each warning that says results were dropped.
+    #[derive(Default)]
+    struct Dropped(std::sync::Mutex<Vec<u64>>);
+
+    struct DroppedField(Option<u64>);
+
+    impl tracing::field::Visit for DroppedField {
+        fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+            if field.name() == "dropped" {
+                self.0 = Some(value);
+            }
+        }
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for &'static Dropped {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut field = DroppedField(None);
+            event.record(&mut field);
+            if let Some(n) = field.0 {
+                self.0.lock().unwrap().push(n);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn repair_matches_results_by_id_and_warns_of_what_it_dropped() {
+        let result = |id: &str, text: &str| ContentBlock::tool_result(id, text, false);
+        let h = vec![
+            Message::user("a"),
+            assistant(vec![call("1"), call("2"), call("3")]),
+            // Out of order, one missing, one duplicate, one stray, and text after them.
+            user(vec![
+                result("2", "two"),
+                result("1", "one"),
+                result("2", "again"),
+                result("9", "stray"),
+                ContentBlock::text("note"),
+            ]),
+        ];
+        let seen: &'static Dropped = Box::leak(Box::default());
+        let (h, n) = tracing::subscriber::with_default(seen, || repair(h));
+        assert_eq!(n, 1, "only call 3 was unanswered");
+        assert!(validate(&h).is_ok(), "{:?}", validate(&h));
+        let texts: Vec<&str> = h[2]
+            .content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::ToolResult { content, .. } => content.as_str(),
+                ContentBlock::Text { text, .. } => text.as_str(),
+                _ => "?",
+            })
+            .collect();
+        assert_eq!(texts, ["one", "two", INTERRUPTED, "note"]);
+        assert_eq!(*seen.0.lock().unwrap(), [2], "the duplicate and the stray");
+
+        // Nothing to drop: no warning.
+        let whole = vec![
+            Message::user("a"),
+            assistant(vec![call("1")]),
+            user(vec![result("1", "one")]),
+        ];
+        let quiet: &'static Dropped = Box::leak(Box::default());
+        let (_, n) = tracing::subscriber::with_default(quiet, || repair(whole));
+        assert_eq!(n, 0);
+        assert!(quiet.0.lock().unwrap().is_empty());
+    }
 }
