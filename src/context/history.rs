@@ -216,11 +216,9 @@ pub(crate) fn repair(messages: Vec<Message>) -> (Vec<Message>, usize) {
             Vec::new()
         };
         if messages[i].role == Role::User {
-            // A user message not preceded by tool calls must carry no tool results.
-            let preceded_by_calls = i > 0
-                && messages[i - 1].role == Role::Assistant
-                && messages[i - 1].tool_uses().next().is_some();
-            if !preceded_by_calls && has_tool_results(&messages[i]) {
+            // A user message reached here follows no tool calls (the message after calls is
+            // handled with them, below), so it must carry no tool results.
+            if has_tool_results(&messages[i]) {
                 tracing::warn!(
                     message = i,
                     "dropping tool results that answer no tool call"
@@ -398,6 +396,43 @@ mod tests {
         }
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn repair_drops_results_that_follow_no_calls_and_keeps_the_rest_of_the_message() {
+        let stray = |text: &str| {
+            user(vec![
+                ContentBlock::tool_result("9", "stray", false),
+                ContentBlock::text(text),
+            ])
+        };
+        let h = vec![
+            stray("first"),
+            Message::assistant("no calls here"),
+            stray("second"),
+        ];
+        let (h, n) = repair(h);
+        assert_eq!(n, 0);
+        assert!(validate(&h).is_ok(), "{:?}", validate(&h));
+        assert_eq!(h.len(), 3);
+        assert_eq!(h[0].content, [ContentBlock::text("first")]);
+        assert_eq!(h[2].content, [ContentBlock::text("second")]);
+    }
+
+    #[test]
+    fn validation_errors_name_the_roles() {
+        let err = |h: &[Message]| validate(h).unwrap_err().to_string();
+        assert!(
+            err(&[Message::assistant("hi")]).contains("must be a user message, not assistant"),
+            "{}",
+            err(&[Message::assistant("hi")])
+        );
+        let twice = [Message::user("a"), Message::user("b")];
+        assert!(
+            err(&twice).contains("messages 0 and 1 are both user messages"),
+            "{}",
+            err(&twice)
+        );
     }
 
     #[test]
