@@ -170,6 +170,8 @@ struct Batch {
     /// Calls allowed to run and not yet started (positions), held while early read-only
     /// calls still run and these have side effects.
     held: Vec<usize>,
+    /// Whether any held call has side effects.
+    held_side_effects: bool,
     /// Calls started early that are still running (positions).
     early_pending: HashSet<usize>,
     stop: Option<Termination>,
@@ -192,6 +194,7 @@ impl Batch {
             announced: vec![false; n],
             approving: Vec::new(),
             held: Vec::new(),
+            held_side_effects: false,
             early_pending: HashSet::new(),
             stop: None,
             positions,
@@ -806,8 +809,12 @@ impl AgentMachine {
         if early.running() > 0 {
             self.out.push_back(Action::AbortTools);
         }
+        let mut done: HashMap<String, ToolCallResult> = HashMap::new();
+        for result in early.done {
+            done.entry(result.id.clone()).or_insert(result);
+        }
         for (id, name) in early.started {
-            let result = match early.done.iter().find(|r| r.id == id) {
+            let result = match done.get(&id) {
                 Some(result) => result.clone(),
                 None => ToolCallResult::new(id, name, why, true, Duration::ZERO),
             };
@@ -946,7 +953,16 @@ impl AgentMachine {
             .filter_map(|(id, _)| batch.position(id))
             .filter(|&i| batch.results[i].is_none())
             .collect();
-        self.answer_output_calls(&mut batch);
+        // What is wrong with each invalid call (the first report for its id), by id: the
+        // reason, and the start of the arguments received.
+        let mut invalid: HashMap<String, (String, String)> = HashMap::new();
+        for call in &batch.response.invalid_tool_calls {
+            invalid.entry(call.id.clone()).or_insert_with(|| {
+                let raw: String = call.raw_arguments.chars().take(200).collect();
+                (call.reason.to_string(), raw)
+            });
+        }
+        self.answer_output_calls(&mut batch, &invalid);
         if self.final_call && batch.stop.is_none() {
             batch.stop = Some(Termination::MaxTurns);
         }
@@ -959,21 +975,13 @@ impl AgentMachine {
             }
         }
 
-        // What is wrong with each invalid call (the first report for its id), by id.
-        let mut invalid: HashMap<String, String> = HashMap::new();
-        for call in &batch.response.invalid_tool_calls {
-            invalid.entry(call.id.clone()).or_insert_with(|| {
-                let raw: String = call.raw_arguments.chars().take(200).collect();
-                format!("{}; received: {raw}", call.reason)
-            });
-        }
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
                 continue;
             }
-            if let Some(why) = invalid.get(&batch.calls[i].id) {
+            if let Some((reason, raw)) = invalid.get(&batch.calls[i].id) {
                 let message = format!(
-                    "invalid arguments for tool \"{}\": {why}",
+                    "invalid arguments for tool \"{}\": {reason}; received: {raw}",
                     batch.calls[i].name
                 );
                 self.answer(&mut batch, i, &message);
@@ -1026,6 +1034,16 @@ impl AgentMachine {
                 self.answer(&mut batch, i, "not run: the run was stopped");
             }
         }
+        for &i in &allowed {
+            if !batch.announced[i] {
+                batch.announced[i] = true;
+                let call = batch.calls[i].clone();
+                self.emit_call(&call);
+            }
+        }
+        batch.held_side_effects = allowed
+            .iter()
+            .any(|&i| !self.tools.is_read_only(&batch.calls[i].name));
         batch.held = allowed;
         self.launch(batch, now)
     }
@@ -1033,18 +1051,7 @@ impl AgentMachine {
     /// Starts the allowed calls: after the early read-only calls still running when any of
     /// them has side effects (they may touch the same resource).
     fn launch(&mut self, mut batch: Box<Batch>, now: Instant) -> State {
-        for &i in &batch.held {
-            let call = batch.calls[i].clone();
-            if !batch.announced[i] {
-                batch.announced[i] = true;
-                self.emit_call(&call);
-            }
-        }
-        let side_effects = batch
-            .held
-            .iter()
-            .any(|&i| !self.tools.is_read_only(&batch.calls[i].name));
-        if !side_effects || batch.early_pending.is_empty() {
+        if !batch.held_side_effects || batch.early_pending.is_empty() {
             let calls: Vec<ToolCall> = batch
                 .held
                 .drain(..)
@@ -1167,7 +1174,11 @@ impl AgentMachine {
     /// Answers the calls of the answer tool: a valid answer ends the run with this batch; a
     /// wrong one is answered with what is wrong, and the next call is forced to the tool (or,
     /// out of retries, the run ends).
-    fn answer_output_calls(&mut self, batch: &mut Batch) {
+    fn answer_output_calls(
+        &mut self,
+        batch: &mut Batch,
+        invalid: &HashMap<String, (String, String)>,
+    ) {
         let Some(output) = self.output.clone() else {
             return;
         };
@@ -1179,14 +1190,8 @@ impl AgentMachine {
                 self.answer(batch, i, "not run: the final answer was already given");
                 continue;
             }
-            let id = &batch.calls[i].id;
-            let verdict = match batch
-                .response
-                .invalid_tool_calls
-                .iter()
-                .find(|c| c.id == *id)
-            {
-                Some(invalid) => Err(format!("the answer is not valid JSON: {}", invalid.reason)),
+            let verdict = match invalid.get(&batch.calls[i].id) {
+                Some((reason, _)) => Err(format!("the answer is not valid JSON: {reason}")),
                 None => output.check(&batch.calls[i].input),
             };
             match verdict {
