@@ -32,6 +32,14 @@ fn machine() -> AgentMachine {
 }
 
 /// Everything the machine asks for right now.
+/// A `machine()` whose run has started, its first actions drained.
+fn started(now: Instant) -> AgentMachine {
+    let mut m = machine();
+    m.start("go", now);
+    drain(&mut m);
+    m
+}
+
 fn drain(m: &mut AgentMachine) -> Vec<Action> {
     std::iter::from_fn(|| m.poll()).collect()
 }
@@ -185,9 +193,7 @@ fn progress(id: &str, message: &str) -> ToolProgress {
 
 /// A machine whose first model response has streamed `text` so far.
 fn streaming_text(text: &str, now: Instant) -> AgentMachine {
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     feed(
         &mut m,
         vec![LlmEvent::TextDelta {
@@ -360,9 +366,7 @@ fn a_context_overflow_compacts_once_and_re_sends() {
 #[test]
 fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let mut stream = call_events("c1", "act", "{}");
     stream.extend(call_block(1, "c2", "act", "{}"));
     stream.push(stop(StopReason::ToolUse));
@@ -394,9 +398,7 @@ fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
 #[test]
 fn early_read_only_calls_start_while_streaming_and_side_effects_wait_for_them() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     // A read-only call completes mid-stream: the hooks are asked, and it starts at once.
     let actions = feed(&mut m, call_events("r1", "look", "{}"), now);
     assert!(matches!(actions.last(), Some(Action::Approve(calls)) if calls[0].id == "r1"));
@@ -424,9 +426,7 @@ fn early_read_only_calls_start_while_streaming_and_side_effects_wait_for_them() 
 #[test]
 fn a_stop_request_lets_the_turn_finish_then_stops() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let mut stream = call_events("c1", "act", "{}");
     stream.push(stop(StopReason::ToolUse));
     feed(&mut m, stream, now);
@@ -450,9 +450,7 @@ fn a_stop_request_lets_the_turn_finish_then_stops() {
 #[test]
 fn a_broken_response_abandons_its_early_calls_still_running_and_answers_them() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     // Two read-only calls start early; one finishes, one is still running.
     for (index, id) in [(0, "r1"), (1, "r2")] {
         feed(&mut m, call_block(index, id, "look", "{}"), now);
@@ -484,9 +482,7 @@ fn a_broken_response_abandons_its_early_calls_still_running_and_answers_them() {
     assert!(results[1].1.starts_with("not run"), "{results:?}");
 
     // When every early call had finished, nothing is abandoned.
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     feed(&mut m, call_events("r1", "look", "{}"), now);
     m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
     drain(&mut m);
@@ -721,9 +717,7 @@ fn the_request_carries_the_agents_prompt_cache_settings() {
 #[test]
 fn empty_text_and_thinking_deltas_are_not_events() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let delta = |text: &str| LlmEvent::TextDelta {
         index: 1,
         text: text.into(),
@@ -799,9 +793,7 @@ fn only_retryable_failures_after_content_are_re_sent_by_the_agent() {
     );
 
     // Before any content, the client has already retried: a transient failure ends the run.
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let transient = LlmError::Transport {
         message: "reset".into(),
     };
@@ -886,9 +878,7 @@ fn cut_off_answers_are_continued_up_to_the_limit() {
 fn tool_input_deltas_name_their_call_for_the_first_4096_calls_of_a_response() {
     // Block ids are remembered for a bounded number of calls; memory stays bounded.
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     for index in 0..=4096 {
         m.handle(
             Input::ModelEvent(LlmEvent::ToolCallStart {
@@ -939,9 +929,7 @@ fn the_final_text_is_the_last_text_the_model_wrote() {
 #[test]
 fn a_second_result_for_an_answered_call_is_ignored() {
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let mut stream = call_block(0, "c1", "act", "{}");
     stream.extend(call_block(1, "c2", "act", "{}"));
     stream.push(stop(StopReason::ToolUse));
@@ -1026,9 +1014,7 @@ fn answered_call_ids_are_remembered_for_the_first_65536_calls_of_a_run() {
     // large also shows that results find their calls without a scan: quadratic work here
     // would take minutes.
     let now = Instant::now();
-    let mut m = machine();
-    m.start("go", now);
-    drain(&mut m);
+    let mut m = started(now);
     let calls = 65_538;
     for index in 0..calls {
         for event in call_block(index, &format!("c{index}"), "look", "{}") {

@@ -1200,6 +1200,15 @@ mod tests {
         .with_counter(CharEstimateCounter)
     }
 
+    /// A cache-aware manager keeping one recent turn, holding six turns of 2,000 bytes each.
+    fn six_cache_aware_turns() -> ContextManager {
+        let mut cm = cache_aware(1);
+        for t in 0..6 {
+            turn(&mut cm, t, &"y".repeat(2_000));
+        }
+        cm
+    }
+
     #[test]
     fn with_only_the_kept_turns_there_is_nothing_to_summarize() {
         let mut cm = manager(2);
@@ -1213,10 +1222,7 @@ mod tests {
 
     #[test]
     fn a_cache_aware_summary_replaces_the_span_after_the_head() {
-        let mut cm = cache_aware(1);
-        for t in 0..6 {
-            turn(&mut cm, t, &"y".repeat(2_000));
-        }
+        let mut cm = six_cache_aware_turns();
         let before = cm.token_count();
         let report = futures::executor::block_on(run(
             &mut cm,
@@ -1238,10 +1244,7 @@ mod tests {
         // The span to summarize ends at `cut`; the conversation is rolled back to exactly
         // that meanwhile, and no summary came: there is nothing after the span to keep, so
         // nothing is dropped after the head.
-        let mut cm = cache_aware(1);
-        for t in 0..6 {
-            turn(&mut cm, t, &"y".repeat(2_000));
-        }
+        let mut cm = six_cache_aware_turns();
         let before = cm.token_count();
         let CompactionStep::Summarize(span) = begin(&mut cm, before / 4, before, true).unwrap()
         else {
