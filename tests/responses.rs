@@ -65,7 +65,12 @@ fn sdk_final(body: &[u8]) -> (Vec<ContentBlock>, Value) {
             "message" => {
                 for part in item["content"].as_array().unwrap() {
                     let text = part["text"].as_str().or(part["refusal"].as_str()).unwrap();
-                    blocks.push(ContentBlock::text(text));
+                    // The SDK keeps an empty part as `""`; the crate leaves empty text blocks
+                    // out of the message (Anthropic refuses them when the history goes back),
+                    // so the message's text is the same.
+                    if !text.is_empty() {
+                        blocks.push(ContentBlock::text(text));
+                    }
                 }
             }
             "function_call" => blocks.push(tool_use(
@@ -129,7 +134,7 @@ fn every_fixture_assembles_what_the_sdk_accumulates() {
         );
         compared += 1;
     }
-    assert_eq!(compared, 8, "fixtures that end in a final response");
+    assert_eq!(compared, 9, "fixtures that end in a final response");
 }
 
 #[test]
@@ -890,4 +895,268 @@ fn a_whole_response_object_keeps_its_status_error_and_parts() {
             message: "The server had an error.".into()
         }
     );
+}
+
+/// Decodes `body` whole and in every chunking from 1 byte up; all must agree.
+fn decode_body(body: &[u8], what: &str) -> common::Decoded {
+    let whole = common::decode(F, body);
+    for size in [1, 2, 3, 5, 7, 16, 64] {
+        assert_eq!(
+            common::decode_chunked(F, body, size),
+            whole,
+            "{what} at chunk size {size}"
+        );
+    }
+    whole
+}
+
+#[test]
+fn an_empty_text_part_between_reasoning_and_a_call_decodes_like_the_sdk() {
+    // A message whose only `output_text` part stays empty: no delta at all, `"text": ""` in
+    // `output_text.done`, `content_part.done` and the finished item. The SDK's final response
+    // holds the part with text ""; the crate's message has no text, and everything around it
+    // is intact.
+    let body = fixture("empty_text_part.sse");
+    let decoded = decode("empty_text_part.sse");
+    assert_blocks_stop_once(&decoded.events, "empty text part");
+    let response = decoded
+        .result
+        .unwrap_or_else(|e| panic!("an empty text part is valid: {e}"));
+    assert_eq!(
+        response.message.content,
+        [
+            ContentBlock::Reasoning {
+                id: "rs_e1".into(),
+                summary: vec!["**Checking the file**".into()],
+                encrypted_content: Some("gAAAAABoEmptyTextCase==".into()),
+            },
+            tool_use("call_read_1", "read_file", json!({"path": "src/lib.rs"})),
+        ]
+    );
+    assert_eq!(response.text(), "");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert!(response.invalid_tool_calls.is_empty());
+    assert_eq!(response.usage.total_input_tokens(), 812);
+    assert_eq!(response.message.content, sdk_final(&body).0);
+    // No text reaches a consumer, and no event names a block that never started.
+    assert!(text_deltas(&decoded.events).concat().is_empty());
+}
+
+#[test]
+fn empty_parts_and_arguments_decode_wherever_they_end() {
+    let message = |i: u64| {
+        json!({"type": "response.output_item.added", "output_index": i,
+               "item": {"id": format!("msg_{i}"), "type": "message", "role": "assistant",
+                        "status": "in_progress", "content": []}})
+    };
+    let at = |i: u64, c: u64, mut event: Value| {
+        event["item_id"] = json!(format!("msg_{i}"));
+        event["output_index"] = json!(i);
+        event["content_index"] = json!(c);
+        event
+    };
+    let text_part = json!({"type": "output_text", "text": "", "annotations": []});
+    let added = |i: u64, c: u64| {
+        at(
+            i,
+            c,
+            json!({"type": "response.content_part.added", "part": text_part}),
+        )
+    };
+    let text_done = |i: u64, c: u64| {
+        at(
+            i,
+            c,
+            json!({"type": "response.output_text.done", "text": ""}),
+        )
+    };
+    let part_done = |i: u64, c: u64| {
+        at(
+            i,
+            c,
+            json!({"type": "response.content_part.done", "part": text_part}),
+        )
+    };
+    let item_done = |i: u64, content: Value| {
+        json!({"type": "response.output_item.done", "output_index": i,
+               "item": {"id": format!("msg_{i}"), "type": "message", "role": "assistant",
+                        "status": "completed", "content": content}})
+    };
+    let empty_message_done = |i: u64| item_done(i, json!([text_part]));
+
+    let cases: Vec<(&str, Vec<Value>, Vec<ContentBlock>)> = vec![
+        (
+            "every finishing event",
+            vec![
+                message(0),
+                added(0, 0),
+                text_done(0, 0),
+                part_done(0, 0),
+                empty_message_done(0),
+            ],
+            vec![],
+        ),
+        (
+            "closed by the finished item",
+            vec![message(0), added(0, 0), empty_message_done(0)],
+            vec![],
+        ),
+        (
+            "closed by response.completed",
+            vec![message(0), added(0, 0)],
+            vec![],
+        ),
+        (
+            "never announced",
+            vec![text_done(0, 0), part_done(0, 0)],
+            vec![],
+        ),
+        (
+            "only in the finished item",
+            vec![message(0), empty_message_done(0)],
+            vec![],
+        ),
+        (
+            "before a part with text",
+            vec![
+                message(0),
+                added(0, 0),
+                text_done(0, 0),
+                part_done(0, 0),
+                added(0, 1),
+                at(
+                    0,
+                    1,
+                    json!({"type": "response.output_text.delta", "delta": "After."}),
+                ),
+                at(
+                    0,
+                    1,
+                    json!({"type": "response.output_text.done", "text": "After."}),
+                ),
+                item_done(
+                    0,
+                    json!([text_part, {"type": "output_text", "text": "After.", "annotations": []}]),
+                ),
+            ],
+            vec![ContentBlock::text("After.")],
+        ),
+        (
+            "after a part with text",
+            vec![
+                message(0),
+                at(
+                    0,
+                    0,
+                    json!({"type": "response.output_text.delta", "delta": "Before."}),
+                ),
+                added(0, 1),
+                part_done(0, 1),
+                at(
+                    0,
+                    0,
+                    json!({"type": "response.content_part.done",
+                           "part": {"type": "output_text", "text": "Before."}}),
+                ),
+            ],
+            vec![ContentBlock::text("Before.")],
+        ),
+        (
+            "two empty messages",
+            vec![
+                message(0),
+                added(0, 0),
+                part_done(0, 0),
+                message(1),
+                added(1, 0),
+                text_done(1, 0),
+            ],
+            vec![],
+        ),
+    ];
+    for (what, events, want) in cases {
+        let decoded = decode_body(&minimal_stream(&events), what);
+        assert_blocks_stop_once(&decoded.events, what);
+        let response = decoded
+            .result
+            .unwrap_or_else(|e| panic!("{what}: an empty text part is valid: {e}"));
+        assert_eq!(response.message.content, want, "{what}");
+        assert_eq!(response.stop_reason, StopReason::EndTurn, "{what}");
+    }
+}
+
+#[test]
+fn an_empty_refusal_part_is_no_refusal_and_empty_arguments_are_an_empty_object() {
+    // An empty refusal says nothing, as in Chat Completions (where an empty `refusal` delta is
+    // ignored): the response ends as it would without it.
+    let refusal_part = json!({"type": "refusal", "refusal": ""});
+    let at = |mut event: Value| {
+        event["item_id"] = json!("msg_r");
+        event["output_index"] = json!(0);
+        event["content_index"] = json!(0);
+        event
+    };
+    let events = [
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"id": "msg_r", "type": "message", "role": "assistant", "content": []}}),
+        at(json!({"type": "response.content_part.added", "part": refusal_part})),
+        at(json!({"type": "response.refusal.done", "refusal": ""})),
+        at(json!({"type": "response.content_part.done", "part": refusal_part})),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"id": "msg_r", "type": "message", "role": "assistant",
+                        "content": [refusal_part]}}),
+    ];
+    let decoded = decode_body(&minimal_stream(&events), "empty refusal");
+    assert_blocks_stop_once(&decoded.events, "empty refusal");
+    let response = decoded.result.unwrap();
+    assert_eq!(response.message.content, []);
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+
+    // A function call whose arguments are "" in every event: the assembler reads empty
+    // arguments as `{}`, the same for every wire format.
+    let call = |ty: &str| {
+        json!({"type": ty, "output_index": 0,
+               "item": {"id": "fc_e", "type": "function_call", "call_id": "call_e",
+                        "name": "now", "arguments": ""}})
+    };
+    let events = [
+        call("response.output_item.added"),
+        json!({"type": "response.function_call_arguments.delta", "item_id": "fc_e",
+               "output_index": 0, "delta": ""}),
+        json!({"type": "response.function_call_arguments.done", "item_id": "fc_e",
+               "output_index": 0, "arguments": ""}),
+        call("response.output_item.done"),
+    ];
+    let decoded = decode_body(&minimal_stream(&events), "empty arguments");
+    assert_blocks_stop_once(&decoded.events, "empty arguments");
+    let response = decoded.result.unwrap();
+    assert_eq!(
+        response.message.content,
+        [tool_use("call_e", "now", json!({}))]
+    );
+    assert!(response.invalid_tool_calls.is_empty());
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+
+    // The same in a whole response object.
+    let mut events = Vec::new();
+    WireDecoder::new(F)
+        .decode_json(
+            json!({"id": "resp_w", "object": "response", "model": "m", "status": "completed",
+                   "output": [
+                       {"id": "msg_w", "type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "", "annotations": []},
+                                    {"type": "refusal", "refusal": ""}]},
+                       {"id": "fc_w", "type": "function_call", "call_id": "call_w",
+                        "name": "now", "arguments": ""}]})
+            .to_string()
+            .as_bytes(),
+            &mut events,
+        )
+        .unwrap();
+    let response = common::assemble(&events).unwrap();
+    assert_eq!(
+        response.message.content,
+        [tool_use("call_w", "now", json!({}))]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
 }

@@ -1,5 +1,6 @@
 //! Properties of the OpenAI Responses decoder: random responses (text, refusals, reasoning with
-//! several summary parts, parallel calls whose argument deltas interleave), written as the
+//! several summary parts, parallel calls whose argument deltas interleave, text and refusal
+//! parts that stay empty), written as the
 //! documented event stream with or without `event:` lines and with keep-alive comments, decode
 //! to exactly their content under any chunking; fixtures re-chunked at random change nothing;
 //! arbitrary and mutated bodies never panic.
@@ -16,7 +17,10 @@ const F: WireFormat = WireFormat::OpenAiResponses;
 /// One output item of a generated response.
 #[derive(Debug, Clone)]
 enum Item {
+    /// A message with one `output_text` part, streamed in these deltas (none: an empty part,
+    /// `""` in every finishing event).
     Text(Vec<String>),
+    /// A message with one `refusal` part, likewise.
     Refusal(Vec<String>),
     Reasoning {
         parts: Vec<Vec<String>>,
@@ -44,8 +48,8 @@ fn piece() -> impl Strategy<Value = String> {
 
 fn item() -> impl Strategy<Value = Item> {
     prop_oneof![
-        3 => prop::collection::vec(piece(), 1..5).prop_map(Item::Text),
-        1 => prop::collection::vec(piece(), 1..3).prop_map(Item::Refusal),
+        3 => prop::collection::vec(piece(), 0..5).prop_map(Item::Text),
+        1 => prop::collection::vec(piece(), 0..3).prop_map(Item::Refusal),
         2 => (
             prop::collection::vec(prop::collection::vec(piece(), 1..4), 0..3),
             prop::option::of("[A-Za-z0-9+/=]{1,40}"),
@@ -115,10 +119,20 @@ fn stream(
         match item {
             Item::Text(pieces) | Item::Refusal(pieces) => {
                 let refusal = matches!(item, Item::Refusal(_));
-                let (part_type, delta_type, key) = if refusal {
-                    ("refusal", "response.refusal.delta", "refusal")
+                let (part_type, delta_type, done_type, key) = if refusal {
+                    (
+                        "refusal",
+                        "response.refusal.delta",
+                        "response.refusal.done",
+                        "refusal",
+                    )
                 } else {
-                    ("output_text", "response.output_text.delta", "text")
+                    (
+                        "output_text",
+                        "response.output_text.delta",
+                        "response.output_text.done",
+                        "text",
+                    )
                 };
                 let text: String = pieces.concat();
                 push(
@@ -135,6 +149,10 @@ fn stream(
                                 "item_id": format!("msg_{i}"), "delta": p}),
                     );
                 }
+                push(
+                    json!({"type": done_type, "output_index": i, "content_index": 0,
+                            "item_id": format!("msg_{i}"), key: text}),
+                );
                 let part = json!({"type": part_type, key: text});
                 push(
                     json!({"type": "response.content_part.done", "output_index": i, "content_index": 0,
@@ -222,11 +240,16 @@ fn stream(
 }
 
 /// The blocks a response of `items` assembles to: messages and reasoning in output order, then
-/// the calls (their blocks open when they are announced, in output order too).
+/// the calls (their blocks open when they are announced, in output order too). Empty text and
+/// refusal parts leave no block (the SDK keeps them as `""`: the text is the same).
 fn expected(items: &[Item]) -> Vec<ContentBlock> {
     items
         .iter()
         .enumerate()
+        .filter_map(|(i, item)| match item {
+            Item::Text(p) | Item::Refusal(p) if p.is_empty() => None,
+            other => Some((i, other)),
+        })
         .map(|(i, item)| match item {
             Item::Text(p) | Item::Refusal(p) => ContentBlock::text(p.concat()),
             Item::Reasoning { parts, encrypted } => ContentBlock::Reasoning {
@@ -275,7 +298,8 @@ proptest! {
         let response = decoded.result.unwrap();
         prop_assert_eq!(&response.message.content, &expected(&items));
         let calls = items.iter().any(|i| matches!(i, Item::Call { .. }));
-        let refused = items.iter().any(|i| matches!(i, Item::Refusal(_)));
+        // An empty refusal refuses nothing.
+        let refused = items.iter().any(|i| matches!(i, Item::Refusal(p) if !p.is_empty()));
         let stop = match ending {
             Ending::MaxTokens => StopReason::MaxTokens,
             Ending::ContentFilter => StopReason::Refusal,

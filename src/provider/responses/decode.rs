@@ -33,6 +33,10 @@
 //! Lenient where servers differ: text and arguments that arrive only in the `*.done` events (or
 //! in the finished item) are taken from there; a text delta for a part that was never announced
 //! opens one; unknown event types (annotations, tool progress, audio …) are ignored.
+//!
+//! A part may stay empty (no delta, `""` in every finishing event; the SDK gives it as `""`):
+//! its block starts with an empty text delta when it closes, like an Anthropic text block, and
+//! the assembler leaves the empty block out. Empty function-call arguments are `{}`.
 
 use serde::Deserialize;
 
@@ -198,9 +202,35 @@ struct PartSlot {
     content_index: u64,
     block: usize,
     kind: PartKind,
-    /// Whether any text arrived for it (else the `.done` text is taken).
+    /// Whether any text arrived for it (else the `.done` text is taken); equally, whether its
+    /// block has started.
     filled: bool,
     open: bool,
+}
+
+impl PartSlot {
+    /// Starts the block of a part that got no text at all (an empty part is valid: the SDK
+    /// gives it as `""`), with an empty `TextDelta` as Anthropic's empty text blocks start:
+    /// the assembler then never sees a stop for a block that never started, and drops the
+    /// empty block. An empty refusal refuses nothing (as in Chat Completions).
+    fn start_if_empty(&mut self, out: &mut Vec<LlmEvent>) {
+        if !self.filled {
+            self.filled = true;
+            out.push(LlmEvent::TextDelta {
+                index: self.block,
+                text: String::new(),
+            });
+        }
+    }
+
+    /// Stops the part's block, once, starting it first if it stayed empty.
+    fn close(&mut self, out: &mut Vec<LlmEvent>) {
+        if self.open {
+            self.start_if_empty(out);
+            self.open = false;
+            out.push(LlmEvent::BlockStop { index: self.block });
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -520,9 +550,8 @@ impl Decoder {
                     .items
                     .get_mut(ev.output_index.unwrap_or_default() as usize)
                 {
-                    for part in parts.iter_mut().filter(|p| p.open) {
-                        part.open = false;
-                        out.push(LlmEvent::BlockStop { index: part.block });
+                    for part in parts.iter_mut() {
+                        part.close(out);
                     }
                 }
             }
@@ -645,10 +674,7 @@ impl Decoder {
 
     fn close_part(&mut self, slot: (usize, usize), out: &mut Vec<LlmEvent>) {
         if let Some(part) = self.part_slot(slot) {
-            if part.open {
-                part.open = false;
-                out.push(LlmEvent::BlockStop { index: part.block });
-            }
+            part.close(out);
         }
     }
 
@@ -750,6 +776,7 @@ impl Decoder {
             match item {
                 ItemState::Message { parts } => {
                     for part in parts.iter_mut().filter(|p| p.open) {
+                        part.start_if_empty(out);
                         part.open = false;
                         open.push(part.block);
                     }
