@@ -70,6 +70,9 @@ pub struct MockResponse {
     chunk_delay: Option<Duration>,
     terminator_delay: Option<Duration>,
     interrupt: Option<(StreamPoint, Interruption)>,
+    /// Whether the body of an in-stream error event ends with the terminator and keeps the
+    /// connection (else the server closes it after the event).
+    keep_alive_after_error: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -107,6 +110,7 @@ impl MockResponse {
             chunk_delay: None,
             terminator_delay: None,
             interrupt: None,
+            keep_alive_after_error: false,
         }
     }
 
@@ -322,6 +326,17 @@ impl MockResponse {
     pub fn truncated(self) -> Self {
         self.interrupt(StreamPoint::BeforeEnd, Interruption::End)
     }
+
+    /// After an in-stream error event ([`error_event_at`](Self::error_event_at), or a
+    /// scripted mid-stream failure sent as one), ends the body as real servers do: with the
+    /// terminating chunk (after [`terminator_delay`](Self::terminator_delay), if set), the
+    /// connection kept open for the next request. By default the server closes the
+    /// connection after the error event. A client that drops the body at the error event
+    /// loses the connection; one that reads on to the terminator keeps it.
+    pub fn keep_alive_after_error(mut self) -> Self {
+        self.keep_alive_after_error = true;
+        self
+    }
 }
 
 /// A [`MockResponse`] made concrete for one request's wire format: what the server writes.
@@ -384,6 +399,7 @@ impl MockResponse {
             chunk_delay,
             terminator_delay,
             interrupt,
+            keep_alive_after_error,
         } = self;
         let scripted = match kind {
             Kind::Close => return Reply::Close,
@@ -445,10 +461,17 @@ impl MockResponse {
             Kind::Stream(scripted) => scripted,
         };
         let (segments, tail) = sse::encode(format, &scripted);
-        let (pieces, tail) = cut(format, &segments, tail, interrupt);
+        let (mut pieces, tail) = cut(format, &segments, tail, interrupt);
         let end = match tail {
             Interruption::End => BodyEnd::Terminator,
             Interruption::Disconnect => BodyEnd::Disconnect,
+            Interruption::ErrorEvent {
+                error_type,
+                message,
+            } if keep_alive_after_error => {
+                pieces.push(sse::error_event(format, &error_type, &message));
+                BodyEnd::Terminator
+            }
             Interruption::ErrorEvent {
                 error_type,
                 message,
@@ -597,6 +620,26 @@ mod tests {
         assert!(String::from_utf8(event)
             .unwrap()
             .contains("overloaded_error"));
+    }
+
+    #[test]
+    fn an_error_event_may_end_with_the_terminator_and_keep_the_connection() {
+        for format in [
+            WireFormat::Anthropic,
+            WireFormat::OpenAiChat,
+            WireFormat::OpenAiResponses,
+        ] {
+            let reply = stream(
+                MockResponse::stream(ScriptedResponse::text("hello"))
+                    .error_event_at(StreamPoint::AfterFirstContent, "server_error", "busy")
+                    .keep_alive_after_error()
+                    .into_reply(format),
+            );
+            assert_eq!(reply.end, BodyEnd::Terminator, "{format:?}");
+            let last = String::from_utf8(reply.pieces.last().unwrap().clone()).unwrap();
+            assert!(last.contains("server_error"), "{format:?}: {last}");
+            assert!(text(&reply).contains("hello"), "{format:?}");
+        }
     }
 
     #[test]
