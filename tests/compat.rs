@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::testing::{
+    MockResponse, MockServer, ScriptedClient, ScriptedResponse, StreamPoint,
+};
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmError, LlmEvent,
     Message, ModelRequest, OpenAiClient, RetryPolicy, StopReason, Termination, ToolError,
@@ -49,6 +51,7 @@ fn path(format: WireFormat) -> &'static str {
 fn client(format: WireFormat, server: &MockServer) -> Box<dyn LlmClient> {
     match format {
         WireFormat::Anthropic => Box::new(anthropic(server)),
+        WireFormat::OpenAiResponses => Box::new(openai(server).responses()),
         _ => Box::new(openai(server)),
     }
 }
@@ -490,7 +493,8 @@ fn whole_messages_decode_to_the_events_of_a_stream() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. Connection reuse: a late chunk terminator is read, so one connection serves a whole run.
+// 4. Connection reuse: a late chunk terminator is read, so one connection serves a whole run,
+//    and one connection serves a failed attempt and the next, whatever the failure was.
 
 #[tokio::test]
 async fn a_twenty_turn_run_uses_one_connection() {
@@ -526,6 +530,132 @@ async fn a_twenty_turn_run_uses_one_connection() {
             server.connections(),
             1,
             "{format:?}: one connection for 20 turns"
+        );
+    }
+}
+
+/// Every wire format the clients speak.
+const ALL_FORMATS: [WireFormat; 3] = [
+    WireFormat::Anthropic,
+    WireFormat::OpenAiChat,
+    WireFormat::OpenAiResponses,
+];
+
+/// A transient in-stream error of `format`, as its servers name it: Anthropic's
+/// `overloaded_error`, OpenAI's `server_error` (a Chat chunk with an `error` object, a
+/// Responses `error` event).
+fn transient_error_type(format: WireFormat) -> &'static str {
+    match format {
+        WireFormat::Anthropic => "overloaded_error",
+        _ => "server_error",
+    }
+}
+
+/// The responses that end in an in-stream failure after some content, each body ending with
+/// its chunk terminator late, as real servers end it.
+fn failures_after_content(format: WireFormat) -> [(&'static str, MockResponse); 2] {
+    [
+        (
+            "an error event",
+            MockResponse::stream(ScriptedResponse::text("partial"))
+                .error_event_at(
+                    StreamPoint::AfterFirstContent,
+                    transient_error_type(format),
+                    "busy",
+                )
+                .keep_alive_after_error()
+                .terminator_delay(Duration::from_millis(20)),
+        ),
+        (
+            "a malformed event",
+            MockResponse::stream(ScriptedResponse::text("partial").then_fail(
+                LlmError::Malformed {
+                    message: "garbage".into(),
+                },
+            ))
+            .terminator_delay(Duration::from_millis(20)),
+        ),
+    ]
+}
+
+// The clock is paused: the late terminator and the drain's bound are virtual time, so the
+// terminator always comes after the client has read the failure, and always within the bound.
+// A client that drops the body at the failure opens a second connection (these tests saw 2
+// before the driver drained after decoder errors).
+
+#[tokio::test(start_paused = true)]
+async fn an_in_stream_failure_after_content_keeps_the_connection_for_the_next_request() {
+    for format in ALL_FORMATS {
+        for (what, failing) in failures_after_content(format) {
+            let server = MockServer::start().await;
+            server.push(failing);
+            server.push(
+                MockResponse::stream(ScriptedResponse::text("whole"))
+                    .terminator_delay(Duration::from_millis(20)),
+            );
+            let client = client(format, &server);
+
+            let first = collect(&*client).await;
+            assert_eq!(text_of(&first), "partial", "{format:?} {what}: {first:?}");
+            let error = final_error(&first);
+            assert_eq!(
+                retries(&first),
+                0,
+                "{format:?} {what}: never re-sent after content"
+            );
+            match what {
+                "an error event" => assert!(
+                    error.to_string().contains("busy"),
+                    "{format:?} {what}: {error:?}"
+                ),
+                _ => assert!(
+                    matches!(error, LlmError::Malformed { .. }),
+                    "{format:?} {what}: {error:?}"
+                ),
+            }
+
+            let second = collect(&*client).await;
+            assert_eq!(text_of(&second), "whole", "{format:?} {what}: {second:?}");
+            assert!(second.iter().all(Result::is_ok), "{format:?} {what}");
+            assert_eq!(server.requests().len(), 2, "{format:?} {what}");
+            assert_eq!(
+                server.connections(),
+                1,
+                "{format:?} {what}: the body was read to its terminator, so the second \
+                 request reused the connection"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_an_in_stream_error_before_content_reuses_the_connection() {
+    for format in ALL_FORMATS {
+        let server = MockServer::start().await;
+        server.push(
+            MockResponse::stream(ScriptedResponse::text("never"))
+                .error_event_at(
+                    StreamPoint::BeforeContent,
+                    transient_error_type(format),
+                    "busy",
+                )
+                .keep_alive_after_error()
+                .terminator_delay(Duration::from_millis(20)),
+        );
+        server.push(
+            MockResponse::stream(ScriptedResponse::text("whole"))
+                .terminator_delay(Duration::from_millis(20)),
+        );
+
+        let items = collect(&*client(format, &server)).await;
+        assert_eq!(retries(&items), 1, "{format:?}: {items:?}");
+        assert_eq!(text_of(&items), "whole", "{format:?}: {items:?}");
+        assert!(items.iter().all(Result::is_ok), "{format:?}: {items:?}");
+        assert_eq!(server.requests().len(), 2, "{format:?}");
+        assert_eq!(
+            server.connections(),
+            1,
+            "{format:?}: the client's retry reused the connection of the failed attempt"
         );
     }
 }

@@ -483,9 +483,10 @@ impl Driver<'_> {
         }
     }
 
-    /// Reads what is left of a body after its end-of-message marker (the chunked
-    /// terminator, usually a few milliseconds later), for a bounded time and size, so that the
-    /// connection goes back to the pool instead of being closed.
+    /// Reads what is left of a body after its end-of-message marker or an error the decoder
+    /// found in it (the chunked terminator, usually a few milliseconds later), for a bounded
+    /// time and size, without decoding it, so that the connection goes back to the pool
+    /// instead of being closed.
     async fn drain(&mut self) {
         let Phase::Body { body, .. } = &mut self.phase else {
             return;
@@ -528,6 +529,13 @@ impl Driver<'_> {
         if ended {
             self.out.extend(self.held.drain(..));
             self.phase = Phase::Finished;
+        } else if result.is_err() {
+            // The decoder refused what it read (the provider's in-stream error, a malformed
+            // event), but the HTTP body is sound and usually ends right after: read it to its
+            // end as after the end-of-message marker, so that a retry or the next request
+            // reuses the connection. Not after a transport error or a timeout (above): there
+            // is nothing to read, or waiting is what went wrong.
+            self.drain().await;
         }
         result
     }
@@ -569,9 +577,11 @@ impl Driver<'_> {
 /// The most events held back before the first content event (see `Driver::accept`).
 const MAX_HELD_EVENTS: usize = 64;
 
-/// The longest wait for the rest of a body after its end-of-message marker.
+/// The longest wait for the rest of a body after its end-of-message marker (or an in-stream
+/// error).
 const DRAIN_TIME: Duration = Duration::from_millis(300);
-/// The most bytes read after the end-of-message marker before the connection is given up.
+/// The most bytes read after the end-of-message marker (or an in-stream error) before the
+/// connection is given up.
 const DRAIN_BYTES: usize = 64 << 10;
 /// How much of a body of an unexpected content type is read, and shown in the error.
 const UNEXPECTED_BODY_PREFIX: usize = 200;
