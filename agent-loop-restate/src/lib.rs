@@ -30,21 +30,100 @@
 //! the history carried over". A workflow runs once per id and its state is scoped to that
 //! one run (and expires with it), so every follow-up question would need a new workflow and a
 //! hand-made copy of the history. Shared handlers of the object read the state (`state`,
-//! `events_since`) while a run holds the exclusive lock, so a host follows progress without
+//! `eventsSince`) while a run holds the exclusive lock, so a host follows progress without
 //! holding a connection open.
 //!
 //! # Handlers of the `AgentSession` object
 //!
-//! | handler | kind | input → output |
+//! Restate's ingress (port 8080 by default) serves each at
+//! `POST /AgentSession/{session id}/{handler}`; a body is JSON, sent with
+//! `content-type: application/json` (the ingress refuses any other type). The names are the
+//! ones Restate serves, so the Rust method `events_since` is the handler `eventsSince`.
+//!
+//! | handler | kind | body → answer |
 //! |---|---|---|
 //! | `run` | exclusive | the user's message (JSON string) → [`RunReport`] |
-//! | `state` | shared | → [`SessionState`] |
-//! | `events_since` | shared | index `n` → up to 100 [`ProgressEvent`]s from `n` on |
-//! | `approve` | shared | [`ApprovalDecision`] → resolves the pending approval of that call |
+//! | `state` | shared | none → [`SessionState`] |
+//! | `eventsSince` | shared | index `n` (JSON number) → up to 100 [`ProgressEvent`]s from `n` on |
+//! | `approve` | shared | [`ApprovalDecision`] → empty (404 when no such call waits) |
 //!
-//! The `AgentTools` service has one handler, `execute`, which the session calls with an
+//! `approve` resolves the pending approval of that call. `run` answers when the run ends;
+//! `POST /AgentSession/{session id}/run/send` starts it and answers at once with the
+//! invocation id.
+//!
+//! The `AgentTools` service has one handler, `execute`, which the session calls with a
 //! Restate idempotency key `{session}/{run invocation id}/{call id}`; it is not meant to be
 //! called by hosts.
+//!
+//! # Example
+//!
+//! A worker serving an agent whose `deploy` tool waits for a human's approval (it needs
+//! `agent-loop`, `agent-loop-restate`, `serde` and `tokio` as dependencies, and a running
+//! `restate-server` to be useful):
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//!
+//! use agent_loop::{AnthropicClient, FnTool, ToolCall, ToolError, ToolRegistry};
+//! use agent_loop_restate::{ApprovalRequest, DurableAgent};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize, agent_loop::schemars::JsonSchema)]
+//! #[schemars(crate = "agent_loop::schemars")]
+//! struct Deploy {
+//!     /// The environment to deploy to.
+//!     env: String,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = AnthropicClient::from_env()?.model("claude-sonnet-4-5");
+//!     let deploy = FnTool::new("deploy", "Deploys the service.", |input: Deploy, ctx| async move {
+//!         // The same key if the tool runs again after a crash: `{session}/{call id}`.
+//!         let key = ctx.idempotency_key();
+//!         Ok::<_, ToolError>(format!("deployed to {} (request {key})", input.env))
+//!     });
+//!     let tools = ToolRegistry::new().with(deploy)?;
+//!     let agent = DurableAgent::new(client, tools)
+//!         .configure(|b| b.system("You are careful.").max_turns(20))
+//!         .approval(|call: &ToolCall| {
+//!             if call.name == "deploy" {
+//!                 ApprovalRequest::AskHuman
+//!             } else {
+//!                 ApprovalRequest::Allow
+//!             }
+//!         });
+//!     let addr: SocketAddr = "127.0.0.1:9080".parse()?;
+//!     agent_loop_restate::serve(agent, addr).await?; // serves until the process ends
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Register the worker with the server's admin API (port 9070 by default), then drive a
+//! session (here `demo`) through the ingress:
+//!
+//! ```sh
+//! curl localhost:9070/deployments -H 'content-type: application/json' \
+//!   -d '{"uri": "http://127.0.0.1:9080"}'
+//!
+//! # Run a prompt: the answer (a RunReport) comes when the run ends ...
+//! curl localhost:8080/AgentSession/demo/run -H 'content-type: application/json' \
+//!   -d '"Deploy to staging."'
+//! # ... or start it and return at once with Restate's /send:
+//! curl localhost:8080/AgentSession/demo/run/send -H 'content-type: application/json' \
+//!   -d '"Deploy to staging."'
+//!
+//! # Follow it: the SessionState (status, conversation, event count), and the events from 0 on
+//! curl -X POST localhost:8080/AgentSession/demo/state
+//! curl localhost:8080/AgentSession/demo/eventsSince -H 'content-type: application/json' -d '0'
+//!
+//! # Approve or deny the call the run waits on (the call_id of the state's
+//! # waiting_for_approval status, or of the approval_needed event)
+//! curl localhost:8080/AgentSession/demo/approve -H 'content-type: application/json' \
+//!   -d '{"call_id": "toolu_01", "allow": true}'
+//! curl localhost:8080/AgentSession/demo/approve -H 'content-type: application/json' \
+//!   -d '{"call_id": "toolu_01", "allow": false, "reason": "not on a Friday"}'
+//! ```
 //!
 //! Cancel a run with Restate's own cancel (`restate invocations cancel`, or the admin API): the
 //! run stops as an in-process cancel does (unanswered calls answered as cancelled, the

@@ -21,7 +21,7 @@ pub const OBJECT_NAME: &str = "AgentSession";
 /// The longest session id accepted (bytes). Restate keys may be longer; ids this long are a
 /// mistake, and they end up in every idempotency key.
 const MAX_SESSION_ID: usize = 256;
-/// The most events one `events_since` call returns.
+/// The most events one `eventsSince` call returns.
 const EVENTS_PAGE: u64 = 100;
 /// Default bound on the saved conversation (Restate's default message limit is larger; the
 /// margin leaves room for the rest of the journal entry).
@@ -134,12 +134,14 @@ pub struct SessionState {
     pub status: SessionStatus,
     /// The conversation as of the last turn boundary.
     pub conversation: Conversation,
-    /// How many progress events the session has recorded (read them with `events_since`).
+    /// How many progress events the session has recorded (read them with the `eventsSince`
+    /// handler).
     pub events: u64,
 }
 
 /// One step of a run, recorded in the session's state for hosts that follow along without a
-/// connection (`events_since`). Streamed deltas are not recorded, only what a turn did.
+/// connection (the `eventsSince` handler). Streamed deltas are not recorded, only what a turn
+/// did.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
