@@ -55,7 +55,39 @@ fn server_binary() -> PathBuf {
         })
 }
 
-fn spawn_worker(addr: &str, model: Option<&str>, tools: &Path) -> Child {
+/// A child process (restate-server or a worker) that is killed and reaped when this guard is
+/// dropped: on every way out of the example, a panic midway included, so that none outlives it.
+struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// SIGKILL, then reap it (no zombie).
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The example's temp directory (config, server data, tool log), removed on drop, after the
+/// processes using it (declared later, so dropped first) are gone.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn_worker(addr: &str, model: Option<&str>, tools: &Path) -> KillOnDrop {
     let mut command = Command::new(std::env::current_exe().expect("this program"));
     command
         .env("DURABLE_EXAMPLE_WORKER", "1")
@@ -65,7 +97,7 @@ fn spawn_worker(addr: &str, model: Option<&str>, tools: &Path) -> Child {
     if let Some(model) = model {
         command.env("MODEL_BASE_URL", model);
     }
-    command.spawn().expect("start the worker")
+    KillOnDrop(command.spawn().expect("start the worker"))
 }
 
 async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
@@ -79,8 +111,9 @@ async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 async fn demo() {
-    let dir = std::env::temp_dir().join(format!("agent-loop-durable-{}", std::process::id()));
-    let tools = dir.join("tools");
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("agent-loop-durable-{}", std::process::id())));
+    let tools = dir.0.join("tools");
     std::fs::create_dir_all(&tools).expect("temp dir");
     let (admin, ingress, node, worker_port) = (port(), port(), port(), port());
     let config = format!(
@@ -90,18 +123,20 @@ async fn demo() {
          on-max-attempts = \"kill\"\n[admin]\nbind-address = \"127.0.0.1:{admin}\"\n\
          [ingress]\nbind-address = \"127.0.0.1:{ingress}\"\n"
     );
-    std::fs::write(dir.join("config.toml"), config).expect("config");
+    std::fs::write(dir.0.join("config.toml"), config).expect("config");
     println!("starting restate-server (admin :{admin}, ingress :{ingress})");
-    let mut server = Command::new(server_binary())
-        .arg("--config-file")
-        .arg(dir.join("config.toml"))
-        .arg("--base-dir")
-        .arg(dir.join("data"))
-        .args(["--listen-mode", "tcp", "--no-logo"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start restate-server");
+    let _server = KillOnDrop(
+        Command::new(server_binary())
+            .arg("--config-file")
+            .arg(dir.0.join("config.toml"))
+            .arg("--base-dir")
+            .arg(dir.0.join("data"))
+            .args(["--listen-mode", "tcp", "--no-logo"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start restate-server"),
+    );
     let http = reqwest::Client::new();
     for _ in 0..600 {
         if http
@@ -160,8 +195,7 @@ async fn demo() {
         "the tool is running: SIGKILL the worker (pid {})",
         worker.id()
     );
-    worker.kill().expect("kill");
-    let _ = worker.wait();
+    worker.kill();
     worker = spawn_worker(&addr, model.as_deref(), &tools);
     println!(
         "restarted the worker (pid {}); Restate replays the journal",
@@ -186,9 +220,5 @@ async fn demo() {
         "tool log:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let _ = worker.kill();
-    let _ = worker.wait();
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    // The worker, the server and the temp dir go when their guards drop, here or at a panic.
 }
