@@ -196,8 +196,19 @@ async fn history_violations_are_recorded_not_raised() {
     let openai = OpenAiClient::new("k")
         .base_url(server.openai_base_url())
         .model("m");
-    collect(&anthropic, &bad).await;
-    collect(&openai, &bad).await;
+    // A real API refuses such a history: so does the mock, with a 400 that is not retried,
+    // and without using the script.
+    for items in [
+        collect(&anthropic, &bad).await,
+        collect(&openai, &bad).await,
+    ] {
+        match items.last() {
+            Some(Err(LlmError::Api(api))) if api.status == 400 => {
+                assert!(api.message.contains("refuses this history"), "{api:?}")
+            }
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
     assert_eq!(
         server.history_violations().len(),
         2,
@@ -220,11 +231,10 @@ async fn history_violations_are_recorded_not_raised() {
             content: vec![ContentBlock::tool_result("c1", "r", false)],
         },
     ]);
-    server.push(ScriptedResponse::text("ok"));
-    server.push(ScriptedResponse::text("ok"));
     collect(&anthropic, &good).await;
     collect(&openai, &good).await;
     assert_eq!(server.history_violations().len(), 2);
+    assert_eq!(server.requests().len(), 4);
 }
 
 /// Sends raw bytes to the server and returns everything it answers until it closes.

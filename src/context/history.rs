@@ -7,7 +7,7 @@
 //! 3. no message is empty (no blocks, or only empty text blocks);
 //! 4. tool calls and thinking appear only in assistant messages, tool results only in user
 //!    messages;
-//! 5. tool call ids are unique, and the tool calls of an assistant message are answered by
+//! 5. tool call ids are unique and not empty, and the tool calls of an assistant message are answered by
 //!    exactly one tool result each at the start of the next user message, in the model's order;
 //!    no tool result answers anything else.
 //!
@@ -89,6 +89,11 @@ pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
                 }
                 expected = tool_use_ids(message);
                 for id in &expected {
+                    if id.is_empty() {
+                        return Err(invalid(format!(
+                            "a tool call in message {i} has an empty id"
+                        )));
+                    }
                     if !seen_ids.insert(id) {
                         return Err(invalid(format!(
                             "tool call id {id:?} in message {i} is not unique"

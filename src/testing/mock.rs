@@ -103,10 +103,12 @@ struct ServerState {
 /// ending in `/chat/completions` in OpenAI Chat Completions SSE, to any path ending in
 /// `/responses` in OpenAI Responses SSE, each with the next scripted
 /// [`MockResponse`]. Every request is recorded ([`MockServer::requests`]) and its history
-/// checked ([`MockServer::history_violations`]). A request whose tool schemas the real API
-/// refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
-/// OpenAI: non-object `parameters`) is answered `400` with the provider's message, without
-/// using the script. When the script runs out the server answers `500` with
+/// checked ([`MockServer::history_violations`]). What the real API refuses is answered `400`
+/// (`invalid_request_error`) without using the script: a history that breaks the invariant
+/// (a `tool_use` without its result, a repeated or empty tool-call id, …; see
+/// [`history_violation`](super::history_violation)), tool schemas the real API refuses
+/// (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`; OpenAI:
+/// non-object `parameters`), and media it refuses. When the script runs out the server answers `500` with
 /// `x-should-retry: false` and a message saying so. The server stops when dropped.
 ///
 /// ```no_run
@@ -372,18 +374,26 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
     let response = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let number = state.requests.len() + 1;
-        if let Some(format) = format {
-            if let Some(violation) = wire_history_violation(format, &body) {
-                state
-                    .violations
-                    .push(format!("request #{number}: {violation}"));
-            }
+        let violation = format.and_then(|format| wire_history_violation(format, &body));
+        if let Some(violation) = &violation {
+            state
+                .violations
+                .push(format!("request #{number}: {violation}"));
         }
-        // A tool schema the real API refuses gets its 400; the script is not consumed.
+        // What the real API refuses gets its 400 (a history it would refuse, a tool schema,
+        // a media block); the script is not consumed.
         let refused = format
             .filter(|_| request.method == "POST")
             .and_then(|format| {
-                tool_schemas::rejection(format, &body)
+                violation
+                    .map(|violation| tool_schemas::Rejection {
+                        error_type: "invalid_request_error",
+                        code: None,
+                        message: format!(
+                            "MockServer: the provider refuses this history: {violation}"
+                        ),
+                    })
+                    .or_else(|| tool_schemas::rejection(format, &body))
                     .or_else(|| media_checks::rejection(format, &body))
             });
         state.requests.push(RecordedRequest {
@@ -592,6 +602,14 @@ async fn answer(socket: &mut TcpStream, reply: Reply) -> std::io::Result<bool> {
 fn wire_history_violation(format: WireFormat, body: &Value) -> Option<String> {
     if format == WireFormat::OpenAiResponses {
         body.get("input")?.as_array()?;
+        if body
+            .get("previous_response_id")
+            .is_some_and(|id| !id.is_null())
+        {
+            // The server prepends the stored response this one continues (results answer
+            // its calls), which the mock does not keep: only the server can check it.
+            return None;
+        }
         let history = crate::provider::responses::request::decode(body);
         return super::history_violation(&history);
     }
