@@ -986,3 +986,164 @@ async fn a_tool_source_that_changes_is_refreshed_between_turns() {
     );
     assert_eq!(source.refreshes.load(Ordering::Acquire), 2);
 }
+
+// ----- tool-call ids the model repeats or leaves empty (issue 25) ----------------------
+
+/// Every tool-call id in the agent's history, in order.
+fn history_call_ids(agent: &Agent) -> Vec<String> {
+    agent
+        .messages()
+        .iter()
+        .flat_map(|m| {
+            m.tool_uses()
+                .map(|(id, _, _)| id.to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `(id, content)` of every tool result in the agent's history, in order.
+fn history_results(agent: &Agent) -> Vec<(String, String)> {
+    agent
+        .messages()
+        .iter()
+        .flat_map(|m| m.content.clone())
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => Some((tool_use_id, content)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_calls_with_the_same_id_in_one_response_both_run_and_the_run_ends() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("x", "add", json!({"a": 1, "b": 2})).then_tool_call(
+            "x",
+            "add",
+            json!({"a": 3, "b": 4}),
+        ),
+        ScriptedResponse::text("3 and 7"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    // A hang here was the bug: the second result was dropped and the batch never completed.
+    let (events, outcome) = tokio::time::timeout(Duration::from_secs(60), run(&mut agent, "?"))
+        .await
+        .expect("the run ends");
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "3 and 7");
+    let ids = history_call_ids(&agent);
+    assert_eq!(ids[0], "x", "the first keeps the model's id");
+    assert_ne!(ids[1], "x", "the second gets its own");
+    assert_eq!(
+        history_results(&agent),
+        vec![(ids[0].clone(), "3".into()), (ids[1].clone(), "7".into())],
+        "each result answers its own call, in order"
+    );
+    // The renamed id is the call's id in every event too.
+    let k = kinds(&events);
+    for id in &ids {
+        assert!(k.contains(&format!("CallStart {id} add")), "{k:#?}");
+        assert!(
+            k.iter().any(|e| e.starts_with(&format!("Result {id} "))),
+            "{k:#?}"
+        );
+    }
+    assert_valid(&agent);
+    assert!(
+        client.history_violations().is_empty(),
+        "{:?}",
+        client.history_violations()
+    );
+}
+
+#[tokio::test]
+async fn an_id_reused_in_a_later_turn_gets_a_fresh_one() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("call_0", "add", json!({"a": 1, "b": 1})),
+        ScriptedResponse::tool_call("call_0", "add", json!({"a": 2, "b": 2})),
+        ScriptedResponse::text("done"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    // This panicked in debug builds ("tool call id "call_0" in message 3 is not unique").
+    let (_, outcome) = run(&mut agent, "?").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let ids = history_call_ids(&agent);
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], "call_0");
+    assert_ne!(ids[1], "call_0");
+    assert_eq!(
+        history_results(&agent),
+        vec![(ids[0].clone(), "2".into()), (ids[1].clone(), "4".into())]
+    );
+    assert_valid(&agent);
+    assert!(
+        client.history_violations().is_empty(),
+        "{:?}",
+        client.history_violations()
+    );
+
+    // A second run on the same conversation: the model starts numbering from 0 again.
+    client.push(ScriptedResponse::tool_call(
+        "call_0",
+        "add",
+        json!({"a": 3, "b": 3}),
+    ));
+    client.push(ScriptedResponse::text("again"));
+    let (_, outcome) = run(&mut agent, "more").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let ids = history_call_ids(&agent);
+    assert_eq!(ids.len(), 3);
+    assert!(!ids[..2].contains(&ids[2]), "{ids:?}");
+    assert_valid(&agent);
+    assert!(
+        client.history_violations().is_empty(),
+        "{:?}",
+        client.history_violations()
+    );
+}
+
+#[tokio::test]
+async fn empty_call_ids_get_ids_of_their_own() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("", "add", json!({"a": 1, "b": 2})).then_tool_call(
+            "",
+            "add",
+            json!({"a": 5, "b": 5}),
+        ),
+        ScriptedResponse::tool_call("", "add", json!({"a": 0, "b": 0})),
+        ScriptedResponse::text("done"),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (_, outcome) = run(&mut agent, "?").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let ids = history_call_ids(&agent);
+    assert_eq!(ids.len(), 3);
+    assert!(ids.iter().all(|id| !id.is_empty()), "{ids:?}");
+    let results = history_results(&agent);
+    let contents: Vec<&str> = results.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(contents, ["3", "10", "0"]);
+    assert_eq!(
+        results.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),
+        ids
+    );
+    assert_valid(&agent);
+    assert!(
+        client.history_violations().is_empty(),
+        "{:?}",
+        client.history_violations()
+    );
+}

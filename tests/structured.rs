@@ -419,3 +419,50 @@ async fn one_shot_calls_return_the_text_or_why_there_is_none() {
         .iter()
         .any(|e| matches!(e, AgentEvent::TextDelta { .. })));
 }
+
+#[tokio::test]
+async fn the_same_wrong_answer_three_times_ends_with_invalid_output_not_a_repeat() {
+    // The defaults: max_retries 2 and max_repeated_calls 3. The repeat detector used to win
+    // and end the run with RepeatedToolCall, losing the answer and what was wrong with it.
+    let bad = |id: &str| ScriptedResponse::tool_call(id, "final_answer", json!({"name": 5}));
+    let client = ScriptedClient::new([bad("c1"), bad("c2"), bad("c3")]);
+    let mut agent = Agent::builder(client.clone()).build().unwrap();
+    let outcome = agent.run_to_end("?", contact_options()).await;
+    match &outcome.termination {
+        Termination::InvalidOutput { raw, error } => {
+            assert_eq!(raw, &json!({"name": 5}));
+            assert!(error.contains("name"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(outcome.turns, 3);
+    assert!(client.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn wrong_answers_do_not_count_as_failing_tool_turns() {
+    // More retries than max_tool_failure_turns (3): every wrong answer is an error result,
+    // but the answer's own retries decide, not the tool-failure guard.
+    let bad = |id: &str| ScriptedResponse::tool_call(id, "final_answer", json!({"age": id}));
+    let client = ScriptedClient::new([
+        bad("c1"),
+        bad("c2"),
+        bad("c3"),
+        bad("c4"),
+        ScriptedResponse::tool_call("c5", "final_answer", json!({"name": "Ada", "age": 36})),
+    ]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let options =
+        RunOptions::new().output(StructuredOutput::of::<Contact>().unwrap().max_retries(5));
+    let outcome = agent.run_to_end("?", options).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.turns, 5);
+    assert_eq!(
+        outcome.parse_output::<Contact>().unwrap(),
+        Contact {
+            name: "Ada".into(),
+            age: 36,
+            email: None
+        }
+    );
+}

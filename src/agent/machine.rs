@@ -137,6 +137,8 @@ struct Attempt {
     early: Early,
     /// Calls waiting for the hook's verdict before starting early.
     approving: Vec<ToolCall>,
+    /// The tool-call ids this response has used so far (after renaming).
+    call_ids: HashSet<String>,
 }
 
 /// Read-only calls started while the model was still streaming.
@@ -175,8 +177,9 @@ struct Batch {
     /// Calls started early that are still running (positions).
     early_pending: HashSet<usize>,
     stop: Option<Termination>,
-    /// Each call id's position in `calls` (the first, should the model repeat an id), so a
-    /// result finds its call without a scan: a response may hold very many calls.
+    /// Each call id's position in `calls` (ids are unique: the machine renames repeated
+    /// ones as they arrive), so a result finds its call without a scan: a response may hold
+    /// very many calls.
     positions: HashMap<String, usize>,
     /// Calls without a result yet.
     unanswered: usize,
@@ -348,6 +351,11 @@ pub struct AgentMachine {
     force_output: bool,
     /// The accepted final answer.
     output_value: Option<serde_json::Value>,
+    /// Every tool-call id the conversation has used, so that a model repeating an id (or
+    /// giving none) gets a fresh one (see [`AgentMachine::unique_call_id`]).
+    call_ids: HashSet<String>,
+    /// Ids given in place of repeated or empty ones so far: the next one's number.
+    renamed_ids: u64,
 }
 
 impl AgentMachine {
@@ -386,6 +394,8 @@ impl AgentMachine {
             output_failures: 0,
             force_output: false,
             output_value: None,
+            call_ids: HashSet::new(),
+            renamed_ids: 0,
         }
     }
 
@@ -413,6 +423,12 @@ impl AgentMachine {
         self.output = options.output;
         self.context.repair();
         self.context.push(input.into().into_message());
+        self.call_ids = self
+            .context
+            .messages()
+            .iter()
+            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
+            .collect();
         self.state = State::NextTurn;
     }
 
@@ -631,7 +647,36 @@ impl AgentMachine {
             ids: HashMap::new(),
             early: Early::default(),
             approving: Vec::new(),
+            call_ids: HashSet::new(),
         }))
+    }
+
+    /// The id a tool call of this response goes by: the model's own, unless it is empty or
+    /// already taken (earlier in the conversation, or earlier in this response), in which
+    /// case a fresh one (`call_N` for an empty id, `<id>_N` for a repeated one). Models and
+    /// compatible servers do repeat ids (some number the calls of each turn from 0) and some
+    /// proxies send empty ones; a repeated id would make the history invalid for every
+    /// provider, and two calls of one response with the same id could not be told apart.
+    /// The renamed id is the call's id everywhere from then on (events, the tool's
+    /// [`ToolCall`], its result, the history), so results match their calls.
+    fn unique_call_id(&mut self, attempt: &mut Attempt, id: String) -> String {
+        let taken = |id: &str| self.call_ids.contains(id) || attempt.call_ids.contains(id);
+        let id = if !id.is_empty() && !taken(&id) {
+            id
+        } else {
+            let base = if id.is_empty() { "call" } else { id.as_str() };
+            let fresh = loop {
+                self.renamed_ids += 1;
+                let candidate = format!("{base}_{}", self.renamed_ids);
+                if !taken(&candidate) {
+                    break candidate;
+                }
+            };
+            tracing::debug!(from = %id, to = %fresh, "renamed a repeated or empty tool-call id");
+            fresh
+        };
+        attempt.call_ids.insert(id.clone());
+        id
     }
 
     // ----- the model's response ------------------------------------------------------
@@ -653,6 +698,14 @@ impl AgentMachine {
                     return State::ModelCall(attempt);
                 }
                 attempt.content_seen |= event.is_content();
+                let event = match event {
+                    LlmEvent::ToolCallStart { index, id, name } => LlmEvent::ToolCallStart {
+                        index,
+                        id: self.unique_call_id(&mut attempt, id),
+                        name,
+                    },
+                    event => event,
+                };
                 if let Err(error) = attempt.assembler.push(&event) {
                     self.out.push_back(Action::StopModel);
                     return self.attempt_failed(attempt, error, now);
@@ -746,11 +799,13 @@ impl AgentMachine {
             content_seen,
             usage,
             early,
+            call_ids,
             ..
         } = *attempt;
         match assembler.finish() {
             Ok(response) => {
                 self.usage += usage;
+                self.call_ids.extend(call_ids);
                 self.on_response(response, early, now)
             }
             Err(error) => self.attempt_failed(
@@ -761,6 +816,7 @@ impl AgentMachine {
                     ids: HashMap::new(),
                     early,
                     approving: Vec::new(),
+                    call_ids,
                 }),
                 error,
                 now,
@@ -915,7 +971,15 @@ impl AgentMachine {
         let n = calls.len();
         let mut batch = Box::new(Batch::new(response, calls));
 
-        let times = self.repeats.observe(&batch.calls);
+        // Calls of the answer tool are not repeats to stop: a wrong answer has its own count
+        // of retries and ends with `InvalidOutput`, carrying the answer and what is wrong.
+        let answer_tool = self.output.as_ref().map(|o| o.spec.name.as_str());
+        let times = self.repeats.observe(
+            batch
+                .calls
+                .iter()
+                .filter(|call| Some(call.name.as_str()) != answer_tool),
+        );
         if times >= self.config.max_repeated_calls {
             let name = batch
                 .calls
@@ -1102,7 +1166,13 @@ impl AgentMachine {
             .zip(&calls)
             .map(|(r, call)| r.unwrap_or_else(|| error_result(call, "cancelled")))
             .collect();
-        let all_failed = self.failures.observe(&results);
+        // Wrong final answers have their own count (see `answer_output_calls`).
+        let answer_tool = self.output.as_ref().map(|o| o.spec.name.as_str());
+        let all_failed = self.failures.observe(
+            results
+                .iter()
+                .filter(|r| Some(r.name.as_str()) != answer_tool),
+        );
         self.context
             .push_tool_results(results.iter().map(ToolCallResult::to_block).collect());
         self.end_turn(&response);

@@ -68,11 +68,17 @@ pub(crate) struct RepeatTracker {
 
 impl RepeatTracker {
     /// Records a turn's calls; returns how many consecutive turns (this one included) made
-    /// the same calls with the same inputs.
-    pub(crate) fn observe(&mut self, calls: &[ToolCall]) -> u32 {
+    /// the same calls with the same inputs. A turn with no calls to count breaks the run
+    /// (and counts 0).
+    pub(crate) fn observe<'a>(&mut self, calls: impl Iterator<Item = &'a ToolCall>) -> u32 {
         // serde_json maps are ordered by key, so equal inputs serialize equally.
         let signature: Vec<(&str, &serde_json::Value)> =
-            calls.iter().map(|c| (c.name.as_str(), &c.input)).collect();
+            calls.map(|c| (c.name.as_str(), &c.input)).collect();
+        if signature.is_empty() {
+            self.last = None;
+            self.count = 0;
+            return 0;
+        }
         let signature = serde_json::to_string(&signature).unwrap_or_default();
         if self.last.as_deref() == Some(signature.as_str()) {
             self.count += 1;
@@ -92,8 +98,13 @@ pub(crate) struct FailureTracker {
 
 impl FailureTracker {
     /// Records a turn's results; returns the number of consecutive all-failed turns.
-    pub(crate) fn observe(&mut self, results: &[ToolCallResult]) -> u32 {
-        if !results.is_empty() && results.iter().all(|r| r.is_error) {
+    pub(crate) fn observe<'a>(&mut self, results: impl Iterator<Item = &'a ToolCallResult>) -> u32 {
+        let (mut any, mut all_failed) = (false, true);
+        for result in results {
+            any = true;
+            all_failed &= result.is_error;
+        }
+        if any && all_failed {
             self.turns += 1;
         } else {
             self.turns = 0;
@@ -178,9 +189,16 @@ mod tests {
         let a = vec![ToolCall::new("1", "t", json!({"x": 1, "y": 2}))];
         let a2 = vec![ToolCall::new("2", "t", json!({"y": 2, "x": 1}))];
         let b = vec![ToolCall::new("3", "t", json!({"x": 2}))];
-        assert_eq!(t.observe(&a), 1);
-        assert_eq!(t.observe(&a2), 2, "ids differ, calls are the same");
-        assert_eq!(t.observe(&b), 1);
+        assert_eq!(t.observe(a.iter()), 1);
+        assert_eq!(t.observe(a2.iter()), 2, "ids differ, calls are the same");
+        assert_eq!(t.observe(b.iter()), 1);
+        assert_eq!(t.observe(b.iter()), 2);
+        assert_eq!(t.observe([].iter()), 0, "no calls to count");
+        assert_eq!(
+            t.observe(b.iter()),
+            1,
+            "a turn without calls breaks the run"
+        );
     }
 
     #[test]
