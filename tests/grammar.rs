@@ -9,7 +9,6 @@
 //! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,88 +20,8 @@ use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-/// Checks `events` against the grammar; returns the first violation.
-fn grammar_violation(events: &[AgentEvent]) -> Option<String> {
-    #[derive(PartialEq, Debug)]
-    enum Call {
-        Announced,
-        Answered,
-    }
-    let mut calls: HashMap<String, Call> = HashMap::new();
-    let mut in_turn: Option<u32> = None;
-    let mut turns = 0u32;
-    for (i, event) in events.iter().enumerate() {
-        let at = format!("event {i} ({event:?})");
-        let is_last = i + 1 == events.len();
-        match event {
-            AgentEvent::Finished(outcome) => {
-                if !is_last {
-                    return Some(format!("{at}: Finished is not last"));
-                }
-                if in_turn.is_some() {
-                    return Some(format!("{at}: Finished inside a turn"));
-                }
-                if outcome.turns != turns {
-                    return Some(format!(
-                        "{at}: {} turns reported, {turns} seen",
-                        outcome.turns
-                    ));
-                }
-            }
-            _ if is_last => return Some(format!("{at}: the last event is not Finished")),
-            AgentEvent::TurnStart { turn } => {
-                if in_turn.is_some() {
-                    return Some(format!("{at}: TurnStart inside a turn"));
-                }
-                turns += 1;
-                if *turn != turns {
-                    return Some(format!("{at}: turn {turn}, expected {turns}"));
-                }
-                in_turn = Some(*turn);
-            }
-            AgentEvent::TurnEnd { turn, .. } => {
-                if in_turn != Some(*turn) {
-                    return Some(format!("{at}: TurnEnd outside its turn"));
-                }
-                if let Some((id, _)) = calls.iter().find(|(_, c)| **c == Call::Announced) {
-                    return Some(format!("{at}: TurnEnd before the result of {id}"));
-                }
-                in_turn = None;
-            }
-            other => {
-                if in_turn.is_none() {
-                    return Some(format!("{at}: outside a turn"));
-                }
-                match other {
-                    // A re-sent turn may bring a call with an id already answered.
-                    AgentEvent::ToolCall { id, .. }
-                        if calls.insert(id.clone(), Call::Announced) == Some(Call::Announced) =>
-                    {
-                        return Some(format!("{at}: {id} announced twice"));
-                    }
-                    AgentEvent::ToolProgress { id, .. }
-                        if calls.get(id) != Some(&Call::Announced) =>
-                    {
-                        return Some(format!("{at}: progress of {id} outside its call"));
-                    }
-                    AgentEvent::ToolResult { id, .. }
-                        if calls.insert(id.clone(), Call::Answered) != Some(Call::Announced) =>
-                    {
-                        return Some(format!("{at}: result of {id} without its ToolCall"));
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    if !matches!(events.last(), Some(AgentEvent::Finished(_))) {
-        return Some("no Finished event".to_owned());
-    }
-    if let Some((id, _)) = calls.iter().find(|(_, c)| **c == Call::Announced) {
-        return Some(format!("{id} has no result"));
-    }
-    None
-}
+mod common;
+use common::grammar::grammar_violation;
 
 /// What a scripted tool call does.
 #[derive(Debug, Clone)]

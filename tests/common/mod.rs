@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod agent;
+pub mod grammar;
 
 use agent_loop::{
     Jitter, LlmError, LlmEvent, ModelResponse, RetryPolicy, StreamAssembler, WireDecoder,
