@@ -1048,3 +1048,62 @@ fn answered_call_ids_are_remembered_for_the_first_65536_calls_of_a_run() {
         .iter()
         .any(|e| matches!(e, AgentEvent::TurnEnd { turn: 1, .. })));
 }
+
+#[test]
+fn a_response_cut_off_after_an_early_call_answers_it_with_its_own_result() {
+    // Found by tests/machine_props.rs: a read-only call started early, then the response hit
+    // max_tokens. The call was announced but never got its ToolResult event, and the history
+    // said "not run" for a call that ran.
+    let now = Instant::now();
+    let mut m = started(now);
+    feed(&mut m, call_events("r1", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    m.handle(done("r1", "look", "seen"), now);
+    // A second early call, still running when the response ends.
+    feed(&mut m, call_block(1, "r2", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    let mut stream = call_block(2, "a1", "act", "{");
+    stream.push(stop(StopReason::MaxTokens));
+    let actions = feed(&mut m, stream, now);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::AbortTools)),
+        "{actions:#?}"
+    );
+    let results: Vec<(&str, &str)> = events(&actions)
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { id, content, .. } => Some((id.as_str(), content.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("r1", "seen"),
+            ("r2", "not run: the response was cut off or refused")
+        ]
+    );
+    assert_eq!(
+        outcome(&actions).map(|o| &o.termination),
+        Some(&Termination::MaxTokens)
+    );
+    let context = m.into_context();
+    assert_eq!(history_violation(context.messages()), None);
+    let history: Vec<(String, String)> = context.messages()[2]
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            agent_loop::ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => Some((tool_use_id.clone(), content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(history[0], ("r1".into(), "seen".into()));
+    assert_eq!(history[1].0, "r2");
+    assert_eq!(history[2].0, "a1");
+}

@@ -860,8 +860,8 @@ impl AgentMachine {
     }
 
     /// Answers each call started early of an abandoned attempt: its result if it finished,
-    /// else `why`; the ones still running are abandoned.
-    fn abandon_early(&mut self, early: Early, why: &str) {
+    /// else `why`; the ones still running are abandoned. Returns the results given, by id.
+    fn abandon_early(&mut self, early: Early, why: &str) -> HashMap<String, ToolCallResult> {
         if early.running() > 0 {
             self.out.push_back(Action::AbortTools);
         }
@@ -869,13 +869,16 @@ impl AgentMachine {
         for result in early.done {
             done.entry(result.id.clone()).or_insert(result);
         }
+        let mut given = HashMap::with_capacity(early.started.len());
         for (id, name) in early.started {
-            let result = match done.get(&id) {
-                Some(result) => result.clone(),
+            let result = match done.remove(&id) {
+                Some(result) => result,
                 None => ToolCallResult::new(id, name, why, true, Duration::ZERO),
             };
             self.emit_result(&result);
+            given.insert(result.id.clone(), result);
         }
+        given
     }
 
     fn on_response(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
@@ -895,7 +898,7 @@ impl AgentMachine {
         self.continuing = false;
 
         if self.final_call && !self.has_output_call(&response) {
-            self.answer_unrun(&response, "not run: the turn limit was reached");
+            self.answer_unrun(&response, early, "not run: the turn limit was reached");
             self.end_turn(&response);
             return self.finish(Termination::MaxTurns);
         }
@@ -907,11 +910,20 @@ impl AgentMachine {
                 self.missing_output(&response)
             }
             Next::Stop(termination) => {
-                self.answer_unrun(&response, "not run: the response was cut off or refused");
+                self.answer_unrun(
+                    &response,
+                    early,
+                    "not run: the response was cut off or refused",
+                );
                 self.end_turn(&response);
                 self.finish(termination)
             }
             Next::Resend => {
+                self.answer_unrun(
+                    &response,
+                    early,
+                    "not run: the response was paused; it is continued",
+                );
                 self.end_turn(&response);
                 State::NextTurn
             }
@@ -920,6 +932,7 @@ impl AgentMachine {
                 if has_calls {
                     self.answer_unrun(
                         &response,
+                        early,
                         "not run: your response was cut off by the max_tokens limit before this \
                          call was complete; make smaller calls",
                     );
@@ -936,12 +949,18 @@ impl AgentMachine {
         }
     }
 
-    /// Answers every tool call of a response that will not run, so the history stays valid.
-    fn answer_unrun(&mut self, response: &ModelResponse, why: &str) {
+    /// Answers every tool call of a response that will not run, so the history stays valid:
+    /// a call started early keeps the result it has (or, still running, is abandoned and
+    /// answered with `why`, like the rest).
+    fn answer_unrun(&mut self, response: &ModelResponse, early: Early, why: &str) {
+        let mut early = self.abandon_early(early, why);
         let results: Vec<ContentBlock> = response
             .message
             .tool_uses()
-            .map(|(id, _, _)| ContentBlock::tool_result(id, why, true))
+            .map(|(id, _, _)| match early.remove(id) {
+                Some(result) => result.to_block(),
+                None => ContentBlock::tool_result(id, why, true),
+            })
             .collect();
         if !results.is_empty() {
             self.context.push_tool_results(results);
