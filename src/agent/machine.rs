@@ -281,29 +281,49 @@ impl Batch {
 /// ];
 /// let mut responses = vec![call, answer].into_iter();
 /// let mut events = Vec::new();
+/// // What the machine waits for: `None` from `poll()` means "feed me an input".
+/// let mut stream = Vec::new().into_iter();
+/// let mut waiting: std::collections::VecDeque<Input> = Default::default();
 /// let outcome = loop {
-///     let Some(action) = machine.poll() else { unreachable!("the machine always has work") };
+///     let Some(action) = machine.poll() else {
+///         // Feed the next input: an answer it asked for, else the model's next event.
+///         let input = match waiting.pop_front() {
+///             Some(input) => input,
+///             None => match stream.next() {
+///                 Some(event) => Input::ModelEvent(event),
+///                 None => Input::ModelEnded(Ok(())),
+///             },
+///         };
+///         machine.handle(input, Instant::now());
+///         continue;
+///     };
 ///     match action {
 ///         Action::Emit(event) => events.push(event),
 ///         Action::CallModel(_request) => {
-///             for event in responses.next().expect("a scripted response") {
-///                 machine.handle(Input::ModelEvent(event), Instant::now());
-///             }
+///             stream = responses.next().expect("a scripted response").into_iter();
 ///         }
+///         Action::StopModel => stream = Vec::new().into_iter(),
 ///         Action::Approve(calls) => {
 ///             let verdicts = calls.iter().map(|_| agent_loop::ToolDecision::Allow).collect();
-///             machine.handle(Input::Approved(verdicts), Instant::now());
+///             waiting.push_back(Input::Approved(verdicts));
 ///         }
 ///         Action::RunTools(calls) => {
 ///             for call in calls {
-///                 let sum = call.input["a"].as_i64().unwrap() + call.input["b"].as_i64().unwrap();
+///                 let sum = call.input["a"].as_i64().unwrap_or(0) + call.input["b"].as_i64().unwrap_or(0);
 ///                 let result = ToolCallResult::new(call.id, call.name, sum.to_string(), false,
 ///                                                  std::time::Duration::ZERO);
-///                 machine.handle(Input::ToolDone(result), Instant::now());
+///                 waiting.push_back(Input::ToolDone(result));
 ///             }
 ///         }
+///         // A real driver aborts its running tools here; these run at once.
+///         Action::AbortTools => {}
+///         // A real driver sleeps until then (a backoff before re-sending the turn).
+///         Action::SleepUntil(_at) => waiting.push_back(Input::Timer),
+///         // A real driver asks a model for a summary of these messages.
+///         Action::Summarize(_messages) => waiting.push_back(Input::Summary(Ok("…".into()))),
 ///         Action::Finish(outcome) => break outcome,
-///         _ => {}
+///         // `Action` is non-exhaustive: a newer action this driver does not know.
+///         other => unimplemented!("{other:?}"),
 ///     }
 /// };
 /// assert_eq!(outcome.termination, Termination::Completed);
