@@ -1035,3 +1035,72 @@ fn settings_the_api_would_refuse_fail_at_build() {
         .unwrap_err();
     assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");
 }
+
+// ----- 6. servers that repeat tool-call ids or send empty ones ---------------------------
+
+#[tokio::test]
+async fn repeated_and_empty_call_ids_from_a_server_still_make_a_valid_history() {
+    // Some servers number the calls of each turn from 0, some proxies send empty ids. The
+    // mock refuses (400) any request whose history a real API would refuse, so every request
+    // after the first proves the history sent back is valid.
+    for format in [
+        WireFormat::Anthropic,
+        WireFormat::OpenAiChat,
+        WireFormat::OpenAiResponses,
+    ] {
+        let server = MockServer::start().await;
+        server.push(
+            ScriptedResponse::tool_call("call_0", "add", json!({"a": 1, "b": 2})).then_tool_call(
+                "call_0",
+                "add",
+                json!({"a": 3, "b": 4}),
+            ),
+        );
+        server.push(ScriptedResponse::tool_call(
+            "call_0",
+            "add",
+            json!({"a": 5, "b": 6}),
+        ));
+        server.push(
+            ScriptedResponse::tool_call("", "add", json!({"a": 7, "b": 8})).then_tool_call(
+                "",
+                "add",
+                json!({"a": 9, "b": 10}),
+            ),
+        );
+        server.push(ScriptedResponse::text("done"));
+        let mut agent = Agent::builder(client(format, &server))
+            .tool(adder())
+            .build()
+            .unwrap();
+        // Two calls with one id used to hang the run: the second result never found a slot.
+        let events: Vec<AgentEvent> =
+            tokio::time::timeout(Duration::from_secs(60), agent.run("add").collect())
+                .await
+                .expect("the run ends");
+        let Some(AgentEvent::Finished(outcome)) = events.last() else {
+            panic!("{events:?}");
+        };
+        assert_eq!(
+            outcome.termination,
+            Termination::Completed,
+            "{format:?}: {events:#?}"
+        );
+        assert_eq!(server.requests().len(), 4, "{format:?}");
+        assert!(
+            server.history_violations().is_empty(),
+            "{format:?}: {:?}",
+            server.history_violations()
+        );
+        let results: Vec<String> = agent
+            .messages()
+            .iter()
+            .flat_map(|m| m.content.clone())
+            .filter_map(|b| match b {
+                ContentBlock::ToolResult { content, .. } => Some(content),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results, ["3", "7", "11", "15", "19"], "{format:?}");
+    }
+}
