@@ -20,9 +20,11 @@ use crate::message::{ContentBlock, Message, Role, StopReason, Usage, UserInput};
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, StreamLimits, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
+use super::config::AgentConfig;
+use super::events::{AgentEvent, RunOutcome, Termination};
+use super::hooks::ToolDecision;
 use super::output::{RunOptions, StructuredOutput};
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
-use super::{AgentConfig, AgentEvent, RunOutcome, Termination, ToolDecision};
 
 /// The stop reason of the `TurnEnd` of a turn that was cut short.
 pub(crate) const INTERRUPTED_STOP: &str = "interrupted";

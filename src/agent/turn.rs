@@ -5,7 +5,8 @@ use crate::assemble::ModelResponse;
 use crate::message::{StopReason, Usage};
 use crate::tool::{ToolCall, ToolCallResult};
 
-use super::{AgentConfig, Termination};
+use super::config::AgentConfig;
+use super::events::Termination;
 
 /// What the loop does after a response.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,9 +187,9 @@ mod tests {
     #[test]
     fn repeats_count_only_identical_consecutive_turns() {
         let mut t = RepeatTracker::default();
-        let a = vec![ToolCall::new("1", "t", json!({"x": 1, "y": 2}))];
-        let a2 = vec![ToolCall::new("2", "t", json!({"y": 2, "x": 1}))];
-        let b = vec![ToolCall::new("3", "t", json!({"x": 2}))];
+        let a = [ToolCall::new("1", "t", json!({"x": 1, "y": 2}))];
+        let a2 = [ToolCall::new("2", "t", json!({"y": 2, "x": 1}))];
+        let b = [ToolCall::new("3", "t", json!({"x": 2}))];
         assert_eq!(t.observe(a.iter()), 1);
         assert_eq!(t.observe(a2.iter()), 2, "ids differ, calls are the same");
         assert_eq!(t.observe(b.iter()), 1);

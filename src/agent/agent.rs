@@ -1,0 +1,140 @@
+//! [`Agent`]: a model client, tools, and the conversation it holds. Building one is
+//! `builder.rs`'s, running one `run.rs`'s.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
+use crate::error::Error;
+use crate::message::Message;
+use crate::provider::LlmClient;
+use crate::tool::{ToolRegistry, ToolSources};
+
+use super::config::AgentConfig;
+use super::handle::AgentHandle;
+use super::hooks::AgentHooks;
+use super::shared::{busy, lock, Shared};
+
+/// An LLM agent: a model client, tools, and the conversation it holds.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::{Agent, AgentEvent};
+/// use futures::StreamExt;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let client = ScriptedClient::new([ScriptedResponse::text("Hello!")]);
+/// let mut agent = Agent::builder(client).system("Be brief.").build()?;
+/// let events: Vec<AgentEvent> = agent.run("Hi").collect().await;
+/// match events.last() {
+///     Some(AgentEvent::Finished(outcome)) => assert_eq!(outcome.final_text, "Hello!"),
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// # Ok::<(), agent_loop::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct Agent {
+    pub(crate) client: Arc<dyn LlmClient>,
+    /// The tools as built.
+    pub(crate) tools: ToolRegistry,
+    /// The builder's own tools and the tool sources, with the newest registry.
+    pub(crate) sources: ToolSources,
+    pub(crate) config: AgentConfig,
+    pub(crate) hooks: Arc<dyn AgentHooks>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
+    pub(crate) handle: AgentHandle,
+    /// The conversation, shared with the run in flight (if any) and with the handles.
+    pub(crate) shared: Arc<Mutex<Shared>>,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model_name())
+            .field("tools", &self.tools)
+            .field("messages", &self.messages().len())
+            .field("running", &self.is_running())
+            .field("max_turns", &self.config.max_turns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// The conversation so far. While a run is in flight: as of its last turn boundary (the
+    /// end of a turn's tool results, or the run's start).
+    pub fn messages(&self) -> Arc<Vec<Message>> {
+        let shared = lock(&self.shared);
+        match &shared.context {
+            Some(context) => context.shared_messages(),
+            None => Arc::new(shared.view.messages.clone()),
+        }
+    }
+
+    /// A copy of the context manager holding the conversation (its settings, counts and
+    /// messages). While a run is in flight the run holds the live one: this is the
+    /// conversation as of the run's last turn boundary, counted afresh.
+    pub fn context(&self) -> ContextManager {
+        let shared = lock(&self.shared);
+        match &shared.context {
+            Some(context) => context.clone(),
+            None => {
+                let mut context = ContextManager::new(ContextConfig::default());
+                let _ = context.restore(shared.view.clone());
+                context
+            }
+        }
+    }
+
+    /// The conversation, for saving (serde); restore it with [`Agent::restore`]. Callable at
+    /// any time, also while a run is in flight (from the event loop, or through
+    /// [`AgentHandle::snapshot`] from another task): it then gives the conversation as of the
+    /// run's last turn boundary, which is always a valid history to resume from.
+    pub fn snapshot(&self) -> Conversation {
+        lock(&self.shared).conversation()
+    }
+
+    /// Replaces the conversation with a saved one; unanswered tool calls of an interrupted
+    /// run are answered as interrupted so the next request is valid.
+    ///
+    /// The system prompt: the saved conversation's, when it has one; otherwise the agent
+    /// keeps its own (the builder's [`system`](AgentBuilder::system)). Fails while a run is
+    /// in flight.
+    pub fn restore(&mut self, mut conversation: Conversation) -> Result<(), Error> {
+        let mut shared = lock(&self.shared);
+        let context = shared.context.as_mut().ok_or_else(busy)?;
+        if conversation.system.is_none() {
+            conversation.system = context.system().map(str::to_owned);
+        }
+        context.restore(conversation).map(|_| ())
+    }
+
+    /// Forgets the conversation (the system prompt stays). Fails while a run is in flight.
+    pub fn clear(&mut self) -> Result<(), Error> {
+        let mut shared = lock(&self.shared);
+        shared.context.as_mut().ok_or_else(busy)?.clear();
+        Ok(())
+    }
+
+    /// Whether a run is in flight (its stream not yet finished or dropped).
+    pub fn is_running(&self) -> bool {
+        lock(&self.shared).context.is_none()
+    }
+
+    /// The tools, as built. With [tool sources](AgentBuilder::tool_source), a run uses the
+    /// newest set, which may differ.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// A handle to cancel runs and read the conversation from elsewhere.
+    pub fn handle(&self) -> AgentHandle {
+        self.handle.clone()
+    }
+
+    fn model_name(&self) -> String {
+        self.config
+            .model
+            .clone()
+            .unwrap_or_else(|| self.client.model().to_owned())
+    }
+}

@@ -1,0 +1,358 @@
+//! [`AgentBuilder`]: every setting of an agent, with its default, and the checks at build.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
+use crate::error::Error;
+use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
+use crate::tool::{Tool, ToolRegistry, ToolSource, ToolSources};
+
+use super::agent::Agent;
+use super::config::AgentConfig;
+use super::handle::AgentHandle;
+use super::hooks::{AgentHooks, NoHooks};
+use super::machine::AgentMachine;
+use super::shared::{busy, lock, Shared};
+use super::summarizer::LlmSummarizer;
+
+impl Agent {
+    /// Starts building an agent around a model client.
+    pub fn builder(client: impl LlmClient + 'static) -> AgentBuilder {
+        AgentBuilder::new(Arc::new(client))
+    }
+}
+
+/// Builds an [`Agent`]. Every setting has a sensible default.
+pub struct AgentBuilder {
+    client: Arc<dyn LlmClient>,
+    tools: ToolRegistry,
+    sources: Vec<Arc<dyn ToolSource>>,
+    tool_errors: Vec<Error>,
+    system: Option<String>,
+    context: Option<ContextManager>,
+    context_config: Option<ContextConfig>,
+    config: AgentConfig,
+    hooks: Arc<dyn AgentHooks>,
+    summarizer: Option<Option<Arc<dyn Summarizer>>>,
+    cancel: CancellationToken,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("tools", &self.tools)
+            .field("system", &self.system)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    pub(crate) fn new(client: Arc<dyn LlmClient>) -> Self {
+        AgentBuilder {
+            client,
+            tools: ToolRegistry::new(),
+            sources: Vec::new(),
+            tool_errors: Vec::new(),
+            system: None,
+            context: None,
+            context_config: None,
+            config: AgentConfig::default(),
+            hooks: Arc::new(NoHooks),
+            summarizer: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Adds a tool. A duplicate or invalid name makes [`build`](Self::build) fail.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        if let Err(e) = self.tools.register(tool) {
+            self.tool_errors.push(e);
+        }
+        self
+    }
+
+    /// Adds a source of tools that can change while the agent runs (an MCP server's, see
+    /// `mcp_tools`). Its current tools are registered by [`build`](Self::build) (a name
+    /// clash or a refused schema makes it fail). At the start of each run and at each turn
+    /// boundary, a source that says it [changed](ToolSource::changed) is refreshed and the
+    /// tools rebuilt (the builder's own, then every source's, in the order added), so the
+    /// next model request lists the new set and its calls run with it. A refresh that fails,
+    /// or new tools that cannot be registered, are logged (`tracing`) and the old tools stay.
+    pub fn tool_source(mut self, source: impl ToolSource + 'static) -> Self {
+        self.sources.push(Arc::new(source));
+        self
+    }
+
+    /// Uses this registry (with its tools and execution settings) instead of the builder's
+    /// (the tools of [tool sources](Self::tool_source) are added to it).
+    pub fn tools(mut self, registry: ToolRegistry) -> Self {
+        self.tools = registry;
+        self
+    }
+
+    /// The model name, overriding the client's.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.config.model = Some(model.into());
+        self
+    }
+
+    /// Most tokens per response (default 8192).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.config.max_tokens = max_tokens;
+        self
+    }
+
+    /// Sampling temperature (0.0 to 2.0; checked by [`build`](Self::build)).
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.config.settings.temperature = Some(temperature);
+        self
+    }
+
+    /// Nucleus sampling (above 0.0, at most 1.0; checked by [`build`](Self::build)).
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.config.settings.top_p = Some(top_p);
+        self
+    }
+
+    /// Sequences that stop generation.
+    pub fn stop_sequences<S: Into<String>>(mut self, stops: impl IntoIterator<Item = S>) -> Self {
+        self.config.settings.stop_sequences = Some(stops.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Which tool the model must (or must not) call on every turn (default
+    /// [`ToolChoice::Auto`]). A named tool must be one of the agent's.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.config.settings.tool_choice = Some(choice);
+        self
+    }
+
+    /// Whether the model may call several tools in one response (default: the provider's,
+    /// which is yes).
+    pub fn parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.config.settings.parallel_tool_calls = Some(parallel);
+        self
+    }
+
+    /// An id of the end user, for the provider's abuse monitoring.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.config.settings.user = Some(user.into());
+        self
+    }
+
+    /// A provider-specific body field (`top_k`, `reasoning_effort`, `service_tier` …). A
+    /// field the crate sends itself is refused when the request is encoded, naming it.
+    pub fn extra_body(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.config.settings.extra.insert(key.into(), value);
+        self
+    }
+
+    /// All request settings at once (replacing those set before).
+    pub fn settings(mut self, settings: RequestSettings) -> Self {
+        let max_tokens = settings.max_tokens;
+        self.config.settings = settings;
+        if let Some(n) = max_tokens {
+            self.config.max_tokens = n;
+        }
+        self
+    }
+
+    /// Anthropic extended thinking with this token budget.
+    pub fn thinking_budget(mut self, tokens: u32) -> Self {
+        self.config.thinking_budget = Some(tokens);
+        self
+    }
+
+    /// Most model turns per run (default 50).
+    pub fn max_turns(mut self, turns: u32) -> Self {
+        self.config.max_turns = turns.max(1);
+        self
+    }
+
+    /// Stop after this many consecutive turns in which every tool call failed (default 3).
+    pub fn max_tool_failure_turns(mut self, turns: u32) -> Self {
+        self.config.max_tool_failure_turns = turns.max(1);
+        self
+    }
+
+    /// Stop when the model asks for the same calls with the same input this many times in a
+    /// row (default 3); the repeated calls are answered with an error, not run.
+    pub fn max_repeated_calls(mut self, times: u32) -> Self {
+        self.config.max_repeated_calls = times.max(2);
+        self
+    }
+
+    /// Stop when the run's total tokens (input + output, all calls) reach this budget.
+    pub fn token_budget(mut self, tokens: u64) -> Self {
+        self.config.token_budget = Some(tokens);
+        self
+    }
+
+    /// At the turn limit, make one last model call with tools disabled for a final answer
+    /// instead of stopping bare (default off).
+    pub fn final_answer_at_max_turns(mut self, enabled: bool) -> Self {
+        self.config.final_answer_at_max_turns = enabled;
+        self
+    }
+
+    /// How many times a text answer cut off by `max_tokens` is continued (default 0).
+    pub fn max_continuations(mut self, times: u32) -> Self {
+        self.config.max_continuations = times;
+        self
+    }
+
+    /// The policy for re-sending a turn whose response broke after it started
+    /// (the clients retry failures before any content themselves).
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Tool results in [`AgentEvent::ToolResult`] are cut to this many bytes (default 4096);
+    /// the history keeps the full result.
+    pub fn event_content_limit(mut self, bytes: usize) -> Self {
+        self.config.event_content_limit = bytes;
+        self
+    }
+
+    /// Whether read-only tools start as soon as their arguments are complete, while the
+    /// model is still streaming (default on).
+    pub fn early_read_only_tools(mut self, enabled: bool) -> Self {
+        self.config.early_read_only_tools = enabled;
+        self
+    }
+
+    /// Prompt-cache breakpoints on every request (default on, five-minute TTL: the tools,
+    /// the system prompt and the two latest user messages are marked, so each turn reads the
+    /// conversation so far from the provider's cache). `None` sends none. Anthropic needs
+    /// them to cache at all; OpenAI caches by itself and ignores them. An invalid setting
+    /// (more breakpoints than the API allows) fails [`build`](Self::build).
+    pub fn prompt_cache(mut self, cache: Option<PromptCache>) -> Self {
+        self.config.prompt_cache = cache;
+        self
+    }
+
+    /// Context window settings (default: looked up from the model name).
+    pub fn context_config(mut self, config: ContextConfig) -> Self {
+        self.context_config = Some(config);
+        self
+    }
+
+    /// Starts from this context (a restored conversation, a custom token counter).
+    pub fn context(mut self, context: ContextManager) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// The summarizer used by compaction (default: the agent's own client).
+    pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
+        self.summarizer = Some(Some(Arc::new(summarizer)));
+        self
+    }
+
+    /// Compaction never calls a model: it elides and drops old turns instead.
+    pub fn no_summarizer(mut self) -> Self {
+        self.summarizer = Some(None);
+        self
+    }
+
+    /// Hooks before tools and model calls.
+    pub fn hooks(mut self, hooks: impl AgentHooks + 'static) -> Self {
+        self.hooks = Arc::new(hooks);
+        self
+    }
+
+    /// A parent cancellation token: cancelling it cancels every run of the agent.
+    pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Builds the loop as a sans-IO [`AgentMachine`] instead of an [`Agent`]: for a host
+    /// that drives it from its own runtime or a durable-execution engine, carrying out its
+    /// [`Action`]s itself (the client given to [`Agent::builder`] only names the model and
+    /// its limits then; hooks and the summarizer are the driver's to apply).
+    pub fn build_machine(self) -> Result<AgentMachine, Error> {
+        let agent = self.build()?;
+        let context = lock(&agent.shared).context.take().ok_or_else(busy)?;
+        Ok(AgentMachine::new(
+            agent.config.clone(),
+            context,
+            agent.sources.current(),
+            agent.client.stream_limits(),
+            agent.summarizer.is_some(),
+        ))
+    }
+
+    /// Builds the agent; fails on an invalid tool set.
+    pub fn build(self) -> Result<Agent, Error> {
+        if let Some(e) = self.tool_errors.into_iter().next() {
+            return Err(e);
+        }
+        if let Some(cache) = &self.config.prompt_cache {
+            cache.validate()?;
+        }
+        if let Some(config) = &self.context_config {
+            config.validate()?;
+        }
+        self.config.settings.validate()?;
+        if self.config.max_tokens == 0 {
+            return Err(Error::Config("max_tokens must be at least 1".to_owned()));
+        }
+        let sources = ToolSources::new(self.tools, self.sources)?;
+        let tools = sources.current();
+        if let Some(ToolChoice::Tool(name)) = &self.config.settings.tool_choice {
+            if !tools.contains(name) {
+                return Err(Error::Config(format!(
+                    "tool_choice names the tool \"{name}\", which the agent does not have"
+                )));
+            }
+        }
+        let model = self
+            .config
+            .model
+            .clone()
+            .unwrap_or_else(|| self.client.model().to_owned());
+        let mut context = match (self.context, self.context_config) {
+            (Some(mut ctx), Some(cfg)) => {
+                ctx.set_config(cfg);
+                ctx
+            }
+            (Some(ctx), None) => ctx,
+            (None, cfg) => {
+                ContextManager::new(cfg.unwrap_or_else(|| ContextConfig::for_model(&model)))
+            }
+        };
+        if self.system.is_some() {
+            context.set_system(self.system);
+        }
+        context.set_tools(&tools.specs());
+        let summarizer = match self.summarizer {
+            Some(choice) => choice,
+            None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
+        };
+        let shared = Arc::new(Mutex::new(Shared {
+            context: Some(context),
+            view: Conversation::default(),
+        }));
+        Ok(Agent {
+            client: self.client,
+            tools,
+            sources,
+            config: self.config,
+            hooks: self.hooks,
+            summarizer,
+            handle: AgentHandle::new(self.cancel, shared.clone()),
+            shared,
+        })
+    }
+}

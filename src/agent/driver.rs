@@ -1,0 +1,342 @@
+//! The tokio driver of a run: it carries out what the [`AgentMachine`] asks (call the model,
+//! ask the hooks, run tools, sleep, compact) and feeds back what happened. It decides
+//! nothing; every decision is the machine's.
+
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Summarizer;
+use crate::error::Error;
+use crate::message::{Message, UserInput};
+use crate::provider::{LlmClient, LlmEvent};
+use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
+
+use super::agent::Agent;
+use super::events::{AgentEvent, RunOutcome};
+use super::handle::AgentHandle;
+use super::hooks::{AgentHooks, HookAction};
+use super::io::Io;
+use super::machine::{Action, AgentMachine, Input};
+use super::output::RunOptions;
+use super::shared::{lock, Shared};
+
+/// Carries out a machine's actions with tokio, the client, the tools and the hooks.
+pub(super) struct Driver {
+    /// The `agent.run` span; the outcome is recorded on it.
+    span: tracing::Span,
+    /// `Some` until the conversation goes back to the agent.
+    machine: Option<AgentMachine>,
+    client: Arc<dyn LlmClient>,
+    /// The tools calls run with: always the machine's.
+    tools: ToolRegistry,
+    /// Where new tools come from between turns.
+    sources: ToolSources,
+    hooks: Arc<dyn AgentHooks>,
+    summarizer: Option<Arc<dyn Summarizer>>,
+    handle: AgentHandle,
+    shared: Arc<Mutex<Shared>>,
+    cancel: CancellationToken,
+    tx: mpsc::Sender<AgentEvent>,
+    /// How many messages the published view holds (0: publish everything next time).
+    published: usize,
+    /// The `agent.turn` span of the turn in progress: the parent of its model calls and tools.
+    turn_span: tracing::Span,
+    /// The `llm.call` span of the model call in progress; usage is recorded on it.
+    llm_span: tracing::Span,
+    /// Model calls made in the turn in progress.
+    attempts: u32,
+    /// Whether the machine was told of the cancel, or of the stop request.
+    told_cancel: bool,
+    told_stop: bool,
+}
+
+impl Drop for Driver {
+    /// The stream was dropped mid-run: cancel, so the history is left valid, and give it back.
+    fn drop(&mut self) {
+        if let Some(machine) = self.machine.as_mut() {
+            machine.handle(Input::Cancel, now());
+        }
+        self.give_back();
+    }
+}
+
+/// The clock the machine is given: tokio's (so paused test time applies).
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl Driver {
+    /// A driver for `agent`'s run of `machine`, reporting on `tx`.
+    pub(super) fn new(
+        agent: &Agent,
+        machine: AgentMachine,
+        tools: ToolRegistry,
+        span: tracing::Span,
+        tx: mpsc::Sender<AgentEvent>,
+    ) -> Driver {
+        Driver {
+            span,
+            machine: Some(machine),
+            client: agent.client.clone(),
+            tools,
+            sources: agent.sources.clone(),
+            hooks: agent.hooks.clone(),
+            summarizer: agent.summarizer.clone(),
+            handle: agent.handle.clone(),
+            shared: agent.shared.clone(),
+            cancel: agent.handle.token(),
+            tx,
+            published: 0,
+            turn_span: tracing::Span::none(),
+            llm_span: tracing::Span::none(),
+            attempts: 0,
+            told_cancel: false,
+            told_stop: false,
+        }
+    }
+
+    async fn emit(&self, event: AgentEvent) {
+        // The receiver lives in the stream that owns this driver: it is gone only when the
+        // driver is being dropped too.
+        let _ = self.tx.send(event).await;
+    }
+
+    /// Gives the conversation back to the agent (once), valid: the agent can run again.
+    fn give_back(&mut self) {
+        if let Some(machine) = self.machine.take() {
+            lock(&self.shared).context = Some(machine.into_context());
+            self.handle.reset();
+        }
+    }
+
+    /// Publishes the conversation as of this turn boundary for snapshots, copying only what
+    /// changed since the last publication (the last published message too, since a push can
+    /// merge into it) unless the history was rewritten.
+    fn publish(&mut self) {
+        let Some(machine) = &self.machine else {
+            return;
+        };
+        let context = machine.context();
+        let messages = context.messages();
+        let mut shared = lock(&self.shared);
+        let view = &mut shared.view;
+        if self.published == 0 || self.published > messages.len() {
+            view.messages = messages.to_vec();
+        } else {
+            let keep = self.published.saturating_sub(1);
+            view.messages.truncate(keep);
+            view.messages
+                .extend_from_slice(messages.get(keep..).unwrap_or_default());
+        }
+        view.system = context.system().map(str::to_owned);
+        self.published = messages.len();
+    }
+
+    /// Feeds one input to the machine.
+    fn tell(&mut self, input: Input) {
+        if let Some(machine) = self.machine.as_mut() {
+            machine.handle(input, now());
+        }
+    }
+
+    pub(super) async fn drive(mut self, input: UserInput, options: RunOptions) {
+        // Sources that changed since the last run (or during it, after its last turn).
+        self.refresh_tools().await;
+        if let Some(machine) = self.machine.as_mut() {
+            machine.start_with(input, options, now());
+        }
+        let mut io = Io::new();
+        loop {
+            while let Some(action) = self.machine.as_mut().and_then(AgentMachine::poll) {
+                if self.carry_out(action, &mut io).await.is_break() {
+                    return;
+                }
+            }
+            if self.machine.is_none() {
+                return;
+            }
+            if let Some(input) = self.next_input(&mut io).await {
+                self.tell(input);
+            }
+        }
+    }
+
+    /// Carries out one action of the machine; `Break` when the run is over.
+    async fn carry_out(&mut self, action: Action, io: &mut Io) -> ControlFlow<()> {
+        match action {
+            Action::Emit(event) => self.report(event).await,
+            Action::CallModel(mut request) => {
+                let turn = self.machine.as_ref().map_or(0, AgentMachine::turn);
+                match self.hooks.before_model_call(&mut request, turn).await {
+                    HookAction::Stop(reason) => self.tell(Input::HookStopped(reason)),
+                    HookAction::Continue => {
+                        let span = tracing::info_span!(
+                            parent: &self.turn_span,
+                            "llm.call",
+                            turn,
+                            attempt = self.attempts,
+                            input_tokens = tracing::field::Empty,
+                            output_tokens = tracing::field::Empty,
+                        );
+                        self.attempts += 1;
+                        self.llm_span = span.clone();
+                        io.call_model(self.client.clone(), request, span);
+                    }
+                }
+            }
+            Action::StopModel => io.stop_model(),
+            Action::Approve(calls) => {
+                let mut verdicts = Vec::with_capacity(calls.len());
+                for call in &calls {
+                    verdicts.push(self.hooks.before_tool(call).await);
+                }
+                self.tell(Input::Approved(verdicts));
+            }
+            Action::RunTools(calls) => {
+                let opts = ExecOptions::new()
+                    .cancel(self.cancel.clone())
+                    .progress(io.progress_tx.clone());
+                io.run_tools(self.tools.clone(), calls, opts, self.turn_span.clone());
+            }
+            Action::AbortTools => io.tools = FuturesUnordered::new(),
+            Action::SleepUntil(at) => {
+                io.timer = Some(Box::pin(tokio::time::sleep_until(
+                    tokio::time::Instant::from_std(at),
+                )));
+            }
+            Action::Summarize(span) => self.summarize(span).await,
+            Action::Finish(outcome) => {
+                self.finish(outcome).await;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Reports an event. Once the host has seen it, a cancel or stop it decided on applies
+    /// before anything else happens.
+    async fn report(&mut self, event: AgentEvent) {
+        if let AgentEvent::TurnStart { turn } = event {
+            self.turn_span = tracing::info_span!(parent: &self.span, "agent.turn", turn);
+            self.attempts = 0;
+        }
+        if matches!(event, AgentEvent::Compacted { .. }) {
+            // The history was rewritten: the next publication copies it whole.
+            self.published = 0;
+        }
+        let turn_end = matches!(event, AgentEvent::TurnEnd { .. });
+        self.emit(event).await;
+        if turn_end {
+            self.publish();
+        }
+        if !self.told_cancel && self.cancel.is_cancelled() {
+            self.told_cancel = true;
+            self.tell(Input::Cancel);
+        } else if !self.told_stop && self.handle.stop_requested() {
+            self.told_stop = true;
+            self.tell(Input::StopAfterTurn);
+        }
+        if turn_end {
+            self.refresh_tools().await;
+        }
+    }
+
+    /// Between turns: when a tool source changed, refreshes it and gives the machine (and
+    /// the tool runner) the rebuilt registry. One atomic load per source when none changed;
+    /// nothing once the run is over or stopping. A cancel during the refresh cancels the run at once.
+    async fn refresh_tools(&mut self) {
+        let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
+        // A run told to stop after this turn needs no new tools.
+        if over || self.told_stop || !self.sources.changed() {
+            return;
+        }
+        let refreshed = tokio::select! {
+            _ = self.cancel.cancelled(), if !self.told_cancel => {
+                self.told_cancel = true;
+                return self.tell(Input::Cancel);
+            }
+            refreshed = self.sources.refresh() => refreshed,
+        };
+        if let Some(tools) = refreshed {
+            tracing::debug!(tools = tools.len(), "the agent's tools changed");
+            self.tools = tools.clone();
+            self.tell(Input::ToolsChanged(tools));
+        }
+    }
+
+    /// Waits for the next thing that happens; `None` when it is nothing the machine needs
+    /// to hear (a finished future). Progress before results: a tool that reports and returns
+    /// at once has its progress shown first.
+    async fn next_input(&mut self, io: &mut Io) -> Option<Input> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled(), if !self.told_cancel => {
+                self.told_cancel = true;
+                Some(Input::Cancel)
+            }
+            Some(progress) = io.progress_rx.recv() => Some(Input::ToolProgress(progress)),
+            Some(result) = io.results_rx.recv() => Some(Input::ToolDone(result)),
+            item = io.model_rx.recv(), if io.model_live => Some(match item {
+                Some(Some(Ok(event))) => {
+                    if let LlmEvent::Usage(usage) = &event {
+                        self.llm_span.record("input_tokens", usage.total_input_tokens());
+                        self.llm_span.record("output_tokens", usage.output_tokens);
+                    }
+                    Input::ModelEvent(event)
+                }
+                Some(Some(Err(error))) => {
+                    io.model_live = false;
+                    Input::ModelEnded(Err(error))
+                }
+                Some(None) | None => {
+                    io.model_live = false;
+                    Input::ModelEnded(Ok(()))
+                }
+            }),
+            () = async { if let Some(m) = io.model.as_mut() { m.await } }, if io.model.is_some() => {
+                io.model = None;
+                None
+            }
+            _ = io.tools.next(), if !io.tools.is_empty() => None,
+            () = async { if let Some(t) = io.timer.as_mut() { t.await } }, if io.timer.is_some() => {
+                io.timer = None;
+                Some(Input::Timer)
+            }
+        }
+    }
+
+    /// Asks the summarizer for a summary of `span`, unless the run is cancelled meanwhile.
+    async fn summarize(&mut self, span: Vec<Message>) {
+        let summary = match &self.summarizer {
+            None => Err(Error::Context("no summarizer is configured".to_owned())),
+            Some(summarizer) => {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => {
+                        self.told_cancel = true;
+                        return self.tell(Input::Cancel);
+                    }
+                    summary = summarizer.summarize(&span) => summary,
+                }
+            }
+        };
+        self.tell(Input::Summary(summary));
+    }
+
+    /// The run is over: the conversation goes back to the agent before `Finished` is
+    /// reported, so whoever sees it can run again at once.
+    async fn finish(&mut self, outcome: RunOutcome) {
+        self.give_back();
+        let span = &self.span;
+        span.record("turns", outcome.turns);
+        span.record("input_tokens", outcome.usage.total_input_tokens());
+        span.record("output_tokens", outcome.usage.output_tokens);
+        span.record("termination", tracing::field::display(&outcome.termination));
+        tracing::info!(termination = %outcome.termination, turns = outcome.turns, "agent run finished");
+        self.emit(AgentEvent::Finished(outcome)).await;
+    }
+}

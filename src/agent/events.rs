@@ -1,0 +1,294 @@
+//! What a run reports: its events (with the written grammar), its outcome and why it ended.
+//! Plain data, shared by the machine and every driver.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::message::{StopReason, Usage};
+
+/// One event of an agent run, in the order things happened.
+///
+/// # The order of events
+///
+/// A run's events follow this grammar (property-tested over random scripts, with
+/// cancellation at random points, on both tokio runtime flavours):
+///
+/// ```text
+/// run  := turn* Finished
+/// turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
+///                    | Compacted | call)* TurnEnd
+/// call := ToolCall ToolProgress* ToolResult
+/// ```
+///
+/// - [`Finished`](AgentEvent::Finished) comes exactly once, always last.
+/// - Every [`ToolCall`](AgentEvent::ToolCall) is answered by exactly one
+///   [`ToolResult`](AgentEvent::ToolResult), and every `ToolResult` follows its `ToolCall`.
+///   A call the agent answers itself (arguments that are not valid, denied by a hook,
+///   repeated too often, cancelled) gets both too, its result an error.
+/// - A call's [`ToolProgress`](AgentEvent::ToolProgress) comes between its `ToolCall` and its
+///   `ToolResult`, never after. Calls of one turn interleave with each other; a call's own
+///   events never reorder.
+/// - A read-only tool may start while the model is still streaming: its `ToolCall` (and even
+///   its result) can come before the turn's last text delta.
+/// - [`TurnEnd`](AgentEvent::TurnEnd) comes after the turn's last `ToolResult`. A turn cut
+///   short (cancelled, failed, stopped by a hook) still ends with a `TurnEnd`, whose stop
+///   reason is `StopReason::Other("interrupted")`.
+/// - After a [`Retry`](AgentEvent::Retry), the turn's text so far is void: the response is
+///   requested again from the start.
+/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`] (or
+///   [`Agent::snapshot`]) saves it while the run goes on.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// A model turn starts (1 for the first).
+    TurnStart {
+        /// The turn number within this run.
+        turn: u32,
+    },
+    /// Streamed answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// Streamed reasoning text.
+    ThinkingDelta {
+        /// The text.
+        text: String,
+    },
+    /// The model started a tool call; its arguments follow as [`AgentEvent::ToolInputDelta`].
+    ToolCallStart {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// A fragment of a tool call's JSON arguments.
+    ToolInputDelta {
+        /// The call id.
+        id: String,
+        /// The fragment.
+        partial_json: String,
+    },
+    /// A tool call is assembled and about to run.
+    ToolCall {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The arguments.
+        input: serde_json::Value,
+    },
+    /// A tool reported progress while running.
+    ToolProgress {
+        /// The call id.
+        id: String,
+        /// What the tool said.
+        message: String,
+    },
+    /// A tool call finished. `content` may be shortened for display (the history keeps what
+    /// the model is sent).
+    ToolResult {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// The result text (at most [`AgentBuilder::event_content_limit`] bytes).
+        content: String,
+        /// Whether the call failed.
+        is_error: bool,
+        /// How long it ran.
+        duration: Duration,
+    },
+    /// The model call failed transiently and is sent again from the start of the turn:
+    /// drop any partial text of this turn.
+    Retry {
+        /// 1 for the first retry of this turn.
+        attempt: u32,
+        /// The wait before sending again.
+        delay: Duration,
+        /// What failed.
+        error: String,
+    },
+    /// The conversation was compacted to fit the context window.
+    Compacted {
+        /// Estimated tokens before.
+        tokens_before: usize,
+        /// Estimated tokens after.
+        tokens_after: usize,
+    },
+    /// A model turn ended: after its response and its tools' results.
+    TurnEnd {
+        /// The turn number.
+        turn: u32,
+        /// Why the model stopped.
+        stop_reason: StopReason,
+        /// Usage of this turn's response.
+        usage: Usage,
+    },
+    /// The run is over; always the last event.
+    Finished(RunOutcome),
+}
+
+/// How a run ended, with what it produced.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// Why the run stopped.
+    pub termination: Termination,
+    /// The text of the model's last answer (empty if there was none).
+    pub final_text: String,
+    /// Model turns taken in this run.
+    pub turns: u32,
+    /// Usage summed over every model call of the run, failed and retried attempts included.
+    pub usage: Usage,
+    /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
+    /// ended the run) used: the cost of retries, reported apart so that it can be seen.
+    pub failed_usage: Usage,
+    /// The structured answer, when one was asked for ([`RunOptions::output`]) and given.
+    pub output: Option<serde_json::Value>,
+}
+
+/// Why a run stopped.
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub enum Termination {
+    /// The model answered without calling tools.
+    Completed,
+    /// The turn limit was reached.
+    MaxTurns,
+    /// The run was cancelled (by the token, the handle, or by dropping the stream).
+    Cancelled,
+    /// The token budget was used up.
+    TokenBudget {
+        /// Tokens used by the run so far.
+        used: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// Every tool call failed in this many consecutive turns.
+    ToolFailures {
+        /// Consecutive turns whose tools all failed.
+        turns: u32,
+    },
+    /// The model asked for the same tool calls with the same input this many times in a row.
+    RepeatedToolCall {
+        /// The tool name (the first of the repeated calls).
+        name: String,
+        /// How many times in a row.
+        times: u32,
+    },
+    /// A hook stopped the run.
+    StoppedByHook {
+        /// The hook's reason.
+        reason: String,
+    },
+    /// The model refused (`StopReason::Refusal` or a content filter).
+    Refused,
+    /// The answer was cut off by `max_tokens` and no continuation was left.
+    MaxTokens,
+    /// The model gave no valid structured answer within the retries allowed
+    /// ([`StructuredOutput::max_retries`]).
+    InvalidOutput {
+        /// The last answer: the answer tool's input, or the model's text when it answered in
+        /// text.
+        raw: serde_json::Value,
+        /// What was wrong with it.
+        error: String,
+    },
+    /// An error ended the run.
+    Error(Error),
+}
+
+impl PartialEq for Termination {
+    fn eq(&self, other: &Self) -> bool {
+        use Termination::*;
+        match (self, other) {
+            (Completed, Completed) | (MaxTurns, MaxTurns) | (Cancelled, Cancelled) => true,
+            (Refused, Refused) | (MaxTokens, MaxTokens) => true,
+            (TokenBudget { used: a, budget: b }, TokenBudget { used: c, budget: d }) => {
+                a == c && b == d
+            }
+            (ToolFailures { turns: a }, ToolFailures { turns: b }) => a == b,
+            (RepeatedToolCall { name: a, times: b }, RepeatedToolCall { name: c, times: d }) => {
+                a == c && b == d
+            }
+            (StoppedByHook { reason: a }, StoppedByHook { reason: b }) => a == b,
+            (InvalidOutput { raw: a, error: b }, InvalidOutput { raw: c, error: d }) => {
+                a == c && b == d
+            }
+            (Error(a), Error(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl RunOutcome {
+    /// The structured answer as a `T`: the run must have completed with one.
+    pub fn parse_output<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        match (&self.termination, &self.output) {
+            (Termination::Completed, Some(value)) => T::deserialize(value).map_err(|e| {
+                Error::Config(format!(
+                    "the structured answer is not the type asked for: {e}"
+                ))
+            }),
+            (Termination::Completed, None) => Err(Error::Config(
+                "the run gave no structured answer: none was asked for (RunOptions::output)"
+                    .to_owned(),
+            )),
+            _ => Err(Error::Stopped(Box::new(self.clone()))),
+        }
+    }
+
+    /// The final text, if the run completed; else why it did not.
+    pub fn into_text(self) -> Result<String, Error> {
+        match self.termination {
+            Termination::Completed => Ok(self.final_text),
+            Termination::Error(e) => Err(e),
+            _ => Err(Error::Stopped(Box::new(self))),
+        }
+    }
+
+    /// The share of the run's input tokens served from the provider's prompt cache (cache
+    /// reads over all input, 0 when there was no input). Each turn's own figure is
+    /// `usage.cache_hit_ratio()` of its [`AgentEvent::TurnEnd`].
+    pub fn cache_hit_ratio(&self) -> f64 {
+        self.usage.cache_hit_ratio()
+    }
+}
+
+impl Termination {
+    /// Whether the run ended because the model was done.
+    pub fn is_completed(&self) -> bool {
+        matches!(self, Termination::Completed)
+    }
+}
+
+impl fmt::Display for Termination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Termination::Completed => f.write_str("completed"),
+            Termination::MaxTurns => f.write_str("stopped at the turn limit"),
+            Termination::Cancelled => f.write_str("cancelled"),
+            Termination::TokenBudget { used, budget } => {
+                write!(f, "token budget used up ({used} of {budget})")
+            }
+            Termination::ToolFailures { turns } => {
+                write!(f, "every tool call failed in {turns} consecutive turns")
+            }
+            Termination::RepeatedToolCall { name, times } => {
+                write!(
+                    f,
+                    "the model repeated the same call of `{name}` {times} times"
+                )
+            }
+            Termination::StoppedByHook { reason } => write!(f, "stopped by a hook: {reason}"),
+            Termination::Refused => f.write_str("the model refused"),
+            Termination::MaxTokens => f.write_str("the answer was cut off at max_tokens"),
+            Termination::InvalidOutput { error, .. } => {
+                write!(f, "no valid structured answer: {error}")
+            }
+            Termination::Error(e) => write!(f, "error: {e}"),
+        }
+    }
+}

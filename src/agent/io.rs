@@ -1,0 +1,101 @@
+//! What a run's driver keeps outside the machine: the model call in flight, the running tools,
+//! the timer, and the channels they report through. It moves data; it decides nothing.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::error::LlmError;
+use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
+
+/// What one item of the model's stream says.
+pub(super) type ModelItem = Option<Result<LlmEvent, LlmError>>;
+
+/// What runs outside the machine on its behalf, and the channels it reports through.
+pub(super) struct Io {
+    pub(super) progress_tx: mpsc::Sender<ToolProgress>,
+    pub(super) progress_rx: mpsc::Receiver<ToolProgress>,
+    pub(super) results_tx: mpsc::UnboundedSender<ToolCallResult>,
+    pub(super) results_rx: mpsc::UnboundedReceiver<ToolCallResult>,
+    /// The model call in flight: it forwards the response's items into `model_rx`.
+    pub(super) model: Option<BoxFuture<'static, ()>>,
+    pub(super) model_rx: mpsc::Receiver<ModelItem>,
+    /// Whether the machine still listens to `model_rx`.
+    pub(super) model_live: bool,
+    /// Running tool batches; each sends its results into `results_tx`.
+    pub(super) tools: FuturesUnordered<BoxFuture<'static, ()>>,
+    pub(super) timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Io {
+    pub(super) fn new() -> Self {
+        let (progress_tx, progress_rx) = mpsc::channel(64);
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let (_, model_rx) = mpsc::channel(1);
+        Io {
+            progress_tx,
+            progress_rx,
+            results_tx,
+            results_rx,
+            model: None,
+            model_rx,
+            model_live: false,
+            tools: FuturesUnordered::new(),
+            timer: None,
+        }
+    }
+
+    /// Starts a model call whose items arrive on a fresh channel, so nothing of an
+    /// abandoned response ever does.
+    pub(super) fn call_model(
+        &mut self,
+        client: Arc<dyn LlmClient>,
+        request: ModelRequest,
+        span: tracing::Span,
+    ) {
+        let (tx, rx) = mpsc::channel::<ModelItem>(1);
+        self.model_rx = rx;
+        self.model_live = true;
+        self.model = Some(Box::pin(
+            async move {
+                let mut stream = client.stream(&request);
+                while let Some(item) = stream.next().await {
+                    if tx.send(Some(item)).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(None).await;
+            }
+            .instrument(span),
+        ));
+    }
+
+    pub(super) fn stop_model(&mut self) {
+        self.model = None;
+        self.model_live = false;
+    }
+
+    pub(super) fn run_tools(
+        &mut self,
+        registry: ToolRegistry,
+        calls: Vec<ToolCall>,
+        opts: ExecOptions,
+        span: tracing::Span,
+    ) {
+        let results = self.results_tx.clone();
+        self.tools.push(Box::pin(
+            async move {
+                let mut batch = std::pin::pin!(registry.execute_stream(calls, opts));
+                while let Some((_, result)) = batch.next().await {
+                    let _ = results.send(result);
+                }
+            }
+            .instrument(span),
+        ));
+    }
+}
