@@ -10,6 +10,10 @@ use std::time::Duration;
 use crate::tool::ToolError;
 
 /// The crate's error: every fallible public function returns it or one of the errors inside it.
+///
+/// The one-shot calls ([`Agent::prompt`](crate::Agent::prompt) and the like) return a
+/// [`RunError`](crate::RunError), which holds this error or the outcome of a run that ended
+/// without an answer.
 #[non_exhaustive]
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
@@ -19,24 +23,117 @@ pub enum Error {
     /// A tool failed outside of a model turn (tool failures inside a turn become tool results).
     #[error(transparent)]
     Tool(#[from] ToolError),
-    /// A builder or registry was given a configuration that cannot work
-    /// (a duplicate tool name, a missing API key variable, an invalid schema …).
-    /// Fix the configuration; retrying does not help.
+    /// A builder or registry was given a configuration that cannot work; the error names the
+    /// setting. Fix the configuration; retrying does not help.
     #[error("configuration error: {0}")]
-    Config(String),
-    /// The conversation cannot be brought under the context budget, or a stored
-    /// conversation is not a valid history.
+    Config(#[from] ConfigError),
+    /// The conversation cannot be brought under the context budget, is not a valid history,
+    /// or could not be summarized.
     #[error("context error: {0}")]
-    Context(String),
+    Context(#[from] ContextError),
     /// An image or document was refused before anything was sent (unknown media type, bytes
     /// that are not the image they claim to be, over a size limit).
     #[error("invalid media: {0}")]
     Media(#[from] crate::media::MediaError),
-    /// A one-shot call ([`Agent::prompt`](crate::Agent::prompt)) ended without an answer:
-    /// the turn limit, a budget, a refusal, an invalid structured answer … The outcome says
-    /// which, with what the run produced.
-    #[error("the run ended without an answer: {}", .0.termination)]
-    Stopped(Box<crate::agent::RunOutcome>),
+    /// A run of this agent is in flight: wait for its stream to end (or drop it) before
+    /// starting another run or changing the conversation.
+    #[error(
+        "a run of this agent is in flight: wait for its stream to end (or drop it) before \
+         starting another run or changing the conversation"
+    )]
+    Busy,
+}
+
+/// A configuration that cannot work, naming what to change. Retrying does not help.
+///
+/// ```
+/// use agent_loop::{ConfigError, Error, RequestSettings};
+///
+/// let err = RequestSettings::new().temperature(7.0).validate().unwrap_err();
+/// assert!(matches!(err, Error::Config(ConfigError::Setting { setting: "temperature", .. })));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// An environment variable a client reads is not set, or holds a value it cannot use.
+    #[error("{variable}: {message}")]
+    Env {
+        /// The variable (`ANTHROPIC_API_KEY`, `OPENAI_WIRE_API`, …).
+        variable: &'static str,
+        /// What is wrong and what to set.
+        message: String,
+    },
+    /// A setting is out of its range, or does not fit with another setting.
+    #[error("{setting}: {message}")]
+    Setting {
+        /// The setting, named as its setter is (`temperature`, `compaction_target`, …).
+        setting: &'static str,
+        /// What is wrong and what would work.
+        message: String,
+    },
+    /// A tool cannot be registered: its name is invalid or taken, or its input schema cannot
+    /// be used.
+    #[error("{message}")]
+    Tool {
+        /// The tool's name (cut if very long).
+        tool: String,
+        /// What is wrong with it, naming the tool.
+        message: String,
+    },
+    /// A setting names a tool the agent does not have (`tool_choice`).
+    #[error("{setting} names the tool {tool:?}, which the agent does not have")]
+    UnknownTool {
+        /// The setting that names it.
+        setting: &'static str,
+        /// The tool it names.
+        tool: String,
+    },
+}
+
+impl ConfigError {
+    /// A [`ConfigError::Setting`].
+    pub(crate) fn setting(setting: &'static str, message: impl Into<String>) -> Self {
+        ConfigError::Setting {
+            setting,
+            message: message.into(),
+        }
+    }
+}
+
+/// What went wrong with the conversation itself.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    /// The messages are not a history a provider accepts (a restored conversation, or one
+    /// built by hand); the message names the first violation and where it is.
+    #[error("invalid history: {0}")]
+    InvalidHistory(String),
+    /// Even after compaction the conversation needs more tokens than it may use: only the
+    /// current turn is left, and it cannot be cut further.
+    #[error(
+        "the conversation still needs {tokens} tokens after compaction, over the {limit} it \
+         may use (context window {context_window} tokens, {output_reserve} reserved for \
+         output); only the current turn is left and it cannot be cut further: shorten the \
+         request or its tool outputs, lower `tool_output_cap`, or use a model with a larger \
+         context window"
+    )]
+    TooLarge {
+        /// Tokens the conversation still needs.
+        tokens: usize,
+        /// Tokens it may use (the window less the output reserve).
+        limit: usize,
+        /// The context window.
+        context_window: usize,
+        /// The tokens reserved for the answer.
+        output_reserve: usize,
+    },
+    /// Summarizing old turns for compaction failed; compaction goes on without a summary.
+    #[error("summary: {0}")]
+    Summary(String),
+    /// A compaction step was finished out of turn (no compaction waiting, or the
+    /// conversation changed while its summary was written).
+    #[error("compaction: {0}")]
+    Compaction(String),
 }
 
 /// Which timeout fired; each one is its own setting on the clients.

@@ -77,6 +77,7 @@ mod agent;
 mod assemble;
 mod context;
 mod error;
+mod input;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod media;
@@ -88,21 +89,20 @@ mod tool;
 
 pub use agent::{
     Action, Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentMachine, HookAction,
-    Input, LlmSummarizer, RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision,
-    DEFAULT_OUTPUT_TOOL,
+    Input, LlmSummarizer, RunError, RunOptions, RunOutcome, StructuredOutput, Termination,
+    ToolDecision, DEFAULT_OUTPUT_TOOL,
 };
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
     CharEstimateCounter, CompactionReport, CompactionStep, CompactionStrategy, ContextConfig,
     ContextManager, Conversation, Summarizer, TiktokenCounter, TokenCounter,
 };
-pub use error::{ApiError, Error, LlmError, TimeoutKind};
+pub use error::{ApiError, ConfigError, ContextError, Error, LlmError, TimeoutKind};
+pub use input::UserInput;
 pub use media::{
     image_dimensions, Document, Image, ImageFormat, ImageTokenRule, MediaError, MAX_MEDIA_BYTES,
 };
-pub use message::{
-    ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage, UserInput,
-};
+pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::redirect_policy;
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,

@@ -891,7 +891,9 @@ impl agent_loop::ToolSource for LateSource {
         Box::pin(async move {
             self.changed.store(false, Ordering::Release);
             match self.refreshes.fetch_add(1, Ordering::AcqRel) {
-                0 => Err(agent_loop::Error::Config("the source is down".into())),
+                0 => Err(agent_loop::Error::Tool(ToolError::new(
+                    "the source is down",
+                ))),
                 _ => Ok(()),
             }
         })

@@ -51,9 +51,10 @@ fn thinking(text: &str) -> ContentBlock {
     }
 }
 
-fn context_error(e: &Error) -> &str {
+/// The message of a context error (its `Display`, which names what is wrong).
+fn context_error(e: &Error) -> String {
     match e {
-        Error::Context(m) => m,
+        Error::Context(e) => e.to_string(),
         other => panic!("expected Error::Context, got {other:?}"),
     }
 }

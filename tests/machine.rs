@@ -291,7 +291,7 @@ fn compaction_asks_for_a_summary_as_a_step_and_goes_on_without_one() {
     );
     // The summary could not be had: compaction goes on without one (drops old turns).
     m.handle(
-        Input::Summary(Err(agent_loop::Error::Context("down".into()))),
+        Input::Summary(Err(agent_loop::ContextError::Summary("down".into()).into())),
         now,
     );
     let actions = drain(&mut m);

@@ -4,8 +4,8 @@
 
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentBuilder, AnthropicClient, Error, FnTool, LlmError, OpenAiClient, RequestSettings,
-    RunOptions, Termination, ToolChoice, ToolError,
+    Agent, AgentBuilder, AnthropicClient, ConfigError, Error, FnTool, LlmError, OpenAiClient,
+    RequestSettings, RunOptions, Termination, ToolChoice, ToolError,
 };
 use serde_json::{json, Value};
 
@@ -149,7 +149,7 @@ fn build_checks_the_ranges_and_the_named_tool() {
         ),
     ] {
         assert!(
-            matches!(&err, Error::Config(m) if m.contains(needle)),
+            matches!(&err, Error::Config(e) if e.to_string().contains(needle)),
             "{needle}: {err}"
         );
     }
@@ -163,7 +163,10 @@ async fn a_bad_per_run_setting_ends_the_run_before_anything_is_sent() {
     let outcome = agent.run_to_end("hi", options).await;
     assert!(matches!(
         &outcome.termination,
-        Termination::Error(Error::Config(m)) if m.contains("temperature")
+        Termination::Error(Error::Config(ConfigError::Setting {
+            setting: "temperature",
+            ..
+        }))
     ));
     assert!(client.requests().is_empty());
 }

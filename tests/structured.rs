@@ -4,8 +4,8 @@
 
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, Error, FnTool, OpenAiClient, RunOptions,
-    StructuredOutput, Termination, ToolChoice, ToolError, UserInput,
+    Agent, AgentEvent, AnthropicClient, ConfigError, ContentBlock, Error, FnTool, OpenAiClient,
+    RunError, RunOptions, StructuredOutput, Termination, ToolChoice, ToolError, UserInput,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -139,7 +139,7 @@ async fn out_of_retries_the_run_ends_with_the_raw_answer() {
     assert_eq!(outcome.turns, 2);
     assert!(matches!(
         outcome.parse_output::<Contact>(),
-        Err(Error::Stopped(_))
+        Err(RunError::Stopped(_))
     ));
 }
 
@@ -258,7 +258,7 @@ async fn an_answer_tool_named_like_an_agent_tool_is_refused() {
     let mut agent = Agent::builder(client.clone()).tool(tool).build().unwrap();
     let outcome = agent.run_to_end("?", contact_options()).await;
     assert!(
-        matches!(&outcome.termination, Termination::Error(Error::Config(m)) if m.contains("final_answer")),
+        matches!(&outcome.termination, Termination::Error(Error::Config(ConfigError::Tool { tool, .. })) if tool == "final_answer"),
         "{:?}",
         outcome.termination
     );
@@ -308,7 +308,7 @@ async fn the_answer_tool_may_be_forced_from_the_first_call() {
         .settings(agent_loop::RequestSettings::new().tool_choice(ToolChoice::Tool("other".into())));
     let outcome = agent.run_to_end("?", options).await;
     assert!(
-        matches!(&outcome.termination, Termination::Error(Error::Config(m)) if m.contains("other")),
+        matches!(&outcome.termination, Termination::Error(Error::Config(ConfigError::UnknownTool { setting: "tool_choice", tool })) if tool == "other"),
         "{:?}",
         outcome.termination
     );
@@ -401,7 +401,7 @@ async fn one_shot_calls_return_the_text_or_why_there_is_none() {
         .build()
         .unwrap();
     match agent.prompt("?").await {
-        Err(Error::Stopped(outcome)) => assert_eq!(outcome.termination, Termination::MaxTurns),
+        Err(RunError::Stopped(outcome)) => assert_eq!(outcome.termination, Termination::MaxTurns),
         other => panic!("{other:?}"),
     }
 

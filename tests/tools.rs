@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use agent_loop::schemars::JsonSchema;
 use agent_loop::{
-    async_trait, Access, CancellationToken, Concurrency, Error, ExecOptions, FnTool, Tool,
-    ToolCall, ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
+    async_trait, Access, CancellationToken, Concurrency, ConfigError, Error, ExecOptions, FnTool,
+    Tool, ToolCall, ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -675,7 +675,10 @@ fn registration_rejects_duplicates_bad_names_and_bad_schemas() {
     let mut registry = ToolRegistry::new();
     registry.register(Calc).unwrap();
     let duplicate = registry.register(Calc).unwrap_err();
-    assert!(matches!(duplicate, Error::Config(_)));
+    assert!(
+        matches!(&duplicate, Error::Config(ConfigError::Tool { tool, .. }) if tool == "calc"),
+        "{duplicate:?}"
+    );
     assert_eq!(
         duplicate.to_string(),
         r#"configuration error: a tool named "calc" is already registered; tool names must be unique"#

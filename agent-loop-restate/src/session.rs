@@ -534,9 +534,10 @@ impl Driver<'_, '_> {
                 }
                 Action::Summarize(_) => {
                     machine.handle(
-                        Input::Summary(Err(agent_loop::Error::Config(
+                        Input::Summary(Err(agent_loop::ContextError::Summary(
                             "no summarizer in a durable run".into(),
-                        ))),
+                        )
+                        .into())),
                         self.epoch,
                     );
                     Ok(())

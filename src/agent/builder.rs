@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{Tool, ToolRegistry, ToolSource, ToolSources};
 
@@ -306,15 +306,17 @@ impl AgentBuilder {
         }
         self.config.settings.validate()?;
         if self.config.max_tokens == 0 {
-            return Err(Error::Config("max_tokens must be at least 1".to_owned()));
+            return Err(ConfigError::setting("max_tokens", "must be at least 1").into());
         }
         let sources = ToolSources::new(self.tools, self.sources)?;
         let tools = sources.current();
         if let Some(ToolChoice::Tool(name)) = &self.config.settings.tool_choice {
             if !tools.contains(name) {
-                return Err(Error::Config(format!(
-                    "tool_choice names the tool \"{name}\", which the agent does not have"
-                )));
+                return Err(ConfigError::UnknownTool {
+                    setting: "tool_choice",
+                    tool: name.clone(),
+                }
+                .into());
             }
         }
         let model = self

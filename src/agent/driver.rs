@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Summarizer;
-use crate::error::Error;
-use crate::message::{Message, UserInput};
+use crate::error::ContextError;
+use crate::input::UserInput;
+use crate::message::Message;
 use crate::provider::{LlmClient, LlmEvent};
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
@@ -313,7 +314,7 @@ impl Driver {
     /// Asks the summarizer for a summary of `span`, unless the run is cancelled meanwhile.
     async fn summarize(&mut self, span: Vec<Message>) {
         let summary = match &self.summarizer {
-            None => Err(Error::Context("no summarizer is configured".to_owned())),
+            None => Err(ContextError::Summary("no summarizer is configured".to_owned()).into()),
             Some(summarizer) => {
                 tokio::select! {
                     _ = self.cancel.cancelled() => {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
 
 /// One event of an agent run, in the order things happened.
@@ -223,29 +223,90 @@ impl PartialEq for Termination {
     }
 }
 
+/// Why a one-shot call ([`Agent::prompt`](crate::Agent::prompt),
+/// [`Agent::prompt_typed`](crate::Agent::prompt_typed), [`RunOutcome::into_text`],
+/// [`RunOutcome::parse_output`]) gave no answer.
+///
+/// It holds the crate's [`Error`] when the run failed, or the whole outcome when the run ended
+/// without an answer, so that nothing the run produced is lost. (It is not an [`Error`]
+/// variant: the error types sit below the agent, which reports them.)
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::{Agent, RunError, Termination};
+/// use serde_json::json;
+///
+/// let client = ScriptedClient::new([ScriptedResponse::tool_call("c1", "echo", json!({}))]);
+/// let mut agent = Agent::builder(client).max_turns(1).build()?;
+/// match agent.prompt("Loop forever").await {
+///     Err(RunError::Stopped(outcome)) => assert_eq!(outcome.termination, Termination::MaxTurns),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    /// The run failed, or could not start; the error says why.
+    #[error(transparent)]
+    Failed(#[from] Error),
+    /// The run ended without an answer: the turn limit, a budget, a refusal, an invalid
+    /// structured answer … The outcome says which, with what the run produced.
+    #[error("the run ended without an answer: {}", .0.termination)]
+    Stopped(Box<RunOutcome>),
+    /// The run completed, but its structured answer is not the type asked for (or none was
+    /// asked for).
+    #[error("{message}")]
+    Output {
+        /// What does not fit.
+        message: String,
+    },
+}
+
+impl RunError {
+    /// The outcome of a run that ended without an answer.
+    pub fn outcome(&self) -> Option<&RunOutcome> {
+        match self {
+            RunError::Stopped(outcome) => Some(outcome),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for RunError {
+    fn from(error: ConfigError) -> Self {
+        RunError::Failed(error.into())
+    }
+}
+
 impl RunOutcome {
     /// The structured answer as a `T`: the run must have completed with one.
-    pub fn parse_output<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+    pub fn parse_output<T: serde::de::DeserializeOwned>(&self) -> Result<T, RunError> {
         match (&self.termination, &self.output) {
-            (Termination::Completed, Some(value)) => T::deserialize(value).map_err(|e| {
-                Error::Config(format!(
-                    "the structured answer is not the type asked for: {e}"
-                ))
-            }),
-            (Termination::Completed, None) => Err(Error::Config(
-                "the run gave no structured answer: none was asked for (RunOptions::output)"
+            (Termination::Completed, Some(value)) => {
+                T::deserialize(value).map_err(|e| RunError::Output {
+                    message: format!("the structured answer is not the type asked for: {e}"),
+                })
+            }
+            (Termination::Completed, None) => Err(RunError::Output {
+                message: "the run gave no structured answer: none was asked for \
+                          (RunOptions::output)"
                     .to_owned(),
-            )),
-            _ => Err(Error::Stopped(Box::new(self.clone()))),
+            }),
+            (Termination::Error(e), _) => Err(RunError::Failed(e.clone())),
+            _ => Err(RunError::Stopped(Box::new(self.clone()))),
         }
     }
 
     /// The final text, if the run completed; else why it did not.
-    pub fn into_text(self) -> Result<String, Error> {
+    pub fn into_text(self) -> Result<String, RunError> {
         match self.termination {
             Termination::Completed => Ok(self.final_text),
-            Termination::Error(e) => Err(e),
-            _ => Err(Error::Stopped(Box::new(self))),
+            Termination::Error(e) => Err(RunError::Failed(e)),
+            _ => Err(RunError::Stopped(Box::new(self))),
         }
     }
 

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager};
-use crate::error::{Error, LlmError};
-use crate::message::{ContentBlock, Message, Role, StopReason, Usage, UserInput};
+use crate::error::{ConfigError, Error, LlmError};
+use crate::input::UserInput;
+use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, StreamLimits, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
@@ -462,19 +463,25 @@ impl AgentMachine {
         settings.validate()?;
         if let Some(output) = output {
             if self.tools.contains(output.tool_name()) {
-                return Err(Error::Config(format!(
-                    "the answer tool's name \"{}\" is taken by one of the agent's tools; name \
-                     it otherwise (StructuredOutput::name)",
-                    output.tool_name()
-                )));
+                return Err(ConfigError::Tool {
+                    tool: output.tool_name().to_owned(),
+                    message: format!(
+                        "the answer tool's name \"{}\" is taken by one of the agent's tools; \
+                         name it otherwise (StructuredOutput::name)",
+                        output.tool_name()
+                    ),
+                }
+                .into());
             }
         }
         if let Some(ToolChoice::Tool(name)) = &settings.tool_choice {
             let known = self.tools.contains(name) || output.is_some_and(|o| o.tool_name() == name);
             if !known {
-                return Err(Error::Config(format!(
-                    "tool_choice names the tool \"{name}\", which the agent does not have"
-                )));
+                return Err(ConfigError::UnknownTool {
+                    setting: "tool_choice",
+                    tool: name.clone(),
+                }
+                .into());
             }
         }
         Ok(())

@@ -31,7 +31,7 @@ mod turn;
 
 pub use agent::Agent;
 pub use builder::AgentBuilder;
-pub use events::{AgentEvent, RunOutcome, Termination};
+pub use events::{AgentEvent, RunError, RunOutcome, Termination};
 pub use handle::AgentHandle;
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
 pub use machine::{Action, AgentMachine, Input};

@@ -2,11 +2,12 @@
 
 use futures::StreamExt;
 
-use crate::error::Error;
-use crate::message::{Usage, UserInput};
+use crate::error::LlmError;
+use crate::input::UserInput;
+use crate::message::Usage;
 
 use super::agent::Agent;
-use super::events::{AgentEvent, RunOutcome, Termination};
+use super::events::{AgentEvent, RunError, RunOutcome, Termination};
 use super::output::{RunOptions, StructuredOutput};
 
 impl Agent {
@@ -14,7 +15,7 @@ impl Agent {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
     /// use agent_loop::{Agent, RunOptions};
     ///
@@ -51,9 +52,9 @@ impl Agent {
         }
         // The stream always ends with `Finished`; this is only for a broken invariant.
         outcome.unwrap_or_else(|| RunOutcome {
-            termination: Termination::Error(Error::Config(
-                "the run ended without an outcome".to_owned(),
-            )),
+            termination: Termination::Error(
+                LlmError::incomplete("the run ended without an outcome").into(),
+            ),
             final_text: String::new(),
             turns: 0,
             usage: Usage::default(),
@@ -63,12 +64,12 @@ impl Agent {
     }
 
     /// Runs the whole loop on `input` and returns the final answer's text; a run that ends
-    /// any other way is an error ([`Error::Stopped`] with the outcome, or the error that ended
-    /// it).
+    /// any other way is an error ([`RunError::Stopped`] with the outcome, or the error that
+    /// ended it).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
     /// use agent_loop::Agent;
     ///
@@ -77,7 +78,7 @@ impl Agent {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn prompt(&mut self, input: impl Into<UserInput>) -> Result<String, Error> {
+    pub async fn prompt(&mut self, input: impl Into<UserInput>) -> Result<String, RunError> {
         self.run_to_end(input, RunOptions::default())
             .await
             .into_text()
@@ -88,7 +89,7 @@ impl Agent {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), agent_loop::Error> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
     /// use agent_loop::Agent;
     /// use serde_json::json;
@@ -106,7 +107,7 @@ impl Agent {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn prompt_typed<T>(&mut self, input: impl Into<UserInput>) -> Result<T, Error>
+    pub async fn prompt_typed<T>(&mut self, input: impl Into<UserInput>) -> Result<T, RunError>
     where
         T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
     {

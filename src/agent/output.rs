@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::message::ToolSpec;
 use crate::provider::RequestSettings;
 use crate::tool::schema;
@@ -75,7 +75,12 @@ impl StructuredOutput {
     /// An answer described by a JSON Schema (an object schema), checked against it.
     pub fn from_schema(input_schema: Value) -> Result<Self, Error> {
         let (sent, validator) =
-            schema::prepare(DEFAULT_OUTPUT_TOOL, input_schema).map_err(Error::Config)?;
+            schema::prepare(DEFAULT_OUTPUT_TOOL, input_schema).map_err(|message| {
+                ConfigError::Tool {
+                    tool: DEFAULT_OUTPUT_TOOL.to_owned(),
+                    message,
+                }
+            })?;
         let validator = Arc::new(validator);
         Ok(StructuredOutput {
             spec: ToolSpec {
@@ -94,7 +99,10 @@ impl StructuredOutput {
     /// agent.
     pub fn name(mut self, name: impl Into<String>) -> Result<Self, Error> {
         let name = name.into();
-        schema::check_name(&name).map_err(Error::Config)?;
+        schema::check_name(&name).map_err(|message| ConfigError::Tool {
+            tool: name.clone(),
+            message,
+        })?;
         self.spec.name = name;
         Ok(self)
     }

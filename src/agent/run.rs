@@ -10,7 +10,8 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::message::{Usage, UserInput};
+use crate::input::UserInput;
+use crate::message::Usage;
 
 use super::agent::Agent;
 use super::driver::Driver;

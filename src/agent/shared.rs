@@ -34,9 +34,5 @@ pub(crate) fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> 
 
 /// The error of an operation that needs the conversation while a run holds it.
 pub(crate) fn busy() -> Error {
-    Error::Config(
-        "a run of this agent is in flight: wait for its stream to end (or drop it) before \
-         starting another run or changing the conversation"
-            .to_owned(),
-    )
+    Error::Busy
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 
 use crate::context::{cut_middle, Summarizer};
-use crate::error::{Error, LlmError};
+use crate::error::{ContextError, Error, LlmError};
 use crate::message::{ContentBlock, Message, Role, StopReason};
 use crate::provider::{LlmClient, LlmEvent, ModelRequest};
 
@@ -118,17 +118,18 @@ impl Summarizer for LlmSummarizer {
         }
         match stop {
             Some(StopReason::EndTurn) if !summary.trim().is_empty() => Ok(summary),
-            Some(StopReason::EndTurn) => Err(Error::Context(
+            Some(StopReason::EndTurn) => Err(ContextError::Summary(
                 "the model returned an empty summary; the conversation was not summarized".into(),
-            )),
-            Some(StopReason::MaxTokens) => Err(Error::Context(format!(
+            )
+            .into()),
+            Some(StopReason::MaxTokens) => Err(Error::Context(ContextError::Summary(format!(
                 "the summary was cut off at max_tokens ({}) and was not used; raise \
                  LlmSummarizer::max_tokens",
                 self.max_tokens
-            ))),
-            Some(other) => Err(Error::Context(format!(
+            )))),
+            Some(other) => Err(Error::Context(ContextError::Summary(format!(
                 "the summary did not finish normally (stop reason {other:?}) and was not used"
-            ))),
+            )))),
             None => Err(LlmError::incomplete("the summary stream ended without a stop").into()),
         }
     }
@@ -262,7 +263,7 @@ mod tests {
         let blank = LlmSummarizer::new(OneDelta::new(" \n ".into()));
         let err = blank.summarize(&[Message::user("hi")]).await.unwrap_err();
         assert!(
-            matches!(&err, Error::Context(m) if m.contains("empty summary")),
+            matches!(&err, Error::Context(ContextError::Summary(m)) if m.contains("empty summary")),
             "{err:?}"
         );
     }

@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use super::history::turn_starts;
 use super::tokens::{ceil_char_boundary, floor_char_boundary};
 use super::ContextManager;
-use crate::error::Error;
+use crate::error::{ContextError, Error};
 use crate::message::{ContentBlock, Message, Role};
 
 /// Turns a span of old messages into a summary that replaces them.
@@ -224,17 +224,18 @@ pub(super) fn finish(
     summary: Option<String>,
 ) -> Result<CompactionReport, Error> {
     let Some(pending) = cm.pending.take() else {
-        return Err(Error::Context(
+        return Err(ContextError::Compaction(
             "finish_compaction was called with no compaction waiting for a summary".to_owned(),
-        ));
+        )
+        .into());
     };
     let summary = summary.filter(|s| !s.trim().is_empty());
     if summary.is_some() && cm.messages.len() != pending.len {
-        return Err(Error::Context(
+        return Err(Error::Context(ContextError::Compaction(
             "the conversation changed while its summary was being written; the summary was \
              not used"
                 .to_owned(),
-        ));
+        )));
     }
     let mut strategy = pending.strategy;
     if pending.cache_aware {
@@ -512,13 +513,13 @@ fn report(
         "compacted the conversation"
     );
     if tokens_after > limit {
-        return Err(Error::Context(format!(
-            "the conversation still needs {tokens_after} tokens after compaction, over the \
-             {limit} it may use (context window {} tokens, {} reserved for output); only the \
-             current turn is left and it cannot be cut further: shorten the request or its tool \
-             outputs, lower `tool_output_cap`, or use a model with a larger context window",
-            cm.config.context_window, cm.config.output_reserve
-        )));
+        return Err(ContextError::TooLarge {
+            tokens: tokens_after,
+            limit,
+            context_window: cm.config.context_window as usize,
+            output_reserve: cm.config.output_reserve as usize,
+        }
+        .into());
     }
     Ok(CompactionReport {
         strategy,
@@ -1002,7 +1003,10 @@ mod tests {
         assert_eq!(report.tokens_after, count);
         // One token more than the limit allows is an error.
         let err = run(&mut cm, count - 10, count - 1, None).await.unwrap_err();
-        assert!(matches!(err, Error::Context(_)), "{err:?}");
+        assert!(
+            matches!(err, Error::Context(ContextError::TooLarge { .. })),
+            "{err:?}"
+        );
     }
 
     /// Three old turns with tool outputs, one recent turn, and a current turn of three steps.

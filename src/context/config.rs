@@ -1,6 +1,6 @@
 //! The context budget: window size, output reserve, compaction water marks.
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::media::ImageTokenRule;
 
 /// The context budget of a [`ContextManager`](crate::ContextManager).
@@ -212,11 +212,15 @@ impl ContextConfig {
     /// construction with [`Error::Config`], not at the first compaction.
     pub fn validate(&self) -> Result<(), Error> {
         if self.input_budget() == 0 {
-            return Err(Error::Config(format!(
-                "the output reserve ({} tokens) leaves no room for input in a context window of \
-                 {} tokens",
-                self.output_reserve, self.context_window
-            )));
+            return Err(ConfigError::setting(
+                "output_reserve",
+                format!(
+                    "the output reserve ({} tokens) leaves no room for input in a context window \
+                     of {} tokens",
+                    self.output_reserve, self.context_window
+                ),
+            )
+            .into());
         }
         let fractions = [
             ("compaction_threshold", Some(self.compaction_threshold)),
@@ -226,19 +230,27 @@ impl ContextConfig {
         for (name, value) in fractions {
             if let Some(v) = value {
                 if !(v > 0.0 && v <= 1.0) {
-                    return Err(Error::Config(format!(
-                        "{name} is {v}: it must be a fraction of the input budget in (0, 1]"
-                    )));
+                    return Err(ConfigError::setting(
+                        name,
+                        format!(
+                            "{name} is {v}: it must be a fraction of the input budget in (0, 1]"
+                        ),
+                    )
+                    .into());
                 }
             }
         }
         if let Some(target) = self.compaction_target {
             if target >= self.compaction_threshold {
-                return Err(Error::Config(format!(
-                    "compaction_target ({target}) must be below compaction_threshold ({}): \
-                     compaction starts above the threshold and ends at the target",
-                    self.compaction_threshold
-                )));
+                return Err(ConfigError::setting(
+                    "compaction_target",
+                    format!(
+                        "compaction_target ({target}) must be below compaction_threshold ({}): \
+                         compaction starts above the threshold and ends at the target",
+                        self.compaction_threshold
+                    ),
+                )
+                .into());
             }
         }
         Ok(())
@@ -268,7 +280,7 @@ mod tests {
     #[test]
     fn validation_names_the_bad_field() {
         let message = |c: ContextConfig| match c.validate() {
-            Err(Error::Config(m)) => m,
+            Err(Error::Config(ConfigError::Setting { message, .. })) => message,
             other => panic!("{other:?}"),
         };
         ContextConfig::default().validate().unwrap();

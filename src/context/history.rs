@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::error::Error;
+use crate::error::{ContextError, Error};
 use crate::message::{ContentBlock, Message, Role};
 
 /// The content of the error result that [`repair`] gives an unanswered tool call.
@@ -50,7 +50,7 @@ fn role_name(role: Role) -> &'static str {
 }
 
 fn invalid(message: String) -> Error {
-    Error::Context(format!("invalid history: {message}"))
+    Error::Context(ContextError::InvalidHistory(message))
 }
 
 /// Checks the history invariant; the error names the first violation and where it is.

@@ -24,8 +24,8 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use super::{McpServer, Transport};
-use crate::error::Error;
+use super::server::{McpServer, Transport};
+use crate::error::{ConfigError, Error};
 use crate::tool::{quote, ToolError};
 
 /// A stderr line longer than this is logged cut.
@@ -159,12 +159,19 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
                 for (key, value) in headers {
                     let key =
                         reqwest::header::HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
-                            Error::Config(format!("MCP server {name}: header name: {e}"))
+                            Error::Config(ConfigError::setting(
+                                "McpServer::header",
+                                format!("MCP server {name}: header name: {e}"),
+                            ))
                         })?;
                     let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
-                        Error::Config(format!(
-                            "MCP server {name}: the value of header {} is not a valid header value",
-                            quote(key.as_str())
+                        Error::Config(ConfigError::setting(
+                            "McpServer::header",
+                            format!(
+                                "MCP server {name}: the value of header {} is not a valid header \
+                                 value",
+                                quote(key.as_str())
+                            ),
                         ))
                     })?;
                     custom.insert(key, value);

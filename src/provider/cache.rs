@@ -21,7 +21,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 
 /// The most `cache_control` breakpoints Anthropic accepts in one request.
 pub const MAX_CACHE_BREAKPOINTS: u32 = 4;
@@ -72,9 +72,13 @@ impl FromStr for CacheTtl {
         match s.trim() {
             "5m" => Ok(CacheTtl::FiveMinutes),
             "1h" => Ok(CacheTtl::OneHour),
-            other => Err(Error::Config(format!(
-                "prompt cache TTL {other:?} is not one the API accepts: use \"5m\" or \"1h\""
-            ))),
+            other => Err(ConfigError::setting(
+                "CacheTtl",
+                format!(
+                    "prompt cache TTL {other:?} is not one the API accepts: use \"5m\" or \"1h\""
+                ),
+            )
+            .into()),
         }
     }
 }
@@ -173,14 +177,18 @@ impl PromptCache {
     pub fn validate(&self) -> Result<(), Error> {
         let n = self.breakpoints();
         if n > MAX_CACHE_BREAKPOINTS {
-            return Err(Error::Config(format!(
-                "the prompt cache asks for {n} cache_control breakpoints (tools {}, system {}, \
-                 messages {}), more than the {MAX_CACHE_BREAKPOINTS} the Anthropic API accepts \
-                 in one request: lower `message_breakpoints` or turn tools/system off",
-                u32::from(self.tools),
-                u32::from(self.system),
-                self.message_breakpoints
-            )));
+            return Err(ConfigError::setting(
+                "prompt_cache",
+                format!(
+                    "the prompt cache asks for {n} cache_control breakpoints (tools {}, system \
+                     {}, messages {}), more than the {MAX_CACHE_BREAKPOINTS} the Anthropic API \
+                     accepts in one request: lower `message_breakpoints` or turn tools/system off",
+                    u32::from(self.tools),
+                    u32::from(self.system),
+                    self.message_breakpoints
+                ),
+            )
+            .into());
         }
         Ok(())
     }
@@ -199,7 +207,7 @@ mod tests {
         for bad in ["", "1m", "60m", "2h", "ephemeral"] {
             let err = bad.parse::<CacheTtl>().unwrap_err();
             assert!(
-                matches!(&err, Error::Config(m) if m.contains("\"5m\" or \"1h\"")),
+                matches!(&err, Error::Config(ConfigError::Setting { message, .. }) if message.contains("\"5m\" or \"1h\"")),
                 "{bad}: {err:?}"
             );
         }
@@ -221,7 +229,7 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(
-            matches!(&err, Error::Config(m) if m.contains("5 cache_control breakpoints")),
+            matches!(&err, Error::Config(ConfigError::Setting { message, .. }) if message.contains("5 cache_control breakpoints")),
             "{err:?}"
         );
         assert!(PromptCache::default()

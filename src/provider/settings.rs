@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::provider::{ModelRequest, ToolChoice};
 
 /// Sampling and request settings: temperature, top-p, output length, stop sequences, tool
@@ -108,28 +108,37 @@ impl RequestSettings {
     /// Checks the ranges: temperature 0.0–2.0, top-p in (0.0, 1.0], max tokens ≥ 1, stop
     /// sequences non-empty, a named tool choice non-empty, all numbers finite.
     pub fn validate(&self) -> Result<(), Error> {
-        let bad = |message: String| Err(Error::Config(message));
+        let bad = |setting, message: String| Err(ConfigError::setting(setting, message).into());
         if let Some(t) = self.temperature {
             if !t.is_finite() || !(0.0..=2.0).contains(&t) {
-                return bad(format!("temperature must be between 0.0 and 2.0, not {t}"));
+                return bad(
+                    "temperature",
+                    format!("temperature must be between 0.0 and 2.0, not {t}"),
+                );
             }
         }
         if let Some(p) = self.top_p {
             if !p.is_finite() || p <= 0.0 || p > 1.0 {
-                return bad(format!("top_p must be above 0.0 and at most 1.0, not {p}"));
+                return bad(
+                    "top_p",
+                    format!("top_p must be above 0.0 and at most 1.0, not {p}"),
+                );
             }
         }
         if self.max_tokens == Some(0) {
-            return bad("max_tokens must be at least 1".to_owned());
+            return bad("max_tokens", "max_tokens must be at least 1".to_owned());
         }
         if let Some(stops) = &self.stop_sequences {
             if stops.iter().any(String::is_empty) {
-                return bad("a stop sequence may not be empty".to_owned());
+                return bad(
+                    "stop_sequences",
+                    "a stop sequence may not be empty".to_owned(),
+                );
             }
         }
         if let Some(ToolChoice::Tool(name)) = &self.tool_choice {
             if name.is_empty() {
-                return bad("tool_choice names no tool".to_owned());
+                return bad("tool_choice", "tool_choice names no tool".to_owned());
             }
         }
         Ok(())

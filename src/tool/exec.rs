@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
 use super::plan::plan;
-use super::schema::{self, quote};
+use super::text::{cut, quote};
 use super::ToolContext;
 
 /// The registry's limits that apply to a whole batch.
@@ -265,7 +265,7 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     } else {
         "(no message)".to_owned()
     };
-    schema::cut(message, 500)
+    cut(message, 500)
 }
 
 /// Keeps the first and last `max / 2` bytes (on char boundaries) of a text longer than `max`,

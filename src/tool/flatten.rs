@@ -32,6 +32,7 @@
 //! (`String | i64`, a unit variant of an externally tagged enum) cannot be flattened and is
 //! refused.
 
+use super::text;
 use serde_json::{Map, Value};
 
 /// Union and reference nesting deeper than this is refused (it is also how a `$ref` cycle
@@ -564,7 +565,7 @@ impl<'a> Walker<'a> {
                 summary.push_str(&format!(": {}", fields.join(", ")));
             }
             if let Some(doc) = alternative.get("description").and_then(Value::as_str) {
-                let doc = super::schema::cut(doc.trim().to_owned(), MAX_VARIANT_DOC);
+                let doc = text::cut(doc.trim().to_owned(), MAX_VARIANT_DOC);
                 if !doc.is_empty() {
                     summary.push_str(&format!(". {doc}"));
                 }

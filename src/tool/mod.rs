@@ -29,6 +29,7 @@ mod plan;
 mod registry;
 pub(crate) mod schema;
 mod source;
+mod text;
 
 use std::fmt;
 use std::time::Duration;
@@ -47,10 +48,10 @@ pub use plan::{Access, Concurrency, Schedule};
 pub use registry::{RegisteredTool, ToolRegistry};
 #[cfg(all(feature = "mcp", test))]
 pub(crate) use schema::check_name;
-#[cfg(feature = "mcp")]
-pub(crate) use schema::quote;
 pub use source::ToolSource;
 pub(crate) use source::ToolSources;
+#[cfg(feature = "mcp")]
+pub(crate) use text::quote;
 
 /// A tool the model can call, with a typed input.
 ///

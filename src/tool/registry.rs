@@ -12,9 +12,10 @@ use futures::{Stream, StreamExt};
 use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
 use super::exec::{self, panic_message};
 use super::plan::{Access, Schedule};
-use super::schema::{self, quote};
+use super::schema;
+use super::text::{cut, quote};
 use super::Tool;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::message::ToolSpec;
 
 /// The object-safe face of a [`Tool`] inside the registry (rig's Tool/ToolDyn split): it takes
@@ -179,15 +180,20 @@ impl ToolRegistry {
     /// type: usually, wrap the value in a struct field.
     pub fn register<T: Tool>(&mut self, tool: T) -> Result<(), Error> {
         let name = tool.name().to_owned();
-        schema::check_name(&name).map_err(Error::Config)?;
+        let invalid = |message: String| ConfigError::Tool {
+            tool: cut(name.clone(), 100),
+            message,
+        };
+        schema::check_name(&name).map_err(invalid)?;
         if self.tools.by_name.contains_key(&name) {
-            return Err(Error::Config(format!(
+            return Err(invalid(format!(
                 "a tool named {} is already registered; tool names must be unique",
-                schema::quote(&name)
-            )));
+                quote(&name)
+            ))
+            .into());
         }
         let (input_schema, validator) =
-            schema::prepare(&name, tool.input_schema()).map_err(Error::Config)?;
+            schema::prepare(&name, tool.input_schema()).map_err(invalid)?;
         let registered = RegisteredTool {
             spec: ToolSpec {
                 name: name.clone(),

@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::flatten;
+use super::text::{cut, quote};
 
 /// At most this many schema violations are listed in one error result.
 const MAX_LISTED_ERRORS: usize = 3;
@@ -377,24 +378,6 @@ fn at(pointer: &str, message: String) -> String {
     } else {
         format!("at {pointer}: {message}")
     }
-}
-
-/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut with `…`.
-pub(crate) fn cut(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
-    }
-    s
-}
-
-/// A name in double quotes, JSON-escaped (tool names from a model are untrusted text).
-pub(crate) fn quote(name: &str) -> String {
-    cut(Value::from(name).to_string(), 100)
 }
 
 #[cfg(test)]

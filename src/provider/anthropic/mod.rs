@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 
-use crate::error::{ApiError, Error, LlmError};
+use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
 use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
 
@@ -85,9 +85,10 @@ impl AnthropicClient {
     fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let key = get("ANTHROPIC_API_KEY").ok_or_else(|| {
-            Error::Config(
-                "ANTHROPIC_API_KEY is not set: export your Anthropic API key in it".to_owned(),
-            )
+            Error::Config(ConfigError::Env {
+                variable: "ANTHROPIC_API_KEY",
+                message: "not set: export your Anthropic API key in it".to_owned(),
+            })
         })?;
         let mut client = AnthropicClient::new(key.trim());
         if let Some(url) = get("ANTHROPIC_BASE_URL") {

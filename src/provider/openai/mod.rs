@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 
-use crate::error::{ApiError, Error, LlmError};
+use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
 use crate::provider::responses::{self, ResponsesOptions};
 use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
@@ -165,11 +165,12 @@ impl OpenAiClient {
             (Some(key), _) => key.trim().to_owned(),
             (None, Some(_)) => String::new(),
             (None, None) => {
-                return Err(Error::Config(
-                    "OPENAI_API_KEY is not set: export your OpenAI API key in it (or set \
-                     OPENAI_BASE_URL to a compatible server that needs no key)"
+                return Err(Error::Config(ConfigError::Env {
+                    variable: "OPENAI_API_KEY",
+                    message: "not set: export your OpenAI API key in it (or set \
+                              OPENAI_BASE_URL to a compatible server that needs no key)"
                         .to_owned(),
-                ))
+                }))
             }
         };
         let mut client = OpenAiClient::new(key);
@@ -183,9 +184,10 @@ impl OpenAiClient {
             None | Some("chat") => {}
             Some("responses") => client = client.responses(),
             Some(other) => {
-                return Err(Error::Config(format!(
-                    "OPENAI_WIRE_API is {other:?}: set it to \"responses\" or \"chat\""
-                )))
+                return Err(Error::Config(ConfigError::Env {
+                    variable: "OPENAI_WIRE_API",
+                    message: format!("is {other:?}: set it to \"responses\" or \"chat\""),
+                }))
             }
         }
         Ok(client)

@@ -1,0 +1,592 @@
+//! The shape of the source tree, checked (ARCHITECTURE.md): no import circles among the files
+//! of `src/`, sans-IO machines that touch no clock or runtime, small async drivers.
+//!
+//! The module graph is read from the source: every `use` declaration and every `crate::…` /
+//! `super::…` path in code (comments, strings and `#[cfg(test)] mod` blocks left out), each
+//! resolved to the file that defines the item, through `pub use` re-exports. A file that
+//! names an item of another file depends on it; a circle is a set of files that depend on
+//! each other, directly or through others. Re-exports themselves (`pub use`, `pub(crate)
+//! use`) are a module's table of contents, not a dependency of its code.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One source file: its module path and its code without comments, strings and test modules.
+struct SourceFile {
+    path: String,
+    module: Vec<String>,
+    code: String,
+}
+
+fn source_files() -> Vec<SourceFile> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    walk(&root, &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&root).expect("under src/");
+            let mut module: Vec<String> = relative
+                .with_extension("")
+                .iter()
+                .map(|s| s.to_string_lossy().into_owned())
+                .collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            let text = fs::read_to_string(&path).expect("a readable source file");
+            SourceFile {
+                path: format!("src/{}", relative.display()),
+                module,
+                code: without_tests(&strip(&text)),
+            }
+        })
+        .collect()
+}
+
+/// The code without comments, and string and char literals emptied.
+fn strip(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'#' | b'"'))
+                && !b[..i]
+                    .last()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                if b.get(i + 1 + hashes) != Some(&b'"') {
+                    out.push('r');
+                    i += 1;
+                    continue;
+                }
+                i += 2 + hashes;
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                while i < b.len() && !b[i..].starts_with(&close) {
+                    i += 1;
+                }
+                i += close.len();
+                out.push_str("\"\"");
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                out.push_str("\"\"");
+            }
+            // A char literal ('x', '\n', '"'); a lifetime ('a) is left as it is.
+            b'\'' if b.get(i + 2) == Some(&b'\'') || b.get(i + 1) == Some(&b'\\') => {
+                i += 1;
+                while i < b.len() && b[i] != b'\'' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                out.push_str("' '");
+            }
+            c => {
+                out.push(c as char);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The code without `#[cfg(test)] mod … { … }` blocks.
+fn without_tests(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+        if !after.starts_with("mod ") {
+            out.push_str("#[cfg(test)]");
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            continue;
+        }
+        let Some(open) = after.find('{') else {
+            rest = after;
+            continue;
+        };
+        let mut depth = 0usize;
+        let mut end = after.len();
+        for (i, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The paths a `use` tree names, each as its segments (`a::{b, c::d}` → `a::b`, `a::c::d`).
+fn expand_use(tree: &str) -> Vec<Vec<String>> {
+    fn split_top(s: &str) -> Vec<&str> {
+        let (mut depth, mut start, mut parts) = (0, 0, Vec::new());
+        for (i, c) in s.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&s[start..]);
+        parts
+    }
+    let tree: String = tree.split_whitespace().collect();
+    let mut out = Vec::new();
+    match tree.find('{') {
+        None => {
+            let path = tree.split(" as ").next().unwrap_or_default();
+            let path = path.split("as").next().unwrap_or_default();
+            let segments: Vec<String> = path
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if !segments.is_empty() {
+                out.push(segments);
+            }
+        }
+        Some(open) => {
+            let prefix = tree[..open].trim_end_matches("::");
+            let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+            for part in split_top(inner) {
+                if part.is_empty() {
+                    continue;
+                }
+                let joined = if part == "self" {
+                    prefix.to_owned()
+                } else if prefix.is_empty() {
+                    part.to_owned()
+                } else {
+                    format!("{prefix}::{part}")
+                };
+                out.extend(expand_use(&joined));
+            }
+        }
+    }
+    out
+}
+
+/// Every path a file's code names: its `use` declarations, and `crate::` / `super::` /
+/// `self::` paths in code.
+/// A module path, as its segments.
+type ModPath = Vec<String>;
+
+fn named_paths(code: &str) -> (Vec<ModPath>, Vec<(ModPath, bool)>) {
+    let mut uses = Vec::new();
+    // `use` declarations (with `pub`/`pub(crate)`/`pub(super)` when re-exported).
+    let mut exports = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while let Some(at) = code[i..].find("use ") {
+        let at = i + at;
+        let boundary = at == 0
+            || matches!(
+                bytes[at - 1],
+                b'\n' | b' ' | b'\t' | b';' | b'{' | b'}' | b')'
+            );
+        if !boundary {
+            i = at + 4;
+            continue;
+        }
+        let before = code[..at].trim_end();
+        let public = before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
+        let Some(end) = code[at..].find(';') else {
+            break;
+        };
+        let tree = &code[at + 4..at + end];
+        for path in expand_use(tree) {
+            // A re-export states a module's surface (a table of contents); it is followed
+            // to resolve paths through it, and is not a dependency of the code.
+            if !public {
+                uses.push(path.clone());
+            }
+            exports.push((path, public));
+        }
+        i = at + end;
+    }
+    for anchor in ["crate::", "super::", "self::"] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(anchor) {
+            let at = from + at;
+            from = at + anchor.len();
+            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+                continue;
+            }
+            let path: String = code[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let segments: Vec<String> = path
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            uses.push(segments);
+        }
+    }
+    (uses, exports)
+}
+
+struct Graph {
+    files: Vec<SourceFile>,
+    by_module: BTreeMap<Vec<String>, usize>,
+    /// Each file's `use` declarations: (path, whether re-exported).
+    exports: Vec<Vec<(Vec<String>, bool)>>,
+}
+
+impl Graph {
+    fn new() -> Graph {
+        let files = source_files();
+        let by_module = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.module.clone(), i))
+            .collect();
+        let exports = files.iter().map(|f| named_paths(&f.code).1).collect();
+        Graph {
+            files,
+            by_module,
+            exports,
+        }
+    }
+
+    /// Whether file `f` defines an item named `name` itself.
+    fn defines(&self, f: usize, name: &str) -> bool {
+        let code = &self.files[f].code;
+        [
+            "struct ", "enum ", "fn ", "trait ", "type ", "const ", "static ", "mod ", "union ",
+        ]
+        .iter()
+        .any(|kw| {
+            let needle = format!("{kw}{name}");
+            code.match_indices(&needle).any(|(at, _)| {
+                let next = code[at + needle.len()..].chars().next();
+                !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !code[..at]
+                        .chars()
+                        .last()
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+        })
+    }
+
+    /// The file that defines what `path` names, seen from file `from`; `None` for another
+    /// crate's item.
+    fn resolve(&self, from: usize, path: &[String], depth: usize) -> Option<usize> {
+        if depth > 8 || path.is_empty() {
+            return None;
+        }
+        let here = &self.files[from].module;
+        let (mut module, rest) = match path[0].as_str() {
+            "crate" => (Vec::new(), &path[1..]),
+            "self" => (here.clone(), &path[1..]),
+            "super" => {
+                let mut module = here.clone();
+                let mut rest = path;
+                while rest.first().is_some_and(|s| s == "super") {
+                    module.pop();
+                    rest = &rest[1..];
+                }
+                (module, rest)
+            }
+            first => {
+                // A child module named without `self::` (2018 paths), else another crate.
+                let mut child = here.clone();
+                child.push(first.to_owned());
+                if !self.by_module.contains_key(&child) {
+                    return None;
+                }
+                (here.clone(), path)
+            }
+        };
+        let mut rest = rest;
+        while let Some(next) = rest.first() {
+            let mut child = module.clone();
+            child.push(next.clone());
+            if self.by_module.contains_key(&child) {
+                module = child;
+                rest = &rest[1..];
+            } else {
+                break;
+            }
+        }
+        let file = *self.by_module.get(&module)?;
+        let Some(name) = rest.first() else {
+            return Some(file);
+        };
+        if name == "*" || self.defines(file, name) {
+            return Some(file);
+        }
+        // A re-export: follow it to the file that defines the item.
+        for (export, _) in &self.exports[file] {
+            if export.last() == Some(name) {
+                if let Some(target) = self.resolve(file, export, depth + 1) {
+                    return Some(target);
+                }
+            }
+        }
+        Some(file)
+    }
+
+    /// Each file's dependencies (other files).
+    fn edges(&self) -> Vec<BTreeSet<usize>> {
+        (0..self.files.len())
+            .map(|f| {
+                named_paths(&self.files[f].code)
+                    .0
+                    .iter()
+                    .filter_map(|path| self.resolve(f, path, 0))
+                    .filter(|&t| t != f)
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The strongly connected components with more than one file (Tarjan).
+fn circles(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct Tarjan<'a> {
+        edges: &'a [BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in self.edges[v].iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(i) if self.on_stack[w] => self.low[v] = self.low[v].min(i),
+                    _ => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.out.push(component);
+                }
+            }
+        }
+    }
+    let n = edges.len();
+    let mut t = Tarjan {
+        edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn no_import_circles_among_the_files_of_src() {
+    let graph = Graph::new();
+    let edges = graph.edges();
+    let found: Vec<String> = circles(&edges)
+        .into_iter()
+        .map(|component| {
+            let mut names: Vec<&str> = component
+                .iter()
+                .map(|&f| graph.files[f].path.as_str())
+                .collect();
+            names.sort();
+            names.join(" ↔ ")
+        })
+        .collect();
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_a_circle() {
+    // The reader itself: a use line, a re-export followed to its file, a path in code.
+    assert_eq!(
+        expand_use("crate::a::{b, c::{d, e as f}, self}"),
+        [
+            vec!["crate", "a", "b"],
+            vec!["crate", "a", "c", "d"],
+            vec!["crate", "a", "c", "e"],
+            vec!["crate", "a"],
+        ]
+    );
+    assert_eq!(
+        strip("let s = \"crate::x\"; // crate::y\nz"),
+        "let s = \"\"; \nz"
+    );
+    let edges = vec![
+        BTreeSet::from([1]),
+        BTreeSet::from([2]),
+        BTreeSet::from([0]),
+        BTreeSet::new(),
+    ];
+    assert_eq!(circles(&edges).len(), 1);
+    // The real graph has edges: the machine depends on the context and the assembler.
+    let graph = Graph::new();
+    let edges = graph.edges();
+    let index = |p: &str| {
+        graph
+            .files
+            .iter()
+            .position(|f| f.path == p)
+            .unwrap_or_else(|| panic!("{p}"))
+    };
+    let machine = index("src/agent/machine.rs");
+    assert!(edges[machine].contains(&index("src/assemble.rs")));
+    assert!(edges[machine].contains(&index("src/agent/events.rs")));
+}
+
+#[test]
+fn the_machines_decide_without_a_clock_or_a_runtime() {
+    let graph = Graph::new();
+    for path in ["src/agent/machine.rs", "src/agent/turn.rs"] {
+        let file = graph
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .unwrap_or_else(|| panic!("{path}"));
+        for forbidden in [
+            "async ",
+            ".await",
+            "Instant::now",
+            "SystemTime::now",
+            "tokio",
+        ] {
+            assert!(
+                !file.code.contains(forbidden),
+                "{path} uses {forbidden:?}: the machine takes time and I/O from its driver"
+            );
+        }
+    }
+    // The machine reads the plain-data files of the agent, never the driver's.
+    let edges = graph.edges();
+    let machine = graph
+        .files
+        .iter()
+        .position(|f| f.path == "src/agent/machine.rs")
+        .expect("the machine");
+    for &dep in &edges[machine] {
+        let path = &graph.files[dep].path;
+        assert!(
+            ![
+                "src/agent/run.rs",
+                "src/agent/driver.rs",
+                "src/agent/io.rs",
+                "src/agent/agent.rs",
+                "src/agent/builder.rs",
+                "src/agent/oneshot.rs",
+                "src/agent/mod.rs",
+            ]
+            .contains(&path.as_str()),
+            "machine.rs imports from {path}, a driver's file"
+        );
+    }
+}
+
+#[test]
+fn async_files_under_src_agent_stay_small() {
+    let graph = Graph::new();
+    let lines = |path: &str| {
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+            .expect("readable")
+            .lines()
+            .count()
+    };
+    let machine = lines("src/agent/machine.rs");
+    for file in graph
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with("src/agent/"))
+    {
+        if !(file.code.contains("async ") || file.code.contains(".await")) {
+            continue;
+        }
+        let n = lines(&file.path);
+        assert!(
+            n <= 400 && n < machine,
+            "{} is async and has {n} lines: at most 400, and fewer than the machine's {machine}",
+            file.path
+        );
+    }
+}
