@@ -484,8 +484,14 @@ fn concurrent(c: &mut Criterion) {
 /// A machine, and the inputs of a whole run whose first response holds `calls` calls of a
 /// read-only tool, each answered, then a final text: the machine alone (no client, no tools,
 /// no runtime).
-fn wide_response(calls: usize) -> (agent_loop::AgentMachine, Vec<agent_loop::Input>) {
-    use agent_loop::{Input, ToolCallResult, ToolDecision};
+fn wide_response(
+    calls: usize,
+) -> (
+    agent_loop::machine::AgentMachine,
+    Vec<agent_loop::machine::Input>,
+) {
+    use agent_loop::machine::Input;
+    use agent_loop::{ToolCallResult, ToolDecision};
     let look = FnTool::new("look", "Looks.", |_: serde_json::Value, _ctx| async move {
         Ok::<_, ToolError>("unused")
     })
@@ -522,7 +528,10 @@ fn wide_response(calls: usize) -> (agent_loop::AgentMachine, Vec<agent_loop::Inp
 }
 
 /// Runs the machine over the inputs: the number of actions it produced.
-fn run_machine(mut m: agent_loop::AgentMachine, inputs: Vec<agent_loop::Input>) -> usize {
+fn run_machine(
+    mut m: agent_loop::machine::AgentMachine,
+    inputs: Vec<agent_loop::machine::Input>,
+) -> usize {
     let now = Instant::now();
     m.start("Look at everything.", now);
     let mut actions = std::iter::from_fn(|| m.poll()).count();

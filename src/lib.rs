@@ -58,14 +58,14 @@
 //!
 //! | layer | types |
 //! |---|---|
-//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`AgentHooks`], [`AgentHandle`]; sans-IO: [`AgentMachine`], [`Input`], [`Action`] |
+//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
 //! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
 //! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`]; media: [`Image`], [`Document`], [`MediaSource`], [`UserInput`] |
-//! | errors | [`Error`], [`LlmError`], [`ToolError`] |
-//! | testing | [`testing::ScriptedClient`], [`testing::MockServer`] |
+//! | errors | [`Error`], [`ConfigError`], [`ContextError`], [`LlmError`], [`ToolError`] |
+//! | testing (feature `testing`) | `testing::ScriptedClient`, `testing::MockServer` |
 //!
 //! The lower layers are sans-IO: plain structs fed with bytes or events, usable and testable
 //! on their own. Only the clients and the agent touch the network, the clock and tokio.
@@ -83,15 +83,23 @@ pub mod mcp;
 mod media;
 mod message;
 mod provider;
-mod sse;
+pub mod sse;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod tool;
 
 pub use agent::{
-    Action, Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentMachine, HookAction,
-    Input, LlmSummarizer, RunError, RunOptions, RunOutcome, StructuredOutput, Termination,
-    ToolDecision, DEFAULT_OUTPUT_TOOL,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, LlmSummarizer, RunError,
+    RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision, DEFAULT_OUTPUT_TOOL,
 };
+
+/// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a
+/// runtime other than tokio): [`AgentMachine`](machine::AgentMachine) takes
+/// [`Input`](machine::Input)s and gives [`Action`](machine::Action)s, reads no clock and does no
+/// I/O. [`Agent::run`] is its tokio driver.
+pub mod machine {
+    pub use crate::agent::{Action, AgentMachine, Input};
+}
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
     CharEstimateCounter, CompactionReport, CompactionStep, CompactionStrategy, ContextConfig,
@@ -109,10 +117,10 @@ pub use provider::{
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
-pub use sse::{SseDecoder, SseEvent, SseEventRef, SseLimits};
+pub use sse::{SseDecoder, SseEvent, SseLimits};
 pub use tool::{
-    Access, Concurrency, ExecOptions, FnTool, RegisteredTool, Schedule, Tool, ToolCall,
-    ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
+    Access, Concurrency, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult, ToolContext,
+    ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
 };
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz

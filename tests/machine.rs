@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use agent_loop::machine::{Action, AgentMachine, Input};
 use agent_loop::testing::{history_violation, ScriptedClient};
 use agent_loop::{
-    Action, Agent, AgentEvent, AgentMachine, CharEstimateCounter, ContextConfig, ContextManager,
-    Conversation, FnTool, Input, LlmError, LlmEvent, Message, RetryPolicy, StopReason, Termination,
-    ToolCall, ToolCallResult, ToolDecision, ToolError, ToolProgress,
+    Agent, AgentEvent, CharEstimateCounter, ContextConfig, ContextManager, Conversation, FnTool,
+    LlmError, LlmEvent, Message, RetryPolicy, StopReason, Termination, ToolCall, ToolCallResult,
+    ToolDecision, ToolError, ToolProgress,
 };
 use serde_json::{json, Value};
 

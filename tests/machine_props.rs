@@ -20,11 +20,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use agent_loop::machine::{Action, AgentMachine, Input};
 use agent_loop::testing::{history_violation, ScriptedClient};
 use agent_loop::{
-    Action, Agent, AgentEvent, AgentMachine, FnTool, Input, Jitter, LlmError, LlmEvent,
-    RetryPolicy, RunOptions, StopReason, StructuredOutput, ToolCallResult, ToolDecision, ToolError,
-    ToolProgress, Usage,
+    Agent, AgentEvent, FnTool, Jitter, LlmError, LlmEvent, RetryPolicy, RunOptions, StopReason,
+    StructuredOutput, ToolCallResult, ToolDecision, ToolError, ToolProgress, Usage,
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};

@@ -131,14 +131,11 @@ async fn the_everything_server_lists_its_tools_over_stdio() {
         );
     }
     let registry = registry(&connection);
-    let echo = registry.get("echo").unwrap();
-    assert!(echo.description().to_lowercase().contains("echo"));
-    assert_eq!(echo.input_schema()["type"], "object");
-    assert_eq!(
-        echo.input_schema()["properties"]["message"]["type"],
-        "string"
-    );
-    assert!(echo.input_schema().get("$schema").is_none());
+    let echo = registry.spec("echo").unwrap();
+    assert!(echo.description.to_lowercase().contains("echo"));
+    assert_eq!(echo.input_schema["type"], "object");
+    assert_eq!(echo.input_schema["properties"]["message"]["type"], "string");
+    assert!(echo.input_schema.get("$schema").is_none());
     // readOnlyHint feeds the scheduler.
     assert_eq!(registry.access("get-tiny-image"), Some(Access::ReadOnly));
     assert_eq!(
@@ -460,9 +457,9 @@ async fn the_fixture_server_paginates_renames_and_flattens() {
     let echo = call(&registry, "dotted_echo", json!({"text": "hi"})).await;
     assert_eq!(echo.content, "echo: hi");
     // A top-level oneOf of objects is sent flattened and still checked as written.
-    let either = registry.get("either").unwrap();
-    assert_eq!(either.input_schema()["type"], "object");
-    assert!(either.input_schema().get("oneOf").is_none());
+    let either = registry.spec("either").unwrap();
+    assert_eq!(either.input_schema["type"], "object");
+    assert!(either.input_schema.get("oneOf").is_none());
     assert_eq!(
         call(&registry, "either", json!({"b": 2})).await.content,
         r#"{"b":2}"#

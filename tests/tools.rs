@@ -742,12 +742,9 @@ fn the_registry_lists_its_tools_in_registration_order() {
     assert_eq!(registry.access("calc"), Some(Access::ReadOnly));
     assert_eq!(registry.access("echo"), Some(Access::SideEffects));
     assert_eq!(registry.access("missing"), None);
-    assert_eq!(
-        registry.get("calc").map(|t| t.access()),
-        Some(Access::ReadOnly)
-    );
-    assert_eq!(registry.get("calc").map(|t| t.name()), Some("calc"));
-    assert!(registry.get("missing").is_none());
+    assert_eq!(registry.spec("calc").map(|s| s.name.as_str()), Some("calc"));
+    assert!(registry.spec("missing").is_none());
+    assert_eq!(registry.timeout("missing"), None);
 
     // A clone shares the tools; registering on it leaves the original alone.
     let mut clone = registry.clone();

@@ -1,7 +1,7 @@
 //! Durable [`agent_loop`] runs on [Restate](https://restate.dev): a run survives the crash of
 //! the process that drives it, and sessions spread over as many worker processes as needed.
 //!
-//! The agent core is a sans-IO machine ([`agent_loop::AgentMachine`]): it says what to do
+//! The agent core is a sans-IO machine ([`agent_loop::machine::AgentMachine`]): it says what to do
 //! (call the model, run these tools, wait) and is told what happened. This crate is a driver
 //! for it whose every action is a step in Restate's journal:
 //!

@@ -4,9 +4,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use agent_loop::machine::{Action, AgentMachine, Input};
 use agent_loop::{
-    Action, Agent, AgentBuilder, AgentEvent, AgentMachine, ContextConfig, ContextManager,
-    Conversation, ExecOptions, Input, LlmClient, ToolCall, ToolDecision, ToolRegistry,
+    Agent, AgentBuilder, AgentEvent, ContextConfig, ContextManager, Conversation, ExecOptions,
+    LlmClient, ToolCall, ToolDecision, ToolRegistry,
 };
 use restate_sdk::context::RequestTarget;
 use restate_sdk::prelude::*;

@@ -97,7 +97,7 @@ impl Agent {
     /// run are answered as interrupted so the next request is valid.
     ///
     /// The system prompt: the saved conversation's, when it has one; otherwise the agent
-    /// keeps its own (the builder's [`system`](AgentBuilder::system)). Fails while a run is
+    /// keeps its own (the builder's [`system`](crate::AgentBuilder::system)). Fails while a run is
     /// in flight.
     pub fn restore(&mut self, mut conversation: Conversation) -> Result<(), Error> {
         let mut shared = lock(&self.shared);
@@ -120,7 +120,7 @@ impl Agent {
         lock(&self.shared).context.is_none()
     }
 
-    /// The tools, as built. With [tool sources](AgentBuilder::tool_source), a run uses the
+    /// The tools, as built. With [tool sources](crate::AgentBuilder::tool_source), a run uses the
     /// newest set, which may differ.
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools

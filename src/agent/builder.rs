@@ -217,7 +217,7 @@ impl AgentBuilder {
         self
     }
 
-    /// Tool results in [`AgentEvent::ToolResult`] are cut to this many bytes (default 4096);
+    /// Tool results in [`AgentEvent::ToolResult`](crate::AgentEvent::ToolResult) are cut to this many bytes (default 4096);
     /// the history keeps the full result.
     pub fn event_content_limit(mut self, bytes: usize) -> Self {
         self.config.event_content_limit = bytes;
@@ -279,7 +279,7 @@ impl AgentBuilder {
 
     /// Builds the loop as a sans-IO [`AgentMachine`] instead of an [`Agent`]: for a host
     /// that drives it from its own runtime or a durable-execution engine, carrying out its
-    /// [`Action`]s itself (the client given to [`Agent::builder`] only names the model and
+    /// [`Action`](crate::machine::Action)s itself (the client given to [`Agent::builder`] only names the model and
     /// its limits then; hooks and the summarizer are the driver's to apply).
     pub fn build_machine(self) -> Result<AgentMachine, Error> {
         let agent = self.build()?;

@@ -36,8 +36,8 @@ use crate::message::{StopReason, Usage};
 ///   reason is `StopReason::Other("interrupted")`.
 /// - After a [`Retry`](AgentEvent::Retry), the turn's text so far is void: the response is
 ///   requested again from the start.
-/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`] (or
-///   [`Agent::snapshot`]) saves it while the run goes on.
+/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
+///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
@@ -93,7 +93,7 @@ pub enum AgentEvent {
         id: String,
         /// The tool name.
         name: String,
-        /// The result text (at most [`AgentBuilder::event_content_limit`] bytes).
+        /// The result text (at most [`AgentBuilder::event_content_limit`](crate::AgentBuilder::event_content_limit) bytes).
         content: String,
         /// Whether the call failed.
         is_error: bool,
@@ -145,7 +145,7 @@ pub struct RunOutcome {
     /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
     /// ended the run) used: the cost of retries, reported apart so that it can be seen.
     pub failed_usage: Usage,
-    /// The structured answer, when one was asked for ([`RunOptions::output`]) and given.
+    /// The structured answer, when one was asked for ([`RunOptions::output`](crate::RunOptions::output)) and given.
     pub output: Option<serde_json::Value>,
 }
 
@@ -188,7 +188,7 @@ pub enum Termination {
     /// The answer was cut off by `max_tokens` and no continuation was left.
     MaxTokens,
     /// The model gave no valid structured answer within the retries allowed
-    /// ([`StructuredOutput::max_retries`]).
+    /// ([`StructuredOutput::max_retries`](crate::StructuredOutput::max_retries)).
     InvalidOutput {
         /// The last answer: the answer tool's input, or the model's text when it answered in
         /// text.

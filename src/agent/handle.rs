@@ -10,7 +10,7 @@ use super::shared::{lock, Shared};
 
 /// Cancels runs from outside: from another task, a Ctrl-C handler, a UI button.
 ///
-/// Obtained from [`Agent::handle`] before calling [`Agent::run`]; cheap to clone.
+/// Obtained from [`Agent::handle`](crate::Agent::handle) before calling [`Agent::run`](crate::Agent::run); cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AgentHandle {
     inner: Arc<HandleInner>,
@@ -39,7 +39,7 @@ impl AgentHandle {
 
     /// The conversation as it stands: as of the last turn boundary of the run in flight, or
     /// the agent's whole conversation between runs. Always a valid history to save and
-    /// resume from with [`Agent::restore`].
+    /// resume from with [`Agent::restore`](crate::Agent::restore).
     ///
     /// ```
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
@@ -71,14 +71,14 @@ impl AgentHandle {
     }
 
     /// Cancels the current run at once: streaming stops, running tools are cancelled, and the
-    /// run finishes with [`Termination::Cancelled`]. A cancel before a run starts cancels
+    /// run finishes with [`Termination::Cancelled`](crate::Termination::Cancelled). A cancel before a run starts cancels
     /// that run.
     pub fn cancel(&self) {
         self.token().cancel();
     }
 
     /// Lets the current turn finish (its tools run and their results are recorded), then
-    /// ends the run with [`Termination::Cancelled`].
+    /// ends the run with [`Termination::Cancelled`](crate::Termination::Cancelled).
     pub fn stop_after_turn(&self) {
         self.inner
             .stop_after_turn

@@ -257,10 +257,10 @@ impl Batch {
 ///
 /// ```
 /// use std::time::Instant;
+/// use agent_loop::machine::{Action, Input};
 /// use agent_loop::testing::ScriptedClient;
 /// use agent_loop::{
-///     Action, Agent, AgentEvent, FnTool, Input, LlmEvent, StopReason, Termination,
-///     ToolCallResult, ToolError,
+///     Agent, AgentEvent, FnTool, LlmEvent, StopReason, Termination, ToolCallResult, ToolError,
 /// };
 /// use serde_json::json;
 ///

@@ -28,6 +28,7 @@ mod compact;
 mod config;
 mod history;
 
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use history::validate as validate_history;
 mod tokens;
 
@@ -336,10 +337,10 @@ impl ContextManager {
         history::validate(&self.messages)
     }
 
-    /// In debug builds, panics if the history is invalid (a bug in the caller or the crate);
-    /// in release builds does nothing. Call it before every request.
+    /// In debug builds, panics if the history is invalid (a bug in the crate: the machine
+    /// keeps it valid whatever the model sends); in release builds does nothing.
     #[track_caller]
-    pub fn debug_assert_valid(&self) {
+    pub(crate) fn debug_assert_valid(&self) {
         #[cfg(debug_assertions)]
         if let Err(e) = self.validate() {
             panic!("{e}");

@@ -44,8 +44,8 @@ use crate::message::MediaSource;
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use error::ToolError;
 pub use fn_tool::FnTool;
-pub use plan::{Access, Concurrency, Schedule};
-pub use registry::{RegisteredTool, ToolRegistry};
+pub use plan::{Access, Concurrency};
+pub use registry::ToolRegistry;
 #[cfg(all(feature = "mcp", test))]
 pub(crate) use schema::check_name;
 pub use source::ToolSource;
@@ -176,7 +176,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// How this call may overlap the other calls of the same batch; see [`Concurrency`].
     /// Default: [`Concurrency::Shared`]. With [`Tool::read_only`] it makes the call's
-    /// [`Schedule`].
+    /// schedule.
     fn concurrency(&self, input: &Self::Input) -> Concurrency {
         let _ = input;
         Concurrency::Shared

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 /// How one tool call may overlap the other calls of its batch.
 ///
 /// Decided per call by [`Tool::concurrency`](super::Tool::concurrency), so a file tool can
-/// lock by path. Together with [`Access`] it forms a call's [`Schedule`].
+/// lock by path. Together with [`Access`] it forms how a call is scheduled.
 #[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Concurrency {
@@ -74,18 +74,17 @@ impl Access {
 }
 
 /// How one tool call is scheduled: what it touches and what it may overlap.
-#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     /// Whether the call may run early; see [`Access`].
-    pub access: Access,
+    pub(crate) access: Access,
     /// Which calls of its batch it may overlap; see [`Concurrency`].
-    pub concurrency: Concurrency,
+    pub(crate) concurrency: Concurrency,
 }
 
 impl Schedule {
     /// A schedule with this access and concurrency.
-    pub fn new(access: Access, concurrency: Concurrency) -> Self {
+    pub(crate) fn new(access: Access, concurrency: Concurrency) -> Self {
         Schedule {
             access,
             concurrency,

@@ -41,7 +41,7 @@ impl<T: Tool> ErasedTool for Erased<T> {
 }
 
 /// A tool as the registry holds it: its spec, its settings and its compiled input schema.
-pub struct RegisteredTool {
+pub(crate) struct RegisteredTool {
     spec: ToolSpec,
     access: Access,
     timeout: Option<Duration>,
@@ -51,39 +51,22 @@ pub struct RegisteredTool {
 
 impl RegisteredTool {
     /// The tool's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.spec.name
     }
 
-    /// The tool's description.
-    pub fn description(&self) -> &str {
-        &self.spec.description
-    }
-
-    /// The JSON Schema of the tool's input, as the model is sent it (flattened when the
-    /// tool's own schema is a top-level union; see [`ToolRegistry::register`]).
-    pub fn input_schema(&self) -> &serde_json::Value {
-        &self.spec.input_schema
-    }
-
     /// The tool as the model sees it.
-    pub fn spec(&self) -> &ToolSpec {
+    pub(crate) fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    /// Whether the tool has no side effects: [`Tool::read_only`], the same as
-    /// `self.access().is_read_only()`.
-    pub fn read_only(&self) -> bool {
-        self.access.is_read_only()
-    }
-
     /// What the tool's calls do to the world (from [`Tool::read_only`]); see [`Access`].
-    pub fn access(&self) -> Access {
+    pub(crate) fn access(&self) -> Access {
         self.access
     }
 
     /// See [`Tool::timeout`].
-    pub fn timeout(&self) -> Option<Duration> {
+    pub(crate) fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 
@@ -241,10 +224,20 @@ impl ToolRegistry {
         self
     }
 
-    /// The tool with this name.
-    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+    /// The tool with this name, as the registry holds it.
+    pub(crate) fn get(&self, name: &str) -> Option<&RegisteredTool> {
         let index = *self.tools.by_name.get(name)?;
         self.tools.list.get(index).map(|tool| &**tool)
+    }
+
+    /// The spec (name, description, input schema as sent) of the tool with this name.
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.get(name).map(RegisteredTool::spec)
+    }
+
+    /// The time limit of the tool with this name, when it has its own.
+    pub fn timeout(&self, name: &str) -> Option<Duration> {
+        self.get(name).and_then(RegisteredTool::timeout)
     }
 
     /// Whether a tool with this name is registered.
@@ -411,15 +404,14 @@ mod tests {
         let registry = registry();
         let read = registry.get("read").unwrap();
         assert_eq!(read.name(), "read");
-        assert_eq!(read.description(), "Reads a file.");
-        assert_eq!(read.input_schema(), &read.spec().input_schema);
-        assert_eq!(read.input_schema()["required"], serde_json::json!(["path"]));
-        assert_eq!(read.spec().description, "Reads a file.");
-        assert!(read.read_only());
-        assert_eq!(read.timeout(), Some(Duration::from_secs(5)));
-        let write = registry.get("write").unwrap();
-        assert!(!write.read_only());
-        assert_eq!(write.timeout(), None);
+        let spec = registry.spec("read").unwrap();
+        assert_eq!(spec, read.spec());
+        assert_eq!(spec.description, "Reads a file.");
+        assert_eq!(spec.input_schema["required"], serde_json::json!(["path"]));
+        assert!(registry.is_read_only("read"));
+        assert_eq!(registry.timeout("read"), Some(Duration::from_secs(5)));
+        assert!(!registry.is_read_only("write"));
+        assert_eq!(registry.timeout("write"), None);
         let debug = format!("{read:?}");
         assert!(debug.starts_with("RegisteredTool"), "{debug}");
         assert!(

@@ -15,10 +15,13 @@
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
+#[cfg(any(test, feature = "testing"))]
 use serde_json::Value;
 
 use crate::error::LlmError;
-use crate::message::{ContentBlock, MediaSource, Message, Role};
+#[cfg(any(test, feature = "testing"))]
+use crate::message::Message;
+use crate::message::{ContentBlock, MediaSource, Role};
 use crate::provider::media_limits::{self as media, Provider};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
@@ -296,6 +299,7 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
 /// `messages` field, for the mock server's history check. Tolerant of any JSON (never
 /// panics): a missing field reads as empty, an unknown block is kept as
 /// [`ContentBlock::Other`], a role other than `assistant` reads as user.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn decode(body: &Value) -> Vec<Message> {
     let messages = body
         .get("messages")
@@ -320,6 +324,7 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
         .collect()
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn decode_block(block: &Value) -> ContentBlock {
     let text = |key: &str| {
         block

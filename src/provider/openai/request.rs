@@ -19,6 +19,7 @@
 //! - `max_tokens` is sent by default ([`MaxTokensField`]); `stream_options.include_usage` is
 //!   always set; `extra` fields are merged last, at the top level.
 
+#[cfg(any(test, feature = "testing"))]
 use serde_json::Value;
 
 use crate::error::LlmError;
@@ -323,6 +324,7 @@ fn file_part<'a>(
 /// message, results first, as [`encode`] split it. A result whose content starts with
 /// [`ERROR_RESULT_PREFIX`] reads as an error result without it. Arguments that are not JSON
 /// are kept as a JSON string.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn decode(body: &Value) -> Vec<Message> {
     let messages = body
         .get("messages")
@@ -394,6 +396,7 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
     out
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn only_results(message: &Message) -> bool {
     message
         .content
@@ -402,6 +405,7 @@ fn only_results(message: &Message) -> bool {
 }
 
 /// Text content (a string) or content parts (text parts as text, the others verbatim).
+#[cfg(any(test, feature = "testing"))]
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
@@ -412,6 +416,7 @@ fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
 
 /// One content part: text, an `image_url` (a data: URL becomes base64 bytes), a PDF `file`;
 /// anything else verbatim.
+#[cfg(any(test, feature = "testing"))]
 fn decode_part(part: &Value) -> ContentBlock {
     let source = |url: Option<&str>| -> Option<MediaSource> {
         let url = url?;
@@ -454,6 +459,7 @@ fn decode_part(part: &Value) -> ContentBlock {
 
 /// Moves the images of a tool-images user message (label text, then images, per result) to
 /// the results they belong to; `false` (and nothing moved) when `content` is not one.
+#[cfg(any(test, feature = "testing"))]
 fn attach_tool_images(results: &mut Message, content: &[ContentBlock]) -> bool {
     let mut groups: Vec<(String, Vec<MediaSource>)> = Vec::new();
     for block in content {
@@ -494,6 +500,7 @@ fn attach_tool_images(results: &mut Message, content: &[ContentBlock]) -> bool {
     true
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn decode_thinking(blocks: Option<&Value>) -> Vec<ContentBlock> {
     let text = |block: &Value, key: &str| {
         block
@@ -519,6 +526,7 @@ fn decode_thinking(blocks: Option<&Value>) -> Vec<ContentBlock> {
         .collect()
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn decode_tool_call(call: &Value) -> ContentBlock {
     let field =
         |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();

@@ -23,6 +23,7 @@
 //!   messages after the last assistant message are sent, as the server holds the rest.
 //! - `extra` fields are merged last, at the top level.
 
+#[cfg(any(test, feature = "testing"))]
 use serde_json::Value;
 
 use std::borrow::Cow;
@@ -282,6 +283,7 @@ fn file_part<'a>(
 /// messages, function calls) form one assistant message; `function_call_output` items and the
 /// user message after them one user message, results first. An output starting with
 /// [`ERROR_RESULT_PREFIX`] reads as an error result without it.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn decode(body: &Value) -> Vec<Message> {
     let items: &[Value] = match body.get("input") {
         Some(Value::Array(items)) => items,
@@ -383,6 +385,7 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
 }
 
 /// A `data:` URL as base64 bytes, any other URL as a URL.
+#[cfg(any(test, feature = "testing"))]
 fn media_source(url: &str) -> MediaSource {
     let base64 = url
         .strip_prefix("data:")
@@ -400,6 +403,7 @@ fn media_source(url: &str) -> MediaSource {
 
 /// Text content (a string) or content parts (text parts as text, images and files as theirs,
 /// the others verbatim).
+#[cfg(any(test, feature = "testing"))]
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
