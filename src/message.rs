@@ -65,6 +65,11 @@ impl Message {
 
 /// One block of a message's content.
 ///
+/// Variants with fields may gain fields (as `ToolResult` gained `images`): match them with
+/// `..` (`ContentBlock::Text { text, .. }`), and build a `ToolResult` with
+/// [`ContentBlock::tool_result`] or [`ContentBlock::tool_result_with_images`] (it is
+/// `#[non_exhaustive]`), so that a new field breaks none of your code.
+///
 /// Serialized with a `type` tag in snake case (`{"type":"text","text":"…"}`), the same shape
 /// Anthropic uses. Blocks the crate does not model (Anthropic `server_tool_use`,
 /// `web_search_tool_result`, future types) are kept verbatim in [`ContentBlock::Other`] and
@@ -102,6 +107,7 @@ pub enum ContentBlock {
         input: serde_json::Value,
     },
     /// The result of a tool call, sent back in a user message.
+    #[non_exhaustive]
     ToolResult {
         /// The id of the call this answers.
         tool_use_id: String,
@@ -166,6 +172,21 @@ impl ContentBlock {
             content: content.into(),
             is_error,
             images: Vec::new(),
+        }
+    }
+
+    /// A tool result with images (say, a screenshot) beside its text.
+    pub fn tool_result_with_images(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+        images: Vec<MediaSource>,
+    ) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: content.into(),
+            is_error,
+            images,
         }
     }
 }

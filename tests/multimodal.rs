@@ -359,12 +359,12 @@ fn media_history(target: f32) -> ContextManager {
             input: json!({}),
         }],
     });
-    cm.push_tool_results(vec![ContentBlock::ToolResult {
-        tool_use_id: "c1".into(),
-        content: "result".into(),
-        is_error: false,
-        images: vec![big().into_source()],
-    }]);
+    cm.push_tool_results(vec![ContentBlock::tool_result_with_images(
+        "c1",
+        "result",
+        false,
+        vec![big().into_source()],
+    )]);
     cm.push(Message::assistant("seen"));
     cm.push(
         UserInput::text("and this")

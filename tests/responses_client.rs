@@ -65,15 +65,15 @@ fn conversation() -> ModelRequest {
         Message {
             role: Role::User,
             content: vec![
-                ContentBlock::ToolResult {
-                    tool_use_id: "call_1".into(),
-                    content: "18°C, sunny".into(),
-                    is_error: false,
-                    images: vec![MediaSource::Base64 {
+                ContentBlock::tool_result_with_images(
+                    "call_1",
+                    "18°C, sunny",
+                    false,
+                    vec![MediaSource::Base64 {
                         media_type: "image/png".into(),
                         data: "iVBORw0KGgo=".into(),
                     }],
-                },
+                ),
                 ContentBlock::tool_result("call_2", "unknown timezone", true),
             ],
         },

@@ -38,6 +38,9 @@ use crate::message::{StopReason, Usage};
 ///   requested again from the start.
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
+///
+/// New variants and new fields may come: match with a `_` arm and with `..` in each variant
+/// (`AgentEvent::ToolResult { id, content, .. }`), so that they break none of your code.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
@@ -150,6 +153,9 @@ pub struct RunOutcome {
 }
 
 /// Why a run stopped.
+///
+/// New variants and new fields may come: match with a `_` arm and with `..` in variants with
+/// fields (`Termination::InvalidOutput { error, .. }`).
 #[non_exhaustive]
 #[derive(Debug, Clone)]
 pub enum Termination {
