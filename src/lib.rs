@@ -98,7 +98,7 @@ pub use agent::{
 /// [`Input`](machine::Input)s and gives [`Action`](machine::Action)s, reads no clock and does no
 /// I/O. [`Agent::run`] is its tokio driver.
 pub mod machine {
-    pub use crate::agent::{Action, AgentMachine, Input};
+    pub use crate::agent::{Action, AgentMachine, Handled, Input, MachineConfig};
 }
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
@@ -119,8 +119,8 @@ pub use provider::{
 };
 pub use sse::{SseDecoder, SseEvent, SseLimits};
 pub use tool::{
-    Access, Concurrency, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult, ToolContext,
-    ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
+    Access, Concurrency, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult, ToolCatalog,
+    ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
 };
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz

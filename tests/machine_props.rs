@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use agent_loop::machine::{Action, AgentMachine, Input};
+use agent_loop::machine::{Action, AgentMachine, Handled, Input};
 use agent_loop::testing::{history_violation, ScriptedClient};
 use agent_loop::{
     Agent, AgentEvent, FnTool, Jitter, LlmError, LlmEvent, RetryPolicy, RunOptions, StopReason,
@@ -365,10 +365,6 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
                     running.extend(calls.into_iter().map(|c| (c.id, c.name)));
                 }
                 Action::AbortTools => running.clear(),
-                Action::SleepUntil(at) => {
-                    now = now.max(at);
-                    waiting.push_back(Input::Timer);
-                }
                 Action::Summarize(_) => waiting.push_back(Input::Summary(Ok("summary".to_owned()))),
                 Action::Finish(outcome) => {
                     events.push(AgentEvent::Finished(outcome));
@@ -391,9 +387,15 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
             }
             continue;
         }
-        // The machine waits: an answer it asked for, the model's next event, or a tool.
+        // The machine waits: an answer it asked for, its timer, the model's next event, or a
+        // tool.
         if let Some(input) = waiting.pop_front() {
             m.handle(input, now);
+            continue;
+        }
+        if let Some(at) = m.poll_timeout() {
+            now = now.max(at);
+            m.handle_timeout(now);
             continue;
         }
         let choice = usize::from(*choices.next().unwrap_or(&0));
@@ -409,20 +411,21 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
             let failed = *failures.next().unwrap_or(&false);
             let result = ToolCallResult::new(id, name, "result", failed, Duration::ZERO);
             m.handle(Input::ToolDone(result.clone()), now);
-            match choice % 7 {
-                // A tool that reports twice, and one for a call nobody made.
-                0 => m.handle(Input::ToolDone(result), now),
-                1 => m.handle(
-                    Input::ToolDone(ToolCallResult::new(
-                        "stranger",
-                        "act",
-                        "?",
-                        false,
-                        Duration::ZERO,
-                    )),
-                    now,
-                ),
-                _ => {}
+            // A tool that reports twice, and one for a call nobody made: both change
+            // nothing, and the machine says so.
+            let stray = match choice % 7 {
+                0 => Some(result),
+                1 => Some(ToolCallResult::new(
+                    "stranger",
+                    "act",
+                    "?",
+                    false,
+                    Duration::ZERO,
+                )),
+                _ => None,
+            };
+            if let Some(stray) = stray {
+                prop_assert_eq!(m.handle(Input::ToolDone(stray), now), Handled::Ignored);
             }
             continue;
         }

@@ -511,7 +511,21 @@ impl Driver<'_, '_> {
         let mut stopped: Option<Stop> = None;
         loop {
             let Some(action) = machine.poll() else {
-                // Every action is answered before the next poll, so the machine never waits.
+                // Every action is answered before the next poll, so the machine waits only
+                // for its timer (the backoff before re-sending a turn): a journaled sleep.
+                if let Some(at) = machine.poll_timeout() {
+                    let delay = at.saturating_duration_since(self.epoch);
+                    match self.ctx.sleep(delay).await {
+                        Ok(()) => {
+                            machine.handle_timeout(at);
+                        }
+                        Err(e) => {
+                            stopped.get_or_insert(e);
+                            machine.handle(Input::Cancel, self.epoch);
+                        }
+                    }
+                    continue;
+                }
                 machine.handle(Input::Cancel, self.epoch);
                 if machine.poll().is_none() {
                     return Err(TerminalError::new("the agent machine stalled"));
@@ -523,16 +537,6 @@ impl Driver<'_, '_> {
                 Action::CallModel(request) => self.call_model(&mut machine, request).await,
                 Action::Approve(calls) => self.approve(&mut machine, calls).await,
                 Action::RunTools(calls) => self.run_tools(&mut machine, calls).await,
-                Action::SleepUntil(at) => {
-                    let delay = at.saturating_duration_since(self.epoch);
-                    match self.ctx.sleep(delay).await {
-                        Ok(()) => {
-                            machine.handle(Input::Timer, self.epoch);
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
                 Action::Summarize(_) => {
                     machine.handle(
                         Input::Summary(Err(agent_loop::ContextError::Summary(

@@ -10,7 +10,7 @@ use crate::message::Message;
 use crate::provider::LlmClient;
 use crate::tool::{ToolRegistry, ToolSources};
 
-use super::config::AgentConfig;
+use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::AgentHooks;
 use super::shared::{busy, lock, Shared};
@@ -39,7 +39,7 @@ pub struct Agent {
     pub(crate) tools: ToolRegistry,
     /// The builder's own tools and the tool sources, with the newest registry.
     pub(crate) sources: ToolSources,
-    pub(crate) config: AgentConfig,
+    pub(crate) config: MachineConfig,
     pub(crate) hooks: Arc<dyn AgentHooks>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) handle: AgentHandle,
@@ -129,6 +129,15 @@ impl Agent {
     /// A handle to cancel runs and read the conversation from elsewhere.
     pub fn handle(&self) -> AgentHandle {
         self.handle.clone()
+    }
+
+    /// The settings of a run's machine: the builder's, with the client's stream limits and
+    /// whether a summarizer is there.
+    pub(crate) fn machine_config(&self) -> MachineConfig {
+        let mut config = self.config.clone();
+        config.stream_limits = self.client.stream_limits();
+        config.summarizer = self.summarizer.is_some();
+        config
     }
 
     fn model_name(&self) -> String {

@@ -11,7 +11,7 @@ use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, Tool
 use crate::tool::{Tool, ToolRegistry, ToolSource, ToolSources};
 
 use super::agent::Agent;
-use super::config::AgentConfig;
+use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::AgentMachine;
@@ -34,7 +34,7 @@ pub struct AgentBuilder {
     system: Option<String>,
     context: Option<ContextManager>,
     context_config: Option<ContextConfig>,
-    config: AgentConfig,
+    config: MachineConfig,
     hooks: Arc<dyn AgentHooks>,
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
@@ -59,7 +59,7 @@ impl AgentBuilder {
             system: None,
             context: None,
             context_config: None,
-            config: AgentConfig::default(),
+            config: MachineConfig::default(),
             hooks: Arc::new(NoHooks),
             summarizer: None,
             cancel: CancellationToken::new(),
@@ -285,11 +285,9 @@ impl AgentBuilder {
         let agent = self.build()?;
         let context = lock(&agent.shared).context.take().ok_or_else(busy)?;
         Ok(AgentMachine::new(
-            agent.config.clone(),
+            agent.machine_config(),
             context,
-            agent.sources.current(),
-            agent.client.stream_limits(),
-            agent.summarizer.is_some(),
+            agent.sources.current().catalog(),
         ))
     }
 

@@ -1,29 +1,58 @@
 //! The loop's settings, as the builder collects them and the machine reads them.
 
-use crate::provider::{PromptCache, RequestSettings, RetryPolicy};
+use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
 
-/// Settings of the loop (see the [`AgentBuilder`] setters).
+/// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
+/// and a driver of its own builds one for [`AgentMachine::new`](crate::machine::AgentMachine::new).
+///
+/// ```
+/// use agent_loop::machine::MachineConfig;
+///
+/// let mut config = MachineConfig::default();
+/// config.max_turns = 5;
+/// config.model = Some("claude-sonnet-4-5".into());
+/// ```
+#[non_exhaustive]
 #[derive(Debug, Clone)]
-pub(crate) struct AgentConfig {
-    pub(crate) model: Option<String>,
-    pub(crate) max_tokens: u32,
-    pub(crate) settings: RequestSettings,
-    pub(crate) thinking_budget: Option<u32>,
-    pub(crate) max_turns: u32,
-    pub(crate) max_tool_failure_turns: u32,
-    pub(crate) max_repeated_calls: u32,
-    pub(crate) token_budget: Option<u64>,
-    pub(crate) final_answer_at_max_turns: bool,
-    pub(crate) max_continuations: u32,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) event_content_limit: usize,
-    pub(crate) early_read_only_tools: bool,
-    pub(crate) prompt_cache: Option<PromptCache>,
+pub struct MachineConfig {
+    /// The model asked for; `None` leaves it to the client.
+    pub model: Option<String>,
+    /// The most tokens of one response (default 8192).
+    pub max_tokens: u32,
+    /// Request settings (temperature, top-p, stop sequences, tool choice …).
+    pub settings: RequestSettings,
+    /// Extended thinking's budget, when on.
+    pub thinking_budget: Option<u32>,
+    /// The most model turns of a run (default 50).
+    pub max_turns: u32,
+    /// Consecutive turns whose every tool call failed before the run stops (default 3).
+    pub max_tool_failure_turns: u32,
+    /// Consecutive turns with exactly the same calls before the run stops (default 3).
+    pub max_repeated_calls: u32,
+    /// The most tokens (input and output) of a run, when capped.
+    pub token_budget: Option<u64>,
+    /// At the turn limit, one more call with tools off for a final answer.
+    pub final_answer_at_max_turns: bool,
+    /// How often a response cut off by `max_tokens` is continued (default 0).
+    pub max_continuations: u32,
+    /// When and how often a model call that broke after content is re-sent.
+    pub retry: RetryPolicy,
+    /// Tool results in events are cut to this many bytes (default 4096).
+    pub event_content_limit: usize,
+    /// Read-only calls start while the model still streams (default on).
+    pub early_read_only_tools: bool,
+    /// Prompt caching (Anthropic cache breakpoints); `None` turns it off.
+    pub prompt_cache: Option<PromptCache>,
+    /// The limits the model's stream is assembled within (the client's).
+    pub stream_limits: StreamLimits,
+    /// Whether the driver can summarize (answer [`Action::Summarize`](crate::machine::Action::Summarize));
+    /// without it compaction never asks for a summary.
+    pub summarizer: bool,
 }
 
-impl Default for AgentConfig {
+impl Default for MachineConfig {
     fn default() -> Self {
-        AgentConfig {
+        MachineConfig {
             model: None,
             max_tokens: 8192,
             settings: RequestSettings::default(),
@@ -38,6 +67,8 @@ impl Default for AgentConfig {
             event_content_limit: 4096,
             early_read_only_tools: true,
             prompt_cache: Some(PromptCache::default()),
+            stream_limits: StreamLimits::default(),
+            summarizer: false,
         }
     }
 }

@@ -205,11 +205,6 @@ impl Driver {
                 io.run_tools(self.tools.clone(), calls, opts, self.turn_span.clone());
             }
             Action::AbortTools => io.tools = FuturesUnordered::new(),
-            Action::SleepUntil(at) => {
-                io.timer = Some(Box::pin(tokio::time::sleep_until(
-                    tokio::time::Instant::from_std(at),
-                )));
-            }
             Action::Summarize(span) => self.summarize(span).await,
             Action::Finish(outcome) => {
                 self.finish(outcome).await;
@@ -265,8 +260,8 @@ impl Driver {
         };
         if let Some(tools) = refreshed {
             tracing::debug!(tools = tools.len(), "the agent's tools changed");
-            self.tools = tools.clone();
-            self.tell(Input::ToolsChanged(tools));
+            self.tell(Input::ToolsChanged(tools.catalog()));
+            self.tools = tools;
         }
     }
 
@@ -274,6 +269,8 @@ impl Driver {
     /// to hear (a finished future). Progress before results: a tool that reports and returns
     /// at once has its progress shown first.
     async fn next_input(&mut self, io: &mut Io) -> Option<Input> {
+        // The machine's timer (a backoff before re-sending a turn), if it set one.
+        let timeout = self.machine.as_ref().and_then(AgentMachine::poll_timeout);
         tokio::select! {
             biased;
             _ = self.cancel.cancelled(), if !self.told_cancel => {
@@ -304,9 +301,15 @@ impl Driver {
                 None
             }
             _ = io.tools.next(), if !io.tools.is_empty() => None,
-            () = async { if let Some(t) = io.timer.as_mut() { t.await } }, if io.timer.is_some() => {
-                io.timer = None;
-                Some(Input::Timer)
+            () = async {
+                if let Some(at) = timeout {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await
+                }
+            }, if timeout.is_some() => {
+                if let Some(machine) = self.machine.as_mut() {
+                    machine.handle_timeout(now());
+                }
+                None
             }
         }
     }

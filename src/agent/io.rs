@@ -1,7 +1,6 @@
 //! What a run's driver keeps outside the machine: the model call in flight, the running tools,
 //! the timer, and the channels they report through. It moves data; it decides nothing.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -29,7 +28,6 @@ pub(super) struct Io {
     pub(super) model_live: bool,
     /// Running tool batches; each sends its results into `results_tx`.
     pub(super) tools: FuturesUnordered<BoxFuture<'static, ()>>,
-    pub(super) timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Io {
@@ -46,7 +44,6 @@ impl Io {
             model_rx,
             model_live: false,
             tools: FuturesUnordered::new(),
-            timer: None,
         }
     }
 

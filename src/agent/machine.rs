@@ -19,9 +19,9 @@ use crate::error::{ConfigError, Error, LlmError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, StreamLimits, ToolChoice};
-use crate::tool::{ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
+use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
-use super::config::AgentConfig;
+use super::config::MachineConfig;
 use super::events::{AgentEvent, RunOutcome, Termination};
 use super::hooks::ToolDecision;
 use super::output::{RunOptions, StructuredOutput};
@@ -55,8 +55,6 @@ pub enum Input {
     ToolDone(ToolCallResult),
     /// A running tool reported progress.
     ToolProgress(ToolProgress),
-    /// The instant of the last [`Action::SleepUntil`] has come.
-    Timer,
     /// The summary asked for by the last [`Action::Summarize`], or why there is none (the
     /// compaction then goes on without one).
     Summary(Result<String, Error>),
@@ -65,14 +63,46 @@ pub enum Input {
     /// Let the current turn finish, then stop.
     StopAfterTurn,
     /// The agent's tools changed (a [`ToolSource`](crate::ToolSource) such as an MCP server
-    /// added or removed some): this registry replaces the machine's. The next
-    /// [`Action::CallModel`] lists these tools, and the machine judges calls by them from now
-    /// on (read-only or not); the driver runs the calls with the same registry. Feed it
-    /// between turns (after a `TurnEnd`, before polling for the next turn); it is taken in any
-    /// state and never changes the state, so a late one breaks nothing (a request already
-    /// sent keeps the tools it listed). Ignored once the run is over, and when the registry
-    /// has a tool named like the run's answer tool ([`RunOptions::output`]).
-    ToolsChanged(ToolRegistry),
+    /// added or removed some): this catalog ([`ToolRegistry::catalog`](crate::ToolRegistry::catalog))
+    /// replaces the machine's. The next [`Action::CallModel`] lists these tools, and the
+    /// machine judges calls by them from now on (read-only or not); the driver runs the calls
+    /// with the registry it came from. Feed it between turns (after a `TurnEnd`, before
+    /// polling for the next turn); it is taken in any state and never changes the state, so a
+    /// late one breaks nothing (a request already sent keeps the tools it listed). Ignored
+    /// once the run is over, and when the catalog has a tool named like the run's answer tool
+    /// ([`RunOptions::output`]).
+    ToolsChanged(ToolCatalog),
+}
+
+impl Input {
+    /// The input's name, for logs.
+    fn kind(&self) -> &'static str {
+        match self {
+            Input::ModelEvent(_) => "ModelEvent",
+            Input::ModelEnded(_) => "ModelEnded",
+            Input::HookStopped(_) => "HookStopped",
+            Input::Approved(_) => "Approved",
+            Input::ToolDone(_) => "ToolDone",
+            Input::ToolProgress(_) => "ToolProgress",
+            Input::Summary(_) => "Summary",
+            Input::Cancel => "Cancel",
+            Input::StopAfterTurn => "StopAfterTurn",
+            Input::ToolsChanged(_) => "ToolsChanged",
+        }
+    }
+}
+
+/// What [`AgentMachine::handle`] (or [`AgentMachine::handle_timeout`]) made of an input.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// The machine took it.
+    Taken,
+    /// It came too late or out of place (the result of a call already answered or
+    /// abandoned, an answer to nothing asked, anything after the run ended) and changed
+    /// nothing. Normal for a driver whose tools and model run concurrently with a cancel;
+    /// anything else is a driver bug worth a look.
+    Ignored,
 }
 
 /// Something the driver must do, taken from [`AgentMachine::poll`].
@@ -96,8 +126,6 @@ pub enum Action {
     RunTools(Vec<ToolCall>),
     /// Abandon every tool call still running: their results are no longer wanted.
     AbortTools,
-    /// Feed [`Input::Timer`] at this instant.
-    SleepUntil(Instant),
     /// Summarize these messages (the oldest turns, which compaction replaces with the
     /// summary); answer with [`Input::Summary`].
     Summarize(Vec<Message>),
@@ -116,8 +144,9 @@ enum State {
     Summarizing,
     /// The model's response (or the hook's verdict before it).
     ModelCall(Box<Attempt>),
-    /// The backoff before re-sending the turn.
-    Backoff,
+    /// The backoff before re-sending the turn, until this instant
+    /// ([`AgentMachine::poll_timeout`]).
+    Backoff(Instant),
     /// The hook's verdicts on a response's calls.
     Approving(Box<Batch>),
     /// The results of a response's calls.
@@ -149,14 +178,33 @@ struct Attempt {
 struct Early {
     /// Id and name of each call started (its `ToolCall` emitted).
     started: Vec<(String, String)>,
-    /// Their results so far.
+    /// The ids in `started`.
+    started_ids: HashSet<String>,
+    /// Their results so far, one per call (a second result of a call is ignored).
     done: Vec<ToolCallResult>,
+    /// The ids in `done`.
+    done_ids: HashSet<String>,
     /// Whether the response asked for a call that is not read-only: calls after it wait for
     /// the end of the message.
     blocked: bool,
 }
 
 impl Early {
+    /// Notes that `call` started.
+    fn start(&mut self, call: &ToolCall) {
+        self.started_ids.insert(call.id.clone());
+        self.started.push((call.id.clone(), call.name.clone()));
+    }
+
+    /// Takes the first result of a started call; gives back any other.
+    fn finish(&mut self, result: ToolCallResult) -> Result<(), ToolCallResult> {
+        if !self.started_ids.contains(&result.id) || !self.done_ids.insert(result.id.clone()) {
+            return Err(result);
+        }
+        self.done.push(result);
+        Ok(())
+    }
+
     fn running(&self) -> usize {
         self.started.len().saturating_sub(self.done.len())
     }
@@ -241,7 +289,7 @@ impl Batch {
 ///   │          ▼                                                       │ Summary
 ///   │    ModelCall ◄─────────────────────────────────────────────────────┘
 ///   │     │  ▲   events: deltas, early read-only calls (Approve → RunTools)
-///   │     │  ├── Backoff ◄──(broke after content, retries left)── Timer
+///   │     │  ├── Backoff ◄──(broke after content, retries left)── timeout
 ///   │     │  └── compact (Summarizing) ◄──(context overflow, once per turn)
 ///   │     ▼ response
 ///   │  (refused, cut off, final call) ───────────────────────────────────► Finished
@@ -289,6 +337,12 @@ impl Batch {
 /// let mut waiting: std::collections::VecDeque<Input> = Default::default();
 /// let outcome = loop {
 ///     let Some(action) = machine.poll() else {
+///         // A timer set (a backoff before re-sending the turn): a real driver sleeps
+///         // until then.
+///         if let Some(at) = machine.poll_timeout() {
+///             machine.handle_timeout(at);
+///             continue;
+///         }
 ///         // Feed the next input: an answer it asked for, else the model's next event.
 ///         let input = match waiting.pop_front() {
 ///             Some(input) => input,
@@ -320,8 +374,6 @@ impl Batch {
 ///         }
 ///         // A real driver aborts its running tools here; these run at once.
 ///         Action::AbortTools => {}
-///         // A real driver sleeps until then (a backoff before re-sending the turn).
-///         Action::SleepUntil(_at) => waiting.push_back(Input::Timer),
 ///         // A real driver asks a model for a summary of these messages.
 ///         Action::Summarize(_messages) => waiting.push_back(Input::Summary(Ok("…".into()))),
 ///         Action::Finish(outcome) => break outcome,
@@ -337,9 +389,9 @@ impl Batch {
 /// ```
 #[derive(Debug)]
 pub struct AgentMachine {
-    config: AgentConfig,
+    config: MachineConfig,
     context: ContextManager,
-    tools: ToolRegistry,
+    tools: ToolCatalog,
     limits: StreamLimits,
     summarizer: bool,
     state: State,
@@ -379,22 +431,39 @@ pub struct AgentMachine {
     call_ids: HashSet<String>,
     /// Ids given in place of repeated or empty ones so far: the next one's number.
     renamed_ids: u64,
+    /// The instant of the input being handled (the latest given).
+    now: Option<Instant>,
+    /// Why the input being handled changed nothing, if it did not.
+    ignored: Option<&'static str>,
 }
 
 impl AgentMachine {
-    pub(crate) fn new(
-        config: AgentConfig,
-        context: ContextManager,
-        tools: ToolRegistry,
-        limits: StreamLimits,
-        summarizer: bool,
-    ) -> Self {
+    /// A machine for one run over `context`, with `tools` (what the model may call; the
+    /// driver runs the calls) and these settings.
+    /// [`AgentBuilder::build_machine`](crate::AgentBuilder::build_machine) builds one from an
+    /// agent's settings; this is for a driver that has no [`Agent`](crate::Agent).
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use agent_loop::machine::{Action, AgentMachine, MachineConfig};
+    /// use agent_loop::{ContextConfig, ContextManager, ToolCatalog};
+    ///
+    /// let mut machine = AgentMachine::new(
+    ///     MachineConfig::default(),
+    ///     ContextManager::new(ContextConfig::default()),
+    ///     ToolCatalog::new(),
+    /// );
+    /// machine.start("Hi", Instant::now());
+    /// let first: Vec<Action> = std::iter::from_fn(|| machine.poll()).collect();
+    /// assert!(first.iter().any(|a| matches!(a, Action::CallModel(_))));
+    /// ```
+    pub fn new(config: MachineConfig, context: ContextManager, tools: ToolCatalog) -> Self {
         AgentMachine {
+            limits: config.stream_limits,
+            summarizer: config.summarizer,
             config,
             context,
             tools,
-            limits,
-            summarizer,
             state: State::Idle,
             out: VecDeque::new(),
             turns: 0,
@@ -419,6 +488,8 @@ impl AgentMachine {
             output_value: None,
             call_ids: HashSet::new(),
             renamed_ids: 0,
+            now: None,
+            ignored: None,
         }
     }
 
@@ -436,7 +507,7 @@ impl AgentMachine {
         if !matches!(self.state, State::Idle) {
             return;
         }
-        let _ = now;
+        self.now = Some(now);
         let settings = options.settings.over(&self.config.settings);
         if let Err(e) = self.check_options(&settings, options.output.as_ref()) {
             self.finish(Termination::Error(e));
@@ -516,38 +587,78 @@ impl AgentMachine {
         self.turns
     }
 
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
+    /// Takes one input, at `now`. An input that comes too late or out of place (a result of
+    /// a call already answered or abandoned, an answer to nothing asked, anything after the
+    /// run ended) changes nothing and is reported as [`Handled::Ignored`] (and logged at
+    /// debug level), never silently dropped.
+    pub fn handle(&mut self, input: Input, now: Instant) -> Handled {
+        self.now = Some(now);
+        self.ignored = None;
         match input {
-            Input::Cancel => return self.cancel(),
-            Input::StopAfterTurn => {
-                self.stop_after_turn = true;
-                return;
+            Input::Cancel => self.cancel(),
+            Input::StopAfterTurn => self.stop_after_turn = true,
+            Input::ToolProgress(progress) => self.progress(progress),
+            Input::ToolsChanged(tools) => self.set_tools(tools),
+            input => {
+                let state = std::mem::replace(&mut self.state, State::Finished);
+                self.state = match (state, input) {
+                    (State::ModelCall(attempt), input) => self.on_model(attempt, input),
+                    (State::Summarizing, Input::Summary(summary)) => self.on_summary(summary),
+                    (State::Approving(batch), Input::Approved(verdicts)) => {
+                        self.on_approved(batch, verdicts)
+                    }
+                    (State::RunningTools(batch), Input::ToolDone(result)) => {
+                        self.on_tool_done(batch, result)
+                    }
+                    (state, input) => {
+                        self.ignore(&input, "the machine does not wait for it now");
+                        state
+                    }
+                };
             }
-            Input::ToolProgress(progress) => return self.progress(progress),
-            Input::ToolsChanged(tools) => return self.set_tools(tools),
-            _ => {}
         }
-        let state = std::mem::replace(&mut self.state, State::Finished);
-        self.state = match (state, input) {
-            (State::ModelCall(attempt), input) => self.on_model(attempt, input, now),
-            (State::Summarizing, Input::Summary(summary)) => self.on_summary(summary),
-            (State::Backoff, Input::Timer) => self.call_model(),
-            (State::Approving(batch), Input::Approved(verdicts)) => {
-                self.on_approved(batch, verdicts, now)
+        match self.ignored.take() {
+            Some(_) => Handled::Ignored,
+            None => Handled::Taken,
+        }
+    }
+
+    /// When the machine wants [`handle_timeout`](Self::handle_timeout): the end of the
+    /// backoff before a turn is re-sent. `None` when no timer is set.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::Backoff(until) => Some(*until),
+            _ => None,
+        }
+    }
+
+    /// The time has come to `now`: a backoff that has run out re-sends the turn. Early (before
+    /// [`poll_timeout`](Self::poll_timeout)), or with no timer set, it changes nothing and is
+    /// reported as [`Handled::Ignored`].
+    pub fn handle_timeout(&mut self, now: Instant) -> Handled {
+        self.now = Some(now);
+        match self.state {
+            State::Backoff(until) if now >= until => {
+                self.state = self.call_model();
+                Handled::Taken
             }
-            (State::RunningTools(batch), Input::ToolDone(result)) => {
-                self.on_tool_done(batch, result, now)
+            _ => {
+                tracing::debug!("a timeout the machine did not set, or before its time; ignored");
+                Handled::Ignored
             }
-            // Anything else is stale (a result of an abandoned call, a timer after a cancel)
-            // or out of place: the machine stays where it was.
-            (state, _) => state,
-        };
+        }
+    }
+
+    /// Notes that the input being handled changes nothing.
+    fn ignore(&mut self, input: &Input, why: &'static str) {
+        tracing::debug!(input = input.kind(), why, "input ignored");
+        self.ignored = Some(why);
     }
 
     /// Replaces the tools (see [`Input::ToolsChanged`]).
-    fn set_tools(&mut self, tools: ToolRegistry) {
+    fn set_tools(&mut self, tools: ToolCatalog) {
         if matches!(self.state, State::Finished) {
+            self.ignored = Some("tools changed after the run ended");
             return;
         }
         if let Some(output) = &self.output {
@@ -556,10 +667,11 @@ impl AgentMachine {
                     tool = output.tool_name(),
                     "the changed tools include one named like the answer tool; keeping the old tools"
                 );
+                self.ignored = Some("the changed tools include one named like the answer tool");
                 return;
             }
         }
-        self.context.set_tools(&tools.specs());
+        self.context.set_tools(tools.specs());
         self.tools = tools;
     }
 
@@ -633,7 +745,7 @@ impl AgentMachine {
 
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
-        let mut tools = self.tools.specs();
+        let mut tools = self.tools.specs().to_vec();
         if let Some(output) = &self.output {
             tools.push(output.spec.clone());
         }
@@ -710,7 +822,7 @@ impl AgentMachine {
 
     // ----- the model's response ------------------------------------------------------
 
-    fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input, now: Instant) -> State {
+    fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input) -> State {
         match input {
             Input::ModelEvent(event) => {
                 if let LlmEvent::Retry { delay, error, .. } = &event {
@@ -737,7 +849,7 @@ impl AgentMachine {
                 };
                 if let Err(error) = attempt.assembler.push(&event) {
                     self.out.push_back(Action::StopModel);
-                    return self.attempt_failed(attempt, error, now);
+                    return self.attempt_failed(attempt, error);
                 }
                 match event {
                     LlmEvent::TextDelta { text, .. } if !text.is_empty() => {
@@ -769,14 +881,14 @@ impl AgentMachine {
                     LlmEvent::Usage(usage) => attempt.usage = usage,
                     LlmEvent::MessageStop { .. } => {
                         self.out.push_back(Action::StopModel);
-                        return self.attempt_ended(attempt, now);
+                        return self.attempt_ended(attempt);
                     }
                     _ => {}
                 }
                 State::ModelCall(attempt)
             }
-            Input::ModelEnded(Ok(())) => self.attempt_ended(attempt, now),
-            Input::ModelEnded(Err(error)) => self.attempt_failed(attempt, error, now),
+            Input::ModelEnded(Ok(())) => self.attempt_ended(attempt),
+            Input::ModelEnded(Err(error)) => self.attempt_failed(attempt, error),
             Input::HookStopped(reason) => self.finish(Termination::StoppedByHook { reason }),
             Input::Approved(verdicts) => {
                 let calls = std::mem::take(&mut attempt.approving);
@@ -785,22 +897,25 @@ impl AgentMachine {
                     // with the rest of the batch.
                     if verdict == ToolDecision::Allow {
                         self.emit_call(&call);
-                        attempt
-                            .early
-                            .started
-                            .push((call.id.clone(), call.name.clone()));
+                        attempt.early.start(&call);
                         self.out.push_back(Action::RunTools(vec![call]));
                     }
                 }
                 State::ModelCall(attempt)
             }
             Input::ToolDone(result) => {
-                if attempt.early.started.iter().any(|(id, _)| *id == result.id) {
-                    attempt.early.done.push(result);
+                if let Err(result) = attempt.early.finish(result) {
+                    self.ignore(
+                        &Input::ToolDone(result),
+                        "a result of no call started in this response, or a second one",
+                    );
                 }
                 State::ModelCall(attempt)
             }
-            _ => State::ModelCall(attempt),
+            input => {
+                self.ignore(&input, "the machine waits for the model's response");
+                State::ModelCall(attempt)
+            }
         }
     }
 
@@ -822,7 +937,7 @@ impl AgentMachine {
     }
 
     /// The response stream ended (cleanly, or after `MessageStop`).
-    fn attempt_ended(&mut self, attempt: Box<Attempt>, now: Instant) -> State {
+    fn attempt_ended(&mut self, attempt: Box<Attempt>) -> State {
         let Attempt {
             assembler,
             content_seen,
@@ -835,7 +950,7 @@ impl AgentMachine {
             Ok(response) => {
                 self.usage += usage;
                 self.call_ids.extend(call_ids);
-                self.on_response(response, early, now)
+                self.on_response(response, early)
             }
             Err(error) => self.attempt_failed(
                 Box::new(Attempt {
@@ -848,14 +963,13 @@ impl AgentMachine {
                     call_ids,
                 }),
                 error,
-                now,
             ),
         }
     }
 
     /// The attempt failed: compact and re-send on an overflow (once per turn), re-send after
     /// a backoff when it broke after content and retries remain, else end the run.
-    fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError, now: Instant) -> State {
+    fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError) -> State {
         self.usage += attempt.usage;
         self.failed_usage += attempt.usage;
         self.abandon_early(
@@ -884,8 +998,11 @@ impl AgentMachine {
             delay,
             error: error.to_string(),
         });
-        self.out.push_back(Action::SleepUntil(now + delay));
-        State::Backoff
+        // `now` is the instant of the input being handled (set by every `handle`).
+        match self.now {
+            Some(now) => State::Backoff(now + delay),
+            None => self.call_model(),
+        }
     }
 
     /// Answers each call started early of an abandoned attempt: its result if it finished,
@@ -910,7 +1027,7 @@ impl AgentMachine {
         given
     }
 
-    fn on_response(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
+    fn on_response(&mut self, response: ModelResponse, early: Early) -> State {
         let sent = self.context.len();
         self.context.record_usage(&response.usage, sent);
         self.partial_text.clear();
@@ -974,7 +1091,7 @@ impl AgentMachine {
                 self.end_turn(&response);
                 State::NextTurn
             }
-            Next::RunTools => self.start_batch(response, early, now),
+            Next::RunTools => self.start_batch(response, early),
         }
     }
 
@@ -1010,7 +1127,7 @@ impl AgentMachine {
 
     /// A response's calls: repeated ones stop the run, invalid ones are answered at once, the
     /// rest go to the hook (all but those started early).
-    fn start_batch(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
+    fn start_batch(&mut self, response: ModelResponse, early: Early) -> State {
         let calls: Vec<ToolCall> = response
             .message
             .tool_uses()
@@ -1042,7 +1159,7 @@ impl AgentMachine {
                 self.answer(&mut batch, i, &message);
             }
             batch.stop = Some(Termination::RepeatedToolCall { name, times });
-            return self.complete_batch(batch, now);
+            return self.complete_batch(batch);
         }
 
         // Calls started early: announced already; their results so far count.
@@ -1102,7 +1219,7 @@ impl AgentMachine {
             batch.approving.push(i);
         }
         if batch.approving.is_empty() {
-            return self.launch(batch, now);
+            return self.launch(batch);
         }
         let calls = batch
             .approving
@@ -1113,12 +1230,7 @@ impl AgentMachine {
         State::Approving(batch)
     }
 
-    fn on_approved(
-        &mut self,
-        mut batch: Box<Batch>,
-        verdicts: Vec<ToolDecision>,
-        now: Instant,
-    ) -> State {
+    fn on_approved(&mut self, mut batch: Box<Batch>, verdicts: Vec<ToolDecision>) -> State {
         let positions = std::mem::take(&mut batch.approving);
         let mut verdicts = verdicts.into_iter();
         let mut allowed = Vec::new();
@@ -1157,12 +1269,12 @@ impl AgentMachine {
             .iter()
             .any(|&i| !self.tools.is_read_only(&batch.calls[i].name));
         batch.held = allowed;
-        self.launch(batch, now)
+        self.launch(batch)
     }
 
     /// Starts the allowed calls: after the early read-only calls still running when any of
     /// them has side effects (they may touch the same resource).
-    fn launch(&mut self, mut batch: Box<Batch>, now: Instant) -> State {
+    fn launch(&mut self, mut batch: Box<Batch>) -> State {
         if !batch.held_side_effects || batch.early_pending.is_empty() {
             let calls: Vec<ToolCall> = batch
                 .held
@@ -1174,21 +1286,20 @@ impl AgentMachine {
             }
         }
         if batch.unanswered == 0 {
-            return self.complete_batch(batch, now);
+            return self.complete_batch(batch);
         }
         State::RunningTools(batch)
     }
 
-    fn on_tool_done(
-        &mut self,
-        mut batch: Box<Batch>,
-        result: ToolCallResult,
-        now: Instant,
-    ) -> State {
+    fn on_tool_done(&mut self, mut batch: Box<Batch>, result: ToolCallResult) -> State {
         let Some(i) = batch
             .position(&result.id)
             .filter(|&i| batch.results[i].is_none() && batch.announced[i])
         else {
+            self.ignore(
+                &Input::ToolDone(result),
+                "a result of no call waiting for one (unknown, answered or abandoned)",
+            );
             return State::RunningTools(batch);
         };
         self.emit_result(&result);
@@ -1196,12 +1307,12 @@ impl AgentMachine {
         batch.early_pending.remove(&i);
         // Starts the held calls once no early call is left, and completes the batch when
         // every call is answered.
-        self.launch(batch, now)
+        self.launch(batch)
     }
 
     /// Every call is answered: the results go into the history, the turn ends, and the run
     /// stops or goes on.
-    fn complete_batch(&mut self, batch: Box<Batch>, _now: Instant) -> State {
+    fn complete_batch(&mut self, batch: Box<Batch>) -> State {
         let Batch {
             response,
             calls,
@@ -1366,6 +1477,7 @@ impl AgentMachine {
     /// A tool's progress, unless its call is already answered.
     fn progress(&mut self, progress: ToolProgress) {
         if matches!(self.state, State::Finished) || self.answered.contains(&progress.call_id) {
+            self.ignored = Some("progress of a call already answered, or after the run");
             return;
         }
         self.emit(AgentEvent::ToolProgress {
@@ -1381,7 +1493,10 @@ impl AgentMachine {
     fn cancel(&mut self) {
         let state = std::mem::replace(&mut self.state, State::Finished);
         match state {
-            State::Finished => return,
+            State::Finished => {
+                self.ignored = Some("a cancel after the run ended");
+                return;
+            }
             State::ModelCall(attempt) => {
                 self.out.push_back(Action::StopModel);
                 self.usage += attempt.usage;
@@ -1407,7 +1522,7 @@ impl AgentMachine {
                 self.context.push_tool_results(blocks);
                 self.end_turn(&response);
             }
-            State::Idle | State::Summarizing | State::Backoff | State::NextTurn => {}
+            State::Idle | State::Summarizing | State::Backoff(_) | State::NextTurn => {}
         }
         self.keep_interrupted_text();
         self.state = self.finish(Termination::Cancelled);

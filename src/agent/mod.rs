@@ -31,9 +31,10 @@ mod turn;
 
 pub use agent::Agent;
 pub use builder::AgentBuilder;
+pub use config::MachineConfig;
 pub use events::{AgentEvent, RunError, RunOutcome, Termination};
 pub use handle::AgentHandle;
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
-pub use machine::{Action, AgentMachine, Input};
+pub use machine::{Action, AgentMachine, Handled, Input};
 pub use output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use summarizer::LlmSummarizer;

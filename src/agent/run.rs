@@ -92,13 +92,7 @@ impl Agent {
             termination = tracing::field::Empty,
         );
         let tools = self.sources.current();
-        let machine = AgentMachine::new(
-            self.config.clone(),
-            context,
-            tools.clone(),
-            self.client.stream_limits(),
-            self.summarizer.is_some(),
-        );
+        let machine = AgentMachine::new(self.machine_config(), context, tools.catalog());
         let driver = Driver::new(self, machine, tools, span.clone(), tx)
             .drive(input, options)
             .instrument(span);

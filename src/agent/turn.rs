@@ -5,7 +5,7 @@ use crate::assemble::ModelResponse;
 use crate::message::{StopReason, Usage};
 use crate::tool::{ToolCall, ToolCallResult};
 
-use super::config::AgentConfig;
+use super::config::MachineConfig;
 use super::events::Termination;
 
 /// What the loop does after a response.
@@ -44,7 +44,7 @@ pub(crate) fn after_response(response: &ModelResponse, continuations_left: bool)
 
 /// The limit checked before each model call.
 pub(crate) fn before_model_call(
-    config: &AgentConfig,
+    config: &MachineConfig,
     turns_done: u32,
     usage: &Usage,
 ) -> Option<Termination> {

@@ -21,6 +21,7 @@
 //! ```
 
 mod call;
+mod catalog;
 mod error;
 mod exec;
 mod flatten;
@@ -42,6 +43,7 @@ use crate::media::Image;
 use crate::message::MediaSource;
 
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
+pub use catalog::ToolCatalog;
 pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency};

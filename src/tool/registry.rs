@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 
 use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
+use super::catalog::ToolCatalog;
 use super::exec::{self, panic_message};
 use super::plan::{Access, Schedule};
 use super::schema;
@@ -257,6 +258,16 @@ impl ToolRegistry {
             .iter()
             .map(|tool| tool.spec.clone())
             .collect()
+    }
+
+    /// The tools as the agent's machine sees them: specs and read-only flags, no code.
+    pub fn catalog(&self) -> ToolCatalog {
+        self.tools
+            .list
+            .iter()
+            .fold(ToolCatalog::new(), |catalog, tool| {
+                catalog.tool(tool.spec.clone(), tool.access.is_read_only())
+            })
     }
 
     /// Whether the named tool is registered and [read-only](Tool::read_only): the same as
