@@ -302,9 +302,9 @@ impl StreamAssembler {
                 };
                 if args.len() + partial_json.len() > max {
                     return Err(LlmError::LimitExceeded {
-                        what: "the arguments of one tool call",
+                        what: "the arguments of one tool call".into(),
                         limit: max,
-                        setting: "StreamLimits::max_tool_args_bytes",
+                        setting: "StreamLimits::max_tool_args_bytes".into(),
                     });
                 }
                 args.push_str(partial_json);
@@ -433,9 +433,9 @@ impl StreamAssembler {
         self.total_bytes = self.total_bytes.saturating_add(bytes);
         if self.total_bytes > self.limits.max_response_bytes {
             return Err(LlmError::LimitExceeded {
-                what: "the response",
+                what: "the response".into(),
                 limit: self.limits.max_response_bytes,
-                setting: "StreamLimits::max_response_bytes",
+                setting: "StreamLimits::max_response_bytes".into(),
             });
         }
         Ok(())
@@ -564,9 +564,9 @@ mod tests {
         assert_eq!(
             assembler.push(&text(0, "a")),
             Err(LlmError::LimitExceeded {
-                what: "the response",
+                what: "the response".into(),
                 limit: SLOT_OVERHEAD + 10,
-                setting: "StreamLimits::max_response_bytes",
+                setting: "StreamLimits::max_response_bytes".into(),
             })
         );
         // A tool call's id and name count like text.

@@ -4,8 +4,11 @@
 //! while talking to a model (transport, HTTP status, stream decoding, limits);
 //! [`ToolError`](crate::ToolError) is a tool's own failure.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::tool::ToolError;
 
@@ -137,8 +140,11 @@ pub enum ContextError {
 }
 
 /// Which timeout fired; each one is its own setting on the clients.
+///
+/// Serialized as a snake-case string: `"connect"`, `"first_byte"`, `"idle"`, `"total"`.
 #[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TimeoutKind {
     /// Establishing the TCP/TLS connection took too long.
     Connect,
@@ -163,22 +169,52 @@ impl fmt::Display for TimeoutKind {
 }
 
 /// A non-2xx answer from a model server, with what the provider said about it.
+///
+/// Serialized as an object with the field names below; the optional fields are left out when
+/// empty (and read as empty when missing), and `retry_after` is serde's form of a
+/// [`Duration`], `{"secs": u64, "nanos": u32}`:
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_loop::ApiError;
+///
+/// let mut error = ApiError::new(529, "Overloaded");
+/// error.error_type = Some("overloaded_error".into());
+/// error.retry_after = Some(Duration::from_millis(1500));
+/// let json = serde_json::to_value(&error)?;
+/// assert_eq!(
+///     json,
+///     serde_json::json!({
+///         "status": 529,
+///         "error_type": "overloaded_error",
+///         "message": "Overloaded",
+///         "retry_after": {"secs": 1, "nanos": 500_000_000},
+///     })
+/// );
+/// assert_eq!(serde_json::from_value::<ApiError>(json)?, error);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
     /// The HTTP status code.
     pub status: u16,
     /// The provider's error type (`overloaded_error`, `rate_limit_error`, `insufficient_quota` …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
     /// The provider's error code, where it sends one (OpenAI `code`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
     /// The provider's human-readable message (or the start of the body when it is not JSON).
     pub message: String,
     /// The request id header (`request-id`, `x-request-id`), for support tickets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
     /// How long the server asked us to wait (`retry-after-ms` / `retry-after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<Duration>,
     /// The server's explicit `x-should-retry` verdict, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub should_retry: Option<bool>,
 }
 
@@ -234,8 +270,44 @@ impl fmt::Display for ApiError {
 }
 
 /// Everything that can go wrong while getting one response from a model.
+///
+/// # Serialized form
+///
+/// An object tagged with `type`, the variant's name in snake case (`connect`, `timeout`,
+/// `api`, `context_overflow`, `stream`, `incomplete`, `transport`, `malformed`,
+/// `limit_exceeded`, `invalid_request`, `redirected`, `unexpected_content_type`), beside the
+/// variant's fields. [`Api`](LlmError::Api) and [`ContextOverflow`](LlmError::ContextOverflow)
+/// carry the [`ApiError`]'s fields inline; a [`Duration`] is serde's `{"secs", "nanos"}`
+/// object, exact to the nanosecond. Read back, an error is equal to the one written, so it is
+/// retried (or not) the same way:
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_loop::{LlmError, TimeoutKind};
+///
+/// let error = LlmError::Timeout { kind: TimeoutKind::Idle, after: Duration::from_secs(30) };
+/// let json = serde_json::to_string(&error)?;
+/// assert_eq!(json, r#"{"type":"timeout","kind":"idle","after":{"secs":30,"nanos":0}}"#);
+/// let back: LlmError = serde_json::from_str(&json)?;
+/// assert_eq!(back, error);
+/// assert!(back.is_retryable());
+///
+/// let limit = LlmError::LimitExceeded {
+///     what: "an SSE line".into(),
+///     limit: 1024,
+///     setting: "StreamLimits::max_line_bytes".into(),
+/// };
+/// let json = serde_json::to_string(&limit)?;
+/// assert_eq!(
+///     json,
+///     r#"{"type":"limit_exceeded","what":"an SSE line","limit":1024,"setting":"StreamLimits::max_line_bytes"}"#
+/// );
+/// assert_eq!(serde_json::from_str::<LlmError>(&json)?, limit);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum LlmError {
     /// The request could not be sent (DNS, connection refused, TLS). Usually transient.
     #[error("could not reach the model server: {message}")]
@@ -290,12 +362,13 @@ pub enum LlmError {
     /// Untrusted input went over a configured size limit and was refused.
     #[error("{what} exceeds the limit of {limit} bytes (raise `{setting}` if this is expected)")]
     LimitExceeded {
-        /// What was too large ("an SSE line", "tool-call arguments" …).
-        what: &'static str,
+        /// What was too large ("an SSE line", "tool-call arguments" …). The crate's own
+        /// errors borrow a static name; one read back from its serialized form owns it.
+        what: Cow<'static, str>,
         /// The limit in bytes.
         limit: usize,
-        /// The setting that controls it.
-        setting: &'static str,
+        /// The setting that controls it (`StreamLimits::max_line_bytes` …).
+        setting: Cow<'static, str>,
     },
     /// The request could not be built (for example a history that is not valid for the provider).
     #[error("invalid request: {message}")]

@@ -83,6 +83,8 @@ pub mod mcp;
 mod media;
 mod message;
 mod provider;
+#[cfg(test)]
+mod serde_tests;
 pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -445,9 +445,9 @@ fn split_field(line: &str) -> (&str, &str) {
 fn check_line(len: usize, limits: &SseLimits) -> Result<(), LlmError> {
     if len > limits.max_line_bytes {
         return Err(LlmError::LimitExceeded {
-            what: "an SSE line",
+            what: "an SSE line".into(),
             limit: limits.max_line_bytes,
-            setting: "StreamLimits::max_line_bytes",
+            setting: "StreamLimits::max_line_bytes".into(),
         });
     }
     Ok(())
@@ -530,9 +530,9 @@ impl EventBuilder {
         let extra = usize::from(self.has_data) + len;
         if self.data.len() + extra > self.max_event_bytes {
             return Err(LlmError::LimitExceeded {
-                what: "an SSE event",
+                what: "an SSE event".into(),
                 limit: self.max_event_bytes,
-                setting: "StreamLimits::max_event_bytes",
+                setting: "StreamLimits::max_event_bytes".into(),
             });
         }
         Ok(())
@@ -737,9 +737,9 @@ data: 2
                 err,
                 LlmError::LimitExceeded {
                     limit: 9,
-                    what: "an SSE line",
+                    ref what,
                     ..
-                }
+                } if what == "an SSE line"
             ),
             "{err}"
         );

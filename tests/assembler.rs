@@ -90,9 +90,9 @@ fn smallest_response_limit(events: &[LlmEvent]) -> usize {
     assert_eq!(
         assemble_with(response_limit(refused), events).unwrap_err(),
         LlmError::LimitExceeded {
-            what: "the response",
+            what: "the response".into(),
             limit: refused,
-            setting: "StreamLimits::max_response_bytes",
+            setting: "StreamLimits::max_response_bytes".into(),
         }
     );
     fits_at
@@ -300,9 +300,9 @@ fn tool_arguments_may_reach_their_limit_exactly() {
     assert_eq!(
         assemble_with(limits, &events(",\"bb\":}")).unwrap_err(),
         LlmError::LimitExceeded {
-            what: "the arguments of one tool call",
+            what: "the arguments of one tool call".into(),
             limit: 12,
-            setting: "StreamLimits::max_tool_args_bytes",
+            setting: "StreamLimits::max_tool_args_bytes".into(),
         }
     );
 }

@@ -1721,9 +1721,9 @@ fn oversize_line_is_refused_with_the_limit_named() {
             assert_eq!(
                 err,
                 LlmError::LimitExceeded {
-                    what: "an SSE line",
+                    what: "an SSE line".into(),
                     limit: 64,
-                    setting: "StreamLimits::max_line_bytes"
+                    setting: "StreamLimits::max_line_bytes".into()
                 },
                 "{name} chunk {chunk}"
             );
@@ -1770,9 +1770,9 @@ fn oversize_event_is_refused_with_the_limit_named() {
         assert_eq!(
             d.result,
             Err(LlmError::LimitExceeded {
-                what: "an SSE event",
+                what: "an SSE event".into(),
                 limit: 200,
-                setting: "StreamLimits::max_event_bytes"
+                setting: "StreamLimits::max_event_bytes".into()
             })
         );
     }
@@ -1793,9 +1793,9 @@ fn oversize_tool_arguments_are_refused_with_the_limit_named() {
         assert_eq!(
             err,
             LlmError::LimitExceeded {
-                what: "the arguments of one tool call",
+                what: "the arguments of one tool call".into(),
                 limit: size - 1,
-                setting: "StreamLimits::max_tool_args_bytes"
+                setting: "StreamLimits::max_tool_args_bytes".into()
             }
         );
         assert!(err.to_string().contains("max_tool_args_bytes"));
@@ -1820,9 +1820,9 @@ fn oversize_response_is_refused_with_the_limit_named() {
     assert_eq!(
         d.result,
         Err(LlmError::LimitExceeded {
-            what: "the response",
+            what: "the response".into(),
             limit: text_len - 1,
-            setting: "StreamLimits::max_response_bytes"
+            setting: "StreamLimits::max_response_bytes".into()
         })
     );
     // The text plus a block's bookkeeping fits.

@@ -406,7 +406,7 @@ fn decode_bounded(
 /// A limit error must name the limit that was configured.
 fn check_limit_error(result: &Result<(), LlmError>, limits: &StreamLimits) {
     if let Err(LlmError::LimitExceeded { limit, setting, .. }) = result {
-        let expected = match *setting {
+        let expected = match setting.as_ref() {
             "StreamLimits::max_line_bytes" => limits.max_line_bytes,
             "StreamLimits::max_event_bytes" => limits.max_event_bytes,
             other => panic!("the wire decoder reported a limit it does not own: {other}"),
@@ -915,7 +915,7 @@ proptest! {
                     }
                     over
                 };
-                match setting {
+                match setting.as_ref() {
                     "StreamLimits::max_line_bytes" => {
                         prop_assert_eq!(limit, max_line);
                         prop_assert!(longest > max_line);

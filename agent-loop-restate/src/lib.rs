@@ -129,6 +129,21 @@
 //! run stops as an in-process cancel does (unanswered calls answered as cancelled, the
 //! history left valid and saved).
 //!
+//! # What the journal holds, and upgrading
+//!
+//! A model step's result is the response's events and the error that ended it, as the core's
+//! own serde forms ([`agent_loop::LlmEvent`], [`agent_loop::LlmError`]); a tool step's is the
+//! [`agent_loop::ToolCallResult`]. Replayed, each reads back equal to what the first run saw.
+//! The session's state (conversation, status, progress events) does not depend on them.
+//!
+//! Earlier builds of this crate journaled hand-made mirrors of those types instead, which this
+//! version does not replay: an invocation that meets such an entry fails with an error that
+//! says so and names the way out (Restate retries it until it is cancelled). So upgrade as
+//! Restate recommends: register the new worker as a new deployment and keep the old one
+//! serving until the invocations it started have finished (Restate keeps an invocation on the
+//! deployment it started on), rather than replacing a deployment in place while runs are in
+//! flight. Sessions carry over: their state has the same shape in both versions.
+//!
 //! # What a Restate cluster adds for scale
 //!
 //! One `restate-server` on one machine is enough for tests and small deployments. In

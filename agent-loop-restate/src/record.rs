@@ -1,18 +1,14 @@
-//! What the journal holds: serializable records of a model call and of a tool call.
-//!
-//! The core crate's event and error types are not serde types (they carry `&'static str`
-//! and `Duration`s chosen for in-process use), so the journal stores these mirrors and turns
-//! them back into the exact values the machine was fed the first time.
+//! What the journal holds: a model call's events and how it ended, and a tool call's result,
+//! as the core's own serde types ([`LlmEvent`], [`LlmError`], [`ToolCallResult`]). Read back,
+//! each is equal to what the first run saw, so a replay feeds the machine the same inputs.
 
+use std::mem::Discriminant;
 use std::sync::Arc;
-use std::time::Duration;
 
-use agent_loop::{
-    ApiError, LlmClient, LlmError, LlmEvent, MediaSource, ModelRequest, StopReason, TimeoutKind,
-    ToolCallResult, Usage,
-};
+use agent_loop::{LlmClient, LlmError, LlmEvent, ModelRequest};
+use bytes::Bytes;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
+use restate_sdk::serde::{Deserialize, PayloadMetadata, Serialize};
 
 /// The most events one model step keeps; the client's own stream limits bound the bytes, and
 /// coalescing deltas keeps the count near the number of content blocks.
@@ -20,17 +16,17 @@ const MAX_EVENTS: usize = 65_536;
 
 /// One journaled model call: the response's events (deltas of a block merged) and how the
 /// stream ended.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ModelStep {
-    pub events: Vec<Event>,
+    pub events: Vec<LlmEvent>,
     /// `None`: the stream ended cleanly (after `MessageStop`, or simply ended).
-    pub error: Option<RecError>,
+    pub error: Option<LlmError>,
 }
 
 impl ModelStep {
     /// Whether the response ended with its `MessageStop` (the machine stops listening then).
     pub fn stopped(&self) -> bool {
-        matches!(self.events.last(), Some(Event::MessageStop { .. }))
+        matches!(self.events.last(), Some(LlmEvent::MessageStop { .. }))
     }
 }
 
@@ -38,22 +34,20 @@ impl ModelStep {
 /// record, for the machine to decide on (retry after a backoff, or end the run) exactly as
 /// in-process.
 pub(crate) async fn call_model(client: Arc<dyn LlmClient>, request: ModelRequest) -> ModelStep {
-    let mut events: Vec<Event> = Vec::new();
+    let mut events: Vec<LlmEvent> = Vec::new();
     let mut error = None;
     let mut stream = client.stream(&request);
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
                 let stop = matches!(event, LlmEvent::MessageStop { .. });
-                if let Some(event) = Event::from_llm(&event) {
-                    push_coalesced(&mut events, event);
-                }
+                push_coalesced(&mut events, event);
                 if events.len() > MAX_EVENTS {
-                    error = Some(RecError::from_llm(&LlmError::LimitExceeded {
-                        what: "the response",
+                    error = Some(LlmError::LimitExceeded {
+                        what: "the response".into(),
                         limit: MAX_EVENTS,
-                        setting: "StreamLimits::max_response_bytes",
-                    }));
+                        setting: "StreamLimits::max_response_bytes".into(),
+                    });
                     break;
                 }
                 if stop {
@@ -61,7 +55,7 @@ pub(crate) async fn call_model(client: Arc<dyn LlmClient>, request: ModelRequest
                 }
             }
             Err(e) => {
-                error = Some(RecError::from_llm(&e));
+                error = Some(e);
                 break;
             }
         }
@@ -72,508 +66,205 @@ pub(crate) async fn call_model(client: Arc<dyn LlmClient>, request: ModelRequest
 /// Appends `event`, merging it into the last one when both are deltas of the same block: the
 /// assembler sees the same text, the journal holds one entry per block instead of one per
 /// token.
-fn push_coalesced(events: &mut Vec<Event>, event: Event) {
-    match (events.last_mut(), event) {
-        (
-            Some(Event::Text { index, text }),
-            Event::Text {
-                index: i,
-                text: more,
-            },
-        ) if *index == i => text.push_str(&more),
-        (
-            Some(Event::Thinking { index, text }),
-            Event::Thinking {
-                index: i,
-                text: more,
-            },
-        ) if *index == i => text.push_str(&more),
-        (
-            Some(Event::Signature { index, text }),
-            Event::Signature {
-                index: i,
-                text: more,
-            },
-        ) if *index == i => text.push_str(&more),
-        (
-            Some(Event::ToolDelta { index, json }),
-            Event::ToolDelta {
-                index: i,
-                json: more,
-            },
-        ) if *index == i => json.push_str(&more),
-        (_, event) => events.push(event),
-    }
-}
-
-/// A serializable [`LlmEvent`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "e", rename_all = "snake_case")]
-pub(crate) enum Event {
-    Start {
-        id: String,
-        model: String,
-    },
-    Text {
-        index: usize,
-        text: String,
-    },
-    Thinking {
-        index: usize,
-        text: String,
-    },
-    Signature {
-        index: usize,
-        text: String,
-    },
-    Redacted {
-        index: usize,
-        data: String,
-    },
-    /// An OpenAI Responses reasoning item (sent back to the model in later turns).
-    Reasoning {
-        index: usize,
-        id: String,
-        summary: Vec<String>,
-        encrypted_content: Option<String>,
-    },
-    ToolStart {
-        index: usize,
-        id: String,
-        name: String,
-    },
-    ToolDelta {
-        index: usize,
-        json: String,
-    },
-    Other {
-        index: usize,
-        block: serde_json::Value,
-    },
-    BlockStop {
-        index: usize,
-    },
-    Usage {
-        usage: Usage,
-    },
-    StopSequence {
-        sequence: String,
-    },
-    MessageStop {
-        stop_reason: StopReason,
-    },
-    Retry {
-        attempt: u32,
-        delay_ms: u64,
-        error: RecError,
-    },
-}
-
-impl Event {
-    fn from_llm(event: &LlmEvent) -> Option<Event> {
-        Some(match event.clone() {
-            LlmEvent::MessageStart { id, model } => Event::Start { id, model },
-            LlmEvent::TextDelta { index, text } => Event::Text { index, text },
-            LlmEvent::ThinkingDelta { index, thinking } => Event::Thinking {
-                index,
-                text: thinking,
-            },
-            LlmEvent::SignatureDelta { index, signature } => Event::Signature {
-                index,
-                text: signature,
-            },
-            LlmEvent::RedactedThinking { index, data } => Event::Redacted { index, data },
-            LlmEvent::Reasoning {
-                index,
-                id,
-                summary,
-                encrypted_content,
-            } => Event::Reasoning {
-                index,
-                id,
-                summary,
-                encrypted_content,
-            },
-            LlmEvent::ToolCallStart { index, id, name } => Event::ToolStart { index, id, name },
-            LlmEvent::ToolCallDelta {
-                index,
-                partial_json,
-            } => Event::ToolDelta {
-                index,
-                json: partial_json,
-            },
-            LlmEvent::OtherBlock { index, block } => Event::Other { index, block },
-            LlmEvent::BlockStop { index } => Event::BlockStop { index },
-            LlmEvent::Usage(usage) => Event::Usage { usage },
-            LlmEvent::StopSequence { sequence } => Event::StopSequence { sequence },
-            LlmEvent::MessageStop { stop_reason } => Event::MessageStop { stop_reason },
-            LlmEvent::Retry {
-                attempt,
-                delay,
-                error,
-            } => Event::Retry {
-                attempt,
-                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error: RecError::from_llm(&error),
-            },
-            // Pings and whatever a later version of the core adds: not needed to assemble.
-            _ => return None,
-        })
-    }
-
-    pub fn into_llm(self) -> LlmEvent {
-        match self {
-            Event::Start { id, model } => LlmEvent::MessageStart { id, model },
-            Event::Text { index, text } => LlmEvent::TextDelta { index, text },
-            Event::Thinking { index, text } => LlmEvent::ThinkingDelta {
-                index,
-                thinking: text,
-            },
-            Event::Signature { index, text } => LlmEvent::SignatureDelta {
-                index,
-                signature: text,
-            },
-            Event::Redacted { index, data } => LlmEvent::RedactedThinking { index, data },
-            Event::Reasoning {
-                index,
-                id,
-                summary,
-                encrypted_content,
-            } => LlmEvent::Reasoning {
-                index,
-                id,
-                summary,
-                encrypted_content,
-            },
-            Event::ToolStart { index, id, name } => LlmEvent::ToolCallStart { index, id, name },
-            Event::ToolDelta { index, json } => LlmEvent::ToolCallDelta {
-                index,
-                partial_json: json,
-            },
-            Event::Other { index, block } => LlmEvent::OtherBlock { index, block },
-            Event::BlockStop { index } => LlmEvent::BlockStop { index },
-            Event::Usage { usage } => LlmEvent::Usage(usage),
-            Event::StopSequence { sequence } => LlmEvent::StopSequence { sequence },
-            Event::MessageStop { stop_reason } => LlmEvent::MessageStop { stop_reason },
-            Event::Retry {
-                attempt,
-                delay_ms,
-                error,
-            } => LlmEvent::Retry {
-                attempt,
-                delay: Duration::from_millis(delay_ms),
-                error: error.into_llm(),
-            },
+fn push_coalesced(events: &mut Vec<LlmEvent>, mut event: LlmEvent) {
+    if let (Some((kind, index, text)), Some((more_kind, more_index, more))) =
+        (events.last_mut().and_then(delta), delta(&mut event))
+    {
+        if kind == more_kind && index == more_index {
+            text.push_str(more);
+            return;
         }
     }
+    events.push(event);
 }
 
-/// A serializable [`ApiError`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RecApiError {
-    status: u16,
-    error_type: Option<String>,
-    code: Option<String>,
-    message: String,
-    request_id: Option<String>,
-    retry_after_ms: Option<u64>,
-    should_retry: Option<bool>,
-}
-
-impl RecApiError {
-    fn from_api(e: &ApiError) -> Self {
-        RecApiError {
-            status: e.status,
-            error_type: e.error_type.clone(),
-            code: e.code.clone(),
-            message: e.message.clone(),
-            request_id: e.request_id.clone(),
-            retry_after_ms: e
-                .retry_after
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            should_retry: e.should_retry,
+/// The kind, block index and text of a delta that merges with the next delta of its kind and
+/// block.
+fn delta(event: &mut LlmEvent) -> Option<(Discriminant<LlmEvent>, usize, &mut String)> {
+    let kind = std::mem::discriminant(event);
+    match event {
+        LlmEvent::TextDelta { index, text }
+        | LlmEvent::ThinkingDelta {
+            index,
+            thinking: text,
         }
+        | LlmEvent::SignatureDelta {
+            index,
+            signature: text,
+        }
+        | LlmEvent::ToolCallDelta {
+            index,
+            partial_json: text,
+        } => Some((kind, *index, text)),
+        _ => None,
     }
+}
 
-    fn into_api(self) -> Box<ApiError> {
-        let mut e = ApiError::new(self.status, self.message);
-        e.error_type = self.error_type;
-        e.code = self.code;
-        e.request_id = self.request_id;
-        e.retry_after = self.retry_after_ms.map(Duration::from_millis);
-        e.should_retry = self.should_retry;
-        Box::new(e)
+/// A journaled value (a [`ModelStep`], a [`ToolCallResult`](agent_loop::ToolCallResult)): JSON,
+/// like Restate's `Json`, except that a record in the format of earlier builds of this crate is
+/// refused with an error naming the migration instead of serde's "missing field".
+pub(crate) struct Journaled<T>(pub T);
+
+impl<T: serde::Serialize> Serialize for Journaled<T> {
+    type Error = serde_json::Error;
+
+    fn serialize(&self) -> Result<Bytes, Self::Error> {
+        serde_json::to_vec(&self.0).map(Bytes::from)
     }
 }
 
-/// A serializable [`LlmError`]: replayed, it is the same error (same message, same
-/// retryability), so the run ends with the same `Termination` as in-process.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum RecError {
-    Connect {
-        message: String,
-    },
-    Timeout {
-        which: String,
-        after_ms: u64,
-    },
-    Api {
-        error: RecApiError,
-    },
-    ContextOverflow {
-        error: RecApiError,
-    },
-    Stream {
-        error_type: String,
-        message: String,
-    },
-    Incomplete {
-        detail: String,
-    },
-    Transport {
-        message: String,
-    },
-    Malformed {
-        message: String,
-    },
-    LimitExceeded {
-        what: String,
-        limit: usize,
-        setting: String,
-    },
-    InvalidRequest {
-        message: String,
-    },
-    Redirected {
-        location: String,
-    },
-    UnexpectedContentType {
-        content_type: String,
-        body_start: String,
-    },
-    /// A kind a later core version added: kept as text, not retried.
-    Other {
-        message: String,
-    },
-}
+impl<T: serde::de::DeserializeOwned> Deserialize for Journaled<T> {
+    type Error = serde_json::Error;
 
-/// The `&'static str`s of [`LlmError::LimitExceeded`] the core uses; an unknown one replays
-/// as a generic name (the limit and setting stay exact where known).
-const LIMIT_NAMES: &[&str] = &[
-    "a conversation summary",
-    "a whole JSON response",
-    "an SSE event",
-    "an SSE line",
-    "the arguments of one tool call",
-    "the response",
-    "LlmSummarizer::max_tokens",
-    "StreamLimits::max_event_bytes",
-    "StreamLimits::max_line_bytes",
-    "StreamLimits::max_response_bytes",
-    "StreamLimits::max_tool_args_bytes",
-];
-
-fn static_name(name: &str) -> &'static str {
-    LIMIT_NAMES
-        .iter()
-        .find(|known| **known == name)
-        .copied()
-        .unwrap_or("a streamed value")
-}
-
-impl RecError {
-    pub fn from_llm(error: &LlmError) -> RecError {
-        match error {
-            LlmError::Connect { message } => RecError::Connect {
-                message: message.clone(),
-            },
-            LlmError::Timeout { kind, after } => RecError::Timeout {
-                which: match kind {
-                    TimeoutKind::Connect => "connect",
-                    TimeoutKind::FirstByte => "first_byte",
-                    TimeoutKind::Idle => "idle",
-                    _ => "total",
+    fn deserialize(bytes: &mut Bytes) -> Result<Self, Self::Error> {
+        serde_json::from_slice(bytes)
+            .map(Journaled)
+            .map_err(|error| {
+                if is_mirror_record(bytes) {
+                    <serde_json::Error as serde::de::Error>::custom(format!(
+                        "{MIRROR_FORMAT} ({error})"
+                    ))
+                } else {
+                    error
                 }
-                .to_owned(),
-                after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
-            },
-            LlmError::Api(e) => RecError::Api {
-                error: RecApiError::from_api(e),
-            },
-            LlmError::ContextOverflow(e) => RecError::ContextOverflow {
-                error: RecApiError::from_api(e),
-            },
-            LlmError::Stream {
-                error_type,
-                message,
-            } => RecError::Stream {
-                error_type: error_type.clone(),
-                message: message.clone(),
-            },
-            LlmError::Incomplete { detail } => RecError::Incomplete {
-                detail: detail.clone(),
-            },
-            LlmError::Transport { message } => RecError::Transport {
-                message: message.clone(),
-            },
-            LlmError::Malformed { message } => RecError::Malformed {
-                message: message.clone(),
-            },
-            LlmError::LimitExceeded {
-                what,
-                limit,
-                setting,
-            } => RecError::LimitExceeded {
-                what: (*what).to_owned(),
-                limit: *limit,
-                setting: (*setting).to_owned(),
-            },
-            LlmError::InvalidRequest { message } => RecError::InvalidRequest {
-                message: message.clone(),
-            },
-            LlmError::Redirected { location } => RecError::Redirected {
-                location: location.clone(),
-            },
-            LlmError::UnexpectedContentType {
-                content_type,
-                body_start,
-            } => RecError::UnexpectedContentType {
-                content_type: content_type.clone(),
-                body_start: body_start.clone(),
-            },
-            other => RecError::Other {
-                message: other.to_string(),
-            },
-        }
-    }
-
-    pub fn into_llm(self) -> LlmError {
-        match self {
-            RecError::Connect { message } => LlmError::Connect { message },
-            RecError::Timeout { which, after_ms } => LlmError::Timeout {
-                kind: match which.as_str() {
-                    "connect" => TimeoutKind::Connect,
-                    "first_byte" => TimeoutKind::FirstByte,
-                    "idle" => TimeoutKind::Idle,
-                    _ => TimeoutKind::Total,
-                },
-                after: Duration::from_millis(after_ms),
-            },
-            RecError::Api { error } => LlmError::Api(error.into_api()),
-            RecError::ContextOverflow { error } => LlmError::ContextOverflow(error.into_api()),
-            RecError::Stream {
-                error_type,
-                message,
-            } => LlmError::Stream {
-                error_type,
-                message,
-            },
-            RecError::Incomplete { detail } => LlmError::Incomplete { detail },
-            RecError::Transport { message } => LlmError::Transport { message },
-            RecError::Malformed { message } => LlmError::Malformed { message },
-            RecError::LimitExceeded {
-                what,
-                limit,
-                setting,
-            } => LlmError::LimitExceeded {
-                what: static_name(&what),
-                limit,
-                setting: static_name(&setting),
-            },
-            RecError::InvalidRequest { message } => LlmError::InvalidRequest { message },
-            RecError::Redirected { location } => LlmError::Redirected { location },
-            RecError::UnexpectedContentType {
-                content_type,
-                body_start,
-            } => LlmError::UnexpectedContentType {
-                content_type,
-                body_start,
-            },
-            RecError::Other { message } => LlmError::InvalidRequest { message },
-        }
+            })
     }
 }
 
-/// One journaled tool call: the result the model reads.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ToolStep {
-    pub content: String,
-    pub is_error: bool,
-    pub duration_ms: u64,
-    /// Images the tool returned with its text.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub images: Vec<MediaSource>,
-}
+impl<T> PayloadMetadata for Journaled<T> {}
 
-impl ToolStep {
-    pub fn from_result(result: &ToolCallResult) -> Self {
-        ToolStep {
-            content: result.content.clone(),
-            is_error: result.is_error,
-            duration_ms: u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
-            images: result.images.clone(),
-        }
-    }
+/// Why a journal written by an earlier build cannot be replayed, and what to do about it.
+const MIRROR_FORMAT: &str = "this journal entry was written by an earlier agent-loop-restate, \
+     whose records mirrored the core's types (events tagged `e`, errors tagged `kind`, tool \
+     results with `duration_ms`); this version journals LlmEvent, LlmError and ToolCallResult \
+     in their own serde form and cannot replay it. Let invocations started by the earlier \
+     version finish on it: register this version as a new Restate deployment (invocations in \
+     flight stay on the deployment they started on) rather than replacing the old one in \
+     place, or cancel those invocations";
 
-    pub fn into_result(self, id: String, name: String) -> ToolCallResult {
-        ToolCallResult::new(
-            id,
-            name,
-            self.content,
-            self.is_error,
-            Duration::from_millis(self.duration_ms),
-        )
-        .with_images(self.images)
-    }
+/// Whether `bytes` is a record of the mirror format: a model step whose events are tagged `e`
+/// or whose error is tagged `kind`, or a tool step with `duration_ms` and no call id. (An
+/// empty model step, `{"events":[],"error":null}`, reads the same in both formats.)
+fn is_mirror_record(bytes: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return false;
+    };
+    let tagged_e = value
+        .get("events")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|events| events.iter().any(|event| event.get("e").is_some()));
+    let kind_error = value
+        .get("error")
+        .is_some_and(|error| error.get("kind").is_some());
+    let tool_step = value.get("duration_ms").is_some() && value.get("id").is_none();
+    tagged_e || kind_error || tool_step
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use agent_loop::{ApiError, StopReason, TimeoutKind, ToolCallResult};
+
     use super::*;
 
-    #[test]
-    fn errors_replay_as_the_same_error() {
-        let mut api = ApiError::new(529, "overloaded");
-        api.error_type = Some("overloaded_error".into());
-        api.retry_after = Some(Duration::from_millis(1500));
-        let errors = [
-            LlmError::Api(Box::new(api.clone())),
-            LlmError::ContextOverflow(Box::new(ApiError::new(400, "too long"))),
-            LlmError::Transport {
-                message: "reset".into(),
-            },
-            LlmError::Timeout {
-                kind: TimeoutKind::Idle,
-                after: Duration::from_secs(30),
-            },
-            LlmError::LimitExceeded {
-                what: "an SSE line",
-                limit: 10,
-                setting: "StreamLimits::max_line_bytes",
-            },
-        ];
-        for error in errors {
-            let json = serde_json::to_string(&RecError::from_llm(&error)).unwrap();
-            let back: RecError = serde_json::from_str(&json).unwrap();
-            let back = back.into_llm();
-            assert_eq!(back, error);
-            assert_eq!(back.is_retryable(), error.is_retryable());
-        }
+    fn journal<T: serde::Serialize>(value: T) -> Bytes {
+        Serialize::serialize(&Journaled(value)).unwrap()
+    }
+
+    fn replay<T: serde::de::DeserializeOwned>(mut bytes: Bytes) -> Result<T, serde_json::Error> {
+        <Journaled<T> as Deserialize>::deserialize(&mut bytes).map(|Journaled(value)| value)
     }
 
     #[test]
-    fn reasoning_items_are_recorded_whole() {
-        let event = LlmEvent::Reasoning {
-            index: 0,
-            id: "rs_1".into(),
-            summary: vec!["plan".into()],
-            encrypted_content: Some("gAAAA".into()),
+    fn a_model_step_replays_as_the_same_events_and_error() {
+        let mut api = ApiError::new(529, "overloaded");
+        api.error_type = Some("overloaded_error".into());
+        api.retry_after = Some(Duration::from_millis(1500));
+        let step = ModelStep {
+            events: vec![
+                LlmEvent::Retry {
+                    attempt: 1,
+                    delay: Duration::new(0, 123_456_789),
+                    error: LlmError::Api(Box::new(api)),
+                },
+                LlmEvent::Reasoning {
+                    index: 0,
+                    id: "rs_1".into(),
+                    summary: vec!["plan".into()],
+                    encrypted_content: Some("gAAAA".into()),
+                },
+                LlmEvent::TextDelta {
+                    index: 1,
+                    text: "hi".into(),
+                },
+            ],
+            error: Some(LlmError::LimitExceeded {
+                what: "an SSE line".into(),
+                limit: 10,
+                setting: "StreamLimits::max_line_bytes".into(),
+            }),
         };
-        let recorded = Event::from_llm(&event).expect("recorded, not dropped");
-        let json = serde_json::to_string(&recorded).unwrap();
-        let back: Event = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.into_llm(), event);
+        let back: ModelStep = replay(journal(step.clone())).unwrap();
+        assert_eq!(back, step);
+        let timeout = ModelStep {
+            events: Vec::new(),
+            error: Some(LlmError::Timeout {
+                kind: TimeoutKind::Idle,
+                after: Duration::from_secs(30),
+            }),
+        };
+        let back: ModelStep = replay(journal(timeout.clone())).unwrap();
+        assert!(back.error.as_ref().is_some_and(LlmError::is_retryable));
+        assert_eq!(back, timeout);
+    }
+
+    #[test]
+    fn a_tool_result_replays_as_the_same_result() {
+        let result = ToolCallResult::new("c1", "t", "out", true, Duration::new(1, 7));
+        let back: ToolCallResult = replay(journal(result.clone())).unwrap();
+        assert_eq!(back, result);
+    }
+
+    /// Records of the mirror format (written before the core types had serde) are refused with
+    /// the migration named; an empty model step means the same in both formats.
+    #[test]
+    fn a_mirror_format_record_names_the_migration() {
+        for (old, what) in [
+            (
+                r#"{"events":[{"e":"text","index":0,"text":"hi"}],"error":null}"#,
+                "model step",
+            ),
+            (
+                r#"{"events":[],"error":{"kind":"connect","message":"refused"}}"#,
+                "model step",
+            ),
+            (
+                r#"{"content":"out","is_error":false,"duration_ms":12}"#,
+                "tool step",
+            ),
+        ] {
+            let bytes = Bytes::from(old);
+            let error = if what == "model step" {
+                replay::<ModelStep>(bytes).map(drop).unwrap_err()
+            } else {
+                replay::<ToolCallResult>(bytes).map(drop).unwrap_err()
+            };
+            let message = error.to_string();
+            assert!(message.contains("earlier agent-loop-restate"), "{message}");
+            assert!(message.contains("new Restate deployment"), "{message}");
+        }
+        let empty: ModelStep = replay(Bytes::from(r#"{"events":[],"error":null}"#)).unwrap();
+        assert_eq!(
+            empty,
+            ModelStep {
+                events: Vec::new(),
+                error: None
+            }
+        );
+        // Not JSON at all, or JSON of neither format: serde's own error.
+        let error = replay::<ModelStep>(Bytes::from("{\"events\":7}")).unwrap_err();
+        assert!(!error.to_string().contains("agent-loop-restate"), "{error}");
     }
 
     #[test]
@@ -602,24 +293,49 @@ mod tests {
                 index: 1,
                 partial_json: ":1}".into(),
             },
+            LlmEvent::ThinkingDelta {
+                index: 2,
+                thinking: "a".into(),
+            },
+            LlmEvent::ThinkingDelta {
+                index: 3,
+                thinking: "b".into(),
+            },
+            LlmEvent::MessageStop {
+                stop_reason: StopReason::ToolUse,
+            },
         ] {
-            push_coalesced(&mut events, Event::from_llm(&event).unwrap());
+            push_coalesced(&mut events, event);
         }
-        let back: Vec<LlmEvent> = events.into_iter().map(Event::into_llm).collect();
-        assert_eq!(back.len(), 4);
         assert_eq!(
-            back[0],
-            LlmEvent::TextDelta {
-                index: 0,
-                text: "hello".into()
-            }
-        );
-        assert_eq!(
-            back[3],
-            LlmEvent::ToolCallDelta {
-                index: 1,
-                partial_json: "{\"a\":1}".into()
-            }
+            events,
+            [
+                LlmEvent::TextDelta {
+                    index: 0,
+                    text: "hello".into()
+                },
+                LlmEvent::BlockStop { index: 0 },
+                LlmEvent::ToolCallStart {
+                    index: 1,
+                    id: "c".into(),
+                    name: "t".into(),
+                },
+                LlmEvent::ToolCallDelta {
+                    index: 1,
+                    partial_json: "{\"a\":1}".into()
+                },
+                LlmEvent::ThinkingDelta {
+                    index: 2,
+                    thinking: "a".into(),
+                },
+                LlmEvent::ThinkingDelta {
+                    index: 3,
+                    thinking: "b".into(),
+                },
+                LlmEvent::MessageStop {
+                    stop_reason: StopReason::ToolUse,
+                },
+            ]
         );
     }
 }

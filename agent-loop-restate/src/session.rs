@@ -7,13 +7,13 @@ use std::time::Instant;
 use agent_loop::machine::{Action, AgentMachine, Input};
 use agent_loop::{
     Agent, AgentBuilder, AgentEvent, ContextConfig, ContextManager, Conversation, ExecOptions,
-    LlmClient, ToolCall, ToolDecision, ToolRegistry,
+    LlmClient, ToolCall, ToolCallResult, ToolDecision, ToolRegistry,
 };
 use restate_sdk::context::RequestTarget;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{self, ModelStep, ToolStep};
+use crate::record::{self, Journaled, ModelStep};
 
 /// The name the object is registered under in Restate: runs are started at
 /// `{ingress}/AgentSession/{session id}/run`.
@@ -379,7 +379,7 @@ impl AgentTools {
         &self,
         ctx: Context<'_>,
         Json(request): Json<ToolRequest>,
-    ) -> HandlerResult<Json<ToolStep>> {
+    ) -> HandlerResult<Journaled<ToolCallResult>> {
         let tools = self.agent.tools.clone();
         let ToolRequest {
             session,
@@ -391,16 +391,16 @@ impl AgentTools {
         let call = ToolCall::new(id, name, input);
         let session: Arc<str> = Arc::from(session);
         Ok(ctx
-            .run(move || async move { Ok(Json(execute(tools, session, call).await)) })
+            .run(move || async move { Ok(Journaled(execute(tools, session, call).await)) })
             .name(step)
             .await?)
     }
 }
 
 /// Runs one tool call with its idempotency key scoped to the session.
-async fn execute(tools: ToolRegistry, session: Arc<str>, call: ToolCall) -> ToolStep {
+async fn execute(tools: ToolRegistry, session: Arc<str>, call: ToolCall) -> ToolCallResult {
     let opts = ExecOptions::new().idempotency_scope(session);
-    ToolStep::from_result(&tools.execute_one(call, &opts).await)
+    tools.execute_one(call, &opts).await
 }
 
 #[restate_sdk::object(name = "AgentSession")]
@@ -595,24 +595,18 @@ impl Driver<'_, '_> {
         request: agent_loop::ModelRequest,
     ) -> Result<(), Stop> {
         let client = self.agent.client.clone();
-        let Json(step) = self
+        let Journaled(step) = self
             .ctx
-            .run(|| async move { Ok(Json(record::call_model(client, request).await)) })
+            .run(|| async move { Ok(Journaled(record::call_model(client, request).await)) })
             .name("model")
             .await?;
         let stopped = step.stopped();
         let ModelStep { events, error } = step;
         for event in events {
-            machine.handle(Input::ModelEvent(event.into_llm()), self.epoch);
+            machine.handle(Input::ModelEvent(event), self.epoch);
         }
         if !stopped {
-            machine.handle(
-                Input::ModelEnded(match error {
-                    None => Ok(()),
-                    Some(e) => Err(e.into_llm()),
-                }),
-                self.epoch,
-            );
+            machine.handle(Input::ModelEnded(error.map_or(Ok(()), Err)), self.epoch);
         }
         Ok(())
     }
@@ -677,10 +671,6 @@ impl Driver<'_, '_> {
         calls: Vec<ToolCall>,
     ) -> Result<(), Stop> {
         let mut steps = DurableFuturesUnordered::new();
-        let names: Vec<(String, String)> = calls
-            .iter()
-            .map(|c| (c.id.clone(), c.name.clone()))
-            .collect();
         for call in calls {
             // The call is journaled, so it is sent once anyway; the key (unique per run, since
             // a model may use a call id again once compaction dropped the first) names the
@@ -694,7 +684,7 @@ impl Driver<'_, '_> {
             };
             steps.push(
                 self.ctx
-                    .request::<Json<ToolRequest>, Json<ToolStep>>(
+                    .request::<Json<ToolRequest>, Journaled<ToolCallResult>>(
                         RequestTarget::service(TOOLS_NAME, "execute"),
                         Json(request),
                     )
@@ -702,12 +692,10 @@ impl Driver<'_, '_> {
                     .call(),
             );
         }
-        while let Some((index, step)) = steps.next().await? {
-            let Json(step) = step?;
-            if let Some((id, name)) = names.get(index) {
-                let result = step.into_result(id.clone(), name.clone());
-                machine.handle(Input::ToolDone(result), self.epoch);
-            }
+        while let Some((_, step)) = steps.next().await? {
+            // The result of the call it answers: `execute_one` keeps the call's id and name.
+            let Journaled(result) = step?;
+            machine.handle(Input::ToolDone(result), self.epoch);
         }
         Ok(())
     }

@@ -101,9 +101,9 @@ impl Summarizer for LlmSummarizer {
                 LlmEvent::TextDelta { text, .. } => {
                     if summary.len() + text.len() > MAX_SUMMARY_BYTES {
                         return Err(LlmError::LimitExceeded {
-                            what: "a conversation summary",
+                            what: "a conversation summary".into(),
                             limit: MAX_SUMMARY_BYTES,
-                            setting: "LlmSummarizer::max_tokens",
+                            setting: "LlmSummarizer::max_tokens".into(),
                         }
                         .into());
                     }

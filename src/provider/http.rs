@@ -468,9 +468,9 @@ impl Driver<'_> {
         let mut events = Vec::new();
         let result = if body.len() > limit {
             Err(LlmError::LimitExceeded {
-                what: "a whole JSON response",
+                what: "a whole JSON response".into(),
                 limit,
-                setting: "StreamLimits::max_response_bytes",
+                setting: "StreamLimits::max_response_bytes".into(),
             })
         } else {
             WireDecoder::with_limits(self.provider.format, self.settings.limits)

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
+use serde::{Deserialize, Serialize};
 
 use crate::error::LlmError;
 use crate::message::{Message, StopReason, ToolSpec, Usage};
@@ -51,8 +52,37 @@ pub enum WireFormat {
 ///
 /// `index` is the position of the content block in the response; events of several blocks can
 /// interleave (parallel tool calls), so consumers key on it, never on the tool call id.
+///
+/// # Serialized form
+///
+/// An object tagged with `type`, the variant's name in snake case (`message_start`,
+/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
+/// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
+/// `stop_sequence`, `message_stop`, `retry`), beside the variant's fields. `Usage` carries the
+/// [`Usage`] fields inline, [`StopReason`] is its snake-case string, a `Retry`'s `error` is an
+/// [`LlmError`] in its own serialized form, and its `delay` is serde's form of a [`Duration`],
+/// `{"secs": u64, "nanos": u32}`, exact to the nanosecond. Read back, every event is equal to
+/// the one written, so a recorded response can be replayed into a
+/// [`StreamAssembler`](crate::StreamAssembler) or an agent machine:
+///
+/// ```
+/// use agent_loop::{LlmEvent, StopReason};
+///
+/// let events = vec![
+///     LlmEvent::TextDelta { index: 0, text: "Hi".into() },
+///     LlmEvent::MessageStop { stop_reason: StopReason::EndTurn },
+/// ];
+/// let json = serde_json::to_string(&events)?;
+/// assert_eq!(
+///     json,
+///     r#"[{"type":"text_delta","index":0,"text":"Hi"},{"type":"message_stop","stop_reason":"end_turn"}]"#
+/// );
+/// assert_eq!(serde_json::from_str::<Vec<LlmEvent>>(&json)?, events);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum LlmEvent {
     /// The response started.
     MessageStart {
@@ -99,7 +129,9 @@ pub enum LlmEvent {
         id: String,
         /// The summary texts.
         summary: Vec<String>,
-        /// The encrypted reasoning, when the server sent it.
+        /// The encrypted reasoning, when the server sent it (left out of the serialized form
+        /// when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
     /// A tool call starts at `index`.

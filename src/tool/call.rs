@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -87,8 +88,27 @@ impl ToolCall {
 }
 
 /// The outcome of one tool call, as the model will read it.
+///
+/// Serialized as an object with the field names below; `duration` is serde's form of a
+/// [`Duration`], `{"secs": u64, "nanos": u32}`, exact to the nanosecond, and `images` is left
+/// out when empty (and read as empty when missing). Read back, a result is equal to the one
+/// written:
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_loop::ToolCallResult;
+///
+/// let result = ToolCallResult::new("call_1", "add", "3", false, Duration::from_millis(12));
+/// let json = serde_json::to_string(&result)?;
+/// assert_eq!(
+///     json,
+///     r#"{"id":"call_1","name":"add","content":"3","is_error":false,"duration":{"secs":0,"nanos":12000000}}"#
+/// );
+/// assert_eq!(serde_json::from_str::<ToolCallResult>(&json)?, result);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallResult {
     /// The id of the call this answers.
     pub id: String,
@@ -101,6 +121,7 @@ pub struct ToolCallResult {
     /// How long the call ran (zero when it never started).
     pub duration: Duration,
     /// Images the tool returned with its text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<MediaSource>,
 }
 
