@@ -211,8 +211,8 @@ fn image_tokens(c: &mut Criterion) {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(black_box(data))
                 .expect("valid base64");
-            black_box(agent_loop::image_dimensions(
-                agent_loop::ImageFormat::Jpeg,
+            black_box(agent_loop::media::image_dimensions(
+                agent_loop::media::ImageFormat::Jpeg,
                 &bytes,
             ))
         })

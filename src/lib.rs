@@ -60,7 +60,7 @@
 //! |---|---|
 //! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
 //! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
-//! | wire (sans-IO) | [`SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
+//! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
 //! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`]; media: [`Image`], [`Document`], [`MediaSource`], [`UserInput`] |
@@ -75,12 +75,12 @@
 
 mod agent;
 mod assemble;
-mod context;
+pub mod context;
 mod error;
 mod input;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-mod media;
+pub mod media;
 mod message;
 mod provider;
 #[cfg(test)]
@@ -104,14 +104,12 @@ pub mod machine {
 }
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
-    CharEstimateCounter, CompactionReport, CompactionStep, CompactionStrategy, ContextConfig,
-    ContextManager, Conversation, Summarizer, TiktokenCounter, TokenCounter,
+    CharEstimateCounter, ContextConfig, ContextManager, Conversation, Summarizer, TiktokenCounter,
+    TokenCounter,
 };
 pub use error::{ApiError, ConfigError, ContextError, Error, LlmError, TimeoutKind};
 pub use input::UserInput;
-pub use media::{
-    image_dimensions, Document, Image, ImageFormat, ImageTokenRule, MediaError, MAX_MEDIA_BYTES,
-};
+pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::redirect_policy;
 pub use provider::{
@@ -119,7 +117,6 @@ pub use provider::{
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
-pub use sse::{SseDecoder, SseEvent, SseLimits};
 pub use tool::{
     Access, Concurrency, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult, ToolCatalog,
     ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,

@@ -128,7 +128,8 @@ pub enum MediaError {
 /// A checked image: its source, format and (for bytes) its size in pixels.
 ///
 /// ```
-/// use agent_loop::{Image, ImageFormat};
+/// use agent_loop::media::ImageFormat;
+/// use agent_loop::Image;
 ///
 /// // The smallest valid PNG header: 8-byte signature, IHDR of a 3×2 image.
 /// let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
@@ -511,7 +512,7 @@ impl ImageTokenRule {
     /// counts as the rule's largest image.
     ///
     /// ```
-    /// use agent_loop::ImageTokenRule;
+    /// use agent_loop::media::ImageTokenRule;
     ///
     /// assert_eq!(ImageTokenRule::Anthropic.image_tokens(Some((1000, 1000))), 1334);
     /// assert_eq!(ImageTokenRule::OpenAi.image_tokens(Some((1024, 1024))), 765);

@@ -3,10 +3,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use agent_loop::context::CompactionStrategy;
 use agent_loop::{
-    CharEstimateCounter, CompactionStrategy, ContentBlock, ContextConfig, ContextManager,
-    Conversation, Error, LlmClient, LlmEvent, LlmStream, LlmSummarizer, Message, ModelRequest,
-    Role, StopReason, Summarizer, TiktokenCounter, TokenCounter, Usage,
+    CharEstimateCounter, ContentBlock, ContextConfig, ContextManager, Conversation, Error,
+    LlmClient, LlmEvent, LlmStream, LlmSummarizer, Message, ModelRequest, Role, StopReason,
+    Summarizer, TiktokenCounter, TokenCounter, Usage,
 };
 use async_trait::async_trait;
 use proptest::prelude::*;

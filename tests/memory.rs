@@ -10,10 +10,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use agent_loop::sse::{SseDecoder, SseLimits};
 use agent_loop::testing::{MockResponse, MockServer};
 use agent_loop::{
     AnthropicClient, LlmClient, LlmError, LlmEvent, Message, ModelRequest, OpenAiClient,
-    RetryPolicy, SseDecoder, SseLimits, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
+    RetryPolicy, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
 };
 use futures::StreamExt;
 

@@ -3,11 +3,13 @@
 //! real APIs refuse), tool results with images, snapshot and restore, token counting, and
 //! compaction dropping old images first.
 
+use agent_loop::context::CompactionStrategy;
+use agent_loop::media::ImageTokenRule;
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AnthropicClient, CompactionStrategy, ContentBlock, ContextConfig, ContextManager,
-    Document, Error, FnTool, Image, ImageTokenRule, LlmError, MediaError, MediaSource, Message,
-    OpenAiClient, Role, Termination, ToolError, ToolOutput, UserInput,
+    Agent, AnthropicClient, ContentBlock, ContextConfig, ContextManager, Document, Error, FnTool,
+    Image, LlmError, MediaError, MediaSource, Message, OpenAiClient, Role, Termination, ToolError,
+    ToolOutput, UserInput,
 };
 use base64::Engine as _;
 use serde_json::{json, Value};

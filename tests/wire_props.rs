@@ -10,9 +10,9 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use agent_loop::sse::{SseDecoder, SseEvent, SseLimits};
 use agent_loop::{
-    ContentBlock, LlmError, LlmEvent, SseDecoder, SseEvent, SseLimits, StreamAssembler,
-    StreamLimits, WireDecoder, WireFormat,
+    ContentBlock, LlmError, LlmEvent, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
 };
 use common::Decoded;
 use proptest::prelude::*;

@@ -452,7 +452,8 @@ impl ContextManager {
     /// else the compaction completes ([`CompactionStep::Done`]).
     ///
     /// ```
-    /// use agent_loop::{CharEstimateCounter, CompactionStep, ContextConfig, ContextManager, Message};
+    /// use agent_loop::context::CompactionStep;
+    /// use agent_loop::{CharEstimateCounter, ContextConfig, ContextManager, Message};
     ///
     /// let config = ContextConfig::default().context_window(2_000).output_reserve(500).keep_recent_turns(1);
     /// let mut cm = ContextManager::new(config).with_counter(CharEstimateCounter);
@@ -672,7 +673,11 @@ mod tests {
         for (m, c) in cm.messages.iter().zip(&cm.counts) {
             assert_eq!(
                 *c,
-                tokens::message_tokens(&CharEstimateCounter, crate::ImageTokenRule::Larger, m)
+                tokens::message_tokens(
+                    &CharEstimateCounter,
+                    crate::media::ImageTokenRule::Larger,
+                    m
+                )
             );
         }
         assert_eq!(cm.total, cm.counts.iter().sum::<usize>());

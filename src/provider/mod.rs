@@ -212,7 +212,7 @@ pub struct StreamLimits {
     /// Longest SSE line (default 4 MiB).
     pub max_line_bytes: usize,
     /// Largest SSE event data (default 8 MiB), counted as decoded (see
-    /// [`SseLimits::max_event_bytes`](crate::SseLimits::max_event_bytes)).
+    /// [`SseLimits::max_event_bytes`](crate::sse::SseLimits::max_event_bytes)).
     pub max_event_bytes: usize,
     /// Largest arguments of one tool call (default 16 MiB).
     pub max_tool_args_bytes: usize,
