@@ -17,6 +17,7 @@ use crate::message::{Message, StopReason, ToolSpec, Usage};
 use crate::sse::{SseDecoder, SseLimits};
 
 pub(crate) mod anthropic;
+mod attempt;
 mod cache;
 #[cfg(test)]
 pub(crate) mod fixtures;
