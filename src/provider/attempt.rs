@@ -950,3 +950,1139 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let date = httpdate::parse_http_date(&value).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The machine driven by hand: no socket, no runtime, and every instant an explicit offset
+    //! from an origin, so no timing decides a test.
+
+    use reqwest::header::HeaderValue;
+
+    use super::*;
+    use crate::provider::retry::Jitter;
+
+    /// An Anthropic-shaped provider: `{"error":{"type":…,"message":…}}` bodies, overflow when
+    /// a 400 says "prompt is too long".
+    static SPEC: ProviderSpec = ProviderSpec {
+        format: WireFormat::Anthropic,
+        parse_error_body,
+        is_context_overflow: |error| {
+            error.status == 400 && error.message.contains("prompt is too long")
+        },
+        auth_hint: "the test key",
+    };
+
+    fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return false;
+        };
+        let Some(inner) = value.get("error") else {
+            return false;
+        };
+        error.error_type = inner["type"].as_str().map(str::to_owned);
+        error.message = inner["message"].as_str().unwrap_or_default().to_owned();
+        true
+    }
+
+    /// 10 s first byte, 5 s idle, no total; 3 retries from 100 ms, doubling, no jitter.
+    fn config() -> AttemptConfig {
+        AttemptConfig {
+            provider: &SPEC,
+            first_byte_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(5),
+            total_timeout: None,
+            retry: RetryPolicy::default()
+                .max_retries(3)
+                .initial_backoff(Duration::from_millis(100))
+                .jitter(Jitter::None),
+            limits: StreamLimits::default(),
+        }
+    }
+
+    const URL: &str = "https://api.test/v1/messages";
+
+    /// A started machine and the origin of its time: `ms` arguments are offsets from it.
+    struct Harness {
+        machine: AttemptMachine,
+        t0: Instant,
+    }
+
+    impl Harness {
+        fn new(config: AttemptConfig) -> Self {
+            // Only an origin: every instant the test feeds is an offset from it.
+            let t0 = Instant::now();
+            let mut machine = AttemptMachine::new(config);
+            assert!(machine.poll().is_none(), "nothing to do before start");
+            machine.start(t0);
+            Harness { machine, t0 }
+        }
+
+        fn at(&self, ms: u64) -> Instant {
+            self.t0 + Duration::from_millis(ms)
+        }
+
+        /// An instant as an offset from the origin.
+        fn offset(&self, at: Option<Instant>) -> String {
+            match at {
+                Some(at) => format!("{}ms", at.duration_since(self.t0).as_millis()),
+                None => "never".to_owned(),
+            }
+        }
+
+        /// The actions up to the next wait (included) or the end, compactly.
+        fn next(&mut self) -> Vec<String> {
+            let mut shown = Vec::new();
+            while let Some(action) = self.machine.poll() {
+                let wait = matches!(
+                    action,
+                    Action::Send { .. }
+                        | Action::Read { .. }
+                        | Action::Drain { .. }
+                        | Action::SleepUntil(_)
+                );
+                shown.push(self.show(&action));
+                if wait {
+                    break;
+                }
+            }
+            shown
+        }
+
+        fn show(&self, action: &Action) -> String {
+            match action {
+                Action::Send { deadline } => format!("Send by {}", self.offset(*deadline)),
+                Action::Read { deadline } => format!("Read by {}", self.offset(*deadline)),
+                Action::Drain { deadline } => format!("Drain by {}", self.offset(*deadline)),
+                Action::SleepUntil(at) => format!("Sleep until {}", self.offset(Some(*at))),
+                Action::Emit(event) => show_event(event),
+                Action::Fail(error) => format!("Fail: {error}"),
+                Action::Done => "Done".to_owned(),
+            }
+        }
+
+        fn head(&mut self, ms: u64, status: u16, headers: &[(&'static str, &str)]) {
+            self.head_from(ms, status, headers, URL);
+        }
+
+        /// A head answered by `url` (after redirects the HTTP client followed).
+        fn head_from(&mut self, ms: u64, status: u16, headers: &[(&'static str, &str)], url: &str) {
+            let headers = header_map(headers);
+            let url = reqwest::Url::parse(url).unwrap();
+            let head = ResponseHead {
+                status,
+                headers: &headers,
+                requested: URL,
+                url: &url,
+                received: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
+            };
+            let now = self.at(ms);
+            self.machine.handle_head(&head, now);
+        }
+
+        fn stream_head(&mut self, ms: u64) {
+            self.head(ms, 200, &[("content-type", "text/event-stream")]);
+        }
+
+        fn chunk(&mut self, ms: u64, chunk: impl AsRef<[u8]>) {
+            let now = self.at(ms);
+            self.machine.handle_chunk(chunk.as_ref(), now);
+        }
+
+        fn end(&mut self, ms: u64) {
+            let now = self.at(ms);
+            self.machine.handle_end(now);
+        }
+
+        fn error(&mut self, ms: u64, error: LlmError) {
+            let now = self.at(ms);
+            self.machine.handle_error(error, now);
+        }
+
+        fn timeout(&mut self, ms: u64) {
+            let now = self.at(ms);
+            self.machine.handle_timeout(now);
+        }
+    }
+
+    fn header_map(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn show_event(event: &LlmEvent) -> String {
+        match event {
+            LlmEvent::MessageStart { id, .. } => format!("MessageStart {id}"),
+            LlmEvent::Usage(usage) => format!("Usage {}", usage.output_tokens),
+            LlmEvent::TextDelta { text, .. } => format!("Text {text}"),
+            LlmEvent::BlockStop { index } => format!("BlockStop {index}"),
+            LlmEvent::MessageStop { stop_reason } => format!("Stop {stop_reason:?}"),
+            LlmEvent::Retry {
+                attempt,
+                delay,
+                error,
+            } => format!("Retry {attempt} {delay:?}: {error}"),
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn connect_error() -> LlmError {
+        LlmError::Connect {
+            message: "refused".into(),
+        }
+    }
+
+    // Anthropic stream pieces.
+
+    fn message_start(id: &str) -> String {
+        format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"{id}\",\
+             \"model\":\"m\",\"usage\":{{\"input_tokens\":3,\"output_tokens\":1}}}}}}\n\n"
+        )
+    }
+
+    fn usage(output_tokens: u32) -> String {
+        format!(
+            "event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{}},\
+             \"usage\":{{\"output_tokens\":{output_tokens}}}}}\n\n"
+        )
+    }
+
+    /// A text block whose start carries the text: one `TextDelta`.
+    fn text(text: &str) -> String {
+        format!(
+            "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\
+             \"content_block\":{{\"type\":\"text\",\"text\":\"{text}\"}}}}\n\n"
+        )
+    }
+
+    const PING: &str = "event: ping\ndata: {\"type\":\"ping\"}\n\n: keep-alive comment\n\n";
+
+    const STOP: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+         event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\
+         \"usage\":{\"output_tokens\":2}}\n\n\
+         event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+    const OVERLOADED: &str = "event: error\ndata: {\"type\":\"error\",\"error\":\
+         {\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+
+    /// A whole response as one chunk.
+    fn whole_stream(id: &str, words: &str) -> String {
+        format!("{}{}{STOP}", message_start(id), text(words))
+    }
+
+    /// The expected actions of a complete response after its drain's end.
+    const STOPPED: [&str; 2] = ["Stop EndTurn", "Done"];
+
+    // ---------------------------------------------------------------------------------------
+    // The happy path, and the machine's contract.
+
+    #[test]
+    fn a_stream_is_sent_read_decoded_drained_and_done() {
+        let mut h = Harness::new(config());
+        assert_eq!(h.next(), ["Send by 10000ms"]);
+        assert_eq!(h.next(), ["Send by 10000ms"], "a wait repeats until fed");
+        h.stream_head(40);
+        assert!(h.machine.reads_body());
+        assert_eq!(h.next(), ["Read by 5040ms"]);
+        h.chunk(50, whole_stream("msg_1", "Hi"));
+        assert_eq!(
+            h.next(),
+            [
+                "MessageStart msg_1",
+                "Usage 1",
+                "Text Hi",
+                "BlockStop 0",
+                "Usage 2",
+                "Drain by 350ms"
+            ]
+        );
+        h.end(60);
+        assert_eq!(h.next(), STOPPED);
+        assert!(!h.machine.reads_body());
+        assert!(h.machine.poll().is_none(), "nothing after Done");
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Retry classification and backoff.
+
+    #[test]
+    fn a_transient_status_before_content_is_retried_after_the_backoff() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(100, 503, &[("request-id", "req_1")]);
+        assert_eq!(h.next(), ["Read by 5100ms"], "the error body is read first");
+        h.chunk(
+            110,
+            r#"{"error":{"type":"api_error","message":"try later"}}"#,
+        );
+        h.end(120);
+        assert_eq!(
+            h.next(),
+            [
+                "Retry 1 100ms: model API error: HTTP 503 api_error: try later (request id req_1)",
+                "Sleep until 220ms"
+            ]
+        );
+        assert!(
+            !h.machine.reads_body(),
+            "the body is let go during the backoff"
+        );
+        h.timeout(220);
+        assert_eq!(h.next(), ["Send by 10220ms"], "then sent again");
+        h.stream_head(300);
+        h.chunk(310, whole_stream("msg_2", "ok"));
+        h.end(320);
+        let actions = h.next();
+        assert_eq!(
+            actions.first().map(String::as_str),
+            Some("MessageStart msg_2")
+        );
+        assert_eq!(actions.last().map(String::as_str), Some("Done"));
+    }
+
+    #[test]
+    fn the_backoff_grows_and_the_retries_run_out() {
+        let mut h = Harness::new(config());
+        let mut at = 0;
+        for (attempt, delay) in [(1, 100), (2, 200), (3, 400)] {
+            h.next();
+            h.error(at, connect_error());
+            assert_eq!(
+                h.next(),
+                [
+                    format!(
+                        "Retry {attempt} {:?}: could not reach the model server: refused",
+                        Duration::from_millis(delay)
+                    ),
+                    format!("Sleep until {}ms", at + delay),
+                ]
+            );
+            at += delay;
+            h.timeout(at);
+        }
+        h.next();
+        h.error(at, connect_error());
+        assert_eq!(
+            h.next(),
+            ["Fail: could not reach the model server: refused"]
+        );
+        assert!(h.machine.poll().is_none());
+    }
+
+    #[test]
+    fn client_errors_are_not_retried_and_carry_the_providers_message() {
+        let cases: [(u16, &str, &str); 5] = [
+            (
+                400,
+                r#"{"error":{"type":"invalid_request_error","message":"bad field"}}"#,
+                "Fail: model API error: HTTP 400 invalid_request_error: bad field",
+            ),
+            (
+                401,
+                r#"{"error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                "Fail: model API error: HTTP 401 authentication_error: invalid x-api-key \
+                 (check the test key)",
+            ),
+            (
+                400,
+                r#"{"error":{"type":"invalid_request_error","message":"prompt is too long: 9 > 8"}}"#,
+                "Fail: the request is too long for the model's context window: HTTP 400 \
+                 invalid_request_error: prompt is too long: 9 > 8",
+            ),
+            (
+                413,
+                "request entity too large",
+                "Fail: the request is too long for the model's context window: HTTP 413: \
+                 request entity too large",
+            ),
+            (404, "", "Fail: model API error: HTTP 404: Not Found"),
+        ];
+        for (status, body, expected) in cases {
+            let mut h = Harness::new(config());
+            h.next();
+            h.head(0, status, &[]);
+            h.chunk(1, body);
+            h.end(2);
+            assert_eq!(h.next(), [expected], "{status} {body}");
+        }
+    }
+
+    #[test]
+    fn x_should_retry_overrides_the_status_but_never_for_a_client_error() {
+        for (status, verdict, retried) in [
+            (503, "false", false),
+            (400, "true", false),
+            (409, "false", false),
+            (418, "true", true),
+        ] {
+            let mut h = Harness::new(config());
+            h.next();
+            h.head(0, status, &[("x-should-retry", verdict)]);
+            h.end(1);
+            let actions = h.next();
+            assert_eq!(
+                actions[0].starts_with("Retry 1"),
+                retried,
+                "{status} x-should-retry: {verdict}: {actions:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_is_honoured_in_every_form() {
+        let date =
+            httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + 30));
+        for (headers, delay) in [
+            (vec![("retry-after", "7")], "7s"),
+            (
+                vec![("retry-after", "7"), ("retry-after-ms", "1500")],
+                "1.5s",
+            ),
+            // Relative to the wall-clock time of the head, which the driver passes in.
+            (vec![("retry-after", date.as_str())], "30s"),
+        ] {
+            let mut h = Harness::new(config());
+            h.next();
+            h.head(0, 429, &headers);
+            h.end(1);
+            let actions = h.next();
+            assert!(
+                actions[0].starts_with(&format!("Retry 1 {delay}: ")),
+                "{headers:?}: {actions:?}"
+            );
+        }
+        // A wait longer than the policy honours is not retried; the error tells it.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 429, &[("retry-after", "600")]);
+        h.end(1);
+        let Some(Action::Fail(LlmError::Api(error))) = h.machine.poll() else {
+            panic!("not a failure");
+        };
+        assert_eq!(error.retry_after, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn not_retried_after_content() {
+        // A broken connection, an idle timeout, an in-stream error, a truncation: all final
+        // once text has been emitted.
+        type Break = fn(&mut Harness);
+        let breaks: [(&str, Break, &str); 4] = [
+            ("transport", |h| h.error(3000, LlmError::Transport { message: "reset".into() }),
+             "Fail: connection lost while reading the response: reset"),
+            ("idle", |h| h.timeout(5010), "Fail: idle timeout: nothing arrived within 5s"),
+            ("error event", |h| {
+                h.chunk(3000, OVERLOADED);
+                assert_eq!(h.next(), ["Drain by 3300ms"]);
+                h.end(3010);
+            }, "Fail: the model server reported an error mid-stream (overloaded_error): Overloaded"),
+            ("truncation", |h| h.end(3000),
+             "Fail: stream ended before the response was complete (no message_stop event)"),
+        ];
+        for (what, broken, expected) in breaks {
+            let mut h = Harness::new(config());
+            h.next();
+            h.stream_head(0);
+            h.chunk(10, format!("{}{}", message_start("m"), text("Hel")));
+            assert_eq!(
+                h.next(),
+                ["MessageStart m", "Usage 1", "Text Hel", "Read by 5010ms"]
+            );
+            broken(&mut h);
+            assert_eq!(h.next(), [expected], "{what}");
+        }
+    }
+
+    #[test]
+    fn not_retried_when_the_backoff_cannot_end_before_the_total_deadline() {
+        let total = AttemptConfig {
+            total_timeout: Some(Duration::from_secs(1)),
+            ..config()
+        };
+        // A backoff of 100 ms after a failure at 899 ms ends before 1 s: retried.
+        let mut h = Harness::new(total.clone());
+        h.next();
+        h.error(899, connect_error());
+        assert_eq!(h.next()[1], "Sleep until 999ms");
+        // At 900 ms it would end just at the deadline: pointless, so the failure is final.
+        let mut h = Harness::new(total);
+        h.next();
+        h.error(900, connect_error());
+        assert_eq!(
+            h.next(),
+            ["Fail: could not reach the model server: refused"]
+        );
+    }
+
+    #[test]
+    fn refusals_and_encoding_errors_are_never_retried() {
+        for error in [
+            LlmError::InvalidRequest {
+                message: "could not encode".into(),
+            },
+            LlmError::Redirected {
+                location: "https://elsewhere.test/".into(),
+            },
+        ] {
+            let mut h = Harness::new(config());
+            h.next();
+            let expected = format!("Fail: {error}");
+            h.error(0, error);
+            assert_eq!(h.next(), [expected]);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // First-byte, idle and total timeouts.
+
+    #[test]
+    fn a_missing_head_is_a_first_byte_timeout_and_is_retried() {
+        let mut h = Harness::new(config());
+        assert_eq!(h.next(), ["Send by 10000ms"]);
+        h.timeout(10_000);
+        assert_eq!(
+            h.next(),
+            [
+                "Retry 1 100ms: first-byte timeout: nothing arrived within 10s",
+                "Sleep until 10100ms"
+            ]
+        );
+        h.timeout(10_100);
+        assert_eq!(
+            h.next(),
+            ["Send by 20100ms"],
+            "a new first-byte deadline per attempt"
+        );
+    }
+
+    #[test]
+    fn the_idle_deadline_moves_with_content_only_never_with_pings_or_usage() {
+        let mut h = Harness::new(AttemptConfig {
+            retry: RetryPolicy::none(),
+            ..config()
+        });
+        h.next();
+        h.stream_head(0);
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+        h.chunk(1000, format!("{}{}", message_start("m"), text("a")));
+        assert_eq!(h.next().last().map(String::as_str), Some("Read by 6000ms"));
+        // Keep-alives, usage and block ends are not content.
+        for at in [2000, 3000, 4000, 5000, 5999] {
+            h.chunk(at, PING);
+            h.chunk(at, usage(7));
+            h.chunk(at, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+            let actions = h.next();
+            assert_eq!(
+                actions.last().map(String::as_str),
+                Some("Read by 6000ms"),
+                "{actions:?}"
+            );
+        }
+        h.timeout(6000);
+        assert_eq!(h.next(), ["Fail: idle timeout: nothing arrived within 5s"]);
+    }
+
+    #[test]
+    fn an_idle_timeout_before_content_is_retried_without_a_drain() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(100, format!("{}{PING}", message_start("m")));
+        assert_eq!(
+            h.next(),
+            ["Read by 5000ms"],
+            "pings before content move nothing either"
+        );
+        h.timeout(5000);
+        assert_eq!(
+            h.next(),
+            [
+                "Retry 1 100ms: idle timeout: nothing arrived within 5s",
+                "Sleep until 5100ms"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_total_deadline_bounds_every_wait_and_is_named_when_it_is_the_nearer() {
+        let mut h = Harness::new(AttemptConfig {
+            total_timeout: Some(Duration::from_secs(8)),
+            ..config()
+        });
+        assert_eq!(
+            h.next(),
+            ["Send by 8000ms"],
+            "nearer than the first byte's 10 s"
+        );
+        h.error(1000, connect_error());
+        assert_eq!(h.next()[1], "Sleep until 1100ms");
+        h.timeout(1100);
+        assert_eq!(
+            h.next(),
+            ["Send by 8000ms"],
+            "the total counts across retries"
+        );
+        h.stream_head(2000);
+        assert_eq!(h.next(), ["Read by 7000ms"], "the idle deadline is nearer");
+        h.chunk(4000, format!("{}{}", message_start("m"), text("a")));
+        assert_eq!(h.next().last().map(String::as_str), Some("Read by 8000ms"));
+        h.timeout(8000);
+        assert_eq!(h.next(), ["Fail: total timeout: nothing arrived within 8s"]);
+
+        // Before content, a total timeout leaves no time for a retry either.
+        let mut h = Harness::new(AttemptConfig {
+            total_timeout: Some(Duration::from_secs(8)),
+            ..config()
+        });
+        h.next();
+        h.timeout(8000);
+        assert_eq!(h.next(), ["Fail: total timeout: nothing arrived within 8s"]);
+    }
+
+    #[test]
+    fn a_timeout_too_long_to_represent_is_no_deadline() {
+        let mut h = Harness::new(AttemptConfig {
+            first_byte_timeout: Duration::MAX,
+            idle_timeout: Duration::MAX,
+            ..config()
+        });
+        assert_eq!(h.next(), ["Send by never"]);
+        h.stream_head(0);
+        assert_eq!(h.next(), ["Read by never"]);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The early-event hold.
+
+    #[test]
+    fn events_before_content_are_held_then_released_in_order() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, message_start("m"));
+        assert_eq!(h.next(), ["Read by 5000ms"], "held");
+        h.chunk(20, text("Hi"));
+        assert_eq!(
+            h.next(),
+            ["MessageStart m", "Usage 1", "Text Hi", "Read by 5020ms"]
+        );
+    }
+
+    #[test]
+    fn held_events_are_dropped_on_a_retry() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, format!("{}{OVERLOADED}", message_start("first")));
+        assert_eq!(
+            h.next(),
+            ["Drain by 310ms"],
+            "an in-stream error: drained first"
+        );
+        h.end(20);
+        assert_eq!(
+            h.next(),
+            [
+                "Retry 1 100ms: the model server reported an error mid-stream (overloaded_error): \
+                 Overloaded",
+                "Sleep until 120ms"
+            ]
+        );
+        h.timeout(120);
+        h.next();
+        h.stream_head(130);
+        h.chunk(140, whole_stream("second", "ok"));
+        assert_eq!(
+            h.next()[..2],
+            ["MessageStart second", "Usage 1"],
+            "no trace of the first"
+        );
+    }
+
+    #[test]
+    fn a_body_that_ends_without_its_marker_before_content_leaves_no_held_event() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, message_start("cut"));
+        h.end(20);
+        assert_eq!(
+            h.next(),
+            [
+                "Retry 1 100ms: stream ended before the response was complete (no \
+                 message_stop event)",
+                "Sleep until 120ms"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_usage_or_message_start_replaces_the_held_one() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, format!("{}{}", message_start("a"), usage(5)));
+        h.chunk(20, format!("{}{}", message_start("b"), usage(6)));
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+        h.chunk(30, text("x"));
+        assert_eq!(
+            h.next(),
+            ["MessageStart b", "Usage 6", "Text x", "Read by 5030ms"]
+        );
+    }
+
+    #[test]
+    fn the_hold_is_bounded_at_64_events() {
+        let block_stop =
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n";
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, message_start("m"));
+        // MessageStart and Usage are two of the 64.
+        h.chunk(10, block_stop.repeat(MAX_HELD_EVENTS - 2));
+        assert_eq!(h.next(), ["Read by 5000ms"], "64 held");
+        assert_eq!(h.machine.held.len(), MAX_HELD_EVENTS);
+        h.chunk(20, block_stop);
+        let actions = h.next();
+        assert_eq!(
+            actions.len(),
+            MAX_HELD_EVENTS + 2,
+            "all released, in order: {actions:?}"
+        );
+        assert_eq!(actions[..3], ["MessageStart m", "Usage 1", "BlockStop 0"]);
+        assert!(h.machine.held.is_empty());
+    }
+
+    #[test]
+    fn a_message_stop_releases_the_held_events_of_an_empty_answer() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(
+            10,
+            format!(
+                "{}{}",
+                message_start("m"),
+                &STOP[STOP.find("event: message_delta").unwrap()..]
+            ),
+        );
+        assert_eq!(
+            h.next(),
+            ["MessageStart m", "Usage 2", "Drain by 310ms"],
+            "the later usage replaced the held one"
+        );
+        h.end(20);
+        assert_eq!(h.next(), STOPPED);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Bodies that are not event streams.
+
+    #[test]
+    fn the_content_type_chooses_how_a_2xx_body_is_read() {
+        for (content_type, kind) in [
+            (None, BodyKind::EventStream),
+            (Some(""), BodyKind::EventStream),
+            (
+                Some("text/event-stream; charset=utf-8"),
+                BodyKind::EventStream,
+            ),
+            (Some("Application/JSON"), BodyKind::Json),
+            (Some("application/vnd.api+json"), BodyKind::Json),
+            (Some("text/html"), BodyKind::Unexpected),
+            (Some("text/plain; charset=utf-8"), BodyKind::Unexpected),
+        ] {
+            assert_eq!(body_kind(content_type), kind, "{content_type:?}");
+        }
+    }
+
+    const WHOLE_JSON: &str = r#"{"id":"msg_j","type":"message","role":"assistant","model":"m",
+        "content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",
+        "usage":{"input_tokens":3,"output_tokens":1}}"#;
+
+    #[test]
+    fn a_whole_json_body_is_decoded_into_the_events_of_a_stream() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 200, &[("content-type", "application/json")]);
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+        for piece in WHOLE_JSON.as_bytes().chunks(16) {
+            h.chunk(10, piece);
+            assert_eq!(h.next(), ["Read by 5000ms"], "read whole before decoding");
+        }
+        h.end(20);
+        let actions = h.next();
+        assert_eq!(
+            actions.first().map(String::as_str),
+            Some("MessageStart msg_j")
+        );
+        assert!(actions.contains(&"Text Hi".to_owned()), "{actions:?}");
+        assert_eq!(actions[actions.len() - 2..], STOPPED);
+    }
+
+    #[test]
+    fn a_whole_json_body_over_the_size_limit_is_refused_without_reading_on() {
+        let limits = StreamLimits {
+            max_response_bytes: 100,
+            ..StreamLimits::default()
+        };
+        let mut h = Harness::new(AttemptConfig { limits, ..config() });
+        h.next();
+        h.head(0, 200, &[("content-type", "application/json")]);
+        h.chunk(10, [b' '; 100]);
+        assert_eq!(h.next(), ["Read by 5000ms"], "100 bytes may still be all");
+        h.chunk(20, b"{}");
+        assert_eq!(
+            h.next(),
+            [
+                "Fail: a whole JSON response exceeds the limit of 100 bytes (raise \
+              `StreamLimits::max_response_bytes` if this is expected)"
+            ]
+        );
+        assert!(!h.machine.reads_body());
+    }
+
+    #[test]
+    fn a_whole_json_body_cut_short_is_malformed_and_not_retried() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 200, &[("content-type", "application/json")]);
+        h.chunk(10, &WHOLE_JSON[..40]);
+        h.timeout(5000);
+        let actions = h.next();
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert!(
+            actions[0].starts_with("Fail: malformed stream: invalid JSON"),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn another_content_type_is_refused_with_the_start_of_its_body() {
+        let page = format!("<html>{}</html>", "x".repeat(300));
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 200, &[("content-type", "text/html; charset=utf-8")]);
+        h.chunk(10, &page[..150]);
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+        h.chunk(20, &page[150..]);
+        let Some(Action::Fail(LlmError::UnexpectedContentType {
+            content_type,
+            body_start,
+        })) = h.machine.poll()
+        else {
+            panic!("not refused");
+        };
+        assert_eq!(content_type, "text/html; charset=utf-8");
+        assert_eq!(body_start, page[..UNEXPECTED_BODY_PREFIX]);
+        assert!(h.machine.poll().is_none(), "never retried");
+    }
+
+    #[test]
+    fn an_error_body_is_read_up_to_its_bound_and_its_deadline() {
+        // 64 KiB at most: the rest is not waited for.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 500, &[]);
+        h.chunk(10, vec![b'e'; MAX_ERROR_BODY - 1]);
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+        h.chunk(20, b"ee");
+        let actions = h.next();
+        assert!(actions[0].starts_with("Retry 1 100ms: model API error: HTTP 500: eee"));
+        assert!(
+            actions[0].len() < MAX_ERROR_TEXT + 100,
+            "the message is cut"
+        );
+        // A slow error body: what came by the deadline is the message.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 502, &[]);
+        h.chunk(10, "bad gate");
+        h.timeout(5000);
+        assert_eq!(
+            h.next()[0],
+            "Retry 1 100ms: model API error: HTTP 502: bad gate"
+        );
+        // A broken one, likewise.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 502, &[]);
+        h.chunk(10, "bad");
+        h.error(
+            20,
+            LlmError::Transport {
+                message: "reset".into(),
+            },
+        );
+        assert_eq!(h.next()[0], "Retry 1 100ms: model API error: HTTP 502: bad");
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Redirects.
+
+    #[test]
+    fn a_redirect_not_followed_is_refused_and_never_retried() {
+        for (location, shown) in [
+            (
+                Some("https://other.test/v1/messages?key=sk-1"),
+                "https://other.test/v1/messages",
+            ),
+            (Some("/v2/messages"), "https://api.test/v2/messages"),
+            (None, "no location given"),
+        ] {
+            let mut h = Harness::new(config());
+            h.next();
+            let headers: Vec<_> = location.map(|l| ("location", l)).into_iter().collect();
+            h.head(0, 307, &headers);
+            assert!(!h.machine.reads_body());
+            assert_eq!(
+                h.next(),
+                [format!(
+                    "Fail: the model server redirected the request to another origin ({shown}); \
+                     it was not followed, so that the API key is not sent there: set the base \
+                     URL to that address if it is the right one"
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_from_another_origin_is_refused_whatever_its_status() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.head_from(
+            0,
+            200,
+            &[("content-type", "text/event-stream")],
+            "https://evil.test:8443/x?key=sk-1",
+        );
+        let actions = h.next();
+        assert_eq!(actions.len(), 1);
+        assert!(
+            actions[0].starts_with(
+                "Fail: the model server redirected the request to another \
+                                    origin (https://evil.test:8443/x)"
+            ),
+            "{actions:?}"
+        );
+        // The same origin, another path (a redirect the policy followed): accepted.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head_from(
+            0,
+            200,
+            &[("content-type", "text/event-stream")],
+            "https://api.test/v2/messages",
+        );
+        assert_eq!(h.next(), ["Read by 5000ms"]);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The drain.
+
+    #[test]
+    fn after_message_stop_the_rest_is_drained_before_the_stop_is_emitted() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        // What follows the end marker in the same chunk is not decoded, nor an error after it.
+        h.chunk(
+            10,
+            format!("{}{}{OVERLOADED}", whole_stream("m", "Hi"), text("late")),
+        );
+        let actions = h.next();
+        assert_eq!(actions.last().map(String::as_str), Some("Drain by 310ms"));
+        assert!(!actions.iter().any(|a| a.contains("late")), "{actions:?}");
+        h.chunk(100, "0\r\n\r\n");
+        assert_eq!(
+            h.next(),
+            ["Drain by 310ms"],
+            "the drain's deadline does not move"
+        );
+        h.end(110);
+        assert_eq!(h.next(), STOPPED);
+    }
+
+    #[test]
+    fn the_drain_is_bounded_by_time_and_by_bytes() {
+        let stopped = |h: &mut Harness| {
+            h.next();
+            h.stream_head(0);
+            h.chunk(10, whole_stream("m", "Hi"));
+            assert_eq!(h.next().last().map(String::as_str), Some("Drain by 310ms"));
+        };
+        // Time: 300 ms.
+        let mut h = Harness::new(config());
+        stopped(&mut h);
+        h.timeout(310);
+        assert_eq!(h.next(), STOPPED);
+        // Bytes: up to 64 KiB are read; a byte more and the connection is given up.
+        let mut h = Harness::new(config());
+        stopped(&mut h);
+        h.chunk(20, vec![0; DRAIN_BYTES - 1]);
+        h.chunk(30, [0]);
+        assert_eq!(
+            h.next(),
+            ["Drain by 310ms"],
+            "exactly 64 KiB: still draining"
+        );
+        h.chunk(40, [0]);
+        assert_eq!(h.next(), STOPPED);
+        assert!(!h.machine.reads_body());
+        // A break ends it too.
+        let mut h = Harness::new(config());
+        stopped(&mut h);
+        h.error(
+            20,
+            LlmError::Transport {
+                message: "reset".into(),
+            },
+        );
+        assert_eq!(h.next(), STOPPED);
+    }
+
+    #[test]
+    fn after_a_decoder_error_the_rest_is_drained_before_the_failure_is_decided() {
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.chunk(10, format!("{}{}", message_start("m"), text("Hel")));
+        h.next();
+        h.chunk(20, "data: {not json}\n\n");
+        assert_eq!(h.next(), ["Drain by 320ms"]);
+        h.chunk(30, ": keep-alive\n\n");
+        h.end(40);
+        let actions = h.next();
+        assert_eq!(actions.len(), 1);
+        assert!(
+            actions[0].starts_with("Fail: malformed stream"),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_drained_after_a_transport_error_or_a_timeout() {
+        for broken in [
+            (|h: &mut Harness| {
+                h.error(
+                    20,
+                    LlmError::Transport {
+                        message: "reset".into(),
+                    },
+                )
+            }) as fn(&mut Harness),
+            |h| h.timeout(5010),
+        ] {
+            // Before content: the retry's backoff follows at once.
+            let mut h = Harness::new(config());
+            h.next();
+            h.stream_head(0);
+            h.chunk(10, message_start("m"));
+            h.next();
+            broken(&mut h);
+            let actions = h.next();
+            assert!(actions[1].starts_with("Sleep until"), "{actions:?}");
+            assert!(!h.machine.reads_body());
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Inputs a state does not expect.
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(
+        expected = "AttemptMachine: a body chunk fed while waiting for the response head"
+    )]
+    fn a_chunk_before_the_head_is_a_driver_bug() {
+        let mut h = Harness::new(config());
+        h.chunk(0, "data: x\n\n");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "AttemptMachine: a response head fed while backing off")]
+    fn a_head_during_a_backoff_is_a_driver_bug() {
+        let mut h = Harness::new(config());
+        h.error(0, connect_error());
+        h.head(1, 200, &[]);
+    }
+
+    #[test]
+    #[cfg(not(debug_assertions))]
+    fn an_unexpected_input_fails_the_response_in_a_release_build() {
+        let mut h = Harness::new(config());
+        h.chunk(0, "data: x\n\n");
+        let actions = h.next();
+        assert_eq!(actions.len(), 1);
+        assert!(actions[0].contains("internal error"), "{actions:?}");
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Headers.
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let headers = |pairs: &[(&'static str, &str)]| header_map(pairs);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "7"), ("retry-after-ms", "1500")]),
+                now
+            ),
+            Some(Duration::from_millis(1500))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &date)]), now),
+            Some(Duration::from_secs(30))
+        );
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", &past)]), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
+    }
+
+    #[test]
+    fn the_error_head_keeps_the_request_id_and_the_servers_verdict() {
+        let error = api_error_head(
+            503,
+            &header_map(&[
+                ("x-request-id", "req_9"),
+                ("x-should-retry", "false"),
+                ("retry-after-ms", "250"),
+            ]),
+            SystemTime::UNIX_EPOCH,
+        );
+        assert_eq!(error.request_id.as_deref(), Some("req_9"));
+        assert_eq!(error.should_retry, Some(false));
+        assert_eq!(error.retry_after, Some(Duration::from_millis(250)));
+    }
+
+    /// The machine decides without a clock or a runtime (the driver passes `now` in).
+    #[test]
+    fn the_machine_reads_no_clock_and_is_not_async() {
+        let source = include_str!("attempt.rs");
+        let code = &source[..source.find("#[cfg(test)]").unwrap()];
+        for forbidden in [
+            "Instant::now",
+            "SystemTime::now",
+            "tokio",
+            "async ",
+            ".await",
+        ] {
+            assert!(!code.contains(forbidden), "attempt.rs uses {forbidden}");
+        }
+    }
+}
