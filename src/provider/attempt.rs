@@ -223,24 +223,31 @@ impl State {
 /// ```text
 ///          start(now)
 ///              │
-///              ▼                 3xx not followed, redirected to another origin,
-///   ┌──────► Sending ────────── send error, first-byte (or total) timeout ───────────────┐
-///   │         │  │ │                                                                     │
-///   │         │  │ └─ head 4xx/5xx ─► ErrorBody ── end, 64 KiB, error, timeout ─ ApiError┤
-///   │         │  └─ head 2xx, JSON or other ─► WholeBody ── end, limit, error, timeout   │
-///   │         │                                  └─► Emit(events…) Done  |  Fail       │
-///   │         ▼ head 2xx event stream                                                    │
-///   │     Streaming ◄── chunk: decode; events held until content, then Emit;            │
-///   │      │  │  │        content moves the idle deadline (pings and usage do not)      │
-///   │      │  │  └─ MessageStop ─► Draining ── end, > 64 KiB, 300 ms ─► Emit(MessageStop) Done
-///   │      │  └──── decoder error ─► Draining ── end, > 64 KiB, 300 ms ──────────────────┤
-///   │      └─────── transport error, idle (or total) timeout, end before the marker ─────┤
-///   │                                                                                    ▼
-///   │                                   after content ─────────────────────────────► Fail
-///   │                                   not retryable, retries used up, or the     ▲
-///   │                                   backoff ends after the total deadline ─────┘
-///   └─ timer ── Backoff ◄── Emit(Retry) ◄── otherwise (held events dropped)
+///              ▼
+///   ┌──────► Sending ── send error, first-byte/total timeout, 3xx, another origin ──► failure
+///   │          │
+///   │          ├─ 4xx/5xx ─► ErrorBody ── end, 64 KiB, error, timeout ─► ApiError ──► failure
+///   │          │
+///   │          ├─ 2xx JSON or other ─► WholeBody ── end, limit, error, timeout
+///   │          │                                     └─► Emit(events…), Done  |  Fail
+///   │          │
+///   │          └─ 2xx event stream ─► Streaming ◄── chunk: decode; events held until the
+///   │                                  │  │  │       first content, then Emit; content (not
+///   │                                  │  │  │       pings, usage or block ends) moves the
+///   │                                  │  │  │       idle deadline
+///   │                                  │  │  └─ MessageStop ─► Draining ─► Emit(MessageStop), Done
+///   │                                  │  └──── decoder error ─► Draining ──────────────► failure
+///   │                                  └─────── transport error, idle/total timeout,
+///   │                                           end before the end marker ─────────────► failure
+///   │
+///   │   failure ─┬─ after content; not retryable; retries used up;
+///   │            │  the backoff would end past the total deadline ────────────────────► Fail
+///   │            └─ otherwise: held events dropped, Emit(Retry) ─► Backoff
+///   │                                                              │
+///   └──────────────────────────── timer ───────────────────────────┘
 /// ```
+///
+/// `Draining` ends at the body's end or break, past 64 KiB, or after 300 ms.
 ///
 /// A failure before any content is retried with [`LlmEvent::Retry`] as [`RetryPolicy`]
 /// decides; after content it is final. `Done` and `Fail` end in `Finished`, where nothing is
@@ -442,7 +449,8 @@ impl AttemptMachine {
             State::Sending { timeout, .. } => self.retry_or_fail(timeout, now),
             // Not drained: waiting is what went wrong.
             State::Streaming { idle_deadline, .. } => {
-                let error = self.timeout(TimeoutKind::Idle, idle_deadline);
+                let idle = self.config.idle_timeout;
+                let error = self.timeout(TimeoutKind::Idle, idle, idle_deadline);
                 self.failed(error, now)
             }
             // A slow error body: what came is the message.
@@ -490,7 +498,7 @@ impl AttemptMachine {
         let at = now.checked_add(first_byte);
         State::Sending {
             deadline: self.bounded(at),
-            timeout: self.timeout(TimeoutKind::FirstByte, at),
+            timeout: self.timeout(TimeoutKind::FirstByte, first_byte, at),
         }
     }
 
@@ -503,20 +511,14 @@ impl AttemptMachine {
     }
 
     /// The error when the deadline `bounded(at)` passes: the total timeout when it is the
-    /// nearer one, else `kind`.
-    fn timeout(&self, kind: TimeoutKind, at: Option<Instant>) -> LlmError {
+    /// nearer one, else `kind`, configured to `after`.
+    fn timeout(&self, kind: TimeoutKind, after: Duration, at: Option<Instant>) -> LlmError {
         match (self.total_deadline, at) {
             (Some(total), at) if at.is_none_or(|at| total < at) => LlmError::Timeout {
                 kind: TimeoutKind::Total,
                 after: self.config.total_timeout.unwrap_or_default(),
             },
-            _ => LlmError::Timeout {
-                kind,
-                after: match kind {
-                    TimeoutKind::Idle => self.config.idle_timeout,
-                    _ => self.config.first_byte_timeout,
-                },
-            },
+            _ => LlmError::Timeout { kind, after },
         }
     }
 
