@@ -1113,3 +1113,48 @@ fn a_response_cut_off_after_an_early_call_answers_it_with_its_own_result() {
     assert_eq!(history[1].0, "r2");
     assert_eq!(history[2].0, "a1");
 }
+
+#[test]
+fn a_second_result_of_an_early_call_is_ignored_and_a_running_one_still_aborted() {
+    // Two read-only calls start while the model streams; the first reports twice. The
+    // second report changes nothing (and says so), so when the response breaks, the call
+    // still running is aborted rather than taken for finished.
+    let now = Instant::now();
+    let mut m = started(now);
+    feed(&mut m, call_events("r1", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    feed(&mut m, call_block(1, "r2", "look", "{}"), now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    assert_eq!(m.handle(done("r1", "look", "seen"), now), Handled::Taken);
+    assert_eq!(m.handle(done("r1", "look", "again"), now), Handled::Ignored);
+    assert_eq!(m.handle(done("nobody", "look", "?"), now), Handled::Ignored);
+    m.handle(
+        Input::ModelEnded(Err(LlmError::Transport {
+            message: "reset".into(),
+        })),
+        now,
+    );
+    let actions = drain(&mut m);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::AbortTools)),
+        "{actions:#?}"
+    );
+    let results: Vec<(&str, &str)> = events(&actions)
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { id, content, .. } => Some((id.as_str(), content.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("r1", "seen"),
+            (
+                "r2",
+                "not run: the model's response broke off; it is requested again"
+            )
+        ]
+    );
+}
