@@ -319,9 +319,6 @@ impl StreamAssembler {
             LlmEvent::Usage(usage) => self.usage = *usage,
             LlmEvent::StopSequence { sequence } => self.stop_sequence = Some(sequence.clone()),
             LlmEvent::MessageStop { stop_reason } => self.stop_reason = Some(stop_reason.clone()),
-            LlmEvent::Retry { .. } => return Err(LlmError::malformed(
-                "a Retry event reached the assembler; start a new assembler for the new attempt",
-            )),
         }
         Ok(())
     }

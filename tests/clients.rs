@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::{
-    AnthropicClient, CacheTtl, ContentBlock, Jitter, LlmClient, LlmError, LlmEvent, Message,
-    ModelRequest, OpenAiClient, PromptCache, RetryPolicy, Role, StopReason, TimeoutKind,
-    ToolChoice, ToolSpec,
+    Agent, AgentEvent, AnthropicClient, CacheTtl, ContentBlock, Jitter, LlmClient, LlmError,
+    LlmEvent, Message, ModelRequest, OpenAiClient, PromptCache, RetryPolicy, Role, StopReason,
+    TimeoutKind, ToolChoice, ToolSpec,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -60,18 +60,28 @@ fn text_of(items: &[Result<LlmEvent, LlmError>]) -> String {
         .collect()
 }
 
-fn retries(items: &[Result<LlmEvent, LlmError>]) -> Vec<(u32, Duration, LlmError)> {
-    items
+/// The retries an agent over `client` reports for one prompt (the agent decides every retry
+/// of a run, with the client's policy): (attempt, delay, what failed), and how the run ended.
+async fn agent_retries(
+    client: impl LlmClient + 'static,
+) -> (Vec<(u32, Duration, String)>, agent_loop::RunOutcome) {
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events: Vec<AgentEvent> = agent.run("hello").collect().await;
+    let retries = events
         .iter()
-        .filter_map(|item| match item {
-            Ok(LlmEvent::Retry {
+        .filter_map(|e| match e {
+            AgentEvent::Retry {
                 attempt,
                 delay,
                 error,
-            }) => Some((*attempt, *delay, error.clone())),
+            } => Some((*attempt, *delay, error.clone())),
             _ => None,
         })
-        .collect()
+        .collect();
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("{events:?}");
+    };
+    (retries, outcome.clone())
 }
 
 fn ends_complete(items: &[Result<LlmEvent, LlmError>]) -> bool {
@@ -351,10 +361,7 @@ async fn statuses_are_retried_or_surfaced() {
             if retryable {
                 assert!(ends_complete(&items), "{name} {status}: {items:?}");
                 assert_eq!(text_of(&items), "recovered");
-                let retries = retries(&items);
-                assert_eq!(retries.len(), 1, "{name} {status}");
-                assert_eq!(retries[0].0, 1);
-                assert_eq!(retries[0].2.status(), Some(status));
+                // Retried once, silently (the stream goes on with the next attempt).
                 assert_eq!(sent, 2, "{name} {status}");
             } else {
                 assert_eq!(items.len(), 1, "{name} {status}: {items:?}");
@@ -457,11 +464,13 @@ async fn retry_after_headers_are_honoured() {
     server.push(ScriptedResponse::text("ok"));
     let items = collect(&client, &hello()).await;
     assert!(ends_complete(&items), "{items:?}");
-    assert_eq!(retries(&items)[0].1, Duration::from_secs(7));
-    assert_eq!(
-        retries(&items)[0].2.retry_after(),
-        Some(Duration::from_secs(7))
-    );
+    // The agent, which owns a run's retries, waits what the server asked.
+    server.push(MockResponse::status(429).retry_after(7));
+    server.push(ScriptedResponse::text("ok"));
+    let (retries, outcome) = agent_retries(client.clone()).await;
+    assert_eq!(outcome.termination, agent_loop::Termination::Completed);
+    assert_eq!(retries[0].1, Duration::from_secs(7));
+    assert!(retries[0].2.contains("429"), "{retries:?}");
 
     server.push(
         MockResponse::status(529)
@@ -469,8 +478,8 @@ async fn retry_after_headers_are_honoured() {
             .retry_after_ms(1500),
     );
     server.push(ScriptedResponse::text("ok"));
-    let items = collect(&client, &hello()).await;
-    assert_eq!(retries(&items)[0].1, Duration::from_millis(1500));
+    let (retries, _) = agent_retries(client.clone()).await;
+    assert_eq!(retries[0].1, Duration::from_millis(1500));
 
     // Longer than the policy's cap (60 s): surfaced, with the requested delay.
     server.push(MockResponse::status(429).retry_after(600));
@@ -504,14 +513,20 @@ async fn retries_are_bounded_and_back_off_exponentially() {
         server.push(MockResponse::status(503));
     }
     let items = collect(&client, &hello()).await;
-    let delays: Vec<Duration> = retries(&items).iter().map(|r| r.1).collect();
-    assert_eq!(
-        delays,
-        [100, 200, 400].map(Duration::from_millis),
-        "{items:?}"
-    );
     assert_eq!(final_error(&items).unwrap().status(), Some(503));
     assert_eq!(server.requests().len(), 4);
+    // Under an agent, with the client's policy: the same bound, the backoff in its events.
+    for _ in 0..4 {
+        server.push(MockResponse::status(503));
+    }
+    let (retries, outcome) = agent_retries(client).await;
+    let delays: Vec<Duration> = retries.iter().map(|r| r.1).collect();
+    assert_eq!(delays, [100, 200, 400].map(Duration::from_millis));
+    assert!(matches!(
+        outcome.termination,
+        agent_loop::Termination::Error(_)
+    ));
+    assert_eq!(server.requests().len(), 8);
 }
 
 #[tokio::test(start_paused = true)]
@@ -533,10 +548,11 @@ async fn a_stall_with_keep_alives_ends_in_an_idle_timeout() {
             StreamPoint::AfterFirstContent,
             Some(Duration::from_millis(200)),
         ));
+        let before = server.requests().len();
         let items = collect(client.as_ref(), &hello()).await;
         // Content arrived, so the failure is not retried: it is the stream's error.
         assert!(text_of(&items).starts_with("partial"), "{name}: {items:?}");
-        assert!(retries(&items).is_empty(), "{name}");
+        assert_eq!(server.requests().len(), before + 1, "{name}");
         assert_eq!(
             final_error(&items),
             Some(&LlmError::Timeout {
@@ -560,14 +576,7 @@ async fn a_stall_before_content_is_retried() {
     let items = collect(&client, &hello()).await;
     assert!(ends_complete(&items), "{items:?}");
     assert_eq!(text_of(&items), "second");
-    let retries = retries(&items);
-    assert!(matches!(
-        retries[0].2,
-        LlmError::Timeout {
-            kind: TimeoutKind::Idle,
-            ..
-        }
-    ));
+    assert_eq!(server.requests().len(), 2);
     // The failed attempt leaves no trace but the Retry event: one MessageStart in all.
     let starts = items
         .iter()
@@ -621,21 +630,20 @@ async fn disconnects_are_retried_only_before_content() {
         server
             .push(MockResponse::stream(ScriptedResponse::text("lost")).disconnect_before_content());
         server.push(ScriptedResponse::text("found"));
+        let before = server.requests().len();
         let items = collect(client.as_ref(), &hello()).await;
         assert!(ends_complete(&items), "{name}: {items:?}");
         assert_eq!(text_of(&items), "found", "{name}");
-        assert!(
-            matches!(retries(&items)[0].2, LlmError::Transport { .. }),
-            "{name}"
-        );
+        assert_eq!(server.requests().len(), before + 2, "{name}: retried once");
 
         server.push(
             MockResponse::stream(ScriptedResponse::text("half").then_text(" never"))
                 .disconnect_after_first_content(),
         );
+        let before = server.requests().len();
         let items = collect(client.as_ref(), &hello()).await;
         assert_eq!(text_of(&items), "half", "{name}: {items:?}");
-        assert!(retries(&items).is_empty(), "{name}");
+        assert_eq!(server.requests().len(), before + 1, "{name}: not retried");
         assert!(
             matches!(final_error(&items), Some(LlmError::Transport { .. })),
             "{name}: {items:?}"
@@ -661,15 +669,10 @@ async fn in_stream_errors_and_truncation() {
             ),
         );
         server.push(ScriptedResponse::text("y"));
+        let before = server.requests().len();
         let items = collect(client.as_ref(), &hello()).await;
         assert!(ends_complete(&items), "{name}: {items:?}");
-        assert!(
-            matches!(
-                &retries(&items)[0].2,
-                LlmError::Stream { error_type, .. } if error_type == "overloaded_error"
-            ),
-            "{name}: {items:?}"
-        );
+        assert_eq!(server.requests().len(), before + 2, "{name}: retried once");
 
         server.push(
             MockResponse::stream(ScriptedResponse::text("x").then_text("z")).error_event_at(
@@ -716,7 +719,6 @@ async fn connection_refused_is_a_retryable_connect_error() {
         .model("m")
         .retry_policy(fast_retries().max_retries(2));
     let items = collect(&client, &hello()).await;
-    assert_eq!(retries(&items).len(), 2, "{items:?}");
     let error = final_error(&items).unwrap();
     assert!(matches!(error, LlmError::Connect { .. }), "{error:?}");
     assert!(error.is_retryable());

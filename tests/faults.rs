@@ -82,19 +82,12 @@ macro_rules! fault {
 // Clients, agents, runs
 // ---------------------------------------------------------------------------------------------
 
-/// The clients' policy for failures before content: 10, 20, 40 ms, then give up.
+/// The clients' retry policy: 10, 20, 40 ms, then give up. An agent adopts its client's
+/// policy and owns every retry of a run with it (before content and after).
 fn client_retries() -> RetryPolicy {
     RetryPolicy::default()
         .max_retries(3)
         .initial_backoff(Duration::from_millis(10))
-        .jitter(Jitter::None)
-}
-
-/// The agent's policy for streams broken after content: 50, 100 ms, then give up.
-fn agent_retries() -> RetryPolicy {
-    RetryPolicy::default()
-        .max_retries(2)
-        .initial_backoff(Duration::from_millis(50))
         .jitter(Jitter::None)
 }
 
@@ -162,7 +155,7 @@ fn builder(client: Box<dyn LlmClient>) -> AgentBuilder {
     bare(client).tool(echo_tool())
 }
 
-/// An agent builder with the suite's retry policy. Tokens are estimated from characters:
+/// An agent builder (with its client's retry policy). Tokens are estimated from characters:
 /// the suite is about faults, and building the tiktoken encoder costs about a second of CPU
 /// per test process in debug builds.
 fn bare(client: Box<dyn LlmClient>) -> AgentBuilder {
@@ -170,7 +163,6 @@ fn bare(client: Box<dyn LlmClient>) -> AgentBuilder {
         .with_counter(CharEstimateCounter);
     Agent::builder(client)
         .system("You are under test.")
-        .retry_policy(agent_retries())
         .context(context)
 }
 
@@ -715,7 +707,7 @@ fault!(disconnect_before_content => disconnect_before_content);
 const RESENT_ONCE: [&str; 6] = [
     "TurnStart 1",
     "Text Hel",
-    "Retry 1 50ms",
+    "Retry 1 10ms",
     "Text Hello!",
     "TurnEnd 1 EndTurn",
     "Finished Completed",
@@ -867,7 +859,7 @@ async fn truncated_tool_call_not_run(format: Format) {
             "TurnStart 1",
             "CallStart c1 count",
             "Input c1",
-            "Retry 1 50ms",
+            "Retry 1 10ms",
             "CallStart c1 count",
             "Input c1",
             "Call c1 count",
@@ -945,11 +937,11 @@ async fn corrupted_json_before_content(format: Format) {
 }
 fault!(corrupted_json_event_before_content => corrupted_json_before_content);
 
-/// Every attempt breaks after content: the agent re-sends twice (50, 100 ms), then gives up.
-/// The partial answers are not kept; the user message is.
+/// Every attempt breaks after content: the agent re-sends three times (10, 20, 40 ms), then
+/// gives up. The partial answers are not kept; the user message is.
 async fn broken_after_content_exhausted(format: Format) {
     let server = MockServer::start().await;
-    for _ in 0..3 {
+    for _ in 0..4 {
         server.push(hel_lo().disconnect_after_first_content());
     }
     let mut agent = builder(client(format, &server)).build().unwrap();
@@ -959,9 +951,11 @@ async fn broken_after_content_exhausted(format: Format) {
         &[
             "TurnStart 1",
             "Text Hel",
-            "Retry 1 50ms",
+            "Retry 1 10ms",
             "Text Hel",
-            "Retry 2 100ms",
+            "Retry 2 20ms",
+            "Text Hel",
+            "Retry 3 40ms",
             "Text Hel",
             "TurnEnd 1 Other(\"interrupted\")",
             "Finished Error",
@@ -969,16 +963,15 @@ async fn broken_after_content_exhausted(format: Format) {
     );
     assert!(matches!(llm_error(&outcome), LlmError::Transport { .. }));
     assert_eq!(outcome.final_text, "");
-    assert_eq!(server.requests().len(), 3);
+    assert_eq!(server.requests().len(), 4);
     assert_resent_unchanged(&server);
     assert_history(&agent, Some(&server), &["user: text \"hi\""]);
 }
 fault!(broken_after_content_retries_exhausted => broken_after_content_exhausted);
 
-/// Both layers in one turn: a 500 (the client retries, 10 ms), then a stream broken after
-/// content (the agent re-sends), then a 503 (the client retries), then success. The turn
-/// counts its retries once, whichever layer made them: the agent's re-send is the second
-/// (its backoff doubled to 100 ms), the client's next one the third.
+/// Failures before and after content in one turn: a 500, then a stream broken after content,
+/// then a 503, then success. The agent owns every retry of the run, so the turn counts them
+/// once, with one policy: 10, 20, 40 ms.
 async fn both_layers(format: Format) {
     let server = MockServer::start().await;
     server.push(MockResponse::status(500));
@@ -993,8 +986,8 @@ async fn both_layers(format: Format) {
             "TurnStart 1",
             "Retry 1 10ms",
             "Text Hel",
-            "Retry 2 100ms",
-            "Retry 3 10ms",
+            "Retry 2 20ms",
+            "Retry 3 40ms",
             "Text Hello!",
             "TurnEnd 1 EndTurn",
             "Finished Completed",

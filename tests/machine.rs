@@ -798,7 +798,8 @@ fn only_retryable_failures_after_content_are_re_sent_by_the_agent() {
         "{actions:#?}"
     );
 
-    // Before any content, the client has already retried: a transient failure ends the run.
+    // Before any content too, the machine owns the retry (its requests ask the client for
+    // none): a transient failure is retried after the policy's backoff.
     let mut m = started(now);
     let transient = LlmError::Transport {
         message: "reset".into(),
@@ -808,11 +809,27 @@ fn only_retryable_failures_after_content_are_re_sent_by_the_agent() {
     let actions = drain(&mut m);
     assert!(
         matches!(
-            outcome(&actions).map(|o| &o.termination),
-            Some(Termination::Error(_))
+            events(&actions).as_slice(),
+            [AgentEvent::Retry { attempt: 1, .. }]
         ),
         "{actions:#?}"
     );
+    assert_eq!(m.poll_timeout(), Some(now + Duration::from_secs(2)));
+}
+
+#[test]
+fn the_machines_requests_ask_the_client_for_no_retries() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.start("go", now);
+    let request = drain(&mut m)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::CallModel(request) => Some(request),
+            _ => None,
+        })
+        .expect("a model call");
+    assert_eq!(request.retry, Some(RetryPolicy::none()));
 }
 
 #[test]

@@ -329,12 +329,8 @@ async fn scripted_api_errors_become_statuses() {
         .base_url(server.anthropic_base_url())
         .model("m");
     let items = collect(&client, &request("x")).await;
-    let Some(Ok(LlmEvent::Retry { delay, error, .. })) = items.first() else {
-        panic!("{items:?}")
-    };
-    assert_eq!(*delay, Duration::from_millis(1));
-    assert_eq!(error.status(), Some(429));
-    assert!(error.to_string().contains("slow down"));
+    // Retried (silently: the stream goes on), after the delay the error asked for.
+    assert_eq!(server.requests().len(), 2, "{items:?}");
     assert!(matches!(
         items.last(),
         Some(Ok(LlmEvent::MessageStop { .. }))

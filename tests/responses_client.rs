@@ -477,11 +477,7 @@ async fn transient_failures_are_retried_and_request_errors_surface() {
     )
     .await;
     assert_eq!(text_of(&items), "finally");
-    let retries = items
-        .iter()
-        .filter(|e| matches!(e, Ok(LlmEvent::Retry { .. })))
-        .count();
-    assert_eq!(retries, 2);
+    // Two retries, silent: the stream goes on with the next attempt.
     assert_eq!(server.requests().len(), 3);
 
     server.push(

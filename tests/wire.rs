@@ -2061,19 +2061,6 @@ fn anthropic_message_stop_without_message_start_is_an_error() {
 }
 
 #[test]
-fn retry_event_is_refused_by_the_assembler() {
-    let mut assembler = StreamAssembler::new();
-    let err = assembler
-        .push(&LlmEvent::Retry {
-            attempt: 1,
-            delay: std::time::Duration::from_millis(10),
-            error: LlmError::Incomplete { detail: "x".into() },
-        })
-        .unwrap_err();
-    assert!(matches!(err, LlmError::Malformed { .. }));
-}
-
-#[test]
 fn a_decoder_that_failed_at_finish_keeps_failing() {
     let mut decoder = WireDecoder::new(WireFormat::OpenAiChat);
     let mut out = Vec::new();

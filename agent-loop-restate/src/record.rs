@@ -183,11 +183,6 @@ mod tests {
         api.retry_after = Some(Duration::from_millis(1500));
         let step = ModelStep {
             events: vec![
-                LlmEvent::Retry {
-                    attempt: 1,
-                    delay: Duration::new(0, 123_456_789),
-                    error: LlmError::Api(Box::new(api)),
-                },
                 LlmEvent::Reasoning {
                     index: 0,
                     id: "rs_1".into(),

@@ -35,6 +35,8 @@ pub struct AgentBuilder {
     context: Option<ContextManager>,
     context_config: Option<ContextConfig>,
     config: MachineConfig,
+    /// The retry policy set on the builder (else the client's).
+    retry: Option<RetryPolicy>,
     hooks: Arc<dyn AgentHooks>,
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
@@ -60,6 +62,7 @@ impl AgentBuilder {
             context: None,
             context_config: None,
             config: MachineConfig::default(),
+            retry: None,
             hooks: Arc::new(NoHooks),
             summarizer: None,
             cancel: CancellationToken::new(),
@@ -210,10 +213,16 @@ impl AgentBuilder {
         self
     }
 
-    /// The policy for re-sending a turn whose response broke after it started
-    /// (the clients retry failures before any content themselves).
+    /// The policy for every retry of a model call in a run: a failure before any content (a
+    /// 529, a reset connection) and a response that broke after it started (re-sent from the
+    /// start of the turn while no tool of it has run). The agent owns these retries: its
+    /// requests ask the client for none ([`ModelRequest::retry`](crate::ModelRequest::retry)),
+    /// so one policy and one count govern them, and each is an
+    /// [`AgentEvent::Retry`](crate::AgentEvent::Retry). Default: the client's own
+    /// [`LlmClient::retry_policy`](crate::LlmClient::retry_policy), else
+    /// `RetryPolicy::default()`.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.config.retry = policy;
+        self.retry = Some(policy);
         self
     }
 
@@ -292,10 +301,15 @@ impl AgentBuilder {
     }
 
     /// Builds the agent; fails on an invalid tool set.
-    pub fn build(self) -> Result<Agent, Error> {
+    pub fn build(mut self) -> Result<Agent, Error> {
         if let Some(e) = self.tool_errors.into_iter().next() {
             return Err(e);
         }
+        self.config.retry = self
+            .retry
+            .take()
+            .or_else(|| self.client.retry_policy())
+            .unwrap_or_default();
         if let Some(cache) = &self.config.prompt_cache {
             cache.validate()?;
         }

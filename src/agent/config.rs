@@ -35,7 +35,8 @@ pub struct MachineConfig {
     pub final_answer_at_max_turns: bool,
     /// How often a response cut off by `max_tokens` is continued (default 0).
     pub max_continuations: u32,
-    /// When and how often a model call that broke after content is re-sent.
+    /// When and how often a failed model call is retried (before content or after: the
+    /// machine decides every retry of a run).
     pub retry: RetryPolicy,
     /// Tool results in events are cut to this many bytes (default 4096).
     pub event_content_limit: usize,

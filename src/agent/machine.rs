@@ -18,7 +18,9 @@ use crate::context::{CompactionReport, CompactionStep, ContextManager};
 use crate::error::{ConfigError, Error, LlmError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
-use crate::provider::{LlmEvent, ModelRequest, RequestSettings, StreamLimits, ToolChoice};
+use crate::provider::{
+    LlmEvent, ModelRequest, RequestSettings, RetryPolicy, StreamLimits, ToolChoice,
+};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
 use super::config::MachineConfig;
@@ -758,6 +760,8 @@ impl AgentMachine {
             max_tokens: config.max_tokens,
             thinking_budget: config.thinking_budget,
             prompt_cache: config.prompt_cache,
+            // The machine decides and counts every retry of the run (`attempt_failed`).
+            retry: Some(RetryPolicy::none()),
             ..ModelRequest::default()
         };
         self.settings.apply(&mut request);
@@ -825,19 +829,6 @@ impl AgentMachine {
     fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input) -> State {
         match input {
             Input::ModelEvent(event) => {
-                if let LlmEvent::Retry { delay, error, .. } = &event {
-                    // The client re-sends before any content: drop what this attempt said.
-                    // Its retries count toward the turn's, so that the turn's retries, the
-                    // client's and the agent's together, stay within the policy.
-                    self.partial_text.clear();
-                    self.attempt = self.attempt.saturating_add(1);
-                    self.emit(AgentEvent::Retry {
-                        attempt: self.attempt,
-                        delay: *delay,
-                        error: error.to_string(),
-                    });
-                    return State::ModelCall(attempt);
-                }
                 attempt.content_seen |= event.is_content();
                 let event = match event {
                     LlmEvent::ToolCallStart { index, id, name } => LlmEvent::ToolCallStart {
@@ -981,14 +972,10 @@ impl AgentMachine {
             self.compacted_for_overflow = true;
             return self.compact(true);
         }
-        // Clients retry failures before any content themselves; the agent re-sends the turn
-        // when a response broke after it started.
+        // The machine owns every retry of a run, before content or after (its requests ask
+        // the client for none): one policy, one count, one `Retry` event each.
         self.attempt += 1;
-        let delay = if attempt.content_seen && error.is_retryable() {
-            self.config.retry.delay_for(self.attempt, &error)
-        } else {
-            None
-        };
+        let delay = self.config.retry.delay_for(self.attempt, &error);
         let Some(delay) = delay else {
             return self.finish(Termination::Error(Error::Llm(error)));
         };

@@ -120,6 +120,16 @@ pub(crate) enum Action {
     SleepUntil(Instant),
     /// Yield this event of the response.
     Emit(LlmEvent),
+    /// A failure before any content is retried: report it (the stream itself goes on with
+    /// the next attempt's events). The [`Action::SleepUntil`] of the backoff follows.
+    Retry {
+        /// 1 for the first retry.
+        attempt: u32,
+        /// The backoff before sending again.
+        delay: Duration,
+        /// What failed.
+        error: LlmError,
+    },
     /// The response failed: yield this error. The last action.
     Fail(LlmError),
     /// The response is complete. The last action.
@@ -242,14 +252,14 @@ impl State {
 ///   │
 ///   │   failure ─┬─ after content; not retryable; retries used up;
 ///   │            │  the backoff would end past the total deadline ────────────────────► Fail
-///   │            └─ otherwise: held events dropped, Emit(Retry) ─► Backoff
+///   │            └─ otherwise: held events dropped, Retry ─► Backoff
 ///   │                                                              │
 ///   └──────────────────────────── timer ───────────────────────────┘
 /// ```
 ///
 /// `Draining` ends at the body's end or break, past 64 KiB, or after 300 ms.
 ///
-/// A failure before any content is retried with [`LlmEvent::Retry`] as [`RetryPolicy`]
+/// A failure before any content is retried, reported as [`Action::Retry`], as [`RetryPolicy`]
 /// decides; after content it is final. `Done` and `Fail` end in `Finished`, where nothing is
 /// expected any more. An input a state does not expect is a bug in the driver: a debug
 /// assertion, and in a release build the response fails with an error naming it.
@@ -264,7 +274,7 @@ pub(crate) struct AttemptMachine {
     /// Whether the current attempt's stream has given a content event.
     content_seen: bool,
     /// Events of the current attempt that came before its first content event; held back so
-    /// that an attempt that fails before content leaves no trace but the `Retry` event.
+    /// that an attempt that fails before content leaves no trace but the `Retry` action.
     /// Never longer than [`MAX_HELD_EVENTS`].
     held: Vec<LlmEvent>,
     /// The decoder's output for one chunk; kept to reuse its allocation.
@@ -718,7 +728,7 @@ impl AttemptMachine {
         }
     }
 
-    /// Decides what a failure before any content means: a `Retry` event and a backoff, or
+    /// Decides what a failure before any content means: a `Retry` action and a backoff, or
     /// the response's final error.
     fn retry_or_fail(&mut self, error: LlmError, now: Instant) -> State {
         self.held.clear();
@@ -733,12 +743,11 @@ impl AttemptMachine {
         match retry {
             Some((delay, until)) => {
                 self.retries = attempt;
-                tracing::debug!(attempt, ?delay, error = %error, "retrying the model request");
-                self.out.push_back(Action::Emit(LlmEvent::Retry {
+                self.out.push_back(Action::Retry {
                     attempt,
                     delay,
                     error,
-                }));
+                });
                 State::Backoff { until }
             }
             None => self.fail(error),
@@ -1057,6 +1066,11 @@ mod tests {
                 Action::Drain { deadline } => format!("Drain by {}", self.offset(*deadline)),
                 Action::SleepUntil(at) => format!("Sleep until {}", self.offset(Some(*at))),
                 Action::Emit(event) => show_event(event),
+                Action::Retry {
+                    attempt,
+                    delay,
+                    error,
+                } => format!("Retry {attempt} {delay:?}: {error}"),
                 Action::Fail(error) => format!("Fail: {error}"),
                 Action::Done => "Done".to_owned(),
             }
@@ -1121,11 +1135,6 @@ mod tests {
             LlmEvent::TextDelta { text, .. } => format!("Text {text}"),
             LlmEvent::BlockStop { index } => format!("BlockStop {index}"),
             LlmEvent::MessageStop { stop_reason } => format!("Stop {stop_reason:?}"),
-            LlmEvent::Retry {
-                attempt,
-                delay,
-                error,
-            } => format!("Retry {attempt} {delay:?}: {error}"),
             other => format!("{other:?}"),
         }
     }

@@ -147,10 +147,12 @@ impl Transport {
         })
     }
 
-    /// Streams the response to the request `build` encodes (called on first poll).
+    /// Streams the response to the request `build` encodes (called on first poll); a failure
+    /// before content is retried with `retry` when given, else with the client's policy.
     pub(crate) fn stream<'a>(
         &self,
         provider: &'static ProviderSpec,
+        retry: Option<&RetryPolicy>,
         build: impl FnOnce() -> Result<HttpRequest, LlmError> + Send + 'a,
     ) -> LlmStream<'a> {
         let settings = &self.settings;
@@ -165,7 +167,7 @@ impl Transport {
                 first_byte_timeout: settings.first_byte_timeout,
                 idle_timeout: settings.idle_timeout,
                 total_timeout: settings.total_timeout,
-                retry: settings.retry.clone(),
+                retry: retry.unwrap_or(&settings.retry).clone(),
                 limits: settings.limits,
             }),
             body: None,
@@ -246,6 +248,13 @@ impl Driver<'_> {
         loop {
             match self.machine.poll()? {
                 Action::Emit(event) => return Some(Ok(event)),
+                Action::Retry {
+                    attempt,
+                    delay,
+                    error,
+                } => {
+                    tracing::info!(attempt, ?delay, %error, "retrying the model request");
+                }
                 Action::Fail(error) => return Some(Err(error)),
                 Action::Done => return None,
                 Action::Send { deadline } => self.send(deadline).await,

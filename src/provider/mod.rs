@@ -7,7 +7,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::Stream;
 use serde::{Deserialize, Serialize};
@@ -59,10 +58,8 @@ pub enum WireFormat {
 /// An object tagged with `type`, the variant's name in snake case (`message_start`,
 /// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
 /// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
-/// `stop_sequence`, `message_stop`, `retry`), beside the variant's fields. `Usage` carries the
-/// [`Usage`] fields inline, [`StopReason`] is its snake-case string, a `Retry`'s `error` is an
-/// [`LlmError`] in its own serialized form, and its `delay` is serde's form of a [`Duration`],
-/// `{"secs": u64, "nanos": u32}`, exact to the nanosecond. Read back, every event is equal to
+/// `stop_sequence`, `message_stop`), beside the variant's fields. `Usage` carries the
+/// [`Usage`] fields inline and [`StopReason`] is its snake-case string. Read back, every event is equal to
 /// the one written, so a recorded response can be replayed into a
 /// [`StreamAssembler`](crate::StreamAssembler) or an agent machine:
 ///
@@ -175,16 +172,6 @@ pub enum LlmEvent {
     MessageStop {
         /// Why the model stopped.
         stop_reason: StopReason,
-    },
-    /// The client is about to send the request again after a transient failure that happened
-    /// before any content arrived. Only clients emit it; the wire decoder never does.
-    Retry {
-        /// 1 for the first retry.
-        attempt: u32,
-        /// How long the client waits before sending again.
-        delay: Duration,
-        /// What failed.
-        error: LlmError,
     },
 }
 
@@ -490,6 +477,11 @@ pub struct ModelRequest {
     /// caches by itself). Default [`PromptCache::default()`]: the last tool, the system prompt
     /// and the two latest user messages, 5-minute TTL. `None` sends no breakpoint.
     pub prompt_cache: Option<PromptCache>,
+    /// How the client retries this request when it fails before any content: `None` (the
+    /// default) uses the client's own [`RetryPolicy`]. The agent sends
+    /// `Some(RetryPolicy::none())`, because it decides and counts every retry of a run itself
+    /// (with the same policy type), and reports each as an `AgentEvent::Retry`.
+    pub retry: Option<RetryPolicy>,
 }
 
 impl Default for ModelRequest {
@@ -509,6 +501,7 @@ impl Default for ModelRequest {
             thinking_budget: None,
             extra: serde_json::Map::new(),
             prompt_cache: Some(PromptCache::default()),
+            retry: None,
         }
     }
 }
@@ -547,8 +540,10 @@ pub type LlmStream<'a> = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> +
 ///
 /// The returned stream is lazy: nothing is sent until it is first polled. It yields the
 /// response's events as they arrive, ends after [`LlmEvent::MessageStop`], or yields one error
-/// and ends. A client that retries a transient failure before any content arrived reports it
-/// as [`LlmEvent::Retry`]. Dropping the stream cancels the request and closes the connection.
+/// and ends. A client may retry a transient failure before any content arrived, as its
+/// [`RetryPolicy`] (or the request's [`ModelRequest::retry`]) says; the stream then simply
+/// goes on with the new attempt's events. Dropping the stream cancels the request and closes
+/// the connection.
 pub trait LlmClient: Send + Sync {
     /// Streams the response to `request`.
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a>;
@@ -564,6 +559,13 @@ pub trait LlmClient: Send + Sync {
     fn stream_limits(&self) -> StreamLimits {
         StreamLimits::default()
     }
+
+    /// The client's retry policy, if it retries: an agent built on the client adopts it
+    /// (unless its builder sets one), and retries for the client instead (see
+    /// [`ModelRequest::retry`]), so that one policy and one count govern a run's retries.
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        None
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
@@ -576,6 +578,9 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
     fn stream_limits(&self) -> StreamLimits {
         (**self).stream_limits()
     }
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        (**self).retry_policy()
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
@@ -587,5 +592,8 @@ impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
     }
     fn stream_limits(&self) -> StreamLimits {
         (**self).stream_limits()
+    }
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        (**self).retry_policy()
     }
 }

@@ -16,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
+use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_VERSION: &str = "2023-06-01";
@@ -43,13 +43,15 @@ static SPEC: ProviderSpec = ProviderSpec {
 ///
 /// Sends `x-api-key` (marked sensitive; the key never appears in `Debug` output or errors),
 /// `anthropic-version: 2023-06-01`, `content-type: application/json` and
-/// `accept: text/event-stream`. Transient failures before any content arrived are retried per
-/// the [`RetryPolicy`](crate::RetryPolicy) and reported as [`LlmEvent::Retry`](crate::LlmEvent::Retry).
+/// `accept: text/event-stream`. Used on its own, it retries transient failures before any
+/// content arrived per its [`RetryPolicy`](crate::RetryPolicy) (logged at INFO); under an
+/// [`Agent`](crate::Agent) the agent decides and counts every retry itself, with the same
+/// policy, and reports each as an `AgentEvent::Retry` (see [`ModelRequest::retry`]).
 ///
-/// The events of an attempt that fails before any content are held back, so after a
-/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
-/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
-/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
+/// The events of an attempt that fails before any content are held back, so after a retry the
+/// response starts cleanly (one `MessageStart` per successful attempt). After the first
+/// content event nothing is re-sent: a later failure is the stream's error, and the caller
+/// decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 120 s between content events (pings do not count), no total limit.
@@ -145,7 +147,8 @@ impl AnthropicClient {
 
 impl LlmClient for AnthropicClient {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport.stream(&SPEC, move || self.build(request))
+        self.transport
+            .stream(&SPEC, request.retry.as_ref(), move || self.build(request))
     }
 
     fn model(&self) -> &str {
@@ -154,6 +157,10 @@ impl LlmClient for AnthropicClient {
 
     fn stream_limits(&self) -> StreamLimits {
         self.transport.settings().limits
+    }
+
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        Some(self.transport.settings().retry.clone())
     }
 }
 

@@ -18,7 +18,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
 use crate::provider::responses::{self, ResponsesOptions};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, StreamLimits, WireFormat};
+use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -72,9 +72,11 @@ pub enum MaxTokensField {
 /// See the crate's request-encoding notes: tool results that are errors are sent with the
 /// content prefixed by `Error: `, since Chat Completions has no error flag.
 ///
-/// The events of an attempt that fails before any content are held back, so after a
-/// [`LlmEvent::Retry`](crate::LlmEvent::Retry) the response starts cleanly (one
-/// `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
+/// Used on its own, it retries a transient failure before any content per its
+/// [`RetryPolicy`](crate::RetryPolicy) (logged at INFO); under an [`Agent`](crate::Agent) the
+/// agent owns every retry (see [`ModelRequest::retry`](crate::ModelRequest::retry)). The events
+/// of an attempt that fails before any content are held back, so after a retry the response
+/// starts cleanly (one `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
 /// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
@@ -387,7 +389,8 @@ impl LlmClient for OpenAiClient {
         } else {
             &SPEC
         };
-        self.transport.stream(spec, move || self.build(request))
+        self.transport
+            .stream(spec, request.retry.as_ref(), move || self.build(request))
     }
 
     fn model(&self) -> &str {
@@ -396,6 +399,10 @@ impl LlmClient for OpenAiClient {
 
     fn stream_limits(&self) -> StreamLimits {
         self.transport.settings().limits
+    }
+
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        Some(self.transport.settings().retry.clone())
     }
 }
 
