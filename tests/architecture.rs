@@ -520,7 +520,11 @@ fn the_checker_sees_a_circle() {
 #[test]
 fn the_machines_decide_without_a_clock_or_a_runtime() {
     let graph = Graph::new();
-    for path in ["src/agent/machine.rs", "src/agent/turn.rs"] {
+    for path in [
+        "src/agent/machine.rs",
+        "src/agent/turn.rs",
+        "src/provider/attempt.rs",
+    ] {
         let file = graph
             .files
             .iter()
