@@ -13,7 +13,7 @@ use crate::tool::{ToolRegistry, ToolSources};
 use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::AgentHooks;
-use super::shared::{busy, lock, Shared};
+use super::shared::{lock, Shared};
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
 ///
@@ -101,7 +101,7 @@ impl Agent {
     /// in flight.
     pub fn restore(&mut self, mut conversation: Conversation) -> Result<(), Error> {
         let mut shared = lock(&self.shared);
-        let context = shared.context.as_mut().ok_or_else(busy)?;
+        let context = shared.context.as_mut().ok_or(Error::Busy)?;
         if conversation.system.is_none() {
             conversation.system = context.system().map(str::to_owned);
         }
@@ -111,7 +111,7 @@ impl Agent {
     /// Forgets the conversation (the system prompt stays). Fails while a run is in flight.
     pub fn clear(&mut self) -> Result<(), Error> {
         let mut shared = lock(&self.shared);
-        shared.context.as_mut().ok_or_else(busy)?.clear();
+        shared.context.as_mut().ok_or(Error::Busy)?.clear();
         Ok(())
     }
 

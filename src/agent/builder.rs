@@ -15,7 +15,7 @@ use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::AgentMachine;
-use super::shared::{busy, lock, Shared};
+use super::shared::{lock, Shared};
 use super::summarizer::LlmSummarizer;
 
 impl Agent {
@@ -292,7 +292,7 @@ impl AgentBuilder {
     /// its limits then; hooks and the summarizer are the driver's to apply).
     pub fn build_machine(self) -> Result<AgentMachine, Error> {
         let agent = self.build()?;
-        let context = lock(&agent.shared).context.take().ok_or_else(busy)?;
+        let context = lock(&agent.shared).context.take().ok_or(Error::Busy)?;
         Ok(AgentMachine::new(
             agent.machine_config(),
             context,

@@ -18,9 +18,7 @@ use crate::context::{CompactionReport, CompactionStep, ContextManager};
 use crate::error::{ConfigError, Error, LlmError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
-use crate::provider::{
-    LlmEvent, ModelRequest, RequestSettings, RetryPolicy, StreamLimits, ToolChoice,
-};
+use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
 use super::config::MachineConfig;
@@ -291,7 +289,7 @@ impl Batch {
 ///   │          ▼                                                       │ Summary
 ///   │    ModelCall ◄─────────────────────────────────────────────────────┘
 ///   │     │  ▲   events: deltas, early read-only calls (Approve → RunTools)
-///   │     │  ├── Backoff ◄──(broke after content, retries left)── timeout
+///   │     │  ├── Backoff ◄──(failed, retryable, retries left)── timeout
 ///   │     │  └── compact (Summarizing) ◄──(context overflow, once per turn)
 ///   │     ▼ response
 ///   │  (refused, cut off, final call) ───────────────────────────────────► Finished
@@ -394,8 +392,6 @@ pub struct AgentMachine {
     config: MachineConfig,
     context: ContextManager,
     tools: ToolCatalog,
-    limits: StreamLimits,
-    summarizer: bool,
     state: State,
     out: VecDeque<Action>,
     turns: u32,
@@ -461,8 +457,6 @@ impl AgentMachine {
     /// ```
     pub fn new(config: MachineConfig, context: ContextManager, tools: ToolCatalog) -> Self {
         AgentMachine {
-            limits: config.stream_limits,
-            summarizer: config.summarizer,
             config,
             context,
             tools,
@@ -711,7 +705,10 @@ impl AgentMachine {
     /// Compacts before a call (or, `reactive`, after the provider refused the prompt as too
     /// long); asks for a summary when one would help, then calls the model.
     fn compact(&mut self, reactive: bool) -> State {
-        match self.context.begin_compaction(reactive, self.summarizer) {
+        match self
+            .context
+            .begin_compaction(reactive, self.config.summarizer)
+        {
             Ok(Some(CompactionStep::Done(report))) => self.compacted(&report),
             Ok(Some(CompactionStep::Summarize(span))) => {
                 self.out.push_back(Action::Summarize(span));
@@ -786,7 +783,7 @@ impl AgentMachine {
         self.partial_text.clear();
         self.out.push_back(Action::CallModel(self.build_request()));
         State::ModelCall(Box::new(Attempt {
-            assembler: StreamAssembler::with_limits(self.limits),
+            assembler: StreamAssembler::with_limits(self.config.stream_limits),
             content_seen: false,
             usage: Usage::default(),
             ids: HashMap::new(),

@@ -10,6 +10,7 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::error::Error;
 use crate::input::UserInput;
 use crate::message::Usage;
 
@@ -18,7 +19,7 @@ use super::driver::Driver;
 use super::events::{AgentEvent, RunOutcome, Termination};
 use super::machine::AgentMachine;
 use super::output::RunOptions;
-use super::shared::{busy, lock};
+use super::shared::lock;
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host
@@ -70,7 +71,7 @@ impl Agent {
             let driver = async move {
                 let _ = tx
                     .send(AgentEvent::Finished(RunOutcome {
-                        termination: Termination::Error(busy()),
+                        termination: Termination::Error(Error::Busy),
                         final_text: String::new(),
                         turns: 0,
                         usage: Usage::default(),

@@ -3,7 +3,6 @@
 use std::sync::Mutex;
 
 use crate::context::{ContextManager, Conversation};
-use crate::error::Error;
 
 /// The conversation as the agent, its handles and a run in flight share it.
 ///
@@ -30,9 +29,4 @@ impl Shared {
 /// every change is a single assignment).
 pub(crate) fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The error of an operation that needs the conversation while a run holds it.
-pub(crate) fn busy() -> Error {
-    Error::Busy
 }

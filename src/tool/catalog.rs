@@ -81,3 +81,31 @@ impl ToolCatalog {
         self.specs.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(name: &str, description: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn a_tool_added_again_replaces_the_first_in_its_place() {
+        let catalog = ToolCatalog::new()
+            .tool(spec("a", "first"), true)
+            .tool(spec("b", "other"), false)
+            .tool(spec("a", "second"), false);
+        assert_eq!(catalog.len(), 2);
+        assert_eq!(catalog.specs()[0].description, "second");
+        assert_eq!(catalog.specs()[1].name, "b");
+        assert!(!catalog.is_read_only("a"), "the later flag wins");
+        assert!(catalog.contains("b") && !catalog.contains("c"));
+        assert!(!catalog.is_empty() && ToolCatalog::new().is_empty());
+    }
+}
