@@ -45,6 +45,14 @@ pub enum Error {
          starting another run or changing the conversation"
     )]
     Busy,
+    /// A session store failed: a conflicting writer, a corrupt or unknown row, or the
+    /// database itself. See [`SessionError`].
+    #[error("session: {0}")]
+    Session(#[from] SessionError),
+    /// A paused run cannot be resumed as asked; nothing was run and the paused run is
+    /// unchanged. See [`ResumeError`].
+    #[error("resume: {0}")]
+    Resume(#[from] ResumeError),
 }
 
 /// A configuration that cannot work, naming what to change. Retrying does not help.
@@ -137,6 +145,121 @@ pub enum ContextError {
     /// conversation changed while its summary was written).
     #[error("compaction: {0}")]
     Compaction(String),
+}
+
+/// What went wrong with a [session store](crate::session::SessionStore).
+///
+/// ```
+/// use agent_loop::SessionError;
+///
+/// let err = SessionError::Conflict { session: "chat-1".into(), expected: 3, found: Some(4) };
+/// assert!(err.is_conflict());
+/// assert!(err.to_string().contains("another writer"));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// Another writer changed the session first: it is at `found` (`None`: it does not
+    /// exist), not at the `expected` version this writer last saw. Nothing of this write was
+    /// stored. Load the session again and decide (a paused run already resumed elsewhere
+    /// is refused this way).
+    #[error(
+        "session {session:?} was changed by another writer: expected version {expected}, \
+         found {}; nothing was written: load it again",
+        match found { Some(v) => v.to_string(), None => "no session".to_owned() }
+    )]
+    Conflict {
+        /// The session.
+        session: String,
+        /// The version this writer expected (0: a new session).
+        expected: u64,
+        /// The version found, if the session exists.
+        found: Option<u64>,
+    },
+    /// A stored entry cannot be read: not the JSON of an entry, a format newer than this
+    /// build reads, or entries that do not fit together. The row is left as it is.
+    #[error("session {session:?}, entry {version}: {message}")]
+    Corrupt {
+        /// The session.
+        session: String,
+        /// The entry's version (its place in the session's log).
+        version: u64,
+        /// What is wrong, and what to do.
+        message: String,
+    },
+    /// The database's schema was written by a newer build (its version is past the
+    /// migrations this build knows); upgrade agent-loop, or use another database.
+    #[error(
+        "the session database's schema is at version {found}, newer than the {supported} \
+         this build of agent-loop knows: upgrade agent-loop"
+    )]
+    Schema {
+        /// The schema version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The database failed (connection, I/O, a query); the message is the driver's.
+    #[error("database: {0}")]
+    Database(String),
+}
+
+impl SessionError {
+    /// Whether another writer changed the session first ([`SessionError::Conflict`]).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, SessionError::Conflict { .. })
+    }
+}
+
+/// Why a [paused run](crate::PausedRun) cannot be resumed as asked. Nothing was run: the
+/// paused run (and its session, if it has one) is as it was.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// This pause was resumed already (by this agent, or, with a session store, by any
+    /// process): its calls may have run, so it is not resumed again.
+    #[error(
+        "the paused run {pause:?} was resumed already; its calls may have run, so it is not \
+         resumed twice: load the session again to see where it stands"
+    )]
+    AlreadyResumed {
+        /// The pause's id.
+        pause: String,
+    },
+    /// A resolution names a call that is not waiting in this pause.
+    #[error("no call {id:?} waits in this paused run (waiting: {waiting})")]
+    UnknownCall {
+        /// The id given.
+        id: String,
+        /// The ids that do wait, comma-separated.
+        waiting: String,
+    },
+    /// A call waiting for approval names a tool the agent no longer has: approving it could
+    /// not run it. Register the tool, or resolve the call with a result or a denial.
+    #[error(
+        "call {id:?} waits for approval of the tool {tool:?}, which the agent no longer has: \
+         register it, or resolve the call with a result or a denial"
+    )]
+    MissingTool {
+        /// The call's id.
+        id: String,
+        /// The tool it calls.
+        tool: String,
+    },
+    /// The paused run was written in a format this build does not read.
+    #[error(
+        "the paused run is in format {found}; this build reads format {supported}: resume \
+         it with the agent-loop version that paused it"
+    )]
+    Format {
+        /// The format found.
+        found: u32,
+        /// The format this build reads.
+        supported: u32,
+    },
+    /// The run's structured answer does not fit the paused one (another answer tool).
+    #[error("{0}")]
+    Output(String),
 }
 
 /// Which timeout fired; each one is its own setting on the clients.

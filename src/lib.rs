@@ -85,6 +85,7 @@ mod message;
 mod provider;
 #[cfg(test)]
 mod serde_tests;
+pub mod session;
 pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -107,7 +108,9 @@ pub use context::{
     CharEstimateCounter, ContextConfig, ContextManager, Conversation, Summarizer, TiktokenCounter,
     TokenCounter,
 };
-pub use error::{ApiError, ConfigError, ContextError, Error, LlmError, TimeoutKind};
+pub use error::{
+    ApiError, ConfigError, ContextError, Error, LlmError, ResumeError, SessionError, TimeoutKind,
+};
 pub use input::UserInput;
 pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};

@@ -1,0 +1,475 @@
+//! Sessions: conversations and paused runs kept in a store, so a run can pause in one process
+//! and resume in another, and many processes can share conversations.
+//!
+//! A session is an append-only log of [`SessionEntry`]s, each with a version: its place in
+//! the log (1 for the first). An agent given a store and a session id
+//! ([`AgentBuilder::session`](crate::AgentBuilder::session)) appends to it on its own: after
+//! every turn the messages that turn added, at a pause the run's state. Nothing is
+//! rewritten, so a turn costs what it adds; a compaction records the messages it replaced
+//! as a new entry. Every append names the version it builds on and is refused with
+//! [`SessionError::Conflict`] when another writer got there first (compare-and-swap), so two
+//! writers never both win and nothing is lost or stored twice.
+//!
+//! Backends: [`MemoryStore`] (in-process, for tests), `SqliteStore` (cargo feature `sqlite`,
+//! the embedded default: a file path is all it needs) and `PostgresStore` (cargo feature
+//! `postgres`, for processes on several machines). A store of your own implements
+//! [`SessionStore`], and reads and writes entries with [`SessionEntry::encode`] and
+//! [`SessionEntry::decode`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agent_loop::session::{MemoryStore, SessionStore};
+//! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+//! use agent_loop::{Agent, AgentEvent};
+//! use futures::StreamExt;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = Arc::new(MemoryStore::new());
+//! let client = ScriptedClient::new([ScriptedResponse::text("Hello!")]);
+//! let mut agent = Agent::builder(client).session(store.clone(), "chat-1").build()?;
+//! let _: Vec<AgentEvent> = agent.run("Hi").collect().await;
+//!
+//! // Saved on its own: another agent (in another process, with a database store) picks
+//! // the conversation up where it stands.
+//! let session = agent_loop::session::load(&*store, "chat-1").await?.expect("saved");
+//! assert_eq!(session.conversation.messages.len(), 2);
+//! # Ok::<(), agent_loop::Error>(())
+//! # }).unwrap();
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::context::Conversation;
+use crate::error::SessionError;
+use crate::message::Message;
+
+/// The format of the entries this build writes (and the newest it reads).
+pub const ENTRY_FORMAT: u32 = 1;
+
+/// One record of a session's log.
+///
+/// Serialized (in a store's rows) as JSON tagged by `type`:
+/// `{"type":"messages","start":4,"messages":[…]}`.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionEntry {
+    /// The whole conversation: the first entry of every session, and whenever its system
+    /// prompt changed or it was replaced (a restore, a clear). Loading starts at the newest
+    /// one.
+    Conversation {
+        /// The conversation.
+        conversation: Conversation,
+    },
+    /// The messages from index `start` on are replaced by `messages`. `start` is usually the
+    /// number of messages stored so far (an append), one less when the last stored message
+    /// grew (a later message of the same role merged into it), or where a compaction began
+    /// rewriting older turns.
+    Messages {
+        /// The index the messages replace from.
+        start: u64,
+        /// The messages.
+        messages: Vec<Message>,
+    },
+    /// A run paused here, waiting for approvals or results from outside. `state` is the
+    /// paused run's own state (turn counters, the calls waiting, …), read back by the agent
+    /// that resumes it; the conversation is the session's.
+    Paused {
+        /// The pause's id (unique).
+        pause: String,
+        /// The run's state, as the agent wrote it.
+        state: serde_json::Value,
+    },
+    /// The pause `pause` was taken up by a resume: it is not resumed again.
+    Resumed {
+        /// The pause's id.
+        pause: String,
+    },
+}
+
+/// An entry as a store keeps it ([`SessionEntry::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedEntry {
+    /// The entry's type (`conversation`, `messages`, `paused`, `resumed`): a store indexes
+    /// `conversation` entries, where loading starts.
+    pub kind: &'static str,
+    /// The format it is written in ([`ENTRY_FORMAT`]).
+    pub format: u32,
+    /// The entry as JSON.
+    pub body: String,
+}
+
+impl SessionEntry {
+    /// The entry's type, as [`EncodedEntry::kind`] names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionEntry::Conversation { .. } => "conversation",
+            SessionEntry::Messages { .. } => "messages",
+            SessionEntry::Paused { .. } => "paused",
+            SessionEntry::Resumed { .. } => "resumed",
+        }
+    }
+
+    /// The entry as a store keeps it.
+    pub fn encode(&self) -> EncodedEntry {
+        EncodedEntry {
+            kind: self.kind(),
+            format: ENTRY_FORMAT,
+            // Every field is a string, a number or JSON: serializing cannot fail.
+            body: serde_json::to_string(self).unwrap_or_default(),
+        }
+    }
+
+    /// Reads back an entry a store kept: entry `version` of `session`, written in `format`.
+    /// A format newer than [`ENTRY_FORMAT`], or a body that is not an entry, is
+    /// [`SessionError::Corrupt`], naming the session and the entry.
+    pub fn decode(
+        session: &str,
+        version: u64,
+        format: i64,
+        body: &str,
+    ) -> Result<SessionEntry, SessionError> {
+        let corrupt = |message: String| SessionError::Corrupt {
+            session: session.to_owned(),
+            version,
+            message,
+        };
+        if format < 1 || format > i64::from(ENTRY_FORMAT) {
+            return Err(corrupt(format!(
+                "written in format {format}; this build reads formats 1 to {ENTRY_FORMAT}: \
+                 read it with the agent-loop version that wrote it, or newer"
+            )));
+        }
+        serde_json::from_str(body).map_err(|e| corrupt(format!("not a session entry: {e}")))
+    }
+}
+
+/// A session's entries as a store loaded them: from its newest
+/// [`Conversation`](SessionEntry::Conversation) entry on, each with its version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// The session's version: the version of its last entry.
+    pub version: u64,
+    /// The entries from the newest `Conversation` entry on, oldest first, with their
+    /// versions.
+    pub entries: Vec<(u64, SessionEntry)>,
+}
+
+/// A session as it stands: its conversation and the pause it waits in, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The session's id.
+    pub id: String,
+    /// Its version; the next append builds on it.
+    pub version: u64,
+    /// The conversation.
+    pub conversation: Conversation,
+    /// The pause it waits in: its id and state (`None` when it was resumed, or the
+    /// conversation went on without it).
+    pub pause: Option<(String, serde_json::Value)>,
+}
+
+impl StoredSession {
+    /// Replays the entries into the session they describe. Entries that do not fit together
+    /// (no `Conversation` entry first, messages replaced past the end) are
+    /// [`SessionError::Corrupt`].
+    pub fn into_session(self, id: &str) -> Result<Session, SessionError> {
+        let corrupt = |version: u64, message: &str| SessionError::Corrupt {
+            session: id.to_owned(),
+            version,
+            message: message.to_owned(),
+        };
+        let mut entries = self.entries.into_iter();
+        let mut conversation = match entries.next() {
+            Some((_, SessionEntry::Conversation { conversation })) => conversation,
+            Some((version, _)) => {
+                return Err(corrupt(
+                    version,
+                    "a session's log must start with its conversation",
+                ))
+            }
+            None if self.version == 0 => Conversation::default(),
+            None => return Err(corrupt(self.version, "the session's entries are missing")),
+        };
+        let mut pause = None;
+        for (version, entry) in entries {
+            pause = None;
+            match entry {
+                SessionEntry::Conversation { conversation: c } => conversation = c,
+                SessionEntry::Messages { start, messages } => {
+                    let start = usize::try_from(start).unwrap_or(usize::MAX);
+                    if start > conversation.messages.len() {
+                        return Err(corrupt(
+                            version,
+                            "messages replaced from past the end of the conversation",
+                        ));
+                    }
+                    conversation.messages.truncate(start);
+                    conversation.messages.extend(messages);
+                }
+                SessionEntry::Paused { pause: id, state } => pause = Some((id, state)),
+                SessionEntry::Resumed { .. } => {}
+            }
+        }
+        Ok(Session {
+            id: id.to_owned(),
+            version: self.version,
+            conversation,
+            pause,
+        })
+    }
+}
+
+/// Loads a session from `store` and replays it; `None` when there is no such session.
+pub async fn load(store: &dyn SessionStore, session: &str) -> Result<Option<Session>, SessionError> {
+    match store.load(session).await? {
+        Some(stored) => stored.into_session(session).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Where sessions are kept: an append-only log per session id, written with
+/// compare-and-swap on its version.
+///
+/// A store of your own keeps, per session, its entries (each [`SessionEntry::encode`]d,
+/// with its version) and its version, and must make [`append`](Self::append) atomic: all
+/// the entries or none, and only if the version is the one expected.
+#[async_trait]
+pub trait SessionStore: Send + Sync + fmt::Debug {
+    /// The session's entries from its newest `Conversation` entry on, with its version;
+    /// `None` when the session does not exist.
+    async fn load(&self, session: &str) -> Result<Option<StoredSession>, SessionError>;
+
+    /// Appends `entries` (versions `expected + 1` on) if the session is at version
+    /// `expected` (0: it must not exist yet), in one transaction; returns the new version.
+    /// Another version found is [`SessionError::Conflict`], and nothing is written.
+    async fn append(
+        &self,
+        session: &str,
+        expected: u64,
+        entries: &[SessionEntry],
+    ) -> Result<u64, SessionError>;
+
+    /// Deletes the session and its entries (nothing when it does not exist).
+    async fn delete(&self, session: &str) -> Result<(), SessionError>;
+}
+
+/// A [`SessionStore`] in memory: for tests, and for one process that needs no restart.
+/// Entries are kept encoded, as a database would keep them.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, Vec<EncodedEntry>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<EncodedEntry>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn load(&self, session: &str) -> Result<Option<StoredSession>, SessionError> {
+        let sessions = self.lock();
+        let Some(rows) = sessions.get(session) else {
+            return Ok(None);
+        };
+        let from = rows
+            .iter()
+            .rposition(|row| row.kind == "conversation")
+            .unwrap_or(0);
+        let entries = rows[from..]
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let version = (from + i + 1) as u64;
+                SessionEntry::decode(session, version, i64::from(row.format), &row.body)
+                    .map(|entry| (version, entry))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some(StoredSession {
+            version: rows.len() as u64,
+            entries,
+        }))
+    }
+
+    async fn append(
+        &self,
+        session: &str,
+        expected: u64,
+        entries: &[SessionEntry],
+    ) -> Result<u64, SessionError> {
+        let mut sessions = self.lock();
+        let found = sessions.get(session).map(|rows| rows.len() as u64);
+        if found.unwrap_or(0) != expected {
+            return Err(SessionError::Conflict {
+                session: session.to_owned(),
+                expected,
+                found,
+            });
+        }
+        let rows = sessions.entry(session.to_owned()).or_default();
+        rows.extend(entries.iter().map(SessionEntry::encode));
+        Ok(rows.len() as u64)
+    }
+
+    async fn delete(&self, session: &str) -> Result<(), SessionError> {
+        self.lock().remove(session);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+            .block_on(f)
+    }
+
+    fn messages(start: u64, texts: &[&str]) -> SessionEntry {
+        SessionEntry::Messages {
+            start,
+            messages: texts.iter().map(|t| Message::user(*t)).collect(),
+        }
+    }
+
+    #[test]
+    fn replaying_applies_appends_rewrites_and_pauses() {
+        let stored = StoredSession {
+            version: 5,
+            entries: vec![
+                (
+                    1,
+                    SessionEntry::Conversation {
+                        conversation: Conversation::new(Some("sys".into()), vec![]),
+                    },
+                ),
+                (2, messages(0, &["a", "b"])),
+                (3, messages(1, &["c", "d"])),
+                (
+                    4,
+                    SessionEntry::Paused {
+                        pause: "p".into(),
+                        state: serde_json::json!({}),
+                    },
+                ),
+                (5, SessionEntry::Resumed { pause: "p".into() }),
+            ],
+        };
+        let session = stored.clone().into_session("s").unwrap();
+        let texts: Vec<String> = session
+            .conversation
+            .messages
+            .iter()
+            .map(Message::text)
+            .collect();
+        assert_eq!(texts, ["a", "c", "d"]);
+        assert_eq!(session.conversation.system.as_deref(), Some("sys"));
+        assert_eq!(session.version, 5);
+        assert_eq!(session.pause, None, "a resumed pause waits no more");
+
+        let mut paused = stored;
+        paused.entries.pop();
+        paused.version = 4;
+        let session = paused.into_session("s").unwrap();
+        assert_eq!(session.pause.map(|p| p.0).as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn entries_that_do_not_fit_together_are_corrupt() {
+        let no_start = StoredSession {
+            version: 1,
+            entries: vec![(1, messages(0, &["a"]))],
+        };
+        assert!(matches!(
+            no_start.into_session("s"),
+            Err(SessionError::Corrupt { version: 1, .. })
+        ));
+        let past_end = StoredSession {
+            version: 2,
+            entries: vec![
+                (
+                    1,
+                    SessionEntry::Conversation {
+                        conversation: Conversation::default(),
+                    },
+                ),
+                (2, messages(3, &["a"])),
+            ],
+        };
+        let err = past_end.into_session("s").unwrap_err();
+        assert!(err.to_string().contains("entry 2"), "{err}");
+        let missing = StoredSession {
+            version: 3,
+            entries: vec![],
+        };
+        assert!(missing.into_session("s").is_err());
+    }
+
+    #[test]
+    fn decoding_refuses_newer_formats_and_garbage_without_panicking() {
+        let entry = SessionEntry::Resumed { pause: "p".into() };
+        let encoded = entry.encode();
+        assert_eq!(encoded.kind, "resumed");
+        assert_eq!(
+            SessionEntry::decode("s", 1, encoded.format.into(), &encoded.body).unwrap(),
+            entry
+        );
+        let newer = SessionEntry::decode("s", 7, 2, &encoded.body).unwrap_err();
+        assert!(newer.to_string().contains("format 2"), "{newer}");
+        assert!(SessionEntry::decode("s", 7, 0, &encoded.body).is_err());
+        for garbage in ["", "{", "[]", r#"{"type":"nope"}"#, "\u{0}"] {
+            let err = SessionEntry::decode("s", 3, 1, garbage).unwrap_err();
+            assert!(matches!(err, SessionError::Corrupt { version: 3, .. }));
+        }
+    }
+
+    #[test]
+    fn the_memory_store_appends_with_compare_and_swap() {
+        block_on(async {
+            let store = MemoryStore::new();
+            assert_eq!(store.load("s").await.unwrap(), None);
+            let first = SessionEntry::Conversation {
+                conversation: Conversation::default(),
+            };
+            let err = store.append("s", 1, &[first.clone()]).await.unwrap_err();
+            assert_eq!(
+                err,
+                SessionError::Conflict {
+                    session: "s".into(),
+                    expected: 1,
+                    found: None
+                }
+            );
+            assert_eq!(store.append("s", 0, &[first.clone()]).await.unwrap(), 1);
+            assert!(store.append("s", 0, &[first.clone()]).await.is_err());
+            assert_eq!(
+                store
+                    .append("s", 1, &[messages(0, &["a"]), first.clone()])
+                    .await
+                    .unwrap(),
+                3
+            );
+            assert!(store.append("s", 2, &[messages(0, &["b"])]).await.is_err());
+            let loaded = store.load("s").await.unwrap().unwrap();
+            assert_eq!(loaded.version, 3);
+            assert_eq!(loaded.entries, vec![(3, first)], "from the newest conversation");
+            store.delete("s").await.unwrap();
+            assert_eq!(store.load("s").await.unwrap(), None);
+        });
+    }
+}
