@@ -260,6 +260,10 @@ pub enum ResumeError {
     /// The run's structured answer does not fit the paused one (another answer tool).
     #[error("{0}")]
     Output(String),
+    /// The paused run does not hold together (its state does not match its conversation):
+    /// it was changed or damaged since it paused.
+    #[error("the paused run does not hold together: {0}")]
+    Damaged(String),
 }
 
 /// Which timeout fired; each one is its own setting on the clients.

@@ -92,8 +92,9 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, LlmSummarizer, RunError,
-    RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision, DEFAULT_OUTPUT_TOOL,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, LlmSummarizer, PausedRun,
+    PendingCall, Resolution, Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput,
+    Termination, ToolDecision, WaitsFor, DEFAULT_OUTPUT_TOOL,
 };
 
 /// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a
@@ -121,8 +122,8 @@ pub use provider::{
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
 pub use tool::{
-    Access, Concurrency, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult, ToolCatalog,
-    ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
+    Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,
+    ToolCatalog, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
 };
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz

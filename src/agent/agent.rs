@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::message::Message;
 use crate::provider::LlmClient;
 use crate::tool::{ToolRegistry, ToolSources};
@@ -13,6 +13,8 @@ use crate::tool::{ToolRegistry, ToolSources};
 use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::AgentHooks;
+use super::pause::PausedRun;
+use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
@@ -43,6 +45,8 @@ pub struct Agent {
     pub(crate) hooks: Arc<dyn AgentHooks>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) handle: AgentHandle,
+    /// The session store the conversation is kept in, if any.
+    pub(crate) session: Option<SessionLink>,
     /// The conversation, shared with the run in flight (if any) and with the handles.
     pub(crate) shared: Arc<Mutex<Shared>>,
 }
@@ -113,6 +117,47 @@ impl Agent {
         let mut shared = lock(&self.shared);
         shared.context.as_mut().ok_or(Error::Busy)?.clear();
         Ok(())
+    }
+
+    /// The paused run the agent's last run ended in, if it paused and was not resumed since
+    /// (or the pause its session waits in, once loaded): what
+    /// [`Termination::Paused`](crate::Termination::Paused) carried.
+    pub fn paused(&self) -> Option<PausedRun> {
+        lock(&self.shared).paused.clone()
+    }
+
+    /// Loads the agent's [session](crate::AgentBuilder::session) from its store, replacing
+    /// the conversation the agent holds, and gives the paused run it waits in, if any
+    /// (resume it with [`Agent::resume`]). A run loads the session by itself when it was not
+    /// loaded; this is for looking first, or for reading it again after another process
+    /// wrote to it.
+    ///
+    /// Fails with [`Error::Session`] when the store does (a corrupt entry, a database
+    /// error), with [`ConfigError::Setting`](crate::ConfigError::Setting) when the agent has
+    /// no session, and with [`Error::Busy`] while a run is in flight; the conversation is
+    /// then unchanged.
+    pub async fn load_session(&mut self) -> Result<Option<PausedRun>, Error> {
+        let Some(link) = self.session.clone() else {
+            return Err(ConfigError::setting(
+                "session",
+                "the agent has no session: give it one with AgentBuilder::session",
+            )
+            .into());
+        };
+        let mut context = lock(&self.shared).context.clone().ok_or(Error::Busy)?;
+        // Read afresh: another process may have written since.
+        let saved_version = lock(&self.shared).session_version.take();
+        if let Err(e) = persist::open(&link, &self.shared, &mut context).await {
+            lock(&self.shared).session_version = saved_version;
+            return Err(e);
+        }
+        let mut shared = lock(&self.shared);
+        shared
+            .context
+            .as_mut()
+            .ok_or(Error::Busy)?
+            .clone_from(&context);
+        Ok(shared.paused.clone())
     }
 
     /// Whether a run is in flight (its stream not yet finished or dropped).

@@ -5,9 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
+use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
+use crate::session::SessionStore;
 use crate::tool::{Tool, ToolRegistry, ToolSource, ToolSources};
 
 use super::agent::Agent;
@@ -15,6 +16,7 @@ use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::AgentMachine;
+use super::persist::SessionLink;
 use super::shared::{lock, Shared};
 use super::summarizer::LlmSummarizer;
 
@@ -40,6 +42,7 @@ pub struct AgentBuilder {
     hooks: Arc<dyn AgentHooks>,
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
+    session: Option<SessionLink>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -66,6 +69,7 @@ impl AgentBuilder {
             hooks: Arc::new(NoHooks),
             summarizer: None,
             cancel: CancellationToken::new(),
+            session: None,
         }
     }
 
@@ -274,6 +278,30 @@ impl AgentBuilder {
         self
     }
 
+    /// Calls of the tool `name` wait for a person's approval: the run pauses before they
+    /// run, ending with [`Termination::Paused`](crate::Termination::Paused), and
+    /// [`Agent::resume`](crate::Agent::resume) continues it with the verdict, in this process
+    /// or another. The `before_tool` hook is still asked first: its denial denies at once.
+    /// Call it once per tool.
+    pub fn require_approval(mut self, name: impl Into<String>) -> Self {
+        self.config.require_approval.push(name.into());
+        self
+    }
+
+    /// Keeps the conversation in `store` as the session `id`, on its own: the agent loads it
+    /// before its first run (or at [`Agent::load_session`]), and appends what each turn
+    /// added, and a pause, as they happen. Another process with the same store and id picks
+    /// the session up where it stands, paused runs included. Two agents writing one session
+    /// at once: the first write wins, the other's run ends with a
+    /// [`SessionError::Conflict`](crate::SessionError::Conflict), and nothing is lost.
+    pub fn session(mut self, store: Arc<dyn SessionStore>, id: impl Into<String>) -> Self {
+        self.session = Some(SessionLink {
+            store,
+            id: id.into(),
+        });
+        self
+    }
+
     /// Hooks before tools and model calls.
     pub fn hooks(mut self, hooks: impl AgentHooks + 'static) -> Self {
         self.hooks = Arc::new(hooks);
@@ -354,10 +382,7 @@ impl AgentBuilder {
             Some(choice) => choice,
             None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
         };
-        let shared = Arc::new(Mutex::new(Shared {
-            context: Some(context),
-            view: Conversation::default(),
-        }));
+        let shared = Arc::new(Mutex::new(Shared::new(context)));
         Ok(Agent {
             client: self.client,
             tools,
@@ -366,6 +391,7 @@ impl AgentBuilder {
             hooks: self.hooks,
             summarizer,
             handle: AgentHandle::new(self.cancel, shared.clone()),
+            session: self.session,
             shared,
         })
     }

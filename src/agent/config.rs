@@ -49,6 +49,10 @@ pub struct MachineConfig {
     /// Whether the driver can summarize (answer [`Action::Summarize`](crate::machine::Action::Summarize));
     /// without it compaction never asks for a summary.
     pub summarizer: bool,
+    /// Tools whose calls wait for a person's approval: the run pauses
+    /// ([`Termination::Paused`](crate::Termination::Paused)) where the `before_tool` hook
+    /// would allow one of them (a hook's denial still denies).
+    pub require_approval: Vec<String>,
 }
 
 impl Default for MachineConfig {
@@ -70,6 +74,7 @@ impl Default for MachineConfig {
             prompt_cache: Some(PromptCache::default()),
             stream_limits: StreamLimits::default(),
             summarizer: false,
+            require_approval: Vec::new(),
         }
     }
 }

@@ -10,20 +10,22 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Summarizer;
-use crate::error::ContextError;
-use crate::input::UserInput;
+use crate::context::{ContextManager, Summarizer};
+use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
 use crate::provider::{LlmClient, LlmEvent};
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
 use super::agent::Agent;
-use super::events::{AgentEvent, RunOutcome};
+use super::config::MachineConfig;
+use super::events::{AgentEvent, RunOutcome, Termination};
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, HookAction};
 use super::io::Io;
 use super::machine::{Action, AgentMachine, Input};
-use super::output::RunOptions;
+use super::pause::PausedRun;
+use super::persist::{self, SessionLink};
+use super::run::Start;
 use super::shared::{lock, Shared};
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
@@ -32,6 +34,10 @@ pub(super) struct Driver {
     span: tracing::Span,
     /// `Some` until the conversation goes back to the agent.
     machine: Option<AgentMachine>,
+    /// The conversation until the machine is built (after the session is loaded).
+    context: Option<ContextManager>,
+    config: MachineConfig,
+    session: Option<SessionLink>,
     client: Arc<dyn LlmClient>,
     /// The tools calls run with: always the machine's.
     tools: ToolRegistry,
@@ -75,14 +81,17 @@ impl Driver {
     /// A driver for `agent`'s run of `machine`, reporting on `tx`.
     pub(super) fn new(
         agent: &Agent,
-        machine: AgentMachine,
+        context: ContextManager,
         tools: ToolRegistry,
         span: tracing::Span,
         tx: mpsc::Sender<AgentEvent>,
     ) -> Driver {
         Driver {
             span,
-            machine: Some(machine),
+            machine: None,
+            context: Some(context),
+            config: agent.machine_config(),
+            session: agent.session.clone(),
             client: agent.client.clone(),
             tools,
             sources: agent.sources.clone(),
@@ -109,8 +118,12 @@ impl Driver {
 
     /// Gives the conversation back to the agent (once), valid: the agent can run again.
     fn give_back(&mut self) {
-        if let Some(machine) = self.machine.take() {
-            lock(&self.shared).context = Some(machine.into_context());
+        let context = match self.machine.take() {
+            Some(machine) => Some(machine.into_context()),
+            None => self.context.take(),
+        };
+        if let Some(context) = context {
+            lock(&self.shared).context = Some(context);
             self.handle.reset();
         }
     }
@@ -145,12 +158,23 @@ impl Driver {
         }
     }
 
-    pub(super) async fn drive(mut self, input: UserInput, options: RunOptions) {
+    pub(super) async fn drive(mut self, start: Start) {
         // Sources that changed since the last run (or during it, after its last turn).
-        self.refresh_tools().await;
-        if let Some(machine) = self.machine.as_mut() {
-            machine.start_with(input, options, now());
+        if self.sources.changed() {
+            if let Some(tools) = self.sources.refresh().await {
+                self.tools = tools;
+            }
         }
+        match self.build_machine(start).await {
+            Ok(machine) => self.machine = Some(machine),
+            Err(error) => {
+                return self
+                    .finish(RunOutcome::ended(Termination::Error(error)))
+                    .await
+            }
+        }
+        // The run's input is kept before anything else happens.
+        self.save(None).await;
         let mut io = Io::new();
         loop {
             while let Some(action) = self.machine.as_mut().and_then(AgentMachine::poll) {
@@ -165,6 +189,87 @@ impl Driver {
                 self.tell(input);
             }
         }
+    }
+
+    /// The run's machine: the session loaded first (if the agent has one and it is not
+    /// loaded yet), a pause checked and claimed before anything of it runs.
+    async fn build_machine(&mut self, start: Start) -> Result<AgentMachine, Error> {
+        let Some(mut context) = self.context.take() else {
+            return Err(Error::Busy);
+        };
+        if let Some(link) = &self.session {
+            if let Err(e) = persist::open(link, &self.shared, &mut context).await {
+                self.context = Some(context);
+                return Err(e);
+            }
+        }
+        let config = self.config.clone();
+        let catalog = self.tools.catalog();
+        match start {
+            Start::Run { input, options } => {
+                // A new run leaves behind the pause the agent (or its session) waited in.
+                let mut shared = lock(&self.shared);
+                shared.paused = None;
+                shared.runs += 1;
+                drop(shared);
+                let mut machine = AgentMachine::new(config, context, catalog);
+                machine.start_with(input, options, now());
+                Ok(machine)
+            }
+            Start::Resume {
+                paused,
+                resolutions,
+                options,
+            } => {
+                let resumed = AgentMachine::resume(
+                    config,
+                    context.clone(),
+                    catalog,
+                    &paused,
+                    &resolutions,
+                    options,
+                    now(),
+                );
+                let mut machine = match resumed {
+                    Ok(machine) => machine,
+                    Err(e) => {
+                        self.context = Some(context);
+                        return Err(e.into());
+                    }
+                };
+                if let Some(link) = &self.session {
+                    match persist::claim(link, &self.shared, &paused).await {
+                        // The session holds the paused conversation: nothing to save again.
+                        Ok(true) => machine.context_mut().mark_saved(),
+                        Ok(false) => {}
+                        Err(e) => {
+                            self.context = Some(context);
+                            return Err(e);
+                        }
+                    }
+                }
+                let mut shared = lock(&self.shared);
+                shared.paused = None;
+                shared.runs += 1;
+                Ok(machine)
+            }
+        }
+    }
+
+    /// Saves what the conversation gained (and the pause) to the session, if the agent has
+    /// one; a failure stops the run (nothing unsaved goes on).
+    async fn save(&mut self, pause: Option<&PausedRun>) -> Option<SessionError> {
+        let (Some(link), Some(machine)) = (&self.session, self.machine.as_mut()) else {
+            return None;
+        };
+        let error = persist::save(link, &self.shared, machine.context_mut(), pause)
+            .await
+            .err()?;
+        tracing::error!(%error, session = %link.id, "saving the session failed; the run stops");
+        if !machine.is_finished() {
+            machine.handle(Input::Abort(error.clone().into()), now());
+        }
+        Some(error)
     }
 
     /// Carries out one action of the machine; `Break` when the run is over.
@@ -229,6 +334,7 @@ impl Driver {
         self.emit(event).await;
         if turn_end {
             self.publish();
+            self.save(None).await;
         }
         if !self.told_cancel && self.cancel.is_cancelled() {
             self.told_cancel = true;
@@ -333,7 +439,19 @@ impl Driver {
 
     /// The run is over: the conversation goes back to the agent before `Finished` is
     /// reported, so whoever sees it can run again at once.
-    async fn finish(&mut self, outcome: RunOutcome) {
+    async fn finish(&mut self, mut outcome: RunOutcome) {
+        if let Termination::Paused(paused) = &outcome.termination {
+            lock(&self.shared).paused = Some((**paused).clone());
+            if let Some(error) = self.save(Some(paused)).await {
+                // Not kept in the session: the host learns it; the pause stays with the
+                // agent ([`Agent::paused`]).
+                outcome.termination = Termination::Error(error.into());
+            }
+        } else if let Some(error) = self.save(None).await {
+            if !matches!(outcome.termination, Termination::Error(_)) {
+                outcome.termination = Termination::Error(error.into());
+            }
+        }
         self.give_back();
         let span = &self.span;
         span.record("turns", outcome.turns);

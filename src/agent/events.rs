@@ -7,6 +7,8 @@ use std::time::Duration;
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
 
+use super::pause::PausedRun;
+
 /// One event of an agent run, in the order things happened.
 ///
 /// # The order of events
@@ -202,6 +204,10 @@ pub enum Termination {
         /// What was wrong with it.
         error: String,
     },
+    /// The run paused to wait for something from outside: a person's verdict on a call, or
+    /// a deferred tool's result. The [`PausedRun`] holds everything needed to continue it
+    /// with [`Agent::resume`](crate::Agent::resume), in this process or another.
+    Paused(Box<PausedRun>),
     /// An error ended the run.
     Error(Error),
 }
@@ -223,6 +229,7 @@ impl PartialEq for Termination {
             (InvalidOutput { raw: a, error: b }, InvalidOutput { raw: c, error: d }) => {
                 a == c && b == d
             }
+            (Paused(a), Paused(b)) => a == b,
             (Error(a), Error(b)) => a.to_string() == b.to_string(),
             _ => false,
         }
@@ -289,6 +296,18 @@ impl From<ConfigError> for RunError {
 }
 
 impl RunOutcome {
+    /// The outcome of a run that ended before it began.
+    pub(crate) fn ended(termination: Termination) -> RunOutcome {
+        RunOutcome {
+            termination,
+            final_text: String::new(),
+            turns: 0,
+            usage: Usage::default(),
+            failed_usage: Usage::default(),
+            output: None,
+        }
+    }
+
     /// The structured answer as a `T`: the run must have completed with one.
     pub fn parse_output<T: serde::de::DeserializeOwned>(&self) -> Result<T, RunError> {
         match (&self.termination, &self.output) {
@@ -354,6 +373,9 @@ impl fmt::Display for Termination {
             Termination::MaxTokens => f.write_str("the answer was cut off at max_tokens"),
             Termination::InvalidOutput { error, .. } => {
                 write!(f, "no valid structured answer: {error}")
+            }
+            Termination::Paused(paused) => {
+                write!(f, "paused for {} call(s)", paused.pending().len())
             }
             Termination::Error(e) => write!(f, "error: {e}"),
         }

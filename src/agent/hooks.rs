@@ -1,13 +1,17 @@
 //! Hooks into the loop: a verdict on each tool call and on each model call.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::provider::ModelRequest;
 use crate::tool::ToolCall;
 
 /// A hook's verdict on a tool call.
+///
+/// Serialized tagged by `type`: `{"type":"allow"}`, `{"type":"deny","reason":"…"}`.
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "reason", rename_all = "snake_case")]
 pub enum ToolDecision {
     /// Run it.
     Allow,
@@ -15,6 +19,11 @@ pub enum ToolDecision {
     Deny(String),
     /// Do not run it and stop the run after answering this turn's calls.
     Stop(String),
+    /// Not now: a person decides. Nothing of this response's calls runs; the run ends with
+    /// [`Termination::Paused`](crate::Termination::Paused), and
+    /// [`Agent::resume`](crate::Agent::resume) continues it, with the verdict, in this
+    /// process or another.
+    Pause,
 }
 
 /// A hook's verdict before a model call.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager};
-use crate::error::{ConfigError, Error, LlmError};
+use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
@@ -25,6 +25,9 @@ use super::config::MachineConfig;
 use super::events::{AgentEvent, RunOutcome, Termination};
 use super::hooks::ToolDecision;
 use super::output::{RunOptions, StructuredOutput};
+use super::pause::{
+    OutputState, PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
+};
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
 
 /// The stop reason of the `TurnEnd` of a turn that was cut short.
@@ -62,6 +65,10 @@ pub enum Input {
     Cancel,
     /// Let the current turn finish, then stop.
     StopAfterTurn,
+    /// Stop at once with this error, as [`Cancel`](Input::Cancel) stops (running tools are
+    /// abandoned and answered as cancelled): the driver cannot go on (a session it could
+    /// not save). The run ends with [`Termination::Error`].
+    Abort(Error),
     /// The agent's tools changed (a [`ToolSource`](crate::ToolSource) such as an MCP server
     /// added or removed some): this catalog ([`ToolRegistry::catalog`](crate::ToolRegistry::catalog))
     /// replaces the machine's. The next [`Action::CallModel`] lists these tools, and the
@@ -87,6 +94,7 @@ impl Input {
             Input::Summary(_) => "Summary",
             Input::Cancel => "Cancel",
             Input::StopAfterTurn => "StopAfterTurn",
+            Input::Abort(_) => "Abort",
             Input::ToolsChanged(_) => "ToolsChanged",
         }
     }
@@ -234,6 +242,11 @@ struct Batch {
     positions: HashMap<String, usize>,
     /// Calls without a result yet.
     unanswered: usize,
+    /// The verdicts on the calls asked about, when some wait for a person (`None`): the
+    /// batch pauses once its early calls are done, and nothing else of it runs.
+    paused_verdicts: Option<Vec<(usize, Option<ToolDecision>)>>,
+    /// Allowed calls of deferred tools (positions): their results come from outside.
+    awaiting: Vec<usize>,
 }
 
 impl Batch {
@@ -253,6 +266,8 @@ impl Batch {
             stop: None,
             positions,
             unanswered: n,
+            paused_verdicts: None,
+            awaiting: Vec::new(),
             calls,
             response,
         }
@@ -429,6 +444,8 @@ pub struct AgentMachine {
     call_ids: HashSet<String>,
     /// Ids given in place of repeated or empty ones so far: the next one's number.
     renamed_ids: u64,
+    /// Pauses of this run so far (a resumed run counts its earlier ones).
+    pauses: u32,
     /// The instant of the input being handled (the latest given).
     now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
@@ -484,9 +501,201 @@ impl AgentMachine {
             output_value: None,
             call_ids: HashSet::new(),
             renamed_ids: 0,
+            pauses: 0,
             now: None,
             ignored: None,
         }
+    }
+
+    /// A machine that continues a [`PausedRun`] with the host's answers to its waiting
+    /// calls, over `context` (whose settings and counter it keeps; the paused run's
+    /// conversation replaces its messages), with `tools`. It is started already: poll it.
+    /// Calls left without an answer keep waiting (the run pauses again once everything else
+    /// is done). `options` give the typed answer back (the paused run keeps only its
+    /// schema) and settings over the paused run's.
+    ///
+    /// Refused, with nothing run: an answer for a call that does not wait, an approval of a
+    /// tool the catalog lacks, another answer tool, a paused run of another format or one
+    /// that does not hold together.
+    pub fn resume(
+        config: MachineConfig,
+        mut context: ContextManager,
+        tools: ToolCatalog,
+        paused: &PausedRun,
+        resolutions: &Resolutions,
+        options: RunOptions,
+        now: Instant,
+    ) -> Result<AgentMachine, ResumeError> {
+        paused.check_format()?;
+        let state = &paused.state;
+        let calls: Vec<ToolCall> = paused
+            .calls()
+            .into_iter()
+            .map(|(id, name, input)| ToolCall::new(id, name, input))
+            .collect();
+        let n = calls.len();
+        let waiting: Vec<usize> = match &state.waiting {
+            Waiting::Approval { verdicts } => verdicts.iter().map(|&(i, _)| i).collect(),
+            Waiting::Results { calls } => calls.clone(),
+        };
+        if n == 0
+            || state.results.len() != n
+            || state.announced.len() != n
+            || waiting
+                .iter()
+                .any(|&i| i >= n || state.results[i].is_some())
+        {
+            return Err(ResumeError::Damaged(
+                "its calls do not match the conversation's last response".to_owned(),
+            ));
+        }
+        let pending = paused.pending();
+        for (id, resolution) in resolutions.iter() {
+            let Some(call) = pending.iter().find(|p| p.id == id) else {
+                let waiting: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
+                return Err(ResumeError::UnknownCall {
+                    id: id.to_owned(),
+                    waiting: waiting.join(", "),
+                });
+            };
+            let approved = *resolution == Resolution::Approve;
+            if approved && call.waits_for == WaitsFor::Approval && !tools.contains(&call.name) {
+                return Err(ResumeError::MissingTool {
+                    id: call.id.clone(),
+                    tool: call.name.clone(),
+                });
+            }
+        }
+        let output = match (&state.output, options.output) {
+            (None, None) => None,
+            (Some(saved), Some(given)) if given.tool_name() == saved.name => Some(given),
+            (Some(saved), None) => Some(
+                StructuredOutput::from_schema(saved.schema.clone())
+                    .and_then(|o| o.name(saved.name.clone()))
+                    .map(|o| {
+                        o.description(saved.description.clone())
+                            .max_retries(saved.max_retries)
+                    })
+                    .map_err(|e| {
+                        ResumeError::Output(format!("the paused run's answer tool: {e}"))
+                    })?,
+            ),
+            (Some(saved), Some(given)) => {
+                return Err(ResumeError::Output(format!(
+                    "the paused run asked for a structured answer from the tool {:?}, not {:?}",
+                    saved.name,
+                    given.tool_name()
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(ResumeError::Output(
+                    "the paused run asked for no structured answer: resume it without one"
+                        .to_owned(),
+                ))
+            }
+        };
+
+        context.restore_paused(paused.conversation.clone());
+        let mut machine = AgentMachine::new(config, context, tools);
+        machine.now = Some(now);
+        machine.turns = state.turn;
+        machine.open_turn = Some(state.turn);
+        machine.pauses = state.pauses;
+        machine.usage = state.usage;
+        machine.failed_usage = state.failed_usage;
+        machine.final_text = state.final_text.clone();
+        machine.repeats = RepeatTracker::from_state(state.repeats.clone());
+        machine.failures = FailureTracker::from_state(state.failures);
+        machine.continuations = state.continuations;
+        machine.final_call = state.final_call;
+        machine.renamed_ids = state.renamed_ids;
+        machine.settings = options.settings.over(&state.settings);
+        if let Some(saved) = &state.output {
+            machine.output_failures = saved.failures;
+            machine.force_output = saved.force;
+        }
+        machine.output = output;
+        machine.call_ids = machine
+            .context
+            .messages()
+            .iter()
+            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
+            .collect();
+
+        let message = machine
+            .context
+            .messages()
+            .last()
+            .cloned()
+            .unwrap_or_else(|| Message::assistant(""));
+        let response = ModelResponse {
+            message,
+            stop_reason: state.stop_reason.clone(),
+            stop_sequence: None,
+            usage: state.response_usage,
+            id: String::new(),
+            model: String::new(),
+            invalid_tool_calls: Vec::new(),
+        };
+        let mut batch = Box::new(Batch::new(response, calls));
+        batch.results = state.results.clone();
+        batch.announced = state.announced.clone();
+        batch.unanswered = batch.results.iter().filter(|r| r.is_none()).count();
+        for result in batch.results.iter().flatten() {
+            machine.answered.insert(result.id.clone());
+        }
+        machine.state = match &state.waiting {
+            Waiting::Approval { verdicts } => {
+                let mut decided = Vec::with_capacity(verdicts.len());
+                for (i, verdict) in verdicts {
+                    let i = *i;
+                    let verdict = match verdict {
+                        Some(verdict) => Some(verdict.clone()),
+                        None => match resolutions.get(&batch.calls[i].id) {
+                            Some(Resolution::Approve) => Some(ToolDecision::Allow),
+                            Some(Resolution::Deny { reason }) => {
+                                Some(ToolDecision::Deny(reason.clone()))
+                            }
+                            // The host ran it: its result answers it.
+                            Some(Resolution::Result { content, is_error }) => {
+                                machine.answer_with(&mut batch, i, content, *is_error);
+                                continue;
+                            }
+                            None => None,
+                        },
+                    };
+                    decided.push((i, verdict));
+                }
+                let stops = decided
+                    .iter()
+                    .any(|(_, v)| matches!(v, Some(ToolDecision::Stop(_))));
+                if !stops && decided.iter().any(|(_, v)| v.is_none()) {
+                    batch.paused_verdicts = Some(decided);
+                    machine.launch(batch)
+                } else {
+                    let decided = decided
+                        .into_iter()
+                        .map(|(i, v)| (i, v.unwrap_or(ToolDecision::Pause)))
+                        .collect();
+                    machine.apply_verdicts(batch, decided)
+                }
+            }
+            Waiting::Results { calls: waiting } => {
+                for &i in waiting {
+                    match resolutions.get(&batch.calls[i].id) {
+                        Some(Resolution::Result { content, is_error }) => {
+                            machine.answer_with(&mut batch, i, content, *is_error);
+                        }
+                        Some(Resolution::Deny { reason }) => {
+                            machine.answer(&mut batch, i, &format!("denied: {reason}"));
+                        }
+                        _ => batch.awaiting.push(i),
+                    }
+                }
+                machine.launch(batch)
+            }
+        };
+        Ok(machine)
     }
 
     /// Starts a run on `input`, continuing the conversation the machine holds. A machine
@@ -572,6 +781,11 @@ impl AgentMachine {
         &self.context
     }
 
+    /// The conversation, to mark it saved.
+    pub(crate) fn context_mut(&mut self) -> &mut ContextManager {
+        &mut self.context
+    }
+
     /// The conversation, once the run is over (or to abandon the machine): left valid.
     pub fn into_context(mut self) -> ContextManager {
         self.context.repair();
@@ -591,7 +805,8 @@ impl AgentMachine {
         self.now = Some(now);
         self.ignored = None;
         match input {
-            Input::Cancel => self.cancel(),
+            Input::Cancel => self.cancel(Termination::Cancelled),
+            Input::Abort(error) => self.cancel(Termination::Error(error)),
             Input::StopAfterTurn => self.stop_after_turn = true,
             Input::ToolProgress(progress) => self.progress(progress),
             Input::ToolsChanged(tools) => self.set_tools(tools),
@@ -883,7 +1098,7 @@ impl AgentMachine {
                 for (call, verdict) in calls.into_iter().zip(verdicts) {
                     // A call the hook does not allow now is decided again, and answered,
                     // with the rest of the batch.
-                    if verdict == ToolDecision::Allow {
+                    if verdict == ToolDecision::Allow && !self.needs_approval(&call.name) {
                         self.emit_call(&call);
                         attempt.early.start(&call);
                         self.out.push_back(Action::RunTools(vec![call]));
@@ -1217,14 +1432,56 @@ impl AgentMachine {
     fn on_approved(&mut self, mut batch: Box<Batch>, verdicts: Vec<ToolDecision>) -> State {
         let positions = std::mem::take(&mut batch.approving);
         let mut verdicts = verdicts.into_iter();
+        let verdicts: Vec<(usize, ToolDecision)> = positions
+            .into_iter()
+            .map(|i| {
+                // A verdict the driver did not give is a denial: nothing runs unapproved.
+                let verdict = verdicts
+                    .next()
+                    .unwrap_or_else(|| ToolDecision::Deny("no verdict from the hooks".into()));
+                // A tool that needs a person's approval: the hook's allowing is not enough.
+                match verdict {
+                    ToolDecision::Allow if self.needs_approval(&batch.calls[i].name) => {
+                        (i, ToolDecision::Pause)
+                    }
+                    verdict => (i, verdict),
+                }
+            })
+            .collect();
+        let stops = verdicts
+            .iter()
+            .any(|(_, v)| matches!(v, ToolDecision::Stop(_)));
+        if !stops && verdicts.iter().any(|(_, v)| *v == ToolDecision::Pause) {
+            // Nothing of the batch runs before the person decides: the verdicts given wait
+            // with the undecided ones, so the resumed run applies them all at once, as an
+            // uninterrupted run would.
+            batch.paused_verdicts = Some(
+                verdicts
+                    .into_iter()
+                    .map(|(i, v)| (i, (v != ToolDecision::Pause).then_some(v)))
+                    .collect(),
+            );
+            return self.launch(batch);
+        }
+        self.apply_verdicts(batch, verdicts)
+    }
+
+    /// Whether calls of the tool `name` wait for a person's approval.
+    fn needs_approval(&self, name: &str) -> bool {
+        self.config.require_approval.iter().any(|n| n == name)
+    }
+
+    /// Answers the denied calls, announces the allowed ones and starts them.
+    fn apply_verdicts(
+        &mut self,
+        mut batch: Box<Batch>,
+        verdicts: Vec<(usize, ToolDecision)>,
+    ) -> State {
         let mut allowed = Vec::new();
-        for i in positions {
-            // A verdict the driver did not give is a denial: nothing runs unapproved.
-            match verdicts
-                .next()
-                .unwrap_or_else(|| ToolDecision::Deny("no verdict from the hooks".into()))
-            {
-                ToolDecision::Allow => allowed.push(i),
+        for (i, verdict) in verdicts {
+            match verdict {
+                // A pause beside a stop: stopped with the rest.
+                ToolDecision::Allow | ToolDecision::Pause => allowed.push(i),
                 ToolDecision::Deny(reason) => {
                     self.answer(&mut batch, i, &format!("denied: {reason}"))
                 }
@@ -1259,12 +1516,18 @@ impl AgentMachine {
     /// Starts the allowed calls: after the early read-only calls still running when any of
     /// them has side effects (they may touch the same resource).
     fn launch(&mut self, mut batch: Box<Batch>) -> State {
-        if !batch.held_side_effects || batch.early_pending.is_empty() {
-            let calls: Vec<ToolCall> = batch
-                .held
-                .drain(..)
-                .map(|i| batch.calls[i].clone())
-                .collect();
+        if batch.paused_verdicts.is_none()
+            && (!batch.held_side_effects || batch.early_pending.is_empty())
+        {
+            let mut calls = Vec::new();
+            for i in std::mem::take(&mut batch.held) {
+                // A deferred tool's result comes from outside: the run pauses for it.
+                if self.tools.is_deferred(&batch.calls[i].name) {
+                    batch.awaiting.push(i);
+                } else {
+                    calls.push(batch.calls[i].clone());
+                }
+            }
             if !calls.is_empty() {
                 self.out.push_back(Action::RunTools(calls));
             }
@@ -1272,7 +1535,80 @@ impl AgentMachine {
         if batch.unanswered == 0 {
             return self.complete_batch(batch);
         }
+        // Pause once nothing of the batch runs: its early calls are done, and every call
+        // not waiting for outside is answered.
+        let waits_outside = batch.paused_verdicts.is_some()
+            || (!batch.awaiting.is_empty()
+                && batch.held.is_empty()
+                && batch.unanswered == batch.awaiting.len());
+        if waits_outside && batch.early_pending.is_empty() {
+            return self.pause(batch);
+        }
         State::RunningTools(batch)
+    }
+
+    /// Ends the run paused: the batch waits for verdicts or results from outside. The turn
+    /// stays open (no `TurnEnd`): the resumed run finishes it.
+    fn pause(&mut self, batch: Box<Batch>) -> State {
+        let Batch {
+            response,
+            calls,
+            results,
+            announced,
+            paused_verdicts,
+            awaiting,
+            ..
+        } = *batch;
+        let waiting = match paused_verdicts {
+            Some(verdicts) => Waiting::Approval { verdicts },
+            None => Waiting::Results { calls: awaiting },
+        };
+        // The id names the pause by its first waiting call: ids are unique in a conversation.
+        let first = match &waiting {
+            Waiting::Approval { verdicts } => {
+                verdicts.iter().find(|(_, v)| v.is_none()).map(|&(i, _)| i)
+            }
+            Waiting::Results { calls: waiting } => waiting.first().copied(),
+        }
+        .and_then(|i| calls.get(i))
+        .map_or("", |call| call.id.as_str());
+        self.pauses += 1;
+        let output = self.output.as_ref().map(|output| OutputState {
+            name: output.spec.name.clone(),
+            description: output.spec.description.clone(),
+            schema: output.spec.input_schema.clone(),
+            max_retries: output.max_retries,
+            failures: self.output_failures,
+            force: self.force_output,
+        });
+        let state = PauseState {
+            format: PAUSE_FORMAT,
+            id: format!("t{}-p{}-{first}", self.turns, self.pauses),
+            turn: self.turns,
+            pauses: self.pauses,
+            usage: self.usage,
+            failed_usage: self.failed_usage,
+            final_text: self.final_text.clone(),
+            repeats: self.repeats.state(),
+            failures: self.failures.state(),
+            continuations: self.continuations,
+            final_call: self.final_call,
+            renamed_ids: self.renamed_ids,
+            settings: self.settings.clone(),
+            output,
+            stop_reason: response.stop_reason.clone(),
+            response_usage: response.usage,
+            results,
+            announced,
+            waiting,
+        };
+        let paused = PausedRun {
+            conversation: self.context.snapshot(),
+            state,
+        };
+        // The turn goes on when the run resumes: it does not end here.
+        self.open_turn = None;
+        self.finish(Termination::Paused(Box::new(paused)))
     }
 
     fn on_tool_done(&mut self, mut batch: Box<Batch>, result: ToolCallResult) -> State {
@@ -1474,7 +1810,7 @@ impl AgentMachine {
 
     /// Stops at once: calls in flight are answered as cancelled (in events and history),
     /// answer text cut short is kept, marked.
-    fn cancel(&mut self) {
+    fn cancel(&mut self, termination: Termination) {
         let state = std::mem::replace(&mut self.state, State::Finished);
         match state {
             State::Finished => {
@@ -1509,7 +1845,7 @@ impl AgentMachine {
             State::Idle | State::Summarizing | State::Backoff(_) | State::NextTurn => {}
         }
         self.keep_interrupted_text();
-        self.state = self.finish(Termination::Cancelled);
+        self.state = self.finish(termination);
     }
 
     /// Keeps answer text that was cut short, marked, as the assistant's message.
@@ -1539,7 +1875,11 @@ impl AgentMachine {
             });
         }
         self.partial_text.clear();
-        self.context.repair();
+        // A paused run's calls stay unanswered: the paused run (and a session) keeps them as
+        // they are; `into_context` answers them for a run that leaves the pause behind.
+        if !matches!(termination, Termination::Paused(_)) {
+            self.context.repair();
+        }
         let outcome = RunOutcome {
             termination,
             final_text: std::mem::take(&mut self.final_text),

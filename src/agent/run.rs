@@ -10,15 +10,15 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::error::Error;
+use crate::context::ContextManager;
+use crate::error::{Error, ResumeError};
 use crate::input::UserInput;
-use crate::message::Usage;
 
 use super::agent::Agent;
 use super::driver::Driver;
 use super::events::{AgentEvent, RunOutcome, Termination};
-use super::machine::AgentMachine;
 use super::output::RunOptions;
+use super::pause::{PausedRun, Resolutions};
 use super::shared::lock;
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
@@ -57,33 +57,60 @@ impl Agent {
         input: impl Into<UserInput>,
         options: RunOptions,
     ) -> impl Stream<Item = AgentEvent> + Send + 'static {
-        let input = input.into();
+        self.start(Start::Run {
+            input: input.into(),
+            options,
+        })
+    }
+
+    /// Continues a [`PausedRun`] with the host's answers to its waiting calls
+    /// ([`Resolutions`]), in this process or another: the paused run is plain data, and the
+    /// agent needs only the same tools (and, for a typed answer, [`resume_with`](Self::resume_with)).
+    /// The stream gives the same events as a run that never paused would have from the pause
+    /// on (the rest of the paused turn first, no `TurnStart`), and the same final history.
+    ///
+    /// Refused, with only `Finished` carrying [`Error::Resume`] and nothing run or changed:
+    /// a pause resumed already (by this agent; with a [session](crate::AgentBuilder::session),
+    /// by any process), an answer for a call that does not wait, an approval of a tool the
+    /// agent no longer has, a paused run of another format. A call left without an answer
+    /// keeps waiting: the run pauses again once everything else is done.
+    pub fn resume(
+        &mut self,
+        paused: &PausedRun,
+        resolutions: Resolutions,
+    ) -> impl Stream<Item = AgentEvent> + Send + 'static {
+        self.resume_with(paused, resolutions, RunOptions::default())
+    }
+
+    /// [`resume`](Self::resume) with per-run options: the typed answer the paused run was
+    /// asked for (a paused run keeps only its schema), and settings over the paused run's.
+    pub fn resume_with(
+        &mut self,
+        paused: &PausedRun,
+        resolutions: Resolutions,
+        options: RunOptions,
+    ) -> impl Stream<Item = AgentEvent> + Send + 'static {
+        self.start(Start::Resume {
+            paused: Box::new(paused.clone()),
+            resolutions,
+            options,
+        })
+    }
+
+    fn start(&mut self, start: Start) -> EventStream {
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let context = {
-            let mut shared = lock(&self.shared);
-            let context = shared.context.take();
-            if let Some(context) = &context {
-                shared.view = context.snapshot();
+        let context = match self.take_context(&start) {
+            Ok(context) => context,
+            Err(error) => {
+                let driver = async move {
+                    let outcome = RunOutcome::ended(Termination::Error(error));
+                    let _ = tx.send(AgentEvent::Finished(outcome)).await;
+                };
+                return EventStream {
+                    driver: Some(Box::pin(driver)),
+                    rx,
+                };
             }
-            context
-        };
-        let Some(context) = context else {
-            let driver = async move {
-                let _ = tx
-                    .send(AgentEvent::Finished(RunOutcome {
-                        termination: Termination::Error(Error::Busy),
-                        final_text: String::new(),
-                        turns: 0,
-                        usage: Usage::default(),
-                        failed_usage: Usage::default(),
-                        output: None,
-                    }))
-                    .await;
-            };
-            return EventStream {
-                driver: Some(Box::pin(driver)),
-                rx,
-            };
         };
         let span = tracing::info_span!(
             "agent.run",
@@ -93,15 +120,55 @@ impl Agent {
             termination = tracing::field::Empty,
         );
         let tools = self.sources.current();
-        let machine = AgentMachine::new(self.machine_config(), context, tools.catalog());
-        let driver = Driver::new(self, machine, tools, span.clone(), tx)
-            .drive(input, options)
+        let driver = Driver::new(self, context, tools, span.clone(), tx)
+            .drive(start)
             .instrument(span);
         EventStream {
             driver: Some(Box::pin(driver)),
             rx,
         }
     }
+}
+
+impl Agent {
+    /// Takes the conversation for a run, unless one is in flight or the pause cannot be
+    /// resumed here.
+    fn take_context(&self, start: &Start) -> Result<ContextManager, Error> {
+        let mut shared = lock(&self.shared);
+        if shared.context.is_none() {
+            return Err(Error::Busy);
+        }
+        if let Start::Resume { paused, .. } = start {
+            // Without a session, this agent knows only its own pauses: the one it waits in,
+            // or, for an agent that never ran (a new process), any.
+            let waits = match &shared.paused {
+                Some(waiting) => waiting.id() == paused.id(),
+                None => shared.runs == 0,
+            };
+            if self.session.is_none() && !waits {
+                return Err(ResumeError::AlreadyResumed {
+                    pause: paused.id().to_owned(),
+                }
+                .into());
+            }
+        }
+        let context = shared.context.take().ok_or(Error::Busy)?;
+        shared.view = context.snapshot();
+        Ok(context)
+    }
+}
+
+/// How a run starts: on new input, or from a pause.
+pub(super) enum Start {
+    Run {
+        input: UserInput,
+        options: RunOptions,
+    },
+    Resume {
+        paused: Box<PausedRun>,
+        resolutions: Resolutions,
+        options: RunOptions,
+    },
 }
 
 /// A stream fed by a driver future that it polls itself: no task is spawned, and dropping

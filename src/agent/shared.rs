@@ -4,6 +4,8 @@ use std::sync::Mutex;
 
 use crate::context::{ContextManager, Conversation};
 
+use super::pause::PausedRun;
+
 /// The conversation as the agent, its handles and a run in flight share it.
 ///
 /// Invariant: `context` is `Some` exactly when no run is in flight. While a run holds the
@@ -12,9 +14,27 @@ use crate::context::{ContextManager, Conversation};
 pub(crate) struct Shared {
     pub(crate) context: Option<ContextManager>,
     pub(crate) view: Conversation,
+    /// The pause the agent's last run ended in, until a run starts or resumes.
+    pub(crate) paused: Option<PausedRun>,
+    /// Runs started or resumed so far.
+    pub(crate) runs: u64,
+    /// The version of the agent's session as it last read or wrote it; `None` until it is
+    /// loaded (or with no session).
+    pub(crate) session_version: Option<u64>,
 }
 
 impl Shared {
+    /// Shared state around a conversation, with no run yet.
+    pub(crate) fn new(context: ContextManager) -> Self {
+        Shared {
+            context: Some(context),
+            view: Conversation::default(),
+            paused: None,
+            runs: 0,
+            session_version: None,
+        }
+    }
+
     /// The conversation as it stands: the context's when idle, else the run's last
     /// turn-boundary view.
     pub(crate) fn conversation(&self) -> Conversation {

@@ -68,6 +68,16 @@ pub(crate) struct RepeatTracker {
 }
 
 impl RepeatTracker {
+    /// The tracker as data (a paused run keeps it): the last signature and its count.
+    pub(crate) fn state(&self) -> (Option<String>, u32) {
+        (self.last.clone(), self.count)
+    }
+
+    /// A tracker from [`state`](Self::state).
+    pub(crate) fn from_state((last, count): (Option<String>, u32)) -> Self {
+        RepeatTracker { last, count }
+    }
+
     /// Records a turn's calls; returns how many consecutive turns (this one included) made
     /// the same calls with the same inputs. A turn with no calls to count breaks the run
     /// (and counts 0).
@@ -98,6 +108,16 @@ pub(crate) struct FailureTracker {
 }
 
 impl FailureTracker {
+    /// The count so far (a paused run keeps it).
+    pub(crate) fn state(&self) -> u32 {
+        self.turns
+    }
+
+    /// A tracker from [`state`](Self::state).
+    pub(crate) fn from_state(turns: u32) -> Self {
+        FailureTracker { turns }
+    }
+
     /// Records a turn's results; returns the number of consecutive all-failed turns.
     pub(crate) fn observe<'a>(&mut self, results: impl Iterator<Item = &'a ToolCallResult>) -> u32 {
         let (mut any, mut all_failed) = (false, true);

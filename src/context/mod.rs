@@ -130,6 +130,17 @@ pub struct ContextManager {
     anchor: Option<Anchor>,
     /// A compaction waiting for its summary ([`ContextManager::finish_compaction`]).
     pending: Option<compact::Pending>,
+    /// What changed since [`mark_saved`](Self::mark_saved), for a session store.
+    /// Invariant: `unsaved.from <= messages.len()`.
+    unsaved: Unsaved,
+}
+
+/// What of a [`ContextManager`] changed since it was last saved: the messages from `from` on,
+/// and, when `whole`, the system prompt or everything (never saved, restored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unsaved {
+    pub(crate) from: usize,
+    pub(crate) whole: bool,
 }
 
 impl Default for ContextManager {
@@ -152,6 +163,10 @@ impl ContextManager {
             tools_tokens: 0,
             anchor: None,
             pending: None,
+            unsaved: Unsaved {
+                from: 0,
+                whole: true,
+            },
         }
     }
 
@@ -171,6 +186,9 @@ impl ContextManager {
 
     /// Replaces (or removes) the system prompt.
     pub fn set_system(&mut self, system: Option<String>) {
+        if system != self.system {
+            self.unsaved.whole = true;
+        }
         let new = tokens::system_tokens(&*self.counter, system.as_deref());
         let old = std::mem::replace(&mut self.system_tokens, new);
         self.system = system;
@@ -394,7 +412,51 @@ impl ContextManager {
             .collect();
         self.total = self.counts.iter().sum();
         self.messages = Arc::new(messages);
+        self.unsaved = Unsaved {
+            from: 0,
+            whole: true,
+        };
         Ok(repaired)
+    }
+
+    /// Replaces the conversation with a paused run's, as it is: its last response's calls
+    /// stay unanswered (the resumed run answers them). Not checked: the machine checks the
+    /// paused run holds together.
+    pub(crate) fn restore_paused(&mut self, conversation: Conversation) {
+        self.set_system(conversation.system);
+        self.anchor = None;
+        self.pending = None;
+        self.counts = conversation
+            .messages
+            .iter()
+            .map(|m| tokens::message_tokens(&*self.counter, self.config.image_tokens, m))
+            .collect();
+        self.total = self.counts.iter().sum();
+        self.messages = Arc::new(conversation.messages);
+        self.unsaved = Unsaved {
+            from: 0,
+            whole: true,
+        };
+    }
+
+    /// What changed since the last [`mark_saved`](Self::mark_saved).
+    pub(crate) fn unsaved(&self) -> Unsaved {
+        self.unsaved
+    }
+
+    /// Notes that everything held is saved (or, `from`, the messages before it are).
+    pub(crate) fn mark_saved(&mut self) {
+        self.unsaved = Unsaved {
+            from: self.messages.len(),
+            whole: false,
+        };
+    }
+
+    /// Whether `conversation` can be restored: once repaired (its unanswered calls answered
+    /// as interrupted), a valid history. The error names the first violation.
+    pub(crate) fn check_restorable(conversation: &Conversation) -> Result<(), Error> {
+        let (messages, _) = history::repair(conversation.messages.clone());
+        history::validate(&messages)
     }
 
     /// Compacts the history if it is past the compaction threshold (the high-water mark),
@@ -558,6 +620,7 @@ impl ContextManager {
         if !f(message) {
             return;
         }
+        self.unsaved.from = self.unsaved.from.min(i);
         let new = tokens::message_tokens(&*self.counter, self.config.image_tokens, message);
         let old = std::mem::replace(&mut self.counts[i], new);
         self.total = self.total - old + new;
@@ -590,6 +653,7 @@ impl ContextManager {
             }
         }
         self.total = self.total - removed + added;
+        self.unsaved.from = self.unsaved.from.min(range.start);
         self.counts.splice(range.clone(), new_counts);
         Arc::make_mut(&mut self.messages).splice(range, replacement);
     }

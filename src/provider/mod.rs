@@ -402,7 +402,8 @@ impl ProviderDecoder {
 
 /// Which tool the model must (or must not) call.
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
     /// The model decides (the default).
     #[default]

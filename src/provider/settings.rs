@@ -1,6 +1,7 @@
 //! [`RequestSettings`]: the sampling and request settings an agent applies to every model
 //! call (on the builder) or to one run (through [`RunOptions`](crate::RunOptions)).
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Error};
@@ -29,7 +30,8 @@ use crate::provider::{ModelRequest, ToolChoice};
 /// assert!(RequestSettings::new().temperature(3.0).validate().is_err());
 /// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RequestSettings {
     /// Sampling temperature, 0.0 to 2.0 (Anthropic takes up to 1.0).
     pub temperature: Option<f32>,

@@ -226,7 +226,10 @@ impl StoredSession {
 }
 
 /// Loads a session from `store` and replays it; `None` when there is no such session.
-pub async fn load(store: &dyn SessionStore, session: &str) -> Result<Option<Session>, SessionError> {
+pub async fn load(
+    store: &dyn SessionStore,
+    session: &str,
+) -> Result<Option<Session>, SessionError> {
     match store.load(session).await? {
         Some(stored) => stored.into_session(session).map(Some),
         None => Ok(None),
@@ -467,7 +470,11 @@ mod tests {
             assert!(store.append("s", 2, &[messages(0, &["b"])]).await.is_err());
             let loaded = store.load("s").await.unwrap().unwrap();
             assert_eq!(loaded.version, 3);
-            assert_eq!(loaded.entries, vec![(3, first)], "from the newest conversation");
+            assert_eq!(
+                loaded.entries,
+                vec![(3, first)],
+                "from the newest conversation"
+            );
             store.delete("s").await.unwrap();
             assert_eq!(store.load("s").await.unwrap(), None);
         });

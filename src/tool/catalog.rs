@@ -28,8 +28,9 @@ use crate::message::ToolSpec;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolCatalog {
     specs: Vec<ToolSpec>,
-    /// Each name's position in `specs` and whether the tool is read-only.
-    by_name: HashMap<String, (usize, bool)>,
+    /// Each name's position in `specs`, whether the tool is read-only and whether it is
+    /// deferred.
+    by_name: HashMap<String, (usize, bool, bool)>,
 }
 
 impl ToolCatalog {
@@ -39,15 +40,26 @@ impl ToolCatalog {
     }
 
     /// Adds a tool (a later one of the same name replaces it).
-    pub fn tool(mut self, spec: ToolSpec, read_only: bool) -> Self {
+    pub fn tool(self, spec: ToolSpec, read_only: bool) -> Self {
+        self.add(spec, read_only, false)
+    }
+
+    /// Adds a [deferred](crate::Tool::deferred) tool: its results come from outside, and a
+    /// run with calls of it pauses for them (a later tool of the same name replaces it).
+    pub fn deferred_tool(self, spec: ToolSpec) -> Self {
+        self.add(spec, false, true)
+    }
+
+    fn add(mut self, spec: ToolSpec, read_only: bool, deferred: bool) -> Self {
         match self.by_name.get(&spec.name) {
-            Some(&(i, _)) => {
-                self.by_name.insert(spec.name.clone(), (i, read_only));
+            Some(&(i, _, _)) => {
+                self.by_name
+                    .insert(spec.name.clone(), (i, read_only, deferred));
                 self.specs[i] = spec;
             }
             None => {
                 self.by_name
-                    .insert(spec.name.clone(), (self.specs.len(), read_only));
+                    .insert(spec.name.clone(), (self.specs.len(), read_only, deferred));
                 self.specs.push(spec);
             }
         }
@@ -63,7 +75,14 @@ impl ToolCatalog {
     pub fn is_read_only(&self, name: &str) -> bool {
         self.by_name
             .get(name)
-            .is_some_and(|&(_, read_only)| read_only)
+            .is_some_and(|&(_, read_only, _)| read_only)
+    }
+
+    /// Whether the named tool is in the catalog and [deferred](crate::Tool::deferred).
+    pub fn is_deferred(&self, name: &str) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|&(_, _, deferred)| deferred)
     }
 
     /// The specs, in the order the tools were added.

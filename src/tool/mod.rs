@@ -22,6 +22,7 @@
 
 mod call;
 mod catalog;
+mod deferred;
 mod error;
 mod exec;
 mod flatten;
@@ -44,6 +45,7 @@ use crate::message::MediaSource;
 
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use catalog::ToolCatalog;
+pub use deferred::DeferredTool;
 pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency};
@@ -194,6 +196,16 @@ pub trait Tool: Send + Sync + 'static {
     /// `None` (the default) uses the registry's default timeout.
     fn timeout(&self) -> Option<Duration> {
         None
+    }
+
+    /// Whether the tool's result comes from outside the agent (a person, a webhook, a UI)
+    /// rather than from [`call`](Tool::call): a run with calls of it pauses once the rest of
+    /// the response's calls are answered, ending with
+    /// [`Termination::Paused`](crate::Termination::Paused), and
+    /// [`Agent::resume`](crate::Agent::resume) continues it with the results. Default:
+    /// `false`. [`DeferredTool`] is a ready-made one.
+    fn deferred(&self) -> bool {
+        false
     }
 }
 

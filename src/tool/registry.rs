@@ -46,6 +46,7 @@ pub(crate) struct RegisteredTool {
     spec: ToolSpec,
     access: Access,
     timeout: Option<Duration>,
+    deferred: bool,
     validator: schema::InputValidator,
     tool: Box<dyn ErasedTool>,
 }
@@ -186,6 +187,7 @@ impl ToolRegistry {
             },
             access: Access::from_read_only(tool.read_only()),
             timeout: tool.timeout(),
+            deferred: tool.deferred(),
             validator,
             tool: Box::new(Erased(tool)),
         };
@@ -241,6 +243,11 @@ impl ToolRegistry {
         self.get(name).and_then(RegisteredTool::timeout)
     }
 
+    /// Whether the named tool is registered and [deferred](Tool::deferred).
+    pub fn is_deferred(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|tool| tool.deferred)
+    }
+
     /// Whether a tool with this name is registered.
     pub fn contains(&self, name: &str) -> bool {
         self.tools.by_name.contains_key(name)
@@ -266,7 +273,11 @@ impl ToolRegistry {
             .list
             .iter()
             .fold(ToolCatalog::new(), |catalog, tool| {
-                catalog.tool(tool.spec.clone(), tool.access.is_read_only())
+                if tool.deferred {
+                    catalog.deferred_tool(tool.spec.clone())
+                } else {
+                    catalog.tool(tool.spec.clone(), tool.access.is_read_only())
+                }
             })
     }
 

@@ -1,0 +1,368 @@
+//! A run that paused to wait for something from outside (a person's approval, a deferred
+//! tool's result), as data: [`PausedRun`], and what the host answers it with:
+//! [`Resolutions`]. The machine makes and takes them (`machine.rs`); this file is their shape.
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::Conversation;
+use crate::error::ResumeError;
+use crate::message::{StopReason, Usage};
+use crate::provider::RequestSettings;
+use crate::tool::ToolCallResult;
+
+use super::hooks::ToolDecision;
+
+/// The format of the paused runs this build writes and reads.
+pub(crate) const PAUSE_FORMAT: u32 = 1;
+
+/// A run that stopped to wait for something from outside: a person's approval of a call
+/// ([`ToolDecision::Pause`], [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval)),
+/// or the result of a deferred tool ([`ToolRegistry::register_deferred`](crate::ToolRegistry::register_deferred)),
+/// which comes from a person, a webhook or a UI.
+///
+/// A run ends with [`Termination::Paused`](crate::Termination::Paused) carrying one. It is
+/// plain data (serde): keep it anywhere, and continue the run in any process, even after a
+/// restart, with [`Agent::resume`](crate::Agent::resume) (or, with a session store, let the
+/// agent keep it: [`Agent::load_session`](crate::Agent::load_session)). It holds the
+/// conversation, the calls that wait ([`pending`](Self::pending)) and everything the loop
+/// needs to go on: turn and retry counters, usage, the structured-answer state.
+///
+/// The resumed run gives the same events and the same final history as a run that never
+/// paused: a paused run's stream ends with `Finished` inside its open turn (no `TurnEnd`),
+/// and the resumed stream starts with the rest of that turn.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::{Agent, AgentEvent, FnTool, Resolutions, Termination, ToolError};
+/// use futures::StreamExt;
+/// use serde_json::json;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let delete = FnTool::new("delete", "Deletes a file.", |_: serde_json::Value, _ctx| async move {
+///     Ok::<_, ToolError>("deleted")
+/// });
+/// let client = ScriptedClient::new([
+///     ScriptedResponse::tool_call("c1", "delete", json!({"path": "a.txt"})),
+///     ScriptedResponse::text("Done."),
+/// ]);
+/// let mut agent = Agent::builder(client).tool(delete).require_approval("delete").build()?;
+///
+/// let events: Vec<AgentEvent> = agent.run("Delete a.txt").collect().await;
+/// let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+/// let Termination::Paused(paused) = &outcome.termination else { unreachable!() };
+/// assert_eq!(paused.pending()[0].name, "delete");
+///
+/// // Later, in this process or another (the paused run is serde):
+/// let saved = serde_json::to_string(&**paused)?;
+/// let paused: agent_loop::PausedRun = serde_json::from_str(&saved)?;
+/// let events: Vec<AgentEvent> =
+///     agent.resume(&paused, Resolutions::new().approve("c1")).collect().await;
+/// let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+/// assert_eq!(outcome.final_text, "Done.");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PausedRun {
+    /// The conversation, up to the response whose calls wait (their results not yet in).
+    pub(crate) conversation: Conversation,
+    /// The machine's state.
+    pub(crate) state: PauseState,
+}
+
+impl PausedRun {
+    /// The pause's id: unique within its conversation.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// The calls that wait, in the model's order.
+    pub fn pending(&self) -> Vec<PendingCall> {
+        let calls = self.calls();
+        match &self.state.waiting {
+            Waiting::Approval { verdicts } => verdicts
+                .iter()
+                .filter(|(_, verdict)| verdict.is_none())
+                .filter_map(|&(i, _)| calls.get(i))
+                .map(|(id, name, input)| PendingCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    waits_for: WaitsFor::Approval,
+                })
+                .collect(),
+            Waiting::Results { calls: waiting } => waiting
+                .iter()
+                .filter_map(|&i| calls.get(i))
+                .map(|(id, name, input)| PendingCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    waits_for: WaitsFor::Result,
+                })
+                .collect(),
+        }
+    }
+
+    /// The conversation, up to the response whose calls wait.
+    pub fn conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
+    /// The turn the run paused in (1 for the first).
+    pub fn turn(&self) -> u32 {
+        self.state.turn
+    }
+
+    /// The tokens the run used before it paused.
+    pub fn usage(&self) -> Usage {
+        self.state.usage
+    }
+
+    /// The calls of the response the run paused in: id, name, input.
+    pub(crate) fn calls(&self) -> Vec<(String, String, serde_json::Value)> {
+        self.conversation
+            .messages
+            .last()
+            .map(|m| {
+                m.tool_uses()
+                    .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The machine's state as JSON, for a session store (the conversation is the session's).
+    pub(crate) fn state_json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.state).unwrap_or_default()
+    }
+
+    /// A paused run from a session's conversation and the state it stored.
+    pub(crate) fn from_parts(
+        conversation: Conversation,
+        state: serde_json::Value,
+    ) -> Result<PausedRun, String> {
+        let found = state
+            .get("format")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if found != u64::from(PAUSE_FORMAT) {
+            return Err(format!(
+                "a paused run in format {found}; this build reads format {PAUSE_FORMAT}"
+            ));
+        }
+        let state = serde_json::from_value(state).map_err(|e| format!("a paused run: {e}"))?;
+        Ok(PausedRun {
+            conversation,
+            state,
+        })
+    }
+
+    /// Checks the format (a paused run deserialized from elsewhere).
+    pub(crate) fn check_format(&self) -> Result<(), ResumeError> {
+        if self.state.format == PAUSE_FORMAT {
+            Ok(())
+        } else {
+            Err(ResumeError::Format {
+                found: self.state.format,
+                supported: PAUSE_FORMAT,
+            })
+        }
+    }
+}
+
+/// A call that waits in a [`PausedRun`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingCall {
+    /// The call's id: resolve it by this id.
+    pub id: String,
+    /// The tool called.
+    pub name: String,
+    /// Its arguments.
+    pub input: serde_json::Value,
+    /// What it waits for.
+    pub waits_for: WaitsFor,
+}
+
+/// What a [`PendingCall`] waits for.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitsFor {
+    /// A verdict: [`Resolutions::approve`] or [`Resolutions::deny`] (or a result, when the
+    /// host ran the call itself).
+    Approval,
+    /// Its result, from outside: [`Resolutions::result`] or [`Resolutions::error`].
+    Result,
+}
+
+/// The host's answers to the calls of a [`PausedRun`], by call id, for
+/// [`Agent::resume`](crate::Agent::resume). A call left without one keeps waiting: the
+/// resumed run pauses again once everything else is done. Serde, so a web host can take
+/// them in a request body.
+///
+/// ```
+/// use agent_loop::Resolutions;
+///
+/// let answers = Resolutions::new()
+///     .approve("call_1")
+///     .deny("call_2", "not on a Friday")
+///     .result("call_3", "the user picked blue");
+/// assert_eq!(answers.len(), 3);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Resolutions {
+    answers: Vec<(String, Resolution)>,
+}
+
+/// One answer to a waiting call.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Resolution {
+    /// Run it.
+    Approve,
+    /// Do not run it; the model reads the reason as the tool's error result.
+    Deny {
+        /// Why.
+        reason: String,
+    },
+    /// Its result, from outside (the call is not run by the agent).
+    Result {
+        /// What the model reads.
+        content: String,
+        /// Whether it is an error result.
+        is_error: bool,
+    },
+}
+
+impl Resolutions {
+    /// No answers yet.
+    pub fn new() -> Self {
+        Resolutions::default()
+    }
+
+    /// Approves the call `id`.
+    pub fn approve(self, id: impl Into<String>) -> Self {
+        self.with(id, Resolution::Approve)
+    }
+
+    /// Denies the call `id`; the model reads `reason`.
+    pub fn deny(self, id: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.with(
+            id,
+            Resolution::Deny {
+                reason: reason.into(),
+            },
+        )
+    }
+
+    /// Answers the call `id` with its result.
+    pub fn result(self, id: impl Into<String>, content: impl Into<String>) -> Self {
+        self.with(
+            id,
+            Resolution::Result {
+                content: content.into(),
+                is_error: false,
+            },
+        )
+    }
+
+    /// Answers the call `id` with an error result.
+    pub fn error(self, id: impl Into<String>, content: impl Into<String>) -> Self {
+        self.with(
+            id,
+            Resolution::Result {
+                content: content.into(),
+                is_error: true,
+            },
+        )
+    }
+
+    /// Adds an answer (a later one for the same id replaces it).
+    pub fn with(mut self, id: impl Into<String>, resolution: Resolution) -> Self {
+        let id = id.into();
+        self.answers.retain(|(other, _)| *other != id);
+        self.answers.push((id, resolution));
+        self
+    }
+
+    /// The answer for call `id`.
+    pub fn get(&self, id: &str) -> Option<&Resolution> {
+        self.answers
+            .iter()
+            .find(|(other, _)| other == id)
+            .map(|(_, r)| r)
+    }
+
+    /// The answers, by call id.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Resolution)> {
+        self.answers.iter().map(|(id, r)| (id.as_str(), r))
+    }
+
+    /// The number of answers.
+    pub fn len(&self) -> usize {
+        self.answers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.answers.is_empty()
+    }
+}
+
+/// Everything the machine needs to go on from a pause, besides the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PauseState {
+    pub(crate) format: u32,
+    pub(crate) id: String,
+    /// The open turn (the run's turn count).
+    pub(crate) turn: u32,
+    /// Pauses of this run so far, this one included.
+    pub(crate) pauses: u32,
+    pub(crate) usage: Usage,
+    pub(crate) failed_usage: Usage,
+    pub(crate) final_text: String,
+    /// The repeated-call tracker: the last signature and its count.
+    pub(crate) repeats: (Option<String>, u32),
+    /// Consecutive turns whose every call failed.
+    pub(crate) failures: u32,
+    pub(crate) continuations: u32,
+    pub(crate) final_call: bool,
+    pub(crate) renamed_ids: u64,
+    pub(crate) settings: RequestSettings,
+    pub(crate) output: Option<OutputState>,
+    /// The paused response's stop reason and usage (for its `TurnEnd`).
+    pub(crate) stop_reason: StopReason,
+    pub(crate) response_usage: Usage,
+    /// Each call's result so far, in the model's order.
+    pub(crate) results: Vec<Option<ToolCallResult>>,
+    /// Whether each call's `ToolCall` event was emitted.
+    pub(crate) announced: Vec<bool>,
+    pub(crate) waiting: Waiting,
+}
+
+/// What the paused batch waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum Waiting {
+    /// Verdicts: each deciding call's position and verdict (`None`: a person's, pending).
+    /// Nothing of the batch ran since they were asked for.
+    Approval {
+        verdicts: Vec<(usize, Option<ToolDecision>)>,
+    },
+    /// Results of deferred calls (positions); every other call is answered.
+    Results { calls: Vec<usize> },
+}
+
+/// The structured answer asked for, and how it went so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct OutputState {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) schema: serde_json::Value,
+    pub(crate) max_retries: u32,
+    pub(crate) failures: u32,
+    pub(crate) force: bool,
+}

@@ -1,0 +1,571 @@
+//! Pause and resume, through the public API: a run that stops for a person's approval or a
+//! deferred tool's result, is kept as data (serde), and continues in another agent (as in
+//! another process) with the same events and the same final history as a run that never
+//! paused; resuming twice, unknown calls and missing tools refused; sessions saved on their
+//! own, per turn, appended.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::session::{self, MemoryStore, SessionEntry, SessionStore};
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::{
+    Agent, AgentBuilder, AgentEvent, AgentHooks, DeferredTool, Error, FnTool, Message, PausedRun,
+    Resolutions, ResumeError, RunOptions, RunOutcome, SessionError, StructuredOutput, Termination,
+    ToolCall, ToolDecision, ToolError, WaitsFor,
+};
+use futures::StreamExt;
+use serde_json::json;
+
+mod common;
+use common::grammar::grammar_violation;
+
+/// A response that reads and deletes a file, then one that says it is done.
+fn script() -> Vec<ScriptedResponse> {
+    vec![
+        ScriptedResponse::text("Let me look.")
+            .then_tool_call("c1", "read", json!({"path": "a.txt"}))
+            .then_tool_call("c2", "delete", json!({"path": "a.txt"}))
+            .usage_tokens(100, 20),
+        ScriptedResponse::text("Deleted a.txt.").usage_tokens(150, 5),
+    ]
+}
+
+/// The agent's tools; `deletes` counts the deletions that ran.
+fn builder(client: ScriptedClient, deletes: Arc<AtomicUsize>) -> AgentBuilder {
+    let read = FnTool::new(
+        "read",
+        "Reads a file.",
+        |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("hello") },
+    )
+    .read_only(true);
+    let delete = FnTool::new(
+        "delete",
+        "Deletes a file.",
+        move |_: serde_json::Value, _ctx| {
+            let deletes = deletes.clone();
+            async move {
+                deletes.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("deleted")
+            }
+        },
+    );
+    Agent::builder(client)
+        .tool(read)
+        .tool(delete)
+        .early_read_only_tools(false)
+}
+
+async fn collect(stream: impl futures::Stream<Item = AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
+    let events: Vec<AgentEvent> = stream.collect().await;
+    let outcome = match events.last() {
+        Some(AgentEvent::Finished(outcome)) => outcome.clone(),
+        other => panic!("a run ends with Finished, not {other:?}"),
+    };
+    (events, outcome)
+}
+
+fn paused(outcome: &RunOutcome) -> PausedRun {
+    match &outcome.termination {
+        Termination::Paused(paused) => (**paused).clone(),
+        other => panic!("expected a pause, got {other}"),
+    }
+}
+
+/// Events with durations zeroed (tool timings differ from run to run).
+fn timeless(events: &[AgentEvent]) -> Vec<AgentEvent> {
+    events
+        .iter()
+        .map(|e| match e.clone() {
+            AgentEvent::ToolResult {
+                id,
+                name,
+                content,
+                is_error,
+                ..
+            } => AgentEvent::ToolResult {
+                id,
+                name,
+                content,
+                is_error,
+                duration: Duration::ZERO,
+            },
+            e => e,
+        })
+        .collect()
+}
+
+/// Round-trips through JSON, as a paused run kept in a file or a database does.
+fn through_json(paused: &PausedRun) -> PausedRun {
+    let text = serde_json::to_string(paused).expect("a paused run serializes");
+    serde_json::from_str(&text).expect("and deserializes")
+}
+
+#[tokio::test]
+async fn an_approval_pause_resumed_elsewhere_gives_the_events_and_history_of_an_uninterrupted_run()
+{
+    // The run that never paused: a person approves at once, in the hook.
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut straight = builder(ScriptedClient::new(script()), deletes.clone())
+        .build()
+        .unwrap();
+    let (straight_events, straight_outcome) = collect(straight.run("Delete a.txt")).await;
+    assert_eq!(straight_outcome.termination, Termination::Completed);
+    assert_eq!(deletes.swap(0, Ordering::SeqCst), 1);
+
+    // The same run, paused for the person.
+    let client = ScriptedClient::new(script());
+    let mut first = builder(client.clone(), deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (before, outcome) = collect(first.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    assert_eq!(
+        deletes.load(Ordering::SeqCst),
+        0,
+        "nothing runs before the verdict"
+    );
+    assert!(
+        !before.iter().any(|e| matches!(
+            e,
+            AgentEvent::ToolResult { .. } | AgentEvent::TurnEnd { .. }
+        )),
+        "nothing of the batch ran, and its turn stays open: {before:?}"
+    );
+    let pending = paused.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].id.as_str(), pending[0].name.as_str()),
+        ("c2", "delete")
+    );
+    assert_eq!(pending[0].waits_for, WaitsFor::Approval);
+    assert_eq!(pending[0].input, json!({"path": "a.txt"}));
+    assert_eq!(paused.turn(), 1);
+    assert_eq!(paused.usage().input_tokens, 100);
+
+    // Another agent, as another process would build it, from the paused run's JSON.
+    let mut second = builder(client.clone(), deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (after, resumed) =
+        collect(second.resume(&through_json(&paused), Resolutions::new().approve("c2"))).await;
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+
+    let mut joined = before[..before.len() - 1].to_vec();
+    joined.extend(after.iter().cloned());
+    assert_eq!(timeless(&joined), timeless(&straight_events));
+    assert_eq!(grammar_violation(&joined), None);
+    assert_eq!(
+        resumed, straight_outcome,
+        "turns, usage and text carry over"
+    );
+    assert_eq!(second.messages(), straight.messages());
+    second
+        .messages()
+        .iter()
+        .for_each(|m| assert!(!m.content.is_empty()));
+}
+
+#[tokio::test]
+async fn a_deferred_tools_result_comes_from_outside_after_the_other_calls_ran() {
+    let ask = DeferredTool::new("ask_user", "Asks the user.").input_schema(json!({
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"]
+    }));
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "read", json!({"path": "a"})).then_tool_call(
+            "c2",
+            "ask_user",
+            json!({"question": "Which colour?"}),
+        ),
+        ScriptedResponse::text("Blue it is."),
+    ]);
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = builder(client.clone(), deletes.clone())
+        .tool(ask)
+        .build()
+        .unwrap();
+    let (before, outcome) = collect(agent.run("Paint it")).await;
+    let paused = paused(&outcome);
+    // The read ran; the question was asked (its ToolCall), its answer waits.
+    assert!(before.iter().any(
+        |e| matches!(e, AgentEvent::ToolResult { id, content, .. } if id == "c1" && content == "hello")
+    ));
+    assert!(before
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolCall { id, .. } if id == "c2")));
+    let pending = paused.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].waits_for, WaitsFor::Result);
+
+    let (after, outcome) = collect(agent.resume(
+        &through_json(&paused),
+        Resolutions::new().result("c2", "blue"),
+    ))
+    .await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "Blue it is.");
+    assert!(matches!(
+        &after[0],
+        AgentEvent::ToolResult { id, content, is_error: false, .. } if id == "c2" && content == "blue"
+    ));
+    // The model was sent both results, in call order.
+    let request = client.last_request().unwrap();
+    let results: Vec<(String, String)> = request.messages[request.messages.len() - 1]
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            agent_loop::ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => Some((tool_use_id.clone(), content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [("c1".into(), "hello".into()), ("c2".into(), "blue".into())]
+    );
+    let mut joined = before[..before.len() - 1].to_vec();
+    joined.extend(after);
+    assert_eq!(grammar_violation(&joined), None);
+}
+
+#[tokio::test]
+async fn a_pause_is_resumed_once_and_bad_resolutions_change_nothing() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let client = ScriptedClient::new(script());
+    let mut agent = builder(client, deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    assert_eq!(agent.paused().as_ref(), Some(&paused));
+
+    // An answer for a call that does not wait: refused, nothing run, still resumable.
+    let (events, refused) =
+        collect(agent.resume(&paused, Resolutions::new().approve("c1").approve("c2"))).await;
+    assert_eq!(events.len(), 1);
+    match refused.termination {
+        Termination::Error(Error::Resume(ResumeError::UnknownCall { id, waiting })) => {
+            assert_eq!((id.as_str(), waiting.as_str()), ("c1", "c2"));
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(agent.paused().as_ref(), Some(&paused), "nothing is lost");
+
+    let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert_eq!(done.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+
+    // Again: refused, and the delete does not run twice.
+    let (_, again) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert!(
+        matches!(
+            &again.termination,
+            Termination::Error(Error::Resume(ResumeError::AlreadyResumed { pause })) if pause == paused.id()
+        ),
+        "{}",
+        again.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn approving_a_tool_the_agent_no_longer_has_is_refused_clearly() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = builder(ScriptedClient::new(script()), deletes)
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+
+    let mut without = Agent::builder(ScriptedClient::new(script()))
+        .build()
+        .unwrap();
+    let (_, refused) = collect(without.resume(&paused, Resolutions::new().approve("c2"))).await;
+    let Termination::Error(error) = refused.termination else {
+        panic!("refused")
+    };
+    assert!(
+        matches!(&error, Error::Resume(ResumeError::MissingTool { tool, .. }) if tool == "delete"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("register it"), "{error}");
+    // A denial needs no tool: the model reads it.
+    let (_, denied) =
+        collect(without.resume(&paused, Resolutions::new().deny("c2", "not today"))).await;
+    assert_eq!(denied.termination, Termination::Completed);
+    let history = without.messages();
+    let answered = history.iter().flat_map(|m| m.content.clone()).any(|b| {
+        matches!(b, agent_loop::ContentBlock::ToolResult { tool_use_id, content, is_error: true, .. }
+            if tool_use_id == "c2" && content.contains("not today"))
+    });
+    assert!(answered, "{history:?}");
+}
+
+#[tokio::test]
+async fn calls_left_unanswered_keep_waiting_and_a_hooks_verdicts_wait_with_them() {
+    struct DenyReads;
+    #[agent_loop::async_trait]
+    impl AgentHooks for DenyReads {
+        async fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+            match call.name.as_str() {
+                "read" => ToolDecision::Deny("no reading".into()),
+                _ => ToolDecision::Pause,
+            }
+        }
+    }
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "read", json!({}))
+            .then_tool_call("c2", "delete", json!({"path": "x"}))
+            .then_tool_call("c3", "delete", json!({"path": "y"})),
+        ScriptedResponse::text("Done."),
+    ]);
+    let mut agent = builder(client, deletes.clone())
+        .hooks(DenyReads)
+        .build()
+        .unwrap();
+    let (first, outcome) = collect(agent.run("Clean up")).await;
+    let paused1 = paused(&outcome);
+    let ids: Vec<String> = paused1.pending().into_iter().map(|p| p.id).collect();
+    assert_eq!(ids, ["c2", "c3"]);
+    assert!(
+        !first
+            .iter()
+            .any(|e| matches!(e, AgentEvent::ToolResult { .. })),
+        "the hook's denial waits with the batch: {first:?}"
+    );
+
+    // One verdict: the run pauses again at once, for the other.
+    let (second, outcome) = collect(agent.resume(&paused1, Resolutions::new().approve("c2"))).await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    let paused2 = paused(&outcome);
+    assert_ne!(paused2.id(), paused1.id());
+    let ids: Vec<String> = paused2.pending().into_iter().map(|p| p.id).collect();
+    assert_eq!(ids, ["c3"]);
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+
+    let (third, outcome) =
+        collect(agent.resume(&paused2, Resolutions::new().deny("c3", "keep y"))).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+    let results: Vec<(String, bool)> = third
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { id, is_error, .. } => Some((id.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c1".into(), true),
+            ("c3".into(), true),
+            ("c2".into(), false)
+        ],
+        "the denials first, then the run, as an uninterrupted run gives them"
+    );
+}
+
+#[tokio::test]
+async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut script = script();
+    script.push(ScriptedResponse::text("OK, something else."));
+    let client = ScriptedClient::new(script);
+    let mut agent = builder(client.clone(), deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    // Skip the scripted second answer: the new run gets the third.
+    let _ = client.remaining();
+    let (_, next) = collect(agent.run("Never mind.")).await;
+    assert!(matches!(next.termination, Termination::Completed));
+    agent.context().validate().unwrap();
+    let (_, refused) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert!(matches!(
+        refused.termination,
+        Termination::Error(Error::Resume(ResumeError::AlreadyResumed { .. }))
+    ));
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_typed_answer_survives_a_pause() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Verdict {
+        ok: bool,
+    }
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "delete", json!({"path": "a"})),
+        ScriptedResponse::tool_call("c2", "final_answer", json!({"ok": "yes"})),
+        ScriptedResponse::tool_call("c3", "final_answer", json!({"ok": true})),
+    ]);
+    let mut agent = builder(client, Arc::new(AtomicUsize::new(0)))
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let options = || RunOptions::new().output(StructuredOutput::of::<Verdict>().unwrap());
+    let (_, outcome) = collect(agent.run_with("Delete a", options())).await;
+    let paused = through_json(&paused(&outcome));
+    // Resumed without the options: the paused run's schema still checks the answer.
+    let mut other = builder(ScriptedClient::new([]), Arc::new(AtomicUsize::new(0)))
+        .build()
+        .unwrap();
+    let (_, wrong) = collect(
+        other.resume_with(
+            &paused,
+            Resolutions::new().approve("c1"),
+            RunOptions::new().output(
+                StructuredOutput::of::<Verdict>()
+                    .unwrap()
+                    .name("other")
+                    .unwrap(),
+            ),
+        ),
+    )
+    .await;
+    assert!(matches!(
+        wrong.termination,
+        Termination::Error(Error::Resume(ResumeError::Output(_)))
+    ));
+    let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c1"))).await;
+    assert_eq!(done.termination, Termination::Completed);
+    assert_eq!(
+        done.output,
+        Some(json!({"ok": true})),
+        "the wrong answer was refused first"
+    );
+}
+
+// ----- sessions -----------------------------------------------------------------------
+
+fn session_agent(
+    client: ScriptedClient,
+    store: Arc<dyn SessionStore>,
+    deletes: Arc<AtomicUsize>,
+) -> Agent {
+    builder(client, deletes)
+        .session(store, "chat-1")
+        .require_approval("delete")
+        .build()
+        .unwrap()
+}
+
+/// The session's entries, as the store keeps them.
+async fn entries(store: &MemoryStore) -> Vec<SessionEntry> {
+    store
+        .load("chat-1")
+        .await
+        .unwrap()
+        .map(|s| s.entries.into_iter().map(|(_, e)| e).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_session_keeps_each_turn_appended_and_a_pause_another_agent_resumes() {
+    let store = Arc::new(MemoryStore::new());
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut script = script();
+    script.push(ScriptedResponse::text("Hello again."));
+    let client = ScriptedClient::new(script);
+    let mut first = session_agent(client.clone(), store.clone(), deletes.clone());
+    let (_, outcome) = collect(first.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    let kept = entries(&store).await;
+    let kinds: Vec<&str> = kept.iter().map(SessionEntry::kind).collect();
+    assert_eq!(kinds, ["conversation", "messages", "paused"], "{kept:?}");
+
+    // Another agent (a restart): it loads the session and finds the pause.
+    let mut second = session_agent(client.clone(), store.clone(), deletes.clone());
+    let found = second
+        .load_session()
+        .await
+        .unwrap()
+        .expect("the session waits");
+    assert_eq!(found, paused);
+    let (_, done) = collect(second.resume(&found, Resolutions::new().approve("c2"))).await;
+    assert_eq!(done.termination, Termination::Completed);
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(stored.conversation.messages, *second.messages());
+    assert_eq!(stored.pause, None);
+
+    // The first agent (stale) cannot resume it too: the store refuses.
+    let mut stale = session_agent(client.clone(), store.clone(), deletes.clone());
+    stale.load_session().await.unwrap();
+    let (_, again) = collect(first.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert!(
+        matches!(
+            again.termination,
+            Termination::Error(Error::Resume(ResumeError::AlreadyResumed { .. }))
+        ),
+        "{}",
+        again.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 1, "never deleted twice");
+
+    // A later turn appends only what it added.
+    let before = entries(&store).await.len();
+    let (_, _) = collect(second.run("Hi")).await;
+    let after = entries(&store).await;
+    assert_eq!(after.len(), before + 2, "the input, then the turn");
+    match after.last() {
+        Some(SessionEntry::Messages { start, messages }) => {
+            assert_eq!(*start as usize + messages.len(), second.messages().len());
+            assert!(messages.len() <= 2, "{messages:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn two_writers_on_one_session_one_wins_and_the_other_learns_it() {
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("one"),
+        ScriptedResponse::text("two"),
+        ScriptedResponse::text("three"),
+    ]);
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut a = session_agent(client.clone(), store.clone(), deletes.clone());
+    let mut b = session_agent(client.clone(), store.clone(), deletes.clone());
+    a.load_session().await.unwrap();
+    b.load_session().await.unwrap();
+    let (_, first) = collect(a.run("from a")).await;
+    assert_eq!(first.termination, Termination::Completed);
+    let (_, second) = collect(b.run("from b")).await;
+    assert!(
+        matches!(
+            &second.termination,
+            Termination::Error(Error::Session(SessionError::Conflict { .. }))
+        ),
+        "{}",
+        second.termination
+    );
+    // Nothing of b's is in the session; a's run is there whole.
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    let texts: Vec<String> = stored
+        .conversation
+        .messages
+        .iter()
+        .map(Message::text)
+        .collect();
+    assert_eq!(texts, ["from a", "one"]);
+    // b reads it again and goes on from there.
+    b.load_session().await.unwrap();
+    let (_, third) = collect(b.run("from b")).await;
+    assert_eq!(third.termination, Termination::Completed);
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(stored.conversation.messages.len(), 4);
+}
