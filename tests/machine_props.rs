@@ -5,14 +5,18 @@
 //! empty; arguments that are not JSON or not an object; every stop reason; streams that end
 //! without their stop event or break off (retryably or not) after any event. Tools finish in
 //! any order, some twice, some with results for calls nobody made; hooks allow, deny or stop;
-//! a cancel may come at any step. Every run must:
+//! a cancel may come at any step. Hooks may also pause for a person, and a deferred tool's
+//! calls wait for results from outside: a paused run is taken through JSON and resumed by a
+//! new machine, with answers for some of its waiting calls (approve, deny, a result, none).
+//! Every run must:
 //!
 //! - reach [`Action::Finish`] within a bounded number of steps, never waiting for an input
 //!   the driver cannot give (a hang);
 //! - never panic (debug builds check the history before every model call);
 //! - send only valid histories, and leave a valid one: every id unique and not empty, every
 //!   call answered once, in order;
-//! - keep the event grammar (tests/common/grammar.rs).
+//! - keep the event grammar (tests/common/grammar.rs), across its pauses: the paused runs'
+//!   events and the resumed ones' read as one run.
 //!
 //! `cargo test` runs 256 cases (a few seconds). For a longer hunt:
 //! `PROPTEST_CASES=100000 cargo test --release --test machine_props`.
@@ -20,14 +24,15 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use agent_loop::machine::{Action, AgentMachine, Handled, Input};
-use agent_loop::testing::{history_violation, ScriptedClient};
+use agent_loop::machine::{Action, AgentMachine, Handled, Input, MachineConfig};
+use agent_loop::testing::history_violation;
 use agent_loop::{
-    Agent, AgentEvent, FnTool, Jitter, LlmError, LlmEvent, RetryPolicy, RunOptions, StopReason,
-    StructuredOutput, ToolCallResult, ToolDecision, ToolError, ToolProgress, Usage,
+    AgentEvent, ContextConfig, ContextManager, Jitter, LlmError, LlmEvent, PausedRun, Resolutions,
+    RetryPolicy, RunOptions, StopReason, StructuredOutput, Termination, ToolCallResult,
+    ToolCatalog, ToolDecision, ToolProgress, ToolSpec, Usage,
 };
 use proptest::prelude::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod common;
 use common::grammar::grammar_violation;
@@ -84,6 +89,8 @@ struct Setup {
     output: bool,
     final_answer: bool,
     continuations: u32,
+    /// Calls of `act` wait for a person's approval.
+    approval: bool,
 }
 
 fn id() -> impl Strategy<Value = String> {
@@ -100,6 +107,7 @@ fn name() -> impl Strategy<Value = &'static str> {
     prop_oneof![
         3 => Just("act"),
         3 => Just("look"),
+        2 => Just("ask"),
         2 => Just("final_answer"),
         1 => Just("nope"),
         1 => Just(""),
@@ -196,14 +204,16 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<bool>(),
         any::<bool>(),
         0u32..3,
+        any::<bool>(),
     )
         .prop_map(
-            |(max_turns, early, output, final_answer, continuations)| Setup {
+            |(max_turns, early, output, final_answer, continuations, approval)| Setup {
                 max_turns,
                 early,
                 output,
                 final_answer,
                 continuations,
+                approval,
             },
         )
 }
@@ -273,28 +283,36 @@ fn inputs(response: &Response) -> VecDeque<Input> {
     inputs
 }
 
-fn machine(setup: &Setup) -> (AgentMachine, RunOptions) {
-    let act = FnTool::new("act", "Acts.", |_: Value, _ctx| async move {
-        Ok::<_, ToolError>("unused")
-    });
-    let look = FnTool::new("look", "Looks.", |_: Value, _ctx| async move {
-        Ok::<_, ToolError>("unused")
-    })
-    .read_only(true);
-    let machine = Agent::builder(ScriptedClient::new([]))
-        .tool(act)
-        .tool(look)
-        .max_turns(setup.max_turns)
-        .early_read_only_tools(setup.early)
-        .final_answer_at_max_turns(setup.final_answer)
-        .max_continuations(setup.continuations)
-        .retry_policy(
-            RetryPolicy::default()
-                .initial_backoff(Duration::from_secs(1))
-                .jitter(Jitter::None),
-        )
-        .build_machine()
-        .expect("a valid agent");
+/// The machine's settings for `setup`.
+fn config(setup: &Setup) -> MachineConfig {
+    let mut config = MachineConfig::default();
+    config.max_turns = setup.max_turns;
+    config.early_read_only_tools = setup.early;
+    config.final_answer_at_max_turns = setup.final_answer;
+    config.max_continuations = setup.continuations;
+    config.retry = RetryPolicy::default()
+        .initial_backoff(Duration::from_secs(1))
+        .jitter(Jitter::None);
+    if setup.approval {
+        config.require_approval = vec!["act".to_owned()];
+    }
+    config
+}
+
+/// `act` (side effects), `look` (read-only) and `ask` (deferred: answered from outside).
+fn catalog() -> ToolCatalog {
+    let spec = |name: &str| ToolSpec {
+        name: name.to_owned(),
+        description: format!("{name}s."),
+        input_schema: json!({"type": "object"}),
+    };
+    ToolCatalog::new()
+        .tool(spec("act"), false)
+        .tool(spec("look"), true)
+        .deferred_tool(spec("ask"))
+}
+
+fn options(setup: &Setup) -> RunOptions {
     let mut options = RunOptions::new();
     if setup.output {
         options = options.output(
@@ -306,15 +324,20 @@ fn machine(setup: &Setup) -> (AgentMachine, RunOptions) {
             .expect("a valid schema"),
         );
     }
-    (machine, options)
+    options
+}
+
+fn fresh_context() -> ContextManager {
+    ContextManager::new(ContextConfig::default())
 }
 
 /// Plays `script` into a machine; returns the events (with `Finished` last) and the final
 /// history's violation, if any. Fails the case on a hang or an invalid request.
 fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCaseError> {
-    let (mut m, options) = machine(setup);
+    let mut m = AgentMachine::new(config(setup), fresh_context(), catalog());
     let mut now = Instant::now();
-    m.start_with("go", options, now);
+    m.start_with("go", options(setup), now);
+    let mut pauses = 0;
 
     let mut responses = script.iter();
     let mut choices = world.choices.iter().cycle();
@@ -356,6 +379,7 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
                         .map(|_| match verdicts.next().copied().unwrap_or(0) % 12 {
                             0 => ToolDecision::Deny("no".to_owned()),
                             1 => ToolDecision::Stop("enough".to_owned()),
+                            2 => ToolDecision::Pause,
                             _ => ToolDecision::Allow,
                         })
                         .collect();
@@ -374,6 +398,17 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
                         )));
                     }
                     prop_assert!(m.poll().is_none(), "an action after Finish");
+                    let paused = match events.last() {
+                        Some(AgentEvent::Finished(outcome)) => match &outcome.termination {
+                            Termination::Paused(paused) => Some(paused.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    if paused.is_some() {
+                        // The resumed run's events continue this one's.
+                        events.pop();
+                    }
                     let context = m.into_context();
                     if let Some(violation) = history_violation(context.messages()) {
                         return Err(TestCaseError::fail(format!(
@@ -381,7 +416,40 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
                             context.messages()
                         )));
                     }
-                    return Ok(());
+                    let Some(paused) = paused else {
+                        return Ok(());
+                    };
+                    // Resume it, through JSON, in a new machine, with answers for some of
+                    // its waiting calls.
+                    pauses += 1;
+                    let text = serde_json::to_string(&*paused).expect("serializes");
+                    let paused: PausedRun = serde_json::from_str(&text).expect("deserializes");
+                    let mut answers = Resolutions::new();
+                    for call in paused.pending() {
+                        let choice = choices.next().copied().unwrap_or(0);
+                        // Past a few pauses, every call gets an answer, so the run ends.
+                        answers = match (choice % 4, pauses > 3) {
+                            (0, _) => answers.approve(call.id),
+                            (1, _) => answers.deny(call.id, "no"),
+                            (2, _) | (_, true) => answers.result(call.id, "from outside"),
+                            _ => answers,
+                        };
+                    }
+                    m = match AgentMachine::resume(
+                        config(setup),
+                        fresh_context(),
+                        catalog(),
+                        &paused,
+                        &answers,
+                        RunOptions::new(),
+                        now,
+                    ) {
+                        Ok(m) => m,
+                        Err(e) => return Err(TestCaseError::fail(format!("resume: {e}"))),
+                    };
+                    running.clear();
+                    waiting.clear();
+                    stream.clear();
                 }
                 other => return Err(TestCaseError::fail(format!("unknown action {other:?}"))),
             }
@@ -473,10 +541,11 @@ fn pinned_repeated_and_empty_ids() {
         output: false,
         final_answer: false,
         continuations: 1,
+        approval: false,
     };
     let world = World {
         choices: vec![0, 1, 2, 3],
-        verdicts: vec![2],
+        verdicts: vec![3],
         failures: vec![false],
         cancel_at: None,
     };

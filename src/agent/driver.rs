@@ -25,8 +25,8 @@ use super::io::Io;
 use super::machine::{Action, AgentMachine, Input};
 use super::pause::PausedRun;
 use super::persist::{self, SessionLink};
-use super::run::Start;
 use super::shared::{lock, Shared};
+use super::start::{self, Start};
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(super) struct Driver {
@@ -128,27 +128,11 @@ impl Driver {
         }
     }
 
-    /// Publishes the conversation as of this turn boundary for snapshots, copying only what
-    /// changed since the last publication (the last published message too, since a push can
-    /// merge into it) unless the history was rewritten.
+    /// Publishes the conversation as of this turn boundary for snapshots.
     fn publish(&mut self) {
-        let Some(machine) = &self.machine else {
-            return;
-        };
-        let context = machine.context();
-        let messages = context.messages();
-        let mut shared = lock(&self.shared);
-        let view = &mut shared.view;
-        if self.published == 0 || self.published > messages.len() {
-            view.messages = messages.to_vec();
-        } else {
-            let keep = self.published.saturating_sub(1);
-            view.messages.truncate(keep);
-            view.messages
-                .extend_from_slice(messages.get(keep..).unwrap_or_default());
+        if let Some(machine) = &self.machine {
+            self.published = lock(&self.shared).publish(machine.context(), self.published);
         }
-        view.system = context.system().map(str::to_owned);
-        self.published = messages.len();
     }
 
     /// Feeds one input to the machine.
@@ -191,69 +175,17 @@ impl Driver {
         }
     }
 
-    /// The run's machine: the session loaded first (if the agent has one and it is not
-    /// loaded yet), a pause checked and claimed before anything of it runs.
     async fn build_machine(&mut self, start: Start) -> Result<AgentMachine, Error> {
-        let Some(mut context) = self.context.take() else {
-            return Err(Error::Busy);
-        };
-        if let Some(link) = &self.session {
-            if let Err(e) = persist::open(link, &self.shared, &mut context).await {
-                self.context = Some(context);
-                return Err(e);
-            }
-        }
-        let config = self.config.clone();
+        let context = self.context.take().ok_or(Error::Busy)?;
         let catalog = self.tools.catalog();
-        match start {
-            Start::Run { input, options } => {
-                // A new run leaves behind the pause the agent (or its session) waited in.
-                let mut shared = lock(&self.shared);
-                shared.paused = None;
-                shared.runs += 1;
-                drop(shared);
-                let mut machine = AgentMachine::new(config, context, catalog);
-                machine.start_with(input, options, now());
-                Ok(machine)
-            }
-            Start::Resume {
-                paused,
-                resolutions,
-                options,
-            } => {
-                let resumed = AgentMachine::resume(
-                    config,
-                    context.clone(),
-                    catalog,
-                    &paused,
-                    &resolutions,
-                    options,
-                    now(),
-                );
-                let mut machine = match resumed {
-                    Ok(machine) => machine,
-                    Err(e) => {
-                        self.context = Some(context);
-                        return Err(e.into());
-                    }
-                };
-                if let Some(link) = &self.session {
-                    match persist::claim(link, &self.shared, &paused).await {
-                        // The session holds the paused conversation: nothing to save again.
-                        Ok(true) => machine.context_mut().mark_saved(),
-                        Ok(false) => {}
-                        Err(e) => {
-                            self.context = Some(context);
-                            return Err(e);
-                        }
-                    }
-                }
-                let mut shared = lock(&self.shared);
-                shared.paused = None;
-                shared.runs += 1;
-                Ok(machine)
-            }
-        }
+        let config = self.config.clone();
+        let link = self.session.as_ref();
+        start::machine(start, context, config, catalog, link, &self.shared, now())
+            .await
+            .map_err(|(error, context)| {
+                self.context = Some(context);
+                error
+            })
     }
 
     /// Saves what the conversation gained (and the pause) to the session, if the agent has

@@ -38,6 +38,12 @@ use super::pause::PausedRun;
 ///   reason is `StopReason::Other("interrupted")`.
 /// - After a [`Retry`](AgentEvent::Retry), the turn's text so far is void: the response is
 ///   requested again from the start.
+/// - A run that pauses ([`Termination::Paused`]) ends with `Finished` inside its open turn:
+///   no `TurnEnd`, and its waiting calls without results (a deferred tool's call has its
+///   `ToolCall`; a call waiting for approval has nothing yet). The resumed run
+///   ([`Agent::resume`](crate::Agent::resume)) continues that turn, with no `TurnStart`: the
+///   paused run's events without their `Finished`, followed by the resumed run's, are one
+///   `run` of this grammar, the same events a run that never paused gives.
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///

@@ -246,7 +246,7 @@ struct Batch {
     /// batch pauses once its early calls are done, and nothing else of it runs.
     paused_verdicts: Option<Vec<(usize, Option<ToolDecision>)>>,
     /// Allowed calls of deferred tools (positions): their results come from outside.
-    awaiting: Vec<usize>,
+    outside: Vec<usize>,
 }
 
 impl Batch {
@@ -267,7 +267,7 @@ impl Batch {
             positions,
             unanswered: n,
             paused_verdicts: None,
-            awaiting: Vec::new(),
+            outside: Vec::new(),
             calls,
             response,
         }
@@ -515,7 +515,8 @@ impl AgentMachine {
     /// schema) and settings over the paused run's.
     ///
     /// Refused, with nothing run: an answer for a call that does not wait, an approval of a
-    /// tool the catalog lacks, another answer tool, a paused run of another format or one
+    /// tool the agent had when it paused and the catalog lacks (a call of a tool it never
+    /// had is answered as unknown, as it would have been), another answer tool, a paused run of another format or one
     /// that does not hold together.
     pub fn resume(
         config: MachineConfig,
@@ -559,7 +560,12 @@ impl AgentMachine {
                 });
             };
             let approved = *resolution == Resolution::Approve;
-            if approved && call.waits_for == WaitsFor::Approval && !tools.contains(&call.name) {
+            let had = state.tools.contains(&call.name);
+            if approved
+                && call.waits_for == WaitsFor::Approval
+                && had
+                && !tools.contains(&call.name)
+            {
                 return Err(ResumeError::MissingTool {
                     id: call.id.clone(),
                     tool: call.name.clone(),
@@ -689,7 +695,7 @@ impl AgentMachine {
                         Some(Resolution::Deny { reason }) => {
                             machine.answer(&mut batch, i, &format!("denied: {reason}"));
                         }
-                        _ => batch.awaiting.push(i),
+                        _ => batch.outside.push(i),
                     }
                 }
                 machine.launch(batch)
@@ -1523,7 +1529,7 @@ impl AgentMachine {
             for i in std::mem::take(&mut batch.held) {
                 // A deferred tool's result comes from outside: the run pauses for it.
                 if self.tools.is_deferred(&batch.calls[i].name) {
-                    batch.awaiting.push(i);
+                    batch.outside.push(i);
                 } else {
                     calls.push(batch.calls[i].clone());
                 }
@@ -1538,9 +1544,9 @@ impl AgentMachine {
         // Pause once nothing of the batch runs: its early calls are done, and every call
         // not waiting for outside is answered.
         let waits_outside = batch.paused_verdicts.is_some()
-            || (!batch.awaiting.is_empty()
+            || (!batch.outside.is_empty()
                 && batch.held.is_empty()
-                && batch.unanswered == batch.awaiting.len());
+                && batch.unanswered == batch.outside.len());
         if waits_outside && batch.early_pending.is_empty() {
             return self.pause(batch);
         }
@@ -1556,12 +1562,12 @@ impl AgentMachine {
             results,
             announced,
             paused_verdicts,
-            awaiting,
+            outside,
             ..
         } = *batch;
         let waiting = match paused_verdicts {
             Some(verdicts) => Waiting::Approval { verdicts },
-            None => Waiting::Results { calls: awaiting },
+            None => Waiting::Results { calls: outside },
         };
         // The id names the pause by its first waiting call: ids are unique in a conversation.
         let first = match &waiting {
@@ -1601,6 +1607,7 @@ impl AgentMachine {
             results,
             announced,
             waiting,
+            tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
         };
         let paused = PausedRun {
             conversation: self.context.snapshot(),

@@ -28,6 +28,7 @@ mod pause;
 mod persist;
 mod run;
 mod shared;
+mod start;
 mod summarizer;
 mod turn;
 

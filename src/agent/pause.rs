@@ -341,6 +341,10 @@ pub(crate) struct PauseState {
     /// Whether each call's `ToolCall` event was emitted.
     pub(crate) announced: Vec<bool>,
     pub(crate) waiting: Waiting,
+    /// The tools the agent had when it paused (a call of a tool it never had is answered as
+    /// unknown when approved; one of a tool it had and lost is refused).
+    #[serde(default)]
+    pub(crate) tools: Vec<String>,
 }
 
 /// What the paused batch waits for.

@@ -20,6 +20,7 @@ use super::events::{AgentEvent, RunOutcome, Termination};
 use super::output::RunOptions;
 use super::pause::{PausedRun, Resolutions};
 use super::shared::lock;
+use super::start::Start;
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host
@@ -156,19 +157,6 @@ impl Agent {
         shared.view = context.snapshot();
         Ok(context)
     }
-}
-
-/// How a run starts: on new input, or from a pause.
-pub(super) enum Start {
-    Run {
-        input: UserInput,
-        options: RunOptions,
-    },
-    Resume {
-        paused: Box<PausedRun>,
-        resolutions: Resolutions,
-        options: RunOptions,
-    },
 }
 
 /// A stream fed by a driver future that it polls itself: no task is spawned, and dropping

@@ -35,6 +35,25 @@ impl Shared {
         }
     }
 
+    /// Publishes `context` as the view of a run in flight, copying only what changed since
+    /// the last publication of `published` messages (the last of them too, since a push can
+    /// merge into it; everything when `published` is 0 or the history shrank). Returns the
+    /// number published.
+    pub(crate) fn publish(&mut self, context: &ContextManager, published: usize) -> usize {
+        let messages = context.messages();
+        let view = &mut self.view;
+        if published == 0 || published > messages.len() {
+            view.messages = messages.to_vec();
+        } else {
+            let keep = published.saturating_sub(1);
+            view.messages.truncate(keep);
+            view.messages
+                .extend_from_slice(messages.get(keep..).unwrap_or_default());
+        }
+        view.system = context.system().map(str::to_owned);
+        messages.len()
+    }
+
     /// The conversation as it stands: the context's when idle, else the run's last
     /// turn-boundary view.
     pub(crate) fn conversation(&self) -> Conversation {

@@ -6,10 +6,14 @@
 //!                    | Compacted | call-event)* TurnEnd
 //! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
 //! ```
+//!
+//! A run that pauses (`Termination::Paused`) ends with `Finished` inside its open turn, its
+//! waiting calls without results; the resumed run's events continue that turn, so a paused
+//! run's events (without its `Finished`) followed by the resumed run's are a `run`.
 
 use std::collections::HashMap;
 
-use agent_loop::AgentEvent;
+use agent_loop::{AgentEvent, Termination};
 
 /// Checks `events` against the grammar; returns the first violation.
 pub fn grammar_violation(events: &[AgentEvent]) -> Option<String> {
@@ -29,8 +33,13 @@ pub fn grammar_violation(events: &[AgentEvent]) -> Option<String> {
                 if !is_last {
                     return Some(format!("{at}: Finished is not last"));
                 }
-                if in_turn.is_some() {
+                let paused = matches!(outcome.termination, Termination::Paused(_));
+                if in_turn.is_some() && !paused {
                     return Some(format!("{at}: Finished inside a turn"));
+                }
+                if paused {
+                    // Its waiting calls are answered when it resumes.
+                    calls.clear();
                 }
                 if outcome.turns != turns {
                     return Some(format!(

@@ -1,0 +1,88 @@
+//! How a run starts: the session loaded (if the agent has one), then the machine built, on
+//! new input or from a pause, which is checked and, with a session, claimed before anything
+//! of it runs.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::context::ContextManager;
+use crate::error::Error;
+use crate::input::UserInput;
+use crate::tool::ToolCatalog;
+
+use super::config::MachineConfig;
+use super::machine::AgentMachine;
+use super::output::RunOptions;
+use super::pause::{PausedRun, Resolutions};
+use super::persist::{self, SessionLink};
+use super::shared::{lock, Shared};
+
+/// How a run starts: on new input, or from a pause.
+pub(super) enum Start {
+    Run {
+        input: UserInput,
+        options: RunOptions,
+    },
+    Resume {
+        paused: Box<PausedRun>,
+        resolutions: Resolutions,
+        options: RunOptions,
+    },
+}
+
+/// The run's machine over `context`; on failure, the error and the conversation as it was.
+pub(super) async fn machine(
+    start: Start,
+    mut context: ContextManager,
+    config: MachineConfig,
+    catalog: ToolCatalog,
+    session: Option<&SessionLink>,
+    shared: &Mutex<Shared>,
+    now: Instant,
+) -> Result<AgentMachine, (Error, ContextManager)> {
+    if let Some(link) = session {
+        if let Err(e) = persist::open(link, shared, &mut context).await {
+            return Err((e, context));
+        }
+    }
+    let machine = match start {
+        Start::Run { input, options } => {
+            let mut machine = AgentMachine::new(config, context, catalog);
+            machine.start_with(input, options, now);
+            machine
+        }
+        Start::Resume {
+            paused,
+            resolutions,
+            options,
+        } => {
+            let resumed = AgentMachine::resume(
+                config,
+                context.clone(),
+                catalog,
+                &paused,
+                &resolutions,
+                options,
+                now,
+            );
+            let mut machine = match resumed {
+                Ok(machine) => machine,
+                Err(e) => return Err((e.into(), context)),
+            };
+            if let Some(link) = session {
+                match persist::claim(link, shared, &paused).await {
+                    // The session holds the paused conversation: nothing to save again.
+                    Ok(true) => machine.context_mut().mark_saved(),
+                    Ok(false) => {}
+                    Err(e) => return Err((e, context)),
+                }
+            }
+            machine
+        }
+    };
+    // A run leaves behind the pause the agent (or its session) waited in; a resume took it.
+    let mut shared = lock(shared);
+    shared.paused = None;
+    shared.runs += 1;
+    Ok(machine)
+}
