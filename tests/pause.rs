@@ -569,3 +569,64 @@ async fn two_writers_on_one_session_one_wins_and_the_other_learns_it() {
     let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
     assert_eq!(stored.conversation.messages.len(), 4);
 }
+
+#[tokio::test]
+async fn a_session_replays_to_the_agents_conversation_through_compaction() {
+    // A small window: old tool outputs are elided and old turns dropped as the runs go on,
+    // rewriting messages already saved.
+    let big = "x".repeat(3000);
+    let mut script = Vec::new();
+    for i in 0..12 {
+        script.push(ScriptedResponse::tool_call(
+            format!("c{i}"),
+            "read",
+            json!({"path": format!("{i}.txt")}),
+        ));
+        script.push(ScriptedResponse::text(format!("answer {i}")));
+    }
+    let client = ScriptedClient::new(script);
+    let store = Arc::new(MemoryStore::new());
+    let read = FnTool::new(
+        "read",
+        "Reads a file.",
+        move |_: serde_json::Value, _ctx| {
+            let big = big.clone();
+            async move { Ok::<_, ToolError>(big) }
+        },
+    )
+    .read_only(true);
+    let mut agent = Agent::builder(client)
+        .tool(read)
+        .no_summarizer()
+        .context_config(
+            agent_loop::ContextConfig::default()
+                .context_window(6000)
+                .output_reserve(1000),
+        )
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let mut compacted = 0;
+    for i in 0..12 {
+        let (events, outcome) = collect(agent.run(format!("question {i}"))).await;
+        assert_eq!(outcome.termination, Termination::Completed, "{events:?}");
+        compacted += events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Compacted { .. }))
+            .count();
+        let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+        assert_eq!(
+            stored.conversation.messages,
+            *agent.messages(),
+            "after run {i}"
+        );
+    }
+    assert!(compacted > 0, "the test compacts");
+    // Each save carried what changed, not the whole conversation again.
+    let all = entries(&store).await;
+    let conversations = all
+        .iter()
+        .filter(|e| matches!(e, SessionEntry::Conversation { .. }))
+        .count();
+    assert_eq!(conversations, 1, "only the first save writes it whole");
+}

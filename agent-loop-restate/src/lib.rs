@@ -12,7 +12,11 @@
 //!   SDK's `ctx.run` steps cannot be awaited together, calls can), and a Restate cancel of the
 //!   run does not wait for a running tool;
 //! - a backoff before re-sending a turn is a durable `ctx.sleep`;
-//! - an approval a human must give is a Restate awakeable, which may be resolved days later;
+//! - an approval a human must give is a Restate awakeable, which may be resolved days later
+//!   (so the core's in-process pause, `AgentBuilder::require_approval`, `DeferredTool` and
+//!   `Agent::resume`, is not used here: a durable run already outlives its process; give the
+//!   [`DurableAgent`] an approval policy instead. A run that pauses anyway ends, paused
+//!   calls answered as interrupted);
 //! - the conversation is the virtual object's state, saved at every turn boundary.
 //!
 //! After a crash Restate re-invokes the handler on a live worker and replays the journal: the
