@@ -48,6 +48,13 @@ use crate::context::Conversation;
 use crate::error::SessionError;
 use crate::message::Message;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
 /// The format of the entries this build writes (and the newest it reads).
 pub const ENTRY_FORMAT: u32 = 1;
 
