@@ -456,7 +456,10 @@ mod tests {
             let first = SessionEntry::Conversation {
                 conversation: Conversation::default(),
             };
-            let err = store.append("s", 1, &[first.clone()]).await.unwrap_err();
+            let err = store
+                .append("s", 1, std::slice::from_ref(&first))
+                .await
+                .unwrap_err();
             assert_eq!(
                 err,
                 SessionError::Conflict {
@@ -465,8 +468,17 @@ mod tests {
                     found: None
                 }
             );
-            assert_eq!(store.append("s", 0, &[first.clone()]).await.unwrap(), 1);
-            assert!(store.append("s", 0, &[first.clone()]).await.is_err());
+            assert_eq!(
+                store
+                    .append("s", 0, std::slice::from_ref(&first))
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert!(store
+                .append("s", 0, std::slice::from_ref(&first))
+                .await
+                .is_err());
             assert_eq!(
                 store
                     .append("s", 1, &[messages(0, &["a"]), first.clone()])
