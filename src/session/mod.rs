@@ -48,10 +48,14 @@ use crate::context::Conversation;
 use crate::error::SessionError;
 use crate::message::Message;
 
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
