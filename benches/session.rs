@@ -1,0 +1,242 @@
+//! Session stores: the cost of saving one turn (one `append` of a `Messages` entry holding a
+//! user message and an answer, about 300 bytes each) into a session that already holds 10,
+//! 100 and 1,000 turns, on SQLite and PostgreSQL. The stores only append, so that cost must
+//! not grow with the session. `load` at the same sizes, for information (it reads every
+//! entry since the last `Conversation` one, so it grows).
+//!
+//! Each timed append is undone, untimed, through a connection of the bench's own (the entry
+//! deleted, the version set back), so every iteration saves into a session of exactly the
+//! stated size.
+//!
+//! Run: `cargo bench --features sqlite,postgres --bench session`. PostgreSQL is measured when
+//! `AGENT_LOOP_POSTGRES_URL` names a server (`scripts/postgres-test-server start DIR` starts
+//! one); without it, SQLite only, and the bench says so.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_loop::context::Conversation;
+use agent_loop::session::{PostgresStore, SessionEntry, SessionStore, SqliteStore};
+use agent_loop::Message;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use tokio::runtime::Runtime;
+
+const SIZES: [u64; 3] = [10, 100, 1_000];
+
+/// Turn `t`: a user message and an answer of a few hundred bytes each.
+fn turn(t: u64) -> Vec<Message> {
+    vec![
+        Message::user(format!(
+            "Step {t}: open config/retry.toml, check whether the backoff is exponential and \
+             whether jitter is on, and tell me what the longest wait between two attempts can \
+             be with the current settings. If anything looks wrong, say which line and why; \
+             do not change the file yet."
+        )),
+        Message::assistant(format!(
+            "Turn {t}: the backoff is exponential: it starts at 200 ms and doubles on every \
+             attempt (multiplier 2.0), with full jitter, for at most 5 attempts. The longest \
+             single wait is therefore 3.2 s before the fifth attempt. Nothing looks wrong, but \
+             max_attempts = 5 with a 200 ms base gives up after about 6 s in total."
+        )),
+    ]
+}
+
+/// The entry that saves turn `t` into a session of `t` turns.
+fn save(t: u64) -> SessionEntry {
+    SessionEntry::Messages {
+        start: 2 * t,
+        messages: turn(t),
+    }
+}
+
+/// A session of `turns` turns: its conversation entry, then one entry per turn.
+fn session_entries(turns: u64) -> Vec<SessionEntry> {
+    let mut entries = vec![SessionEntry::Conversation {
+        conversation: Conversation::new(Some("You are a careful coding agent.".into()), vec![]),
+    }];
+    entries.extend((0..turns).map(save));
+    entries
+}
+
+/// A store, and how to take back the last entry behind its back.
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn SessionStore>,
+    undo: Undo,
+}
+
+enum Undo {
+    Sqlite(rusqlite::Connection, PathBuf),
+    Postgres(tokio_postgres::Client, String),
+}
+
+impl Undo {
+    /// Removes entry `version` of `session` and sets the session back to `version - 1`.
+    fn run(&self, rt: &Runtime, session: &str, version: i64) {
+        match self {
+            Undo::Sqlite(conn, _) => {
+                conn.execute(
+                    "DELETE FROM agent_loop_entries WHERE session_id = ?1 AND version = ?2",
+                    rusqlite::params![session, version],
+                )
+                .expect("undo");
+                conn.execute(
+                    "UPDATE agent_loop_sessions SET version = ?2 WHERE id = ?1",
+                    rusqlite::params![session, version - 1],
+                )
+                .expect("undo");
+            }
+            Undo::Postgres(client, _) => rt.block_on(async {
+                client
+                    .execute(
+                        "DELETE FROM agent_loop_entries WHERE session_id = $1 AND version = $2",
+                        &[&session, &version],
+                    )
+                    .await
+                    .expect("undo");
+                client
+                    .execute(
+                        "UPDATE agent_loop_sessions SET version = $2 WHERE id = $1",
+                        &[&session, &(version - 1)],
+                    )
+                    .await
+                    .expect("undo");
+            }),
+        }
+    }
+
+    fn cleanup(self, rt: &Runtime) {
+        match self {
+            Undo::Sqlite(conn, path) => {
+                drop(conn);
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Undo::Postgres(client, schema) => rt.block_on(async {
+                let _ = client
+                    .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                    .await;
+            }),
+        }
+    }
+}
+
+fn sqlite(rt: &Runtime) -> Backend {
+    let path = std::env::temp_dir().join(format!("agent-loop-bench-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let store = rt.block_on(SqliteStore::open(&path)).expect("open");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.busy_timeout(Duration::from_secs(30)).expect("timeout");
+    Backend {
+        name: "sqlite",
+        store: Arc::new(store),
+        undo: Undo::Sqlite(conn, path),
+    }
+}
+
+fn postgres(rt: &Runtime) -> Option<Backend> {
+    let Ok(url) = std::env::var("AGENT_LOOP_POSTGRES_URL") else {
+        eprintln!(
+            "session bench: AGENT_LOOP_POSTGRES_URL is not set, so SQLite only. To measure \
+             PostgreSQL too: export AGENT_LOOP_POSTGRES_URL=\"$(scripts/postgres-test-server \
+             start /tmp/agent-loop-pg)\""
+        );
+        return None;
+    };
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        let schema = format!("agent_loop_bench_{}", std::process::id());
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA \"{schema}\"; SET search_path = \"{schema}\""
+            ))
+            .await
+            .expect("schema");
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+        let store = PostgresStore::connect(&url).await.expect("connect");
+        Some(Backend {
+            name: "postgres",
+            store: Arc::new(store),
+            undo: Undo::Postgres(client, schema),
+        })
+    })
+}
+
+fn session(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut backends = vec![sqlite(&rt)];
+    backends.extend(postgres(&rt));
+
+    for backend in &backends {
+        for turns in SIZES {
+            let id = format!("bench-{turns}");
+            let version = rt
+                .block_on(backend.store.append(&id, 0, &session_entries(turns)))
+                .expect("setup");
+            assert_eq!(version, turns + 1);
+        }
+    }
+
+    let mut group = c.benchmark_group("session/append_turn");
+    group.sample_size(30);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(4));
+    for backend in &backends {
+        for turns in SIZES {
+            let id = format!("bench-{turns}");
+            let entry = [save(turns)];
+            group.bench_with_input(BenchmarkId::new(backend.name, turns), &turns, |b, _| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        let version = rt
+                            .block_on(backend.store.append(&id, turns + 1, &entry))
+                            .expect("append");
+                        total += start.elapsed();
+                        backend.undo.run(&rt, &id, version as i64);
+                    }
+                    total
+                })
+            });
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("session/load");
+    group.sample_size(30);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for backend in &backends {
+        for turns in SIZES {
+            let id = format!("bench-{turns}");
+            group.bench_with_input(BenchmarkId::new(backend.name, turns), &turns, |b, _| {
+                b.iter(|| {
+                    let loaded = rt.block_on(backend.store.load(&id)).expect("load");
+                    black_box(loaded)
+                })
+            });
+        }
+    }
+    group.finish();
+
+    for backend in backends {
+        drop(backend.store);
+        backend.undo.cleanup(&rt);
+    }
+}
+
+criterion_group!(benches, session);
+criterion_main!(benches);
