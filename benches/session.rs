@@ -6,7 +6,9 @@
 //!
 //! Each timed append is undone, untimed, through a connection of the bench's own (the entry
 //! deleted, the version set back), so every iteration saves into a session of exactly the
-//! stated size.
+//! stated size. The database holds 1,000 other sessions of 10 turns beside the measured
+//! ones. Before each measurement the undos' leftovers are cleared (PostgreSQL:
+//! `VACUUM`; SQLite: a WAL checkpoint), so no size pays for the one measured before it.
 //!
 //! Run: `cargo bench --features sqlite,postgres --bench session`. PostgreSQL is measured when
 //! `AGENT_LOOP_POSTGRES_URL` names a server (`scripts/postgres-test-server start DIR` starts
@@ -24,6 +26,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 
 const SIZES: [u64; 3] = [10, 100, 1_000];
+/// Sessions of 10 turns in the database beside the measured ones.
+const OTHER_SESSIONS: usize = 1_000;
 
 /// Turn `t`: a user message and an answer of a few hundred bytes each.
 fn turn(t: u64) -> Vec<Message> {
@@ -75,34 +79,33 @@ enum Undo {
 impl Undo {
     /// Removes entry `version` of `session` and sets the session back to `version - 1`.
     fn run(&self, rt: &Runtime, session: &str, version: i64) {
+        // One transaction (one commit, one WAL flush), with the bench's own ids and numbers.
+        let sql = format!(
+            "BEGIN;
+             DELETE FROM agent_loop_entries WHERE session_id = '{session}' AND version = {version};
+             UPDATE agent_loop_sessions SET version = {} WHERE id = '{session}';
+             COMMIT;",
+            version - 1
+        );
+        match self {
+            Undo::Sqlite(conn, _) => conn.execute_batch(&sql).expect("undo"),
+            Undo::Postgres(client, _) => rt.block_on(client.batch_execute(&sql)).expect("undo"),
+        }
+    }
+
+    /// Clears what the undos left behind before the next measurement, so that it does not
+    /// pay for the previous one's: dead rows (PostgreSQL), a long WAL (SQLite).
+    fn settle(&self, rt: &Runtime) {
         match self {
             Undo::Sqlite(conn, _) => {
-                conn.execute(
-                    "DELETE FROM agent_loop_entries WHERE session_id = ?1 AND version = ?2",
-                    rusqlite::params![session, version],
-                )
-                .expect("undo");
-                conn.execute(
-                    "UPDATE agent_loop_sessions SET version = ?2 WHERE id = ?1",
-                    rusqlite::params![session, version - 1],
-                )
-                .expect("undo");
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                    .expect("checkpoint");
             }
             Undo::Postgres(client, _) => rt.block_on(async {
                 client
-                    .execute(
-                        "DELETE FROM agent_loop_entries WHERE session_id = $1 AND version = $2",
-                        &[&session, &version],
-                    )
+                    .batch_execute("VACUUM ANALYZE agent_loop_sessions, agent_loop_entries")
                     .await
-                    .expect("undo");
-                client
-                    .execute(
-                        "UPDATE agent_loop_sessions SET version = $2 WHERE id = $1",
-                        &[&session, &(version - 1)],
-                    )
-                    .await
-                    .expect("undo");
+                    .expect("vacuum");
             }),
         }
     }
@@ -180,6 +183,13 @@ fn session(c: &mut Criterion) {
     backends.extend(postgres(&rt));
 
     for backend in &backends {
+        // Other sessions beside the measured ones, as a store in use holds: the planner
+        // treats a table of three rows differently from one of thousands.
+        let other = session_entries(10);
+        for i in 0..OTHER_SESSIONS {
+            rt.block_on(backend.store.append(&format!("other-{i}"), 0, &other))
+                .expect("setup");
+        }
         for turns in SIZES {
             let id = format!("bench-{turns}");
             let version = rt
@@ -197,6 +207,7 @@ fn session(c: &mut Criterion) {
         for turns in SIZES {
             let id = format!("bench-{turns}");
             let entry = [save(turns)];
+            backend.undo.settle(&rt);
             group.bench_with_input(BenchmarkId::new(backend.name, turns), &turns, |b, _| {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
@@ -222,6 +233,7 @@ fn session(c: &mut Criterion) {
     for backend in &backends {
         for turns in SIZES {
             let id = format!("bench-{turns}");
+            backend.undo.settle(&rt);
             group.bench_with_input(BenchmarkId::new(backend.name, turns), &turns, |b, _| {
                 b.iter(|| {
                     let loaded = rt.block_on(backend.store.load(&id)).expect("load");
@@ -232,9 +244,52 @@ fn session(c: &mut Criterion) {
     }
     group.finish();
 
+    for backend in &backends {
+        interleaved(&rt, backend);
+    }
+
     for backend in backends {
         drop(backend.store);
         backend.undo.cleanup(&rt);
+    }
+}
+
+/// The same appends, the sizes taking turns (10, 100, 1,000, 10, …) rather than one after
+/// the other, so that the machine's drift (other builds, the disk's flushes) falls on every
+/// size alike: the ratios between sizes come from here. Printed to stdout.
+fn interleaved(rt: &Runtime, backend: &Backend) {
+    const ROUNDS: usize = 1_500;
+    backend.undo.settle(rt);
+    let entries: Vec<[SessionEntry; 1]> = SIZES.iter().map(|&t| [save(t)]).collect();
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(ROUNDS); SIZES.len()];
+    for _ in 0..ROUNDS {
+        for (i, &turns) in SIZES.iter().enumerate() {
+            let id = format!("bench-{turns}");
+            let start = Instant::now();
+            let version = rt
+                .block_on(backend.store.append(&id, turns + 1, &entries[i]))
+                .expect("append");
+            times[i].push(start.elapsed());
+            backend.undo.run(rt, &id, version as i64);
+        }
+    }
+    let stats: Vec<(f64, f64)> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort();
+            let mean = t.iter().sum::<Duration>().as_secs_f64() / t.len() as f64;
+            (t[t.len() / 2].as_secs_f64() * 1e6, mean * 1e6)
+        })
+        .collect();
+    for (i, turns) in SIZES.iter().enumerate() {
+        let (median, mean) = stats[i];
+        println!(
+            "session/append_turn interleaved {}/{turns}: median {median:.1} µs ({:.3} of 10 \
+             turns), mean {mean:.1} µs ({:.3}), {ROUNDS} appends",
+            backend.name,
+            median / stats[0].0,
+            mean / stats[0].1,
+        );
     }
 }
 
