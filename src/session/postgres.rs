@@ -55,7 +55,9 @@
 //!
 //! A store holds one connection, used by one call at a time; connect several stores for
 //! more. It does not reconnect: once the connection is lost, every call fails with
-//! [`SessionError::Database`] and a new store must be connected.
+//! [`SessionError::Database`] and a new store must be connected. An append whose future is
+//! dropped before it returns may or may not have been committed: load the session again
+//! before writing to it.
 
 use std::fmt;
 
@@ -255,21 +257,22 @@ impl Statements {
     async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
         Ok(Statements {
             // One statement, so one snapshot: the session's version, where loading starts
-            // (its newest conversation entry, through the partial index) and the entries.
+            // (its newest conversation entry, found once through the partial index) and the
+            // entries from there (a range of the primary key). A session without entries is
+            // one row whose entry columns are NULL.
             load: client
                 .prepare(
-                    "SELECT s.version, f.start, e.version, e.format, e.body
-                     FROM agent_loop_sessions s
-                     CROSS JOIN LATERAL (
-                         SELECT coalesce((
+                    "WITH s AS MATERIALIZED (
+                         SELECT id, version, coalesce((
                              SELECT c.version FROM agent_loop_entries c
-                             WHERE c.session_id = s.id AND c.kind = 'conversation'
+                             WHERE c.session_id = $1 AND c.kind = 'conversation'
                              ORDER BY c.version DESC LIMIT 1
                          ), 1) AS start
-                     ) f
-                     LEFT JOIN agent_loop_entries e
-                         ON e.session_id = s.id AND e.version >= f.start
-                     WHERE s.id = $1
+                         FROM agent_loop_sessions WHERE id = $1
+                     )
+                     SELECT s.version, s.start, e.version, e.format, e.body
+                     FROM s LEFT JOIN agent_loop_entries e
+                         ON e.session_id = s.id AND e.version >= s.start
                      ORDER BY e.version",
                 )
                 .await?,

@@ -42,8 +42,10 @@
 //! expected, and otherwise inserts the entries and sets the new version. Only the new entries
 //! are written, so a turn costs the same at turn 1,000 as at turn 10. `synchronous` is left at
 //! `FULL`: a write that returned is on disk. Each store holds one connection, used by one
-//! task at a time (the work runs in [`tokio::task::spawn_blocking`]); open several stores on
-//! one file for more.
+//! task at a time (the work runs in [`tokio::task::spawn_blocking`]); clones share it, and
+//! several stores opened on one file have one each. The blocking work runs to its end even
+//! when the future waiting for it is dropped: an append whose future was dropped may have
+//! been committed, so load the session again before writing to it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
