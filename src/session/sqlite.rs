@@ -31,6 +31,9 @@
 //!     ON agent_loop_entries (session_id, version) WHERE kind = 'conversation';
 //! ```
 //!
+//! The tables are `STRICT` (SQLite checks each column's type): other programs reading the
+//! file need SQLite 3.37 or newer.
+//!
 //! Migrations are applied in order when a store opens the file, in one write transaction (so
 //! two processes opening a new file at once do not both apply them). A file whose schema is
 //! newer than this build knows is refused with [`SessionError::Schema`], and left as it is.
