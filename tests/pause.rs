@@ -405,6 +405,7 @@ async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
 async fn a_typed_answer_survives_a_pause() {
     #[derive(serde::Deserialize, schemars::JsonSchema)]
     struct Verdict {
+        #[allow(dead_code)] // read by the schema and the check, not by the test
         ok: bool,
     }
     let client = ScriptedClient::new([
@@ -629,4 +630,31 @@ async fn a_session_replays_to_the_agents_conversation_through_compaction() {
         .filter(|e| matches!(e, SessionEntry::Conversation { .. }))
         .count();
     assert_eq!(conversations, 1, "only the first save writes it whole");
+}
+
+#[tokio::test]
+async fn answers_applied_at_the_resume_itself_are_saved_too() {
+    // A denial answers the batch's last call at once: the results, and the turn's end, come
+    // before the resumed run's first save.
+    for answers in [
+        Resolutions::new().deny("c2", "no"),
+        Resolutions::new().result("c2", "done by hand"),
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        let deletes = Arc::new(AtomicUsize::new(0));
+        let client = ScriptedClient::new([
+            ScriptedResponse::tool_call("c2", "delete", json!({"path": "a.txt"})),
+            ScriptedResponse::text("OK."),
+        ]);
+        let mut first = session_agent(client.clone(), store.clone(), deletes.clone());
+        let (_, outcome) = collect(first.run("Delete a.txt")).await;
+        let paused = paused(&outcome);
+        let mut second = session_agent(client.clone(), store.clone(), deletes.clone());
+        second.load_session().await.unwrap();
+        let (_, done) = collect(second.resume(&paused, answers)).await;
+        assert_eq!(done.termination, Termination::Completed);
+        let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+        assert_eq!(stored.conversation.messages, *second.messages());
+        assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    }
 }

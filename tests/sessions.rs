@@ -18,9 +18,8 @@
 //! own connections at the same time.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use agent_loop::context::Conversation;
 use agent_loop::session::{
@@ -30,7 +29,9 @@ use agent_loop::session::{
 use agent_loop::{ContentBlock, Message, Role, SessionError};
 use serde_json::json;
 
-const POSTGRES_URL: &str = "AGENT_LOOP_POSTGRES_URL";
+mod common;
+use common::stores::{postgres_url, unique, TempFile};
+
 /// For a child process: the store to open (`sqlite:PATH` or `postgres:URL`).
 const CHILD_STORE: &str = "AGENT_LOOP_TEST_CHILD_STORE";
 /// For a child process: the session, its name as a writer, how many writes, and the
@@ -57,33 +58,6 @@ enum Backend {
 }
 
 /// A database file that goes when the test ends (with SQLite's WAL files).
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
-        }
-    }
-}
-
-/// A name no other test of this run, or of another run, uses.
-fn unique(name: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{name}_{}_{}_{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
-
 /// `url` with `params` added to its query string.
 fn with_params(url: &str, params: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
@@ -110,21 +84,11 @@ async fn memory(_case: &str) -> Option<Backend> {
 }
 
 async fn sqlite(case: &str) -> Option<Backend> {
-    let path = std::env::temp_dir().join(format!("agent-loop-{}.db", unique(case)));
-    Some(Backend::Sqlite(TempFile(path)))
+    Some(Backend::Sqlite(TempFile::new(case)))
 }
 
 async fn postgres(case: &str) -> Option<Backend> {
-    let Ok(base) = std::env::var(POSTGRES_URL) else {
-        let how = "start a server with `scripts/postgres-test-server start DIR` (it needs \
-                   Debian's postgresql package) and export the URL it prints as \
-                   AGENT_LOOP_POSTGRES_URL";
-        if under_ci() {
-            panic!("{POSTGRES_URL} is not set, and CI must run the PostgreSQL tests: {how}");
-        }
-        eprintln!("SKIPPED: postgres::{case}: {POSTGRES_URL} is not set; to run it, {how}");
-        return None;
-    };
+    let base = postgres_url(case)?;
     // A schema of its own: tests run in parallel on one server, and some write rows (or the
     // schema version) behind the store's back.
     let schema = unique(&format!("agent_loop_test_{case}")).to_lowercase();

@@ -17,7 +17,7 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 
 /// A run that stopped to wait for something from outside: a person's approval of a call
 /// ([`ToolDecision::Pause`], [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval)),
-/// or the result of a deferred tool ([`ToolRegistry::register_deferred`](crate::ToolRegistry::register_deferred)),
+/// or the result of a deferred tool ([`DeferredTool`](crate::DeferredTool), [`Tool::deferred`](crate::Tool::deferred)),
 /// which comes from a person, a webhook or a UI.
 ///
 /// A run ends with [`Termination::Paused`](crate::Termination::Paused) carrying one. It is

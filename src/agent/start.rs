@@ -71,8 +71,9 @@ pub(super) async fn machine(
             };
             if let Some(link) = session {
                 match persist::claim(link, shared, &paused).await {
-                    // The session holds the paused conversation: nothing to save again.
-                    Ok(true) => machine.context_mut().mark_saved(),
+                    // The session holds the paused conversation: only what the resume added
+                    // (the answers applied already) needs saving.
+                    Ok(true) => machine.context_mut().restored_is_saved(),
                     Ok(false) => {}
                     Err(e) => return Err((e, context)),
                 }

@@ -433,10 +433,19 @@ impl ContextManager {
             .collect();
         self.total = self.counts.iter().sum();
         self.messages = Arc::new(conversation.messages);
+        // Whole, unless the caller knows the session holds it
+        // ([`restored_is_saved`](Self::restored_is_saved)); what changes after this is
+        // tracked from its end.
         self.unsaved = Unsaved {
-            from: 0,
+            from: self.messages.len(),
             whole: true,
         };
+    }
+
+    /// Notes that the conversation last restored ([`restore_paused`](Self::restore_paused))
+    /// is what the session holds: only what changed since needs saving.
+    pub(crate) fn restored_is_saved(&mut self) {
+        self.unsaved.whole = false;
     }
 
     /// What changed since the last [`mark_saved`](Self::mark_saved).

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod grammar;
+pub mod stores;
 
 use agent_loop::{
     Jitter, LlmError, LlmEvent, ModelResponse, RetryPolicy, StreamAssembler, WireDecoder,
