@@ -29,7 +29,9 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 ///
 /// The resumed run gives the same events and the same final history as a run that never
 /// paused: a paused run's stream ends with `Finished` inside its open turn (no `TurnEnd`),
-/// and the resumed stream starts with the rest of that turn.
+/// and the resumed stream starts with the rest of that turn. (Call for call, that is: a
+/// read-only call that started early, while the model streamed, may report its result before
+/// the pause, where a run that never paused could report it after the batch's verdicts.)
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
