@@ -405,7 +405,6 @@ async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
 async fn a_typed_answer_survives_a_pause() {
     #[derive(serde::Deserialize, schemars::JsonSchema)]
     struct Verdict {
-        #[allow(dead_code)] // read by the schema and the check, not by the test
         ok: bool,
     }
     let client = ScriptedClient::new([
@@ -448,6 +447,22 @@ async fn a_typed_answer_survives_a_pause() {
         Some(json!({"ok": true})),
         "the wrong answer was refused first"
     );
+
+    // Resumed with the typed answer given back: the same tool, so it is taken.
+    let mut typed = builder(
+        ScriptedClient::new([ScriptedResponse::tool_call(
+            "c4",
+            "final_answer",
+            json!({"ok": false}),
+        )]),
+        Arc::new(AtomicUsize::new(0)),
+    )
+    .build()
+    .unwrap();
+    let (_, done) =
+        collect(typed.resume_with(&paused, Resolutions::new().approve("c1"), options())).await;
+    assert_eq!(done.termination, Termination::Completed);
+    assert!(!done.parse_output::<Verdict>().unwrap().ok);
 }
 
 // ----- sessions -----------------------------------------------------------------------
@@ -656,5 +671,197 @@ async fn answers_applied_at_the_resume_itself_are_saved_too() {
         let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
         assert_eq!(stored.conversation.messages, *second.messages());
         assert_eq!(deletes.load(Ordering::SeqCst), 0);
+        let whole = entries(&store)
+            .await
+            .iter()
+            .filter(|e| matches!(e, SessionEntry::Conversation { .. }))
+            .count();
+        assert_eq!(
+            whole, 1,
+            "the resume saves what it added, not the conversation again"
+        );
     }
+}
+
+#[tokio::test]
+async fn a_session_without_a_system_prompt_takes_the_agents() {
+    let store = Arc::new(MemoryStore::new());
+    let conversation = agent_loop::context::Conversation::new(
+        None,
+        vec![Message::user("Hi"), Message::assistant("Hello.")],
+    );
+    store
+        .append("chat-1", 0, &[SessionEntry::Conversation { conversation }])
+        .await
+        .unwrap();
+    let mut agent = Agent::builder(ScriptedClient::new([ScriptedResponse::text("Sure.")]))
+        .system("Be brief.")
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Again?")).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(stored.conversation.system.as_deref(), Some("Be brief."));
+    assert_eq!(stored.conversation.messages, *agent.messages());
+    assert_eq!(stored.conversation.messages.len(), 4);
+}
+
+#[tokio::test]
+async fn a_stored_conversation_no_provider_accepts_is_a_clear_error() {
+    let store = Arc::new(MemoryStore::new());
+    // Starts with the assistant: no repair makes that a valid history.
+    let conversation =
+        agent_loop::context::Conversation::new(None, vec![Message::assistant("Hello.")]);
+    store
+        .append("chat-1", 0, &[SessionEntry::Conversation { conversation }])
+        .await
+        .unwrap();
+    let client = ScriptedClient::new([ScriptedResponse::text("never sent")]);
+    let mut agent = Agent::builder(client.clone())
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let error = agent.load_session().await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            Error::Session(SessionError::Corrupt { version: 1, .. })
+        ),
+        "{error}"
+    );
+    let (_, outcome) = collect(agent.run("Hi")).await;
+    assert!(matches!(
+        outcome.termination,
+        Termination::Error(Error::Session(SessionError::Corrupt { .. }))
+    ));
+    assert_eq!(client.requests().len(), 0, "nothing was sent");
+    assert!(
+        agent.messages().is_empty(),
+        "and the agent's conversation is as it was"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_run_that_does_not_hold_together_is_refused() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = builder(ScriptedClient::new(script()), deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    let json = serde_json::to_value(&paused).unwrap();
+    let tampered = |change: &dyn Fn(&mut serde_json::Value)| {
+        let mut json = json.clone();
+        change(&mut json);
+        serde_json::from_value::<PausedRun>(json).unwrap()
+    };
+    let broken = [
+        // A result too few, or too many.
+        tampered(&|j| {
+            j["state"]["results"].as_array_mut().unwrap().pop();
+        }),
+        tampered(&|j| {
+            j["state"]["announced"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!(false));
+        }),
+        // A waiting call past the end, or one already answered.
+        tampered(&|j| j["state"]["waiting"]["verdicts"][1][0] = json!(7)),
+        tampered(&|j| {
+            j["state"]["results"][1] = json!({
+                "id": "c2", "name": "delete", "content": "x", "is_error": false,
+                "duration": {"secs": 0, "nanos": 0}
+            })
+        }),
+        // The conversation's last response holds no calls.
+        tampered(&|j| {
+            j["conversation"]["messages"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"role": "user", "content": [{"type": "text", "text": "hm"}]}))
+        }),
+    ];
+    for paused in broken {
+        let mut fresh = builder(ScriptedClient::new(script()), deletes.clone())
+            .build()
+            .unwrap();
+        let (_, refused) = collect(fresh.resume(&paused, Resolutions::new().approve("c2"))).await;
+        assert!(
+            matches!(
+                refused.termination,
+                Termination::Error(Error::Resume(ResumeError::Damaged(_)))
+            ),
+            "{}",
+            refused.termination
+        );
+    }
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_read_only_tool_that_needs_approval_does_not_start_early() {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let read = FnTool::new(
+        "read",
+        "Reads a file.",
+        move |_: serde_json::Value, _ctx| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("hello")
+            }
+        },
+    )
+    .read_only(true);
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "read", json!({"path": "secret"}))
+            .then_text("Reading it."),
+        ScriptedResponse::text("It says hello."),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(read)
+        .early_read_only_tools(true)
+        .require_approval("read")
+        .build()
+        .unwrap();
+    let (events, outcome) = collect(agent.run("Read the secret")).await;
+    let paused = paused(&outcome);
+    assert_eq!(reads.load(Ordering::SeqCst), 0, "{events:?}");
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::ToolCall { .. })));
+    let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c1"))).await;
+    assert_eq!(done.termination, Termination::Completed);
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_deferred_call_can_be_denied_or_left_waiting_again() {
+    let ask = DeferredTool::new("ask_user", "Asks the user.");
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "ask_user", json!({"q": "?"})),
+        ScriptedResponse::text("Fine, I will not ask."),
+    ]);
+    let mut agent = Agent::builder(client).tool(ask).build().unwrap();
+    let (_, outcome) = collect(agent.run("Ask")).await;
+    let first = paused(&outcome);
+    // No answer: it pauses again at once, a new pause.
+    let (events, outcome) = collect(agent.resume(&first, Resolutions::new())).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let second = paused(&outcome);
+    assert_ne!(second.id(), first.id());
+    assert_eq!(second.pending(), first.pending());
+    // A denial answers it as an error the model reads.
+    let (events, outcome) =
+        collect(agent.resume(&second, Resolutions::new().deny("c1", "the user is away"))).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert!(matches!(
+        &events[0],
+        AgentEvent::ToolResult { id, content, is_error: true, .. }
+            if id == "c1" && content == "denied: the user is away"
+    ));
 }
