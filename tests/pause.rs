@@ -684,6 +684,34 @@ async fn answers_applied_at_the_resume_itself_are_saved_too() {
 }
 
 #[tokio::test]
+async fn a_sessions_system_prompt_is_kept_over_the_agents() {
+    let store = Arc::new(MemoryStore::new());
+    let conversation = agent_loop::context::Conversation::new(
+        Some("The session's prompt.".into()),
+        vec![Message::user("Hi"), Message::assistant("Hello.")],
+    );
+    store
+        .append("chat-1", 0, &[SessionEntry::Conversation { conversation }])
+        .await
+        .unwrap();
+    let client = ScriptedClient::new([ScriptedResponse::text("Sure.")]);
+    let mut agent = Agent::builder(client.clone())
+        .system("The agent's prompt.")
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Again?")).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let sent = client.last_request().unwrap();
+    assert_eq!(sent.system.as_deref(), Some("The session's prompt."));
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(
+        stored.conversation.system.as_deref(),
+        Some("The session's prompt.")
+    );
+}
+
+#[tokio::test]
 async fn a_session_without_a_system_prompt_takes_the_agents() {
     let store = Arc::new(MemoryStore::new());
     let conversation = agent_loop::context::Conversation::new(
@@ -864,4 +892,41 @@ async fn a_deferred_call_can_be_denied_or_left_waiting_again() {
         AgentEvent::ToolResult { id, content, is_error: true, .. }
             if id == "c1" && content == "denied: the user is away"
     ));
+}
+
+#[tokio::test]
+async fn a_paused_run_says_its_turn_and_a_newer_format_is_refused() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "read", json!({"path": "a"})).usage_tokens(10, 1),
+        ScriptedResponse::tool_call("c2", "delete", json!({"path": "a"})).usage_tokens(20, 2),
+        ScriptedResponse::text("Done."),
+    ]);
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = builder(client, deletes.clone())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Read, then delete")).await;
+    let paused = paused(&outcome);
+    assert_eq!(paused.turn(), 2);
+    assert_eq!(paused.usage().input_tokens, 30);
+
+    let mut json = serde_json::to_value(&paused).unwrap();
+    json["state"]["format"] = json!(2);
+    let newer: PausedRun = serde_json::from_value(json).unwrap();
+    let (_, refused) = collect(agent.resume(&newer, Resolutions::new().approve("c2"))).await;
+    assert!(
+        matches!(
+            refused.termination,
+            Termination::Error(Error::Resume(ResumeError::Format {
+                found: 2,
+                supported: 1
+            }))
+        ),
+        "{}",
+        refused.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert_eq!((done.termination, done.turns), (Termination::Completed, 3));
 }

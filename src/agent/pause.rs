@@ -206,11 +206,21 @@ pub enum WaitsFor {
 /// ```
 /// use agent_loop::Resolutions;
 ///
+/// use agent_loop::Resolution;
+///
+/// assert!(Resolutions::new().is_empty());
 /// let answers = Resolutions::new()
 ///     .approve("call_1")
 ///     .deny("call_2", "not on a Friday")
-///     .result("call_3", "the user picked blue");
+///     .result("call_3", "the user picked blue")
+///     .deny("call_1", "changed my mind"); // a later answer for an id replaces it
 /// assert_eq!(answers.len(), 3);
+/// assert!(!answers.is_empty());
+/// assert_eq!(
+///     answers.get("call_1"),
+///     Some(&Resolution::Deny { reason: "changed my mind".into() })
+/// );
+/// assert_eq!(answers.iter().map(|(id, _)| id).collect::<Vec<_>>(), ["call_2", "call_3", "call_1"]);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
