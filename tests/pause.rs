@@ -930,3 +930,134 @@ async fn a_paused_run_says_its_turn_and_a_newer_format_is_refused() {
     let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
     assert_eq!((done.termination, done.turns), (Termination::Completed, 3));
 }
+
+/// A store that refuses every append while `broken` is set, as a database that went away.
+#[derive(Debug, Default)]
+struct FlakyStore {
+    inner: MemoryStore,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+#[agent_loop::async_trait]
+impl SessionStore for FlakyStore {
+    async fn load(
+        &self,
+        session: &str,
+    ) -> Result<Option<agent_loop::session::StoredSession>, SessionError> {
+        self.inner.load(session).await
+    }
+
+    async fn append(
+        &self,
+        session: &str,
+        expected: u64,
+        entries: &[SessionEntry],
+    ) -> Result<u64, SessionError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(SessionError::Database("the disk is full".into()));
+        }
+        self.inner.append(session, expected, entries).await
+    }
+
+    async fn delete(&self, session: &str) -> Result<(), SessionError> {
+        self.inner.delete(session).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_fails_stops_the_run_with_its_error_and_the_pause_stays() {
+    let store = Arc::new(FlakyStore::default());
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let client = ScriptedClient::new(script());
+    let mut agent = session_agent(client.clone(), store.clone(), deletes.clone());
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    assert_eq!(paused.conversation().messages.len(), 2);
+    assert_eq!(paused.conversation().messages[0].text(), "Delete a.txt");
+
+    // The claim cannot be written: the database's error, not "resumed already", and
+    // nothing runs.
+    store.broken.store(true, Ordering::SeqCst);
+    let (_, failed) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert!(
+        matches!(
+            &failed.termination,
+            Termination::Error(Error::Session(SessionError::Database(m))) if m.contains("disk")
+        ),
+        "{}",
+        failed.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    assert_eq!(agent.paused().as_ref(), Some(&paused), "the pause stays");
+
+    // Once the database is back, the same pause resumes.
+    store.broken.store(false, Ordering::SeqCst);
+    let (_, done) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
+    assert_eq!(done.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_session_resumes_only_the_pause_it_waits_in() {
+    let store = Arc::new(MemoryStore::new());
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = session_agent(
+        ScriptedClient::new(script()),
+        store.clone(),
+        deletes.clone(),
+    );
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    // Another pause (another session's, or one written by hand): refused.
+    let mut json = serde_json::to_value(&paused).unwrap();
+    json["state"]["id"] = json!("t9-p9-elsewhere");
+    let other: PausedRun = serde_json::from_value(json).unwrap();
+    let (_, refused) = collect(agent.resume(&other, Resolutions::new().approve("c2"))).await;
+    assert!(matches!(
+        refused.termination,
+        Termination::Error(Error::Resume(ResumeError::AlreadyResumed { .. }))
+    ));
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_restored_conversation_is_saved_whole_with_its_system_prompt() {
+    let store = Arc::new(MemoryStore::new());
+    let client =
+        ScriptedClient::new([ScriptedResponse::text("one"), ScriptedResponse::text("two")]);
+    let mut agent = Agent::builder(client)
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let _ = collect(agent.run("first")).await;
+    agent
+        .restore(agent_loop::context::Conversation::new(
+            Some("A new prompt.".into()),
+            vec![Message::user("restored"), Message::assistant("yes")],
+        ))
+        .unwrap();
+    let _ = collect(agent.run("second")).await;
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(stored.conversation.system.as_deref(), Some("A new prompt."));
+    assert_eq!(stored.conversation.messages, *agent.messages());
+}
+
+#[tokio::test]
+async fn a_deferred_call_answered_with_an_error() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "ask_user", json!({})),
+        ScriptedResponse::text("The form failed."),
+    ]);
+    let mut agent = Agent::builder(client)
+        .tool(DeferredTool::new("ask_user", "Asks the user."))
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Ask")).await;
+    let paused = paused(&outcome);
+    let (events, _) =
+        collect(agent.resume(&paused, Resolutions::new().error("c1", "the form broke"))).await;
+    assert!(matches!(
+        &events[0],
+        AgentEvent::ToolResult { content, is_error: true, .. } if content == "the form broke"
+    ));
+}
