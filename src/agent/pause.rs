@@ -2,6 +2,8 @@
 //! tool's result), as data: [`PausedRun`], and what the host answers it with:
 //! [`Resolutions`]. The machine makes and takes them (`machine.rs`); this file is their shape.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::context::Conversation;
@@ -220,12 +222,16 @@ pub enum WaitsFor {
 ///     answers.get("call_1"),
 ///     Some(&Resolution::Deny { reason: "changed my mind".into() })
 /// );
-/// assert_eq!(answers.iter().map(|(id, _)| id).collect::<Vec<_>>(), ["call_2", "call_3", "call_1"]);
+/// assert_eq!(answers.iter().map(|(id, _)| id).collect::<Vec<_>>(), ["call_1", "call_2", "call_3"]);
+/// let json = serde_json::to_value(&answers)?;
+/// assert_eq!(json["call_2"], serde_json::json!({"type": "deny", "reason": "not on a Friday"}));
+/// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Resolutions {
-    answers: Vec<(String, Resolution)>,
+    /// By call id. Serialized as a JSON object: `{"call_1": {"type": "approve"}}`.
+    answers: BTreeMap<String, Resolution>,
 }
 
 /// One answer to a waiting call.
@@ -294,21 +300,16 @@ impl Resolutions {
 
     /// Adds an answer (a later one for the same id replaces it).
     pub fn with(mut self, id: impl Into<String>, resolution: Resolution) -> Self {
-        let id = id.into();
-        self.answers.retain(|(other, _)| *other != id);
-        self.answers.push((id, resolution));
+        self.answers.insert(id.into(), resolution);
         self
     }
 
     /// The answer for call `id`.
     pub fn get(&self, id: &str) -> Option<&Resolution> {
-        self.answers
-            .iter()
-            .find(|(other, _)| other == id)
-            .map(|(_, r)| r)
+        self.answers.get(id)
     }
 
-    /// The answers, by call id.
+    /// The answers, by call id (in the ids' order).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Resolution)> {
         self.answers.iter().map(|(id, r)| (id.as_str(), r))
     }
@@ -381,4 +382,42 @@ pub(crate) struct OutputState {
     pub(crate) max_retries: u32,
     pub(crate) failures: u32,
     pub(crate) force: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolutions_count_their_answers_and_a_later_one_replaces_an_earlier() {
+        let none = Resolutions::new();
+        assert!(none.is_empty());
+        assert_eq!(none.len(), 0);
+        let answers = Resolutions::new()
+            .approve("a")
+            .error("b", "broke")
+            .deny("a", "no");
+        assert!(!answers.is_empty());
+        assert_eq!(answers.len(), 2);
+        assert_eq!(
+            answers.get("a"),
+            Some(&Resolution::Deny {
+                reason: "no".into()
+            })
+        );
+        assert_eq!(
+            answers.get("b"),
+            Some(&Resolution::Result {
+                content: "broke".into(),
+                is_error: true
+            })
+        );
+        assert_eq!(answers.get("c"), None);
+        let json = serde_json::to_string(&answers).unwrap();
+        assert_eq!(
+            json,
+            r#"{"a":{"type":"deny","reason":"no"},"b":{"type":"result","content":"broke","is_error":true}}"#
+        );
+        assert_eq!(serde_json::from_str::<Resolutions>(&json).unwrap(), answers);
+    }
 }
