@@ -229,6 +229,38 @@ async fn repeated_identical_calls_stop_the_run_without_running_the_last_one() {
 }
 
 #[tokio::test]
+async fn a_repeated_read_only_call_started_early_is_announced_once() {
+    // The third identical call starts while the model streams (read-only), before the
+    // response shows it repeated: its one ToolCall gets one result, the one it has.
+    let tool = FnTool::new("look", "Looks.", |_: serde_json::Value, _ctx| async {
+        Ok::<_, ToolError>("nothing")
+    })
+    .read_only(true);
+    let same = |id: &str| {
+        ScriptedResponse::tool_call(id, "look", json!({"q": "same"})).then_text("Looking.")
+    };
+    let client = ScriptedClient::new([same("1"), same("2"), same("3")]);
+    let mut agent = Agent::builder(client)
+        .tool(tool)
+        .max_repeated_calls(3)
+        .early_read_only_tools(true)
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "look").await;
+    assert!(matches!(
+        outcome.termination,
+        Termination::RepeatedToolCall { times: 3, .. }
+    ));
+    let announced = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ToolCall { id, .. } if id == "3"))
+        .count();
+    assert_eq!(announced, 1, "{events:#?}");
+    assert_eq!(common::grammar::grammar_violation(&events), None);
+    assert_valid(&agent);
+}
+
+#[tokio::test]
 async fn consecutive_all_failed_turns_stop_the_run_and_failures_reach_the_model() {
     let client = ScriptedClient::new(
         (0..3).map(|i| ScriptedResponse::tool_call(format!("f{i}"), "fail", json!({"n": i}))),

@@ -1360,8 +1360,17 @@ impl AgentMachine {
                 "not run: you made exactly this call {times} times in a row with the same input; \
                  the result will not change"
             );
+            // A call started early was announced already: it keeps the result it has, or,
+            // still running, is abandoned and answered like the rest.
+            let mut early = self.abandon_early(early, &message);
             for i in 0..n {
-                self.answer(&mut batch, i, &message);
+                match early.remove(&batch.calls[i].id) {
+                    Some(result) => {
+                        batch.announced[i] = true;
+                        batch.set_result(i, result);
+                    }
+                    None => self.answer(&mut batch, i, &message),
+                }
             }
             batch.stop = Some(Termination::RepeatedToolCall { name, times });
             return self.complete_batch(batch);
