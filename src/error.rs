@@ -205,6 +205,15 @@ pub enum SessionError {
 }
 
 impl SessionError {
+    /// A [`SessionError::Corrupt`]: entry `version` of `session` (0: the session's own row).
+    pub(crate) fn corrupt(session: &str, version: u64, message: impl Into<String>) -> Self {
+        SessionError::Corrupt {
+            session: session.to_owned(),
+            version,
+            message: message.into(),
+        }
+    }
+
     /// Whether another writer changed the session first ([`SessionError::Conflict`]).
     pub fn is_conflict(&self) -> bool {
         matches!(self, SessionError::Conflict { .. })

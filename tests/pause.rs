@@ -380,7 +380,7 @@ async fn calls_left_unanswered_keep_waiting_and_a_hooks_verdicts_wait_with_them(
 async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
     let deletes = Arc::new(AtomicUsize::new(0));
     let mut script = script();
-    script.push(ScriptedResponse::text("OK, something else."));
+    script[1] = ScriptedResponse::text("OK, something else.");
     let client = ScriptedClient::new(script);
     let mut agent = builder(client.clone(), deletes.clone())
         .require_approval("delete")
@@ -388,10 +388,24 @@ async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
         .unwrap();
     let (_, outcome) = collect(agent.run("Delete a.txt")).await;
     let paused = paused(&outcome);
-    // Skip the scripted second answer: the new run gets the third.
-    let _ = client.remaining();
     let (_, next) = collect(agent.run("Never mind.")).await;
-    assert!(matches!(next.termination, Termination::Completed));
+    assert_eq!(next.termination, Termination::Completed);
+    assert_eq!(next.final_text, "OK, something else.");
+    // The waiting calls were answered as interrupted in what the model was sent.
+    let sent = client.last_request().unwrap();
+    let answered: Vec<(String, bool)> = sent.messages[2]
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            agent_loop::ContentBlock::ToolResult {
+                tool_use_id,
+                is_error,
+                ..
+            } => Some((tool_use_id.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, [("c1".into(), true), ("c2".into(), true)]);
     agent.context().validate().unwrap();
     let (_, refused) = collect(agent.resume(&paused, Resolutions::new().approve("c2"))).await;
     assert!(matches!(
@@ -528,9 +542,8 @@ async fn a_session_keeps_each_turn_appended_and_a_pause_another_agent_resumes() 
     assert_eq!(stored.conversation.messages, *second.messages());
     assert_eq!(stored.pause, None);
 
-    // The first agent (stale) cannot resume it too: the store refuses.
-    let mut stale = session_agent(client.clone(), store.clone(), deletes.clone());
-    stale.load_session().await.unwrap();
+    // The first agent (its view of the session is stale) cannot resume it too: the store
+    // refuses its claim.
     let (_, again) = collect(first.resume(&paused, Resolutions::new().approve("c2"))).await;
     assert!(
         matches!(
@@ -802,8 +815,9 @@ async fn a_paused_run_that_does_not_hold_together_is_refused() {
                 .unwrap()
                 .push(json!(false));
         }),
-        // A waiting call past the end, or one already answered.
+        // A waiting call past the end, one already answered, or one waiting twice.
         tampered(&|j| j["state"]["waiting"]["verdicts"][1][0] = json!(7)),
+        tampered(&|j| j["state"]["waiting"]["verdicts"][0] = json!([1, null])),
         tampered(&|j| {
             j["state"]["results"][1] = json!({
                 "id": "c2", "name": "delete", "content": "x", "is_error": false,

@@ -539,12 +539,14 @@ impl AgentMachine {
             Waiting::Approval { verdicts } => verdicts.iter().map(|&(i, _)| i).collect(),
             Waiting::Results { calls } => calls.clone(),
         };
+        let mut seen = HashSet::with_capacity(waiting.len());
         if n == 0
             || state.results.len() != n
             || state.announced.len() != n
+            // A call waiting twice would be counted twice: the batch could never pause or end.
             || waiting
                 .iter()
-                .any(|&i| i >= n || state.results[i].is_some())
+                .any(|&i| i >= n || state.results[i].is_some() || !seen.insert(i))
         {
             return Err(ResumeError::Damaged(
                 "its calls do not match the conversation's last response".to_owned(),

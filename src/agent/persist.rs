@@ -42,11 +42,7 @@ pub(crate) async fn open(
         lock(shared).session_version = Some(0);
         return Ok(());
     };
-    let corrupt = |message: String| SessionError::Corrupt {
-        session: link.id.clone(),
-        version: session.version,
-        message,
-    };
+    let corrupt = |message: String| SessionError::corrupt(&link.id, session.version, message);
     ContextManager::check_restorable(&session.conversation)
         .map_err(|e| corrupt(format!("its conversation cannot be restored: {e}")))?;
     let paused = match &session.pause {

@@ -144,7 +144,7 @@ impl Agent {
             // or, for an agent that never ran (a new process), any.
             let waits = match &shared.paused {
                 Some(waiting) => waiting.id() == paused.id(),
-                None => shared.runs == 0,
+                None => !shared.ran,
             };
             if self.session.is_none() && !waits {
                 return Err(ResumeError::AlreadyResumed {

@@ -16,8 +16,8 @@ pub(crate) struct Shared {
     pub(crate) view: Conversation,
     /// The pause the agent's last run ended in, until a run starts or resumes.
     pub(crate) paused: Option<PausedRun>,
-    /// Runs started or resumed so far.
-    pub(crate) runs: u64,
+    /// Whether a run was started or resumed (an agent that never ran may resume any pause).
+    pub(crate) ran: bool,
     /// The version of the agent's session as it last read or wrote it; `None` until it is
     /// loaded (or with no session).
     pub(crate) session_version: Option<u64>,
@@ -30,7 +30,7 @@ impl Shared {
             context: Some(context),
             view: Conversation::default(),
             paused: None,
-            runs: 0,
+            ran: false,
             session_version: None,
         }
     }

@@ -84,6 +84,6 @@ pub(super) async fn machine(
     // A run leaves behind the pause the agent (or its session) waited in; a resume took it.
     let mut shared = lock(shared);
     shared.paused = None;
-    shared.runs += 1;
+    shared.ran = true;
     Ok(machine)
 }

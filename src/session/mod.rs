@@ -145,11 +145,7 @@ impl SessionEntry {
         format: i64,
         body: &str,
     ) -> Result<SessionEntry, SessionError> {
-        let corrupt = |message: String| SessionError::Corrupt {
-            session: session.to_owned(),
-            version,
-            message,
-        };
+        let corrupt = |message: String| SessionError::corrupt(session, version, message);
         if format < 1 || format > i64::from(ENTRY_FORMAT) {
             return Err(corrupt(format!(
                 "written in format {format}; this build reads formats 1 to {ENTRY_FORMAT}: \
@@ -190,11 +186,7 @@ impl StoredSession {
     /// (no `Conversation` entry first, messages replaced past the end) are
     /// [`SessionError::Corrupt`].
     pub fn into_session(self, id: &str) -> Result<Session, SessionError> {
-        let corrupt = |version: u64, message: &str| SessionError::Corrupt {
-            session: id.to_owned(),
-            version,
-            message: message.to_owned(),
-        };
+        let corrupt = |version: u64, message: &str| SessionError::corrupt(id, version, message);
         let mut entries = self.entries.into_iter();
         let mut conversation = match entries.next() {
             Some((_, SessionEntry::Conversation { conversation })) => conversation,

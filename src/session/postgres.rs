@@ -66,7 +66,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::sql::{corrupt, new_version, Rows};
+use super::sql::{new_version, Rows};
 use super::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
 use crate::error::SessionError;
 
@@ -413,8 +413,9 @@ async fn current_version(
         .map_err(db)?;
     row.map(|row| {
         let version: i64 = row.try_get(0).map_err(db)?;
-        u64::try_from(version)
-            .map_err(|_| corrupt(session, 0, format!("the session's version is {version}")))
+        u64::try_from(version).map_err(|_| {
+            SessionError::corrupt(session, 0, format!("the session's version is {version}"))
+        })
     })
     .transpose()
 }

@@ -4,14 +4,6 @@
 use super::{SessionEntry, StoredSession};
 use crate::error::SessionError;
 
-pub(super) fn corrupt(session: &str, version: u64, message: impl Into<String>) -> SessionError {
-    SessionError::Corrupt {
-        session: session.to_owned(),
-        version,
-        message: message.into(),
-    }
-}
-
 /// Collects the rows of one session's `load`: its version, then its entries from the newest
 /// `conversation` one on, in order. Checks that they fit the session's version: no entry
 /// missing, none past it.
@@ -28,7 +20,7 @@ impl<'a> Rows<'a> {
     /// entry, 1 when it has none).
     pub(super) fn new(session: &'a str, version: i64, from: i64) -> Result<Self, SessionError> {
         let version = u64::try_from(version).map_err(|_| {
-            corrupt(
+            SessionError::corrupt(
                 session,
                 0,
                 format!("the session's version is negative ({version})"),
@@ -37,7 +29,9 @@ impl<'a> Rows<'a> {
         let from = u64::try_from(from)
             .ok()
             .filter(|&v| v >= 1)
-            .ok_or_else(|| corrupt(session, 0, format!("an entry has version {from}")))?;
+            .ok_or_else(|| {
+                SessionError::corrupt(session, 0, format!("an entry has version {from}"))
+            })?;
         Ok(Rows {
             session,
             version,
@@ -55,14 +49,14 @@ impl<'a> Rows<'a> {
         body: Result<&str, String>,
     ) -> Result<(), SessionError> {
         let Ok(version) = u64::try_from(version) else {
-            return Err(corrupt(
+            return Err(SessionError::corrupt(
                 self.session,
                 0,
                 format!("an entry has version {version}"),
             ));
         };
         if version > self.version {
-            return Err(corrupt(
+            return Err(SessionError::corrupt(
                 self.session,
                 version,
                 format!(
@@ -73,13 +67,13 @@ impl<'a> Rows<'a> {
             ));
         }
         if version != self.next {
-            return Err(corrupt(
+            return Err(SessionError::corrupt(
                 self.session,
                 self.next,
                 "the entry is missing from the session's log",
             ));
         }
-        let body = body.map_err(|why| corrupt(self.session, version, why))?;
+        let body = body.map_err(|why| SessionError::corrupt(self.session, version, why))?;
         let entry = SessionEntry::decode(self.session, version, format, body)?;
         self.entries.push((version, entry));
         self.next += 1;
@@ -91,7 +85,7 @@ impl<'a> Rows<'a> {
         // A session with entries must have them up to its version (the replay reports a
         // session with none at all).
         if !self.entries.is_empty() && self.next <= self.version {
-            return Err(corrupt(
+            return Err(SessionError::corrupt(
                 self.session,
                 self.next,
                 "the entry is missing from the session's log",

@@ -59,7 +59,7 @@ use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use super::sql::{corrupt, new_version, Rows};
+use super::sql::{new_version, Rows};
 use super::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
 use crate::error::SessionError;
 
@@ -293,8 +293,8 @@ fn load_blocking(
     let Some(version) = version else {
         return Ok(None);
     };
-    let version =
-        version.map_err(|why| corrupt(session, 0, format!("the session's row: {why}")))?;
+    let version = version
+        .map_err(|why| SessionError::corrupt(session, 0, format!("the session's row: {why}")))?;
     // Uses the partial index on conversation entries.
     let from = tx
         .prepare_cached(
@@ -308,7 +308,7 @@ fn load_blocking(
         })
         .map_err(db)?
         .transpose()
-        .map_err(|why| corrupt(session, 0, format!("a conversation entry: {why}")))?
+        .map_err(|why| SessionError::corrupt(session, 0, format!("a conversation entry: {why}")))?
         .unwrap_or(1);
     let mut rows = Rows::new(session, version, from)?;
     let mut stmt = tx
@@ -320,10 +320,10 @@ fn load_blocking(
     let mut query = stmt.query(rusqlite::params![session, from]).map_err(db)?;
     while let Some(row) = query.next().map_err(db)? {
         let entry_version = integer(row.get_ref(0).map_err(db)?, "version")
-            .map_err(|why| corrupt(session, 0, format!("an entry: {why}")))?;
+            .map_err(|why| SessionError::corrupt(session, 0, format!("an entry: {why}")))?;
         let version_u64 = u64::try_from(entry_version).unwrap_or(0);
         let format = integer(row.get_ref(1).map_err(db)?, "format")
-            .map_err(|why| corrupt(session, version_u64, why))?;
+            .map_err(|why| SessionError::corrupt(session, version_u64, why))?;
         let body = text(row.get_ref(2).map_err(db)?, "body");
         rows.push(entry_version, format, body)?;
     }
@@ -347,11 +347,12 @@ fn append_blocking(
         })
         .map_err(db)?
         .transpose()
-        .map_err(|why| corrupt(session, 0, format!("the session's row: {why}")))?;
+        .map_err(|why| SessionError::corrupt(session, 0, format!("the session's row: {why}")))?;
     let found = found
         .map(|v| {
-            u64::try_from(v)
-                .map_err(|_| corrupt(session, 0, format!("the session's version is {v}")))
+            u64::try_from(v).map_err(|_| {
+                SessionError::corrupt(session, 0, format!("the session's version is {v}"))
+            })
         })
         .transpose()?;
     if found.unwrap_or(0) != expected {
