@@ -58,7 +58,7 @@
 //!
 //! | layer | types |
 //! |---|---|
-//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
+//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
 //! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
@@ -92,9 +92,10 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, HookAction, LlmSummarizer, PausedRun,
-    PendingCall, Resolution, Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput,
-    Termination, ToolDecision, WaitsFor, DEFAULT_OUTPUT_TOOL,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Handoff,
+    HandoffFilter, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall, Resolution,
+    Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput, SubAgentTask, SubAgentUsage,
+    Termination, ToolDecision, WaitsFor, DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
 };
 
 /// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a
@@ -102,7 +103,9 @@ pub use agent::{
 /// [`Input`](machine::Input)s and gives [`Action`](machine::Action)s, reads no clock and does no
 /// I/O. [`Agent::run`] is its tokio driver.
 pub mod machine {
-    pub use crate::agent::{Action, AgentMachine, Handled, Input, MachineConfig};
+    pub use crate::agent::{
+        Action, AgentMachine, Handled, HandoffTarget, Input, MachineConfig, NestedEvent,
+    };
 }
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{

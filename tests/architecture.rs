@@ -522,6 +522,7 @@ fn the_machines_decide_without_a_clock_or_a_runtime() {
     let graph = Graph::new();
     for path in [
         "src/agent/machine.rs",
+        "src/agent/nested.rs",
         "src/agent/turn.rs",
         "src/provider/attempt.rs",
     ] {

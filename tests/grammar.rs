@@ -182,6 +182,105 @@ proptest! {
     }
 }
 
+/// A lead's call: a scripted tool call, or a task for the sub-agent `helper`.
+fn lead_call() -> impl Strategy<Value = Option<(Behaviour, bool)>> {
+    prop::option::weighted(0.6, (behaviour(), any::<bool>()))
+}
+
+fn lead_responses(script: &[Vec<Option<(Behaviour, bool)>>]) -> Vec<ScriptedResponse> {
+    let mut out = Vec::new();
+    for (t, calls) in script.iter().enumerate() {
+        let mut response = ScriptedResponse::text(format!("turn {t}"));
+        for (c, call) in calls.iter().enumerate() {
+            let id = format!("t{t}c{c}");
+            response = match call {
+                None => {
+                    response.then_tool_call(id, "helper", json!({"task": format!("task {t}.{c}")}))
+                }
+                Some((behaviour, read_only)) => {
+                    let (what, reports) = match behaviour {
+                        Behaviour::Ok { reports } => ("ok", *reports),
+                        Behaviour::Fail => ("fail", 0),
+                        Behaviour::Panic => ("panic", 0),
+                        Behaviour::Slow { reports } => ("slow", *reports),
+                    };
+                    response.then_tool_call(
+                        id,
+                        if *read_only { "look" } else { "act" },
+                        json!({"do": what, "reports": reports}),
+                    )
+                }
+            };
+        }
+        out.push(response);
+    }
+    out.push(ScriptedResponse::text("all done"));
+    out
+}
+
+/// The lead runs its script with the sub-agent `helper` (the same tools, its own script,
+/// shared by all its calls), cancelled after `cancel_after` events when set.
+async fn play_nested(
+    lead: Vec<Vec<Option<(Behaviour, bool)>>>,
+    inner: Vec<TurnScript>,
+    cancel_after: Option<usize>,
+) -> (Vec<AgentEvent>, Agent) {
+    let helper = Agent::builder(ScriptedClient::new(responses(&inner)))
+        .tool(tool(true))
+        .tool(tool(false))
+        .max_repeated_calls(50)
+        .max_tool_failure_turns(50)
+        .build()
+        .unwrap()
+        .as_tool("helper", "Does a task.");
+    let mut agent = Agent::builder(ScriptedClient::new(lead_responses(&lead)))
+        .tool(tool(true))
+        .tool(tool(false))
+        .tool(helper)
+        .max_repeated_calls(50)
+        .max_tool_failure_turns(50)
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut stream = agent.run("go");
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event);
+        if cancel_after == Some(events.len()) {
+            handle.cancel();
+        }
+    }
+    drop(stream);
+    (events, agent)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Sub-agents' runs, each a random script, under a lead's random calls, cancelled at a
+    /// random point: the grammar holds at every level, the lead's history is valid, and the
+    /// outcome lists every sub-agent run the events finished.
+    #[test]
+    fn nested_runs_follow_the_grammar_at_every_level(
+        lead in prop::collection::vec(prop::collection::vec(lead_call(), 0..4), 0..3),
+        inner in prop::collection::vec(turn_script(), 0..3),
+        cancel_after in prop::option::weighted(0.4, 1usize..80),
+        multi_thread in any::<bool>(),
+    ) {
+        let (events, agent) = runtime(multi_thread).block_on(play_nested(lead, inner, cancel_after));
+        check(&events, &agent)?;
+        let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+        let finished = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::SubAgent { event, .. } if matches!(**event, AgentEvent::Finished(_))))
+            .count();
+        prop_assert_eq!(outcome.sub_agents.len(), finished);
+        if cancel_after.is_none() {
+            prop_assert_eq!(&outcome.termination, &Termination::Completed);
+        }
+    }
+}
+
 #[test]
 fn the_checker_catches_what_it_should() {
     // A real run: one call with progress, then an answer.
@@ -215,6 +314,46 @@ fn the_checker_catches_what_it_should() {
         no_finished,
         finished_twice,
     ] {
+        assert!(grammar_violation(&case).is_some(), "{case:#?}");
+    }
+}
+
+#[test]
+fn the_checker_catches_what_it_should_in_nested_runs() {
+    let inner = vec![TurnScript {
+        calls: vec![(Behaviour::Ok { reports: 0 }, false)],
+        broken_first: false,
+    }];
+    let (good, _) = runtime(false).block_on(play_nested(vec![vec![None]], inner, None));
+    assert_eq!(grammar_violation(&good), None, "{good:#?}");
+    let is_nested = |e: &AgentEvent| matches!(e, AgentEvent::SubAgent { .. });
+    let first_nested = good.iter().position(is_nested).unwrap();
+    let last_nested = good.iter().rposition(is_nested).unwrap();
+    let parent_result = good
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ToolResult { .. }))
+        .unwrap();
+    assert!(last_nested < parent_result);
+
+    // A sub-agent's event after its call's result.
+    let mut after_result = good.clone();
+    let moved = after_result.remove(last_nested);
+    after_result.insert(parent_result, moved);
+    // A sub-agent's run without its Finished.
+    let mut unfinished = good.clone();
+    unfinished.remove(last_nested);
+    // A sub-agent's run whose turn never ends: its TurnEnd gone.
+    let mut open_turn = good.clone();
+    let inner_end = open_turn
+        .iter()
+        .rposition(|e| matches!(e, AgentEvent::SubAgent { event, .. } if matches!(**event, AgentEvent::TurnEnd { .. })))
+        .unwrap();
+    open_turn.remove(inner_end);
+    // A sub-agent's event before its call.
+    let mut before_call = good.clone();
+    let moved = before_call.remove(first_nested);
+    before_call.insert(0, moved);
+    for case in [after_result, unfinished, open_turn, before_call] {
         assert!(grammar_violation(&case).is_some(), "{case:#?}");
     }
 }

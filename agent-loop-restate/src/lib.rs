@@ -17,7 +17,14 @@
 //!   `Agent::resume`, is not used here: a durable run already outlives its process; give the
 //!   [`DurableAgent`] an approval policy instead. A run that pauses anyway ends, paused
 //!   calls answered as interrupted);
-//! - the conversation is the virtual object's state, saved at every turn boundary.
+//! - the conversation is the virtual object's state, saved at every turn boundary;
+//! - a sub-agent ([`Agent::as_tool`](agent_loop::Agent::as_tool)) is a tool like any other:
+//!   its whole run is one journaled tool call, whose result is its answer. Its inner model
+//!   calls and tools are not journaled one by one (a worker that dies mid-call runs the
+//!   sub-agent again from its start), its events do not reach the progress log, and its usage
+//!   is not added to the run's report;
+//! - handoffs ([`AgentBuilder::handoff`](agent_loop::AgentBuilder::handoff)) are not supported
+//!   yet: an agent configured with one is refused when the run starts, with an error saying so.
 //!
 //! After a crash Restate re-invokes the handler on a live worker and replays the journal: the
 //! machine is fed the same inputs, so it makes the same decisions, completed model calls are

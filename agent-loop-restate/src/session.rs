@@ -305,9 +305,16 @@ impl DurableAgent {
                 .map_err(|e| TerminalError::new(format!("the saved conversation: {e}")))?;
             builder = builder.context(context);
         }
-        builder
+        let machine = builder
             .build_machine()
-            .map_err(|e| TerminalError::new(format!("building the agent: {e}")))
+            .map_err(|e| TerminalError::new(format!("building the agent: {e}")))?;
+        if !machine.config().handoffs.is_empty() {
+            return Err(TerminalError::new(
+                "durable runs do not support handoffs yet: configure the agent without \
+                 AgentBuilder::handoff",
+            ));
+        }
+        Ok(machine)
     }
 }
 
@@ -577,6 +584,9 @@ impl Driver<'_, '_> {
                         None => Ok(report),
                     };
                 }
+                Action::Handoff { to, .. } => Err(TerminalError::new(format!(
+                    "the run was handed to {to}: durable runs do not support handoffs yet"
+                ))),
                 _ => Ok(()),
             };
             if let Err(stop) = result {

@@ -16,6 +16,7 @@ use super::hooks::AgentHooks;
 use super::pause::PausedRun;
 use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
+use super::team::Member;
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
 ///
@@ -49,6 +50,12 @@ pub struct Agent {
     pub(crate) session: Option<SessionLink>,
     /// The conversation, shared with the run in flight (if any) and with the handles.
     pub(crate) shared: Arc<Mutex<Shared>>,
+    /// The agents the conversation can be handed to, in the order of `config.handoffs`.
+    pub(crate) team: Arc<Vec<Member>>,
+    /// How deep its runs are: 0 for an agent the host runs, more for a sub-agent's.
+    pub(crate) depth: u32,
+    /// How deep sub-agents below its runs may go.
+    pub(crate) max_depth: u32,
 }
 
 impl fmt::Debug for Agent {
@@ -58,6 +65,7 @@ impl fmt::Debug for Agent {
             .field("tools", &self.tools)
             .field("messages", &self.messages().len())
             .field("running", &self.is_running())
+            .field("name", &self.config.name)
             .field("max_turns", &self.config.max_turns)
             .finish_non_exhaustive()
     }

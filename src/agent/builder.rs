@@ -9,7 +9,7 @@ use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::session::SessionStore;
-use crate::tool::{Tool, ToolRegistry, ToolSource, ToolSources};
+use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
 
 use super::agent::Agent;
 use super::config::MachineConfig;
@@ -19,6 +19,7 @@ use super::machine::AgentMachine;
 use super::persist::SessionLink;
 use super::shared::{lock, Shared};
 use super::summarizer::LlmSummarizer;
+use super::team::{Handoff, DEFAULT_MAX_DEPTH};
 
 impl Agent {
     /// Starts building an agent around a model client.
@@ -43,6 +44,8 @@ pub struct AgentBuilder {
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
     session: Option<SessionLink>,
+    handoffs: Vec<Handoff>,
+    max_depth: u32,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -70,7 +73,60 @@ impl AgentBuilder {
             summarizer: None,
             cancel: CancellationToken::new(),
             session: None,
+            handoffs: Vec::new(),
+            max_depth: DEFAULT_MAX_DEPTH,
         }
+    }
+
+    /// The agent's name (default `"agent"`): what [`AgentEvent::Handoff`](crate::AgentEvent::Handoff)
+    /// calls it, and, for an agent others hand conversations to, its handoff tool's name
+    /// (`transfer_to_{name}`), so it must fit a tool name (`^[a-zA-Z0-9_-]{1,64}$` with the
+    /// prefix).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Lets the model hand the conversation to another agent ([`Handoff`], or an
+    /// [`Agent`] as is): the crate adds the tool `transfer_to_{its name}` for it. Once the
+    /// call is answered, that agent's system prompt, tools, settings and client apply from the
+    /// next turn on. Two handoffs (or a handoff and a tool) with one name make
+    /// [`build`](Self::build) fail.
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, AgentEvent, HandoffFilter, Handoff};
+    /// use futures::StreamExt;
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let billing = Agent::builder(ScriptedClient::new([ScriptedResponse::text("Refunded.")]))
+    ///     .name("billing")
+    ///     .system("You handle refunds.")
+    ///     .build()?;
+    /// let triage = ScriptedClient::new([ScriptedResponse::tool_call("h1", "transfer_to_billing", json!({}))]);
+    /// let mut agent = Agent::builder(triage)
+    ///     .name("triage")
+    ///     .handoff(Handoff::new(billing).input_filter(HandoffFilter::All))
+    ///     .build()?;
+    /// let events: Vec<AgentEvent> = agent.run("Refund order 7").collect().await;
+    /// assert!(events.contains(&AgentEvent::Handoff { from: "triage".into(), to: "billing".into() }));
+    /// let Some(AgentEvent::Finished(outcome)) = events.last() else { panic!() };
+    /// assert_eq!(outcome.final_text, "Refunded.");
+    /// # Ok::<(), agent_loop::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn handoff(mut self, handoff: impl Into<Handoff>) -> Self {
+        self.handoffs.push(handoff.into());
+        self
+    }
+
+    /// How many levels of sub-agents ([`Agent::as_tool`]) may run below this agent's runs
+    /// (default [`DEFAULT_MAX_DEPTH`]); a call past it is answered with an error saying so.
+    /// A sub-agent keeps the lowest limit of the agents above it.
+    pub fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = depth;
+        self
     }
 
     /// The system prompt.
@@ -378,6 +434,34 @@ impl AgentBuilder {
             context.set_system(self.system);
         }
         context.set_tools(&tools.specs());
+        let mut team = Vec::with_capacity(self.handoffs.len());
+        for handoff in self.handoffs {
+            let (target, member) = handoff.into_parts();
+            let name = &target.tool.name;
+            if check_name(name).is_err() {
+                return Err(ConfigError::setting(
+                    "handoff",
+                    format!("the agent name {:?} makes the tool name {name:?}, which is not a valid tool name: name agents with letters, digits, '_' and '-' (AgentBuilder::name)", target.config.name),
+                )
+                .into());
+            }
+            let clash =
+                tools.contains(name) || self.config.handoffs.iter().any(|h| &h.tool.name == name);
+            if clash {
+                return Err(ConfigError::setting(
+                    "handoff",
+                    format!("the tool {name:?} is there twice: two handoffs to agents of one name, or a tool named like a handoff's"),
+                )
+                .into());
+            }
+            self.config.handoffs.push(target);
+            team.push(member);
+        }
+        if !team.is_empty() {
+            let mut specs = tools.specs().to_vec();
+            specs.extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
+            context.set_tools(&specs);
+        }
         let summarizer = match self.summarizer {
             Some(choice) => choice,
             None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
@@ -393,6 +477,9 @@ impl AgentBuilder {
             handle: AgentHandle::new(self.cancel, shared.clone()),
             session: self.session,
             shared,
+            team: Arc::new(team),
+            depth: 0,
+            max_depth: self.max_depth,
         })
     }
 }

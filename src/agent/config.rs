@@ -1,6 +1,10 @@
 //! The loop's settings, as the builder collects them and the machine reads them.
 
+use crate::message::ToolSpec;
 use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
+use crate::tool::ToolCatalog;
+
+use super::handoff::HandoffFilter;
 
 /// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
 /// and a driver of its own builds one for [`AgentMachine::new`](crate::machine::AgentMachine::new).
@@ -53,6 +57,54 @@ pub struct MachineConfig {
     /// ([`Termination::Paused`](crate::Termination::Paused)) where the `before_tool` hook
     /// would allow one of them (a hook's denial still denies).
     pub require_approval: Vec<String>,
+    /// The agent's name: what events and handoffs call it (default `"agent"`).
+    pub name: String,
+    /// The agents the conversation can be handed to; the model is offered one tool per
+    /// target ([`HandoffTarget::tool`]).
+    pub handoffs: Vec<HandoffTarget>,
+}
+
+/// An agent a conversation can be handed to, as the machine needs it: the tool that asks for
+/// it, and what applies once it has the conversation.
+/// [`AgentBuilder::handoff`](crate::AgentBuilder::handoff) builds one from an [`Agent`](crate::Agent).
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub struct HandoffTarget {
+    /// The tool the model calls to hand over (`transfer_to_{name}`, no arguments).
+    pub tool: ToolSpec,
+    /// Its system prompt.
+    pub system: Option<String>,
+    /// Its settings (its name, model, limits, and the agents it can hand to in turn).
+    pub config: MachineConfig,
+    /// Its tools.
+    pub tools: ToolCatalog,
+    /// What history it sees.
+    pub filter: HandoffFilter,
+}
+
+impl HandoffTarget {
+    /// A target with these settings, tools and system prompt, asked for with the tool
+    /// `transfer_to_{config.name}` (`description` says when to, or a default does).
+    pub fn new(
+        config: MachineConfig,
+        tools: ToolCatalog,
+        system: Option<String>,
+        description: Option<&str>,
+    ) -> Self {
+        HandoffTarget {
+            tool: super::handoff::handoff_tool(&config.name, description),
+            system,
+            config,
+            tools,
+            filter: HandoffFilter::All,
+        }
+    }
+
+    /// Uses this filter for what history the target sees.
+    pub fn filter(mut self, filter: HandoffFilter) -> Self {
+        self.filter = filter;
+        self
+    }
 }
 
 impl Default for MachineConfig {
@@ -75,6 +127,8 @@ impl Default for MachineConfig {
             stream_limits: StreamLimits::default(),
             summarizer: false,
             require_approval: Vec::new(),
+            name: "agent".to_owned(),
+            handoffs: Vec::new(),
         }
     }
 }

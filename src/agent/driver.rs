@@ -27,39 +27,45 @@ use super::pause::PausedRun;
 use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
 use super::start::{self, Start};
+use super::team::{Member, SubAgentLink};
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(super) struct Driver {
     /// The `agent.run` span; the outcome is recorded on it.
-    span: tracing::Span,
+    pub(super) span: tracing::Span,
     /// `Some` until the conversation goes back to the agent.
-    machine: Option<AgentMachine>,
+    pub(super) machine: Option<AgentMachine>,
     /// The conversation until the machine is built (after the session is loaded).
-    context: Option<ContextManager>,
-    config: MachineConfig,
-    session: Option<SessionLink>,
-    client: Arc<dyn LlmClient>,
+    pub(super) context: Option<ContextManager>,
+    pub(super) config: MachineConfig,
+    pub(super) session: Option<SessionLink>,
+    pub(super) client: Arc<dyn LlmClient>,
     /// The tools calls run with: always the machine's.
-    tools: ToolRegistry,
+    pub(super) tools: ToolRegistry,
     /// Where new tools come from between turns.
-    sources: ToolSources,
-    hooks: Arc<dyn AgentHooks>,
-    summarizer: Option<Arc<dyn Summarizer>>,
-    handle: AgentHandle,
-    shared: Arc<Mutex<Shared>>,
-    cancel: CancellationToken,
-    tx: mpsc::Sender<AgentEvent>,
+    pub(super) sources: ToolSources,
+    pub(super) hooks: Arc<dyn AgentHooks>,
+    pub(super) summarizer: Option<Arc<dyn Summarizer>>,
+    pub(super) handle: AgentHandle,
+    pub(super) shared: Arc<Mutex<Shared>>,
+    pub(super) cancel: CancellationToken,
+    pub(super) tx: mpsc::Sender<AgentEvent>,
     /// How many messages the published view holds (0: publish everything next time).
-    published: usize,
+    pub(super) published: usize,
     /// The `agent.turn` span of the turn in progress: the parent of its model calls and tools.
-    turn_span: tracing::Span,
+    pub(super) turn_span: tracing::Span,
     /// The `llm.call` span of the model call in progress; usage is recorded on it.
-    llm_span: tracing::Span,
+    pub(super) llm_span: tracing::Span,
     /// Model calls made in the turn in progress.
-    attempts: u32,
+    pub(super) attempts: u32,
     /// Whether the machine was told of the cancel, or of the stop request.
-    told_cancel: bool,
-    told_stop: bool,
+    pub(super) told_cancel: bool,
+    pub(super) told_stop: bool,
+    /// The agents the conversation can be handed to.
+    pub(super) team: Arc<Vec<Member>>,
+    /// What the run's tool calls get, for the calls that run agents (its channel excepted).
+    pub(super) depth: u32,
+    pub(super) max_depth: u32,
 }
 
 impl Drop for Driver {
@@ -107,6 +113,9 @@ impl Driver {
             attempts: 0,
             told_cancel: false,
             told_stop: false,
+            team: agent.team.clone(),
+            depth: agent.depth,
+            max_depth: agent.max_depth,
         }
     }
 
@@ -136,7 +145,7 @@ impl Driver {
     }
 
     /// Feeds one input to the machine.
-    fn tell(&mut self, input: Input) {
+    pub(super) fn tell(&mut self, input: Input) {
         if let Some(machine) = self.machine.as_mut() {
             machine.handle(input, now());
         }
@@ -176,6 +185,10 @@ impl Driver {
     }
 
     async fn build_machine(&mut self, start: Start) -> Result<AgentMachine, Error> {
+        if let Start::Resume { paused, .. } = &start {
+            // A run paused after a handoff goes on with the agent it was handed to.
+            self.hand_off(paused.route());
+        }
         let context = self.context.take().ok_or(Error::Busy)?;
         let catalog = self.tools.catalog();
         let config = self.config.clone();
@@ -236,12 +249,19 @@ impl Driver {
                 self.tell(Input::Approved(verdicts));
             }
             Action::RunTools(calls) => {
+                let link = SubAgentLink {
+                    depth: self.depth,
+                    max_depth: self.max_depth,
+                    events: io.nested_tx.clone(),
+                };
                 let opts = ExecOptions::new()
                     .cancel(self.cancel.clone())
-                    .progress(io.progress_tx.clone());
+                    .progress(io.progress_tx.clone())
+                    .extension(Arc::new(link));
                 io.run_tools(self.tools.clone(), calls, opts, self.turn_span.clone());
             }
             Action::AbortTools => io.tools = FuturesUnordered::new(),
+            Action::Handoff { route, .. } => self.hand_off(&route),
             Action::Summarize(span) => self.summarize(span).await,
             Action::Finish(outcome) => {
                 self.finish(outcome).await;
@@ -280,29 +300,6 @@ impl Driver {
         }
     }
 
-    /// Between turns: when a tool source changed, refreshes it and gives the machine (and
-    /// the tool runner) the rebuilt registry. One atomic load per source when none changed;
-    /// nothing once the run is over or stopping. A cancel during the refresh cancels the run at once.
-    async fn refresh_tools(&mut self) {
-        let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
-        // A run told to stop after this turn needs no new tools.
-        if over || self.told_stop || !self.sources.changed() {
-            return;
-        }
-        let refreshed = tokio::select! {
-            _ = self.cancel.cancelled(), if !self.told_cancel => {
-                self.told_cancel = true;
-                return self.tell(Input::Cancel);
-            }
-            refreshed = self.sources.refresh() => refreshed,
-        };
-        if let Some(tools) = refreshed {
-            tracing::debug!(tools = tools.len(), "the agent's tools changed");
-            self.tell(Input::ToolsChanged(tools.catalog()));
-            self.tools = tools;
-        }
-    }
-
     /// Waits for the next thing that happens; `None` when it is nothing the machine needs
     /// to hear (a finished future). Progress before results: a tool that reports and returns
     /// at once has its progress shown first.
@@ -316,6 +313,7 @@ impl Driver {
                 Some(Input::Cancel)
             }
             Some(progress) = io.progress_rx.recv() => Some(Input::ToolProgress(progress)),
+            Some(nested) = io.nested_rx.recv() => Some(Input::Nested(nested)),
             Some(result) = io.results_rx.recv() => Some(Input::ToolDone(result)),
             item = io.model_rx.recv(), if io.model_live => Some(match item {
                 Some(Some(Ok(event))) => {

@@ -7,7 +7,11 @@ use std::time::Duration;
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
 
+use super::path::{AgentPath, SubAgentUsage};
 use super::pause::PausedRun;
+
+/// The stop reason of the `TurnEnd` of a turn that was cut short.
+pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 
 /// One event of an agent run, in the order things happened.
 ///
@@ -20,7 +24,7 @@ use super::pause::PausedRun;
 /// run  := turn* Finished
 /// turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
 ///                    | Compacted | call)* TurnEnd
-/// call := ToolCall ToolProgress* ToolResult
+/// call := ToolCall (ToolProgress | SubAgent)* ToolResult
 /// ```
 ///
 /// - [`Finished`](AgentEvent::Finished) comes exactly once, always last.
@@ -44,6 +48,15 @@ use super::pause::PausedRun;
 ///   ([`Agent::resume`](crate::Agent::resume)) continues that turn, with no `TurnStart`: the
 ///   paused run's events without their `Finished`, followed by the resumed run's, are one
 ///   `run` of this grammar, the same events a run that never paused gives.
+/// - A [`SubAgent`](AgentEvent::SubAgent) event carries an event of a sub-agent's run (an
+///   agent used as a tool, [`Agent::as_tool`](crate::Agent::as_tool)), with the
+///   [`AgentPath`] it comes from. The events of one path, in order, are one `run` of this
+///   same grammar, and they all come between the `ToolCall` and the `ToolResult` of the call
+///   their path starts with: at every level of nesting the grammar holds. A sub-agent's run
+///   cut short by its call's end (cancelled, timed out) is closed as a cancelled run closes,
+///   before that `ToolResult`.
+/// - A [`Handoff`](AgentEvent::Handoff) comes after the `ToolResult` of the call that asked
+///   for it and before its turn's `TurnEnd`: the next turn is the new agent's.
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///
@@ -137,6 +150,23 @@ pub enum AgentEvent {
         /// Usage of this turn's response.
         usage: Usage,
     },
+    /// An event of a sub-agent's run (an agent used as a tool): `event` as that run reported
+    /// it, never itself a `SubAgent`.
+    SubAgent {
+        /// Where it comes from: the call of this run that runs the sub-agent first.
+        path: AgentPath,
+        /// The sub-agent's event.
+        event: Box<AgentEvent>,
+    },
+    /// The conversation was handed to another agent
+    /// ([`AgentBuilder::handoff`](crate::AgentBuilder::handoff)): its system prompt, tools
+    /// and settings apply from the next turn on.
+    Handoff {
+        /// The agent that handed it over.
+        from: String,
+        /// The agent that takes it.
+        to: String,
+    },
     /// The run is over; always the last event.
     Finished(RunOutcome),
 }
@@ -151,13 +181,17 @@ pub struct RunOutcome {
     pub final_text: String,
     /// Model turns taken in this run.
     pub turns: u32,
-    /// Usage summed over every model call of the run, failed and retried attempts included.
+    /// Usage summed over every model call of the run, failed and retried attempts included,
+    /// its sub-agents' runs included.
     pub usage: Usage,
     /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
     /// ended the run) used: the cost of retries, reported apart so that it can be seen.
     pub failed_usage: Usage,
     /// The structured answer, when one was asked for ([`RunOptions::output`](crate::RunOptions::output)) and given.
     pub output: Option<serde_json::Value>,
+    /// What each sub-agent run used, at every depth, in the order they finished (each one's
+    /// usage is part of [`usage`](Self::usage) already).
+    pub sub_agents: Vec<SubAgentUsage>,
 }
 
 /// Why a run stopped.
@@ -311,6 +345,7 @@ impl RunOutcome {
             usage: Usage::default(),
             failed_usage: Usage::default(),
             output: None,
+            sub_agents: Vec::new(),
         }
     }
 
@@ -384,6 +419,32 @@ impl fmt::Display for Termination {
                 write!(f, "paused for {} call(s)", paused.pending().len())
             }
             Termination::Error(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+/// An event of a sub-agent's run on its way up: what a tool that runs an agent sends its
+/// caller's machine ([`Input::Nested`](crate::machine::Input::Nested)). `path` starts with
+/// the step of the call that runs the sub-agent.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct NestedEvent {
+    /// Where it comes from.
+    pub path: AgentPath,
+    /// The event, as the sub-agent's run reported it.
+    pub event: AgentEvent,
+}
+
+impl NestedEvent {
+    /// An event of the run at `path`. An event that is itself nested
+    /// ([`AgentEvent::SubAgent`]) is flattened: its path goes below `path`.
+    pub fn new(path: AgentPath, event: AgentEvent) -> Self {
+        match event {
+            AgentEvent::SubAgent { path: inner, event } => NestedEvent {
+                path: path.join(&inner),
+                event: *event,
+            },
+            event => NestedEvent { path, event },
         }
     }
 }

@@ -12,6 +12,8 @@ use crate::error::LlmError;
 use crate::provider::{LlmClient, LlmEvent, ModelRequest};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
+use super::events::NestedEvent;
+
 /// What one item of the model's stream says.
 pub(super) type ModelItem = Option<Result<LlmEvent, LlmError>>;
 
@@ -19,6 +21,9 @@ pub(super) type ModelItem = Option<Result<LlmEvent, LlmError>>;
 pub(super) struct Io {
     pub(super) progress_tx: mpsc::Sender<ToolProgress>,
     pub(super) progress_rx: mpsc::Receiver<ToolProgress>,
+    /// Sub-agents' events, from the calls that run agents; bounded, and their senders wait.
+    pub(super) nested_tx: mpsc::Sender<NestedEvent>,
+    pub(super) nested_rx: mpsc::Receiver<NestedEvent>,
     pub(super) results_tx: mpsc::UnboundedSender<ToolCallResult>,
     pub(super) results_rx: mpsc::UnboundedReceiver<ToolCallResult>,
     /// The model call in flight: it forwards the response's items into `model_rx`.
@@ -33,11 +38,14 @@ pub(super) struct Io {
 impl Io {
     pub(super) fn new() -> Self {
         let (progress_tx, progress_rx) = mpsc::channel(64);
+        let (nested_tx, nested_rx) = mpsc::channel(64);
         let (results_tx, results_rx) = mpsc::unbounded_channel();
         let (_, model_rx) = mpsc::channel(1);
         Io {
             progress_tx,
             progress_rx,
+            nested_tx,
+            nested_rx,
             results_tx,
             results_rx,
             model: None,

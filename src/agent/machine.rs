@@ -14,24 +14,24 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::assemble::{ModelResponse, StreamAssembler};
-use crate::context::{CompactionReport, CompactionStep, ContextManager};
+use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversation};
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
-use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
+use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
 use super::config::MachineConfig;
-use super::events::{AgentEvent, RunOutcome, Termination};
+use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
+use super::handoff::{self, HandoffFilter};
 use super::hooks::ToolDecision;
+use super::nested::NestedRuns;
 use super::output::{RunOptions, StructuredOutput};
 use super::pause::{
     OutputState, PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
 };
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
 
-/// The stop reason of the `TurnEnd` of a turn that was cut short.
-pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// Marker appended to answer text that a cancellation cut short.
 const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 /// The most answered call ids remembered per run to filter late progress; beyond it, late
@@ -58,6 +58,12 @@ pub enum Input {
     ToolDone(ToolCallResult),
     /// A running tool reported progress.
     ToolProgress(ToolProgress),
+    /// An event of a sub-agent's run, from a running call that runs an agent
+    /// ([`Agent::as_tool`](crate::Agent::as_tool)): reported as [`AgentEvent::SubAgent`], its
+    /// usage rolled up into the run's. Feed a call's nested events before its result (its
+    /// result closes what is left open of its nested runs). Ignored unless the path's first
+    /// step names a call that runs.
+    Nested(NestedEvent),
     /// The summary asked for by the last [`Action::Summarize`], or why there is none (the
     /// compaction then goes on without one).
     Summary(Result<String, Error>),
@@ -91,6 +97,7 @@ impl Input {
             Input::Approved(_) => "Approved",
             Input::ToolDone(_) => "ToolDone",
             Input::ToolProgress(_) => "ToolProgress",
+            Input::Nested(_) => "Nested",
             Input::Summary(_) => "Summary",
             Input::Cancel => "Cancel",
             Input::StopAfterTurn => "StopAfterTurn",
@@ -134,6 +141,16 @@ pub enum Action {
     RunTools(Vec<ToolCall>),
     /// Abandon every tool call still running: their results are no longer wanted.
     AbortTools,
+    /// The conversation was handed to another agent: from now on, call the model with its
+    /// client and run calls with its tools (the machine's requests carry its settings
+    /// already). `route` finds it from the agent the run started with: the index of each
+    /// handoff in [`MachineConfig::handoffs`], outermost first.
+    Handoff {
+        /// The new agent's name.
+        to: String,
+        /// Where it is among the agents' handoffs.
+        route: Vec<usize>,
+    },
     /// Summarize these messages (the oldest turns, which compaction replaces with the
     /// summary); answer with [`Input::Summary`].
     Summarize(Vec<Message>),
@@ -247,6 +264,9 @@ struct Batch {
     paused_verdicts: Option<Vec<(usize, Option<ToolDecision>)>>,
     /// Allowed calls of deferred tools (positions): their results come from outside.
     outside: Vec<usize>,
+    /// The handoff one of the calls asked for (its index in the config's handoffs): it
+    /// applies once the batch is complete.
+    handoff: Option<usize>,
 }
 
 impl Batch {
@@ -268,6 +288,7 @@ impl Batch {
             unanswered: n,
             paused_verdicts: None,
             outside: Vec::new(),
+            handoff: None,
             calls,
             response,
         }
@@ -446,6 +467,13 @@ pub struct AgentMachine {
     renamed_ids: u64,
     /// Pauses of this run so far (a resumed run counts its earlier ones).
     pauses: u32,
+    /// Sub-agents' runs under this run's calls.
+    nested: NestedRuns,
+    /// The handoffs taken so far: where the agent in charge is among the handoffs.
+    route: Vec<usize>,
+    /// The handoff tools of agents handed from: kept defined (never callable) when the agent
+    /// in charge has no tools, since the history refers to them.
+    retired: Vec<ToolSpec>,
     /// The instant of the input being handled (the latest given).
     now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
@@ -502,6 +530,9 @@ impl AgentMachine {
             call_ids: HashSet::new(),
             renamed_ids: 0,
             pauses: 0,
+            nested: NestedRuns::default(),
+            route: Vec::new(),
+            retired: Vec::new(),
             now: None,
             ignored: None,
         }
@@ -603,8 +634,23 @@ impl AgentMachine {
             }
         };
 
+        // The agent in charge when it paused: the handoffs taken, in order.
+        let mut config = config;
+        let mut retired = Vec::new();
+        for &index in &state.route {
+            let Some(target) = config.handoffs.get(index).cloned() else {
+                return Err(ResumeError::Damaged(
+                    "it was handed to an agent this one cannot hand to".to_owned(),
+                ));
+            };
+            retired.extend(config.handoffs.iter().map(|h| h.tool.clone()));
+            config = target.config;
+        }
         context.restore_paused(paused.conversation.clone());
         let mut machine = AgentMachine::new(config, context, tools);
+        machine.route = state.route.clone();
+        machine.retired = retired;
+        machine.nested = NestedRuns::restore(state.sub_agents.clone());
         machine.now = Some(now);
         machine.turns = state.turn;
         machine.open_turn = Some(state.turn);
@@ -646,6 +692,7 @@ impl AgentMachine {
             invalid_tool_calls: Vec::new(),
         };
         let mut batch = Box::new(Batch::new(response, calls));
+        batch.handoff = state.handoff;
         batch.results = state.results.clone();
         batch.announced = state.announced.clone();
         batch.unanswered = batch.results.iter().filter(|r| r.is_none()).count();
@@ -800,6 +847,11 @@ impl AgentMachine {
         self.context
     }
 
+    /// The settings in force: the agent's, or, after a handoff, the agent's it was handed to.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
     /// The turn in progress (1 for the first), 0 before the first.
     pub fn turn(&self) -> u32 {
         self.turns
@@ -817,6 +869,7 @@ impl AgentMachine {
             Input::Abort(error) => self.cancel(Termination::Error(error)),
             Input::StopAfterTurn => self.stop_after_turn = true,
             Input::ToolProgress(progress) => self.progress(progress),
+            Input::Nested(nested) => self.nested_event(nested),
             Input::ToolsChanged(tools) => self.set_tools(tools),
             input => {
                 let state = std::mem::replace(&mut self.state, State::Finished);
@@ -968,8 +1021,15 @@ impl AgentMachine {
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
         let mut tools = self.tools.specs().to_vec();
+        tools.extend(config.handoffs.iter().map(|h| h.tool.clone()));
         if let Some(output) = &self.output {
             tools.push(output.spec.clone());
+        }
+        // A history with tool calls needs tools defined (Anthropic, Bedrock): an agent
+        // without tools, handed a conversation with a handoff call, keeps that tool defined.
+        let retired = tools.is_empty() && !self.retired.is_empty();
+        if retired {
+            tools = self.retired.clone();
         }
         let mut request = ModelRequest {
             // Shared with the context, not copied: a turn costs the same at any length.
@@ -993,7 +1053,7 @@ impl AgentMachine {
                 request.tool_choice = ToolChoice::Tool(output.spec.name.clone());
             }
             // Tools stay defined (the history refers to them) but may not be called.
-            _ if self.final_call => request.tool_choice = ToolChoice::None,
+            _ if self.final_call || retired => request.tool_choice = ToolChoice::None,
             _ => {}
         }
         request
@@ -1419,6 +1479,7 @@ impl AgentMachine {
                 }
             }
         }
+        self.answer_handoffs(&mut batch);
 
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
@@ -1574,6 +1635,7 @@ impl AgentMachine {
             announced,
             paused_verdicts,
             outside,
+            handoff,
             ..
         } = *batch;
         let waiting = match paused_verdicts {
@@ -1619,6 +1681,9 @@ impl AgentMachine {
             announced,
             waiting,
             tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
+            route: self.route.clone(),
+            handoff,
+            sub_agents: self.nested.finished().to_vec(),
         };
         let paused = PausedRun {
             conversation: self.context.snapshot(),
@@ -1656,6 +1721,7 @@ impl AgentMachine {
             calls,
             results,
             stop,
+            handoff,
             ..
         } = *batch;
         let results: Vec<ToolCallResult> = results
@@ -1672,6 +1738,11 @@ impl AgentMachine {
         );
         self.context
             .push_tool_results(results.iter().map(ToolCallResult::to_block).collect());
+        if let (Some(target), None) = (handoff, &stop) {
+            if let Err(e) = self.hand_off(target) {
+                return self.finish(Termination::Error(e));
+            }
+        }
         self.end_turn(&response);
         if let Some(stop) = stop {
             return self.finish(stop);
@@ -1800,6 +1871,16 @@ impl AgentMachine {
     }
 
     fn emit_result(&mut self, result: &ToolCallResult) {
+        // What is left open of the call's sub-agents' runs closes before its result.
+        let (closing, usage, failed) = self.nested.close_under(&result.id);
+        self.usage += usage;
+        self.failed_usage += failed;
+        for nested in closing {
+            self.emit(AgentEvent::SubAgent {
+                path: nested.path,
+                event: Box::new(nested.event),
+            });
+        }
         if self.answered.len() < MAX_ANSWERED {
             self.answered.insert(result.id.clone());
         }
@@ -1822,6 +1903,116 @@ impl AgentMachine {
             id: progress.call_id,
             message: progress.message,
         });
+    }
+
+    /// A sub-agent's event, if it comes through a call that runs: reported, and its usage
+    /// rolled up when it finishes a sub-agent's run.
+    fn nested_event(&mut self, nested: NestedEvent) {
+        let NestedEvent { path, event } = NestedEvent::new(nested.path, nested.event);
+        let Some(call_id) = path.first().map(|step| step.call_id.as_str()) else {
+            self.ignored = Some("a nested event without a path");
+            return;
+        };
+        let runs = match &self.state {
+            State::RunningTools(batch) | State::Approving(batch) => batch
+                .position(call_id)
+                .is_some_and(|i| batch.announced[i] && batch.results[i].is_none()),
+            State::ModelCall(attempt) => attempt.early.started_ids.contains(call_id),
+            _ => false,
+        };
+        if !runs || self.answered.contains(call_id) {
+            self.ignored = Some("a nested event of no running call");
+            return;
+        }
+        if let Some((usage, failed)) = self.nested.observe(&path, &event) {
+            self.usage += usage;
+            self.failed_usage += failed;
+        }
+        self.emit(AgentEvent::SubAgent {
+            path,
+            event: Box::new(event),
+        });
+    }
+
+    // ----- handoffs ------------------------------------------------------------------
+
+    /// Answers the calls of handoff tools (not run by the driver): the first hands the
+    /// conversation over once the batch is complete; any other is refused.
+    fn answer_handoffs(&mut self, batch: &mut Batch) {
+        for i in 0..batch.calls.len() {
+            if batch.announced[i] || batch.results[i].is_some() {
+                continue;
+            }
+            let Some(target) = self
+                .config
+                .handoffs
+                .iter()
+                .position(|h| h.tool.name == batch.calls[i].name)
+            else {
+                continue;
+            };
+            let to = self.config.handoffs[target].config.name.clone();
+            match batch.handoff {
+                None => {
+                    batch.handoff = Some(target);
+                    self.answer_with(batch, i, &handoff::handed_to(&to), false);
+                }
+                Some(first) => {
+                    let first = self.config.handoffs[first].config.name.clone();
+                    let message = format!(
+                        "not done: the conversation is handed to {first} already (one handoff \
+                         per response)"
+                    );
+                    self.answer(batch, i, &message);
+                }
+            }
+        }
+    }
+
+    /// Hands the conversation to the `target`-th handoff: its settings, tools and system
+    /// prompt from the next turn on, and the history its filter lets it see.
+    fn hand_off(&mut self, index: usize) -> Result<(), Error> {
+        let Some(target) = self.config.handoffs.get(index).cloned() else {
+            return Ok(());
+        };
+        let to = target.config.name.clone();
+        if matches!(target.filter, HandoffFilter::All) {
+            self.context.set_system(target.system.clone());
+        } else {
+            let filtered = target.filter.apply(self.context.messages());
+            let conversation = Conversation::new(target.system.clone(), filtered);
+            ContextManager::check_restorable(&conversation).map_err(|e| {
+                ConfigError::setting(
+                    "handoff input filter",
+                    format!("the history it gave {to} is not valid: {e}"),
+                )
+            })?;
+            self.context.restore(conversation)?;
+        }
+        let from = std::mem::take(&mut self.config.name);
+        self.emit(AgentEvent::Handoff {
+            from,
+            to: to.clone(),
+        });
+        self.retired
+            .extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
+        self.route.push(index);
+        self.switch(target);
+        self.out.push_back(Action::Handoff {
+            to,
+            route: self.route.clone(),
+        });
+        Ok(())
+    }
+
+    /// The agent in charge becomes `target`: its settings and tools.
+    fn switch(&mut self, target: super::config::HandoffTarget) {
+        let mut specs = target.tools.specs().to_vec();
+        specs.extend(target.config.handoffs.iter().map(|h| h.tool.clone()));
+        self.context.set_tools(&specs);
+        self.settings = target.config.settings.clone();
+        self.tools = target.tools;
+        self.config = target.config;
     }
 
     // ----- the end -------------------------------------------------------------------
@@ -1905,6 +2096,7 @@ impl AgentMachine {
             usage: self.usage,
             failed_usage: self.failed_usage,
             output: self.output_value.take(),
+            sub_agents: self.nested.finished().to_vec(),
         };
         self.out.push_back(Action::Finish(outcome));
         State::Finished

@@ -4,7 +4,6 @@ use futures::StreamExt;
 
 use crate::error::LlmError;
 use crate::input::UserInput;
-use crate::message::Usage;
 
 use super::agent::Agent;
 use super::events::{AgentEvent, RunError, RunOutcome, Termination};
@@ -51,15 +50,10 @@ impl Agent {
             }
         }
         // The stream always ends with `Finished`; this is only for a broken invariant.
-        outcome.unwrap_or_else(|| RunOutcome {
-            termination: Termination::Error(
+        outcome.unwrap_or_else(|| {
+            RunOutcome::ended(Termination::Error(
                 LlmError::incomplete("the run ended without an outcome").into(),
-            ),
-            final_text: String::new(),
-            turns: 0,
-            usage: Usage::default(),
-            failed_usage: Usage::default(),
-            output: None,
+            ))
         })
     }
 

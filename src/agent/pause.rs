@@ -13,6 +13,7 @@ use crate::provider::RequestSettings;
 use crate::tool::ToolCallResult;
 
 use super::hooks::ToolDecision;
+use super::path::SubAgentUsage;
 
 /// The format of the paused runs this build writes and reads.
 pub(crate) const PAUSE_FORMAT: u32 = 1;
@@ -78,6 +79,12 @@ impl PausedRun {
     /// The pause's id: unique within its conversation.
     pub fn id(&self) -> &str {
         &self.state.id
+    }
+
+    /// Where the agent in charge is among the handoffs (empty: the agent the run started
+    /// with).
+    pub(crate) fn route(&self) -> &[usize] {
+        &self.state.route
     }
 
     /// The calls that wait, in the model's order.
@@ -358,6 +365,15 @@ pub(crate) struct PauseState {
     /// unknown when approved; one of a tool it had and lost is refused).
     #[serde(default)]
     pub(crate) tools: Vec<String>,
+    /// The handoffs taken before the pause: where the agent in charge is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) route: Vec<usize>,
+    /// The handoff a call of the waiting batch asked for, applied when the batch completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) handoff: Option<usize>,
+    /// The sub-agents' runs finished before the pause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sub_agents: Vec<SubAgentUsage>,
 }
 
 /// What the paused batch waits for.

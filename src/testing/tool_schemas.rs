@@ -5,6 +5,8 @@
 //! - Anthropic: a custom tool's `input_schema` must be an object schema (`"type": "object"`)
 //!   without `oneOf`, `anyOf` or `allOf` at its top level.
 //! - OpenAI: a function's `parameters`, when present, must be an object schema.
+//! - Anthropic: a request whose messages hold `tool_use` or `tool_result` blocks must define
+//!   tools ("Requests which include `tool_use` or `tool_result` blocks must define tools.").
 //! - Anthropic prompt caching: at most four `cache_control` breakpoints in one request (tools,
 //!   system blocks, message content blocks and the blocks inside tool results), each of type
 //!   `ephemeral` with a `ttl` of `5m` or `1h` when it has one.
@@ -27,7 +29,7 @@ pub(super) struct Rejection {
 /// does; `None` when every tool schema is acceptable.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     if format == WireFormat::Anthropic {
-        if let Some(refused) = cache_control(body) {
+        if let Some(refused) = cache_control(body).or_else(|| undefined_tools(body)) {
             return Some(refused);
         }
     }
@@ -35,6 +37,28 @@ pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     tools.iter().enumerate().find_map(|(i, tool)| match format {
         WireFormat::Anthropic => anthropic(i, tool),
         _ => openai(tool),
+    })
+}
+
+/// Anthropic refuses tool blocks in the history of a request that defines no tools.
+fn undefined_tools(body: &Value) -> Option<Rejection> {
+    let defined = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| !tools.is_empty());
+    let uses_tools = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .any(|b| matches!(b["type"].as_str(), Some("tool_use" | "tool_result")));
+    (uses_tools && !defined).then(|| Rejection {
+        error_type: "invalid_request_error",
+        code: None,
+        message: "Requests which include `tool_use` or `tool_result` blocks must define tools."
+            .to_owned(),
     })
 }
 
@@ -272,6 +296,28 @@ mod tests {
             {"type": "text", "text": "x", "cache_control": {"type": "bogus"}}
         ]}]});
         assert_eq!(rejection(WireFormat::OpenAiChat, &many), None);
+    }
+
+    #[test]
+    fn anthropic_refuses_tool_blocks_without_tools() {
+        let history = json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "t", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "x"}]}
+        ]);
+        let refused = rejection(WireFormat::Anthropic, &json!({"messages": history})).unwrap();
+        assert!(refused.message.contains("must define tools"), "{refused:?}");
+        let empty = json!({"messages": history, "tools": []});
+        assert!(rejection(WireFormat::Anthropic, &empty).is_some());
+        let defined = json!({"messages": history, "tools": [{"name": "t", "input_schema": {"type": "object"}}]});
+        assert_eq!(rejection(WireFormat::Anthropic, &defined), None);
+        let plain = json!({"messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(rejection(WireFormat::Anthropic, &plain), None);
+        // OpenAI accepts such a history.
+        assert_eq!(
+            rejection(WireFormat::OpenAiChat, &json!({"messages": history})),
+            None
+        );
     }
 
     #[test]

@@ -177,6 +177,19 @@ pub struct ExecOptions {
     /// Prefixes each call's [`ToolContext::idempotency_key`] (a durable driver sets the
     /// session id here).
     pub idempotency_scope: Option<std::sync::Arc<str>>,
+    /// What the driver hands every call of the batch ([`ToolContext::extension`]).
+    pub(crate) extension: Option<Extension>,
+}
+
+/// A value a driver hands to every call of a batch, whatever its type: the agent's link for
+/// tools that run agents (the tool layer knows nothing of agents).
+#[derive(Clone)]
+pub(crate) struct Extension(pub(crate) std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Extension {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Extension")
+    }
 }
 
 impl ExecOptions {
@@ -200,6 +213,15 @@ impl ExecOptions {
     /// Scopes the calls' idempotency keys: each call's key becomes `{scope}/{call id}`.
     pub fn idempotency_scope(mut self, scope: impl Into<std::sync::Arc<str>>) -> Self {
         self.idempotency_scope = Some(scope.into());
+        self
+    }
+
+    /// Hands `value` to every call of the batch.
+    pub(crate) fn extension(
+        mut self,
+        value: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        self.extension = Some(Extension(value));
         self
     }
 }

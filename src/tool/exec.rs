@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::call::{ExecOptions, Prepared, ToolCall, ToolCallResult};
+use super::call::{ExecOptions, Extension, Prepared, ToolCall, ToolCallResult};
 use super::plan::plan;
 use super::text::{cut, quote};
 use super::ToolContext;
@@ -115,6 +115,7 @@ pub(crate) fn run<'a>(
             cancel: opts.cancel.child_token(),
             progress: opts.progress.clone(),
             idempotency_scope: opts.idempotency_scope.clone(),
+            extension: opts.extension.clone(),
         };
         batch.running.push(call_run.run().boxed());
     }
@@ -180,6 +181,7 @@ struct CallRun<'a> {
     cancel: CancellationToken,
     progress: Option<tokio::sync::mpsc::Sender<super::ToolProgress>>,
     idempotency_scope: Option<Arc<str>>,
+    extension: Option<Extension>,
 }
 
 impl CallRun<'_> {
@@ -217,6 +219,9 @@ impl CallRun<'_> {
         }
         if let Some(scope) = self.idempotency_scope {
             ctx = ctx.idempotency_scope(scope);
+        }
+        if let Some(Extension(value)) = self.extension {
+            ctx = ctx.with_extension(value);
         }
         let run = self.prepared.run;
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();

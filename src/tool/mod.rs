@@ -50,7 +50,6 @@ pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency};
 pub use registry::ToolRegistry;
-#[cfg(all(feature = "mcp", test))]
 pub(crate) use schema::check_name;
 pub use source::ToolSource;
 pub(crate) use source::ToolSources;
@@ -351,6 +350,8 @@ pub struct ToolContext {
     cancel: CancellationToken,
     progress: Option<mpsc::Sender<ToolProgress>>,
     idempotency_scope: Option<std::sync::Arc<str>>,
+    /// What the driver handed the call (see [`ToolContext::extension`]).
+    extension: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl ToolContext {
@@ -362,7 +363,23 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             progress: None,
             idempotency_scope: None,
+            extension: None,
         }
+    }
+
+    /// Hands the call `value`, which [`extension`](Self::extension) gives back.
+    pub(crate) fn with_extension(
+        mut self,
+        value: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        self.extension = Some(value);
+        self
+    }
+
+    /// What the driver handed the call, if it is a `T`: the agent's link for a tool that runs
+    /// an agent ([`Agent::as_tool`](crate::Agent::as_tool)).
+    pub(crate) fn extension<T: std::any::Any>(&self) -> Option<&T> {
+        self.extension.as_deref()?.downcast_ref()
     }
 
     /// Scopes [`idempotency_key`](Self::idempotency_key) (a session id, say).
@@ -432,6 +449,7 @@ impl fmt::Debug for ToolContext {
             .field("call_id", &self.call_id)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("progress", &self.progress.is_some())
+            .field("extension", &self.extension.is_some())
             .finish()
     }
 }

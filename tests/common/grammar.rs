@@ -10,13 +10,64 @@
 //! A run that pauses (`Termination::Paused`) ends with `Finished` inside its open turn, its
 //! waiting calls without results; the resumed run's events continue that turn, so a paused
 //! run's events (without its `Finished`) followed by the resumed run's are a `run`.
+//!
+//! Sub-agents' events (`SubAgent { path, event }`): the events of each path are a `run` of
+//! their own, and every event below a run comes between the `ToolCall` and the `ToolResult`
+//! of the call of that run its path goes through.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use agent_loop::{AgentEvent, Termination};
+use agent_loop::{AgentEvent, PathStep, Termination};
 
-/// Checks `events` against the grammar; returns the first violation.
+/// Checks `events` against the grammar, at every level of nesting; returns the first
+/// violation.
 pub fn grammar_violation(events: &[AgentEvent]) -> Option<String> {
+    let mut paths: BTreeSet<Vec<PathStep>> = BTreeSet::new();
+    paths.insert(Vec::new());
+    for event in events {
+        if let AgentEvent::SubAgent { path, event } = event {
+            if matches!(**event, AgentEvent::SubAgent { .. }) {
+                return Some(format!("a SubAgent event inside another at {path}"));
+            }
+            paths.insert(path.steps().to_vec());
+        }
+    }
+    for path in paths {
+        // The run at `path` as it sees itself: its own events, and each event below it as
+        // progress of the call it goes through (so it must come inside that call).
+        let view: Vec<AgentEvent> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::SubAgent { path: p, event } => {
+                    let steps = p.steps();
+                    if steps == path.as_slice() {
+                        Some((**event).clone())
+                    } else if steps.len() > path.len() && steps.starts_with(&path) {
+                        Some(AgentEvent::ToolProgress {
+                            id: steps[path.len()].call_id.clone(),
+                            message: "(a sub-agent's event)".to_owned(),
+                        })
+                    } else {
+                        None
+                    }
+                }
+                e if path.is_empty() => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(violation) = run_violation(&view) {
+            let at: Vec<String> = path
+                .iter()
+                .map(|s| format!("{}#{}", s.agent, s.call_id))
+                .collect();
+            return Some(format!("at [{}]: {violation}", at.join("/")));
+        }
+    }
+    None
+}
+
+/// Checks the events of one run against the grammar; returns the first violation.
+fn run_violation(events: &[AgentEvent]) -> Option<String> {
     #[derive(PartialEq, Debug)]
     enum Call {
         Announced,

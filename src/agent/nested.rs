@@ -1,0 +1,273 @@
+//! Sub-agents' runs as their parent's machine sees them: [`NestedRuns`] records the nested
+//! runs under its running calls, rolls their usage up, and closes the runs a cancelled call
+//! leaves open, so that the event grammar holds at every level.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::message::{StopReason, Usage};
+
+use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
+use super::path::{AgentPath, SubAgentUsage};
+
+/// The most nested runs open at once that a run keeps track of; beyond it, new ones are
+/// reported but no longer closed for a cancelled call (memory stays bounded).
+const MAX_OPEN: usize = 1024;
+
+/// A nested run seen started and not yet finished.
+#[derive(Debug, Default)]
+struct OpenRun {
+    /// Its turn in progress.
+    turn: Option<u32>,
+    /// Its turns so far.
+    turns: u32,
+    /// Its calls announced and not answered: id and name.
+    calls: Vec<(String, String)>,
+    /// What it used so far: its turns' usage and its finished sub-agents'.
+    usage: Usage,
+    failed_usage: Usage,
+}
+
+/// The nested runs below a run's calls, as their events pass through its machine.
+#[derive(Debug, Default)]
+pub(crate) struct NestedRuns {
+    open: BTreeMap<AgentPath, OpenRun>,
+    /// Every nested run finished so far, at any depth, in the order they finished.
+    finished: Vec<SubAgentUsage>,
+}
+
+/// The usage a finished depth-1 run adds to its parent's run.
+pub(crate) type RollUp = Option<(Usage, Usage)>;
+
+impl NestedRuns {
+    /// The nested runs finished so far.
+    pub(crate) fn finished(&self) -> &[SubAgentUsage] {
+        &self.finished
+    }
+
+    /// Restores the record of finished runs (a resumed run).
+    pub(crate) fn restore(finished: Vec<SubAgentUsage>) -> Self {
+        NestedRuns {
+            open: BTreeMap::new(),
+            finished,
+        }
+    }
+
+    /// Notes `event` of the run at `path`; what it rolls up into the parent run, when it
+    /// finishes a depth-1 run.
+    pub(crate) fn observe(&mut self, path: &AgentPath, event: &AgentEvent) -> RollUp {
+        if let AgentEvent::Finished(outcome) = event {
+            self.open.remove(path);
+            return self.finished_run(path, outcome);
+        }
+        if !self.open.contains_key(path) && self.open.len() >= MAX_OPEN {
+            return None;
+        }
+        let run = self.open.entry(path.clone()).or_default();
+        match event {
+            AgentEvent::TurnStart { turn } => {
+                run.turn = Some(*turn);
+                run.turns += 1;
+            }
+            AgentEvent::TurnEnd { usage, .. } => {
+                run.turn = None;
+                run.usage += *usage;
+            }
+            AgentEvent::ToolCall { id, name, .. } => run.calls.push((id.clone(), name.clone())),
+            AgentEvent::ToolResult { id, .. } => run.calls.retain(|(open, _)| open != id),
+            _ => {}
+        }
+        None
+    }
+
+    /// The call `call_id` of this run is answered: every nested run below it still
+    /// open is closed, deepest first, as a cancelled run closes (its open calls answered as
+    /// cancelled, its open turn ended as interrupted, `Finished` with
+    /// [`Termination::Cancelled`] and what it used so far). Gives the events to report and
+    /// what the closed depth-1 runs roll up.
+    pub(crate) fn close_under(&mut self, call_id: &str) -> (Vec<NestedEvent>, Usage, Usage) {
+        let mut paths: Vec<AgentPath> = self
+            .open
+            .keys()
+            .filter(|path| path.first().is_some_and(|step| step.call_id == call_id))
+            .cloned()
+            .collect();
+        // Deepest first, so that a run's sub-agents close before the run does.
+        paths.sort_by_key(|path| std::cmp::Reverse(path.depth()));
+        let mut events = Vec::new();
+        let (mut usage, mut failed) = (Usage::default(), Usage::default());
+        for path in paths {
+            let Some(run) = self.open.remove(&path) else {
+                continue;
+            };
+            for (id, name) in run.calls {
+                events.push(NestedEvent::new(
+                    path.clone(),
+                    AgentEvent::ToolResult {
+                        id,
+                        name,
+                        content: "cancelled".to_owned(),
+                        is_error: true,
+                        duration: Duration::ZERO,
+                    },
+                ));
+            }
+            if let Some(turn) = run.turn {
+                events.push(NestedEvent::new(
+                    path.clone(),
+                    AgentEvent::TurnEnd {
+                        turn,
+                        stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
+                        usage: Usage::default(),
+                    },
+                ));
+            }
+            let mut outcome = RunOutcome::ended(Termination::Cancelled);
+            outcome.turns = run.turns;
+            outcome.usage = run.usage;
+            outcome.failed_usage = run.failed_usage;
+            if let Some((u, f)) = self.finished_run(&path, &outcome) {
+                usage += u;
+                failed += f;
+            }
+            events.push(NestedEvent::new(path, AgentEvent::Finished(outcome)));
+        }
+        (events, usage, failed)
+    }
+
+    /// Records a finished run; its usage goes to its parent's open run, or, at depth 1, to
+    /// the caller.
+    fn finished_run(&mut self, path: &AgentPath, outcome: &RunOutcome) -> RollUp {
+        self.finished.push(SubAgentUsage {
+            path: path.clone(),
+            turns: outcome.turns,
+            usage: outcome.usage,
+            failed_usage: outcome.failed_usage,
+        });
+        if path.depth() <= 1 {
+            return Some((outcome.usage, outcome.failed_usage));
+        }
+        if let Some(parent) = self.open.get_mut(&path.parent()) {
+            parent.usage += outcome.usage;
+            parent.failed_usage += outcome.failed_usage;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::path::PathStep;
+
+    fn path(steps: &[(&str, &str)]) -> AgentPath {
+        AgentPath::from(
+            steps
+                .iter()
+                .map(|(a, c)| PathStep::new(*a, *c))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn usage(input: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_finished_child_rolls_up_once_and_grandchildren_only_into_their_parent() {
+        let mut runs = NestedRuns::default();
+        let child = path(&[("w", "c1")]);
+        let grandchild = path(&[("w", "c1"), ("g", "x")]);
+        assert_eq!(
+            runs.observe(&child, &AgentEvent::TurnStart { turn: 1 }),
+            None
+        );
+        assert_eq!(
+            runs.observe(&grandchild, &AgentEvent::TurnStart { turn: 1 }),
+            None
+        );
+        let mut outcome = RunOutcome::ended(Termination::Completed);
+        outcome.usage = usage(5);
+        assert_eq!(
+            runs.observe(&grandchild, &AgentEvent::Finished(outcome.clone())),
+            None
+        );
+        outcome.usage = usage(12);
+        assert_eq!(
+            runs.observe(&child, &AgentEvent::Finished(outcome)),
+            Some((usage(12), Usage::default()))
+        );
+        let paths: Vec<_> = runs.finished().iter().map(|r| r.path.to_string()).collect();
+        assert_eq!(paths, ["w#c1/g#x", "w#c1"]);
+    }
+
+    #[test]
+    fn closing_a_call_closes_its_runs_deepest_first_with_what_they_used() {
+        let mut runs = NestedRuns::default();
+        let child = path(&[("w", "c1")]);
+        let grandchild = path(&[("w", "c1"), ("g", "x")]);
+        let other = path(&[("w", "c2")]);
+        runs.observe(&child, &AgentEvent::TurnStart { turn: 1 });
+        runs.observe(
+            &child,
+            &AgentEvent::TurnEnd {
+                turn: 1,
+                stop_reason: StopReason::ToolUse,
+                usage: usage(3),
+            },
+        );
+        runs.observe(&child, &AgentEvent::TurnStart { turn: 2 });
+        let call = AgentEvent::ToolCall {
+            id: "x".into(),
+            name: "g".into(),
+            input: serde_json::json!({}),
+        };
+        runs.observe(&child, &call);
+        runs.observe(&grandchild, &AgentEvent::TurnStart { turn: 1 });
+        runs.observe(&other, &AgentEvent::TurnStart { turn: 1 });
+
+        let (events, rolled, _) = runs.close_under("c1");
+        let shape: Vec<String> = events
+            .iter()
+            .map(|e| {
+                let kind = match &e.event {
+                    AgentEvent::ToolResult { id, is_error, .. } => {
+                        format!("result {id} {is_error}")
+                    }
+                    AgentEvent::TurnEnd { turn, .. } => format!("end {turn}"),
+                    AgentEvent::Finished(o) => format!("finished {} {}", o.termination, o.turns),
+                    other => format!("{other:?}"),
+                };
+                format!("{} {kind}", e.path)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "w#c1/g#x end 1",
+                "w#c1/g#x finished cancelled 1",
+                "w#c1 result x true",
+                "w#c1 end 2",
+                "w#c1 finished cancelled 2",
+            ]
+        );
+        assert_eq!(rolled, usage(3));
+        // The other call's run stays open; closing again closes nothing.
+        assert!(runs.close_under("c1").0.is_empty());
+        assert_eq!(runs.close_under("c2").0.len(), 2);
+    }
+
+    #[test]
+    fn a_nested_event_is_flattened() {
+        let inner = AgentEvent::SubAgent {
+            path: path(&[("g", "x")]),
+            event: Box::new(AgentEvent::TurnStart { turn: 1 }),
+        };
+        let event = NestedEvent::new(path(&[("w", "c1")]), inner);
+        assert_eq!(event.path, path(&[("w", "c1"), ("g", "x")]));
+        assert_eq!(event.event, AgentEvent::TurnStart { turn: 1 });
+    }
+}

@@ -1,0 +1,354 @@
+//! Agents that use agents, on the driver's side: an agent as a tool ([`AgentTool`], from
+//! [`Agent::as_tool`]), whose run's events go up to the caller's machine; the agents a
+//! conversation can be handed to ([`Handoff`]), kept as the parts the driver switches to
+//! ([`Member`]); and the link a run hands its tool calls ([`SubAgentLink`]).
+//!
+//! The decisions are the machine's: it reports the nested events and rolls their usage up
+//! (`nested.rs`), and it decides when a handoff happens (`handoff.rs`).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Summarizer;
+use crate::provider::LlmClient;
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSources};
+
+use super::agent::Agent;
+use super::events::{AgentEvent, NestedEvent, Termination};
+use super::handle::AgentHandle;
+use super::handoff::HandoffFilter;
+use super::hooks::AgentHooks;
+use super::path::{AgentPath, PathStep};
+use super::shared::Shared;
+
+/// How deep sub-agents may nest by default ([`AgentBuilder::max_depth`](crate::AgentBuilder::max_depth)).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+
+/// The longest a sub-agent's run may take by default ([`AgentTool::timeout`]).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What a run hands its tool calls, for the tools that run agents: how deep the run is, how
+/// deep its sub-agents may go, and where their events go.
+#[derive(Debug, Clone)]
+pub(crate) struct SubAgentLink {
+    /// The depth of the run making the calls (0 for a run the host started).
+    pub(crate) depth: u32,
+    /// The deepest a sub-agent may run.
+    pub(crate) max_depth: u32,
+    /// The run's channel for its sub-agents' events.
+    pub(crate) events: mpsc::Sender<NestedEvent>,
+}
+
+/// An agent's parts that a run switches to when the conversation is handed to it.
+pub(crate) struct Member {
+    pub(crate) client: Arc<dyn LlmClient>,
+    pub(crate) sources: ToolSources,
+    pub(crate) hooks: Arc<dyn AgentHooks>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
+    /// Its own handoffs, in the order of its config's.
+    pub(crate) team: Arc<Vec<Member>>,
+}
+
+impl Member {
+    /// The member at `route` (indexes into each level's handoffs) below `team`.
+    pub(crate) fn find<'a>(team: &'a Arc<Vec<Member>>, route: &[usize]) -> Option<&'a Member> {
+        let (&first, rest) = route.split_first()?;
+        let member = team.get(first)?;
+        if rest.is_empty() {
+            Some(member)
+        } else {
+            Member::find(&member.team, rest)
+        }
+    }
+}
+
+/// An agent the conversation can be handed to, for
+/// [`AgentBuilder::handoff`](crate::AgentBuilder::handoff): the model is offered a tool
+/// `transfer_to_{name}` (the agent's [name](crate::AgentBuilder::name)), and calling it hands
+/// the conversation over. From the next turn on, the agent's system prompt, tools, settings
+/// and client apply; the history keeps the call and its answer (or what the
+/// [input filter](Handoff::input_filter) lets through), and the run reports
+/// [`AgentEvent::Handoff`].
+///
+/// The handoff lasts for the rest of the run; the agent's next run starts with the agent
+/// itself again, on the whole history.
+pub struct Handoff {
+    agent: Agent,
+    description: Option<String>,
+    filter: HandoffFilter,
+}
+
+impl Handoff {
+    /// A handoff to `agent`.
+    pub fn new(agent: Agent) -> Self {
+        Handoff {
+            agent,
+            description: None,
+            filter: HandoffFilter::All,
+        }
+    }
+
+    /// When the model should hand over, as the tool's description (default: "Hand the
+    /// conversation over to the agent `name`.").
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// What history the agent sees (default: all of it).
+    pub fn input_filter(mut self, filter: HandoffFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// The machine's view of the target and the driver's parts.
+    pub(crate) fn into_parts(self) -> (super::config::HandoffTarget, Member) {
+        let agent = self.agent;
+        let target = super::config::HandoffTarget::new(
+            agent.machine_config(),
+            agent.sources.current().catalog(),
+            agent.context().system().map(str::to_owned),
+            self.description.as_deref(),
+        )
+        .filter(self.filter);
+        let member = Member {
+            client: agent.client,
+            sources: agent.sources,
+            hooks: agent.hooks,
+            summarizer: agent.summarizer,
+            team: agent.team,
+        };
+        (target, member)
+    }
+}
+
+impl From<Agent> for Handoff {
+    fn from(agent: Agent) -> Self {
+        Handoff::new(agent)
+    }
+}
+
+impl fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handoff")
+            .field("agent", &self.agent.config.name)
+            .field("filter", &self.filter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default input of an agent used as a tool: the task.
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+pub struct SubAgentTask {
+    /// The task, with everything needed to do it: the agent sees nothing else of the
+    /// conversation.
+    pub task: String,
+}
+
+/// An agent used as a tool ([`Agent::as_tool`]): each call runs the agent on its own, fresh
+/// conversation, with its own model, tools and limits, and answers with its final text.
+///
+/// - The call's events reach the host as [`AgentEvent::SubAgent`], tagged with their
+///   [`AgentPath`]; the run's usage rolls up into the caller's outcome
+///   ([`RunOutcome::sub_agents`](crate::RunOutcome::sub_agents) has it per sub-agent run).
+/// - Several calls in one response run concurrently, each on its own conversation; their
+///   results come back in the model's order.
+/// - Cancelling the caller's run cancels the sub-agent's; a call past the
+///   [depth limit](crate::AgentBuilder::max_depth) is answered with an error.
+/// - A run that ends without an answer (a limit, a refusal, an error) is an error result
+///   saying why; a sub-agent's run that pauses (for an approval or a deferred tool) is too:
+///   pauses inside sub-agents are not supported.
+///
+/// Input: `{"task": "…"}` ([`SubAgentTask`]), or a type of yours with [`AgentTool::input`].
+pub struct AgentTool<I = SubAgentTask> {
+    template: Arc<Agent>,
+    name: String,
+    description: String,
+    render: Arc<dyn Fn(I) -> String + Send + Sync>,
+    timeout: Duration,
+    _input: PhantomData<fn(I)>,
+}
+
+impl Agent {
+    /// This agent as a [`Tool`] named `name` (what the model calls it by, and what event
+    /// paths call it) that runs it on a task: see [`AgentTool`].
+    ///
+    /// Each call starts from the conversation the agent holds now (usually none: give it a
+    /// system prompt instead), never from another call's.
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, AgentEvent};
+    /// use futures::StreamExt;
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let worker = Agent::builder(ScriptedClient::new([ScriptedResponse::text("Paris")]))
+    ///     .system("Answer in one word.")
+    ///     .build()?;
+    /// let lead = ScriptedClient::new([
+    ///     ScriptedResponse::tool_call("c1", "geographer", json!({"task": "Capital of France?"})),
+    ///     ScriptedResponse::text("It is Paris."),
+    /// ]);
+    /// let mut agent = Agent::builder(lead)
+    ///     .tool(worker.as_tool("geographer", "Answers geography questions."))
+    ///     .build()?;
+    /// let events: Vec<AgentEvent> = agent.run("Where is the Louvre?").collect().await;
+    /// // The worker's own events come through, tagged with their path.
+    /// assert!(events.iter().any(|e| matches!(
+    ///     e,
+    ///     AgentEvent::SubAgent { path, event } if path.to_string() == "geographer#c1"
+    ///         && matches!(**event, AgentEvent::TextDelta { .. })
+    /// )));
+    /// let Some(AgentEvent::Finished(outcome)) = events.last() else { panic!() };
+    /// assert_eq!(outcome.final_text, "It is Paris.");
+    /// assert_eq!(outcome.sub_agents.len(), 1);
+    /// # Ok::<(), agent_loop::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn as_tool(self, name: impl Into<String>, description: impl Into<String>) -> AgentTool {
+        AgentTool {
+            template: Arc::new(self),
+            name: name.into(),
+            description: description.into(),
+            render: Arc::new(|task: SubAgentTask| task.task),
+            timeout: DEFAULT_TIMEOUT,
+            _input: PhantomData,
+        }
+    }
+
+    /// A new agent like this one, for one sub-agent call: the same client, tools, settings
+    /// and hooks, a copy of the conversation, no session, cancelled with `cancel`.
+    fn fresh(&self, depth: u32, max_depth: u32, cancel: CancellationToken) -> Agent {
+        let shared = Arc::new(Mutex::new(Shared::new(self.context())));
+        Agent {
+            client: self.client.clone(),
+            tools: self.tools.clone(),
+            sources: self.sources.clone(),
+            config: self.config.clone(),
+            hooks: self.hooks.clone(),
+            summarizer: self.summarizer.clone(),
+            handle: AgentHandle::new(cancel, shared.clone()),
+            session: None,
+            shared,
+            team: self.team.clone(),
+            depth,
+            max_depth,
+        }
+    }
+}
+
+impl<I> AgentTool<I> {
+    /// Takes a typed input instead of `{"task": "…"}`: its JSON Schema is what the model sees,
+    /// and `render` turns each call's input into the sub-agent's prompt.
+    pub fn input<J>(self, render: impl Fn(J) -> String + Send + Sync + 'static) -> AgentTool<J> {
+        AgentTool {
+            template: self.template,
+            name: self.name,
+            description: self.description,
+            render: Arc::new(render),
+            timeout: self.timeout,
+            _input: PhantomData,
+        }
+    }
+
+    /// The longest one call (the sub-agent's whole run) may take (default 10 minutes).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+impl<I> fmt::Debug for AgentTool<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentTool")
+            .field("name", &self.name)
+            .field("agent", &self.template)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<I> Tool for AgentTool<I>
+where
+    I: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+{
+    type Input = I;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
+    async fn call(&self, input: I, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let link = ctx.extension::<SubAgentLink>();
+        let depth = link.map_or(0, |l| l.depth) + 1;
+        let max_depth = link.map_or(self.template.max_depth, |l| {
+            l.max_depth.min(self.template.max_depth)
+        });
+        if depth > max_depth {
+            return Err(ToolError::new(format!(
+                "not run: the agent `{}` would run {depth} levels below the run the host \
+                 started, past the limit of {max_depth} (AgentBuilder::max_depth); do the \
+                 task without it",
+                self.name
+            )));
+        }
+        let mut agent = self
+            .template
+            .fresh(depth, max_depth, ctx.cancellation().clone());
+        let path = AgentPath::from(vec![PathStep::new(self.name.clone(), ctx.call_id())]);
+        let events = link.map(|l| l.events.clone());
+        let mut run = agent.run((self.render)(input));
+        let mut outcome = None;
+        while let Some(event) = run.next().await {
+            if let AgentEvent::Finished(finished) = &event {
+                outcome = Some(finished.clone());
+            }
+            if let Some(events) = &events {
+                // Waits while the caller's run is busy: nothing is dropped. A caller gone
+                // has stopped listening; the run goes on to its end.
+                let _ = events.send(NestedEvent::new(path.clone(), event)).await;
+            }
+        }
+        drop(run);
+        let name = &self.name;
+        let Some(outcome) = outcome else {
+            return Err(ToolError::new(format!(
+                "the agent `{name}` ended without an outcome"
+            )));
+        };
+        match outcome.termination {
+            Termination::Completed => Ok(ToolOutput::text(outcome.final_text)),
+            Termination::Error(e) => Err(ToolError::new(format!("the agent `{name}` failed: {e}"))),
+            Termination::Paused(_) => Err(ToolError::new(format!(
+                "the agent `{name}` paused to wait for an approval or a result from outside, \
+                 which sub-agents do not support; do the task without it"
+            ))),
+            termination => {
+                let mut message =
+                    format!("the agent `{name}` stopped without an answer: {termination}");
+                if !outcome.final_text.is_empty() {
+                    message.push_str("; its last text: ");
+                    message.push_str(&outcome.final_text);
+                }
+                Err(ToolError::new(message))
+            }
+        }
+    }
+}
