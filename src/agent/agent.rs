@@ -13,10 +13,10 @@ use crate::tool::{ToolRegistry, ToolSources};
 use super::config::MachineConfig;
 use super::handle::AgentHandle;
 use super::hooks::AgentHooks;
+use super::member::Member;
 use super::pause::PausedRun;
 use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
-use super::team::Member;
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
 ///

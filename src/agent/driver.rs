@@ -23,11 +23,12 @@ use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, HookAction};
 use super::io::Io;
 use super::machine::{Action, AgentMachine, Input};
+use super::member::Member;
 use super::pause::PausedRun;
 use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
 use super::start::{self, Start};
-use super::team::{Member, SubAgentLink};
+use super::team::SubAgentLink;
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(super) struct Driver {

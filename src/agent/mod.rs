@@ -23,6 +23,7 @@ mod handoff;
 mod hooks;
 mod io;
 mod machine;
+mod member;
 mod nested;
 mod oneshot;
 mod output;

@@ -4,7 +4,7 @@
 
 use super::driver::Driver;
 use super::machine::{AgentMachine, Input};
-use super::team::Member;
+use super::member::Member;
 
 impl Driver {
     /// Between turns: when a tool source changed, refreshes it and gives the machine (and

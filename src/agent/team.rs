@@ -1,7 +1,7 @@
 //! Agents that use agents, on the driver's side: an agent as a tool ([`AgentTool`], from
 //! [`Agent::as_tool`]), whose run's events go up to the caller's machine; the agents a
 //! conversation can be handed to ([`Handoff`]), kept as the parts the driver switches to
-//! ([`Member`]); and the link a run hands its tool calls ([`SubAgentLink`]).
+//! (`member.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
 //!
 //! The decisions are the machine's: it reports the nested events and rolls their usage up
 //! (`nested.rs`), and it decides when a handoff happens (`handoff.rs`).
@@ -17,15 +17,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Summarizer;
-use crate::provider::LlmClient;
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSources};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::agent::Agent;
 use super::events::{AgentEvent, NestedEvent, Termination};
 use super::handle::AgentHandle;
 use super::handoff::HandoffFilter;
-use super::hooks::AgentHooks;
+use super::member::Member;
 use super::path::{AgentPath, PathStep};
 use super::shared::Shared;
 
@@ -45,29 +43,6 @@ pub(crate) struct SubAgentLink {
     pub(crate) max_depth: u32,
     /// The run's channel for its sub-agents' events.
     pub(crate) events: mpsc::Sender<NestedEvent>,
-}
-
-/// An agent's parts that a run switches to when the conversation is handed to it.
-pub(crate) struct Member {
-    pub(crate) client: Arc<dyn LlmClient>,
-    pub(crate) sources: ToolSources,
-    pub(crate) hooks: Arc<dyn AgentHooks>,
-    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
-    /// Its own handoffs, in the order of its config's.
-    pub(crate) team: Arc<Vec<Member>>,
-}
-
-impl Member {
-    /// The member at `route` (indexes into each level's handoffs) below `team`.
-    pub(crate) fn find<'a>(team: &'a Arc<Vec<Member>>, route: &[usize]) -> Option<&'a Member> {
-        let (&first, rest) = route.split_first()?;
-        let member = team.get(first)?;
-        if rest.is_empty() {
-            Some(member)
-        } else {
-            Member::find(&member.team, rest)
-        }
-    }
 }
 
 /// An agent the conversation can be handed to, for
