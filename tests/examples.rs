@@ -27,6 +27,10 @@ mod structured_output;
 #[path = "../examples/pause_resume.rs"]
 mod pause_resume;
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/subagents.rs"]
+mod subagents;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -421,5 +425,84 @@ async fn pause_resume_pauses_saves_and_resumes_from_the_file() {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// subagents
+
+#[tokio::test]
+async fn subagents_fans_out_to_three_workers_then_hands_off_to_the_editor() {
+    let lead = ScriptedClient::new(subagents::lead_script());
+    let workers: Vec<ScriptedClient> = subagents::WORKERS
+        .iter()
+        .map(|(_, _, _, tool, answer)| ScriptedClient::new(subagents::worker_script(tool, answer)))
+        .collect();
+    let editor = ScriptedClient::new(subagents::editor_script());
+    let clients = subagents::Clients {
+        lead: Arc::new(lead.clone()),
+        workers: [
+            Arc::new(workers[0].clone()),
+            Arc::new(workers[1].clone()),
+            Arc::new(workers[2].clone()),
+        ],
+        editor: Arc::new(editor.clone()),
+    };
+    let mut agent = subagents::build_lead(clients).unwrap();
+    let mut lines = Vec::new();
+    let outcome = subagents::run(&mut agent, subagents::QUESTION, |line| lines.push(line))
+        .await
+        .expect("a Finished event");
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, subagents::PLAN);
+    // Every worker ran once, its tool inside its run, indented one level.
+    for (name, _, _, tool, answer) in subagents::WORKERS {
+        assert!(
+            lines.contains(&format!("    {name} ▸ turn 1")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines.contains(&format!("    {name} ← {tool}: {answer}")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines.contains(&format!("lead ← {name}: {answer}")),
+            "{lines:#?}"
+        );
+    }
+    let handoff = lines
+        .iter()
+        .position(|l| l == "lead ⇢ hands the conversation to editor")
+        .expect("the handoff is shown");
+    assert_eq!(lines[handoff + 1], "editor ▸ turn 3");
+    // Usage: the lead's and the editor's turns, and the three workers' rolled up.
+    let paths: Vec<String> = outcome
+        .sub_agents
+        .iter()
+        .map(|s| s.path.to_string())
+        .collect();
+    assert_eq!(paths.len(), 3);
+    for name in [
+        "weather#call_weather",
+        "museums#call_museums",
+        "food#call_food",
+    ] {
+        assert!(paths.contains(&name.to_owned()), "{paths:?}");
+    }
+    assert_eq!(
+        outcome.usage.input_tokens,
+        420 + 640 + 900 + 3 * (120 + 160)
+    );
+    // The editor was asked with its own system prompt, on the whole history.
+    let request = &editor.requests()[0];
+    assert!(request
+        .system
+        .as_deref()
+        .unwrap()
+        .starts_with("You write short"));
+    assert_eq!(request.messages.len(), 5);
+    for client in workers.iter().chain([&lead, &editor]) {
+        assert!(client.history_violations().is_empty());
+        assert_eq!(client.remaining(), 0);
     }
 }
