@@ -92,10 +92,10 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Handoff,
-    HandoffFilter, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall, Resolution,
-    Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput, SubAgentTask, SubAgentUsage,
-    Termination, ToolDecision, WaitsFor, DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, FilterFn,
+    Handoff, HandoffFilter, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall,
+    Resolution, Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput, SubAgentTask,
+    SubAgentUsage, Termination, ToolDecision, WaitsFor, DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
 };
 
 /// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a

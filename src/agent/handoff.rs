@@ -12,6 +12,9 @@ use crate::message::{ContentBlock, Message, Role, ToolSpec};
 /// ends with a user message, as every request must.
 pub(crate) const HANDED_OVER: &str = "The conversation was handed over to you: continue it.";
 
+/// A function from the conversation to what the new agent sees ([`HandoffFilter::Custom`]).
+pub type FilterFn = dyn Fn(&[Message]) -> Vec<Message> + Send + Sync;
+
 /// What history the agent a conversation is handed to sees
 /// ([`Handoff::input_filter`](crate::Handoff::input_filter)).
 ///
@@ -41,7 +44,7 @@ pub enum HandoffFilter {
     /// A function of yours: from the conversation (ending with the handoff call's answer) to
     /// what the new agent sees. It must be a valid history (starting with a user message,
     /// every tool call answered), or the run ends with an error saying why.
-    Custom(Arc<dyn Fn(&[Message]) -> Vec<Message> + Send + Sync>),
+    Custom(Arc<FilterFn>),
 }
 
 impl HandoffFilter {

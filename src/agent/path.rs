@@ -88,7 +88,7 @@ impl fmt::Display for AgentPath {
     }
 }
 
-/// What one sub-agent run used: an entry of [`RunOutcome::sub_agents`].
+/// What one sub-agent run used: an entry of [`RunOutcome::sub_agents`](crate::RunOutcome::sub_agents).
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubAgentUsage {
