@@ -13,6 +13,11 @@
 //!   records the peak heap in use during one batch of 1,000 runs; the bench prints
 //!   (peak − baseline) / 1,000 as the peak memory per run.
 //!
+//! - `agent/nested`: the same replayed runs of 10, 100 and 1,000 turns, run directly and as a
+//!   sub-agent (the agent as a tool of a lead that calls it once): the difference is what
+//!   carrying a sub-agent's events up costs (a bounded channel, the lead's machine, its event
+//!   stream), per turn of the sub-agent.
+//!
 //! Run: `cargo bench --bench agent`; results go to BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -561,5 +566,75 @@ fn wide(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, scripted, concurrent, wide);
+// ---------------------------------------------------------------------------------------------
+// (d) a run as a sub-agent, against the same run on its own.
+
+/// A lead whose one call runs `turns` replayed turns as the sub-agent `worker`.
+fn lead_of(turns: usize) -> Agent {
+    let worker = build_agent(ReplayClient::new(turns), turns as u32 + 1);
+    Agent::builder(ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "worker", json!({"task": "Go."})),
+        ScriptedResponse::text("The worker is done."),
+    ]))
+    .tool(worker.as_tool("worker", "Runs the steps."))
+    .build()
+    .expect("valid agent")
+}
+
+fn nested(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Check once that the nested run does what the figures claim: the worker's turns all came
+    // up as events of the lead's run.
+    for turns in [10usize, 100, 1_000] {
+        let mut lead = lead_of(turns);
+        let nested_turns = rt.block_on(tokio::task::unconstrained(async {
+            let mut events = lead.run("Go.");
+            let mut count = 0;
+            while let Some(event) = events.next().await {
+                if let AgentEvent::SubAgent { event, .. } = event {
+                    count += usize::from(matches!(*event, AgentEvent::TurnStart { .. }));
+                }
+            }
+            count
+        }));
+        assert_eq!(nested_turns, turns, "nested run");
+    }
+    let mut group = c.benchmark_group("agent/nested");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    for turns in [10usize, 100, 1_000] {
+        group.throughput(Throughput::Elements(turns as u64));
+        group.bench_with_input(BenchmarkId::new("direct", turns), &turns, |b, &turns| {
+            b.iter_batched(
+                || build_agent(ReplayClient::new(turns), turns as u32 + 1),
+                |mut agent| {
+                    black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
+                    agent
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        group.bench_with_input(
+            BenchmarkId::new("as_sub_agent", turns),
+            &turns,
+            |b, &turns| {
+                b.iter_batched(
+                    || lead_of(turns),
+                    |mut agent| {
+                        black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
+                        agent
+                    },
+                    BatchSize::PerIteration,
+                )
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scripted, concurrent, wide, nested);
 criterion_main!(benches);

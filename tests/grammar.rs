@@ -1,4 +1,5 @@
-//! The event grammar of a run, checked over random scripts, and the owned run stream:
+//! The event grammar of a run, checked over random scripts (and over random sub-agents'
+//! runs under random calls, at every level of nesting), and the owned run stream:
 //! a run can be spawned, saved at every turn boundary, and a second run while one is in
 //! flight is refused.
 //!
@@ -6,7 +7,7 @@
 //! run  := turn* Finished
 //! turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
 //!                    | Compacted | call-event)* TurnEnd
-//! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
+//! call := ToolCall (ToolProgress | SubAgent)* ToolResult   (calls interleave; a call's own never reorder)
 //! ```
 
 use std::sync::Arc;

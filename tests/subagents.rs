@@ -674,6 +674,38 @@ async fn the_input_filter_decides_what_history_the_target_sees() {
 }
 
 #[tokio::test]
+async fn a_handoff_lasts_for_the_run_and_the_next_run_starts_with_the_agent_itself() {
+    let billing = Agent::builder(ScriptedClient::new([ScriptedResponse::text("Refunded.")]))
+        .name("billing")
+        .system("You handle refunds.")
+        .build()
+        .unwrap();
+    let triage_client = ScriptedClient::new([
+        ScriptedResponse::tool_call("h1", "transfer_to_billing", json!({})),
+        ScriptedResponse::text("Triage again."),
+    ]);
+    let mut triage = Agent::builder(triage_client.clone())
+        .name("triage")
+        .system("You route questions.")
+        .tool(answering("faq", "see the FAQ"))
+        .handoff(billing)
+        .build()
+        .unwrap();
+    let events = run(&mut triage, "Refund.").await;
+    assert_eq!(outcome(&events).final_text, "Refunded.");
+    assert_eq!(triage.context().system(), Some("You route questions."));
+    let events = run(&mut triage, "Anything else?").await;
+    assert_eq!(outcome(&events).final_text, "Triage again.");
+    let request = triage_client.last_request().unwrap();
+    assert_eq!(request.system.as_deref(), Some("You route questions."));
+    let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["faq", "transfer_to_billing"]);
+    // The whole history went to it: the handoff and billing's answer included.
+    assert_eq!(request.messages.len(), 5);
+    assert!(triage_client.history_violations().is_empty());
+}
+
+#[tokio::test]
 async fn one_handoff_per_response_and_the_names_are_checked() {
     let make = |name: &str| {
         Agent::builder(ScriptedClient::new([ScriptedResponse::text(format!(

@@ -474,6 +474,9 @@ pub struct AgentMachine {
     /// The handoff tools of agents handed from: kept defined (never callable) when the agent
     /// in charge has no tools, since the history refers to them.
     retired: Vec<ToolSpec>,
+    /// The system prompt of the agent the run started with, once a handoff replaced it: the
+    /// conversation gets it back when the run ends (the next run starts with that agent).
+    root_system: Option<Option<String>>,
     /// The instant of the input being handled (the latest given).
     now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
@@ -533,6 +536,7 @@ impl AgentMachine {
             nested: NestedRuns::default(),
             route: Vec::new(),
             retired: Vec::new(),
+            root_system: None,
             now: None,
             ignored: None,
         }
@@ -646,8 +650,10 @@ impl AgentMachine {
             retired.extend(config.handoffs.iter().map(|h| h.tool.clone()));
             config = target.config;
         }
+        let root_system = (!state.route.is_empty()).then(|| context.system().map(str::to_owned));
         context.restore_paused(paused.conversation.clone());
         let mut machine = AgentMachine::new(config, context, tools);
+        machine.root_system = root_system;
         machine.route = state.route.clone();
         machine.retired = retired;
         machine.nested = NestedRuns::restore(state.sub_agents.clone());
@@ -1976,6 +1982,9 @@ impl AgentMachine {
             return Ok(());
         };
         let to = target.config.name.clone();
+        if self.root_system.is_none() {
+            self.root_system = Some(self.context.system().map(str::to_owned));
+        }
         if matches!(target.filter, HandoffFilter::All) {
             self.context.set_system(target.system.clone());
         } else {
@@ -2088,6 +2097,10 @@ impl AgentMachine {
         // they are; `into_context` answers them for a run that leaves the pause behind.
         if !matches!(termination, Termination::Paused(_)) {
             self.context.repair();
+        }
+        // A handoff lasts for the run: the agent's next run starts with its own prompt.
+        if let Some(system) = self.root_system.take() {
+            self.context.set_system(system);
         }
         let outcome = RunOutcome {
             termination,

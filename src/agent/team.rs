@@ -54,7 +54,8 @@ pub(crate) struct SubAgentLink {
 /// [`AgentEvent::Handoff`].
 ///
 /// The handoff lasts for the rest of the run; the agent's next run starts with the agent
-/// itself again, on the whole history.
+/// itself again, on the whole history. The handoff call is answered by the agent itself: the
+/// `before_tool` hook is not asked about it.
 pub struct Handoff {
     agent: Agent,
     description: Option<String>,
@@ -157,7 +158,9 @@ impl Agent {
     /// paths call it) that runs it on a task: see [`AgentTool`].
     ///
     /// Each call starts from the conversation the agent holds now (usually none: give it a
-    /// system prompt instead), never from another call's.
+    /// system prompt instead), never from another call's, and keeps it for itself: the
+    /// agent's [session](crate::AgentBuilder::session), if it has one, is not used by its
+    /// calls.
     ///
     /// ```
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
