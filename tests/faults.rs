@@ -33,7 +33,9 @@ use agent_loop::{
 use serde_json::json;
 
 mod common;
-use common::agent::{assert_valid, echo_tool, result_event, run, run_cancelling};
+use common::agent::{
+    assert_valid, echo_tool, result_event, result_in_history, run, run_cancelling,
+};
 
 const KEY: &str = "sk-fault-suite-0123456789-secret";
 
@@ -281,24 +283,6 @@ fn history(messages: &[Message]) -> Vec<String> {
             format!("{role}: {}", blocks.join(" | "))
         })
         .collect()
-}
-
-/// The content of the tool result answering `id` in the history.
-fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
-    agent
-        .messages()
-        .iter()
-        .flat_map(|m| &m.content)
-        .find_map(|b| match b {
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-                ..
-            } if tool_use_id == id => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no tool result for {id} in {:#?}", agent.messages()))
 }
 
 /// The history is valid for the agent and for every request the server received, and is

@@ -113,7 +113,7 @@ fn responses(script: &[TurnScript]) -> Vec<ScriptedResponse> {
 /// the agent.
 async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<AgentEvent>, Agent) {
     let client = ScriptedClient::new(responses(&script));
-    let mut agent = Agent::builder(client)
+    let agent = Agent::builder(client)
         .tool(tool(true))
         .tool(tool(false))
         .max_turns(20)
@@ -126,6 +126,12 @@ async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<Agen
         )
         .build()
         .unwrap();
+    drive(agent, cancel_after).await
+}
+
+/// Runs `agent` on "go", cancelling after `cancel_after` events when set; returns the events
+/// and the agent.
+async fn drive(mut agent: Agent, cancel_after: Option<usize>) -> (Vec<AgentEvent>, Agent) {
     let handle = agent.handle();
     let mut stream = agent.run("go");
     let mut events = Vec::new();
@@ -234,7 +240,7 @@ async fn play_nested(
         .build()
         .unwrap()
         .as_tool("helper", "Does a task.");
-    let mut agent = Agent::builder(ScriptedClient::new(lead_responses(&lead)))
+    let agent = Agent::builder(ScriptedClient::new(lead_responses(&lead)))
         .tool(tool(true))
         .tool(tool(false))
         .tool(helper)
@@ -242,17 +248,7 @@ async fn play_nested(
         .max_tool_failure_turns(50)
         .build()
         .unwrap();
-    let handle = agent.handle();
-    let mut stream = agent.run("go");
-    let mut events = Vec::new();
-    while let Some(event) = stream.next().await {
-        events.push(event);
-        if cancel_after == Some(events.len()) {
-            handle.cancel();
-        }
-    }
-    drop(stream);
-    (events, agent)
+    drive(agent, cancel_after).await
 }
 
 proptest! {

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 mod common;
+use common::agent::result_in_history;
 use common::grammar::grammar_violation;
 
 fn usage(input: u64, output: u64) -> Usage {
@@ -56,21 +57,16 @@ fn nested<'a>(events: &'a [AgentEvent], path: &str) -> Vec<&'a AgentEvent> {
         .collect()
 }
 
-/// The content of the tool result answering `id` in `messages`.
-fn result_of(messages: &[Message], id: &str) -> (String, bool) {
-    messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .find_map(|b| match b {
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-                ..
-            } if tool_use_id == id => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no result for {id}"))
+/// A lead that calls `tool` once (call `c1`) with `task`, then answers `answer`.
+fn lead_calling(tool: impl agent_loop::Tool, task: &str, answer: &str) -> Agent {
+    let name = tool.name().to_owned();
+    Agent::builder(ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", name, json!({"task": task})),
+        ScriptedResponse::text(answer),
+    ]))
+    .tool(tool)
+    .build()
+    .unwrap()
 }
 
 #[tokio::test]
@@ -131,7 +127,7 @@ async fn a_sub_agent_runs_on_its_own_conversation_and_reports_tagged_events_and_
     assert_eq!(first.system.as_deref(), Some("You research."));
     assert_eq!(*first.messages, vec![Message::user("Find the answer.")]);
     assert_eq!(
-        result_of(&lead.messages(), "c1"),
+        result_in_history(&lead, "c1"),
         ("found: 42".to_owned(), false)
     );
     assert!(lead_client.history_violations().is_empty());
@@ -261,13 +257,11 @@ async fn a_call_past_the_depth_limit_is_answered_with_an_error_saying_so() {
     .tool(bottom.as_tool("bottom", "The lowest agent."))
     .build()
     .unwrap();
-    let mut lead = Agent::builder(ScriptedClient::new([
-        ScriptedResponse::tool_call("c1", "middle", json!({"task": "go down"})),
-        ScriptedResponse::text("done"),
-    ]))
-    .tool(middle.as_tool("middle", "The middle agent."))
-    .build()
-    .unwrap();
+    let mut lead = lead_calling(
+        middle.as_tool("middle", "The middle agent."),
+        "go down",
+        "done",
+    );
     let events = run(&mut lead, "Go as deep as you can.").await;
     assert_eq!(grammar_violation(&events), None, "{events:#?}");
     assert!(!nested(&events, "middle#c1/bottom#m1").is_empty());
@@ -336,7 +330,7 @@ async fn cancelling_during_a_sub_agent_closes_its_run_and_leaves_the_history_val
     assert_eq!(outcome(&events).sub_agents.len(), 1);
     // The lead's history is valid, and the lead runs again.
     assert_eq!(history_violation(&lead.messages()), None);
-    assert_eq!(result_of(&lead.messages(), "c1").0, "cancelled");
+    assert_eq!(result_in_history(&lead, "c1").0, "cancelled");
     let events = run(&mut lead, "Go on.").await;
     assert_eq!(outcome(&events).final_text, "after the cancel");
     assert!(lead_client.history_violations().is_empty());
@@ -397,10 +391,10 @@ async fn panics_inside_a_sub_agent_are_contained() {
     let (content, is_error) = inner_error.expect("the worker's tool is answered");
     assert!(is_error && content.contains("panicked") && content.contains("boom"));
     assert_eq!(
-        result_of(&lead.messages(), "c1"),
+        result_in_history(&lead, "c1"),
         ("the tool broke, but here is an answer".to_owned(), false)
     );
-    let (content, is_error) = result_of(&lead.messages(), "c2");
+    let (content, is_error) = result_in_history(&lead, "c2");
     assert!(is_error && content.contains("panicked"), "{content}");
     assert_eq!(history_violation(&lead.messages()), None);
 }
@@ -417,16 +411,10 @@ async fn a_sub_agent_without_an_answer_is_an_error_result_saying_why() {
     .max_turns(1)
     .build()
     .unwrap();
-    let mut lead = Agent::builder(ScriptedClient::new([
-        ScriptedResponse::tool_call("c1", "worker", json!({"task": "try"})),
-        ScriptedResponse::text("ok"),
-    ]))
-    .tool(worker.as_tool("worker", "Tries."))
-    .build()
-    .unwrap();
+    let mut lead = lead_calling(worker.as_tool("worker", "Tries."), "try", "ok");
     let events = run(&mut lead, "Go.").await;
     assert_eq!(grammar_violation(&events), None, "{events:#?}");
-    let (content, is_error) = result_of(&lead.messages(), "c1");
+    let (content, is_error) = result_in_history(&lead, "c1");
     assert!(is_error);
     assert!(
         content.contains("stopped without an answer") && content.contains("turn limit"),
@@ -581,7 +569,7 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
         assert_eq!(system(&requests[0].body), "You route questions.");
         assert_eq!(system(&requests[1].body), "You handle refunds.");
         // The history keeps the handoff: the call and its answer.
-        let (answer, is_error) = result_of(&triage.messages(), "h1");
+        let (answer, is_error) = result_in_history(&triage, "h1");
         assert!(!is_error && answer.contains("billing"), "{answer}");
     }
 }
@@ -727,7 +715,7 @@ async fn one_handoff_per_response_and_the_names_are_checked() {
     .unwrap();
     let events = run(&mut triage, "Help.").await;
     assert_eq!(outcome(&events).final_text, "billing here");
-    let (second, is_error) = result_of(&triage.messages(), "h2");
+    let (second, is_error) = result_in_history(&triage, "h2");
     assert!(is_error && second.contains("billing already"), "{second}");
 
     let clash = Agent::builder(ScriptedClient::new([]))
@@ -797,7 +785,7 @@ async fn a_run_paused_after_a_handoff_resumes_with_the_agent_it_was_handed_to() 
     assert_eq!(request.system.as_deref(), Some("You handle refunds."));
     assert_eq!(request.tools[0].name, "refund");
     assert_eq!(request.tool_choice, ToolChoice::Auto);
-    let (refund, _) = result_of(&second.messages(), "b1");
+    let (refund, _) = result_in_history(&second, "b1");
     assert_eq!(refund, "refunded");
     assert_eq!(second.messages()[0].role, Role::User);
 }

@@ -1,7 +1,7 @@
 //! Helpers for the tests that run an [`Agent`] (tests/agent.rs, tests/faults.rs).
 
 use agent_loop::testing::history_violation;
-use agent_loop::{Agent, AgentEvent, FnTool, RunOutcome, ToolError};
+use agent_loop::{Agent, AgentEvent, ContentBlock, FnTool, RunOutcome, ToolError};
 use futures::StreamExt;
 use serde::Deserialize;
 
@@ -62,6 +62,25 @@ pub fn assert_valid(agent: &Agent) {
     if let Some(v) = history_violation(&agent.messages()) {
         panic!("invalid history: {v}\n{:#?}", agent.messages());
     }
+}
+
+/// The content of the tool result answering `id` in the history.
+#[track_caller]
+pub fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
+    agent
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } if tool_use_id == id => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no tool result for {id} in {:#?}", agent.messages()))
 }
 
 /// The content of the `ToolResult` event of call `id`.
