@@ -289,36 +289,34 @@ fn scripted(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     for turns in [10usize, 100, 1_000] {
         group.throughput(Throughput::Elements(turns as u64));
-        group.bench_with_input(
-            BenchmarkId::new("scripted_client", turns),
-            &turns,
-            |b, &turns| {
-                b.iter_batched(
-                    || build_agent(ScriptedClient::new(script(turns)), turns as u32 + 1),
-                    |mut agent| {
-                        black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
-                        agent
-                    },
-                    BatchSize::PerIteration,
-                )
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("replay_client", turns),
-            &turns,
-            |b, &turns| {
-                b.iter_batched(
-                    || build_agent(ReplayClient::new(turns), turns as u32 + 1),
-                    |mut agent| {
-                        black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
-                        agent
-                    },
-                    BatchSize::PerIteration,
-                )
-            },
-        );
+        bench_runs(&mut group, &rt, "scripted_client", turns, |turns| {
+            build_agent(ScriptedClient::new(script(turns)), turns as u32 + 1)
+        });
+        bench_runs(&mut group, &rt, "replay_client", turns, |turns| {
+            build_agent(ReplayClient::new(turns), turns as u32 + 1)
+        });
     }
     group.finish();
+}
+
+/// Times whole runs of `turns` turns of the agents `make` builds (outside the timing).
+fn bench_runs(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    rt: &tokio::runtime::Runtime,
+    id: &str,
+    turns: usize,
+    make: impl Fn(usize) -> Agent,
+) {
+    group.bench_with_input(BenchmarkId::new(id, turns), &turns, |b, &turns| {
+        b.iter_batched(
+            || make(turns),
+            |mut agent| {
+                black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
+                agent
+            },
+            BatchSize::PerIteration,
+        )
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -608,30 +606,10 @@ fn nested(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     for turns in [10usize, 100, 1_000] {
         group.throughput(Throughput::Elements(turns as u64));
-        group.bench_with_input(BenchmarkId::new("direct", turns), &turns, |b, &turns| {
-            b.iter_batched(
-                || build_agent(ReplayClient::new(turns), turns as u32 + 1),
-                |mut agent| {
-                    black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
-                    agent
-                },
-                BatchSize::PerIteration,
-            )
+        bench_runs(&mut group, &rt, "direct", turns, |turns| {
+            build_agent(ReplayClient::new(turns), turns as u32 + 1)
         });
-        group.bench_with_input(
-            BenchmarkId::new("as_sub_agent", turns),
-            &turns,
-            |b, &turns| {
-                b.iter_batched(
-                    || lead_of(turns),
-                    |mut agent| {
-                        black_box(rt.block_on(run_to_end(&mut agent, "Go.")));
-                        agent
-                    },
-                    BatchSize::PerIteration,
-                )
-            },
-        );
+        bench_runs(&mut group, &rt, "as_sub_agent", turns, lead_of);
     }
     group.finish();
 }
