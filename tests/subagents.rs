@@ -290,8 +290,15 @@ async fn cancelling_during_a_sub_agent_closes_its_run_and_leaves_the_history_val
         ScriptedResponse::tool_call("c1", "worker", json!({"task": "wait"})),
         ScriptedResponse::text("after the cancel"),
     ]);
+    let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = kept.clone();
+    let worker = worker
+        .as_tool("worker", "Waits.")
+        .on_finish(move |id, conversation| {
+            keep.lock().unwrap().push((id.to_owned(), conversation))
+        });
     let mut lead = Agent::builder(lead_client.clone())
-        .tool(worker.as_tool("worker", "Waits."))
+        .tool(worker)
         .build()
         .unwrap();
     let handle = lead.handle();
@@ -328,6 +335,18 @@ async fn cancelling_during_a_sub_agent_closes_its_run_and_leaves_the_history_val
         ]
     );
     assert_eq!(outcome(&events).sub_agents.len(), 1);
+    // The worker's own conversation was left valid too: its call answered as interrupted.
+    let kept = kept.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].0, "c1");
+    let worker_history = &kept[0].1.messages;
+    assert_eq!(
+        history_violation(worker_history),
+        None,
+        "{worker_history:#?}"
+    );
+    assert_eq!(worker_history.len(), 3, "{worker_history:#?}");
+    assert_eq!(worker_history[0], Message::user("wait"));
     // The lead's history is valid, and the lead runs again.
     assert_eq!(history_violation(&lead.messages()), None);
     assert_eq!(result_in_history(&lead, "c1").0, "cancelled");
@@ -435,8 +454,11 @@ async fn a_typed_input_is_rendered_into_the_prompt_and_its_schema_sent() {
         ScriptedResponse::tool_call("c1", "weather", json!({"city": "Oslo"})),
         ScriptedResponse::text("It is sunny."),
     ]);
+    let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = kept.clone();
     let tool = worker
         .as_tool("weather", "The weather in a city.")
+        .on_finish(move |id, conversation| keep.lock().unwrap().push((id.to_owned(), conversation)))
         .input(|q: Question| format!("What is the weather in {}?", q.city));
     let mut lead = Agent::builder(lead_client.clone())
         .tool(tool)
@@ -447,6 +469,16 @@ async fn a_typed_input_is_rendered_into_the_prompt_and_its_schema_sent() {
     assert_eq!(
         *worker_client.requests()[0].messages,
         vec![Message::user("What is the weather in Oslo?")]
+    );
+    // The call's own conversation, handed over when it ended.
+    let kept = kept.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        kept[0].1.messages,
+        vec![
+            Message::user("What is the weather in Oslo?"),
+            Message::assistant("sunny")
+        ]
     );
     let spec = &lead_client.requests()[0].tools[0];
     assert_eq!(spec.input_schema["properties"]["city"]["type"], "string");

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::Conversation;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::agent::Agent;
@@ -150,7 +151,27 @@ pub struct AgentTool<I = SubAgentTask> {
     description: String,
     render: Arc<dyn Fn(I) -> String + Send + Sync>,
     timeout: Duration,
+    on_finish: Option<Arc<FinishFn>>,
     _input: PhantomData<fn(I)>,
+}
+
+/// What [`AgentTool::on_finish`] is given each call's conversation with.
+type FinishFn = dyn Fn(&str, Conversation) + Send + Sync;
+
+/// A call's agent, whose conversation goes to the [`AgentTool::on_finish`] function when the
+/// call ends, however it ends (its run's stream, dropped first, has left it valid).
+struct CallAgent<'a> {
+    agent: Agent,
+    call_id: &'a str,
+    on_finish: Option<&'a FinishFn>,
+}
+
+impl Drop for CallAgent<'_> {
+    fn drop(&mut self) {
+        if let Some(on_finish) = self.on_finish {
+            on_finish(self.call_id, self.agent.snapshot());
+        }
+    }
 }
 
 impl Agent {
@@ -199,6 +220,7 @@ impl Agent {
             description: description.into(),
             render: Arc::new(|task: SubAgentTask| task.task),
             timeout: DEFAULT_TIMEOUT,
+            on_finish: None,
             _input: PhantomData,
         }
     }
@@ -234,8 +256,21 @@ impl<I> AgentTool<I> {
             description: self.description,
             render: Arc::new(render),
             timeout: self.timeout,
+            on_finish: self.on_finish,
             _input: PhantomData,
         }
+    }
+
+    /// Hands each call's conversation (the sub-agent's own, with the call's id) to
+    /// `on_finish` when the call ends: answered, failed, cancelled or timed out. It is always
+    /// a valid history (a run cut short answers its open calls as interrupted), ready to
+    /// save. Without it, a call's conversation is dropped with the call.
+    pub fn on_finish(
+        mut self,
+        on_finish: impl Fn(&str, Conversation) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_finish = Some(Arc::new(on_finish));
+        self
     }
 
     /// The longest one call (the sub-agent's whole run) may take (default 10 minutes).
@@ -287,12 +322,18 @@ where
                 self.name
             )));
         }
-        let mut agent = self
-            .template
-            .fresh(depth, max_depth, ctx.cancellation().clone());
+        let mut call = CallAgent {
+            agent: self
+                .template
+                .fresh(depth, max_depth, ctx.cancellation().clone()),
+            call_id: ctx.call_id(),
+            on_finish: self.on_finish.as_deref(),
+        };
         let path = AgentPath::from(vec![PathStep::new(self.name.clone(), ctx.call_id())]);
         let events = link.map(|l| l.events.clone());
-        let mut run = agent.run((self.render)(input));
+        // Declared after `call`, so dropped before it: a cancelled call's run gives its
+        // conversation back, repaired, before `on_finish` reads it.
+        let mut run = call.agent.run((self.render)(input));
         let mut outcome = None;
         while let Some(event) = run.next().await {
             if let AgentEvent::Finished(finished) = &event {
