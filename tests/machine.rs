@@ -1133,3 +1133,74 @@ fn a_response_cut_off_after_an_early_call_answers_it_with_its_own_result() {
     assert_eq!(history[1].0, "r2");
     assert_eq!(history[2].0, "a1");
 }
+
+/// A sub-agent's event of call `id` (a path one step down).
+fn nested(id: &str, event: AgentEvent) -> Input {
+    Input::Nested(agent_loop::machine::NestedEvent::new(
+        agent_loop::AgentPath::from(vec![agent_loop::PathStep::new("worker", id)]),
+        event,
+    ))
+}
+
+#[test]
+fn sub_agents_events_are_taken_only_from_a_running_call_and_its_result_closes_them() {
+    let now = Instant::now();
+    let mut m = started(now);
+    let mut stream = call_events("c1", "act", "{}");
+    stream.extend(call_block(1, "c2", "act", "{}"));
+    stream.push(stop(StopReason::ToolUse));
+    feed(&mut m, stream, now);
+    // Waiting for the hooks, no call runs: nothing nested is taken.
+    let turn = AgentEvent::TurnStart { turn: 1 };
+    assert_eq!(m.handle(nested("c1", turn.clone()), now), Handled::Ignored);
+    m.handle(Input::Approved(vec![ToolDecision::Allow; 2]), now);
+    drain(&mut m);
+    // Running: taken and reported; an unknown call's is not.
+    assert_eq!(m.handle(nested("c1", turn.clone()), now), Handled::Taken);
+    assert_eq!(m.handle(nested("zz", turn.clone()), now), Handled::Ignored);
+    let usage = agent_loop::Usage {
+        input_tokens: 7,
+        ..agent_loop::Usage::default()
+    };
+    m.handle(
+        nested(
+            "c1",
+            AgentEvent::TurnEnd {
+                turn: 1,
+                stop_reason: StopReason::EndTurn,
+                usage,
+            },
+        ),
+        now,
+    );
+    m.handle(nested("c2", turn.clone()), now);
+    let reported = drain(&mut m);
+    assert_eq!(events(&reported).len(), 3, "{reported:#?}");
+    // c1's result closes its sub-agent's run (what it used rolls up); c2's run is still open.
+    m.handle(done("c1", "act", "ok"), now);
+    let closing = drain(&mut m);
+    let shapes: Vec<String> = events(&closing)
+        .iter()
+        .map(|e| match e {
+            AgentEvent::SubAgent { path, event } => match &**event {
+                AgentEvent::Finished(o) => format!("{path} finished {}", o.termination),
+                other => format!("{path} {other:?}"),
+            },
+            AgentEvent::ToolResult { id, .. } => format!("result {id}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(shapes, ["worker#c1 finished cancelled", "result c1"]);
+    // After its result, the call's events are not taken.
+    assert_eq!(m.handle(nested("c1", turn), now), Handled::Ignored);
+    m.handle(done("c2", "act", "ok"), now);
+    let actions = drain(&mut m);
+    assert!(events(&actions)
+        .iter()
+        .any(|e| matches!(e, AgentEvent::SubAgent { .. })));
+    m.handle(Input::Cancel, now);
+    let actions = drain(&mut m);
+    let outcome = outcome(&actions).expect("finished");
+    assert_eq!(outcome.usage.input_tokens, 7);
+    assert_eq!(outcome.sub_agents.len(), 2);
+}

@@ -821,3 +821,42 @@ async fn a_run_paused_after_a_handoff_resumes_with_the_agent_it_was_handed_to() 
     assert_eq!(refund, "refunded");
     assert_eq!(second.messages()[0].role, Role::User);
 }
+
+#[tokio::test]
+async fn a_run_paused_after_a_sub_agent_keeps_what_it_used_when_resumed() {
+    let build = |lead: ScriptedClient| {
+        let worker = Agent::builder(ScriptedClient::new([
+            ScriptedResponse::text("found it").usage(usage(10, 1))
+        ]))
+        .build()
+        .unwrap();
+        Agent::builder(lead)
+            .tool(worker.as_tool("worker", "Finds things."))
+            .tool(agent_loop::DeferredTool::new("ask_user", "Asks the user."))
+            .build()
+            .unwrap()
+    };
+    let mut first = build(ScriptedClient::new([ScriptedResponse::tool_call(
+        "c1",
+        "worker",
+        json!({"task": "find"}),
+    )
+    .then_tool_call("q1", "ask_user", json!({}))]));
+    let events = run(&mut first, "Go.").await;
+    let Termination::Paused(paused) = &outcome(&events).termination else {
+        panic!("{events:#?}")
+    };
+    assert_eq!(outcome(&events).sub_agents.len(), 1);
+    let json = serde_json::to_string(&**paused).unwrap();
+    let paused: agent_loop::PausedRun = serde_json::from_str(&json).unwrap();
+    let mut second = build(ScriptedClient::new([ScriptedResponse::text("done")]));
+    let resumed: Vec<AgentEvent> = second
+        .resume(&paused, Resolutions::new().result("q1", "yes"))
+        .collect()
+        .await;
+    let outcome = outcome(&resumed);
+    assert_eq!(outcome.final_text, "done", "{resumed:#?}");
+    assert_eq!(outcome.sub_agents.len(), 1);
+    assert_eq!(outcome.sub_agents[0].path.to_string(), "worker#c1");
+    assert_eq!(outcome.usage.input_tokens, 10);
+}

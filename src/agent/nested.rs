@@ -261,6 +261,77 @@ mod tests {
     }
 
     #[test]
+    fn an_answered_call_is_not_answered_again_when_its_run_closes() {
+        let mut runs = NestedRuns::default();
+        let child = path(&[("w", "c1")]);
+        runs.observe(&child, &AgentEvent::TurnStart { turn: 1 });
+        for id in ["x", "y"] {
+            let call = AgentEvent::ToolCall {
+                id: id.into(),
+                name: "g".into(),
+                input: serde_json::json!({}),
+            };
+            runs.observe(&child, &call);
+        }
+        let result = AgentEvent::ToolResult {
+            id: "x".into(),
+            name: "g".into(),
+            content: "ok".into(),
+            is_error: false,
+            duration: Duration::ZERO,
+        };
+        runs.observe(&child, &result);
+        let (events, _, _) = runs.close_under("c1");
+        let results: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                AgentEvent::ToolResult { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results, ["y"]);
+    }
+
+    #[test]
+    fn at_most_max_open_runs_are_tracked_and_the_tracked_ones_go_on() {
+        let mut runs = NestedRuns::default();
+        for i in 0..MAX_OPEN {
+            runs.observe(
+                &path(&[("w", &format!("c{i}"))]),
+                &AgentEvent::TurnStart { turn: 1 },
+            );
+        }
+        // One more is reported but not tracked: closing its call closes nothing.
+        let extra = path(&[("w", "extra")]);
+        runs.observe(&extra, &AgentEvent::TurnStart { turn: 1 });
+        assert!(runs.close_under("extra").0.is_empty());
+        // A tracked one still takes its events: its turn ended, closing it ends no turn.
+        let first = path(&[("w", "c0")]);
+        runs.observe(
+            &first,
+            &AgentEvent::TurnEnd {
+                turn: 1,
+                stop_reason: StopReason::EndTurn,
+                usage: usage(2),
+            },
+        );
+        let (events, rolled, _) = runs.close_under("c0");
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(rolled, usage(2));
+    }
+
+    #[test]
+    fn a_restored_record_keeps_the_runs_finished_before() {
+        let mut outcome = RunOutcome::ended(Termination::Completed);
+        outcome.usage = usage(4);
+        let mut runs = NestedRuns::default();
+        runs.observe(&path(&[("w", "c1")]), &AgentEvent::Finished(outcome));
+        let restored = NestedRuns::restore(runs.finished().to_vec());
+        assert_eq!(restored.finished(), runs.finished());
+        assert_eq!(restored.finished().len(), 1);
+    }
+
+    #[test]
     fn a_nested_event_is_flattened() {
         let inner = AgentEvent::SubAgent {
             path: path(&[("g", "x")]),
