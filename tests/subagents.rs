@@ -436,7 +436,9 @@ async fn a_sub_agent_without_an_answer_is_an_error_result_saying_why() {
     let (content, is_error) = result_in_history(&lead, "c1");
     assert!(is_error);
     assert!(
-        content.contains("stopped without an answer") && content.contains("turn limit"),
+        content.contains("stopped without an answer")
+            && content.contains("turn limit")
+            && content.ends_with("its last text: half an answer"),
         "{content}"
     );
 }
@@ -481,6 +483,8 @@ async fn a_typed_input_is_rendered_into_the_prompt_and_its_schema_sent() {
         ]
     );
     let spec = &lead_client.requests()[0].tools[0];
+    assert_eq!(spec.name, "weather");
+    assert_eq!(spec.description, "The weather in a city.");
     assert_eq!(spec.input_schema["properties"]["city"]["type"], "string");
     assert_eq!(spec.input_schema["required"], json!(["city"]));
 }
@@ -750,6 +754,7 @@ async fn one_handoff_per_response_and_the_names_are_checked() {
     let (second, is_error) = result_in_history(&triage, "h2");
     assert!(is_error && second.contains("billing already"), "{second}");
 
+    assert!(format!("{:?}", Handoff::new(make("billing"))).contains("billing"));
     let clash = Agent::builder(ScriptedClient::new([]))
         .handoff(make("billing"))
         .handoff(make("billing"))
@@ -859,4 +864,77 @@ async fn a_run_paused_after_a_sub_agent_keeps_what_it_used_when_resumed() {
     assert_eq!(outcome.sub_agents.len(), 1);
     assert_eq!(outcome.sub_agents[0].path.to_string(), "worker#c1");
     assert_eq!(outcome.usage.input_tokens, 10);
+}
+
+/// A sub-agent's whole run may take longer than the registry's default tool timeout (120 s):
+/// its own limit applies (10 minutes unless set). On tokio's paused clock, no real waiting.
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_has_its_own_time_limit() {
+    let slow_worker = || {
+        let wait = FnTool::new("wait", "Waits.", |_: Value, _ctx| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(200)).await;
+            Ok::<_, ToolError>("waited")
+        });
+        Agent::builder(ScriptedClient::new([
+            ScriptedResponse::tool_call("w1", "wait", json!({})),
+            ScriptedResponse::text("finally"),
+        ]))
+        .tool(wait.timeout(std::time::Duration::from_secs(300)))
+        .build()
+        .unwrap()
+    };
+    let mut lead = lead_calling(slow_worker().as_tool("worker", "Slow."), "wait", "ok");
+    run(&mut lead, "Go.").await;
+    assert_eq!(
+        result_in_history(&lead, "c1"),
+        ("finally".to_owned(), false)
+    );
+
+    let tool = slow_worker()
+        .as_tool("worker", "Slow.")
+        .timeout(std::time::Duration::from_secs(60));
+    let mut lead = lead_calling(tool, "wait", "ok");
+    let events = run(&mut lead, "Go.").await;
+    assert_eq!(grammar_violation(&events), None, "{events:#?}");
+    let (content, is_error) = result_in_history(&lead, "c1");
+    assert!(
+        is_error && content.contains("timed out after 60s"),
+        "{content}"
+    );
+}
+
+/// A run paused before any handoff resumes with the agent itself, not a handoff's target.
+#[tokio::test]
+async fn a_run_paused_without_a_handoff_resumes_with_the_agent_itself() {
+    let build = |triage: ScriptedClient, billing: ScriptedClient| {
+        let billing = Agent::builder(billing).name("billing").build().unwrap();
+        Agent::builder(triage)
+            .name("triage")
+            .tool(answering("lookup", "found"))
+            .require_approval("lookup")
+            .handoff(billing)
+            .build()
+            .unwrap()
+    };
+    let mut first = build(
+        ScriptedClient::new([ScriptedResponse::tool_call("l1", "lookup", json!({}))]),
+        ScriptedClient::new([]),
+    );
+    let events = run(&mut first, "Look it up.").await;
+    let Termination::Paused(paused) = &outcome(&events).termination else {
+        panic!("{events:#?}")
+    };
+    let triage = ScriptedClient::new([ScriptedResponse::text("triage answers")]);
+    let billing = ScriptedClient::new([ScriptedResponse::text("billing answers")]);
+    let mut second = build(triage.clone(), billing.clone());
+    let resumed: Vec<AgentEvent> = second
+        .resume(paused, Resolutions::new().approve("l1"))
+        .collect()
+        .await;
+    assert_eq!(
+        outcome(&resumed).final_text,
+        "triage answers",
+        "{resumed:#?}"
+    );
+    assert!(billing.requests().is_empty());
 }
