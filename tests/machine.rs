@@ -1204,3 +1204,24 @@ fn sub_agents_events_are_taken_only_from_a_running_call_and_its_result_closes_th
     assert_eq!(outcome.usage.input_tokens, 7);
     assert_eq!(outcome.sub_agents.len(), 2);
 }
+
+/// A driver of its own may run agents in read-only calls started early: their nested events
+/// are taken while the model still streams, and only theirs.
+#[test]
+fn nested_events_of_a_call_started_early_are_taken_while_the_model_streams() {
+    let now = Instant::now();
+    let mut m = started(now);
+    let turn = AgentEvent::TurnStart { turn: 1 };
+    feed(&mut m, call_events("r1", "look", "{}"), now);
+    // Asked about, not started yet.
+    assert_eq!(m.handle(nested("r1", turn.clone()), now), Handled::Ignored);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    assert_eq!(m.handle(nested("r1", turn.clone()), now), Handled::Taken);
+    assert_eq!(m.handle(nested("r2", turn), now), Handled::Ignored);
+    let actions = drain(&mut m);
+    assert!(matches!(
+        events(&actions).as_slice(),
+        [AgentEvent::SubAgent { path, .. }] if path.to_string() == "worker#r1"
+    ));
+}
