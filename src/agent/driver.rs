@@ -33,13 +33,13 @@ use super::team::SubAgentLink;
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(super) struct Driver {
     /// The `agent.run` span; the outcome is recorded on it.
-    pub(super) span: tracing::Span,
+    span: tracing::Span,
     /// `Some` until the conversation goes back to the agent.
     pub(super) machine: Option<AgentMachine>,
     /// The conversation until the machine is built (after the session is loaded).
-    pub(super) context: Option<ContextManager>,
-    pub(super) config: MachineConfig,
-    pub(super) session: Option<SessionLink>,
+    context: Option<ContextManager>,
+    config: MachineConfig,
+    session: Option<SessionLink>,
     pub(super) client: Arc<dyn LlmClient>,
     /// The tools calls run with: always the machine's.
     pub(super) tools: ToolRegistry,
@@ -47,26 +47,26 @@ pub(super) struct Driver {
     pub(super) sources: ToolSources,
     pub(super) hooks: Arc<dyn AgentHooks>,
     pub(super) summarizer: Option<Arc<dyn Summarizer>>,
-    pub(super) handle: AgentHandle,
-    pub(super) shared: Arc<Mutex<Shared>>,
+    handle: AgentHandle,
+    shared: Arc<Mutex<Shared>>,
     pub(super) cancel: CancellationToken,
-    pub(super) tx: mpsc::Sender<AgentEvent>,
+    tx: mpsc::Sender<AgentEvent>,
     /// How many messages the published view holds (0: publish everything next time).
-    pub(super) published: usize,
+    published: usize,
     /// The `agent.turn` span of the turn in progress: the parent of its model calls and tools.
-    pub(super) turn_span: tracing::Span,
+    turn_span: tracing::Span,
     /// The `llm.call` span of the model call in progress; usage is recorded on it.
-    pub(super) llm_span: tracing::Span,
+    llm_span: tracing::Span,
     /// Model calls made in the turn in progress.
-    pub(super) attempts: u32,
+    attempts: u32,
     /// Whether the machine was told of the cancel, or of the stop request.
     pub(super) told_cancel: bool,
     pub(super) told_stop: bool,
     /// The agents the conversation can be handed to.
     pub(super) team: Arc<Vec<Member>>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
-    pub(super) depth: u32,
-    pub(super) max_depth: u32,
+    depth: u32,
+    max_depth: u32,
 }
 
 impl Drop for Driver {

@@ -22,14 +22,17 @@ pub type FilterFn = dyn Fn(&[Message]) -> Vec<Message> + Send + Sync;
 /// [`messages`](crate::Agent::messages) are what the new agent saw and said.
 ///
 /// ```
-/// use agent_loop::{HandoffFilter, Message};
+/// use agent_loop::{HandoffFilter, Message, Role};
 ///
-/// // Only the last user message goes over, and the handoff itself.
-/// let last_user = HandoffFilter::custom(|messages: &[Message]| {
-///     let keep = messages.iter().rposition(|m| m.text() != "" && m.role == agent_loop::Role::User);
-///     messages[keep.unwrap_or(0)..].to_vec()
+/// // From the user's last question on: that question, the handoff call and its answer.
+/// let from_last_question = HandoffFilter::custom(|messages: &[Message]| {
+///     let start = messages
+///         .iter()
+///         .rposition(|m| m.role == Role::User && !m.text().is_empty())
+///         .unwrap_or(0);
+///     messages[start..].to_vec()
 /// });
-/// # let _ = last_user;
+/// # let _ = from_last_question;
 /// ```
 #[non_exhaustive]
 #[derive(Clone, Default)]
