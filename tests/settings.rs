@@ -41,8 +41,8 @@ async fn anthropic_gets_every_setting_in_its_documented_field() {
     let mut agent = configured(Agent::builder(client)).build().unwrap();
     agent.prompt("hi").await.unwrap();
     let body = &server.requests()[0].body;
-    assert_eq!(body["temperature"], json!(0.3f32));
-    assert_eq!(body["top_p"], json!(0.9f32));
+    assert_eq!(body["temperature"], json!(0.3));
+    assert_eq!(body["top_p"], json!(0.9));
     assert_eq!(body["stop_sequences"], json!(["END"]));
     assert_eq!(
         body["tool_choice"],
@@ -63,8 +63,8 @@ async fn openai_gets_every_setting_in_its_documented_field() {
     let mut agent = configured(Agent::builder(client)).build().unwrap();
     agent.prompt("hi").await.unwrap();
     let body = &server.requests()[0].body;
-    assert_eq!(body["temperature"], json!(0.3f32));
-    assert_eq!(body["top_p"], json!(0.9f32));
+    assert_eq!(body["temperature"], json!(0.3));
+    assert_eq!(body["top_p"], json!(0.9));
     assert_eq!(body["stop"], json!(["END"]));
     assert_eq!(
         body["tool_choice"],

@@ -534,7 +534,7 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
         let billing = Agent::builder(client("billing-model"))
             .name("billing")
             .system("You handle refunds.")
-            .temperature(0.5)
+            .temperature(0.1)
             .tool(answering("refund", "refunded"))
             .build()
             .unwrap();
@@ -590,7 +590,7 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
         assert_eq!(names(&requests[1].body), ["refund"]);
         assert_eq!(requests[0].body["model"], "triage-model");
         assert_eq!(requests[1].body["model"], "billing-model");
-        assert_eq!(requests[1].body["temperature"], json!(0.5));
+        assert_eq!(requests[1].body["temperature"], json!(0.1));
         let system = |body: &Value| -> String {
             if anthropic {
                 body["system"]

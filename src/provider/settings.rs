@@ -201,6 +201,26 @@ impl RequestSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float_settings_go_out_as_the_decimal_written() {
+        #[derive(serde::Serialize)]
+        struct Body {
+            #[serde(serialize_with = "decimal")]
+            t: Option<f32>,
+        }
+        // Through a Value (as the encoders build requests) and straight to text.
+        for (v, text) in [(0.1f32, "0.1"), (0.3, "0.3"), (1.0, "1.0"), (0.7, "0.7")] {
+            let value = serde_json::to_value(Body { t: Some(v) }).unwrap();
+            assert_eq!(value["t"].to_string(), text);
+            let direct = serde_json::to_string(&Body { t: Some(v) }).unwrap();
+            assert_eq!(direct, format!("{{\"t\":{text}}}"));
+        }
+        assert_eq!(
+            serde_json::to_string(&Body { t: None }).unwrap(),
+            r#"{"t":null}"#
+        );
+    }
     use serde_json::json;
 
     #[test]
@@ -257,5 +277,18 @@ mod tests {
         assert_eq!(request.tool_choice, ToolChoice::None);
         assert_eq!(request.stop_sequences, ["x"]);
         assert_eq!(request.top_p, Some(0.5));
+    }
+}
+
+/// Serializes an `f32` setting as the decimal it was written as (`0.1`, not the
+/// `0.10000000149011612` its widening to JSON's `f64` gives when a request passes through a
+/// `serde_json::Value`): the shortest decimal that reads back as the same `f32`.
+pub(crate) fn decimal<S: serde::Serializer>(value: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => {
+            let exact: f64 = v.to_string().parse().unwrap_or(f64::from(*v));
+            s.serialize_some(&exact)
+        }
+        None => s.serialize_none(),
     }
 }

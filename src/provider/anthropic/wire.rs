@@ -16,9 +16,15 @@ pub(crate) struct MessagesRequest<'a> {
     pub(crate) tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_choice: Option<WireToolChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub(crate) stop_sequences: &'a [String],

@@ -19,9 +19,15 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) tool_choice: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) parallel_tool_calls: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub(crate) stop: &'a [String],

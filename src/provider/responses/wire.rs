@@ -15,9 +15,15 @@ pub(crate) struct ResponsesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_choice: Option<serde_json::Value>,
     pub(crate) max_output_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::provider::settings::decimal"
+    )]
     pub(crate) top_p: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) parallel_tool_calls: Option<bool>,
