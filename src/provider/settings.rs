@@ -198,6 +198,19 @@ impl RequestSettings {
     }
 }
 
+/// Serializes an `f32` setting as the decimal it was written as (`0.1`, not the
+/// `0.10000000149011612` its widening to JSON's `f64` gives when a request passes through a
+/// `serde_json::Value`): the shortest decimal that reads back as the same `f32`.
+pub(crate) fn decimal<S: serde::Serializer>(value: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => {
+            let exact: f64 = v.to_string().parse().unwrap_or(f64::from(*v));
+            s.serialize_some(&exact)
+        }
+        None => s.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,18 +290,5 @@ mod tests {
         assert_eq!(request.tool_choice, ToolChoice::None);
         assert_eq!(request.stop_sequences, ["x"]);
         assert_eq!(request.top_p, Some(0.5));
-    }
-}
-
-/// Serializes an `f32` setting as the decimal it was written as (`0.1`, not the
-/// `0.10000000149011612` its widening to JSON's `f64` gives when a request passes through a
-/// `serde_json::Value`): the shortest decimal that reads back as the same `f32`.
-pub(crate) fn decimal<S: serde::Serializer>(value: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(v) => {
-            let exact: f64 = v.to_string().parse().unwrap_or(f64::from(*v));
-            s.serialize_some(&exact)
-        }
-        None => s.serialize_none(),
     }
 }
