@@ -92,8 +92,8 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, FilterFn,
-    Handoff, HandoffFilter, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Handoff,
+    HandoffFilter, HandoffFilterFn, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall,
     Resolution, Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput, SubAgentTask,
     SubAgentUsage, Termination, ToolDecision, WaitsFor, DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
 };

@@ -13,7 +13,7 @@ use crate::message::{ContentBlock, Message, Role, ToolSpec};
 pub(crate) const HANDED_OVER: &str = "The conversation was handed over to you: continue it.";
 
 /// A function from the conversation to what the new agent sees ([`HandoffFilter::Custom`]).
-pub type FilterFn = dyn Fn(&[Message]) -> Vec<Message> + Send + Sync;
+pub type HandoffFilterFn = dyn Fn(&[Message]) -> Vec<Message> + Send + Sync;
 
 /// What history the agent a conversation is handed to sees
 /// ([`Handoff::input_filter`](crate::Handoff::input_filter)).
@@ -47,7 +47,7 @@ pub enum HandoffFilter {
     /// A function of yours: from the conversation (ending with the handoff call's answer) to
     /// what the new agent sees. It must be a valid history (starting with a user message,
     /// every tool call answered), or the run ends with an error saying why.
-    Custom(Arc<FilterFn>),
+    Custom(Arc<HandoffFilterFn>),
 }
 
 impl HandoffFilter {

@@ -43,7 +43,7 @@ pub use builder::AgentBuilder;
 pub use config::{HandoffTarget, MachineConfig};
 pub use events::{AgentEvent, NestedEvent, RunError, RunOutcome, Termination};
 pub use handle::AgentHandle;
-pub use handoff::{FilterFn, HandoffFilter};
+pub use handoff::{HandoffFilter, HandoffFilterFn};
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
 pub use machine::{Action, AgentMachine, Handled, Input};
 pub use output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
