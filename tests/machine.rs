@@ -380,14 +380,21 @@ fn a_context_overflow_compacts_once_and_re_sends() {
     ));
 }
 
-#[test]
-fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
-    let now = Instant::now();
+/// A started machine whose first response asked for two `act` calls, `c1` and `c2`: the
+/// hooks are asked about them.
+fn two_calls_asked(now: Instant) -> AgentMachine {
     let mut m = started(now);
     let mut stream = call_events("c1", "act", "{}");
     stream.extend(call_block(1, "c2", "act", "{}"));
     stream.push(stop(StopReason::ToolUse));
     feed(&mut m, stream, now);
+    m
+}
+
+#[test]
+fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
+    let now = Instant::now();
+    let mut m = two_calls_asked(now);
     m.handle(
         Input::Approved(vec![ToolDecision::Allow, ToolDecision::Allow]),
         now,
@@ -1145,11 +1152,7 @@ fn nested(id: &str, event: AgentEvent) -> Input {
 #[test]
 fn sub_agents_events_are_taken_only_from_a_running_call_and_its_result_closes_them() {
     let now = Instant::now();
-    let mut m = started(now);
-    let mut stream = call_events("c1", "act", "{}");
-    stream.extend(call_block(1, "c2", "act", "{}"));
-    stream.push(stop(StopReason::ToolUse));
-    feed(&mut m, stream, now);
+    let mut m = two_calls_asked(now);
     // Waiting for the hooks, no call runs: nothing nested is taken.
     let turn = AgentEvent::TurnStart { turn: 1 };
     assert_eq!(m.handle(nested("c1", turn.clone()), now), Handled::Ignored);

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 mod common;
+use common::agent::read_tool;
 use common::grammar::grammar_violation;
 
 /// A response that reads and deletes a file, then one that says it is done.
@@ -34,12 +35,7 @@ fn script() -> Vec<ScriptedResponse> {
 
 /// The agent's tools; `deletes` counts the deletions that ran.
 fn builder(client: ScriptedClient, deletes: Arc<AtomicUsize>) -> AgentBuilder {
-    let read = FnTool::new(
-        "read",
-        "Reads a file.",
-        |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("hello") },
-    )
-    .read_only(true);
+    let read = read_tool();
     let delete = FnTool::new(
         "delete",
         "Deletes a file.",

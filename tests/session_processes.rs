@@ -20,6 +20,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 mod common;
+use common::agent::read_tool;
 use common::stores::{postgres_url, unique, TempFile};
 
 const ROLE: &str = "AGENT_LOOP_TEST_ROLE";
@@ -58,12 +59,7 @@ fn script() -> Vec<ScriptedResponse> {
 }
 
 fn builder(client: ScriptedClient) -> agent_loop::AgentBuilder {
-    let read = FnTool::new(
-        "read",
-        "Reads a file.",
-        |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("hello") },
-    )
-    .read_only(true);
+    let read = read_tool();
     let delete = FnTool::new(
         "delete",
         "Deletes a file.",

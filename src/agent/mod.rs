@@ -16,6 +16,7 @@
 mod agent;
 mod builder;
 mod config;
+mod delegate;
 mod driver;
 mod events;
 mod handle;

@@ -21,7 +21,8 @@ use crate::context::Conversation;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::agent::Agent;
-use super::events::{AgentEvent, NestedEvent, Termination};
+use super::delegate;
+use super::events::{AgentEvent, NestedEvent};
 use super::handle::AgentHandle;
 use super::handoff::HandoffFilter;
 use super::member::Member;
@@ -310,18 +311,8 @@ where
 
     async fn call(&self, input: I, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let link = ctx.extension::<SubAgentLink>();
-        let depth = link.map_or(0, |l| l.depth) + 1;
-        let max_depth = link.map_or(self.template.max_depth, |l| {
-            l.max_depth.min(self.template.max_depth)
-        });
-        if depth > max_depth {
-            return Err(ToolError::new(format!(
-                "not run: the agent `{}` would run {depth} levels below the run the host \
-                 started, past the limit of {max_depth} (AgentBuilder::max_depth); do the \
-                 task without it",
-                self.name
-            )));
-        }
+        let caller = link.map(|l| (l.depth, l.max_depth));
+        let (depth, max_depth) = delegate::depth(&self.name, caller, self.template.max_depth)?;
         let mut call = CallAgent {
             agent: self
                 .template
@@ -346,28 +337,6 @@ where
             }
         }
         drop(run);
-        let name = &self.name;
-        let Some(outcome) = outcome else {
-            return Err(ToolError::new(format!(
-                "the agent `{name}` ended without an outcome"
-            )));
-        };
-        match outcome.termination {
-            Termination::Completed => Ok(ToolOutput::text(outcome.final_text)),
-            Termination::Error(e) => Err(ToolError::new(format!("the agent `{name}` failed: {e}"))),
-            Termination::Paused(_) => Err(ToolError::new(format!(
-                "the agent `{name}` paused to wait for an approval or a result from outside, \
-                 which sub-agents do not support; do the task without it"
-            ))),
-            termination => {
-                let mut message =
-                    format!("the agent `{name}` stopped without an answer: {termination}");
-                if !outcome.final_text.is_empty() {
-                    message.push_str("; its last text: ");
-                    message.push_str(&outcome.final_text);
-                }
-                Err(ToolError::new(message))
-            }
-        }
+        delegate::answer(&self.name, outcome)
     }
 }

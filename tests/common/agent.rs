@@ -95,6 +95,16 @@ pub fn result_event(events: &[AgentEvent], id: &str) -> String {
         .unwrap_or_else(|| panic!("no ToolResult event for {id}: {events:#?}"))
 }
 
+/// `read`: a read-only tool that answers "hello" (the pause and session tests' file reader).
+pub fn read_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "read",
+        "Reads a file.",
+        |_: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("hello") },
+    )
+    .read_only(true)
+}
+
 /// The input of [`echo_tool`].
 #[derive(Deserialize, schemars::JsonSchema)]
 pub struct EchoInput {
