@@ -82,6 +82,7 @@ mod input;
 pub mod mcp;
 pub mod media;
 mod message;
+mod pricing;
 mod provider;
 #[cfg(test)]
 mod serde_tests;
@@ -118,6 +119,7 @@ pub use error::{
 pub use input::UserInput;
 pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
+pub use pricing::{Cost, ModelPrice, Pricing, Usd};
 pub use provider::redirect_policy;
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
