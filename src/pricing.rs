@@ -457,7 +457,10 @@ mod tests {
         assert_eq!(price("gpt-4o"), Some(Usd::from_dollars(10.0)));
         assert_eq!(price("gpt-4o-2024-08-06"), Some(Usd::from_dollars(10.0)));
         assert_eq!(price("gpt-4o-mini"), Some(Usd::from_dollars(0.6)));
-        assert_eq!(price("gpt-4o-mini-2024-07-18"), Some(Usd::from_dollars(0.6)));
+        assert_eq!(
+            price("gpt-4o-mini-2024-07-18"),
+            Some(Usd::from_dollars(0.6))
+        );
         assert_eq!(price("openai/gpt-4o-mini"), Some(Usd::from_dollars(0.6)));
         assert_eq!(price("gpt-4o@2024"), Some(Usd::from_dollars(10.0)));
         // A prefix that is not followed by a separator is another model.
@@ -508,10 +511,18 @@ mod tests {
         assert_eq!(Usd::from_picodollars(499_999).to_string(), "$0.000000");
         assert_eq!(Usd::from_picodollars(500_000).to_string(), "$0.000001");
         assert_eq!(Usd::from_dollars(12.5).to_string(), "$12.500000");
-        assert_eq!(Usd::from_picodollars(u64::MAX).to_string(), "$18446744.073709");
-        assert_eq!(Usd::from_dollars(0.25).saturating_sub(Usd::from_dollars(1.0)), Usd::ZERO);
         assert_eq!(
-            [Usd::from_dollars(0.1), Usd::from_dollars(0.2)].into_iter().sum::<Usd>(),
+            Usd::from_picodollars(u64::MAX).to_string(),
+            "$18446744.073709"
+        );
+        assert_eq!(
+            Usd::from_dollars(0.25).saturating_sub(Usd::from_dollars(1.0)),
+            Usd::ZERO
+        );
+        assert_eq!(
+            [Usd::from_dollars(0.1), Usd::from_dollars(0.2)]
+                .into_iter()
+                .sum::<Usd>(),
             Usd::from_dollars(0.3)
         );
     }

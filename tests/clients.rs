@@ -74,6 +74,7 @@ async fn agent_retries(
                 attempt,
                 delay,
                 error,
+                ..
             } => Some((*attempt, *delay, error.clone())),
             _ => None,
         })

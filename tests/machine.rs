@@ -1172,6 +1172,7 @@ fn sub_agents_events_are_taken_only_from_a_running_call_and_its_result_closes_th
                 turn: 1,
                 stop_reason: StopReason::EndTurn,
                 usage,
+                cost: Default::default(),
             },
         ),
         now,

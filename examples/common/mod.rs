@@ -138,6 +138,7 @@ pub fn render(event: &AgentEvent) -> Option<RunOutcome> {
             attempt,
             delay,
             error,
+            ..
         } => println!("\n(retry {attempt} in {delay:?}: {error})"),
         AgentEvent::Compacted {
             tokens_before,

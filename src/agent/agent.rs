@@ -190,6 +190,7 @@ impl Agent {
         let mut config = self.config.clone();
         config.stream_limits = self.client.stream_limits();
         config.summarizer = self.summarizer.is_some();
+        config.client_model = self.client.model().to_owned();
         config
     }
 

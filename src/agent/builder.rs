@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
+use crate::pricing::{Pricing, Usd};
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
@@ -254,9 +255,63 @@ impl AgentBuilder {
         self
     }
 
-    /// Stop when the run's total tokens (input + output, all calls) reach this budget.
+    /// Caps a run's tokens (input and output, every model call, failed attempts and
+    /// sub-agents' runs included). Checked **before** each model call against the most it
+    /// could use (its counted request plus `max_tokens`): a call that could cross the budget
+    /// is not made, and the run ends with [`Termination::TokenBudget`] and the figures.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, RunError, Termination};
+    ///
+    /// let client = ScriptedClient::new([ScriptedResponse::text("Hi")]);
+    /// // max_tokens alone (1,000) is more than the budget: no call is made.
+    /// let mut agent = Agent::builder(client).max_tokens(1_000).token_budget(500).build()?;
+    /// match agent.prompt("Hello").await {
+    ///     Err(RunError::Stopped(outcome)) => {
+    ///         assert!(matches!(outcome.termination, Termination::TokenBudget { used: 0, budget: 500, .. }));
+    ///         assert_eq!(outcome.turns, 0);
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn token_budget(mut self, tokens: u64) -> Self {
         self.config.token_budget = Some(tokens);
+        self
+    }
+
+    /// Caps what a run may cost, in US dollars, at the agent's [`pricing`](Self::pricing)
+    /// (failed attempts and sub-agents' runs included). Checked **before** each model call
+    /// against the most it could cost (its counted request at the input price, or the
+    /// cache-write price when dearer, plus `max_tokens` at the output price): a call that
+    /// could cross the budget is not made, and the run ends with
+    /// [`Termination::CostBudget`] and the figures. A model with no known price cannot be
+    /// kept within a budget: `build` refuses it, and a run that would call one (after a
+    /// handoff) ends with an error saying so.
+    pub fn cost_budget(mut self, dollars: f64) -> Self {
+        self.config.cost_budget = Some(Usd::from_dollars(dollars));
+        self
+    }
+
+    /// When only one more model call fits the token or cost budget, make it with tools off,
+    /// for a final answer (as [`final_answer_at_max_turns`](Self::final_answer_at_max_turns)
+    /// does at the turn limit); the run then ends with the budget's termination. Off by
+    /// default: the run ends before the first call that does not fit.
+    pub fn final_answer_at_budget(mut self, enabled: bool) -> Self {
+        self.config.final_answer_at_budget = enabled;
+        self
+    }
+
+    /// The prices model calls are costed at (default [`Pricing::snapshot`]): costs in
+    /// [`AgentEvent::TurnEnd`](crate::AgentEvent::TurnEnd), [`AgentEvent::Retry`](crate::AgentEvent::Retry)
+    /// and [`RunOutcome::cost`](crate::RunOutcome::cost), and the
+    /// [`cost_budget`](Self::cost_budget) check.
+    pub fn pricing(mut self, pricing: Pricing) -> Self {
+        self.config.pricing = Arc::new(pricing);
         self
     }
 
@@ -420,6 +475,13 @@ impl AgentBuilder {
             .model
             .clone()
             .unwrap_or_else(|| self.client.model().to_owned());
+        if self.config.cost_budget.is_some() && self.config.pricing.price(&model).is_none() {
+            return Err(ConfigError::setting(
+                "cost_budget",
+                format!("no price is known for the model {model:?}, so its calls cannot be kept within a budget: give its price (AgentBuilder::pricing)"),
+            )
+            .into());
+        }
         let mut context = match (self.context, self.context_config) {
             (Some(mut ctx), Some(cfg)) => {
                 ctx.set_config(cfg);

@@ -1,6 +1,9 @@
 //! The loop's settings, as the builder collects them and the machine reads them.
 
+use std::sync::Arc;
+
 use crate::message::ToolSpec;
+use crate::pricing::{Pricing, Usd};
 use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
 use crate::tool::ToolCatalog;
 
@@ -33,8 +36,20 @@ pub struct MachineConfig {
     pub max_tool_failure_turns: u32,
     /// Consecutive turns with exactly the same calls before the run stops (default 3).
     pub max_repeated_calls: u32,
-    /// The most tokens (input and output) of a run, when capped.
+    /// The most tokens (input and output, every model call) of a run, when capped: checked
+    /// before each call against what it could use at most.
     pub token_budget: Option<u64>,
+    /// The most a run may cost, when capped: checked before each call against what it could
+    /// cost at most, at [`pricing`](Self::pricing).
+    pub cost_budget: Option<Usd>,
+    /// When only one more call fits the budgets, make it with tools off, for a final answer.
+    pub final_answer_at_budget: bool,
+    /// The prices calls are costed at (default: [`Pricing::snapshot`]).
+    pub pricing: Arc<Pricing>,
+    /// The model the client calls when [`model`](Self::model) is `None` (the agent sets it
+    /// from [`LlmClient::model`](crate::LlmClient::model)): what a call is priced at before
+    /// its response names its model.
+    pub client_model: String,
     /// At the turn limit, one more call with tools off for a final answer.
     pub final_answer_at_max_turns: bool,
     /// How often a response cut off by `max_tokens` is continued (default 0).
@@ -118,6 +133,10 @@ impl Default for MachineConfig {
             max_tool_failure_turns: 3,
             max_repeated_calls: 3,
             token_budget: None,
+            cost_budget: None,
+            final_answer_at_budget: false,
+            pricing: Pricing::shared_snapshot(),
+            client_model: String::new(),
             final_answer_at_max_turns: false,
             max_continuations: 0,
             retry: RetryPolicy::default(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
+use crate::pricing::{Cost, Usd};
 
 use super::path::{AgentPath, SubAgentUsage};
 use super::pause::PausedRun;
@@ -133,6 +134,10 @@ pub enum AgentEvent {
         delay: Duration,
         /// What failed.
         error: String,
+        /// What the failed call used (what the provider reported before it failed).
+        usage: Usage,
+        /// What the failed call cost ([`RunOutcome::failed_cost`] sums these).
+        cost: Cost,
     },
     /// The conversation was compacted to fit the context window.
     Compacted {
@@ -149,6 +154,10 @@ pub enum AgentEvent {
         stop_reason: StopReason,
         /// Usage of this turn's response.
         usage: Usage,
+        /// What this turn's response cost, at the agent's
+        /// [`Pricing`](crate::Pricing) (failed attempts of the turn are in their
+        /// [`Retry`](AgentEvent::Retry) events).
+        cost: Cost,
     },
     /// An event of a sub-agent's run (an agent used as a tool): `event` as that run reported
     /// it, never itself a `SubAgent`.
@@ -187,6 +196,12 @@ pub struct RunOutcome {
     /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
     /// ended the run) used: the cost of retries, reported apart so that it can be seen.
     pub failed_usage: Usage,
+    /// What the run cost, every model call of it at the agent's [`Pricing`](crate::Pricing),
+    /// failed attempts and sub-agents' runs included. Calls to a model with no known price
+    /// are counted in [`Cost::unpriced_calls`], never as free.
+    pub cost: Cost,
+    /// Of [`cost`](Self::cost), what the attempts that failed cost.
+    pub failed_cost: Cost,
     /// The structured answer, when one was asked for ([`RunOptions::output`](crate::RunOptions::output)) and given.
     pub output: Option<serde_json::Value>,
     /// What each sub-agent run used, at every depth, in the order they finished (each one's
@@ -207,12 +222,30 @@ pub enum Termination {
     MaxTurns,
     /// The run was cancelled (by the token, the handle, or by dropping the stream).
     Cancelled,
-    /// The token budget was used up.
+    /// The token budget ([`AgentBuilder::token_budget`](crate::AgentBuilder::token_budget))
+    /// would not hold the next model call: the run ends before it (or, with
+    /// [`AgentBuilder::final_answer_at_budget`](crate::AgentBuilder::final_answer_at_budget),
+    /// after the last call that fits, made for a final answer).
     TokenBudget {
-        /// Tokens used by the run so far.
+        /// Tokens used by the run so far (when the check was made).
         used: u64,
+        /// The most the next call could use: its counted request plus its `max_tokens`.
+        next_call: u64,
         /// The budget.
         budget: u64,
+    },
+    /// The cost budget ([`AgentBuilder::cost_budget`](crate::AgentBuilder::cost_budget))
+    /// would not hold the next model call: the run ends before it (or after the last call
+    /// that fits, as with [`TokenBudget`](Termination::TokenBudget)).
+    CostBudget {
+        /// What the run cost so far (when the check was made).
+        spent: Cost,
+        /// The most the next call could cost: its counted request at the model's input
+        /// price (or its cache-write price, when dearer) plus its `max_tokens` at the
+        /// output price.
+        next_call: Usd,
+        /// The budget.
+        budget: Usd,
     },
     /// Every tool call failed in this many consecutive turns.
     ToolFailures {
@@ -258,9 +291,30 @@ impl PartialEq for Termination {
         match (self, other) {
             (Completed, Completed) | (MaxTurns, MaxTurns) | (Cancelled, Cancelled) => true,
             (Refused, Refused) | (MaxTokens, MaxTokens) => true,
-            (TokenBudget { used: a, budget: b }, TokenBudget { used: c, budget: d }) => {
-                a == c && b == d
-            }
+            (
+                TokenBudget {
+                    used: a,
+                    next_call: b,
+                    budget: c,
+                },
+                TokenBudget {
+                    used: x,
+                    next_call: y,
+                    budget: z,
+                },
+            ) => (a, b, c) == (x, y, z),
+            (
+                CostBudget {
+                    spent: a,
+                    next_call: b,
+                    budget: c,
+                },
+                CostBudget {
+                    spent: x,
+                    next_call: y,
+                    budget: z,
+                },
+            ) => (a, b, c) == (x, y, z),
             (ToolFailures { turns: a }, ToolFailures { turns: b }) => a == b,
             (RepeatedToolCall { name: a, times: b }, RepeatedToolCall { name: c, times: d }) => {
                 a == c && b == d
@@ -344,6 +398,8 @@ impl RunOutcome {
             turns: 0,
             usage: Usage::default(),
             failed_usage: Usage::default(),
+            cost: Cost::default(),
+            failed_cost: Cost::default(),
             output: None,
             sub_agents: Vec::new(),
         }
@@ -397,9 +453,22 @@ impl fmt::Display for Termination {
             Termination::Completed => f.write_str("completed"),
             Termination::MaxTurns => f.write_str("stopped at the turn limit"),
             Termination::Cancelled => f.write_str("cancelled"),
-            Termination::TokenBudget { used, budget } => {
-                write!(f, "token budget used up ({used} of {budget})")
-            }
+            Termination::TokenBudget {
+                used,
+                next_call,
+                budget,
+            } => write!(
+                f,
+                "token budget reached: {used} tokens used, the next call could use {next_call}, the budget is {budget}"
+            ),
+            Termination::CostBudget {
+                spent,
+                next_call,
+                budget,
+            } => write!(
+                f,
+                "cost budget reached: {spent} spent, the next call could cost {next_call}, the budget is {budget}"
+            ),
             Termination::ToolFailures { turns } => {
                 write!(f, "every tool call failed in {turns} consecutive turns")
             }

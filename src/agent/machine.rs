@@ -18,6 +18,7 @@ use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversat
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
+use crate::pricing::Cost;
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
@@ -30,6 +31,7 @@ use super::output::{RunOptions, StructuredOutput};
 use super::pause::{
     OutputState, PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
 };
+use super::spend::{self, Estimate, Spent, Verdict};
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
 
 /// Marker appended to answer text that a cancellation cut short.
@@ -189,6 +191,8 @@ struct Attempt {
     assembler: StreamAssembler,
     content_seen: bool,
     usage: Usage,
+    /// The model the response says answers (empty until it says).
+    model: String,
     /// Block index → tool call id, for `ToolInputDelta` events.
     ids: HashMap<usize, String>,
     early: Early,
@@ -431,9 +435,8 @@ pub struct AgentMachine {
     state: State,
     out: VecDeque<Action>,
     turns: u32,
-    usage: Usage,
-    /// The part of `usage` spent on attempts that failed.
-    failed_usage: Usage,
+    /// What the run used and cost, the failed attempts' part apart.
+    spent: Spent,
     final_text: String,
     /// Answer text streamed in the current attempt.
     partial_text: String,
@@ -442,6 +445,11 @@ pub struct AgentMachine {
     continuations: u32,
     continuing: bool,
     final_call: bool,
+    /// Why the final call is made when a budget (not the turn limit) asked for it: how the
+    /// run ends after it.
+    final_cause: Option<Termination>,
+    /// What the turn's response cost, for its `TurnEnd`.
+    turn_cost: Cost,
     /// Retries of this turn so far: the client's (before content) and the agent's (after).
     attempt: u32,
     compacted_for_overflow: bool,
@@ -511,8 +519,7 @@ impl AgentMachine {
             state: State::Idle,
             out: VecDeque::new(),
             turns: 0,
-            usage: Usage::default(),
-            failed_usage: Usage::default(),
+            spent: Spent::default(),
             final_text: String::new(),
             partial_text: String::new(),
             repeats: RepeatTracker::default(),
@@ -520,6 +527,8 @@ impl AgentMachine {
             continuations: 0,
             continuing: false,
             final_call: false,
+            final_cause: None,
+            turn_cost: Cost::default(),
             attempt: 0,
             compacted_for_overflow: false,
             stop_after_turn: false,
@@ -661,8 +670,13 @@ impl AgentMachine {
         machine.turns = state.turn;
         machine.open_turn = Some(state.turn);
         machine.pauses = state.pauses;
-        machine.usage = state.usage;
-        machine.failed_usage = state.failed_usage;
+        machine.spent = Spent {
+            usage: state.usage,
+            failed_usage: state.failed_usage,
+            cost: state.cost,
+            failed_cost: state.failed_cost,
+        };
+        machine.turn_cost = state.response_cost;
         machine.final_text = state.final_text.clone();
         machine.repeats = RepeatTracker::from_state(state.repeats.clone());
         machine.failures = FailureTracker::from_state(state.failures);
@@ -963,14 +977,23 @@ impl AgentMachine {
         if self.turns > 0 && self.stop_after_turn {
             return self.finish(Termination::Cancelled);
         }
-        if let Some(stop) = turn::before_model_call(&self.config, self.turns, &self.usage) {
-            if matches!(stop, Termination::MaxTurns)
-                && (self.config.final_answer_at_max_turns || self.output.is_some())
-                && !self.final_call
+        if self.turns >= self.config.max_turns {
+            if (self.config.final_answer_at_max_turns || self.output.is_some()) && !self.final_call
             {
                 self.final_call = true;
             } else {
-                return self.finish(stop);
+                return self.finish(Termination::MaxTurns);
+            }
+        }
+        match self.budget_verdict() {
+            Verdict::Go => {}
+            Verdict::Stop(stop) => return self.finish(stop),
+            Verdict::Last(limit) => {
+                let forced = self.config.final_answer_at_budget || self.output.is_some();
+                if forced && !self.final_call {
+                    self.final_call = true;
+                    self.final_cause = Some(limit);
+                }
             }
         }
         self.turns += 1;
@@ -1024,6 +1047,46 @@ impl AgentMachine {
         self.call_model()
     }
 
+    /// The model a call is priced at: the one its response named, else the one asked for.
+    fn cost_of(&self, named: &str, usage: &Usage) -> Cost {
+        let model = if named.is_empty() {
+            self.config
+                .model
+                .as_deref()
+                .unwrap_or(&self.config.client_model)
+        } else {
+            named
+        };
+        self.config.pricing.cost(model, usage)
+    }
+
+    /// What the budgets say of the next model call: its counted request and `max_tokens`,
+    /// at the prices of the model it asks for.
+    fn budget_verdict(&self) -> Verdict {
+        if self.config.token_budget.is_none() && self.config.cost_budget.is_none() {
+            return Verdict::Go;
+        }
+        let model = self
+            .config
+            .model
+            .as_deref()
+            .unwrap_or(&self.config.client_model);
+        let input = u64::try_from(self.context.token_count()).unwrap_or(u64::MAX);
+        let next = Estimate::new(
+            &self.config,
+            model,
+            input,
+            u64::from(self.config.max_tokens),
+        );
+        spend::check(&self.config, &self.spent, &next)
+    }
+
+    /// How the run ends after its final call: the budget that asked for it, else the turn
+    /// limit.
+    fn final_termination(&self) -> Termination {
+        self.final_cause.clone().unwrap_or(Termination::MaxTurns)
+    }
+
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
         let mut tools = self.tools.specs().to_vec();
@@ -1075,6 +1138,7 @@ impl AgentMachine {
             assembler: StreamAssembler::with_limits(self.config.stream_limits),
             content_seen: false,
             usage: Usage::default(),
+            model: String::new(),
             ids: HashMap::new(),
             early: Early::default(),
             approving: Vec::new(),
@@ -1156,6 +1220,7 @@ impl AgentMachine {
                     }
                     LlmEvent::BlockStop { index } => self.maybe_start_early(&mut attempt, index),
                     LlmEvent::Usage(usage) => attempt.usage = usage,
+                    LlmEvent::MessageStart { model, .. } => attempt.model = model,
                     LlmEvent::MessageStop { .. } => {
                         self.out.push_back(Action::StopModel);
                         return self.attempt_ended(attempt);
@@ -1219,13 +1284,16 @@ impl AgentMachine {
             assembler,
             content_seen,
             usage,
+            model,
             early,
             call_ids,
             ..
         } = *attempt;
         match assembler.finish() {
             Ok(response) => {
-                self.usage += usage;
+                let cost = self.cost_of(&response.model, &usage);
+                self.spent += Spent::call(usage, cost);
+                self.turn_cost = cost;
                 self.call_ids.extend(call_ids);
                 self.on_response(response, early)
             }
@@ -1234,6 +1302,7 @@ impl AgentMachine {
                     assembler: StreamAssembler::new(),
                     content_seen,
                     usage,
+                    model,
                     ids: HashMap::new(),
                     early,
                     approving: Vec::new(),
@@ -1247,8 +1316,8 @@ impl AgentMachine {
     /// The attempt failed: compact and re-send on an overflow (once per turn), re-send after
     /// a backoff when it broke after content and retries remain, else end the run.
     fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError) -> State {
-        self.usage += attempt.usage;
-        self.failed_usage += attempt.usage;
+        let cost = self.cost_of(&attempt.model, &attempt.usage);
+        self.spent += Spent::failed(attempt.usage, cost);
         self.abandon_early(
             attempt.early,
             "not run: the model's response broke off; it is requested again",
@@ -1270,7 +1339,13 @@ impl AgentMachine {
             attempt: self.attempt,
             delay,
             error: error.to_string(),
+            usage: attempt.usage,
+            cost,
         });
+        // The budgets hold for the call sent again too.
+        if let Verdict::Stop(stop) = self.budget_verdict() {
+            return self.finish(stop);
+        }
         // `now` is the instant of the input being handled (set by every `handle`).
         match self.now {
             Some(now) => State::Backoff(now + delay),
@@ -1319,7 +1394,8 @@ impl AgentMachine {
         if self.final_call && !self.has_output_call(&response) {
             self.answer_unrun(&response, early, "not run: the turn limit was reached");
             self.end_turn(&response);
-            return self.finish(Termination::MaxTurns);
+            let termination = self.final_termination();
+            return self.finish(termination);
         }
         let continuations_left = self.continuations < self.config.max_continuations;
         match turn::after_response(&response, continuations_left) {
@@ -1388,10 +1464,12 @@ impl AgentMachine {
 
     fn end_turn(&mut self, response: &ModelResponse) {
         if let Some(turn) = self.open_turn.take() {
+            let cost = std::mem::take(&mut self.turn_cost);
             self.emit(AgentEvent::TurnEnd {
                 turn,
                 stop_reason: response.stop_reason.clone(),
                 usage: response.usage,
+                cost,
             });
         }
     }
@@ -1475,7 +1553,7 @@ impl AgentMachine {
         }
         self.answer_output_calls(&mut batch, &invalid);
         if self.final_call && batch.stop.is_none() {
-            batch.stop = Some(Termination::MaxTurns);
+            batch.stop = Some(self.final_termination());
         }
         if batch.stop.is_some() {
             // The run ends with this batch: the other calls are not run.
@@ -1671,8 +1749,10 @@ impl AgentMachine {
             id: format!("t{}-p{}-{first}", self.turns, self.pauses),
             turn: self.turns,
             pauses: self.pauses,
-            usage: self.usage,
-            failed_usage: self.failed_usage,
+            usage: self.spent.usage,
+            failed_usage: self.spent.failed_usage,
+            cost: self.spent.cost,
+            failed_cost: self.spent.failed_cost,
             final_text: self.final_text.clone(),
             repeats: self.repeats.state(),
             failures: self.failures.state(),
@@ -1683,6 +1763,7 @@ impl AgentMachine {
             output,
             stop_reason: response.stop_reason.clone(),
             response_usage: response.usage,
+            response_cost: self.turn_cost,
             results,
             announced,
             waiting,
@@ -1878,9 +1959,8 @@ impl AgentMachine {
 
     fn emit_result(&mut self, result: &ToolCallResult) {
         // What is left open of the call's sub-agents' runs closes before its result.
-        let (closing, usage, failed) = self.nested.close_under(&result.id);
-        self.usage += usage;
-        self.failed_usage += failed;
+        let (closing, spent) = self.nested.close_under(&result.id);
+        self.spent += spent;
         for nested in closing {
             self.emit(AgentEvent::SubAgent {
                 path: nested.path,
@@ -1930,9 +2010,8 @@ impl AgentMachine {
             self.ignored = Some("a nested event of no running call");
             return;
         }
-        if let Some((usage, failed)) = self.nested.observe(&path, &event) {
-            self.usage += usage;
-            self.failed_usage += failed;
+        if let Some(spent) = self.nested.observe(&path, &event) {
+            self.spent += spent;
         }
         self.emit(AgentEvent::SubAgent {
             path,
@@ -2037,8 +2116,8 @@ impl AgentMachine {
             }
             State::ModelCall(attempt) => {
                 self.out.push_back(Action::StopModel);
-                self.usage += attempt.usage;
-                self.failed_usage += attempt.usage;
+                let cost = self.cost_of(&attempt.model, &attempt.usage);
+                self.spent += Spent::failed(attempt.usage, cost);
                 self.abandon_early(attempt.early, "cancelled");
             }
             State::Approving(mut batch) | State::RunningTools(mut batch) => {
@@ -2090,6 +2169,7 @@ impl AgentMachine {
                 turn,
                 stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
                 usage: Usage::default(),
+                cost: Cost::default(),
             });
         }
         self.partial_text.clear();
@@ -2102,15 +2182,12 @@ impl AgentMachine {
         if let Some(system) = self.root_system.take() {
             self.context.set_system(system);
         }
-        let outcome = RunOutcome {
-            termination,
-            final_text: std::mem::take(&mut self.final_text),
-            turns: self.turns,
-            usage: self.usage,
-            failed_usage: self.failed_usage,
-            output: self.output_value.take(),
-            sub_agents: self.nested.finished().to_vec(),
-        };
+        let mut outcome = RunOutcome::ended(termination);
+        outcome.final_text = std::mem::take(&mut self.final_text);
+        outcome.turns = self.turns;
+        self.spent.write_to(&mut outcome);
+        outcome.output = self.output_value.take();
+        outcome.sub_agents = self.nested.finished().to_vec();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
     }

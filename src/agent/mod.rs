@@ -34,6 +34,7 @@ mod pause;
 mod persist;
 mod run;
 mod shared;
+mod spend;
 mod start;
 mod summarizer;
 mod team;

@@ -9,6 +9,8 @@ use crate::message::{StopReason, Usage};
 
 use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
 use super::path::{AgentPath, SubAgentUsage};
+use super::spend::Spent;
+use crate::pricing::Cost;
 
 /// The most nested runs open at once that a run keeps track of; beyond it, new ones are
 /// reported but no longer closed for a cancelled call (memory stays bounded).
@@ -23,9 +25,8 @@ struct OpenRun {
     turns: u32,
     /// Its calls announced and not answered: id and name.
     calls: Vec<(String, String)>,
-    /// What it used so far: its turns' usage and its finished sub-agents'.
-    usage: Usage,
-    failed_usage: Usage,
+    /// What it spent so far: its turns', its failed attempts' and its finished sub-agents'.
+    spent: Spent,
 }
 
 /// The nested runs below a run's calls, as their events pass through its machine.
@@ -36,8 +37,8 @@ pub(crate) struct NestedRuns {
     finished: Vec<SubAgentUsage>,
 }
 
-/// The usage a finished depth-1 run adds to its parent's run.
-pub(crate) type RollUp = Option<(Usage, Usage)>;
+/// What a finished depth-1 run adds to its parent's run.
+pub(crate) type RollUp = Option<Spent>;
 
 impl NestedRuns {
     /// The nested runs finished so far.
@@ -69,10 +70,11 @@ impl NestedRuns {
                 run.turn = Some(*turn);
                 run.turns += 1;
             }
-            AgentEvent::TurnEnd { usage, .. } => {
+            AgentEvent::TurnEnd { usage, cost, .. } => {
                 run.turn = None;
-                run.usage += *usage;
+                run.spent += Spent::call(*usage, *cost);
             }
+            AgentEvent::Retry { usage, cost, .. } => run.spent += Spent::failed(*usage, *cost),
             AgentEvent::ToolCall { id, name, .. } => run.calls.push((id.clone(), name.clone())),
             AgentEvent::ToolResult { id, .. } => run.calls.retain(|(open, _)| open != id),
             _ => {}
@@ -85,7 +87,7 @@ impl NestedRuns {
     /// cancelled, its open turn ended as interrupted, `Finished` with
     /// [`Termination::Cancelled`] and what it used so far). Gives the events to report and
     /// what the closed depth-1 runs roll up.
-    pub(crate) fn close_under(&mut self, call_id: &str) -> (Vec<NestedEvent>, Usage, Usage) {
+    pub(crate) fn close_under(&mut self, call_id: &str) -> (Vec<NestedEvent>, Spent) {
         let mut paths: Vec<AgentPath> = self
             .open
             .keys()
@@ -95,7 +97,7 @@ impl NestedRuns {
         // Deepest first, so that a run's sub-agents close before the run does.
         paths.sort_by_key(|path| std::cmp::Reverse(path.depth()));
         let mut events = Vec::new();
-        let (mut usage, mut failed) = (Usage::default(), Usage::default());
+        let mut spent = Spent::default();
         for path in paths {
             let Some(run) = self.open.remove(&path) else {
                 continue;
@@ -119,20 +121,19 @@ impl NestedRuns {
                         turn,
                         stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
                         usage: Usage::default(),
+                        cost: Cost::default(),
                     },
                 ));
             }
             let mut outcome = RunOutcome::ended(Termination::Cancelled);
             outcome.turns = run.turns;
-            outcome.usage = run.usage;
-            outcome.failed_usage = run.failed_usage;
-            if let Some((u, f)) = self.finished_run(&path, &outcome) {
-                usage += u;
-                failed += f;
+            run.spent.write_to(&mut outcome);
+            if let Some(rolled) = self.finished_run(&path, &outcome) {
+                spent += rolled;
             }
             events.push(NestedEvent::new(path, AgentEvent::Finished(outcome)));
         }
-        (events, usage, failed)
+        (events, spent)
     }
 
     /// Records a finished run; its usage goes to its parent's open run, or, at depth 1, to
@@ -143,13 +144,15 @@ impl NestedRuns {
             turns: outcome.turns,
             usage: outcome.usage,
             failed_usage: outcome.failed_usage,
+            cost: outcome.cost,
+            failed_cost: outcome.failed_cost,
         });
+        let spent = Spent::of(outcome);
         if path.depth() <= 1 {
-            return Some((outcome.usage, outcome.failed_usage));
+            return Some(spent);
         }
         if let Some(parent) = self.open.get_mut(&path.parent()) {
-            parent.usage += outcome.usage;
-            parent.failed_usage += outcome.failed_usage;
+            parent.spent += spent;
         }
         None
     }
@@ -198,7 +201,7 @@ mod tests {
         outcome.usage = usage(12);
         assert_eq!(
             runs.observe(&child, &AgentEvent::Finished(outcome)),
-            Some((usage(12), Usage::default()))
+            Some(Spent::call(usage(12), Cost::default()))
         );
         let paths: Vec<_> = runs.finished().iter().map(|r| r.path.to_string()).collect();
         assert_eq!(paths, ["w#c1/g#x", "w#c1"]);
@@ -217,6 +220,7 @@ mod tests {
                 turn: 1,
                 stop_reason: StopReason::ToolUse,
                 usage: usage(3),
+                cost: Cost::default(),
             },
         );
         runs.observe(&child, &AgentEvent::TurnStart { turn: 2 });
@@ -229,7 +233,7 @@ mod tests {
         runs.observe(&grandchild, &AgentEvent::TurnStart { turn: 1 });
         runs.observe(&other, &AgentEvent::TurnStart { turn: 1 });
 
-        let (events, rolled, _) = runs.close_under("c1");
+        let (events, rolled) = runs.close_under("c1");
         let shape: Vec<String> = events
             .iter()
             .map(|e| {
@@ -254,7 +258,7 @@ mod tests {
                 "w#c1 finished cancelled 2",
             ]
         );
-        assert_eq!(rolled, usage(3));
+        assert_eq!(rolled.usage, usage(3));
         // The other call's run stays open; closing again closes nothing.
         assert!(runs.close_under("c1").0.is_empty());
         assert_eq!(runs.close_under("c2").0.len(), 2);
@@ -281,7 +285,7 @@ mod tests {
             duration: Duration::ZERO,
         };
         runs.observe(&child, &result);
-        let (events, _, _) = runs.close_under("c1");
+        let (events, _) = runs.close_under("c1");
         let results: Vec<&str> = events
             .iter()
             .filter_map(|e| match &e.event {
@@ -313,11 +317,12 @@ mod tests {
                 turn: 1,
                 stop_reason: StopReason::EndTurn,
                 usage: usage(2),
+                cost: Cost::default(),
             },
         );
-        let (events, rolled, _) = runs.close_under("c0");
+        let (events, rolled) = runs.close_under("c0");
         assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(rolled, usage(2));
+        assert_eq!(rolled.usage, usage(2));
     }
 
     #[test]

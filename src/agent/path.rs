@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Usage;
+use crate::pricing::Cost;
 
 /// One step down to a sub-agent: the agent, and the id of the tool call (of the run one
 /// level up) that runs it.
@@ -100,4 +101,10 @@ pub struct SubAgentUsage {
     pub usage: Usage,
     /// Of `usage`, what failed attempts used.
     pub failed_usage: Usage,
+    /// What it cost, its own sub-agents' included (its outcome's `cost`).
+    #[serde(default)]
+    pub cost: Cost,
+    /// Of `cost`, what failed attempts cost.
+    #[serde(default)]
+    pub failed_cost: Cost,
 }

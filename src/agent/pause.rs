@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::Conversation;
 use crate::error::ResumeError;
 use crate::message::{StopReason, Usage};
+use crate::pricing::Cost;
 use crate::provider::RequestSettings;
 use crate::tool::ToolCallResult;
 
@@ -343,6 +344,12 @@ pub(crate) struct PauseState {
     pub(crate) pauses: u32,
     pub(crate) usage: Usage,
     pub(crate) failed_usage: Usage,
+    /// What the run cost so far, and the failed attempts' part (absent before costs were
+    /// kept: zero).
+    #[serde(default)]
+    pub(crate) cost: Cost,
+    #[serde(default)]
+    pub(crate) failed_cost: Cost,
     pub(crate) final_text: String,
     /// The repeated-call tracker: the last signature and its count.
     pub(crate) repeats: (Option<String>, u32),
@@ -356,6 +363,9 @@ pub(crate) struct PauseState {
     /// The paused response's stop reason and usage (for its `TurnEnd`).
     pub(crate) stop_reason: StopReason,
     pub(crate) response_usage: Usage,
+    /// The paused response's cost (for its `TurnEnd`).
+    #[serde(default)]
+    pub(crate) response_cost: Cost,
     /// Each call's result so far, in the model's order.
     pub(crate) results: Vec<Option<ToolCallResult>>,
     /// Whether each call's `ToolCall` event was emitted.

@@ -2,10 +2,9 @@
 //! run must stop. `run.rs` asks; these functions answer.
 
 use crate::assemble::ModelResponse;
-use crate::message::{StopReason, Usage};
+use crate::message::StopReason;
 use crate::tool::{ToolCall, ToolCallResult};
 
-use super::config::MachineConfig;
 use super::events::Termination;
 
 /// What the loop does after a response.
@@ -40,24 +39,6 @@ pub(crate) fn after_response(response: &ModelResponse, continuations_left: bool)
         _ if has_calls => Next::RunTools,
         _ => Next::Stop(Termination::Completed),
     }
-}
-
-/// The limit checked before each model call.
-pub(crate) fn before_model_call(
-    config: &MachineConfig,
-    turns_done: u32,
-    usage: &Usage,
-) -> Option<Termination> {
-    if let Some(budget) = config.token_budget {
-        let used = usage.total_tokens();
-        if used >= budget {
-            return Some(Termination::TokenBudget { used, budget });
-        }
-    }
-    if turns_done >= config.max_turns {
-        return Some(Termination::MaxTurns);
-    }
-    None
 }
 
 /// Counts how many turns in a row asked for exactly the same calls.
