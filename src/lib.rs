@@ -93,10 +93,11 @@ pub mod testing;
 mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Handoff,
-    HandoffFilter, HandoffFilterFn, HookAction, LlmSummarizer, PathStep, PausedRun, PendingCall,
-    Resolution, Resolutions, RunError, RunOptions, RunOutcome, StructuredOutput, SubAgentTask,
-    SubAgentUsage, Termination, ToolDecision, WaitsFor, DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
+    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Fallback,
+    FallbackOn, Handoff, HandoffFilter, HandoffFilterFn, HookAction, LlmSummarizer, PathStep,
+    PausedRun, PendingCall, Resolution, Resolutions, RunError, RunOptions, RunOutcome,
+    StructuredOutput, SubAgentTask, SubAgentUsage, Termination, ToolDecision, WaitsFor,
+    DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
 };
 
 /// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a
@@ -105,7 +106,8 @@ pub use agent::{
 /// I/O. [`Agent::run`] is its tokio driver.
 pub mod machine {
     pub use crate::agent::{
-        Action, AgentMachine, Handled, HandoffTarget, Input, MachineConfig, NestedEvent,
+        Action, AgentMachine, FallbackTarget, Handled, HandoffTarget, Input, MachineConfig,
+        NestedEvent,
     };
 }
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};

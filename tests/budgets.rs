@@ -333,8 +333,7 @@ fn a_cost_budget_needs_a_price_for_the_model() {
         .pricing(pricing())
         .cost_budget(1.0)
         .build()
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(error.to_string().contains("\"mystery\""), "{error}");
     let client = ScriptedClient::new([]).with_model("m-2026");
     assert!(Agent::builder(client)

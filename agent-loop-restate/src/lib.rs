@@ -24,7 +24,8 @@
 //!   sub-agent again from its start), its events do not reach the progress log, and its usage
 //!   is not added to the run's report;
 //! - handoffs ([`AgentBuilder::handoff`](agent_loop::AgentBuilder::handoff)) are not supported
-//!   yet: an agent configured with one is refused when the run starts, with an error saying so.
+//!   yet, nor are fallback models ([`AgentBuilder::fallback`](agent_loop::AgentBuilder::fallback)):
+//!   an agent configured with either is refused when the run starts, with an error saying so.
 //!
 //! After a crash Restate re-invokes the handler on a live worker and replays the journal: the
 //! machine is fed the same inputs, so it makes the same decisions, completed model calls are

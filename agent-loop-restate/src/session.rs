@@ -314,6 +314,12 @@ impl DurableAgent {
                  AgentBuilder::handoff",
             ));
         }
+        if !machine.config().fallbacks.is_empty() {
+            return Err(TerminalError::new(
+                "durable runs do not support fallback models yet: configure the agent without \
+                 AgentBuilder::fallback",
+            ));
+        }
         Ok(machine)
     }
 }
@@ -586,6 +592,9 @@ impl Driver<'_, '_> {
                 }
                 Action::Handoff { to, .. } => Err(TerminalError::new(format!(
                     "the run was handed to {to}: durable runs do not support handoffs yet"
+                ))),
+                Action::Fallback { to, .. } => Err(TerminalError::new(format!(
+                    "the run moved to the fallback model {to}: durable runs do not support fallback models yet"
                 ))),
                 _ => Ok(()),
             };

@@ -52,6 +52,8 @@ pub struct Agent {
     pub(crate) shared: Arc<Mutex<Shared>>,
     /// The agents the conversation can be handed to, in the order of `config.handoffs`.
     pub(crate) team: Arc<Vec<Member>>,
+    /// The fallbacks' clients, in the order of `config.fallbacks`.
+    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
     /// How deep its runs are: 0 for an agent the host runs, more for a sub-agent's.
     pub(crate) depth: u32,
     /// How deep sub-agents below its runs may go.

@@ -14,6 +14,7 @@ use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
 
 use super::agent::Agent;
 use super::config::MachineConfig;
+use super::fallback::Fallback;
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::AgentMachine;
@@ -46,6 +47,8 @@ pub struct AgentBuilder {
     cancel: CancellationToken,
     session: Option<SessionLink>,
     handoffs: Vec<Handoff>,
+    /// The fallbacks' clients, in the order of `config.fallbacks`.
+    fallbacks: Vec<Arc<dyn LlmClient>>,
     max_depth: u32,
 }
 
@@ -75,6 +78,7 @@ impl AgentBuilder {
             cancel: CancellationToken::new(),
             session: None,
             handoffs: Vec::new(),
+            fallbacks: Vec::new(),
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
@@ -119,6 +123,19 @@ impl AgentBuilder {
     /// ```
     pub fn handoff(mut self, handoff: impl Into<Handoff>) -> Self {
         self.handoffs.push(handoff.into());
+        self
+    }
+
+    /// Adds a model the run moves to when its model fails in the ways the [`Fallback`]
+    /// names (by default: overloaded at once, server errors once the retries are spent).
+    /// Several are tried in the order added, each after the one before it failed; the run
+    /// keeps the one it moved to, and reports the move as
+    /// [`AgentEvent::Fallback`](crate::AgentEvent::Fallback). The history goes to the new
+    /// model as its provider wants it (another provider's thinking blocks are left out, tool
+    /// calls and results carried over).
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.config.fallbacks.push(fallback.target);
+        self.fallbacks.push(fallback.client);
         self
     }
 
@@ -540,6 +557,7 @@ impl AgentBuilder {
             session: self.session,
             shared,
             team: Arc::new(team),
+            fallbacks: Arc::new(self.fallbacks),
             depth: 0,
             max_depth: self.max_depth,
         })

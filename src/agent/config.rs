@@ -7,6 +7,7 @@ use crate::pricing::{Pricing, Usd};
 use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
 use crate::tool::ToolCatalog;
 
+use super::fallback::FallbackTarget;
 use super::handoff::HandoffFilter;
 
 /// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
@@ -77,6 +78,9 @@ pub struct MachineConfig {
     /// The agents the conversation can be handed to; the model is offered one tool per
     /// target ([`HandoffTarget::tool`]).
     pub handoffs: Vec<HandoffTarget>,
+    /// The models a run moves to, in order, when its model fails in a chosen way
+    /// ([`Action::Fallback`](crate::machine::Action::Fallback) tells the driver which).
+    pub fallbacks: Vec<FallbackTarget>,
 }
 
 /// An agent a conversation can be handed to, as the machine needs it: the tool that asks for
@@ -148,6 +152,7 @@ impl Default for MachineConfig {
             require_approval: Vec::new(),
             name: "agent".to_owned(),
             handoffs: Vec::new(),
+            fallbacks: Vec::new(),
         }
     }
 }

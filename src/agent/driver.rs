@@ -64,6 +64,8 @@ pub(super) struct Driver {
     pub(super) told_stop: bool,
     /// The agents the conversation can be handed to.
     pub(super) team: Arc<Vec<Member>>,
+    /// The fallbacks' clients of the agent in charge.
+    pub(super) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
@@ -115,6 +117,7 @@ impl Driver {
             told_cancel: false,
             told_stop: false,
             team: agent.team.clone(),
+            fallbacks: agent.fallbacks.clone(),
             depth: agent.depth,
             max_depth: agent.max_depth,
         }
@@ -263,6 +266,7 @@ impl Driver {
             }
             Action::AbortTools => io.tools = FuturesUnordered::new(),
             Action::Handoff { route, .. } => self.hand_off(&route),
+            Action::Fallback { index, .. } => self.fall_back(index),
             Action::Summarize(span) => self.summarize(span).await,
             Action::Finish(outcome) => {
                 self.finish(outcome).await;

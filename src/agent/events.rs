@@ -23,8 +23,8 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 ///
 /// ```text
 /// run  := turn* Finished
-/// turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
-///                    | Compacted | call)* TurnEnd
+/// turn := TurnStart (Retry | Fallback | TextDelta | ThinkingDelta | ToolCallStart
+///                    | ToolInputDelta | Compacted | call)* TurnEnd
 /// call := ToolCall (ToolProgress | SubAgent)* ToolResult
 /// ```
 ///
@@ -41,8 +41,8 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// - [`TurnEnd`](AgentEvent::TurnEnd) comes after the turn's last `ToolResult`. A turn cut
 ///   short (cancelled, failed, stopped by a hook) still ends with a `TurnEnd`, whose stop
 ///   reason is `StopReason::Other("interrupted")`.
-/// - After a [`Retry`](AgentEvent::Retry), the turn's text so far is void: the response is
-///   requested again from the start.
+/// - After a [`Retry`](AgentEvent::Retry) or a [`Fallback`](AgentEvent::Fallback), the turn's
+///   text so far is void: the response is requested again from the start.
 /// - A run that pauses ([`Termination::Paused`]) ends with `Finished` inside its open turn:
 ///   no `TurnEnd`, and its waiting calls without results (a deferred tool's call has its
 ///   `ToolCall`; a call waiting for approval has nothing yet). The resumed run
@@ -166,6 +166,18 @@ pub enum AgentEvent {
         path: AgentPath,
         /// The sub-agent's event.
         event: Box<AgentEvent>,
+    },
+    /// The model failed in a way the agent has a fallback for
+    /// ([`AgentBuilder::fallback`](crate::AgentBuilder::fallback)): the turn is sent again
+    /// from its start to the fallback model, which the run keeps from now on. As after a
+    /// [`Retry`](AgentEvent::Retry), drop any partial text of this turn.
+    Fallback {
+        /// The model that failed.
+        from: String,
+        /// The model the run moves to.
+        to: String,
+        /// What failed.
+        error: String,
     },
     /// The conversation was handed to another agent
     /// ([`AgentBuilder::handoff`](crate::AgentBuilder::handoff)): its system prompt, tools

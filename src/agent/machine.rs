@@ -153,6 +153,15 @@ pub enum Action {
         /// Where it is among the agents' handoffs.
         route: Vec<usize>,
     },
+    /// From now on, call the model with the fallback at `index` of
+    /// [`MachineConfig::fallbacks`] (the config in force: after a handoff, the new agent's);
+    /// the machine's requests ask for its model already.
+    Fallback {
+        /// Its position in the fallbacks.
+        index: usize,
+        /// Its model's name.
+        to: String,
+    },
     /// Summarize these messages (the oldest turns, which compaction replaces with the
     /// summary); answer with [`Input::Summary`].
     Summarize(Vec<Message>),
@@ -479,6 +488,9 @@ pub struct AgentMachine {
     nested: NestedRuns,
     /// The handoffs taken so far: where the agent in charge is among the handoffs.
     route: Vec<usize>,
+    /// How many of the agent in charge's fallbacks the run has moved through (the next
+    /// one's index).
+    fallback: usize,
     /// The handoff tools of agents handed from: kept defined (never callable) when the agent
     /// in charge has no tools, since the history refers to them.
     retired: Vec<ToolSpec>,
@@ -544,6 +556,7 @@ impl AgentMachine {
             pauses: 0,
             nested: NestedRuns::default(),
             route: Vec::new(),
+            fallback: 0,
             retired: Vec::new(),
             root_system: None,
             now: None,
@@ -1323,6 +1336,9 @@ impl AgentMachine {
             "not run: the model's response broke off; it is requested again",
         );
         self.partial_text.clear();
+        if self.takes_fallback(&error, false) {
+            return self.fall_back(&error);
+        }
         if matches!(error, LlmError::ContextOverflow(_)) && !self.compacted_for_overflow {
             self.compacted_for_overflow = true;
             return self.compact(true);
@@ -1332,6 +1348,9 @@ impl AgentMachine {
         self.attempt += 1;
         let delay = self.config.retry.delay_for(self.attempt, &error);
         let Some(delay) = delay else {
+            if self.takes_fallback(&error, true) {
+                return self.fall_back(&error);
+            }
             return self.finish(Termination::Error(Error::Llm(error)));
         };
         tracing::warn!(%error, attempt = self.attempt, ?delay, "model stream broke; re-sending the turn");
@@ -1351,6 +1370,44 @@ impl AgentMachine {
             Some(now) => State::Backoff(now + delay),
             None => self.call_model(),
         }
+    }
+
+    /// Whether the next fallback is for `error` (at once, or once `retries_spent`).
+    fn takes_fallback(&self, error: &LlmError, retries_spent: bool) -> bool {
+        self.config
+            .fallbacks
+            .get(self.fallback)
+            .is_some_and(|next| next.takes(error, retries_spent))
+    }
+
+    /// Moves the run to the next fallback model and sends the turn again, at once.
+    fn fall_back(&mut self, error: &LlmError) -> State {
+        let index = self.fallback;
+        let Some(target) = self.config.fallbacks.get(index).cloned() else {
+            return self.finish(Termination::Error(Error::Llm(error.clone())));
+        };
+        self.fallback += 1;
+        let from = self
+            .config
+            .model
+            .clone()
+            .unwrap_or_else(|| self.config.client_model.clone());
+        let to = target.name().to_owned();
+        tracing::warn!(%error, %from, %to, "the model failed; moving to the fallback");
+        self.emit(AgentEvent::Fallback {
+            from,
+            to: to.clone(),
+            error: error.to_string(),
+        });
+        self.out.push_back(Action::Fallback { index, to });
+        self.config.model = target.model;
+        self.config.client_model = target.client_model;
+        self.attempt = 0;
+        self.compacted_for_overflow = false;
+        if let Verdict::Stop(stop) = self.budget_verdict() {
+            return self.finish(stop);
+        }
+        self.call_model()
     }
 
     /// Answers each call started early of an abandoned attempt: its result if it finished,
@@ -2100,7 +2157,11 @@ impl AgentMachine {
         self.context.set_tools(&specs);
         self.settings = target.config.settings.clone();
         self.tools = target.tools;
-        self.config = target.config;
+        let mut config = target.config;
+        // The run's budgets hold whichever agent has the conversation.
+        spend::keep_budgets(&self.config, &mut config);
+        self.config = config;
+        self.fallback = 0;
     }
 
     // ----- the end -------------------------------------------------------------------

@@ -17,6 +17,8 @@ pub(crate) struct Member {
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     /// Its own handoffs, in the order of its config's.
     pub(crate) team: Arc<Vec<Member>>,
+    /// Its fallbacks' clients, in the order of its config's.
+    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
 }
 
 impl Member {

@@ -1,6 +1,6 @@
 //! The driver's parts that change while a run goes on: its tools, when a tool source
 //! changed between turns, and its client, tools and hooks, when the conversation is handed to
-//! another agent.
+//! another agent; its client, when the run moves to a fallback model.
 
 use super::driver::Driver;
 use super::machine::{AgentMachine, Input};
@@ -39,6 +39,16 @@ impl Driver {
             self.tools = member.sources.current();
             self.hooks = member.hooks.clone();
             self.summarizer = member.summarizer.clone();
+            self.fallbacks = member.fallbacks.clone();
+        }
+    }
+
+    /// From now on, the model calls go to the fallback at `index` of the agent in charge
+    /// (see [`Action::Fallback`](super::machine::Action::Fallback)); an unknown one changes
+    /// nothing.
+    pub(super) fn fall_back(&mut self, index: usize) {
+        if let Some(client) = self.fallbacks.get(index) {
+            self.client = client.clone();
         }
     }
 }

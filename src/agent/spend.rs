@@ -156,6 +156,20 @@ pub(crate) fn check(config: &MachineConfig, spent: &Spent, next: &Estimate) -> V
     }
 }
 
+/// Gives `to` (the settings of the agent a conversation is handed to) the tighter of its
+/// budgets and `from`'s: a run's budgets hold whichever agent has it.
+pub(crate) fn keep_budgets(from: &MachineConfig, to: &mut MachineConfig) {
+    fn tighter<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    to.token_budget = tighter(from.token_budget, to.token_budget);
+    to.cost_budget = tighter(from.cost_budget, to.cost_budget);
+    to.final_answer_at_budget |= from.final_answer_at_budget;
+}
+
 enum Fit {
     No,
     Once,
@@ -180,11 +194,12 @@ mod tests {
     use std::sync::Arc;
 
     fn config(tokens: Option<u64>, dollars: Option<f64>) -> MachineConfig {
-        let mut config = MachineConfig::default();
-        config.token_budget = tokens;
-        config.cost_budget = dollars.map(Usd::from_dollars);
-        config.pricing = Arc::new(Pricing::empty().with("m", ModelPrice::per_million(1.0, 2.0)));
-        config
+        MachineConfig {
+            token_budget: tokens,
+            cost_budget: dollars.map(Usd::from_dollars),
+            pricing: Arc::new(Pricing::empty().with("m", ModelPrice::per_million(1.0, 2.0))),
+            ..MachineConfig::default()
+        }
     }
 
     fn spent(tokens: u64, dollars: f64) -> Spent {
@@ -280,6 +295,29 @@ mod tests {
             check(&config, &Spent::default(), &next),
             Verdict::Go
         ));
+    }
+
+    #[test]
+    fn a_handoff_keeps_the_tighter_budgets() {
+        let from = config(Some(100), None);
+        let mut to = config(Some(50), Some(2.0));
+        keep_budgets(&from, &mut to);
+        assert_eq!(
+            (to.token_budget, to.cost_budget),
+            (Some(50), Some(Usd::from_dollars(2.0)))
+        );
+        let mut to = config(None, None);
+        keep_budgets(&config(Some(100), Some(1.0)), &mut to);
+        assert_eq!(
+            (to.token_budget, to.cost_budget),
+            (Some(100), Some(Usd::from_dollars(1.0)))
+        );
+        let mut to = config(Some(500), Some(3.0));
+        keep_budgets(&config(Some(100), Some(1.0)), &mut to);
+        assert_eq!(
+            (to.token_budget, to.cost_budget),
+            (Some(100), Some(Usd::from_dollars(1.0)))
+        );
     }
 
     #[test]

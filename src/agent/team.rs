@@ -103,6 +103,7 @@ impl Handoff {
             hooks: agent.hooks,
             summarizer: agent.summarizer,
             team: agent.team,
+            fallbacks: agent.fallbacks,
         };
         (target, member)
     }
@@ -241,6 +242,7 @@ impl Agent {
             session: None,
             shared,
             team: self.team.clone(),
+            fallbacks: self.fallbacks.clone(),
             depth,
             max_depth,
         }
