@@ -62,6 +62,11 @@ pub struct MachineConfig {
     /// The agents the conversation can be handed to; the model is offered one tool per
     /// target ([`HandoffTarget::tool`]).
     pub handoffs: Vec<HandoffTarget>,
+    /// Whether the run's spans carry content: the messages sent and received, the system
+    /// prompt, tool arguments and results (default `false`: they are user data). The
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` environment variable turns
+    /// it on too. The machine ignores it; its drivers read it.
+    pub trace_content: bool,
 }
 
 /// An agent a conversation can be handed to, as the machine needs it: the tool that asks for
@@ -129,6 +134,7 @@ impl Default for MachineConfig {
             require_approval: Vec::new(),
             name: "agent".to_owned(),
             handoffs: Vec::new(),
+            trace_content: false,
         }
     }
 }

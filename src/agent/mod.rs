@@ -37,6 +37,7 @@ mod shared;
 mod start;
 mod summarizer;
 mod team;
+mod telemetry;
 mod turn;
 
 pub use agent::Agent;
