@@ -80,6 +80,8 @@ mod error;
 mod input;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod media;
 mod message;
 mod provider;

@@ -122,7 +122,7 @@ impl Telemetry {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = Empty,
             gen_ai.request.model = Empty,
-            gen_ai.request.max_tokens = request.max_tokens,
+            gen_ai.request.max_tokens = i64::from(request.max_tokens),
             gen_ai.request.temperature = Empty,
             gen_ai.request.top_p = Empty,
             gen_ai.request.stop_sequences = Empty,
@@ -139,8 +139,8 @@ impl Telemetry {
             gen_ai.output.messages = Empty,
             "error.type" = Empty,
             otel.status_code = Empty,
-            turn,
-            attempt = self.attempt,
+            turn = i64::from(turn),
+            attempt = i64::from(self.attempt),
         );
         self.attempt += 1;
         record_nonempty(&span, "gen_ai.provider.name", client.provider_name());
@@ -236,7 +236,7 @@ impl Telemetry {
     /// The run is over: its usage and how it ended.
     pub(super) fn finish(&self, outcome: &RunOutcome) {
         let span = &self.run;
-        span.record("turns", outcome.turns);
+        span.record("turns", i64::from(outcome.turns));
         record_usage(span, &outcome.usage);
         span.record("termination", tracing::field::display(&outcome.termination));
         if let Termination::Error(error) = &outcome.termination {
@@ -270,19 +270,26 @@ fn record_nonempty(span: &Span, field: &str, value: &str) {
 
 /// The usage as the conventions count it: input tokens are all the prompt's tokens.
 fn record_usage(span: &Span, usage: &Usage) {
-    span.record("gen_ai.usage.input_tokens", usage.total_input_tokens());
-    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+    span.record("gen_ai.usage.input_tokens", int(usage.total_input_tokens()));
+    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
     if usage.cache_read_input_tokens > 0 {
-        let read = usage.cache_read_input_tokens;
+        let read = int(usage.cache_read_input_tokens);
         span.record("gen_ai.usage.cache_read.input_tokens", read);
     }
     if usage.cache_creation_input_tokens > 0 {
-        let created = usage.cache_creation_input_tokens;
+        let created = int(usage.cache_creation_input_tokens);
         span.record("gen_ai.usage.cache_creation.input_tokens", created);
     }
     if usage.reasoning_tokens > 0 {
-        span.record("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens);
+        let reasoning = int(usage.reasoning_tokens);
+        span.record("gen_ai.usage.reasoning.output_tokens", reasoning);
     }
+}
+
+/// A count as a signed integer: `tracing-opentelemetry` sends a `u64` as text, an `i64` as
+/// the integer attribute the conventions ask for.
+fn int(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// A string-array attribute: an array on the OpenTelemetry span (feature `otel`); for other
