@@ -100,9 +100,12 @@ where
 {
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer(env!("CARGO_PKG_NAME")))
-        // The file, line and thread of each span are noise beside the conventions' attributes.
+        // The file, line, thread, module and busy/idle times of each span are noise beside
+        // the conventions' attributes.
         .with_location(false)
         .with_threads(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
 }
 
 impl OtelBuilder {

@@ -324,6 +324,12 @@ fn a_run_exports_invoke_agent_chat_and_execute_tool_spans_with_the_conventions_a
     );
     let (run, failed, call, answer, tool) = (runs[0], chats[0], chats[1], chats[2], tools[0]);
 
+    // Each attribute once (a span keeps every value recorded, not the last).
+    for (_, span) in &spans {
+        let keys: Vec<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(attrs(span).len(), keys.len(), "{} repeats one of {keys:?}", span.name);
+    }
+
     // Kinds and parents: invoke_agent > chat, invoke_agent > execute_tool.
     assert_eq!(kind(run), SpanKind::Internal);
     assert_eq!(kind(tool), SpanKind::Internal);

@@ -37,6 +37,9 @@ pub(super) struct Telemetry {
     attempt: u32,
     /// The response so far, for `gen_ai.output.messages` (with content only).
     output: Vec<Part>,
+    /// The call's latest usage (each replaces the last), recorded once, when the call ends:
+    /// a span keeps every value recorded, not the last.
+    usage: Option<Usage>,
 }
 
 /// One part of the answer being streamed: text, reasoning or a tool call (id and name).
@@ -94,6 +97,7 @@ impl Telemetry {
             turn: 0,
             attempt: 0,
             output: Vec::new(),
+            usage: None,
         }
     }
 
@@ -163,6 +167,7 @@ impl Telemetry {
             span.record("gen_ai.input.messages", Value::from(messages).to_string());
         }
         self.output.clear();
+        self.usage = None;
         self.chat = span.clone();
         span
     }
@@ -175,8 +180,11 @@ impl Telemetry {
                 record_nonempty(span, "gen_ai.response.id", id);
                 record_nonempty(span, "gen_ai.response.model", model);
             }
-            LlmEvent::Usage(usage) => record_usage(span, usage),
+            LlmEvent::Usage(usage) => self.usage = Some(*usage),
             LlmEvent::MessageStop { stop_reason } => {
+                if let Some(usage) = self.usage.take() {
+                    record_usage(span, &usage);
+                }
                 let reason = finish_reason(stop_reason);
                 record_strings(span, "gen_ai.response.finish_reasons", &[reason.to_owned()]);
                 if self.content {
@@ -221,15 +229,19 @@ impl Telemetry {
         }
     }
 
-    /// The model call failed: `error.type` and an error status on its span.
+    /// The model call failed: `error.type` and an error status on its span, which ends.
     pub(super) fn model_failed(&mut self, error: &LlmError) {
         self.chat.record("error.type", llm_error_type(error).as_str());
         self.chat.record("otel.status_code", "error");
-        self.chat = Span::none();
+        self.model_done();
     }
 
-    /// The model's stream ended.
+    /// The model's stream ended: its span ends (with the usage, when the stream was cut short
+    /// before its `MessageStop`).
     pub(super) fn model_done(&mut self) {
+        if let Some(usage) = self.usage.take() {
+            record_usage(&self.chat, &usage);
+        }
         self.chat = Span::none();
     }
 
