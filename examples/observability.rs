@@ -38,7 +38,10 @@ impl SpanExporter for PrintSpans {
         for span in batch {
             let mut line = format!(
                 "span {:?} ({:?}) id {} parent {}",
-                span.name, span.span_kind, span.span_context.span_id(), span.parent_span_id
+                span.name,
+                span.span_kind,
+                span.span_context.span_id(),
+                span.parent_span_id
             );
             for kv in &span.attributes {
                 let _ = write!(line, "\n    {} = {}", kv.key, kv.value);
@@ -90,13 +93,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = common::model_with_responses(script).await;
     println!("Model: {}", model.description);
 
-    let add = FnTool::new(
-        "add",
-        "Adds numbers.",
-        |input: AddInput, _ctx| async move {
-            Ok::<_, ToolError>(common::format_number(input.numbers.iter().sum()))
-        },
-    );
+    let add = FnTool::new("add", "Adds numbers.", |input: AddInput, _ctx| async move {
+        Ok::<_, ToolError>(common::format_number(input.numbers.iter().sum()))
+    });
     let mut agent = Agent::builder(model.client.clone())
         .name("adder")
         .system("You add numbers with the add tool.")

@@ -80,10 +80,10 @@ mod error;
 mod input;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-#[cfg(feature = "otel")]
-pub mod otel;
 pub mod media;
 mod message;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod provider;
 #[cfg(test)]
 mod serde_tests;

@@ -232,10 +232,13 @@ impl Drop for OtelGuard {
 
 /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds).
 fn export_timeout() -> Duration {
-    ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok()?.trim().parse().ok())
-        .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .iter()
+    .find_map(|name| std::env::var(name).ok()?.trim().parse().ok())
+    .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
 }
 
 /// The exporter's HTTP client: the crate's own reqwest (0.12, with its rustls), blocking,

@@ -47,9 +47,7 @@ impl Receiver {
             .enable_all()
             .build()
             .unwrap();
-        let listener = runtime
-            .block_on(TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
+        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Received::default()));
         let state = received.clone();
@@ -168,7 +166,12 @@ fn any_to_json(value: &opentelemetry_proto::tonic::common::v1::AnyValue) -> Valu
 fn attrs(span: &Span) -> BTreeMap<String, Value> {
     span.attributes
         .iter()
-        .map(|kv| (kv.key.clone(), kv.value.as_ref().map_or(Value::Null, any_to_json)))
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                kv.value.as_ref().map_or(Value::Null, any_to_json),
+            )
+        })
         .collect()
 }
 
@@ -327,7 +330,12 @@ fn a_run_exports_invoke_agent_chat_and_execute_tool_spans_with_the_conventions_a
     // Each attribute once (a span keeps every value recorded, not the last).
     for (_, span) in &spans {
         let keys: Vec<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
-        assert_eq!(attrs(span).len(), keys.len(), "{} repeats one of {keys:?}", span.name);
+        assert_eq!(
+            attrs(span).len(),
+            keys.len(),
+            "{} repeats one of {keys:?}",
+            span.name
+        );
     }
 
     // Kinds and parents: invoke_agent > chat, invoke_agent > execute_tool.
@@ -382,7 +390,10 @@ fn a_run_exports_invoke_agent_chat_and_execute_tool_spans_with_the_conventions_a
     assert!(!is_error(call));
     let answer_attrs = attrs(answer);
     assert_eq!(answer_attrs["gen_ai.response.id"], "msg_2");
-    assert_eq!(answer_attrs["gen_ai.response.finish_reasons"], json!(["stop"]));
+    assert_eq!(
+        answer_attrs["gen_ai.response.finish_reasons"],
+        json!(["stop"])
+    );
     assert_eq!(answer_attrs["gen_ai.usage.input_tokens"], 160);
     assert_eq!(answer_attrs["gen_ai.usage.output_tokens"], 2);
     assert!(!answer_attrs.contains_key("gen_ai.usage.cache_read.input_tokens"));
@@ -404,7 +415,11 @@ fn a_run_exports_invoke_agent_chat_and_execute_tool_spans_with_the_conventions_a
             "gen_ai.tool.call.arguments",
             "gen_ai.tool.call.result",
         ] {
-            assert!(!attrs.contains_key(key), "{key} on {} by default", span.name);
+            assert!(
+                !attrs.contains_key(key),
+                "{key} on {} by default",
+                span.name
+            );
         }
     }
     guard.shutdown().unwrap();
@@ -460,7 +475,10 @@ fn with_the_opt_in_spans_carry_the_messages_in_the_conventions_shape() {
         ]}])
     );
     let tool = named(&spans, "execute_tool add")[0];
-    assert_eq!(parse(tool, "gen_ai.tool.call.arguments"), json!({"a": 2, "b": 3}));
+    assert_eq!(
+        parse(tool, "gen_ai.tool.call.arguments"),
+        json!({"a": 2, "b": 3})
+    );
     assert_eq!(attrs(tool)["gen_ai.tool.call.result"], "5");
 }
 
@@ -471,8 +489,8 @@ fn a_sub_agent_runs_under_its_calls_execute_tool_span_and_a_failed_tool_has_its_
         .endpoint(format!("{}/v1/traces", receiver.url))
         .build()
         .unwrap();
-    let helper_client = ScriptedClient::new([ScriptedResponse::text("sub answer")])
-        .with_model("helper-model");
+    let helper_client =
+        ScriptedClient::new([ScriptedResponse::text("sub answer")]).with_model("helper-model");
     let helper = Agent::builder(helper_client)
         .name("helper")
         .build()
@@ -514,11 +532,7 @@ const CHILD: &str = "AGENT_LOOP_OTEL_TEST_CHILD";
 fn init_reads_the_endpoint_service_and_content_opt_in_from_the_environment() {
     let receiver = Receiver::start();
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_exports_through_init",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_exports_through_init", "--test-threads=1"])
         .env(CHILD, "1")
         // The base endpoint: the exporter appends /v1/traces.
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
@@ -538,7 +552,10 @@ fn init_reads_the_endpoint_service_and_content_opt_in_from_the_environment() {
     assert_eq!(chat.parent_span_id, run[0].span_id);
     // The agent did not opt in; the environment variable did.
     let input = attrs(chat)["gen_ai.input.messages"].clone();
-    assert!(input.as_str().unwrap().contains("hello from the child"), "{input}");
+    assert!(
+        input.as_str().unwrap().contains("hello from the child"),
+        "{input}"
+    );
 }
 
 /// Run by the test above in a child process, with the environment set; nothing otherwise.

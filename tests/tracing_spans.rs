@@ -104,7 +104,10 @@ fn runs_turns_model_calls_and_tool_calls_are_spans_with_usage_and_durations() {
         "gen_ai.usage.input_tokens",
         "gen_ai.usage.output_tokens",
     ] {
-        assert!(has("invoke_agent", field), "invoke_agent lacks {field}: {seen:?}");
+        assert!(
+            has("invoke_agent", field),
+            "invoke_agent lacks {field}: {seen:?}"
+        );
     }
     for field in [
         "otel.kind",
@@ -119,8 +122,16 @@ fn runs_turns_model_calls_and_tool_calls_are_spans_with_usage_and_durations() {
     // (tests/otel.rs), not through `tracing`, which has none.
     #[cfg(not(feature = "otel"))]
     assert!(has("chat", "gen_ai.response.finish_reasons"), "{seen:?}");
-    for field in ["gen_ai.tool.name", "gen_ai.tool.call.id", "duration_ms", "is_error"] {
-        assert!(has("execute_tool", field), "execute_tool lacks {field}: {seen:?}");
+    for field in [
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.id",
+        "duration_ms",
+        "is_error",
+    ] {
+        assert!(
+            has("execute_tool", field),
+            "execute_tool lacks {field}: {seen:?}"
+        );
     }
     // Content is user data: recorded only on opt-in.
     for (span, field) in [
@@ -129,6 +140,9 @@ fn runs_turns_model_calls_and_tool_calls_are_spans_with_usage_and_durations() {
         ("execute_tool", "gen_ai.tool.call.arguments"),
         ("execute_tool", "gen_ai.tool.call.result"),
     ] {
-        assert!(!has(span, field), "{span} has {field} without opt-in: {seen:?}");
+        assert!(
+            !has(span, field),
+            "{span} has {field} without opt-in: {seen:?}"
+        );
     }
 }

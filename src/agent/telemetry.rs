@@ -55,7 +55,8 @@ impl Part {
     fn into_json(self) -> Value {
         match self.call {
             Some((id, name)) => {
-                let arguments = serde_json::from_str(&self.text).unwrap_or(Value::String(self.text));
+                let arguments =
+                    serde_json::from_str(&self.text).unwrap_or(Value::String(self.text));
                 json!({ "type": "tool_call", "id": id, "name": name, "arguments": arguments })
             }
             None => json!({ "type": self.kind, "content": self.text }),
@@ -156,7 +157,11 @@ impl Telemetry {
             span.record("gen_ai.request.top_p", decimal(p));
         }
         if !request.stop_sequences.is_empty() {
-            record_strings(&span, "gen_ai.request.stop_sequences", &request.stop_sequences);
+            record_strings(
+                &span,
+                "gen_ai.request.stop_sequences",
+                &request.stop_sequences,
+            );
         }
         if self.content {
             if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
@@ -207,7 +212,12 @@ impl Telemetry {
             LlmEvent::ToolCallStart { index, id, name } => {
                 let call = Some((id.clone(), name.clone()));
                 let (index, kind, text) = (*index, "tool_call", String::new());
-                self.output.push(Part { index, kind, text, call });
+                self.output.push(Part {
+                    index,
+                    kind,
+                    text,
+                    call,
+                });
                 return;
             }
             LlmEvent::ToolCallDelta {
@@ -217,7 +227,10 @@ impl Telemetry {
             _ => return,
         };
         let part = self.output.iter_mut().rev();
-        match part.into_iter().find(|p| p.index == index && p.kind == kind) {
+        match part
+            .into_iter()
+            .find(|p| p.index == index && p.kind == kind)
+        {
             Some(part) => part.text.push_str(piece),
             None if kind != "tool_call" => self.output.push(Part {
                 index,
@@ -231,7 +244,8 @@ impl Telemetry {
 
     /// The model call failed: `error.type` and an error status on its span, which ends.
     pub(super) fn model_failed(&mut self, error: &LlmError) {
-        self.chat.record("error.type", llm_error_type(error).as_str());
+        self.chat
+            .record("error.type", llm_error_type(error).as_str());
         self.chat.record("otel.status_code", "error");
         self.model_done();
     }
@@ -311,7 +325,10 @@ fn record_strings(span: &Span, field: &'static str, values: &[String]) {
     {
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let values = values.iter().cloned().map(Into::into).collect();
-        span.set_attribute(field, opentelemetry::Value::Array(opentelemetry::Array::String(values)));
+        span.set_attribute(
+            field,
+            opentelemetry::Value::Array(opentelemetry::Array::String(values)),
+        );
     }
     #[cfg(not(feature = "otel"))]
     span.record(field, Value::from(values).to_string());
@@ -375,7 +392,9 @@ fn message_json(message: &Message) -> Value {
 fn part_json(block: &ContentBlock) -> Option<Value> {
     Some(match block {
         ContentBlock::Text { text } => json!({ "type": "text", "content": text }),
-        ContentBlock::Thinking { thinking, .. } => json!({ "type": "reasoning", "content": thinking }),
+        ContentBlock::Thinking { thinking, .. } => {
+            json!({ "type": "reasoning", "content": thinking })
+        }
         ContentBlock::Reasoning { summary, .. } => {
             json!({ "type": "reasoning", "content": summary.join("\n") })
         }
