@@ -82,6 +82,8 @@ mod input;
 pub mod mcp;
 pub mod media;
 mod message;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod pricing;
 mod provider;
 #[cfg(test)]

@@ -562,4 +562,14 @@ impl AgentBuilder {
             max_depth: self.max_depth,
         })
     }
+
+    /// Records message content on the run's tracing spans (see the README's
+    /// "Observability"): `gen_ai.input.messages`, `gen_ai.output.messages` and
+    /// `gen_ai.system_instructions` on each `chat` span, `gen_ai.tool.call.arguments` and
+    /// `gen_ai.tool.call.result` on each `execute_tool` span. Off by default: they hold user
+    /// data. `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` turns it on too.
+    pub fn trace_content(mut self, on: bool) -> Self {
+        self.config.trace_content = on;
+        self
+    }
 }

@@ -81,6 +81,11 @@ pub struct MachineConfig {
     /// The models a run moves to, in order, when its model fails in a chosen way
     /// ([`Action::Fallback`](crate::machine::Action::Fallback) tells the driver which).
     pub fallbacks: Vec<FallbackTarget>,
+    /// Whether the run's spans carry content: the messages sent and received, the system
+    /// prompt, tool arguments and results (default `false`: they are user data). The
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` environment variable turns
+    /// it on too. The machine ignores it; its drivers read it.
+    pub trace_content: bool,
 }
 
 /// An agent a conversation can be handed to, as the machine needs it: the tool that asks for
@@ -153,6 +158,7 @@ impl Default for MachineConfig {
             name: "agent".to_owned(),
             handoffs: Vec::new(),
             fallbacks: Vec::new(),
+            trace_content: false,
         }
     }
 }

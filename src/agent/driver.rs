@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextManager, Summarizer};
 use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
-use crate::provider::{LlmClient, LlmEvent};
+use crate::provider::LlmClient;
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
 use super::agent::Agent;
@@ -29,11 +29,12 @@ use super::persist::{self, SessionLink};
 use super::shared::{lock, Shared};
 use super::start::{self, Start};
 use super::team::SubAgentLink;
+use super::telemetry::Telemetry;
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(super) struct Driver {
-    /// The `agent.run` span; the outcome is recorded on it.
-    span: tracing::Span,
+    /// The run's spans (`invoke_agent`, and `chat` per model call).
+    telemetry: Telemetry,
     /// `Some` until the conversation goes back to the agent.
     pub(super) machine: Option<AgentMachine>,
     /// The conversation until the machine is built (after the session is loaded).
@@ -53,12 +54,6 @@ pub(super) struct Driver {
     tx: mpsc::Sender<AgentEvent>,
     /// How many messages the published view holds (0: publish everything next time).
     published: usize,
-    /// The `agent.turn` span of the turn in progress: the parent of its model calls and tools.
-    turn_span: tracing::Span,
-    /// The `llm.call` span of the model call in progress; usage is recorded on it.
-    llm_span: tracing::Span,
-    /// Model calls made in the turn in progress.
-    attempts: u32,
     /// Whether the machine was told of the cancel, or of the stop request.
     pub(super) told_cancel: bool,
     pub(super) told_stop: bool,
@@ -96,7 +91,7 @@ impl Driver {
         tx: mpsc::Sender<AgentEvent>,
     ) -> Driver {
         Driver {
-            span,
+            telemetry: Telemetry::new(span, &agent.config),
             machine: None,
             context: Some(context),
             config: agent.machine_config(),
@@ -111,9 +106,6 @@ impl Driver {
             cancel: agent.handle.token(),
             tx,
             published: 0,
-            turn_span: tracing::Span::none(),
-            llm_span: tracing::Span::none(),
-            attempts: 0,
             told_cancel: false,
             told_stop: false,
             team: agent.team.clone(),
@@ -230,16 +222,7 @@ impl Driver {
                 match self.hooks.before_model_call(&mut request, turn).await {
                     HookAction::Stop(reason) => self.tell(Input::HookStopped(reason)),
                     HookAction::Continue => {
-                        let span = tracing::info_span!(
-                            parent: &self.turn_span,
-                            "llm.call",
-                            turn,
-                            attempt = self.attempts,
-                            input_tokens = tracing::field::Empty,
-                            output_tokens = tracing::field::Empty,
-                        );
-                        self.attempts += 1;
-                        self.llm_span = span.clone();
+                        let span = self.telemetry.call_model(&request, &*self.client, turn);
                         io.call_model(self.client.clone(), request, span);
                     }
                 }
@@ -261,8 +244,9 @@ impl Driver {
                 let opts = ExecOptions::new()
                     .cancel(self.cancel.clone())
                     .progress(io.progress_tx.clone())
-                    .extension(Arc::new(link));
-                io.run_tools(self.tools.clone(), calls, opts, self.turn_span.clone());
+                    .extension(Arc::new(link))
+                    .trace_content(self.telemetry.content());
+                io.run_tools(self.tools.clone(), calls, opts, self.telemetry.run.clone());
             }
             Action::AbortTools => io.tools = FuturesUnordered::new(),
             Action::Handoff { route, .. } => self.hand_off(&route),
@@ -279,10 +263,6 @@ impl Driver {
     /// Reports an event. Once the host has seen it, a cancel or stop it decided on applies
     /// before anything else happens.
     async fn report(&mut self, event: AgentEvent) {
-        if let AgentEvent::TurnStart { turn } = event {
-            self.turn_span = tracing::info_span!(parent: &self.span, "agent.turn", turn);
-            self.attempts = 0;
-        }
         if matches!(event, AgentEvent::Compacted { .. }) {
             // The history was rewritten: the next publication copies it whole.
             self.published = 0;
@@ -322,18 +302,17 @@ impl Driver {
             Some(result) = io.results_rx.recv() => Some(Input::ToolDone(result)),
             item = io.model_rx.recv(), if io.model_live => Some(match item {
                 Some(Some(Ok(event))) => {
-                    if let LlmEvent::Usage(usage) = &event {
-                        self.llm_span.record("input_tokens", usage.total_input_tokens());
-                        self.llm_span.record("output_tokens", usage.output_tokens);
-                    }
+                    self.telemetry.model_event(&event);
                     Input::ModelEvent(event)
                 }
                 Some(Some(Err(error))) => {
                     io.model_live = false;
+                    self.telemetry.model_failed(&error);
                     Input::ModelEnded(Err(error))
                 }
                 Some(None) | None => {
                     io.model_live = false;
+                    self.telemetry.model_done();
                     Input::ModelEnded(Ok(()))
                 }
             }),
@@ -388,11 +367,7 @@ impl Driver {
             }
         }
         self.give_back();
-        let span = &self.span;
-        span.record("turns", outcome.turns);
-        span.record("input_tokens", outcome.usage.total_input_tokens());
-        span.record("output_tokens", outcome.usage.output_tokens);
-        span.record("termination", tracing::field::display(&outcome.termination));
+        self.telemetry.finish(&outcome);
         tracing::info!(termination = %outcome.termination, turns = outcome.turns, "agent run finished");
         self.emit(AgentEvent::Finished(outcome)).await;
     }

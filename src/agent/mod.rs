@@ -39,6 +39,7 @@ mod spend;
 mod start;
 mod summarizer;
 mod team;
+mod telemetry;
 mod turn;
 
 pub use agent::Agent;

@@ -21,6 +21,7 @@ use super::output::RunOptions;
 use super::pause::{PausedRun, Resolutions};
 use super::shared::lock;
 use super::start::Start;
+use super::telemetry;
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host
@@ -113,13 +114,7 @@ impl Agent {
                 };
             }
         };
-        let span = tracing::info_span!(
-            "agent.run",
-            turns = tracing::field::Empty,
-            input_tokens = tracing::field::Empty,
-            output_tokens = tracing::field::Empty,
-            termination = tracing::field::Empty,
-        );
+        let span = telemetry::run_span(&self.config, &*self.client);
         let tools = self.sources.current();
         let driver = Driver::new(self, context, tools, span.clone(), tx)
             .drive(start)

@@ -567,6 +567,12 @@ pub trait LlmClient: Send + Sync {
     fn retry_policy(&self) -> Option<RetryPolicy> {
         None
     }
+
+    /// The provider, as OpenTelemetry's GenAI conventions name it (`gen_ai.provider.name`:
+    /// `anthropic`, `openai` …), for the agent's spans. Empty when unknown (then left out).
+    fn provider_name(&self) -> &str {
+        ""
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
@@ -582,6 +588,9 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
     fn retry_policy(&self) -> Option<RetryPolicy> {
         (**self).retry_policy()
     }
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
@@ -596,5 +605,8 @@ impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
     }
     fn retry_policy(&self) -> Option<RetryPolicy> {
         (**self).retry_policy()
+    }
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
     }
 }

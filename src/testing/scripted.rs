@@ -636,6 +636,11 @@ impl LlmClient for ScriptedClient {
     fn model(&self) -> &str {
         &self.model
     }
+
+    /// `scripted`: the spans of a scripted run say it was no real provider.
+    fn provider_name(&self) -> &str {
+        "scripted"
+    }
 }
 
 #[cfg(test)]

@@ -179,6 +179,8 @@ pub struct ExecOptions {
     pub idempotency_scope: Option<std::sync::Arc<str>>,
     /// What the driver hands every call of the batch ([`ToolContext::extension`]).
     pub(crate) extension: Option<Extension>,
+    /// Whether each call's `execute_tool` span records its arguments and result.
+    pub(crate) trace_content: bool,
 }
 
 /// A value a driver hands to every call of a batch, whatever its type: the agent's link for
@@ -213,6 +215,14 @@ impl ExecOptions {
     /// Scopes the calls' idempotency keys: each call's key becomes `{scope}/{call id}`.
     pub fn idempotency_scope(mut self, scope: impl Into<std::sync::Arc<str>>) -> Self {
         self.idempotency_scope = Some(scope.into());
+        self
+    }
+
+    /// Records each call's arguments and result on its `execute_tool` tracing span
+    /// (`gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`); off by default, as they
+    /// may hold user data.
+    pub fn trace_content(mut self, on: bool) -> Self {
+        self.trace_content = on;
         self
     }
 

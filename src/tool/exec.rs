@@ -116,6 +116,7 @@ pub(crate) fn run<'a>(
             progress: opts.progress.clone(),
             idempotency_scope: opts.idempotency_scope.clone(),
             extension: opts.extension.clone(),
+            trace_content: opts.trace_content,
         };
         batch.running.push(call_run.run().boxed());
     }
@@ -182,26 +183,51 @@ struct CallRun<'a> {
     progress: Option<tokio::sync::mpsc::Sender<super::ToolProgress>>,
     idempotency_scope: Option<Arc<str>>,
     extension: Option<Extension>,
+    trace_content: bool,
 }
 
 impl CallRun<'_> {
-    /// Runs the call inside a `tool.call` tracing span that records its duration and outcome.
+    /// Runs the call inside an `execute_tool` span (OpenTelemetry's GenAI conventions: named
+    /// `execute_tool {tool}`, kind internal) that records its duration and outcome, and with
+    /// [`ExecOptions::trace_content`] its arguments and result. A tool that runs an agent
+    /// runs it inside this span, so that agent's `invoke_agent` span is its child.
     async fn run(self) -> (usize, ToolCallResult) {
+        use tracing::field::Empty;
         use tracing::Instrument;
         let span = tracing::info_span!(
-            "tool.call",
-            tool = %self.call.name,
-            call_id = %self.call.id,
-            duration_ms = tracing::field::Empty,
-            is_error = tracing::field::Empty,
+            "execute_tool",
+            otel.name = format!("execute_tool {}", self.call.name),
+            otel.kind = "internal",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %self.call.name,
+            gen_ai.tool.call.id = %self.call.id,
+            gen_ai.tool.type = "function",
+            gen_ai.tool.call.arguments = Empty,
+            gen_ai.tool.call.result = Empty,
+            "error.type" = Empty,
+            otel.status_code = Empty,
+            duration_ms = Empty,
+            is_error = Empty,
         );
-        let (index, result) = self.run_inner().instrument(span.clone()).await;
+        let content = self.trace_content;
+        if content {
+            span.record("gen_ai.tool.call.arguments", self.call.input.to_string());
+        }
+        let (index, result, error) = self.run_inner().instrument(span.clone()).await;
         span.record("duration_ms", result.duration.as_secs_f64() * 1000.0);
         span.record("is_error", result.is_error);
+        if let Some(error) = error {
+            span.record("error.type", error);
+            span.record("otel.status_code", "error");
+        } else if content {
+            span.record("gen_ai.tool.call.result", result.content.as_str());
+        }
         (index, result)
     }
 
-    async fn run_inner(self) -> (usize, ToolCallResult) {
+    /// Runs the call; the error kind is `error.type` on its span: `tool_error` (the tool
+    /// returned an error), `panic`, `timeout`.
+    async fn run_inner(self) -> (usize, ToolCallResult, Option<&'static str>) {
         for dep in &self.deps {
             dep.cancelled().await;
         }
@@ -227,36 +253,36 @@ impl CallRun<'_> {
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();
         let name = quote(&self.call.name);
         let mut images = Vec::new();
-        let (content, is_error) = match tokio::time::timeout(self.limit, future).await {
+        let (content, error) = match tokio::time::timeout(self.limit, future).await {
             Ok(Ok(Ok(output))) => {
                 let (text, output_images) = output.into_parts();
                 images = output_images;
-                (text, false)
+                (text, None)
             }
-            Ok(Ok(Err(error))) => (error.model_text(), true),
+            Ok(Ok(Err(error))) => (error.model_text(), Some("tool_error")),
             Ok(Err(panic)) => {
                 let message = panic_message(panic.as_ref());
                 tracing::error!(tool = %self.call.name, call_id = %self.call.id, "tool panicked: {message}");
-                (format!("tool {name} panicked: {message}"), true)
+                (format!("tool {name} panicked: {message}"), Some("panic"))
             }
             Err(_elapsed) => {
                 self.cancel.cancel();
-                (
-                    format!(
-                        "tool {name} timed out after {:?} and was stopped",
-                        self.limit
-                    ),
-                    true,
-                )
+                let text = format!(
+                    "tool {name} timed out after {:?} and was stopped",
+                    self.limit
+                );
+                (text, Some("timeout"))
             }
         };
         let duration = start.elapsed();
         self.done.cancel();
         let content = truncate_middle(content, self.max_output_bytes);
+        let is_error = error.is_some();
         (
             self.index,
             ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration)
                 .with_images(images),
+            error,
         )
     }
 }
@@ -332,7 +358,7 @@ mod tests {
         }
     }
 
-    /// Collects the `duration_ms` recorded on `tool.call` spans (the only spans it enables).
+    /// Collects the `duration_ms` recorded on `execute_tool` spans (the only spans it enables).
     struct DurationRecorder(Arc<std::sync::Mutex<Vec<f64>>>);
 
     struct DurationField<'a>(&'a std::sync::Mutex<Vec<f64>>);
@@ -348,7 +374,7 @@ mod tests {
 
     impl tracing::Subscriber for DurationRecorder {
         fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-            metadata.name() == "tool.call"
+            metadata.name() == "execute_tool"
         }
         fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
             tracing::span::Id::from_u64(1)

@@ -162,6 +162,10 @@ impl LlmClient for AnthropicClient {
     fn retry_policy(&self) -> Option<RetryPolicy> {
         Some(self.transport.settings().retry.clone())
     }
+
+    fn provider_name(&self) -> &str {
+        "anthropic"
+    }
 }
 
 fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {

@@ -404,6 +404,12 @@ impl LlmClient for OpenAiClient {
     fn retry_policy(&self) -> Option<RetryPolicy> {
         Some(self.transport.settings().retry.clone())
     }
+
+    /// `openai`, for both wire formats (Chat Completions and Responses) and for the
+    /// compatible servers it talks to.
+    fn provider_name(&self) -> &str {
+        "openai"
+    }
 }
 
 /// Reads `{"error":{"message","type","code"}}`, and the looser shapes compatible servers send
