@@ -119,6 +119,7 @@ pub use input::UserInput;
 pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::redirect_policy;
+pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
+use crate::provider::RateLimits;
 
 use super::path::{AgentPath, SubAgentUsage};
 use super::pause::PausedRun;
@@ -22,8 +23,8 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 ///
 /// ```text
 /// run  := turn* Finished
-/// turn := TurnStart (Retry | TextDelta | ThinkingDelta | ToolCallStart | ToolInputDelta
-///                    | Compacted | call)* TurnEnd
+/// turn := TurnStart (Retry | RateLimits | TextDelta | ThinkingDelta | ToolCallStart
+///                    | ToolInputDelta | Compacted | call)* TurnEnd
 /// call := ToolCall (ToolProgress | SubAgent)* ToolResult
 /// ```
 ///
@@ -169,6 +170,11 @@ pub enum AgentEvent {
     },
     /// The run is over; always the last event.
     Finished(RunOutcome),
+    /// The provider's rate-limit figures, from the head of a model response: inside a turn,
+    /// before the response's content (like a [`Retry`](AgentEvent::Retry), it belongs to the
+    /// attempt in progress). The latest is kept in [`RunOutcome::rate_limits`]; a refusal's
+    /// figures are in its [`ApiError::rate_limits`](crate::ApiError::rate_limits).
+    RateLimits(RateLimits),
 }
 
 /// How a run ended, with what it produced.
@@ -192,6 +198,8 @@ pub struct RunOutcome {
     /// What each sub-agent run used, at every depth, in the order they finished (each one's
     /// usage is part of [`usage`](Self::usage) already).
     pub sub_agents: Vec<SubAgentUsage>,
+    /// The latest rate-limit figures a model response of the run reported, if any.
+    pub rate_limits: Option<RateLimits>,
 }
 
 /// Why a run stopped.
@@ -346,6 +354,7 @@ impl RunOutcome {
             failed_usage: Usage::default(),
             output: None,
             sub_agents: Vec::new(),
+            rate_limits: None,
         }
     }
 

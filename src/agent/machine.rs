@@ -18,7 +18,9 @@ use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversat
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
-use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
+use crate::provider::{
+    LlmEvent, ModelRequest, RateLimits, RequestSettings, RetryPolicy, ToolChoice,
+};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
 use super::config::MachineConfig;
@@ -481,6 +483,8 @@ pub struct AgentMachine {
     now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
+    /// The latest rate-limit figures a response reported.
+    rate_limits: Option<RateLimits>,
 }
 
 impl AgentMachine {
@@ -539,6 +543,7 @@ impl AgentMachine {
             root_system: None,
             now: None,
             ignored: None,
+            rate_limits: None,
         }
     }
 
@@ -1159,6 +1164,10 @@ impl AgentMachine {
                     LlmEvent::MessageStop { .. } => {
                         self.out.push_back(Action::StopModel);
                         return self.attempt_ended(attempt);
+                    }
+                    LlmEvent::RateLimits(limits) => {
+                        self.rate_limits = Some(limits);
+                        self.emit(AgentEvent::RateLimits(limits));
                     }
                     _ => {}
                 }
@@ -2110,6 +2119,7 @@ impl AgentMachine {
             failed_usage: self.failed_usage,
             output: self.output_value.take(),
             sub_agents: self.nested.finished().to_vec(),
+            rate_limits: self.rate_limits,
         };
         self.out.push_back(Action::Finish(outcome));
         State::Finished
