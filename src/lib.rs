@@ -119,12 +119,12 @@ pub use input::UserInput;
 pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use provider::redirect_policy;
-pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
+pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use tool::{
     Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,
     ToolCatalog, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,

@@ -561,15 +561,22 @@ fn quota() -> impl Strategy<Value = Quota> {
 }
 
 fn rate_limits() -> impl Strategy<Value = RateLimits> {
-    (quota(), quota(), quota(), quota(), proptest::option::of(duration())).prop_map(
-        |(requests, tokens, input_tokens, output_tokens, retry_after)| RateLimits {
-            requests,
-            tokens,
-            input_tokens,
-            output_tokens,
-            retry_after,
-        },
+    (
+        quota(),
+        quota(),
+        quota(),
+        quota(),
+        proptest::option::of(duration()),
     )
+        .prop_map(
+            |(requests, tokens, input_tokens, output_tokens, retry_after)| RateLimits {
+                requests,
+                tokens,
+                input_tokens,
+                output_tokens,
+                retry_after,
+            },
+        )
 }
 
 fn llm_event() -> impl Strategy<Value = LlmEvent> {

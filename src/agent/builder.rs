@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
+use crate::provider::RateLimiter;
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
@@ -46,6 +47,7 @@ pub struct AgentBuilder {
     session: Option<SessionLink>,
     handoffs: Vec<Handoff>,
     max_depth: u32,
+    limiter: Option<RateLimiter>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -75,6 +77,7 @@ impl AgentBuilder {
             session: None,
             handoffs: Vec::new(),
             max_depth: DEFAULT_MAX_DEPTH,
+            limiter: None,
         }
     }
 
@@ -480,6 +483,18 @@ impl AgentBuilder {
             team: Arc::new(team),
             depth: 0,
             max_depth: self.max_depth,
+            limiter: self.limiter,
         })
+    }
+
+    /// Paces the agent's model calls with `limiter`, shared (cloned) with every agent that
+    /// uses the same API key: before each model call (a retry's too) the run waits until the
+    /// limiter lets it go, its tokens estimated as the conversation's token count plus the
+    /// request's `max_tokens`; each response's rate-limit headers are reported back to it
+    /// ([`RateLimiter::observe`]). Cancelling the run ends the wait. Sub-agents built from this
+    /// agent ([`Agent::as_tool`](crate::Agent::as_tool)) share it.
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.limiter = Some(limiter);
+        self
     }
 }

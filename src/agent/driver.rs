@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextManager, Summarizer};
 use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
-use crate::provider::{LlmClient, LlmEvent};
+use crate::provider::{LlmClient, LlmEvent, RateLimiter};
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
 use super::agent::Agent;
@@ -67,6 +67,7 @@ pub(super) struct Driver {
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
+    limiter: Option<RateLimiter>,
 }
 
 impl Drop for Driver {
@@ -117,6 +118,7 @@ impl Driver {
             team: agent.team.clone(),
             depth: agent.depth,
             max_depth: agent.max_depth,
+            limiter: agent.limiter.clone(),
         }
     }
 
@@ -237,7 +239,9 @@ impl Driver {
                         );
                         self.attempts += 1;
                         self.llm_span = span.clone();
-                        io.call_model(self.client.clone(), request, span);
+                        let tokens = self.machine.as_ref().map(|m| m.context().token_count());
+                        let pace = self.limiter.clone().zip(tokens);
+                        io.call_model(self.client.clone(), request, span, pace);
                     }
                 }
             }

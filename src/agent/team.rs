@@ -243,6 +243,7 @@ impl Agent {
             team: self.team.clone(),
             depth,
             max_depth,
+            limiter: self.limiter.clone(),
         }
     }
 }

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 use reqwest::header::HeaderMap;
 
 use crate::error::{ApiError, LlmError, TimeoutKind};
-use crate::provider::retry::RetryPolicy;
 use crate::provider::ratelimit::RateLimits;
+use crate::provider::retry::RetryPolicy;
 use crate::provider::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
 /// The most bytes of an error response body that are read; the rest is discarded.
@@ -1359,7 +1359,11 @@ mod tests {
         ];
         let mut h = Harness::new(config());
         h.next();
-        h.head(0, 200, &[&[("content-type", "text/event-stream")], &limits[..]].concat());
+        h.head(
+            0,
+            200,
+            &[&[("content-type", "text/event-stream")], &limits[..]].concat(),
+        );
         h.next();
         h.chunk(1, whole_stream("msg_1", "Hi"));
         assert_eq!(

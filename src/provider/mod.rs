@@ -23,20 +23,20 @@ pub(crate) mod fixtures;
 pub(crate) mod http;
 pub(crate) mod media_limits;
 pub(crate) mod openai;
+pub(crate) mod pacing;
+pub(crate) mod ratelimit;
 pub(crate) mod responses;
 pub(crate) mod retry;
 mod settings;
-pub(crate) mod pacing;
-pub(crate) mod ratelimit;
 
 pub use anthropic::AnthropicClient;
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
-pub use retry::{Jitter, RetryPolicy};
-pub use settings::RequestSettings;
 pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
 pub use ratelimit::{Quota, RateLimits};
+pub use retry::{Jitter, RetryPolicy};
+pub use settings::RequestSettings;
 
 /// A provider's streaming wire format.
 #[non_exhaustive]

@@ -308,8 +308,15 @@ mod tests {
         let Pace::WaitUntil(at) = p.try_acquire(0, t0) else {
             panic!("a fourth request went at once")
         };
-        assert!(at >= secs(t0, 20.0) && at <= secs(t0, 20.001), "{:?}", at - t0);
-        assert!(matches!(p.try_acquire(0, secs(t0, 19.9)), Pace::WaitUntil(_)));
+        assert!(
+            at >= secs(t0, 20.0) && at <= secs(t0, 20.001),
+            "{:?}",
+            at - t0
+        );
+        assert!(matches!(
+            p.try_acquire(0, secs(t0, 19.9)),
+            Pace::WaitUntil(_)
+        ));
         assert_eq!(p.try_acquire(0, at), Pace::Go);
     }
 
@@ -376,7 +383,10 @@ mod tests {
         }
         // Two at once, then one every 5 s: the sixth at 20 s.
         let took = start.elapsed();
-        assert!(took >= Duration::from_secs(20) && took < Duration::from_millis(20_010), "{took:?}");
+        assert!(
+            took >= Duration::from_secs(20) && took < Duration::from_millis(20_010),
+            "{took:?}"
+        );
     }
 
     proptest! {

@@ -375,13 +375,22 @@ mod tests {
             ("anthropic-ratelimit-requests-reset", "2025-06-01T12:00:01Z"),
             ("anthropic-ratelimit-tokens-limit", "90000"),
             ("anthropic-ratelimit-tokens-remaining", "88000"),
-            ("anthropic-ratelimit-tokens-reset", "2025-06-01T12:00:01.250Z"),
+            (
+                "anthropic-ratelimit-tokens-reset",
+                "2025-06-01T12:00:01.250Z",
+            ),
             ("anthropic-ratelimit-input-tokens-limit", "40000"),
             ("anthropic-ratelimit-input-tokens-remaining", "39000"),
-            ("anthropic-ratelimit-input-tokens-reset", "2025-06-01T14:00:02+02:00"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2025-06-01T14:00:02+02:00",
+            ),
             ("anthropic-ratelimit-output-tokens-limit", "8000"),
             ("anthropic-ratelimit-output-tokens-remaining", "7000"),
-            ("anthropic-ratelimit-output-tokens-reset", "2025-06-01T11:59:00Z"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2025-06-01T11:59:00Z",
+            ),
             ("retry-after", "3"),
         ]);
         let r = RateLimits::from_headers(&h);
@@ -459,7 +468,11 @@ mod tests {
             (".5s", 500),
             ("1500us", 1),
         ] {
-            assert_eq!(parse_duration(text).map(|d| d.as_millis()), Some(ms), "{text}");
+            assert_eq!(
+                parse_duration(text).map(|d| d.as_millis()),
+                Some(ms),
+                "{text}"
+            );
         }
         for text in ["", "1", "1x", "s", "1..2s", "-1s", "1s2", "."] {
             assert_eq!(parse_duration(text), None, "{text}");
