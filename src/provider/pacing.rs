@@ -204,6 +204,26 @@ impl Pacer {
         Pace::Go
     }
 
+    /// What the buckets hold at `now` as the providers report it: requests and tokens, each
+    /// with its limit, what is left (whole units) and when it is full again (to the
+    /// millisecond, rounded up). What the mock server's headers say.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn quotas(&mut self, now: Instant) -> [Option<super::ratelimit::Quota>; 2] {
+        self.advance(now);
+        [&self.requests, &self.tokens].map(|bucket| {
+            bucket.as_ref().map(|b| {
+                let empty = (b.capacity - b.level).max(0.0) / b.rate;
+                super::ratelimit::Quota {
+                    limit: Some(b.capacity as u64),
+                    remaining: Some((b.level + EPSILON).floor() as u64),
+                    reset: Some(Duration::from_millis(
+                        (empty * 1000.0 - 1e-6).ceil().max(0.0) as u64,
+                    )),
+                }
+            })
+        })
+    }
+
     /// Learns from what the provider reported at `now`: a bucket holds no more than the
     /// `remaining` figure (requests; tokens, else input tokens), and a `retry-after` holds
     /// every request back until it has passed. Reports only ever slow the pace down.
