@@ -212,14 +212,14 @@ fn events() -> Vec<LlmEvent> {
         LlmEvent::MessageStop {
             stop_reason: StopReason::Other("a_new_reason".into()),
         },
-        LlmEvent::RateLimits(full_rate_limits()),
-        LlmEvent::RateLimits(RateLimits {
+        LlmEvent::RateLimits(Box::new(full_rate_limits())),
+        LlmEvent::RateLimits(Box::new(RateLimits {
             requests: Quota {
                 remaining: Some(0),
                 ..Quota::default()
             },
             ..RateLimits::default()
-        }),
+        })),
     ]
 }
 
@@ -327,14 +327,14 @@ fn the_json_is_the_documented_form() {
         r#"{"type":"message_stop","stop_reason":"max_tokens"}"#
     );
     assert_eq!(
-        json(&LlmEvent::RateLimits(RateLimits {
+        json(&LlmEvent::RateLimits(Box::new(RateLimits {
             requests: Quota {
                 limit: Some(50),
                 remaining: Some(49),
                 reset: Some(Duration::from_millis(1500)),
             },
             ..RateLimits::default()
-        })),
+        }))),
         concat!(
             r#"{"type":"rate_limits","requests":{"limit":50,"remaining":49,"#,
             r#""reset":{"secs":1,"nanos":500000000}}}"#
@@ -622,7 +622,7 @@ fn llm_event() -> impl Strategy<Value = LlmEvent> {
         })),
         text().prop_map(|sequence| LlmEvent::StopSequence { sequence }),
         stop_reason().prop_map(|stop_reason| LlmEvent::MessageStop { stop_reason }),
-        rate_limits().prop_map(LlmEvent::RateLimits),
+        rate_limits().prop_map(|r| LlmEvent::RateLimits(Box::new(r))),
     ]
 }
 

@@ -92,7 +92,7 @@ async fn headers_become_an_event_with_exact_figures(format: Format) {
         at(&|e| matches!(e, AgentEvent::RateLimits(_)))
             < at(&|e| matches!(e, AgentEvent::TextDelta { .. }))
     );
-    assert_eq!(outcome.rate_limits, Some(expected));
+    assert_eq!(outcome.rate_limits.as_deref(), Some(&expected));
     assert_eq!(server.rate_limited(), 0);
 }
 
@@ -128,7 +128,10 @@ async fn a_refusal_keeps_its_figures(format: Format) {
         .unwrap();
     let (_, outcome) = run(&mut first, "hi").await;
     assert_eq!(outcome.termination, Termination::Completed);
-    let mut second = agent(format, &server).retry_policy(no_retry).build().unwrap();
+    let mut second = agent(format, &server)
+        .retry_policy(no_retry)
+        .build()
+        .unwrap();
     let (events, outcome) = run(&mut second, "hi").await;
     let Termination::Error(Error::Llm(LlmError::Api(error))) = &outcome.termination else {
         panic!("{:?}", outcome.termination);

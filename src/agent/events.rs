@@ -198,8 +198,9 @@ pub struct RunOutcome {
     /// What each sub-agent run used, at every depth, in the order they finished (each one's
     /// usage is part of [`usage`](Self::usage) already).
     pub sub_agents: Vec<SubAgentUsage>,
-    /// The latest rate-limit figures a model response of the run reported, if any.
-    pub rate_limits: Option<RateLimits>,
+    /// The latest rate-limit figures a model response of the run reported, if any (boxed:
+    /// they are larger than the rest of the outcome).
+    pub rate_limits: Option<Box<RateLimits>>,
 }
 
 /// Why a run stopped.

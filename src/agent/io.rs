@@ -118,7 +118,7 @@ impl Io {
 /// Tells `limiter` the rate-limit figures of a response's head, or of a refusal.
 fn observe(limiter: &RateLimiter, item: &Result<LlmEvent, LlmError>) {
     let limits = match item {
-        Ok(LlmEvent::RateLimits(limits)) => limits,
+        Ok(LlmEvent::RateLimits(limits)) => &**limits,
         Err(LlmError::Api(error)) => match &error.rate_limits {
             Some(limits) => limits,
             None => return,

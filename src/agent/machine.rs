@@ -484,7 +484,7 @@ pub struct AgentMachine {
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
     /// The latest rate-limit figures a response reported.
-    rate_limits: Option<RateLimits>,
+    rate_limits: Option<Box<RateLimits>>,
 }
 
 impl AgentMachine {
@@ -1166,8 +1166,8 @@ impl AgentMachine {
                         return self.attempt_ended(attempt);
                     }
                     LlmEvent::RateLimits(limits) => {
+                        self.emit(AgentEvent::RateLimits(*limits));
                         self.rate_limits = Some(limits);
-                        self.emit(AgentEvent::RateLimits(limits));
                     }
                     _ => {}
                 }
@@ -2119,7 +2119,7 @@ impl AgentMachine {
             failed_usage: self.failed_usage,
             output: self.output_value.take(),
             sub_agents: self.nested.finished().to_vec(),
-            rate_limits: self.rate_limits,
+            rate_limits: self.rate_limits.take(),
         };
         self.out.push_back(Action::Finish(outcome));
         State::Finished

@@ -578,7 +578,7 @@ impl AttemptMachine {
                 self.held.clear();
                 let limits = RateLimits::from_headers_at(head.headers, head.received);
                 if !limits.is_empty() {
-                    self.accept(LlmEvent::RateLimits(limits));
+                    self.accept(LlmEvent::RateLimits(Box::new(limits)));
                 }
                 State::Streaming {
                     decoder: Box::new(WireDecoder::with_limits(

@@ -178,8 +178,9 @@ pub enum LlmEvent {
         stop_reason: StopReason,
     },
     /// The rate-limit figures of the response's head (`rate_limits`), when it carried any:
-    /// before the response's first content. Not content; the assembler ignores it.
-    RateLimits(RateLimits),
+    /// before the response's first content. Not content; the assembler ignores it. Boxed:
+    /// the figures are larger than any other event.
+    RateLimits(Box<RateLimits>),
 }
 
 impl LlmEvent {

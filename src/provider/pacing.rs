@@ -370,8 +370,10 @@ mod tests {
         assert!(matches!(p.try_acquire(0, t0), Pace::WaitUntil(_)));
         assert_eq!(p.try_acquire(0, secs(t0, 1.001)), Pace::Go);
         // A retry-after holds everything back, however full the bucket.
-        let mut told = RateLimits::default();
-        told.retry_after = Some(Duration::from_secs(30));
+        let told = RateLimits {
+            retry_after: Some(Duration::from_secs(30)),
+            ..RateLimits::default()
+        };
         p.observe(&told, secs(t0, 100.0));
         assert_eq!(
             p.try_acquire(0, secs(t0, 100.0)),

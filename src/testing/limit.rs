@@ -34,7 +34,7 @@ impl MockLimit {
         &mut self,
         format: WireFormat,
         body: &Value,
-    ) -> Result<Vec<(String, String)>, MockResponse> {
+    ) -> Result<Vec<(String, String)>, Box<MockResponse>> {
         // tokio's clock, so that a test with a paused clock controls the limit too.
         let now = tokio::time::Instant::now().into_std();
         let pace = self.pacer.try_acquire(request_tokens(body), now);
@@ -57,7 +57,7 @@ impl MockLimit {
         for (name, value) in headers {
             refusal = refusal.header(name, value);
         }
-        Err(refusal)
+        Err(Box::new(refusal))
     }
 }
 

@@ -454,7 +454,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
             // Over the limit: the 429, the script not consumed; else the script's next
             // answer, with the figures.
             Some(match admission {
-                Err(refusal) => refusal,
+                Err(refusal) => *refusal,
                 Ok(headers) => headers.into_iter().fold(
                     state
                         .script
