@@ -319,6 +319,8 @@ impl StreamAssembler {
             LlmEvent::Usage(usage) => self.usage = *usage,
             LlmEvent::StopSequence { sequence } => self.stop_sequence = Some(sequence.clone()),
             LlmEvent::MessageStop { stop_reason } => self.stop_reason = Some(stop_reason.clone()),
+            // Transport figures, not part of the response.
+            LlmEvent::RateLimits(_) => {}
         }
         Ok(())
     }

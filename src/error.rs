@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::provider::RateLimits;
 use crate::tool::ToolError;
 
 /// The crate's error: every fallible public function returns it or one of the errors inside it.
@@ -352,6 +353,10 @@ pub struct ApiError {
     /// The server's explicit `x-should-retry` verdict, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub should_retry: Option<bool>,
+    /// The rate-limit figures of the answer's head, when it carried any (a 429's remaining
+    /// figures and resets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limits: Option<RateLimits>,
 }
 
 impl ApiError {
@@ -365,6 +370,7 @@ impl ApiError {
             request_id: None,
             retry_after: None,
             should_retry: None,
+            rate_limits: None,
         }
     }
 

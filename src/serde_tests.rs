@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::{ApiError, LlmError, TimeoutKind};
 use crate::message::{MediaSource, StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::provider::{LlmEvent, Quota, RateLimits};
 use crate::tool::ToolCallResult;
 
 /// The position of `event`'s variant in [`EVENT_VARIANTS`]. The match has no wildcard: a new
@@ -34,9 +34,10 @@ fn event_variant(event: &LlmEvent) -> usize {
         LlmEvent::Usage(_) => 10,
         LlmEvent::StopSequence { .. } => 11,
         LlmEvent::MessageStop { .. } => 12,
+        LlmEvent::RateLimits(_) => 13,
     }
 }
-const EVENT_VARIANTS: usize = 13;
+const EVENT_VARIANTS: usize = 14;
 
 /// Like [`event_variant`], for [`LlmError`].
 fn error_variant(error: &LlmError) -> usize {
@@ -64,7 +65,23 @@ fn full_api_error() -> ApiError {
     api.request_id = Some("req_1".into());
     api.retry_after = Some(Duration::new(1, 500_000_000));
     api.should_retry = Some(true);
+    api.rate_limits = Some(full_rate_limits());
     api
+}
+
+fn full_rate_limits() -> RateLimits {
+    let quota = |n: u64| Quota {
+        limit: Some(n),
+        remaining: Some(n - 1),
+        reset: Some(Duration::from_millis(n)),
+    };
+    RateLimits {
+        requests: quota(50),
+        tokens: quota(90_000),
+        input_tokens: quota(40_000),
+        output_tokens: quota(8_000),
+        retry_after: Some(Duration::from_secs(3)),
+    }
 }
 
 /// At least one value of every [`LlmError`] variant, with every optional part both present and
@@ -195,6 +212,14 @@ fn events() -> Vec<LlmEvent> {
         LlmEvent::MessageStop {
             stop_reason: StopReason::Other("a_new_reason".into()),
         },
+        LlmEvent::RateLimits(Box::new(full_rate_limits())),
+        LlmEvent::RateLimits(Box::new(RateLimits {
+            requests: Quota {
+                remaining: Some(0),
+                ..Quota::default()
+            },
+            ..RateLimits::default()
+        })),
     ]
 }
 
@@ -300,6 +325,20 @@ fn the_json_is_the_documented_form() {
             stop_reason: StopReason::MaxTokens
         }),
         r#"{"type":"message_stop","stop_reason":"max_tokens"}"#
+    );
+    assert_eq!(
+        json(&LlmEvent::RateLimits(Box::new(RateLimits {
+            requests: Quota {
+                limit: Some(50),
+                remaining: Some(49),
+                reset: Some(Duration::from_millis(1500)),
+            },
+            ..RateLimits::default()
+        }))),
+        concat!(
+            r#"{"type":"rate_limits","requests":{"limit":50,"remaining":49,"#,
+            r#""reset":{"secs":1,"nanos":500000000}}}"#
+        )
     );
     assert_eq!(
         json(&LlmError::ContextOverflow(Box::new(ApiError::new(
@@ -420,10 +459,12 @@ fn api_error() -> impl Strategy<Value = ApiError> {
         proptest::option::of(text()),
         proptest::option::of(duration()),
         proptest::option::of(any::<bool>()),
+        proptest::option::of(rate_limits()),
     )
         .prop_map(
-            |(status, message, error_type, code, request_id, retry_after, should_retry)| {
+            |(status, message, error_type, code, request_id, retry_after, should_retry, limits)| {
                 let mut api = ApiError::new(status, message);
+                api.rate_limits = limits;
                 api.error_type = error_type;
                 api.code = code;
                 api.request_id = request_id;
@@ -506,6 +547,38 @@ fn stop_reason() -> impl Strategy<Value = StopReason> {
     ]
 }
 
+fn quota() -> impl Strategy<Value = Quota> {
+    (
+        proptest::option::of(any::<u64>()),
+        proptest::option::of(any::<u64>()),
+        proptest::option::of(duration()),
+    )
+        .prop_map(|(limit, remaining, reset)| Quota {
+            limit,
+            remaining,
+            reset,
+        })
+}
+
+fn rate_limits() -> impl Strategy<Value = RateLimits> {
+    (
+        quota(),
+        quota(),
+        quota(),
+        quota(),
+        proptest::option::of(duration()),
+    )
+        .prop_map(
+            |(requests, tokens, input_tokens, output_tokens, retry_after)| RateLimits {
+                requests,
+                tokens,
+                input_tokens,
+                output_tokens,
+                retry_after,
+            },
+        )
+}
+
 fn llm_event() -> impl Strategy<Value = LlmEvent> {
     let index = any::<usize>();
     prop_oneof![
@@ -549,6 +622,7 @@ fn llm_event() -> impl Strategy<Value = LlmEvent> {
         })),
         text().prop_map(|sequence| LlmEvent::StopSequence { sequence }),
         stop_reason().prop_map(|stop_reason| LlmEvent::MessageStop { stop_reason }),
+        rate_limits().prop_map(|r| LlmEvent::RateLimits(Box::new(r))),
     ]
 }
 

@@ -525,6 +525,51 @@ fn a_sub_agent_runs_under_its_calls_execute_tool_span_and_a_failed_tool_has_its_
     assert!(!attrs(ask).contains_key("error.type"));
 }
 
+#[test]
+fn a_move_to_a_fallback_model_is_an_event_of_the_run_span() {
+    let receiver = Receiver::start();
+    let guard = OtelBuilder::new()
+        .endpoint(format!("{}/v1/traces", receiver.url))
+        .build()
+        .unwrap();
+    let primary = ScriptedClient::new([ScriptedResponse::error(agent_loop::LlmError::Api(
+        Box::new(agent_loop::ApiError::new(529, "Overloaded")),
+    ))])
+    .with_model("primary-model");
+    let backup = ScriptedClient::new([ScriptedResponse::text("ok")]).with_model("backup-model");
+    let mut agent = Agent::builder(primary)
+        .name("lead")
+        .fallback(agent_loop::Fallback::new(backup))
+        .build()
+        .unwrap();
+    run_exported(&guard, &mut agent, "go");
+    let spans = receiver.spans();
+    let run = named(&spans, "invoke_agent lead")[0];
+    let failed = named(&spans, "chat primary-model")[0];
+    let moved = named(&spans, "chat backup-model")[0];
+    assert!(is_error(failed));
+    assert_eq!(attrs(failed)["error.type"], "529");
+    assert!(!is_error(moved));
+    assert_eq!(moved.parent_span_id, run.span_id);
+    let event = run
+        .events
+        .iter()
+        .find(|e| e.name == "gen_ai.fallback")
+        .expect("a fallback event on the run span");
+    let event_attrs: BTreeMap<String, Value> = event
+        .attributes
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                kv.value.as_ref().map_or(Value::Null, any_to_json),
+            )
+        })
+        .collect();
+    assert_eq!(event_attrs["gen_ai.fallback.from"], "primary-model");
+    assert_eq!(event_attrs["gen_ai.fallback.to"], "backup-model");
+}
+
 /// The child's marker: set only by [`init_reads_the_endpoint_service_and_content_opt_in_from_the_environment`].
 const CHILD: &str = "AGENT_LOOP_OTEL_TEST_CHILD";
 

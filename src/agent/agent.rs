@@ -8,6 +8,7 @@ use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::message::Message;
 use crate::provider::LlmClient;
+use crate::provider::RateLimiter;
 use crate::tool::{ToolRegistry, ToolSources};
 
 use super::config::MachineConfig;
@@ -58,6 +59,8 @@ pub struct Agent {
     pub(crate) depth: u32,
     /// How deep sub-agents below its runs may go.
     pub(crate) max_depth: u32,
+    /// Paces its model calls, shared with the other agents of one API key.
+    pub(crate) limiter: Option<RateLimiter>,
 }
 
 impl fmt::Debug for Agent {

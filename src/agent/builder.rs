@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::pricing::{Pricing, Usd};
+use crate::provider::RateLimiter;
 use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
@@ -50,6 +51,7 @@ pub struct AgentBuilder {
     /// The fallbacks' clients, in the order of `config.fallbacks`.
     fallbacks: Vec<Arc<dyn LlmClient>>,
     max_depth: u32,
+    limiter: Option<RateLimiter>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -80,6 +82,7 @@ impl AgentBuilder {
             handoffs: Vec::new(),
             fallbacks: Vec::new(),
             max_depth: DEFAULT_MAX_DEPTH,
+            limiter: None,
         }
     }
 
@@ -560,6 +563,7 @@ impl AgentBuilder {
             fallbacks: Arc::new(self.fallbacks),
             depth: 0,
             max_depth: self.max_depth,
+            limiter: self.limiter,
         })
     }
 
@@ -570,6 +574,17 @@ impl AgentBuilder {
     /// data. `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` turns it on too.
     pub fn trace_content(mut self, on: bool) -> Self {
         self.config.trace_content = on;
+        self
+    }
+
+    /// Paces the agent's model calls with `limiter`, shared (cloned) with every agent that
+    /// uses the same API key: before each model call (a retry's too) the run waits until the
+    /// limiter lets it go, its tokens estimated as the conversation's token count plus the
+    /// request's `max_tokens`; each response's rate-limit headers are reported back to it
+    /// ([`RateLimiter::observe`]). Cancelling the run ends the wait. Sub-agents built from this
+    /// agent ([`Agent::as_tool`](crate::Agent::as_tool)) share it.
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.limiter = Some(limiter);
         self
     }
 }

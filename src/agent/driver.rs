@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextManager, Summarizer};
 use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
-use crate::provider::LlmClient;
+use crate::provider::{LlmClient, RateLimiter};
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
 use super::agent::Agent;
@@ -64,6 +64,7 @@ pub(super) struct Driver {
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
+    limiter: Option<RateLimiter>,
 }
 
 impl Drop for Driver {
@@ -112,6 +113,7 @@ impl Driver {
             fallbacks: agent.fallbacks.clone(),
             depth: agent.depth,
             max_depth: agent.max_depth,
+            limiter: agent.limiter.clone(),
         }
     }
 
@@ -223,7 +225,9 @@ impl Driver {
                     HookAction::Stop(reason) => self.tell(Input::HookStopped(reason)),
                     HookAction::Continue => {
                         let span = self.telemetry.call_model(&request, &*self.client, turn);
-                        io.call_model(self.client.clone(), request, span);
+                        let tokens = self.machine.as_ref().map(|m| m.context().token_count());
+                        let pace = self.limiter.clone().zip(tokens);
+                        io.call_model(self.client.clone(), request, span, pace);
                     }
                 }
             }
@@ -250,7 +254,10 @@ impl Driver {
             }
             Action::AbortTools => io.tools = FuturesUnordered::new(),
             Action::Handoff { route, .. } => self.hand_off(&route),
-            Action::Fallback { index, .. } => self.fall_back(index),
+            Action::Fallback { index, from, to } => {
+                self.telemetry.fallback(&from, &to);
+                self.fall_back(index);
+            }
             Action::Summarize(span) => self.summarize(span).await,
             Action::Finish(outcome) => {
                 self.finish(outcome).await;

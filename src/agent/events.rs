@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
+use crate::provider::RateLimits;
 
 use super::path::{AgentPath, SubAgentUsage};
 use super::pause::PausedRun;
@@ -23,8 +24,8 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 ///
 /// ```text
 /// run  := turn* Finished
-/// turn := TurnStart (Retry | Fallback | TextDelta | ThinkingDelta | ToolCallStart
-///                    | ToolInputDelta | Compacted | call)* TurnEnd
+/// turn := TurnStart (Retry | Fallback | RateLimits | TextDelta | ThinkingDelta
+///                    | ToolCallStart | ToolInputDelta | Compacted | call)* TurnEnd
 /// call := ToolCall (ToolProgress | SubAgent)* ToolResult
 /// ```
 ///
@@ -190,6 +191,11 @@ pub enum AgentEvent {
     },
     /// The run is over; always the last event.
     Finished(RunOutcome),
+    /// The provider's rate-limit figures, from the head of a model response: inside a turn,
+    /// before the response's content (like a [`Retry`](AgentEvent::Retry), it belongs to the
+    /// attempt in progress). The latest is kept in [`RunOutcome::rate_limits`]; a refusal's
+    /// figures are in its [`ApiError::rate_limits`](crate::ApiError::rate_limits).
+    RateLimits(RateLimits),
 }
 
 /// How a run ended, with what it produced.
@@ -219,6 +225,9 @@ pub struct RunOutcome {
     /// What each sub-agent run used, at every depth, in the order they finished (each one's
     /// usage is part of [`usage`](Self::usage) already).
     pub sub_agents: Vec<SubAgentUsage>,
+    /// The latest rate-limit figures a model response of the run reported, if any (boxed:
+    /// they are larger than the rest of the outcome).
+    pub rate_limits: Option<Box<RateLimits>>,
 }
 
 /// Why a run stopped.
@@ -414,6 +423,7 @@ impl RunOutcome {
             failed_cost: Cost::default(),
             output: None,
             sub_agents: Vec::new(),
+            rate_limits: None,
         }
     }
 

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::error::LlmError;
-use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::provider::{LlmClient, LlmEvent, ModelRequest, RateLimiter};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 
 use super::events::NestedEvent;
@@ -56,20 +56,30 @@ impl Io {
     }
 
     /// Starts a model call whose items arrive on a fresh channel, so nothing of an
-    /// abandoned response ever does.
+    /// abandoned response ever does. With a limiter (and the context's token count), the call
+    /// first waits for its turn, and the limiter hears the response's rate-limit figures;
+    /// stopping the call ends the wait.
     pub(super) fn call_model(
         &mut self,
         client: Arc<dyn LlmClient>,
         request: ModelRequest,
         span: tracing::Span,
+        pace: Option<(RateLimiter, usize)>,
     ) {
         let (tx, rx) = mpsc::channel::<ModelItem>(1);
         self.model_rx = rx;
         self.model_live = true;
         self.model = Some(Box::pin(
             async move {
+                if let Some((limiter, context_tokens)) = &pace {
+                    let tokens = *context_tokens as u64 + u64::from(request.max_tokens);
+                    limiter.acquire(tokens).await;
+                }
                 let mut stream = client.stream(&request);
                 while let Some(item) = stream.next().await {
+                    if let Some((limiter, _)) = &pace {
+                        observe(limiter, &item);
+                    }
                     if tx.send(Some(item)).await.is_err() {
                         return;
                     }
@@ -103,4 +113,17 @@ impl Io {
             .instrument(span),
         ));
     }
+}
+
+/// Tells `limiter` the rate-limit figures of a response's head, or of a refusal.
+fn observe(limiter: &RateLimiter, item: &Result<LlmEvent, LlmError>) {
+    let limits = match item {
+        Ok(LlmEvent::RateLimits(limits)) => &**limits,
+        Err(LlmError::Api(error)) => match &error.rate_limits {
+            Some(limits) => limits,
+            None => return,
+        },
+        _ => return,
+    };
+    limiter.observe(limits, tokio::time::Instant::now().into_std());
 }

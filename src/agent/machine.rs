@@ -19,7 +19,9 @@ use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 use crate::pricing::Cost;
-use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
+use crate::provider::{
+    LlmEvent, ModelRequest, RateLimits, RequestSettings, RetryPolicy, ToolChoice,
+};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
 use super::config::MachineConfig;
@@ -159,7 +161,9 @@ pub enum Action {
     Fallback {
         /// Its position in the fallbacks.
         index: usize,
-        /// Its model's name.
+        /// The model that failed.
+        from: String,
+        /// The fallback's model.
         to: String,
     },
     /// Summarize these messages (the oldest turns, which compaction replaces with the
@@ -501,6 +505,8 @@ pub struct AgentMachine {
     now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
+    /// The latest rate-limit figures a response reported.
+    rate_limits: Option<Box<RateLimits>>,
 }
 
 impl AgentMachine {
@@ -561,6 +567,7 @@ impl AgentMachine {
             root_system: None,
             now: None,
             ignored: None,
+            rate_limits: None,
         }
     }
 
@@ -1238,6 +1245,10 @@ impl AgentMachine {
                         self.out.push_back(Action::StopModel);
                         return self.attempt_ended(attempt);
                     }
+                    LlmEvent::RateLimits(limits) => {
+                        self.emit(AgentEvent::RateLimits(*limits));
+                        self.rate_limits = Some(limits);
+                    }
                     _ => {}
                 }
                 State::ModelCall(attempt)
@@ -1395,11 +1406,11 @@ impl AgentMachine {
         let to = target.name().to_owned();
         tracing::warn!(%error, %from, %to, "the model failed; moving to the fallback");
         self.emit(AgentEvent::Fallback {
-            from,
+            from: from.clone(),
             to: to.clone(),
             error: error.to_string(),
         });
-        self.out.push_back(Action::Fallback { index, to });
+        self.out.push_back(Action::Fallback { index, from, to });
         self.config.model = target.model;
         self.config.client_model = target.client_model;
         self.attempt = 0;
@@ -2249,6 +2260,7 @@ impl AgentMachine {
         self.spent.write_to(&mut outcome);
         outcome.output = self.output_value.take();
         outcome.sub_agents = self.nested.finished().to_vec();
+        outcome.rate_limits = self.rate_limits.take();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
     }

@@ -245,6 +245,7 @@ impl Agent {
             fallbacks: self.fallbacks.clone(),
             depth,
             max_depth,
+            limiter: self.limiter.clone(),
         }
     }
 }

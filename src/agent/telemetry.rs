@@ -259,6 +259,17 @@ impl Telemetry {
         self.chat = Span::none();
     }
 
+    /// The run moved to a fallback model: an event on the run's span (the failed call's
+    /// span has its `error.type`; the next `chat` span names the new model).
+    pub(super) fn fallback(&self, from: &str, to: &str) {
+        tracing::warn!(
+            parent: &self.run,
+            gen_ai.fallback.from = from,
+            gen_ai.fallback.to = to,
+            "gen_ai.fallback"
+        );
+    }
+
     /// The run is over: its usage and how it ended.
     pub(super) fn finish(&self, outcome: &RunOutcome) {
         let span = &self.run;

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use reqwest::header::HeaderMap;
 
 use crate::error::{ApiError, LlmError, TimeoutKind};
+use crate::provider::ratelimit::RateLimits;
 use crate::provider::retry::RetryPolicy;
 use crate::provider::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
@@ -575,6 +576,10 @@ impl AttemptMachine {
             BodyKind::EventStream => {
                 self.content_seen = false;
                 self.held.clear();
+                let limits = RateLimits::from_headers_at(head.headers, head.received);
+                if !limits.is_empty() {
+                    self.accept(LlmEvent::RateLimits(Box::new(limits)));
+                }
                 State::Streaming {
                     decoder: Box::new(WireDecoder::with_limits(
                         self.config.provider.format,
@@ -912,6 +917,8 @@ fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> Api
         Some("false") => Some(false),
         _ => None,
     };
+    let limits = RateLimits::from_headers_at(headers, received);
+    error.rate_limits = (!limits.is_empty()).then_some(limits);
     error
 }
 
@@ -1135,6 +1142,7 @@ mod tests {
             LlmEvent::TextDelta { text, .. } => format!("Text {text}"),
             LlmEvent::BlockStop { index } => format!("BlockStop {index}"),
             LlmEvent::MessageStop { stop_reason } => format!("Stop {stop_reason:?}"),
+            LlmEvent::RateLimits(r) => format!("RateLimits {:?}", r.requests.remaining),
             other => format!("{other:?}"),
         }
     }
@@ -1340,6 +1348,47 @@ mod tests {
                 "{status} x-should-retry: {verdict}: {actions:?}"
             );
         }
+    }
+
+    #[test]
+    fn rate_limit_headers_are_an_event_before_the_content_or_a_part_of_the_error() {
+        let limits = [
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-requests", "59"),
+            ("x-ratelimit-reset-requests", "1s"),
+        ];
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(
+            0,
+            200,
+            &[&[("content-type", "text/event-stream")], &limits[..]].concat(),
+        );
+        h.next();
+        h.chunk(1, whole_stream("msg_1", "Hi"));
+        assert_eq!(
+            h.next()[..3],
+            ["RateLimits Some(59)", "MessageStart msg_1", "Usage 1"]
+        );
+        // A head without figures gives no event.
+        let mut h = Harness::new(config());
+        h.next();
+        h.stream_head(0);
+        h.next();
+        h.chunk(1, whole_stream("msg_1", "Hi"));
+        assert_eq!(h.next()[0], "MessageStart msg_1");
+        // An error's figures are kept on it.
+        let mut h = Harness::new(config());
+        h.next();
+        h.head(0, 429, &[&[("retry-after", "600")], &limits[..]].concat());
+        h.end(1);
+        let Some(Action::Fail(LlmError::Api(error))) = h.machine.poll() else {
+            panic!("not a failure");
+        };
+        let figures = error.rate_limits.expect("the 429's figures");
+        assert_eq!(figures.requests.remaining, Some(59));
+        assert_eq!(figures.requests.reset, Some(Duration::from_secs(1)));
+        assert_eq!(figures.retry_after, Some(Duration::from_secs(600)));
     }
 
     #[test]

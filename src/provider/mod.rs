@@ -23,6 +23,8 @@ pub(crate) mod fixtures;
 pub(crate) mod http;
 pub(crate) mod media_limits;
 pub(crate) mod openai;
+pub(crate) mod pacing;
+pub(crate) mod ratelimit;
 pub(crate) mod responses;
 pub(crate) mod retry;
 mod settings;
@@ -31,6 +33,8 @@ pub use anthropic::AnthropicClient;
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
+pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
+pub use ratelimit::{Quota, RateLimits};
 pub use retry::{Jitter, RetryPolicy};
 pub use settings::RequestSettings;
 
@@ -58,7 +62,7 @@ pub enum WireFormat {
 /// An object tagged with `type`, the variant's name in snake case (`message_start`,
 /// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
 /// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
-/// `stop_sequence`, `message_stop`), beside the variant's fields. `Usage` carries the
+/// `stop_sequence`, `message_stop`, `rate_limits`), beside the variant's fields. `Usage` carries the
 /// [`Usage`] fields inline and [`StopReason`] is its snake-case string. Read back, every event is equal to
 /// the one written, so a recorded response can be replayed into a
 /// [`StreamAssembler`](crate::StreamAssembler) or an agent machine:
@@ -173,6 +177,10 @@ pub enum LlmEvent {
         /// Why the model stopped.
         stop_reason: StopReason,
     },
+    /// The rate-limit figures of the response's head (`rate_limits`), when it carried any:
+    /// before the response's first content. Not content; the assembler ignores it. Boxed:
+    /// the figures are larger than any other event.
+    RateLimits(Box<RateLimits>),
 }
 
 impl LlmEvent {

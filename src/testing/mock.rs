@@ -17,8 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::WireFormat;
+use crate::provider::{PacingLimits, WireFormat};
 
+use super::limit::MockLimit;
 use super::response::{BodyEnd, MockResponse, Reply};
 use super::{media_checks, tool_schemas};
 
@@ -95,6 +96,7 @@ struct ServerState {
     requests: Vec<RecordedRequest>,
     violations: Vec<String>,
     connections: usize,
+    limit: Option<MockLimit>,
 }
 
 /// A loopback HTTP/1.1 model server for tests, serving every wire format from one script.
@@ -209,6 +211,36 @@ impl MockServer {
     /// history was valid).
     pub fn history_violations(&self) -> Vec<String> {
         self.lock().violations.clone()
+    }
+
+    /// Enforces a rate limit from now on, as the real APIs do: requests and tokens per
+    /// period in a token bucket (full at first, refilled continuously). A model request
+    /// counts its `max_tokens` plus a quarter of the bytes of its conversation. Every answer
+    /// carries the provider's rate-limit headers (Anthropic's `anthropic-ratelimit-*` with a
+    /// `date`, OpenAI's `x-ratelimit-*`); a request over the limit is answered `429` with the
+    /// provider's error body, those headers and `retry-after` (OpenAI: `retry-after-ms`
+    /// too), and does not use the script. Counted on tokio's clock.
+    ///
+    /// ```no_run
+    /// use agent_loop::testing::MockServer;
+    /// use agent_loop::PacingLimits;
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo() {
+    /// let server = MockServer::start().await;
+    /// server.rate_limit(PacingLimits::per(Duration::from_secs(1)).requests(5).tokens(10_000));
+    /// // … run agents against it, then:
+    /// assert_eq!(server.rate_limited(), 0);
+    /// # }
+    /// ```
+    pub fn rate_limit(&self, limits: PacingLimits) {
+        self.lock().limit = Some(MockLimit::new(limits));
+    }
+
+    /// How many requests were answered `429` for going over the
+    /// [rate limit](MockServer::rate_limit).
+    pub fn rate_limited(&self) -> usize {
+        self.lock().limit.as_ref().map_or(0, |l| l.refused)
     }
 
     fn lock(&self) -> MutexGuard<'_, ServerState> {
@@ -396,6 +428,13 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                     .or_else(|| tool_schemas::rejection(format, &body))
                     .or_else(|| media_checks::rejection(format, &body))
             });
+        // Under a rate limit, a model request the API would take is counted against it.
+        let admission = match (state.limit.as_mut(), format, request.method.as_str()) {
+            (Some(limit), Some(format), "POST") if refused.is_none() => {
+                Some(limit.admit(format, &body))
+            }
+            _ => None,
+        };
         state.requests.push(RecordedRequest {
             method: request.method.clone(),
             path: request.path.clone(),
@@ -411,15 +450,26 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                 response = response.error_code(code);
             }
             Some(response)
+        } else if let Some(admission) = admission {
+            // Over the limit: the 429, the script not consumed; else the script's next
+            // answer, with the figures.
+            Some(match admission {
+                Err(refusal) => *refusal,
+                Ok(headers) => headers.into_iter().fold(
+                    state
+                        .script
+                        .pop_front()
+                        .unwrap_or_else(|| script_ran_out(number)),
+                    |response, (name, value)| response.header(name, value),
+                ),
+            })
         } else if format.is_some() && request.method == "POST" {
-            Some(state.script.pop_front().unwrap_or_else(|| {
-                MockResponse::status(500)
-                    .error_message(format!(
-                        "MockServer: the script ran out: request #{number} has no scripted \
-                         response; push more"
-                    ))
-                    .should_retry(false)
-            }))
+            Some(
+                state
+                    .script
+                    .pop_front()
+                    .unwrap_or_else(|| script_ran_out(number)),
+            )
         } else {
             None
         }
@@ -450,6 +500,16 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         return false;
     }
     reusable
+}
+
+/// The answer when the script has none left: a 500 that says so, not to be retried.
+fn script_ran_out(number: usize) -> MockResponse {
+    MockResponse::status(500)
+        .error_message(format!(
+            "MockServer: the script ran out: request #{number} has no scripted response; push \
+             more"
+        ))
+        .should_retry(false)
 }
 
 async fn write_simple(

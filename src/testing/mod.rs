@@ -17,6 +17,7 @@
 
 use crate::message::Message;
 
+mod limit;
 mod media_checks;
 mod mock;
 mod response;

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! run  := turn* Finished
-//! turn := TurnStart (Retry | Fallback | TextDelta | ThinkingDelta | ToolCallStart
-//!                    | ToolInputDelta | Compacted | call-event)* TurnEnd
+//! turn := TurnStart (Retry | Fallback | RateLimits | TextDelta | ThinkingDelta
+//!                    | ToolCallStart | ToolInputDelta | Compacted | call-event)* TurnEnd
 //! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
 //! ```
 //!
