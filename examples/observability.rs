@@ -110,6 +110,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = events.next().await {
         if let Some(outcome) = common::render(&event) {
             println!("\n[{}]", outcome.termination);
+            println!(
+                "{} tokens, cost {} (of which failed attempts {})",
+                outcome.usage.total_tokens(),
+                outcome.cost,
+                outcome.failed_cost
+            );
         }
     }
 
