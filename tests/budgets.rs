@@ -370,3 +370,47 @@ async fn a_sub_agent_run_cost_rolls_up_into_the_caller() {
     assert_eq!(outcome.sub_agents[0].cost, dollars(0.001));
     assert_eq!(outcome.cost, dollars(0.006));
 }
+
+#[tokio::test]
+async fn a_sub_agent_may_spend_only_what_its_caller_has_left() {
+    let inner_client = Arc::new(ScriptedClient::new([ScriptedResponse::text("found")]));
+    // On its own the sub-agent may spend a million tokens; under a caller that has fewer
+    // than its first call could use left, it makes no call.
+    let inner = Agent::builder(inner_client.clone())
+        .name("researcher")
+        .max_tokens(5_000)
+        .token_budget(1_000_000)
+        .build()
+        .unwrap();
+    let client = Arc::new(ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "research", json!({"task": "look"})).usage_tokens(500, 0),
+        ScriptedResponse::text("done").usage_tokens(1, 1),
+    ]));
+    let mut agent = Agent::builder(client)
+        .max_tokens(100)
+        .token_budget(4_000)
+        .tool(inner.as_tool("research", "Researches."))
+        .build()
+        .unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    assert!(inner_client.requests().is_empty());
+    let nested_stop = events.iter().find_map(|e| match e {
+        AgentEvent::SubAgent { event, .. } => match &**event {
+            AgentEvent::Finished(o) => Some(o.termination.clone()),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert!(
+        matches!(
+            nested_stop,
+            Some(Termination::TokenBudget {
+                used: 0,
+                budget: 3_500,
+                ..
+            })
+        ),
+        "{nested_stop:?}"
+    );
+    assert_eq!(outcome.termination, Termination::Completed);
+}

@@ -244,6 +244,7 @@ impl Driver {
                     depth: self.depth,
                     max_depth: self.max_depth,
                     events: io.nested_tx.clone(),
+                    budget: self.machine.as_ref().map(AgentMachine::budget_left),
                 };
                 let opts = ExecOptions::new()
                     .cancel(self.cancel.clone())

@@ -33,7 +33,7 @@ use super::output::{RunOptions, StructuredOutput};
 use super::pause::{
     OutputState, PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
 };
-use super::spend::{self, Estimate, Spent, Verdict};
+use super::spend::{self, Budget, Estimate, Spent, Verdict};
 use super::turn::{self, FailureTracker, Next, RepeatTracker};
 
 /// Marker appended to answer text that a cancellation cut short.
@@ -1099,6 +1099,11 @@ impl AgentMachine {
             u64::from(self.config.max_tokens),
         );
         spend::check(&self.config, &self.spent, &next)
+    }
+
+    /// What the run's budgets have left (for its sub-agents' runs).
+    pub(crate) fn budget_left(&self) -> Budget {
+        Budget::left(&self.config, &self.spent)
     }
 
     /// How the run ends after its final call: the budget that asked for it, else the turn

@@ -156,15 +156,42 @@ pub(crate) fn check(config: &MachineConfig, spent: &Spent, next: &Estimate) -> V
     }
 }
 
+/// What a run's budgets have left (`None`: no such budget): what a sub-agent's run under
+/// one of its calls may spend at most.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Budget {
+    pub(crate) tokens: Option<u64>,
+    pub(crate) cost: Option<Usd>,
+}
+
+impl Budget {
+    /// What `config`'s budgets leave after `spent`.
+    pub(crate) fn left(config: &MachineConfig, spent: &Spent) -> Budget {
+        Budget {
+            tokens: config
+                .token_budget
+                .map(|b| b.saturating_sub(spent.usage.total_tokens())),
+            cost: config.cost_budget.map(|b| b.saturating_sub(spent.cost.usd)),
+        }
+    }
+
+    /// Caps `config`'s budgets (a sub-agent's) at what is left.
+    pub(crate) fn bound(&self, config: &mut MachineConfig) {
+        config.token_budget = tighter(config.token_budget, self.tokens);
+        config.cost_budget = tighter(config.cost_budget, self.cost);
+    }
+}
+
+fn tighter<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Gives `to` (the settings of the agent a conversation is handed to) the tighter of its
 /// budgets and `from`'s: a run's budgets hold whichever agent has it.
 pub(crate) fn keep_budgets(from: &MachineConfig, to: &mut MachineConfig) {
-    fn tighter<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
     to.token_budget = tighter(from.token_budget, to.token_budget);
     to.cost_budget = tighter(from.cost_budget, to.cost_budget);
     to.final_answer_at_budget |= from.final_answer_at_budget;
@@ -318,6 +345,24 @@ mod tests {
             (to.token_budget, to.cost_budget),
             (Some(100), Some(Usd::from_dollars(1.0)))
         );
+    }
+
+    #[test]
+    fn a_sub_agent_may_spend_what_its_caller_has_left() {
+        let left = Budget::left(&config(Some(1_000), Some(1.0)), &spent(300, 0.25));
+        assert_eq!(left.tokens, Some(700));
+        assert_eq!(left.cost, Some(Usd::from_dollars(0.75)));
+        let mut sub = config(Some(500), None);
+        left.bound(&mut sub);
+        assert_eq!(
+            (sub.token_budget, sub.cost_budget),
+            (Some(500), Some(Usd::from_dollars(0.75)))
+        );
+        let over = Budget::left(&config(Some(100), None), &spent(300, 0.0));
+        assert_eq!((over.tokens, over.cost), (Some(0), None));
+        let mut sub = config(None, None);
+        Budget::default().bound(&mut sub);
+        assert_eq!((sub.token_budget, sub.cost_budget), (None, None));
     }
 
     #[test]

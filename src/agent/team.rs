@@ -28,6 +28,7 @@ use super::handoff::HandoffFilter;
 use super::member::Member;
 use super::path::{AgentPath, PathStep};
 use super::shared::Shared;
+use super::spend::Budget;
 
 /// How deep sub-agents may nest by default ([`AgentBuilder::max_depth`](crate::AgentBuilder::max_depth)).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
@@ -45,6 +46,8 @@ pub(crate) struct SubAgentLink {
     pub(crate) max_depth: u32,
     /// The run's channel for its sub-agents' events.
     pub(crate) events: mpsc::Sender<NestedEvent>,
+    /// What the run's budgets have left: a sub-agent's run may spend no more.
+    pub(crate) budget: Option<Budget>,
 }
 
 /// An agent the conversation can be handed to, for
@@ -316,10 +319,14 @@ where
         let link = ctx.extension::<SubAgentLink>();
         let caller = link.map(|l| (l.depth, l.max_depth));
         let (depth, max_depth) = delegate::depth(&self.name, caller, self.template.max_depth)?;
+        let mut agent = self
+            .template
+            .fresh(depth, max_depth, ctx.cancellation().clone());
+        if let Some(left) = link.and_then(|l| l.budget) {
+            left.bound(&mut agent.config);
+        }
         let mut call = CallAgent {
-            agent: self
-                .template
-                .fresh(depth, max_depth, ctx.cancellation().clone()),
+            agent,
             call_id: ctx.call_id(),
             on_finish: self.on_finish.as_deref(),
         };
