@@ -47,13 +47,9 @@ impl Usd {
     /// An amount in dollars, rounded to the picodollar; a negative or not-a-number amount is
     /// zero, one too large to hold is the most there is.
     pub fn from_dollars(dollars: f64) -> Usd {
-        let pico = (dollars * PICO as f64).round();
-        if pico.is_nan() || pico <= 0.0 {
-            Usd(0)
-        } else {
-            // `as` saturates at u64::MAX.
-            Usd(pico as u64)
-        }
+        // A float-to-integer `as` saturates: negative amounts and NaN give 0, amounts past
+        // the largest give u64::MAX.
+        Usd((dollars * PICO as f64).round() as u64)
     }
 
     /// The amount in picodollars.
@@ -323,10 +319,7 @@ impl Pricing {
 
     /// A model's price (see the type's docs for how names match).
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
-        let model = match model.split_once('/') {
-            Some((_, rest)) if !rest.is_empty() => rest,
-            _ => model,
-        };
+        let model = model.split_once('/').map_or(model, |(_, rest)| rest);
         if let Some(price) = self.prices.get(model) {
             return Some(price);
         }
@@ -504,6 +497,26 @@ mod tests {
         );
         assert_eq!(Cost::default().known(), Some(Usd::ZERO));
         assert_eq!(Cost::default().to_string(), "$0.000000");
+    }
+
+    #[test]
+    fn amounts_add_in_place_and_serialize_as_picodollars() {
+        let mut total = Usd::from_picodollars(5);
+        total += Usd::from_picodollars(7);
+        assert_eq!(total, Usd::from_picodollars(12));
+        let mut cost = Cost::priced(total);
+        cost += Cost::unpriced();
+        assert_eq!(cost.unpriced_calls, 1);
+        // Unpriced calls are left out of the serialized form when there are none.
+        let json = serde_json::to_string(&Cost::priced(total)).unwrap();
+        assert_eq!(json, r#"{"usd":12}"#);
+        let json = serde_json::to_string(&cost).unwrap();
+        assert_eq!(json, r#"{"usd":12,"unpriced_calls":1}"#);
+        assert_eq!(serde_json::from_str::<Cost>(&json).unwrap(), cost);
+        assert_eq!(
+            serde_json::from_str::<Cost>(r#"{"usd":12}"#).unwrap(),
+            Cost::priced(total)
+        );
     }
 
     #[test]

@@ -236,3 +236,17 @@ async fn the_run_keeps_its_fallback_and_the_next_run_starts_on_its_own_model() {
     assert_eq!(outcome.final_text, "primary again");
     assert_eq!(primary.requests().len(), 2);
 }
+
+#[test]
+fn a_fallback_shows_its_model_and_failures_when_debugged() {
+    let fallback = Fallback::new(ScriptedClient::new([]).with_model("backup"))
+        .model("big")
+        .on([FallbackOn::ContextOverflow]);
+    let shown = format!("{fallback:?}");
+    assert!(shown.starts_with("Fallback"), "{shown}");
+    assert!(
+        shown.contains("\"big\"") && shown.contains("\"backup\""),
+        "{shown}"
+    );
+    assert!(shown.contains("ContextOverflow"), "{shown}");
+}

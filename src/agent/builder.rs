@@ -278,7 +278,7 @@ impl AgentBuilder {
     /// Caps a run's tokens (input and output, every model call, failed attempts and
     /// sub-agents' runs included). Checked **before** each model call against the most it
     /// could use (its counted request plus `max_tokens`): a call that could cross the budget
-    /// is not made, and the run ends with [`Termination::TokenBudget`] and the figures.
+    /// is not made, and the run ends with [`Termination::TokenBudget`](crate::Termination::TokenBudget) and the figures.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -309,7 +309,7 @@ impl AgentBuilder {
     /// against the most it could cost (its counted request at the input price, or the
     /// cache-write price when dearer, plus `max_tokens` at the output price): a call that
     /// could cross the budget is not made, and the run ends with
-    /// [`Termination::CostBudget`] and the figures. A model with no known price cannot be
+    /// [`Termination::CostBudget`](crate::Termination::CostBudget) and the figures. A model with no known price cannot be
     /// kept within a budget: `build` refuses it, and a run that would call one (after a
     /// handoff) ends with an error saying so.
     pub fn cost_budget(mut self, dollars: f64) -> Self {

@@ -1005,15 +1005,12 @@ impl AgentMachine {
                 return self.finish(Termination::MaxTurns);
             }
         }
-        match self.budget_verdict() {
-            Verdict::Go => {}
-            Verdict::Stop(stop) => return self.finish(stop),
-            Verdict::Last(limit) => {
-                let forced = self.config.final_answer_at_budget || self.output.is_some();
-                if forced && !self.final_call {
-                    self.final_call = true;
-                    self.final_cause = Some(limit);
-                }
+        // Checked before the turn starts, unless compaction comes first (it can only make
+        // the request smaller): then after it.
+        let compacting = self.context.needs_compaction();
+        if !compacting {
+            if let Some(stop) = self.budget_gate() {
+                return self.finish(stop);
             }
         }
         self.turns += 1;
@@ -1021,10 +1018,35 @@ impl AgentMachine {
         self.compacted_for_overflow = false;
         self.emit(AgentEvent::TurnStart { turn: self.turns });
         self.open_turn = Some(self.turns);
-        if self.context.needs_compaction() {
+        if compacting {
             return self.compact(false);
         }
         self.call_model()
+    }
+
+    /// The budgets' check before a call: the termination if the call could cross one; else,
+    /// when only this call fits and the agent asks for it, this call is the final one.
+    fn budget_gate(&mut self) -> Option<Termination> {
+        match self.budget_verdict() {
+            Verdict::Go => None,
+            Verdict::Stop(stop) => Some(stop),
+            Verdict::Last(limit) => {
+                let forced = self.config.final_answer_at_budget || self.output.is_some();
+                if forced && !self.final_call {
+                    self.final_call = true;
+                    self.final_cause = Some(limit);
+                }
+                None
+            }
+        }
+    }
+
+    /// Calls the model once the budgets allow it (after a compaction).
+    fn call_model_within_budget(&mut self) -> State {
+        match self.budget_gate() {
+            Some(stop) => self.finish(stop),
+            None => self.call_model(),
+        }
     }
 
     /// Compacts before a call (or, `reactive`, after the provider refused the prompt as too
@@ -1039,7 +1061,7 @@ impl AgentMachine {
                 self.out.push_back(Action::Summarize(span));
                 State::Summarizing
             }
-            Ok(_) => self.call_model(),
+            Ok(_) => self.call_model_within_budget(),
             Err(e) => self.finish(Termination::Error(e)),
         }
     }
@@ -1064,7 +1086,7 @@ impl AgentMachine {
             tokens_before: report.tokens_before,
             tokens_after: report.tokens_after,
         });
-        self.call_model()
+        self.call_model_within_budget()
     }
 
     /// The model a call is priced at: the one its response named, else the one asked for.
@@ -1378,7 +1400,7 @@ impl AgentMachine {
             cost,
         });
         // The budgets hold for the call sent again too.
-        if let Verdict::Stop(stop) = self.budget_verdict() {
+        if let Some(stop) = self.budget_gate() {
             return self.finish(stop);
         }
         // `now` is the instant of the input being handled (set by every `handle`).
@@ -1420,7 +1442,7 @@ impl AgentMachine {
         self.config.client_model = target.client_model;
         self.attempt = 0;
         self.compacted_for_overflow = false;
-        if let Verdict::Stop(stop) = self.budget_verdict() {
+        if let Some(stop) = self.budget_gate() {
             return self.finish(stop);
         }
         self.call_model()

@@ -326,6 +326,34 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_run_keeps_what_its_failed_attempts_spent() {
+        let mut runs = NestedRuns::default();
+        let run = path(&[("w", "c1")]);
+        runs.observe(&run, &AgentEvent::TurnStart { turn: 1 });
+        let cost = Cost::priced(crate::pricing::Usd::from_picodollars(9));
+        runs.observe(
+            &run,
+            &AgentEvent::Retry {
+                attempt: 1,
+                delay: Duration::ZERO,
+                error: "overloaded".into(),
+                usage: usage(3),
+                cost,
+            },
+        );
+        let (events, rolled) = runs.close_under("c1");
+        assert_eq!((rolled.usage, rolled.failed_usage), (usage(3), usage(3)));
+        assert_eq!((rolled.cost, rolled.failed_cost), (cost, cost));
+        match events.last().map(|e| &e.event) {
+            Some(AgentEvent::Finished(outcome)) => {
+                assert_eq!(outcome.failed_usage, usage(3));
+                assert_eq!(outcome.failed_cost, cost);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_restored_record_keeps_the_runs_finished_before() {
         let mut outcome = RunOutcome::ended(Termination::Completed);
         outcome.usage = usage(4);

@@ -345,6 +345,16 @@ mod tests {
             (to.token_budget, to.cost_budget),
             (Some(100), Some(Usd::from_dollars(1.0)))
         );
+        // Asking for a final answer at the budget holds too, whichever agent asked.
+        let mut from = config(Some(100), None);
+        from.final_answer_at_budget = true;
+        let mut to = config(None, None);
+        keep_budgets(&from, &mut to);
+        assert!(to.final_answer_at_budget);
+        let mut to = config(None, None);
+        to.final_answer_at_budget = true;
+        keep_budgets(&config(None, None), &mut to);
+        assert!(to.final_answer_at_budget);
     }
 
     #[test]

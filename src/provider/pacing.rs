@@ -78,6 +78,9 @@ struct Bucket {
     level: f64,
 }
 
+/// The longest an observed `retry-after` holds requests back.
+const MAX_HOLD: Duration = Duration::from_secs(600);
+
 /// Below this a bucket's shortfall is rounding, not a wait.
 const EPSILON: f64 = 1e-6;
 
@@ -226,7 +229,8 @@ impl Pacer {
 
     /// Learns from what the provider reported at `now`: a bucket holds no more than the
     /// `remaining` figure (requests; tokens, else input tokens), and a `retry-after` holds
-    /// every request back until it has passed. Reports only ever slow the pace down.
+    /// every request back until it has passed (at most ten minutes). Reports only ever slow
+    /// the pace down.
     pub fn observe(&mut self, limits: &RateLimits, now: Instant) {
         let now = self.advance(now);
         if let (Some(b), Some(left)) = (self.requests.as_mut(), limits.requests.remaining) {
@@ -236,7 +240,9 @@ impl Pacer {
         if let (Some(b), Some(left)) = (self.tokens.as_mut(), tokens_left) {
             b.level = b.level.min(left as f64);
         }
-        if let Some(until) = limits.retry_after.and_then(|d| now.checked_add(d)) {
+        // A server's word, capped: a bogus `retry-after` must not hold every run forever.
+        let retry_after = limits.retry_after.map(|d| d.min(MAX_HOLD));
+        if let Some(until) = retry_after.and_then(|d| now.checked_add(d)) {
             self.blocked_until = Some(self.blocked_until.map_or(until, |t| t.max(until)));
         }
     }
@@ -386,6 +392,19 @@ mod tests {
         seen.requests.remaining = Some(100);
         p.observe(&seen, t0);
         assert!(matches!(p.try_acquire(0, t0), Pace::WaitUntil(_)));
+    }
+
+    #[test]
+    fn a_bogus_retry_after_holds_requests_back_ten_minutes_at_most() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(PacingLimits::per(Duration::from_secs(60)).requests(60));
+        let told = RateLimits {
+            retry_after: Some(Duration::from_secs(u64::MAX / 4)),
+            ..RateLimits::default()
+        };
+        p.observe(&told, t0);
+        assert_eq!(p.try_acquire(0, t0), Pace::WaitUntil(secs(t0, 600.0)));
+        assert_eq!(p.try_acquire(0, secs(t0, 600.0)), Pace::Go);
     }
 
     #[test]
