@@ -430,6 +430,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_limiter_shares_what_it_observes_with_its_clones() {
+        let t0 = Instant::now();
+        let limiter = RateLimiter::new(PacingLimits::per(Duration::from_secs(60)).requests(60));
+        let clone = limiter.clone();
+        let told = RateLimits {
+            retry_after: Some(Duration::from_secs(30)),
+            ..RateLimits::default()
+        };
+        limiter.observe(&told, t0);
+        assert_eq!(clone.try_acquire(0, t0), Pace::WaitUntil(secs(t0, 30.0)));
+        assert_eq!(clone.try_acquire(0, secs(t0, 30.0)), Pace::Go);
+    }
+
     proptest! {
         /// Whatever the requests and their times, what went in any window of time is at most
         /// the burst plus the refill over that window; and a request told to wait goes when
