@@ -552,25 +552,37 @@ pub enum LlmError {
 /// `throttling_error`, …). An in-stream error that carries an HTTP status is classified by
 /// that status instead (it becomes [`LlmError::Api`]).
 pub(crate) fn is_transient_error_type(error_type: &str) -> bool {
-    matches!(
-        error_type,
-        "overloaded_error"
-            | "api_error"
-            | "rate_limit_error"
-            | "server_error"
-            | "timeout_error"
-            | "internal_server_error"
-            | "internal_error"
-            | "throttling_error"
-            | "rate_limit_exceeded"
-            | "too_many_requests"
-            | "service_unavailable"
-            | "service_unavailable_error"
-            | "bad_gateway"
-            | "gateway_timeout"
-            | "timeout"
-            | "overloaded"
-    )
+    transient_kind(error_type).is_some()
+}
+
+/// A kind of transient failure an in-stream error type names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transient {
+    Overloaded,
+    RateLimited,
+    Server,
+}
+
+/// Which kind of transient failure an in-stream error's type names, if any (the names of
+/// [`is_transient_error_type`]).
+pub(crate) fn transient_kind(error_type: &str) -> Option<Transient> {
+    match error_type {
+        "overloaded_error" | "overloaded" | "service_unavailable" | "service_unavailable_error" => {
+            Some(Transient::Overloaded)
+        }
+        "rate_limit_error" | "rate_limit_exceeded" | "throttling_error" | "too_many_requests" => {
+            Some(Transient::RateLimited)
+        }
+        "api_error"
+        | "server_error"
+        | "timeout_error"
+        | "internal_server_error"
+        | "internal_error"
+        | "bad_gateway"
+        | "gateway_timeout"
+        | "timeout" => Some(Transient::Server),
+        _ => None,
+    }
 }
 
 impl LlmError {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{is_transient_error_type, LlmError};
+use crate::error::{transient_kind, LlmError, Transient};
 use crate::provider::LlmClient;
 
 /// A kind of failure that moves a run to a fallback model.
@@ -37,18 +37,13 @@ impl FallbackOn {
                 500..=599 => Some(FallbackOn::ServerError),
                 _ => None,
             },
-            LlmError::Stream { error_type, .. } => match error_type.as_str() {
-                "overloaded_error"
-                | "overloaded"
-                | "service_unavailable"
-                | "service_unavailable_error" => Some(FallbackOn::Overloaded),
-                "rate_limit_error"
-                | "rate_limit_exceeded"
-                | "throttling_error"
-                | "too_many_requests" => Some(FallbackOn::RateLimited),
-                other if is_transient_error_type(other) => Some(FallbackOn::ServerError),
-                _ => None,
-            },
+            LlmError::Stream { error_type, .. } => {
+                transient_kind(error_type).map(|kind| match kind {
+                    Transient::Overloaded => FallbackOn::Overloaded,
+                    Transient::RateLimited => FallbackOn::RateLimited,
+                    Transient::Server => FallbackOn::ServerError,
+                })
+            }
             LlmError::Connect { .. }
             | LlmError::Timeout { .. }
             | LlmError::Incomplete { .. }

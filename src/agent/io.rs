@@ -78,7 +78,7 @@ impl Io {
                 let mut stream = client.stream(&request);
                 while let Some(item) = stream.next().await {
                     if let Some((limiter, _)) = &pace {
-                        observe(limiter, &item);
+                        limiter.observe_response(&item, tokio::time::Instant::now().into_std());
                     }
                     if tx.send(Some(item)).await.is_err() {
                         return;
@@ -113,17 +113,4 @@ impl Io {
             .instrument(span),
         ));
     }
-}
-
-/// Tells `limiter` the rate-limit figures of a response's head, or of a refusal.
-fn observe(limiter: &RateLimiter, item: &Result<LlmEvent, LlmError>) {
-    let limits = match item {
-        Ok(LlmEvent::RateLimits(limits)) => &**limits,
-        Err(LlmError::Api(error)) => match &error.rate_limits {
-            Some(limits) => limits,
-            None => return,
-        },
-        _ => return,
-    };
-    limiter.observe(limits, tokio::time::Instant::now().into_std());
 }

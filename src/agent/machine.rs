@@ -1089,13 +1089,18 @@ impl AgentMachine {
         self.call_model_within_budget()
     }
 
+    /// The model the requests ask for: the config's, else the client's own.
+    fn asked_model(&self) -> &str {
+        self.config
+            .model
+            .as_deref()
+            .unwrap_or(&self.config.client_model)
+    }
+
     /// The model a call is priced at: the one its response named, else the one asked for.
     fn cost_of(&self, named: &str, usage: &Usage) -> Cost {
         let model = if named.is_empty() {
-            self.config
-                .model
-                .as_deref()
-                .unwrap_or(&self.config.client_model)
+            self.asked_model()
         } else {
             named
         };
@@ -1108,11 +1113,7 @@ impl AgentMachine {
         if self.config.token_budget.is_none() && self.config.cost_budget.is_none() {
             return Verdict::Go;
         }
-        let model = self
-            .config
-            .model
-            .as_deref()
-            .unwrap_or(&self.config.client_model);
+        let model = self.asked_model();
         let input = u64::try_from(self.context.token_count()).unwrap_or(u64::MAX);
         let next = Estimate::new(
             &self.config,
@@ -1425,11 +1426,7 @@ impl AgentMachine {
             return self.finish(Termination::Error(Error::Llm(error.clone())));
         };
         self.fallback += 1;
-        let from = self
-            .config
-            .model
-            .clone()
-            .unwrap_or_else(|| self.config.client_model.clone());
+        let from = self.asked_model().to_owned();
         let to = target.name().to_owned();
         tracing::warn!(%error, %from, %to, "the model failed; moving to the fallback");
         self.emit(AgentEvent::Fallback {

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::ratelimit::RateLimits;
+use super::LlmEvent;
+use crate::error::LlmError;
 
 /// The limits a [`RateLimiter`] keeps to: requests and tokens per period.
 ///
@@ -311,6 +313,20 @@ impl RateLimiter {
     /// [`Pacer::observe`] on the shared buckets, at `now`.
     pub fn observe(&self, limits: &RateLimits, now: Instant) {
         self.pacer().observe(limits, now);
+    }
+
+    /// Observes the figures an item of a model stream carries, if any: a response head's
+    /// ([`LlmEvent::RateLimits`]) or a refusal's ([`ApiError::rate_limits`](crate::ApiError::rate_limits)).
+    pub(crate) fn observe_response(&self, item: &Result<LlmEvent, LlmError>, now: Instant) {
+        let limits = match item {
+            Ok(LlmEvent::RateLimits(limits)) => &**limits,
+            Err(LlmError::Api(error)) => match &error.rate_limits {
+                Some(limits) => limits,
+                None => return,
+            },
+            _ => return,
+        };
+        self.observe(limits, now);
     }
 }
 
