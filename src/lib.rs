@@ -77,7 +77,9 @@ mod agent;
 mod assemble;
 pub mod context;
 mod error;
+mod eventstream;
 mod input;
+mod lines;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod media;

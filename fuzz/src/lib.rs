@@ -358,11 +358,14 @@ mod tests {
     fn replay_corpora() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         type Target = fn(&[u8]);
-        let targets: [(&str, Target); 4] = [
+        let targets: [(&str, Target); 7] = [
             ("sse", sse_target),
             ("anthropic", |d| wire_target(WireFormat::Anthropic, d)),
             ("openai", |d| wire_target(WireFormat::OpenAiChat, d)),
             ("responses", |d| wire_target(WireFormat::OpenAiResponses, d)),
+            ("gemini", |d| wire_target(WireFormat::Gemini, d)),
+            ("bedrock", |d| wire_target(WireFormat::Bedrock, d)),
+            ("ollama", |d| wire_target(WireFormat::Ollama, d)),
         ];
         for (name, target) in targets {
             for dir in ["corpus", "regressions"] {

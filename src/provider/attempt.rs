@@ -572,7 +572,7 @@ impl AttemptMachine {
             .headers
             .get(reqwest::header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        match body_kind(content_type.as_deref()) {
+        match body_kind(self.config.provider.format, content_type.as_deref()) {
             BodyKind::EventStream => {
                 self.content_seen = false;
                 self.held.clear();
@@ -852,7 +852,7 @@ enum BodyKind {
     Unexpected,
 }
 
-fn body_kind(content_type: Option<&str>) -> BodyKind {
+fn body_kind(format: WireFormat, content_type: Option<&str>) -> BodyKind {
     let Some(content_type) = content_type else {
         return BodyKind::EventStream;
     };
@@ -863,7 +863,9 @@ fn body_kind(content_type: Option<&str>) -> BodyKind {
         .trim()
         .to_ascii_lowercase();
     match essence.as_str() {
-        "" | "text/event-stream" => BodyKind::EventStream,
+        "" => BodyKind::EventStream,
+        // Each format's own streaming type: SSE, AWS event stream (Bedrock), NDJSON (Ollama).
+        essence if essence == format.stream_content_type() => BodyKind::EventStream,
         "application/json" => BodyKind::Json,
         other if other.ends_with("+json") => BodyKind::Json,
         _ => BodyKind::Unexpected,
@@ -1756,7 +1758,11 @@ mod tests {
             (Some("text/html"), BodyKind::Unexpected),
             (Some("text/plain; charset=utf-8"), BodyKind::Unexpected),
         ] {
-            assert_eq!(body_kind(content_type), kind, "{content_type:?}");
+            assert_eq!(
+                body_kind(WireFormat::Anthropic, content_type),
+                kind,
+                "{content_type:?}"
+            );
         }
     }
 

@@ -12,16 +12,21 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LlmError;
+use crate::eventstream::EventStreamDecoder;
+use crate::lines::LineDecoder;
 use crate::message::{Message, StopReason, ToolSpec, Usage};
 use crate::sse::{SseDecoder, SseLimits};
 
 pub(crate) mod anthropic;
 mod attempt;
+pub(crate) mod bedrock;
 mod cache;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub(crate) mod gemini;
 pub(crate) mod http;
 pub(crate) mod media_limits;
+pub(crate) mod ollama;
 pub(crate) mod openai;
 pub(crate) mod pacing;
 pub(crate) mod ratelimit;
@@ -50,6 +55,26 @@ pub enum WireFormat {
     /// OpenAI Responses (`POST /responses`, `stream: true`), with reasoning items carried
     /// across tool turns; also served by compatible servers (LiteLLM, vLLM …).
     OpenAiResponses,
+    /// Google Gemini (`POST …/models/{model}:streamGenerateContent?alt=sse`), on the Gemini
+    /// API and on Vertex AI.
+    Gemini,
+    /// Amazon Bedrock Converse (`POST /model/{modelId}/converse-stream`): the AWS binary event
+    /// stream (`application/vnd.amazon.eventstream`).
+    Bedrock,
+    /// Ollama's native chat API (`POST /api/chat`): newline-delimited JSON
+    /// (`application/x-ndjson`).
+    Ollama,
+}
+
+impl WireFormat {
+    /// The content type of the format's streamed response body.
+    pub fn stream_content_type(self) -> &'static str {
+        match self {
+            WireFormat::Bedrock => "application/vnd.amazon.eventstream",
+            WireFormat::Ollama => "application/x-ndjson",
+            _ => "text/event-stream",
+        }
+    }
 }
 
 /// One provider-neutral event of a streamed model response.
@@ -258,10 +283,21 @@ impl StreamLimits {
 /// ```
 #[derive(Debug)]
 pub struct WireDecoder {
-    sse: SseDecoder,
+    framing: Framing,
     inner: ProviderDecoder,
     /// The first error; once set, every call returns it again.
     error: Option<LlmError>,
+}
+
+/// How the body is cut into the provider's events.
+#[derive(Debug)]
+enum Framing {
+    /// Server-Sent Events (Anthropic, OpenAI, Gemini).
+    Sse(SseDecoder),
+    /// Newline-delimited JSON (Ollama): each line is one event's data.
+    Lines(LineDecoder),
+    /// The AWS binary event stream (Bedrock): each message is one event.
+    EventStream(EventStreamDecoder),
 }
 
 #[derive(Debug)]
@@ -269,6 +305,9 @@ enum ProviderDecoder {
     Anthropic(anthropic::decode::Decoder),
     OpenAi(openai::decode::Decoder),
     Responses(responses::decode::Decoder),
+    Gemini(gemini::decode::Decoder),
+    Bedrock(bedrock::decode::Decoder),
+    Ollama(ollama::decode::Decoder),
 }
 
 impl WireDecoder {
@@ -285,9 +324,19 @@ impl WireDecoder {
             WireFormat::OpenAiResponses => {
                 ProviderDecoder::Responses(responses::decode::Decoder::new())
             }
+            WireFormat::Gemini => ProviderDecoder::Gemini(gemini::decode::Decoder::new()),
+            WireFormat::Bedrock => ProviderDecoder::Bedrock(bedrock::decode::Decoder::new()),
+            WireFormat::Ollama => ProviderDecoder::Ollama(ollama::decode::Decoder::new()),
+        };
+        let framing = match format {
+            WireFormat::Bedrock => {
+                Framing::EventStream(EventStreamDecoder::new(limits.max_event_bytes))
+            }
+            WireFormat::Ollama => Framing::Lines(LineDecoder::new(limits.max_line_bytes)),
+            _ => Framing::Sse(SseDecoder::with_limits(limits.sse())),
         };
         WireDecoder {
-            sse: SseDecoder::with_limits(limits.sse()),
+            framing,
             inner,
             error: None,
         }
@@ -300,8 +349,16 @@ impl WireDecoder {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        let WireDecoder { sse, inner, .. } = self;
-        let result = sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out));
+        let WireDecoder { framing, inner, .. } = self;
+        let result = match framing {
+            Framing::Sse(sse) => {
+                sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out))
+            }
+            Framing::Lines(lines) => lines.push_with(chunk, |line| inner.on_event("", line, out)),
+            Framing::EventStream(messages) => {
+                messages.push_with(chunk, |event, data| inner.on_event(event, data, out))
+            }
+        };
         self.remember(result)
     }
 
@@ -318,19 +375,26 @@ impl WireDecoder {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        let WireDecoder { sse, inner, .. } = self;
+        let WireDecoder { framing, inner, .. } = self;
         // An event dispatched only because the body ended was cut off in transit when it does
         // not parse: that is a truncated stream, not a malformed one.
-        let result = sse.finish_with(|event| {
-            inner
-                .on_event(event.event, event.data, out)
-                .map_err(|e| match e {
-                    LlmError::Malformed { message } => {
-                        LlmError::incomplete(format!("the body ended inside an event ({message})"))
-                    }
-                    other => other,
-                })
-        });
+        let cut_off = |e| match e {
+            LlmError::Malformed { message } => {
+                LlmError::incomplete(format!("the body ended inside an event ({message})"))
+            }
+            other => other,
+        };
+        let result = match framing {
+            Framing::Sse(sse) => sse.finish_with(|event| {
+                inner
+                    .on_event(event.event, event.data, out)
+                    .map_err(cut_off)
+            }),
+            Framing::Lines(lines) => {
+                lines.finish_with(|line| inner.on_event("", line, out).map_err(cut_off))
+            }
+            Framing::EventStream(messages) => messages.finish(),
+        };
         let result = result.and_then(|()| inner.finish(out));
         self.remember(result)
     }
@@ -370,6 +434,9 @@ impl WireDecoder {
                 ProviderDecoder::Anthropic(d) => d.decode_whole(text, out),
                 ProviderDecoder::OpenAi(d) => d.decode_whole(text, out),
                 ProviderDecoder::Responses(d) => d.decode_whole(text, out),
+                ProviderDecoder::Gemini(d) => d.decode_whole(text, out),
+                ProviderDecoder::Bedrock(d) => d.decode_whole(text, out),
+                ProviderDecoder::Ollama(d) => d.decode_whole(text, out),
             },
         };
         self.remember(result)
@@ -381,6 +448,9 @@ impl WireDecoder {
             ProviderDecoder::Anthropic(d) => d.is_done(),
             ProviderDecoder::OpenAi(d) => d.is_done(),
             ProviderDecoder::Responses(d) => d.is_done(),
+            ProviderDecoder::Gemini(d) => d.is_done(),
+            ProviderDecoder::Bedrock(d) => d.is_done(),
+            ProviderDecoder::Ollama(d) => d.is_done(),
         }
     }
 }
@@ -396,6 +466,9 @@ impl ProviderDecoder {
             ProviderDecoder::Anthropic(d) => d.on_event(event, data, out),
             ProviderDecoder::OpenAi(d) => d.on_event(event, data, out),
             ProviderDecoder::Responses(d) => d.on_event(event, data, out),
+            ProviderDecoder::Gemini(d) => d.on_event(event, data, out),
+            ProviderDecoder::Bedrock(d) => d.on_event(event, data, out),
+            ProviderDecoder::Ollama(d) => d.on_event(event, data, out),
         }
     }
 
@@ -404,6 +477,9 @@ impl ProviderDecoder {
             ProviderDecoder::Anthropic(d) => d.finish(out),
             ProviderDecoder::OpenAi(d) => d.finish(out),
             ProviderDecoder::Responses(d) => d.finish(out),
+            ProviderDecoder::Gemini(d) => d.finish(out),
+            ProviderDecoder::Bedrock(d) => d.finish(out),
+            ProviderDecoder::Ollama(d) => d.finish(out),
         }
     }
 }

@@ -399,6 +399,12 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         Some(WireFormat::OpenAiChat)
     } else if route.ends_with("/responses") {
         Some(WireFormat::OpenAiResponses)
+    } else if route.ends_with(":streamGenerateContent") || route.ends_with(":generateContent") {
+        Some(WireFormat::Gemini)
+    } else if route.ends_with("/converse-stream") || route.ends_with("/converse") {
+        Some(WireFormat::Bedrock)
+    } else if route.ends_with("/api/chat") {
+        Some(WireFormat::Ollama)
     } else {
         None
     };
@@ -427,6 +433,12 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                     })
                     .or_else(|| tool_schemas::rejection(format, &body))
                     .or_else(|| media_checks::rejection(format, &body))
+                    .or_else(|| match format {
+                        WireFormat::Gemini => super::gemini::rejection(&body),
+                        WireFormat::Bedrock => super::bedrock::rejection(&body),
+                        WireFormat::Ollama => super::ollama::rejection(&body),
+                        _ => None,
+                    })
             });
         // Under a rate limit, a model request the API would take is counted against it.
         let admission = match (state.limit.as_mut(), format, request.method.as_str()) {
@@ -603,9 +615,10 @@ async fn answer(socket: &mut TcpStream, reply: Reply) -> std::io::Result<bool> {
     // A body that ends cleanly leaves the connection open for the next request.
     let keep_alive = stream.end == BodyEnd::Terminator;
 
-    let mut head = String::from(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+    let mut head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ncache-control: no-cache\r\n\
          transfer-encoding: chunked\r\nrequest-id: req_mock\r\n",
+        stream.content_type
     );
     if !keep_alive {
         head.push_str("connection: close\r\n");
@@ -671,6 +684,15 @@ fn wire_history_violation(format: WireFormat, body: &Value) -> Option<String> {
             return None;
         }
         let history = crate::provider::responses::request::decode(body);
+        return super::history_violation(&history);
+    }
+    let own = match format {
+        WireFormat::Gemini => Some(crate::provider::gemini::request::decode(body)),
+        WireFormat::Bedrock => Some(crate::provider::bedrock::request::decode(body)),
+        WireFormat::Ollama => Some(crate::provider::ollama::request::decode(body)),
+        _ => None,
+    };
+    if let Some(history) = own {
         return super::history_violation(&history);
     }
     body.get("messages")?.as_array()?;

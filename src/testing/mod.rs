@@ -17,9 +17,12 @@
 
 use crate::message::Message;
 
+mod bedrock;
+mod gemini;
 mod limit;
 mod media_checks;
 mod mock;
+mod ollama;
 mod response;
 mod scripted;
 mod sse;

@@ -360,6 +360,8 @@ pub(super) enum Reply {
 /// The body of a streamed reply and how to send it.
 #[derive(Debug)]
 pub(super) struct StreamReply {
+    /// The body's content type (the format's streaming type).
+    pub(super) content_type: &'static str,
     /// Extra response headers.
     pub(super) headers: Vec<(String, String)>,
     /// The body, one piece per SSE event (or one piece when cut at a byte offset).
@@ -442,6 +444,19 @@ impl MockResponse {
                     WireFormat::Anthropic => {
                         json!({"type": "error", "error": {"type": error_type, "message": message}})
                     }
+                    WireFormat::Gemini | WireFormat::Bedrock | WireFormat::Ollama => {
+                        let (body, more) = match format {
+                            WireFormat::Gemini => {
+                                super::gemini::status_body(status, &error_type, &message)
+                            }
+                            WireFormat::Bedrock => {
+                                super::bedrock::status_body(status, &error_type, &message)
+                            }
+                            _ => super::ollama::status_body(status, &error_type, &message),
+                        };
+                        headers.extend(more);
+                        body
+                    }
                     _ => json!({"error": {"message": message, "type": error_type, "code": code,
                                            "param": null}}),
                 };
@@ -485,6 +500,7 @@ impl MockResponse {
             },
         };
         Reply::Stream(StreamReply {
+            content_type: format.stream_content_type(),
             headers,
             pieces,
             chunk_size,
@@ -520,6 +536,9 @@ fn cut(
                 WireFormat::Anthropic => {
                     b"event: content_block_delta\ndata: {not json\n\n".to_vec()
                 }
+                WireFormat::Gemini => super::gemini::garbage(),
+                WireFormat::Bedrock => super::bedrock::garbage(),
+                WireFormat::Ollama => super::ollama::garbage(),
                 _ => b"data: {not json\n\n".to_vec(),
             });
             Interruption::End

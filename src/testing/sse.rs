@@ -59,6 +59,9 @@ pub(crate) fn error_event(format: WireFormat, error_type: &str, message: &str) -
             &json!({"type": "error", "code": error_type, "message": message, "param": null,
                     "sequence_number": 0}),
         ),
+        WireFormat::Gemini => super::gemini::error_event(error_type, message),
+        WireFormat::Bedrock => super::bedrock::error_event(error_type, message),
+        WireFormat::Ollama => super::ollama::error_event(error_type, message),
         _ => sse(
             None,
             &json!({"error": {"message": message, "type": error_type, "code": null}}),
@@ -70,6 +73,9 @@ pub(crate) fn error_event(format: WireFormat, error_type: &str, message: &str) -
 pub(crate) fn keep_alive(format: WireFormat) -> Vec<u8> {
     match format {
         WireFormat::Anthropic => b"event: ping\ndata: {\"type\": \"ping\"}\n\n".to_vec(),
+        WireFormat::Gemini => super::gemini::keep_alive(),
+        WireFormat::Bedrock => super::bedrock::keep_alive(),
+        WireFormat::Ollama => super::ollama::keep_alive(),
         _ => b": keep-alive\n\n".to_vec(),
     }
 }
@@ -95,7 +101,7 @@ fn delta_segment(first: bool, index: usize, block: Value, delta: Value) -> Segme
     }
 }
 
-fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
+pub(crate) fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(event) = event {
         out.extend_from_slice(b"event: ");
@@ -144,6 +150,9 @@ pub(crate) fn encode(format: WireFormat, response: &ScriptedResponse) -> (Vec<Se
     let segments = match format {
         WireFormat::Anthropic => anthropic(&events, usage),
         WireFormat::OpenAiResponses => responses(&events),
+        WireFormat::Gemini => super::gemini::encode(&events, usage),
+        WireFormat::Bedrock => super::bedrock::encode(&events, usage),
+        WireFormat::Ollama => super::ollama::encode(&events, usage),
         _ => openai(&events),
     };
     (segments, tail)

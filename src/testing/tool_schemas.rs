@@ -19,10 +19,10 @@ use crate::provider::WireFormat;
 
 /// A request the real API would refuse: its error type, code and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Rejection {
-    pub(super) error_type: &'static str,
-    pub(super) code: Option<&'static str>,
-    pub(super) message: String,
+pub(crate) struct Rejection {
+    pub(crate) error_type: &'static str,
+    pub(crate) code: Option<&'static str>,
+    pub(crate) message: String,
 }
 
 /// The first tool in `body` whose schema the provider refuses, described as the provider

@@ -20,6 +20,9 @@ pub(crate) fn encode(format: WireFormat, response: &ScriptedResponse) -> Option<
     Some(match format {
         WireFormat::Anthropic => anthropic(&assembled),
         WireFormat::OpenAiResponses => responses(&assembled),
+        WireFormat::Gemini => super::gemini::whole(&assembled),
+        WireFormat::Bedrock => super::bedrock::whole(&assembled),
+        WireFormat::Ollama => super::ollama::whole(&assembled),
         _ => openai(&assembled),
     })
 }
