@@ -4,7 +4,8 @@
 #   - the SDK transcripts, ../shared/transcripts/*.sse (or $AGENT_LOOP_TRANSCRIPTS), when present.
 # Each seed is a 0x00 byte (the input layout's "no cut points", see fuzz/src/lib.rs) followed by
 # the body. The `sse` target gets every body; `anthropic`, `openai` and `responses` get their
-# format's (tests/fixtures/responses/*.sse, transcripts named openai_responses_*).
+# format's (tests/fixtures/responses/*.sse, transcripts named openai_responses_*); `gemini`,
+# `bedrock` and `ollama` every file of tests/fixtures/<format>/.
 # Safe to run again: files are named by content hash, so nothing is duplicated.
 set -euo pipefail
 
@@ -39,5 +40,15 @@ for file in "$transcripts"/openai_responses_*.sse; do
     seed responses "$file"
     count=$((count + 1))
 done
+# Gemini (SSE), Bedrock (AWS event stream) and Ollama (NDJSON): every fixture body of the
+# format (tests/fixtures/<format>/*, whatever its extension).
+for provider in gemini bedrock ollama; do
+    for file in "$fixtures/$provider"/*; do
+        [ -f "$file" ] || continue
+        [ "$provider" = gemini ] && seed sse "$file"
+        seed "$provider" "$file"
+        count=$((count + 1))
+    done
+done
 mkdir -p "$fuzz_dir/corpus/request_encoding"
-echo "seeded $count bodies into $fuzz_dir/corpus/{sse,anthropic,openai,responses}"
+echo "seeded $count bodies into $fuzz_dir/corpus/{sse,anthropic,openai,responses,gemini,bedrock,ollama}"
