@@ -132,6 +132,8 @@ pub use provider::{
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
+#[cfg(feature = "bedrock")]
+pub use provider::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
 pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use tool::{
     Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,
