@@ -1077,11 +1077,15 @@ async fn the_body_carries_every_setting_under_its_converse_name() {
         json!([{"text": "You are a careful assistant."}, {"cachePoint": {"type": "default"}}])
     );
     let tools = body["toolConfig"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 3);
+    // The system prompt's cache point caches the tools before it: they get none of their own.
+    assert_eq!(tools.len(), 2);
     assert_eq!(
         tools[0]["toolSpec"]["inputSchema"]["json"]["type"],
         json!("object")
     );
+    let mut no_system = golden_request();
+    no_system.system = None;
+    let tools = sent_body(&no_system).await["toolConfig"]["tools"].clone();
     assert_eq!(tools[2], json!({"cachePoint": {"type": "default"}}));
     let messages = body["messages"].as_array().unwrap();
     assert_eq!(messages[0]["content"][1]["image"]["format"], json!("png"));

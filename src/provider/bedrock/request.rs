@@ -23,8 +23,9 @@
 //!   `xlsx`, `html`, `txt`, `md`) go as bytes; a URL source is refused (Converse takes bytes
 //!   or S3 locations only), and so are other types and sizes over Bedrock's limits.
 //! - Prompt caching puts `cachePoint` blocks where the Anthropic encoder puts `cache_control`:
-//!   after the last tool, after the system prompt, and after the last block of each of the
-//!   latest user messages, four at most.
+//!   after the system prompt, and after the last block of each of the latest user messages,
+//!   four at most; after the last tool only when the system prompt has none (the prompt is
+//!   tools, then system: the system prompt's cache point caches the tools with it).
 //! - `extra` fields are merged at the top level; one the crate sends is refused, naming it.
 
 // The encoder is the client's (feature `bedrock`); the mock server and the tests use the rest.
@@ -82,6 +83,7 @@ pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
     let mut body = Map::new();
     let mut placed = 0u32;
 
+    let system = request.system.as_deref().filter(|s| !s.is_empty());
     let mut messages = messages(request)?;
     let history_uses_tools = messages.iter().any(|m| {
         m["content"]
@@ -106,9 +108,14 @@ pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
                 json!({"toolSpec": spec})
             })
             .collect();
+        // The prompt is tools, then system, then messages: a cache point after the system
+        // prompt caches the tools too, so the tools get their own only without one there.
+        let system_point = system.is_some() && cache.is_some_and(|c| c.system);
         if let (Some(point), Some(PromptCache { tools: true, .. })) = (&point, &cache) {
-            tools.push(json!({"cachePoint": point}));
-            placed += 1;
+            if !system_point {
+                tools.push(json!({"cachePoint": point}));
+                placed += 1;
+            }
         }
         let mut config = Map::new();
         config.insert("tools".into(), Value::Array(tools));
@@ -124,7 +131,7 @@ pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
         body.insert("toolConfig".into(), Value::Object(config));
     }
 
-    if let Some(text) = request.system.as_deref().filter(|s| !s.is_empty()) {
+    if let Some(text) = system {
         let mut system = vec![json!({"text": text})];
         if let (Some(point), Some(PromptCache { system: true, .. })) = (&point, &cache) {
             system.push(json!({"cachePoint": point}));
