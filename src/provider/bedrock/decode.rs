@@ -177,11 +177,12 @@ impl Decoder {
         data: &str,
         out: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmError> {
+        if self.done {
+            // Anything after the end of the message is not the message's.
+            return Ok(());
+        }
         if event.to_ascii_lowercase().ends_with("exception") {
             return Err(exception(event, data));
-        }
-        if self.done {
-            return Ok(());
         }
         match event {
             "messageStart" => {

@@ -27,6 +27,9 @@
 //!   four at most; after the last tool only when the system prompt has none (the prompt is
 //!   tools, then system: the system prompt's cache point caches the tools with it).
 //! - `extra` fields are merged at the top level; one the crate sends is refused, naming it.
+//! - Converse has no field for [`ModelRequest::parallel_tool_calls`] nor
+//!   [`ModelRequest::user`]: they are not sent (set a model's own fields with
+//!   `extra["additionalModelRequestFields"]` when no thinking budget is set).
 
 // The encoder is the client's (feature `bedrock`); the mock server and the tests use the rest.
 #![cfg_attr(not(feature = "bedrock"), allow(dead_code))]
