@@ -1256,3 +1256,54 @@ async fn the_mock_refuses_what_converse_refuses() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_whole_json_answer_and_a_failure_after_content() {
+    let server = MockServer::start().await;
+    server.push(MockResponse::json(
+        ScriptedResponse::thinking("hmm", "sig").then_text("whole answer"),
+    ));
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("partial answer")).error_event_at(
+            StreamPoint::AfterFirstContent,
+            "modelStreamErrorException",
+            "the model stream broke",
+        ),
+    );
+    let client = keyed(&server);
+    let request = ModelRequest::new(vec![Message::user("hi")]);
+    let items = collect(&client, &request).await;
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    assert_eq!(text_of(&items), "whole answer");
+    assert!(items.iter().any(|i| matches!(i,
+        Ok(LlmEvent::SignatureDelta { signature, .. }) if signature == "sig")));
+    // After content nothing is re-sent: the stream's error is the caller's, marked retryable.
+    let items = collect(&client, &request).await;
+    match items.last() {
+        Some(Err(err @ LlmError::Stream { error_type, .. })) => {
+            assert_eq!(error_type, "modelStreamErrorException");
+            assert!(err.is_retryable());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn a_message_over_the_event_limit_is_refused_before_it_is_buffered() {
+    let mut limits = agent_loop::StreamLimits::default();
+    limits.max_event_bytes = 256;
+    let big = text(0, &"x".repeat(1000));
+    let mut decoder = WireDecoder::with_limits(WireFormat::Bedrock, limits);
+    let mut events = Vec::new();
+    decoder.push(&start(), &mut events).unwrap();
+    // The prelude alone says the message is too large.
+    let err = decoder.push(&big[..12], &mut events).unwrap_err();
+    match err {
+        LlmError::LimitExceeded { limit, setting, .. } => {
+            assert_eq!(limit, 256);
+            assert_eq!(setting, "StreamLimits::max_event_bytes");
+        }
+        other => panic!("{other:?}"),
+    }
+}
