@@ -1307,3 +1307,38 @@ fn a_message_over_the_event_limit_is_refused_before_it_is_buffered() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn blank_text_is_left_out_and_an_empty_result_says_so() {
+    let request = ModelRequest::new(vec![
+        Message::user("run it"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::text("\n\n"),
+                ContentBlock::ToolUse {
+                    id: "t1".into(),
+                    name: "read_file".into(),
+                    input: json!({"path": "empty.txt"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result("t1", "", false)],
+        },
+    ]);
+    let mut request = request;
+    request.tools = vec![tool("read_file", "Reads a file.")];
+    request.prompt_cache = None;
+    // The mock refuses blank text anywhere, as Converse does: this body passes it.
+    let body = sent_body(&request).await;
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([{"toolUse": {"toolUseId": "t1", "name": "read_file", "input": {"path": "empty.txt"}}}])
+    );
+    assert_eq!(
+        body["messages"][2]["content"][0]["toolResult"]["content"],
+        json!([{"text": "(no output)"}])
+    );
+}

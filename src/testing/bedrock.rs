@@ -315,6 +315,26 @@ pub(crate) fn rejection(body: &Value) -> Option<Rejection> {
                     ));
                 }
             }
+            let result = map.get("toolResult").and_then(|r| r.get("content"));
+            if let Some(parts) = result {
+                let parts = parts.as_array().map(Vec::as_slice).unwrap_or_default();
+                if parts.is_empty() {
+                    return invalid(format!(
+                        "The content field in the ToolResultBlock object at \
+                         messages.{i}.content.{j}.toolResult is empty."
+                    ));
+                }
+                if parts.iter().any(|p| {
+                    p.get("text")
+                        .is_some_and(|t| t.as_str().is_none_or(|t| t.trim().is_empty()))
+                }) {
+                    return invalid(format!(
+                        "The text field in the ToolResultContentBlock object at \
+                         messages.{i}.content.{j}.toolResult is blank. Add text to the text \
+                         field, and try again."
+                    ));
+                }
+            }
             if map.contains_key("toolUse") || map.contains_key("toolResult") {
                 uses_tools = true;
             }
@@ -453,7 +473,7 @@ mod tests {
                 "start with a user",
             ),
             (
-                json!({"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "a", "content": []}}]}]}),
+                json!({"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "a", "content": [{"text": "ok"}]}}]}]}),
                 "toolConfig field must be defined",
             ),
             (

@@ -14,8 +14,9 @@
 //!   a `toolConfig` (then the tools are sent without a `toolChoice`, and the model may still
 //!   call one).
 //! - Messages: consecutive messages of one role are merged (Converse requires alternation), a
-//!   user message's `toolResult`s come first, empty text blocks are dropped (Converse refuses
-//!   them) and so are messages left empty. Thinking goes back as
+//!   user message's `toolResult`s come first, blank text blocks are dropped (Converse refuses
+//!   them) and so are messages left empty; a tool result with no text and no image says
+//!   `(no output)`. Thinking goes back as
 //!   `reasoningContent.reasoningText {text, signature}`, redacted thinking as
 //!   `reasoningContent.redactedContent`; OpenAI reasoning items have no Converse form and are
 //!   left out.
@@ -49,6 +50,10 @@ pub(crate) const MAX_IMAGE_BASE64: usize = 3_750_000 / 3 * 4 + 4;
 pub(crate) const MAX_IMAGE_SIDE: u32 = 8000;
 /// Bedrock's limit on one document: 4.5 MB of bytes.
 pub(crate) const MAX_DOCUMENT_BASE64: usize = 4_500_000 / 3 * 4 + 4;
+
+/// What an empty tool result says: Converse refuses blank text blocks, and a result without
+/// content.
+pub(crate) const EMPTY_RESULT: &str = "(no output)";
 
 /// The document formats Converse takes, by media type.
 const DOCUMENT_FORMATS: [(&str, &str); 9] = [
@@ -360,7 +365,7 @@ const BLOCK_MEMBERS: [&str; 14] = [
 
 fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
     Ok(Some(match block {
-        ContentBlock::Text { text } if text.is_empty() => return Ok(None),
+        ContentBlock::Text { text } if text.trim().is_empty() => return Ok(None),
         ContentBlock::Text { text } => json!({"text": text}),
         ContentBlock::Thinking {
             thinking,
@@ -393,11 +398,14 @@ fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
             images,
         } => {
             let mut parts = Vec::with_capacity(images.len() + 1);
-            if !content.is_empty() || images.is_empty() {
+            if !content.trim().is_empty() {
                 parts.push(json!({"text": content}));
             }
             for source in images {
                 parts.push(json!({"image": image(source)?}));
+            }
+            if parts.is_empty() {
+                parts.push(json!({"text": EMPTY_RESULT}));
             }
             let mut result = Map::new();
             result.insert("toolUseId".into(), json!(tool_use_id));
