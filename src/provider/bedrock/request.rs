@@ -163,8 +163,14 @@ pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
     if let Some(p) = request.top_p {
         inference.insert("topP".into(), json!(p));
     }
-    if !request.stop_sequences.is_empty() {
-        inference.insert("stopSequences".into(), json!(request.stop_sequences));
+    // Converse refuses an empty stop sequence.
+    let stops: Vec<&String> = request
+        .stop_sequences
+        .iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if !stops.is_empty() {
+        inference.insert("stopSequences".into(), json!(stops));
     }
     body.insert("inferenceConfig".into(), Value::Object(inference));
 
