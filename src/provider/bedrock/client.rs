@@ -98,6 +98,9 @@ impl fmt::Debug for AwsCredentials {
 /// It is called once per request, when the request is signed, on the task that sends it, so
 /// it must be quick and must not block: return credentials held in memory, and renew them
 /// elsewhere (a background task) before they expire. An error fails the request with it.
+/// Its `Debug` shows in the client's: never print the secret key or the session token there
+/// ([`AwsCredentials`]' own `Debug` does not). `AwsCredentials` is itself a provider of
+/// fixed credentials.
 ///
 /// ```
 /// use std::sync::{Arc, RwLock};
