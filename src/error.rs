@@ -573,6 +573,19 @@ pub(crate) fn transient_kind(error_type: &str) -> Option<Transient> {
         "rate_limit_error" | "rate_limit_exceeded" | "throttling_error" | "too_many_requests" => {
             Some(Transient::RateLimited)
         }
+        // Bedrock's exceptions, as the event stream (`:exception-type`) and the
+        // `x-amzn-ErrorType` header name them.
+        "throttlingException" | "ThrottlingException" => Some(Transient::RateLimited),
+        "serviceUnavailableException"
+        | "ServiceUnavailableException"
+        | "modelNotReadyException"
+        | "ModelNotReadyException" => Some(Transient::Overloaded),
+        "internalServerException"
+        | "InternalServerException"
+        | "modelStreamErrorException"
+        | "ModelStreamErrorException"
+        | "modelTimeoutException"
+        | "ModelTimeoutException" => Some(Transient::Server),
         "api_error"
         | "server_error"
         | "timeout_error"

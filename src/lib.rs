@@ -59,7 +59,7 @@
 //! | layer | types |
 //! |---|---|
 //! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
-//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
+//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
@@ -132,6 +132,8 @@ pub use provider::{
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
     ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
 };
+#[cfg(feature = "bedrock")]
+pub use provider::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
 pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use tool::{
     Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,

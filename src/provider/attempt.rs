@@ -912,6 +912,11 @@ const REQUEST_ID_HEADERS: [&str; 6] = [
 /// (relative to `received`, the wall-clock time of the head) and `x-should-retry`.
 fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> ApiError {
     let mut error = ApiError::new(status, String::new());
+    // AWS names the error in a header (`ThrottlingException:http://internal.amazon.com/…`);
+    // a provider's error body may name it again.
+    error.error_type = header(headers, "x-amzn-errortype")
+        .and_then(|t| t.split(':').next().map(str::to_owned))
+        .filter(|t| !t.is_empty());
     error.request_id = request_id(headers);
     error.retry_after = retry_after(headers, received);
     error.should_retry = match header(headers, "x-should-retry").as_deref() {

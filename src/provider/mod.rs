@@ -35,6 +35,8 @@ pub(crate) mod retry;
 mod settings;
 
 pub use anthropic::AnthropicClient;
+#[cfg(feature = "bedrock")]
+pub use bedrock::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};

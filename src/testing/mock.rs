@@ -52,7 +52,12 @@ pub struct RecordedRequest {
 fn is_secret_header(name: &str) -> bool {
     matches!(
         name.to_ascii_lowercase().as_str(),
-        "authorization" | "proxy-authorization" | "x-api-key" | "api-key" | "x-goog-api-key"
+        "authorization"
+            | "proxy-authorization"
+            | "x-api-key"
+            | "api-key"
+            | "x-goog-api-key"
+            | "x-amz-security-token"
     )
 }
 

@@ -14,6 +14,11 @@
 //! The `MockServer` also refuses, with the provider's own `400`, a tool schema the real API
 //! refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
 //! OpenAI: non-object `parameters`).
+//!
+//! Amazon Bedrock Converse is served on `{url}/model/{modelId}/converse-stream` as the AWS
+//! event stream, with Bedrock's error bodies and its refusals (blank text blocks, tool blocks
+//! without a `toolConfig`, non-object input schemas, roles that do not alternate): point a
+//! `BedrockClient` (feature `bedrock`) at [`MockServer::url`] with `base_url`.
 
 use crate::message::Message;
 
