@@ -127,6 +127,7 @@ pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use pricing::{Cost, ModelPrice, Pricing, Usd};
 pub use provider::redirect_policy;
+pub use provider::{AccessToken, GeminiClient};
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,

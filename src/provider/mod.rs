@@ -36,6 +36,7 @@ mod settings;
 
 pub use anthropic::AnthropicClient;
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
+pub use gemini::{AccessToken, GeminiClient};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
