@@ -122,12 +122,14 @@ pub(crate) fn encode(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
                         kind: SegmentKind::Content,
                     });
                 } else {
-                    pending
-                        .get_or_insert_with(String::new)
-                        .push_str(signature);
+                    pending.get_or_insert_with(String::new).push_str(signature);
                 }
             }
-            LlmEvent::ToolCallStart { index, id: call, name } => {
+            LlmEvent::ToolCallStart {
+                index,
+                id: call,
+                name,
+            } => {
                 blocks.entry(*index).or_default().call =
                     Some((call.clone(), name.clone(), String::new()));
             }
@@ -207,7 +209,11 @@ pub(crate) fn whole(response: &ModelResponse) -> Value {
             ContentBlock::Thinking {
                 thinking,
                 signature,
-            } if thinking.is_empty() => pending = Some(signature),
+            } if thinking.is_empty() => {
+                if !signature.is_empty() {
+                    pending = Some(signature);
+                }
+            }
             ContentBlock::Thinking {
                 thinking,
                 signature,
@@ -300,7 +306,11 @@ pub(crate) fn status_body(
     } else {
         status_name(status).to_owned()
     };
-    let code = if status == 0 { status_code(&name) } else { status };
+    let code = if status == 0 {
+        status_code(&name)
+    } else {
+        status
+    };
     (
         json!({"error": {"code": code, "message": message, "status": name}}),
         Vec::new(),
@@ -329,8 +339,7 @@ pub(crate) fn rejection(body: &Value) -> Option<Rejection> {
 fn declarations(body: &Value) -> Option<Rejection> {
     let tools = body.get("tools")?.as_array()?;
     for (t, tool) in tools.iter().enumerate() {
-        let Some(declarations) = tool.get("functionDeclarations").and_then(Value::as_array)
-        else {
+        let Some(declarations) = tool.get("functionDeclarations").and_then(Value::as_array) else {
             continue;
         };
         for (d, declaration) in declarations.iter().enumerate() {
@@ -408,7 +417,9 @@ fn openapi_schema(schema: &Value, at: &str) -> Option<Rejection> {
                 "Invalid JSON payload received. Invalid value at 'GenerateContentRequest.{at}.type'"
             ));
         }
-        if ty.as_str().is_some_and(|t| t.eq_ignore_ascii_case("object"))
+        if ty
+            .as_str()
+            .is_some_and(|t| t.eq_ignore_ascii_case("object"))
             && map
                 .get("properties")
                 .and_then(Value::as_object)
@@ -438,7 +449,9 @@ fn contents(body: &Value) -> Option<Rejection> {
         content
             .get("parts")
             .and_then(Value::as_array)
-            .map_or(0, |parts| parts.iter().filter(|p| p.get(key).is_some()).count())
+            .map_or(0, |parts| {
+                parts.iter().filter(|p| p.get(key).is_some()).count()
+            })
     };
     for (i, content) in contents.iter().enumerate() {
         let parts = content.get("parts").and_then(Value::as_array);
@@ -490,9 +503,8 @@ fn contents(body: &Value) -> Option<Rejection> {
             }
         }
         if count(content, "functionCall") > 0 {
-            let ok = previous.is_some_and(|p| {
-                p.get("role").and_then(Value::as_str) != Some("model")
-            });
+            let ok =
+                previous.is_some_and(|p| p.get("role").and_then(Value::as_str) != Some("model"));
             if !ok {
                 return invalid(
                     "Please ensure that function call turn comes immediately after a user turn \
@@ -511,22 +523,33 @@ mod tests {
 
     #[test]
     fn refuses_what_gemini_refuses() {
-        let tool = |decl: Value| json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-                                        "tools": [{"functionDeclarations": [decl]}]});
+        let tool = |decl: Value| {
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                        "tools": [{"functionDeclarations": [decl]}]})
+        };
         assert!(rejection(&tool(json!({"name": "ok", "parametersJsonSchema":
-            {"type": "object", "properties": {"a": {"type": "string"}}}}))).is_none());
+            {"type": "object", "properties": {"a": {"type": "string"}}}})))
+        .is_none());
         assert!(rejection(&tool(json!({"name": "1bad"}))).is_some());
-        assert!(rejection(&tool(json!({"name": "t", "parametersJsonSchema": {"type": "string"}})))
-            .is_some());
+        assert!(rejection(&tool(
+            json!({"name": "t", "parametersJsonSchema": {"type": "string"}})
+        ))
+        .is_some());
         let refused = rejection(&tool(json!({"name": "t", "parameters":
             {"type": "object", "properties": {"a": {"type": "string"}},
              "additionalProperties": false}})))
         .unwrap();
-        assert!(refused.message.contains("additionalProperties"), "{refused:?}");
+        assert!(
+            refused.message.contains("additionalProperties"),
+            "{refused:?}"
+        );
         let orphan = json!({"contents": [
             {"role": "user", "parts": [{"text": "hi"}]},
             {"role": "user", "parts": [{"functionResponse": {"name": "t", "response": {}}}]}]});
-        assert!(rejection(&orphan).unwrap().message.contains("function call turn"));
+        assert!(rejection(&orphan)
+            .unwrap()
+            .message
+            .contains("function call turn"));
         let empty = json!({"contents": [{"role": "user", "parts": []}]});
         assert!(rejection(&empty).is_some());
     }

@@ -112,7 +112,12 @@ impl Decoder {
             }
             return Ok(());
         };
-        for part in candidate.content.and_then(|c| c.parts).into_iter().flatten() {
+        for part in candidate
+            .content
+            .and_then(|c| c.parts)
+            .into_iter()
+            .flatten()
+        {
             self.part(part, out);
         }
         if let Some(reason) = candidate.finish_reason {
@@ -237,22 +242,20 @@ impl Decoder {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in a Gemini response body: {e}"))
         })?;
-        let items = match value {
-            serde_json::Value::Array(items) => items,
-            object @ serde_json::Value::Object(_) => vec![object],
-            _ => {
-                return Err(LlmError::malformed(
+        let items =
+            match value {
+                serde_json::Value::Array(items) => items,
+                object @ serde_json::Value::Object(_) => vec![object],
+                _ => return Err(LlmError::malformed(
                     "a JSON body that is not a Gemini response (neither an object nor an array)",
-                ))
-            }
-        };
+                )),
+            };
         for item in items {
             if self.done {
                 break;
             }
-            let chunk: Chunk = serde_json::from_value(item).map_err(|e| {
-                LlmError::malformed(format!("invalid Gemini response object: {e}"))
-            })?;
+            let chunk: Chunk = serde_json::from_value(item)
+                .map_err(|e| LlmError::malformed(format!("invalid Gemini response object: {e}")))?;
             self.chunk(chunk, text, out)?;
         }
         if !self.done {
@@ -306,8 +309,14 @@ pub(crate) fn stop_reason(reason: &str, has_calls: bool) -> StopReason {
         // Not a documented value, but what some compatible servers (aimock) send.
         "FUNCTION_CALL" => StopReason::ToolUse,
         "MAX_TOKENS" => StopReason::MaxTokens,
-        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY"
-        | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" => StopReason::ContentFilter,
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => StopReason::ContentFilter,
         // LANGUAGE, MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS, OTHER,
         // FINISH_REASON_UNSPECIFIED, and reasons added later.
         other => StopReason::Other(other.to_owned()),
@@ -414,12 +423,11 @@ mod tests {
             "data: {\"error\":{\"code\":503,\"message\":\"overloaded\",\"status\":\"UNAVAILABLE\"}}\n\n",
         )
         .unwrap_err();
-        assert!(
-            matches!(&err, LlmError::Stream { error_type, .. } if error_type == "UNAVAILABLE")
-        );
+        assert!(matches!(&err, LlmError::Stream { error_type, .. } if error_type == "UNAVAILABLE"));
         assert!(err.is_retryable());
-        let err = decode("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]}\n\n")
-            .unwrap_err();
+        let err =
+            decode("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]}\n\n")
+                .unwrap_err();
         assert!(matches!(err, LlmError::Incomplete { .. }), "{err:?}");
     }
 }

@@ -73,9 +73,7 @@ enum TokenKind {
 impl AccessToken {
     /// A token read from `source` before each request; an `Err` fails the request with
     /// [`LlmError::InvalidRequest`] carrying the message.
-    pub fn refreshing(
-        source: impl Fn() -> Result<String, String> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn refreshing(source: impl Fn() -> Result<String, String> + Send + Sync + 'static) -> Self {
         AccessToken(TokenKind::Refreshing(Arc::new(source)))
     }
 
@@ -414,7 +412,10 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
         serde_json::Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
         other => other,
     };
-    if !object.get("error").is_some_and(serde_json::Value::is_object) {
+    if !object
+        .get("error")
+        .is_some_and(serde_json::Value::is_object)
+    {
         return false;
     }
     let Ok(parsed) = serde_json::from_value::<wire::ErrorBody>(object) else {
@@ -488,14 +489,16 @@ mod tests {
         assert_eq!(request.headers["authorization"], "Bearer ya29.secret");
         assert!(!format!("{client:?}").contains("ya29"));
         assert_eq!(client.provider_name(), "gcp.vertex_ai");
-        let global = GeminiClient::vertex("p", "global", AccessToken::refreshing(|| Ok("t".into())))
-            .model("g");
+        let global =
+            GeminiClient::vertex("p", "global", AccessToken::refreshing(|| Ok("t".into())))
+                .model("g");
         assert!(global
             .url("g")
             .unwrap()
             .starts_with("https://aiplatform.googleapis.com/v1/projects/p/locations/global/"));
-        let failing = GeminiClient::vertex("p", "global", AccessToken::refreshing(|| Err("no".into())))
-            .model("g");
+        let failing =
+            GeminiClient::vertex("p", "global", AccessToken::refreshing(|| Err("no".into())))
+                .model("g");
         assert!(failing.build(&ModelRequest::default()).is_err());
         assert!(GeminiClient::new("k").url("a/b").is_err());
         assert!(GeminiClient::new("k").url("").is_err());

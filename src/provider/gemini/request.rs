@@ -72,7 +72,10 @@ pub(crate) fn encode(request: &ModelRequest) -> Result<Vec<u8>, LlmError> {
 /// The body as a JSON value, `extra` merged.
 pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
     let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents(&request.messages)?));
+    body.insert(
+        "contents".into(),
+        Value::Array(contents(&request.messages)?),
+    );
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
         body.insert(
             "systemInstruction".into(),
