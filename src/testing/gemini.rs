@@ -210,9 +210,9 @@ pub(crate) fn whole(response: &ModelResponse) -> Value {
                 thinking,
                 signature,
             } if thinking.is_empty() => {
-                if !signature.is_empty() {
-                    pending = Some(signature);
-                }
+                pending = Some(signature.as_str())
+                    .filter(|s| !s.is_empty())
+                    .or(pending);
             }
             ContentBlock::Thinking {
                 thinking,

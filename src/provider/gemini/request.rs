@@ -262,10 +262,8 @@ fn parts(
     };
     for block in &message.content {
         match block {
-            ContentBlock::Text { text } => {
-                if !text.is_empty() {
-                    push(&mut parts, &mut pending, json!({"text": text}));
-                }
+            ContentBlock::Text { text } if !text.is_empty() => {
+                push(&mut parts, &mut pending, json!({"text": text}));
             }
             ContentBlock::Thinking {
                 thinking,
@@ -334,7 +332,7 @@ fn parts(
                 let part = media(source, true, inline)?;
                 push(&mut parts, &mut pending, part);
             }
-            // Redacted thinking (Anthropic), reasoning items (OpenAI Responses) and unmodelled
+            // Empty text; redacted thinking (Anthropic), reasoning items (OpenAI Responses) and unmodelled
             // blocks have no Gemini form.
             _ => {}
         }
