@@ -73,6 +73,14 @@ enum TokenKind {
 impl AccessToken {
     /// A token read from `source` before each request; an `Err` fails the request with
     /// [`LlmError::InvalidRequest`] carrying the message.
+    ///
+    /// ```
+    /// let token = agent_loop::AccessToken::refreshing(|| {
+    ///     std::env::var("VERTEX_ACCESS_TOKEN").map_err(|e| e.to_string())
+    /// });
+    /// let client = agent_loop::GeminiClient::vertex("my-project", "us-central1", token);
+    /// # let _ = client;
+    /// ```
     pub fn refreshing(source: impl Fn() -> Result<String, String> + Send + Sync + 'static) -> Self {
         AccessToken(TokenKind::Refreshing(Arc::new(source)))
     }
