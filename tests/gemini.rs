@@ -874,3 +874,61 @@ async fn the_mock_refuses_what_gemini_refuses() {
     }
     assert_eq!(server.remaining(), 1);
 }
+
+// ----- untrusted input ------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary bytes never panic: they decode to events or to an error.
+    #[test]
+    fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode(WireFormat::Gemini, &body);
+    }
+
+    /// Fixtures with bytes changed never panic either, and JSON that parses but has fields
+    /// of the wrong type is an error, not a crash.
+    #[test]
+    fn mutated_fixtures_never_panic(
+        which in 0..FIXTURES.len(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+    ) {
+        let mut body = fixture(&format!("gemini/{}", FIXTURES[which]));
+        for (at, byte) in edits {
+            let i = at.index(body.len());
+            body[i] = byte;
+        }
+        let _ = decode(WireFormat::Gemini, &body);
+    }
+}
+
+#[test]
+fn wrong_types_and_oversize_events_are_clear_errors() {
+    let body =
+        b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":7}}]}}]}\n\n";
+    assert!(matches!(
+        decode(WireFormat::Gemini, body).result,
+        Err(LlmError::Malformed { .. })
+    ));
+    let mut limits = agent_loop::StreamLimits::default();
+    limits.max_event_bytes = 64;
+    let mut decoder = agent_loop::WireDecoder::with_limits(WireFormat::Gemini, limits);
+    let big = format!(
+        "data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":\"{}\"}}]}}}}]}}\n\n",
+        "x".repeat(500)
+    );
+    let mut events = Vec::new();
+    let error = decoder.push(big.as_bytes(), &mut events).unwrap_err();
+    assert!(matches!(error, LlmError::LimitExceeded { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_zero_thinking_budget_turns_thinking_off() {
+    let mut request = ModelRequest::new(vec![Message::user("hi")]);
+    request.thinking_budget = Some(0);
+    let body = sent_body(&request).await;
+    assert_eq!(
+        body["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 0})
+    );
+}

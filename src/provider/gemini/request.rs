@@ -28,7 +28,8 @@
 //!   extension). GIF and other types are refused, and inline data over 20 MB in one request.
 //!   A document's title has no Gemini field and is not sent.
 //! - `generationConfig`: `maxOutputTokens`, `temperature`, `topP`, `stopSequences`, and
-//!   `thinkingConfig {thinkingBudget, includeThoughts: true}` from `thinking_budget`.
+//!   `thinkingConfig {thinkingBudget, includeThoughts: true}` from `thinking_budget` (a budget
+//!   of 0, thinking off, without `includeThoughts`).
 //! - Not sent (no Gemini field): `parallel_tool_calls`, `user`; `prompt_cache` does not apply
 //!   (Gemini caches implicitly).
 //! - `extra`: merged into the top level; an object value merges one level into the object the
@@ -125,10 +126,13 @@ pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
         generation.insert("stopSequences".into(), json!(request.stop_sequences));
     }
     if let Some(budget) = request.thinking_budget {
-        generation.insert(
-            "thinkingConfig".into(),
-            json!({"thinkingBudget": budget, "includeThoughts": true}),
-        );
+        // A budget of 0 turns thinking off (where the model allows it): no thoughts to include.
+        let config = if budget == 0 {
+            json!({"thinkingBudget": 0})
+        } else {
+            json!({"thinkingBudget": budget, "includeThoughts": true})
+        };
+        generation.insert("thinkingConfig".into(), config);
     }
     body.insert("generationConfig".into(), Value::Object(generation));
     merge_extra(&mut body, &request.extra)?;
