@@ -932,3 +932,30 @@ async fn a_zero_thinking_budget_turns_thinking_off() {
         json!({"thinkingBudget": 0})
     );
 }
+
+#[tokio::test]
+async fn vertex_gets_no_call_ids() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::tool_call(
+        "fc-1",
+        "add",
+        json!({"a": 1, "b": 2}),
+    ));
+    server.push(ScriptedResponse::text("3"));
+    let client = agent_loop::GeminiClient::vertex("p", "us-central1", "ya29.t")
+        .base_url(server.url())
+        .model("gemini-test");
+    let mut agent = Agent::builder(client).tool(add_tool()).build().unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "add").await;
+    assert_eq!(outcome.final_text, "3");
+    assert!(server.history_violations().is_empty());
+    let body = &server.requests()[1].body;
+    assert_eq!(
+        body["contents"][1]["parts"][0],
+        json!({"functionCall": {"name": "add", "args": {"a": 1, "b": 2}}})
+    );
+    assert_eq!(
+        body["contents"][2]["parts"][0],
+        json!({"functionResponse": {"name": "add", "response": {"result": "3"}}})
+    );
+}

@@ -141,7 +141,8 @@ enum Service {
 /// - Vertex AI ([`GeminiClient::vertex`]): `POST {base_url}/v1/projects/{project}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse`
 ///   with `authorization: Bearer {token}`; default base URL
 ///   `https://{location}-aiplatform.googleapis.com` (`https://aiplatform.googleapis.com` for
-///   the `global` location).
+///   the `global` location). Call ids are not sent to Vertex AI: results are matched to
+///   their calls by name and order.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -363,7 +364,8 @@ impl GeminiClient {
     fn build(&self, request: &ModelRequest) -> Result<HttpRequest, LlmError> {
         let model = request.model.as_deref().unwrap_or(&self.model);
         let url = self.url(model)?;
-        let body = request::encode(request)?;
+        let vertex = matches!(self.service, Service::Vertex { .. });
+        let body = request::encode(request, !vertex)?;
         let mut headers = HeaderMap::new();
         match &self.service {
             Service::Gemini { api_key } => {

@@ -16,7 +16,8 @@
 //! - Tool calls are `functionCall {name, args, id}` parts and results `functionResponse {name,
 //!   id, response: {"result": text}}` (`{"error": text}` when the tool failed), the `id` sent
 //!   only when the model gave the call one (ids the decoder made up start with
-//!   `gemini_call_`): Gemini then matches results to calls by name and order. Images a tool
+//!   `gemini_call_`), and never to Vertex AI (whose SDKs refuse an `id` there): Gemini then
+//!   matches results to calls by name and order. Images a tool
 //!   returned follow the results as `inlineData` parts of the same content.
 //! - Thinking: a thinking block with text is a `{text, thought: true}` part with its
 //!   `thoughtSignature`; a thinking block with only a signature puts it on the next part of the
@@ -64,18 +65,18 @@ fn invalid(message: impl Into<String>) -> LlmError {
     }
 }
 
-/// The JSON body for `request`.
-pub(crate) fn encode(request: &ModelRequest) -> Result<Vec<u8>, LlmError> {
-    let body = encode_value(request)?;
+/// The JSON body for `request`; `ids`: whether call ids may be sent (not to Vertex AI).
+pub(crate) fn encode(request: &ModelRequest, ids: bool) -> Result<Vec<u8>, LlmError> {
+    let body = encode_value(request, ids)?;
     serde_json::to_vec(&body).map_err(|e| invalid(format!("could not encode the request: {e}")))
 }
 
 /// The body as a JSON value, `extra` merged.
-pub(crate) fn encode_value(request: &ModelRequest) -> Result<Value, LlmError> {
+pub(crate) fn encode_value(request: &ModelRequest, ids: bool) -> Result<Value, LlmError> {
     let mut body = Map::new();
     body.insert(
         "contents".into(),
-        Value::Array(contents(&request.messages)?),
+        Value::Array(contents(&request.messages, ids)?),
     );
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
         body.insert(
@@ -205,7 +206,7 @@ fn parameters(name: &str, schema: &Value) -> Result<Option<Value>, LlmError> {
 }
 
 /// `contents` for the conversation.
-fn contents(messages: &[Message]) -> Result<Vec<Value>, LlmError> {
+fn contents(messages: &[Message], ids: bool) -> Result<Vec<Value>, LlmError> {
     // Which tool each call id names: a functionResponse carries the function's name.
     let mut names: HashMap<&str, &str> = HashMap::new();
     for message in messages {
@@ -216,7 +217,7 @@ fn contents(messages: &[Message]) -> Result<Vec<Value>, LlmError> {
     let mut inline = 0usize;
     let mut out: Vec<(Role, Vec<Value>)> = Vec::new();
     for message in messages {
-        let parts = parts(message, &names, &mut inline)?;
+        let parts = parts(message, &names, ids, &mut inline)?;
         if parts.is_empty() {
             continue;
         }
@@ -244,14 +245,15 @@ fn contents(messages: &[Message]) -> Result<Vec<Value>, LlmError> {
         .collect())
 }
 
-/// Whether the decoder made this id up (it is then not sent).
-fn is_generated(id: &str) -> bool {
-    id.starts_with(GENERATED_ID_PREFIX)
+/// Whether `id` goes in the body: ids may be sent, and the decoder did not make this one up.
+fn sent_id(id: &str, ids: bool) -> bool {
+    ids && !id.is_empty() && !id.starts_with(GENERATED_ID_PREFIX)
 }
 
 fn parts(
     message: &Message,
     names: &HashMap<&str, &str>,
+    ids: bool,
     inline: &mut usize,
 ) -> Result<Vec<Value>, LlmError> {
     let mut parts: Vec<Value> = Vec::new();
@@ -296,7 +298,7 @@ fn parts(
                     _ => json!({}),
                 };
                 let mut call = json!({"name": name, "args": args});
-                if !id.is_empty() && !is_generated(id) {
+                if sent_id(id, ids) {
                     call["id"] = Value::String(id.clone());
                 }
                 push(&mut parts, &mut pending, json!({ "functionCall": call }));
@@ -316,7 +318,7 @@ fn parts(
                 };
                 let key = if *is_error { "error" } else { "result" };
                 let mut response = json!({"name": name, "response": { key: content }});
-                if !tool_use_id.is_empty() && !is_generated(tool_use_id) {
+                if sent_id(tool_use_id, ids) {
                     response["id"] = Value::String(tool_use_id.clone());
                 }
                 push(
