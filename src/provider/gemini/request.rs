@@ -16,9 +16,9 @@
 //! - Tool calls are `functionCall {name, args, id}` parts and results `functionResponse {name,
 //!   id, response: {"result": text}}` (`{"error": text}` when the tool failed), the `id` sent
 //!   only when the model gave the call one (ids the decoder made up start with
-//!   `gemini_call_`), and never to Vertex AI (whose SDKs refuse an `id` there): Gemini then
-//!   matches results to calls by name and order. Images a tool
-//!   returned follow the results as `inlineData` parts of the same content.
+//!   `gemini_call_`), and never to Vertex AI (Google's SDKs refuse a `functionResponse.id` for
+//!   Vertex AI): Gemini then matches results to calls by name and order. Images a tool returned
+//!   follow the results as `inlineData` parts of the same content.
 //! - Thinking: a thinking block with text is a `{text, thought: true}` part with its
 //!   `thoughtSignature`; a thinking block with only a signature puts it on the next part of the
 //!   message (as the decoder found it), or on an empty text part when none follows.
