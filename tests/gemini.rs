@@ -959,3 +959,26 @@ async fn vertex_gets_no_call_ids() {
         json!({"functionResponse": {"name": "add", "response": {"result": "3"}}})
     );
 }
+
+#[tokio::test]
+async fn an_agent_retries_a_stream_cut_after_content() {
+    let server = MockServer::start().await;
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("Hello there, partial").chunked(4))
+            .disconnect_after_first_content(),
+    );
+    server.push(ScriptedResponse::text("Hello again, whole"));
+    let mut agent = Agent::builder(client(&server)).build().unwrap();
+    let (events, outcome) = common::agent::run(&mut agent, "hi").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(outcome.final_text, "Hello again, whole");
+    let retries: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Retry { error, .. } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "{events:?}");
+    assert_eq!(server.requests().len(), 2);
+}
