@@ -431,9 +431,29 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
     let Ok(parsed) = serde_json::from_value::<wire::ErrorBody>(object) else {
         return false;
     };
+    if error.retry_after.is_none() {
+        error.retry_after = parsed
+            .error
+            .details
+            .iter()
+            .flatten()
+            .filter(|d| {
+                d.get("@type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+            })
+            .find_map(|d| d.get("retryDelay")?.as_str().and_then(duration_of));
+    }
     error.error_type = parsed.error.status;
     error.message = parsed.error.message.unwrap_or_default();
     true
+}
+
+/// A `google.protobuf.Duration` in JSON (`"37s"`, `"0.250s"`), up to a day.
+fn duration_of(text: &str) -> Option<Duration> {
+    let seconds: f64 = text.strip_suffix('s')?.parse().ok()?;
+    (seconds.is_finite() && (0.0..=86_400.0).contains(&seconds))
+        .then(|| Duration::from_secs_f64(seconds))
 }
 
 /// Gemini refuses an oversized prompt with a 400 `INVALID_ARGUMENT`: "The input token count
@@ -530,5 +550,15 @@ mod tests {
         ));
         assert_eq!(e.error_type.as_deref(), Some("RESOURCE_EXHAUSTED"));
         assert!(!parse_error_body(b"<html>bad gateway</html>", &mut e));
+        // Google's RetryInfo detail gives the wait when no retry-after header did.
+        let mut e = ApiError::new(429, "");
+        assert!(parse_error_body(
+            br#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"37s"}]}}"#,
+            &mut e
+        ));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(37)));
+        assert_eq!(duration_of("0.250s"), Some(Duration::from_millis(250)));
+        assert_eq!(duration_of("-1s"), None);
+        assert_eq!(duration_of("5m"), None);
     }
 }

@@ -103,6 +103,9 @@ pub(crate) struct WireError {
     pub(crate) message: Option<String>,
     #[serde(default)]
     pub(crate) status: Option<String>,
+    /// `google.rpc` detail objects (`RetryInfo` with `retryDelay`, `QuotaFailure` …).
+    #[serde(default)]
+    pub(crate) details: Option<Vec<serde_json::Value>>,
 }
 
 /// An error body: `{"error": {…}}`, or (Vertex AI, some proxies) a one-element array of it.
