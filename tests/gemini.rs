@@ -982,3 +982,37 @@ async fn an_agent_retries_a_stream_cut_after_content() {
     assert_eq!(retries.len(), 1, "{events:?}");
     assert_eq!(server.requests().len(), 2);
 }
+
+#[test]
+fn whole_bodies_object_array_and_error() {
+    let decode_json = |body: &str| {
+        let mut events = Vec::new();
+        agent_loop::WireDecoder::new(WireFormat::Gemini)
+            .decode_json(body.as_bytes(), &mut events)
+            .map(|()| events)
+    };
+    // generateContent: one response object.
+    let events = decode_json(
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"},{"functionCall":{"name":"f","args":{}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2},"responseId":"r9"}"#,
+    )
+    .unwrap();
+    let response = common::assemble(&events).unwrap();
+    assert_eq!(response.text(), "Hi");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        response.message.tool_uses().next().unwrap().0,
+        "gemini_call_r9_0"
+    );
+    // streamGenerateContent without alt=sse: a JSON array of chunks.
+    let events = decode_json(
+        r#"[{"candidates":[{"content":{"parts":[{"text":"a"}]}}]},{"candidates":[{"content":{"parts":[{"text":"b"}]},"finishReason":"STOP"}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(common::assemble(&events).unwrap().text(), "ab");
+    // An error body, and a body that is not a complete answer.
+    let error =
+        decode_json(r#"{"error":{"code":500,"message":"boom","status":"INTERNAL"}}"#).unwrap_err();
+    assert!(matches!(error, LlmError::Stream { ref error_type, .. } if error_type == "INTERNAL"));
+    assert!(decode_json(r#"{"candidates":[]}"#).is_err());
+    assert!(decode_json("42").is_err());
+}
