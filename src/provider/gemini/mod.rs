@@ -164,6 +164,31 @@ enum Service {
 /// `thoughtSignature` goes back on the part it came with, and tool results are matched to
 /// their calls by name (and by id when Gemini gave one).
 ///
+/// # What comes back
+///
+/// - Usage: [`Usage::input_tokens`](crate::Usage::input_tokens) is `promptTokenCount` (plus
+///   `toolUsePromptTokenCount`) less `cachedContentTokenCount`, which is
+///   `cache_read_input_tokens`, so [`Usage::total_input_tokens`](crate::Usage::total_input_tokens)
+///   is the whole prompt, as with the other providers; `output_tokens` is
+///   `candidatesTokenCount + thoughtsTokenCount` (Google bills thinking as output) and
+///   `reasoning_tokens` is `thoughtsTokenCount`.
+/// - Stop reasons: `STOP` is [`StopReason::EndTurn`](crate::StopReason::EndTurn), or
+///   [`ToolUse`](crate::StopReason::ToolUse) when the response called functions; `MAX_TOKENS`
+///   is [`MaxTokens`](crate::StopReason::MaxTokens); the safety reasons (`SAFETY`,
+///   `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `IMAGE_SAFETY` …) and a blocked
+///   prompt (`promptFeedback.blockReason`, no candidate) are
+///   [`ContentFilter`](crate::StopReason::ContentFilter), which ends an agent's run as
+///   refused; the others (`MALFORMED_FUNCTION_CALL`, `LANGUAGE`, `OTHER` …) are kept as sent
+///   in [`StopReason::Other`](crate::StopReason::Other).
+/// - Thought signatures: a `thoughtSignature` on a thought part is that
+///   [`ContentBlock::Thinking`](crate::ContentBlock::Thinking)'s signature; on any other part
+///   (a function call, a text part) it is kept as a `Thinking` block with empty text placed
+///   right before that part's block, and sent back on the part that follows it. Keep such
+///   blocks in the history, as the agent does, and every signature goes back verbatim where it
+///   came from.
+/// - Call ids: a function call without an `id` gets `gemini_call_{responseId}_{n}`, stable and
+///   unique within the response; such ids are never sent back.
+///
 /// Used on its own, it retries transient failures (429 `RESOURCE_EXHAUSTED`, 5xx, in-stream
 /// `UNAVAILABLE` / `INTERNAL` / `DEADLINE_EXCEEDED` errors) before any content arrived, per its
 /// [`RetryPolicy`]; under an [`Agent`](crate::Agent) the agent decides and counts every retry.
