@@ -567,10 +567,19 @@ pub(crate) enum Transient {
 /// [`is_transient_error_type`]).
 pub(crate) fn transient_kind(error_type: &str) -> Option<Transient> {
     match error_type {
-        "overloaded_error" | "overloaded" | "service_unavailable" | "service_unavailable_error" => {
+        "overloaded_error"
+        | "overloaded"
+        | "service_unavailable"
+        | "service_unavailable_error"
+        // Gemini / Google APIs (`google.rpc.Code` names).
+        | "UNAVAILABLE" => {
             Some(Transient::Overloaded)
         }
-        "rate_limit_error" | "rate_limit_exceeded" | "throttling_error" | "too_many_requests" => {
+        "rate_limit_error"
+        | "rate_limit_exceeded"
+        | "throttling_error"
+        | "too_many_requests"
+        | "RESOURCE_EXHAUSTED" => {
             Some(Transient::RateLimited)
         }
         // Bedrock's exceptions, as the event stream (`:exception-type`) and the
@@ -593,7 +602,9 @@ pub(crate) fn transient_kind(error_type: &str) -> Option<Transient> {
         | "internal_error"
         | "bad_gateway"
         | "gateway_timeout"
-        | "timeout" => Some(Transient::Server),
+        | "timeout"
+        | "INTERNAL"
+        | "DEADLINE_EXCEEDED" => Some(Transient::Server),
         _ => None,
     }
 }

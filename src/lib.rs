@@ -59,7 +59,7 @@
 //! | layer | types |
 //! |---|---|
 //! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
-//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
+//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`] ([`AccessToken`] for Vertex AI), `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
@@ -127,6 +127,7 @@ pub use media::{Document, Image, MediaError};
 pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
 pub use pricing::{Cost, ModelPrice, Pricing, Usd};
 pub use provider::redirect_policy;
+pub use provider::{AccessToken, GeminiClient};
 pub use provider::{
     AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
     ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,

@@ -38,6 +38,7 @@ pub use anthropic::AnthropicClient;
 #[cfg(feature = "bedrock")]
 pub use bedrock::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
+pub use gemini::{AccessToken, GeminiClient};
 pub use http::redirect_policy;
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};

@@ -7,7 +7,11 @@
 //!   Messages, OpenAI Chat Completions and OpenAI Responses) from the same script, with fault injection
 //!   (error statuses, retry headers, chunking, stalls, disconnects, truncation). Point a real
 //!   [`AnthropicClient`](crate::AnthropicClient) or [`OpenAiClient`](crate::OpenAiClient) at
-//!   it to test the whole stack without network or API key.
+//!   it to test the whole stack without network or API key. A
+//!   [`GeminiClient`](crate::GeminiClient) with `base_url(server.url())` gets Gemini's
+//!   `streamGenerateContent` chunks, Google's error bodies, and a `400 INVALID_ARGUMENT` for
+//!   what Gemini refuses (an invalid function name or non-object schema, a function response
+//!   that does not follow its function call, contents without parts).
 //!
 //! Both check the history invariant on every request (every `tool_use` answered by exactly one
 //! `tool_result` in the next user message) and record violations for the test to assert on.
