@@ -11,7 +11,7 @@ use crate::eventstream::encode_message;
 use crate::message::{ContentBlock, StopReason, Usage};
 use crate::provider::LlmEvent;
 
-use super::sse::{Segment, SegmentKind};
+use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;
 
 /// The padding Bedrock adds to each event payload (its length varies; its content means

@@ -11,7 +11,7 @@ use crate::assemble::ModelResponse;
 use crate::message::{ContentBlock, StopReason, Usage};
 use crate::provider::LlmEvent;
 
-use super::sse::{Segment, SegmentKind};
+use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;
 
 fn data(value: &Value) -> Vec<u8> {

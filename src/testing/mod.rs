@@ -34,6 +34,7 @@ mod mock;
 mod ollama;
 mod response;
 mod scripted;
+mod segment;
 mod sse;
 mod tool_schemas;
 mod whole;

@@ -10,27 +10,7 @@ use crate::message::{StopReason, Usage};
 use crate::provider::{LlmEvent, WireFormat};
 
 use super::scripted::{Ending, ScriptedResponse, Step};
-
-/// What a segment of the body is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SegmentKind {
-    /// Before content: `message_start`, pings, the role chunk.
-    Preamble,
-    /// Carries content (a block start or a delta).
-    Content,
-    /// A block stop, or anything between content events that is not content.
-    Other,
-    /// Part of the end-of-message marker (`message_delta`, `message_stop`; the finish chunk,
-    /// the usage chunk, `[DONE]`).
-    End,
-}
-
-/// One SSE event's bytes and what it is.
-#[derive(Debug, Clone)]
-pub(crate) struct Segment {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) kind: SegmentKind,
-}
+pub(crate) use super::segment::{Segment, SegmentKind};
 
 /// What happens after the encoded segments when the response does not end normally.
 #[derive(Debug, Clone, PartialEq)]
