@@ -37,6 +37,7 @@ mod settings;
 pub use anthropic::AnthropicClient;
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use http::redirect_policy;
+pub use ollama::{OllamaClient, OllamaKeepAlive, OllamaThink};
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
 pub use ratelimit::{Quota, RateLimits};
