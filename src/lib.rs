@@ -155,6 +155,7 @@ pub mod __fuzz {
         let body = match format {
             WireFormat::Anthropic => crate::provider::anthropic::fuzz_encode(request)?,
             WireFormat::OpenAiResponses => crate::provider::responses::fuzz_encode(request)?,
+            WireFormat::Ollama => crate::provider::ollama::fuzz_encode(request)?,
             _ => crate::provider::openai::fuzz_encode(request)?,
         };
         serde_json::from_slice(&body).map_err(|e| LlmError::InvalidRequest {
