@@ -59,7 +59,7 @@
 //! | layer | types |
 //! |---|---|
 //! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
-//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`RetryPolicy`], [`ModelRequest`] |
+//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`OllamaClient`], [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |

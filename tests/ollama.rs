@@ -860,3 +860,89 @@ async fn an_agent_runs_a_tool_round_trip() {
     );
     assert_eq!(requests[0].body["tools"][0]["function"]["name"], "add");
 }
+
+#[tokio::test]
+async fn think_keep_alive_and_tool_result_images() {
+    let server = MockServer::start().await;
+    let mut request = ModelRequest::new(vec![
+        Message::user("screenshot?"),
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "screenshot".into(),
+                input: json!({}),
+            }],
+        },
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result_with_images(
+                "c1",
+                "here",
+                false,
+                vec![png()],
+            )],
+        },
+    ]);
+    let cases: Vec<(OllamaClient, Option<u32>, Value, Value)> = vec![
+        // The request's budget: 0 is off, anything else on; no budget, no `think`.
+        (client(&server), Some(0), json!(false), Value::Null),
+        (client(&server), None, Value::Null, Value::Null),
+        // The client's setting wins over the budget.
+        (
+            client(&server)
+                .think("low")
+                .keep_alive(std::time::Duration::from_secs(600)),
+            Some(0),
+            json!("low"),
+            json!(600),
+        ),
+        (
+            client(&server)
+                .think(true)
+                .keep_alive(std::time::Duration::from_millis(1500)),
+            None,
+            json!(true),
+            json!(1.5),
+        ),
+        (
+            client(&server).keep_alive(OllamaKeepAlive::Forever),
+            Some(10),
+            json!(true),
+            json!(-1),
+        ),
+    ];
+    for (i, (c, budget, think, keep_alive)) in cases.into_iter().enumerate() {
+        server.push(ScriptedResponse::text("ok"));
+        request.thinking_budget = budget;
+        assert_eq!(text_of(&collect(&c, &request).await), "ok", "case {i}");
+        let body = server.requests()[i].body.clone();
+        assert_eq!(
+            body.get("think").cloned().unwrap_or(Value::Null),
+            think,
+            "case {i}"
+        );
+        assert_eq!(
+            body.get("keep_alive").cloned().unwrap_or(Value::Null),
+            keep_alive,
+            "case {i}"
+        );
+        assert_eq!(
+            body["messages"][2],
+            json!({"role": "tool", "content": "here", "tool_name": "screenshot", "images": [PNG]}),
+            "case {i}"
+        );
+    }
+    assert!(
+        server.history_violations().is_empty(),
+        "{:?}",
+        server.history_violations()
+    );
+    // An unknown level is refused before sending.
+    let items = collect(&client(&server).think("extreme"), &request).await;
+    assert!(matches!(
+        final_error(&items),
+        Some(LlmError::InvalidRequest { .. })
+    ));
+    assert_eq!(server.requests().len(), 5);
+}

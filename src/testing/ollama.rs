@@ -332,3 +332,124 @@ fn message_rejection(i: usize, m: &Value) -> Option<Rejection> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::{WireDecoder, WireFormat};
+    use crate::testing::scripted::ScriptedResponse;
+
+    fn decode(body: &[u8]) -> Result<Vec<LlmEvent>, crate::error::LlmError> {
+        let mut decoder = WireDecoder::new(WireFormat::Ollama);
+        let mut events = Vec::new();
+        decoder.push(body, &mut events)?;
+        decoder.finish(&mut events)?;
+        Ok(events)
+    }
+
+    #[test]
+    fn a_scripted_response_goes_out_as_ollama_lines_and_comes_back() {
+        let response = ScriptedResponse::thinking("hmm", "sig")
+            .then_text("Hello")
+            .then_tool_call("call_1", "add", json!({"a": 1}))
+            .then_tool_call("call_2", "add", json!({"a": 2}))
+            .chunked(3)
+            .usage_tokens(10, 5);
+        let (segments, _) = super::super::sse::encode(WireFormat::Ollama, &response);
+        // Text and thinking in pieces, each call whole in one line, one end line.
+        let lines: Vec<Value> = segments
+            .iter()
+            .map(|s| serde_json::from_slice(&s.bytes).unwrap())
+            .collect();
+        assert!(segments.iter().all(|s| s.bytes.ends_with(b"\n")));
+        assert_eq!(
+            lines[lines.len() - 2]["message"]["tool_calls"][0],
+            json!({"id": "call_2", "function": {"index": 1, "name": "add", "arguments": {"a": 2}}})
+        );
+        let last = lines.last().unwrap();
+        assert_eq!(last["done"], true);
+        assert_eq!(last["done_reason"], "stop");
+        assert_eq!(last["prompt_eval_count"], 10);
+        assert_eq!(last["eval_count"], 5);
+        let body: Vec<u8> = segments.iter().flat_map(|s| s.bytes.clone()).collect();
+        let events = decode(&body).unwrap();
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                LlmEvent::TextDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Hello");
+        let calls: Vec<(&str, &str)> = events
+            .iter()
+            .filter_map(|e| match e {
+                LlmEvent::ToolCallStart { id, name, .. } => Some((id.as_str(), name.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls, [("call_1", "add"), ("call_2", "add")]);
+        assert_eq!(
+            events.last(),
+            Some(&LlmEvent::MessageStop {
+                stop_reason: StopReason::ToolUse
+            })
+        );
+        // The whole form says the same.
+        let whole = super::super::whole::encode(WireFormat::Ollama, &response).unwrap();
+        let mut events = Vec::new();
+        WireDecoder::new(WireFormat::Ollama)
+            .decode_json(whole.to_string().as_bytes(), &mut events)
+            .unwrap();
+        assert!(events.contains(&LlmEvent::ToolCallDelta {
+            index: 3,
+            partial_json: r#"{"a":2}"#.into()
+        }));
+        assert_eq!(
+            error_event("overloaded_error", "busy"),
+            b"{\"error\":\"busy\"}\n"
+        );
+        assert_eq!(
+            status_body(500, "api_error", "boom").0,
+            json!({"error": "boom"})
+        );
+    }
+
+    #[test]
+    fn what_ollama_refuses() {
+        let ok = json!({"model": "m", "messages": [
+            {"role": "user", "content": "hi", "images": ["iVBORw0KGgo="]},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "f", "arguments": {"x": 1}}}]},
+            {"role": "tool", "content": "1", "tool_name": "f"}],
+            "think": "high", "options": {"num_ctx": 1}, "keep_alive": "5m"});
+        assert_eq!(rejection(&ok), None);
+        let with = |pointer: &str, value: Value| {
+            let mut body = ok.clone();
+            *body.pointer_mut(pointer).unwrap() = value;
+            body
+        };
+        for bad in [
+            with("/model", json!("")),
+            with("/messages/0/role", json!("developer")),
+            with(
+                "/messages/0/content",
+                json!([{"type": "text", "text": "hi"}]),
+            ),
+            with(
+                "/messages/0/images/0",
+                json!("data:image/png;base64,iVBORw0KGgo="),
+            ),
+            with(
+                "/messages/1/tool_calls/0/function/arguments",
+                json!("{\"x\":1}"),
+            ),
+            with("/messages/2", json!({"role": "tool", "tool_name": "f"})),
+            with("/think", json!("extreme")),
+            with("/options", json!([1])),
+            with("/keep_alive", json!({"minutes": 5})),
+        ] {
+            assert!(rejection(&bad).is_some(), "{bad}");
+        }
+    }
+}

@@ -171,6 +171,14 @@ impl Default for OllamaClient {
 
 impl OllamaClient {
     /// A client for a local server (`http://localhost:11434`), no key, no model.
+    ///
+    /// ```
+    /// use agent_loop::{LlmClient, OllamaClient};
+    ///
+    /// let client = OllamaClient::new().model("llama3.2");
+    /// assert_eq!(LlmClient::model(&client), "llama3.2");
+    /// assert_eq!(client.provider_name(), "ollama");
+    /// ```
     pub fn new() -> Self {
         OllamaClient {
             api_key: Secret::default(),
@@ -212,12 +220,24 @@ impl OllamaClient {
 
     /// The server's base URL (default `http://localhost:11434`; `https://ollama.com` for the
     /// hosted API); requests go to `{base_url}/api/chat`. A trailing slash is ignored.
+    ///
+    /// ```
+    /// let client = agent_loop::OllamaClient::new().base_url("http://gpu-box:11434/");
+    /// # let _ = client;
+    /// ```
     pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
         self.base_url = base_url.into().trim_end_matches('/').to_owned();
         self
     }
 
     /// The model used when a request names none (`llama3.2`, `qwen3:8b` …).
+    ///
+    /// ```
+    /// use agent_loop::LlmClient;
+    ///
+    /// let client = agent_loop::OllamaClient::new().model("qwen3:8b");
+    /// assert_eq!(LlmClient::model(&client), "qwen3:8b");
+    /// ```
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = model.into();
         self
@@ -225,6 +245,13 @@ impl OllamaClient {
 
     /// The API key, sent as `Authorization: Bearer <key>` (ollama.com's hosted API; a local
     /// server needs none). Never shown in `Debug` output or errors.
+    ///
+    /// ```
+    /// let client = agent_loop::OllamaClient::new()
+    ///     .base_url("https://ollama.com")
+    ///     .api_key("my-ollama-key");
+    /// assert!(!format!("{client:?}").contains("my-ollama-key"));
+    /// ```
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Secret::new(key);
         self
@@ -233,6 +260,16 @@ impl OllamaClient {
     /// How long the server keeps the model loaded after each request (`keep_alive`; the
     /// server's default is 5 minutes): a [`Duration`], a Go duration string (`"10m"`), or
     /// [`OllamaKeepAlive::Forever`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_loop::{OllamaClient, OllamaKeepAlive};
+    ///
+    /// let for_an_hour = OllamaClient::new().keep_alive(Duration::from_secs(3600));
+    /// let as_text = OllamaClient::new().keep_alive("1h");
+    /// let forever = OllamaClient::new().keep_alive(OllamaKeepAlive::Forever);
+    /// # let _ = (for_an_hour, as_text, forever);
+    /// ```
     pub fn keep_alive(mut self, keep_alive: impl Into<OllamaKeepAlive>) -> Self {
         self.settings.keep_alive = Some(keep_alive.into().to_json());
         self
