@@ -946,3 +946,28 @@ async fn think_keep_alive_and_tool_result_images() {
     ));
     assert_eq!(server.requests().len(), 5);
 }
+
+#[tokio::test]
+async fn call_ids_are_sent_only_when_asked() {
+    let server = MockServer::start().await;
+    let request = conversation();
+    server.push(ScriptedResponse::text("a"));
+    server.push(ScriptedResponse::text("b"));
+    assert_eq!(text_of(&collect(&client(&server), &request).await), "a");
+    let with_ids = client(&server).send_call_ids(true);
+    assert_eq!(text_of(&collect(&with_ids, &request).await), "b");
+    let requests = server.requests();
+    let plain = &requests[0].body["messages"];
+    assert!(plain[2]["tool_calls"][0].get("id").is_none());
+    assert!(plain[3].get("tool_call_id").is_none());
+    let ids = &requests[1].body["messages"];
+    assert_eq!(ids[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(ids[2]["tool_calls"][1]["id"], "call_2");
+    assert_eq!(ids[3]["tool_call_id"], "call_1");
+    assert_eq!(ids[4]["tool_call_id"], "call_2");
+    assert!(
+        server.history_violations().is_empty(),
+        "{:?}",
+        server.history_violations()
+    );
+}

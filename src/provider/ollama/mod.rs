@@ -316,6 +316,23 @@ impl OllamaClient {
         self
     }
 
+    /// Sends each tool call's `id` and each result's `tool_call_id` (default off).
+    ///
+    /// Ollama's documented request format (docs/api.md, and the Python client's `Message`)
+    /// ties a result to its call by order and `tool_name` only; recent servers also read
+    /// `tool_call_id` on tool messages and `id` on calls (`api.Message`, `api.ToolCall`) and
+    /// hand them to model templates that use call ids. Turn it on for such a server and model;
+    /// leave it off for servers and proxies that take only the documented fields.
+    ///
+    /// ```
+    /// let client = agent_loop::OllamaClient::new().model("mistral-small3.2").send_call_ids(true);
+    /// # let _ = client;
+    /// ```
+    pub fn send_call_ids(mut self, send: bool) -> Self {
+        self.settings.call_ids = send;
+        self
+    }
+
     crate::provider::http::transport_setters!(
         "for example a proxy's routing header",
         "300 s",

@@ -15,7 +15,9 @@
 //!   has no call ids in its documented request format, so the order is what ties a result to
 //!   its call. Ollama has no error flag: the content of an error result is prefixed with
 //!   `Error: `. A result's images go in its tool message's `images` (Ollama reads the images
-//!   of every message, whatever its role).
+//!   of every message, whatever its role). With `OllamaClient::send_call_ids`, calls also
+//!   carry their `id` and results their `tool_call_id` (fields of Ollama's Go types, not of
+//!   its API docs nor of its Python client).
 //! - Tools: `[{type: function, function: {name, description, parameters}}]`. Ollama has no
 //!   tool choice: [`ToolChoice::None`] sends no tools (Ollama takes a history with tool calls
 //!   without them), [`ToolChoice::Tool`] sends only the named tool (the model may still
@@ -28,6 +30,8 @@
 //!   [`ModelRequest::thinking_budget`] of 0, `true` for any other budget, absent without one.
 //! - `keep_alive` when the client sets one; `stream: true`; `extra` fields merged last at the
 //!   top level (`format` for structured output goes there), a clash refused.
+//! - Not sent (Ollama has no field for them): `parallel_tool_calls`, `user`, prompt-cache
+//!   breakpoints (Ollama caches the prompt prefix by itself).
 
 #[cfg(any(test, feature = "testing"))]
 use serde_json::Value;
@@ -52,6 +56,8 @@ pub(crate) struct EncodeOptions {
     pub(crate) keep_alive: Option<Json>,
     /// `think`, as sent; `None`: from the request's thinking budget.
     pub(crate) think: Option<Json>,
+    /// Whether calls carry their `id` and results their `tool_call_id`.
+    pub(crate) call_ids: bool,
 }
 
 fn invalid(message: impl Into<String>) -> LlmError {
@@ -85,9 +91,9 @@ pub(crate) fn encode(
                 for (id, name, _) in m.tool_uses() {
                     names.insert(id, name);
                 }
-                assistant(m, &mut messages);
+                assistant(m, settings.call_ids, &mut messages);
             }
-            _ => user(m, &names, &mut messages)?,
+            _ => user(m, &names, settings.call_ids, &mut messages)?,
         }
     }
     let tools: Vec<Tool<'_>> = match &request.tool_choice {
@@ -154,6 +160,7 @@ fn message(role: &'static str, content: String) -> ChatMessage<'static> {
         images: Vec::new(),
         tool_calls: Vec::new(),
         tool_name: None,
+        tool_call_id: None,
     }
 }
 
@@ -180,10 +187,11 @@ fn joined_text(message: &Message) -> String {
     texts.join("\n")
 }
 
-fn assistant<'a>(m: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
+fn assistant<'a>(m: &'a Message, call_ids: bool, out: &mut Vec<ChatMessage<'a>>) {
     let tool_calls: Vec<ToolCall<'a>> = m
         .tool_uses()
-        .map(|(_, name, input)| ToolCall {
+        .map(|(id, name, input)| ToolCall {
+            id: call_ids.then_some(id),
             function: CallFunction {
                 name,
                 arguments: if input.is_object() {
@@ -215,6 +223,7 @@ fn assistant<'a>(m: &'a Message, out: &mut Vec<ChatMessage<'a>>) {
         images: Vec::new(),
         tool_calls,
         tool_name: None,
+        tool_call_id: None,
     });
 }
 
@@ -242,6 +251,7 @@ fn image(source: &MediaSource) -> Result<&str, LlmError> {
 fn user<'a>(
     m: &'a Message,
     names: &std::collections::HashMap<&'a str, &'a str>,
+    call_ids: bool,
     out: &mut Vec<ChatMessage<'a>>,
 ) -> Result<(), LlmError> {
     let mut images = Vec::new();
@@ -270,6 +280,7 @@ fn user<'a>(
                     images: sent,
                     tool_calls: Vec::new(),
                     tool_name: names.get(tool_use_id.as_str()).copied(),
+                    tool_call_id: call_ids.then_some(tool_use_id.as_str()),
                 });
             }
             ContentBlock::Image { source } => images.push(image(source)?),
@@ -293,6 +304,7 @@ fn user<'a>(
         images,
         tool_calls: Vec::new(),
         tool_name: None,
+        tool_call_id: None,
     });
     Ok(())
 }
@@ -301,10 +313,11 @@ fn user<'a>(
 /// [`encode`] for `messages`, for the mock server's history check. Tolerant of any JSON
 /// (never panics).
 ///
-/// System messages are left out. Calls get the ids `call_<n>`, `n` counting the calls of the
-/// whole body. The `tool` messages after an assistant message answer its calls in order, the
-/// first the first call (one whose `tool_name` is not the name of the call in its place gets
-/// an id that answers nothing, so the history check reports it); they and the user message
+/// System messages are left out. Calls keep their `id` when the body has one, else get
+/// `call_<n>`, `n` counting the calls of the whole body. A `tool` message with a
+/// `tool_call_id` answers that call; the others after an assistant message answer its calls
+/// in order, the first the first call (one whose `tool_name` is not the name of the call in
+/// its place gets an id that answers nothing, so the history check reports it); they and the user message
 /// after them form one user message, results first, as [`encode`] split it. A result whose
 /// content starts with [`ERROR_RESULT_PREFIX`] reads as an error result without it.
 #[cfg(any(test, feature = "testing"))]
@@ -347,7 +360,12 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                     .map(Vec::as_slice)
                     .unwrap_or_default()
                 {
-                    let id = format!("call_{next_call}");
+                    // The call's own id when the body carries call ids, else one by position.
+                    let id = call
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .filter(|id| !id.is_empty())
+                        .map_or_else(|| format!("call_{next_call}"), str::to_owned);
                     next_call += 1;
                     let name = call
                         .pointer("/function/name")
@@ -373,16 +391,28 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                     None => (content, false),
                 };
                 let name = m.get("tool_name").and_then(Value::as_str);
-                let id = match pending.pop_front() {
-                    Some((id, call_name)) if name.is_none_or(|n| n == call_name) => id,
-                    Some((_, call_name)) => format!(
-                        "unmatched result of `{}` where `{call_name}` was called",
-                        name.unwrap_or_default()
-                    ),
-                    None => format!(
-                        "unmatched result of `{}` (no call left to answer)",
-                        name.unwrap_or_default()
-                    ),
+                let by_id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty());
+                let id = match by_id {
+                    // Answered by id: the history check sees whether it answers a call, once
+                    // and in order.
+                    Some(id) => {
+                        pending.retain(|(pending, _)| pending != id);
+                        id.to_owned()
+                    }
+                    None => match pending.pop_front() {
+                        Some((id, call_name)) if name.is_none_or(|n| n == call_name) => id,
+                        Some((_, call_name)) => format!(
+                            "unmatched result of `{}` where `{call_name}` was called",
+                            name.unwrap_or_default()
+                        ),
+                        None => format!(
+                            "unmatched result of `{}` (no call left to answer)",
+                            name.unwrap_or_default()
+                        ),
+                    },
                 };
                 let images = decode_images(m);
                 let result = ContentBlock::tool_result_with_images(id, content, is_error, images);
@@ -510,6 +540,37 @@ mod tests {
             &decoded[2].content[1],
             ContentBlock::ToolResult { is_error: true, content, .. } if content == "boom"
         ));
+    }
+
+    #[test]
+    fn the_inverse_reports_results_that_answer_no_call() {
+        let history = |tool: Value| {
+            json!({"messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "x1", "function": {"name": "add", "arguments": {}}}]},
+                tool
+            ]})
+        };
+        let valid = |body: Value| crate::context::validate_history(&decode(&body)).is_ok();
+        assert!(valid(history(
+            json!({"role": "tool", "content": "1", "tool_name": "add"})
+        )));
+        assert!(valid(history(
+            json!({"role": "tool", "content": "1", "tool_call_id": "x1"})
+        )));
+        assert!(!valid(history(
+            json!({"role": "tool", "content": "1", "tool_name": "mul"})
+        )));
+        assert!(!valid(history(
+            json!({"role": "tool", "content": "1", "tool_call_id": "x2"})
+        )));
+        // A second result for the only call answers nothing.
+        let mut twice = history(json!({"role": "tool", "content": "1"}));
+        if let Some(messages) = twice["messages"].as_array_mut() {
+            messages.push(json!({"role": "tool", "content": "2"}));
+        }
+        assert!(!valid(twice));
     }
 
     #[test]

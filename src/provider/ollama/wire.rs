@@ -36,11 +36,19 @@ pub(crate) struct ChatMessage<'a> {
     /// The tool whose result a `tool` message carries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_name: Option<&'a str>,
+    /// The call a `tool` message answers (Ollama's `api.Message.ToolCallID`; sent only when
+    /// the client is set to send call ids).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_call_id: Option<&'a str>,
 }
 
 /// An assistant message's tool call: the arguments as a JSON object.
 #[derive(Debug, Serialize)]
 pub(crate) struct ToolCall<'a> {
+    /// The call's id (Ollama's `api.ToolCall.ID`; sent only when the client is set to send
+    /// call ids).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<&'a str>,
     pub(crate) function: CallFunction<'a>,
 }
 
