@@ -971,3 +971,26 @@ async fn call_ids_are_sent_only_when_asked() {
         server.history_violations()
     );
 }
+
+#[test]
+fn an_oversize_line_is_refused_naming_the_limit() {
+    let mut limits = agent_loop::StreamLimits::default();
+    limits.max_line_bytes = 256;
+    let mut decoder = WireDecoder::with_limits(WireFormat::Ollama, limits);
+    let mut events = Vec::new();
+    let long = format!(
+        "{{\"message\":{{\"content\":\"{}\"}},\"done\":false}}\n",
+        "x".repeat(300)
+    );
+    let mut result = Ok(());
+    for chunk in long.as_bytes().chunks(16) {
+        result = decoder.push(chunk, &mut events);
+        if result.is_err() {
+            break;
+        }
+    }
+    let error = result.unwrap_err();
+    assert!(matches!(error, LlmError::LimitExceeded { .. }), "{error:?}");
+    assert!(error.to_string().contains("256"), "{error}");
+    assert!(events.is_empty());
+}

@@ -479,6 +479,14 @@ mod tests {
             matches!(&e, LlmError::Api(api) if api.status == 400),
             "{e:?}"
         );
+        let e = decode(
+            r#"{"error":"server busy, please try again.  maximum pending requests exceeded"}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, LlmError::Stream { error_type, .. } if error_type == "overloaded_error"),
+            "{e:?}"
+        );
         let e =
             decode(r#"{"error":{"message":"nope","type":"invalid_request_error"}}"#).unwrap_err();
         assert!(!e.is_retryable(), "{e:?}");
