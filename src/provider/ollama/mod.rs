@@ -151,8 +151,10 @@ impl OllamaKeepAlive {
 /// only the prompt tokens it evaluated, so a prompt served from its cache counts less.
 ///
 /// Retries, held events and timeouts work as for the other clients: connect 10 s, first byte
-/// (response headers) 120 s (a local server may first load the model), idle 300 s between
-/// content events, no total limit.
+/// (response headers) 120 s, idle 300 s between content events (Ollama sends no
+/// keep-alives), no total limit. A local server loads the model before it answers the first
+/// request, and sends no headers until then: raise
+/// [`first_byte_timeout`](Self::first_byte_timeout) for large models on slow disks.
 #[derive(Debug, Clone)]
 pub struct OllamaClient {
     api_key: Secret,
