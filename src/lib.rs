@@ -59,7 +59,7 @@
 //! | layer | types |
 //! |---|---|
 //! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
-//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`] ([`AccessToken`] for Vertex AI), `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
+//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`] ([`AccessToken`] for Vertex AI), [`OllamaClient`], `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
 //! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
 //! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
@@ -135,6 +135,7 @@ pub use provider::{
 };
 #[cfg(feature = "bedrock")]
 pub use provider::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
+pub use provider::{OllamaClient, OllamaKeepAlive, OllamaThink};
 pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
 pub use tool::{
     Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,
@@ -157,6 +158,7 @@ pub mod __fuzz {
         let body = match format {
             WireFormat::Anthropic => crate::provider::anthropic::fuzz_encode(request)?,
             WireFormat::OpenAiResponses => crate::provider::responses::fuzz_encode(request)?,
+            WireFormat::Ollama => crate::provider::ollama::fuzz_encode(request)?,
             _ => crate::provider::openai::fuzz_encode(request)?,
         };
         serde_json::from_slice(&body).map_err(|e| LlmError::InvalidRequest {

@@ -40,6 +40,7 @@ pub use bedrock::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
 pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 pub use gemini::{AccessToken, GeminiClient};
 pub use http::redirect_policy;
+pub use ollama::{OllamaClient, OllamaKeepAlive, OllamaThink};
 pub use openai::{MaxTokensField, OpenAiClient};
 pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
 pub use ratelimit::{Quota, RateLimits};

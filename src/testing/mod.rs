@@ -4,7 +4,7 @@
 //!   [`ScriptedResponse`]s in order and records the requests it receives. No sockets, no
 //!   serialization: the fastest way to test an agent.
 //! - [`MockServer`]: a loopback HTTP/1.1 server that speaks every wire format (Anthropic
-//!   Messages, OpenAI Chat Completions and OpenAI Responses) from the same script, with fault injection
+//!   Messages, OpenAI Chat Completions and OpenAI Responses; Ollama's `/api/chat` NDJSON) from the same script, with fault injection
 //!   (error statuses, retry headers, chunking, stalls, disconnects, truncation). Point a real
 //!   [`AnthropicClient`](crate::AnthropicClient) or [`OpenAiClient`](crate::OpenAiClient) at
 //!   it to test the whole stack without network or API key. A
