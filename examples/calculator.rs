@@ -5,7 +5,11 @@
 //! `OPENAI_API_KEY`, optionally with `OPENAI_BASE_URL` and `OPENAI_MODEL`) it asks a real model.
 //! Pass your own question as arguments. `--responses` (or `OPENAI_WIRE_API=responses`) speaks
 //! the OpenAI Responses API instead, with or without a key: the model's reasoning items of the
-//! tool turn are sent back on the next turn.
+//! tool turn are sent back on the next turn. `--gemini`, `--bedrock` and `--ollama` speak those
+//! providers' own formats: offline against the mock server, or against the real service when
+//! its usual variables are set (`GEMINI_API_KEY`; `AWS_REGION` with `AWS_BEARER_TOKEN_BEDROCK`
+//! or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`; `OLLAMA_HOST`). The first line names the
+//! format spoken.
 
 mod common;
 

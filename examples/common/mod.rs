@@ -6,7 +6,10 @@ use std::io::Write;
 use std::sync::Arc;
 
 use agent_loop::testing::{MockServer, ScriptedResponse};
-use agent_loop::{AgentEvent, AnthropicClient, LlmClient, OpenAiClient, RunOutcome};
+use agent_loop::{
+    AgentEvent, AnthropicClient, BedrockClient, GeminiClient, LlmClient, OllamaClient,
+    OpenAiClient, RunOutcome,
+};
 
 /// The model an example talks to. Keeps the mock server alive while it is used.
 pub struct Model {
@@ -15,28 +18,124 @@ pub struct Model {
     _server: Option<MockServer>,
 }
 
+/// The wire format an example was asked to speak: a flag on its command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Anthropic Messages, or OpenAI Chat Completions when only `OPENAI_API_KEY` is set.
+    Default,
+    /// `--responses` (or `OPENAI_WIRE_API=responses`): OpenAI Responses.
+    Responses,
+    /// `--gemini`: Gemini `streamGenerateContent`.
+    Gemini,
+    /// `--bedrock`: Amazon Bedrock Converse.
+    Bedrock,
+    /// `--ollama`: Ollama `/api/chat`.
+    Ollama,
+}
+
+/// The flags the examples share, and the format each asks for.
+const WIRE_FLAGS: [(&str, Wire); 4] = [
+    ("--responses", Wire::Responses),
+    ("--gemini", Wire::Gemini),
+    ("--bedrock", Wire::Bedrock),
+    ("--ollama", Wire::Ollama),
+];
+
+/// The wire format asked for (the last flag wins).
+pub fn wire() -> Wire {
+    let flagged = std::env::args()
+        .filter_map(|a| WIRE_FLAGS.iter().find(|(f, _)| *f == a).map(|(_, w)| *w))
+        .next_back();
+    match flagged {
+        Some(wire) => wire,
+        None if std::env::var("OPENAI_WIRE_API").is_ok_and(|v| v.trim() == "responses") => {
+            Wire::Responses
+        }
+        None => Wire::Default,
+    }
+}
+
 /// Whether the OpenAI Responses API was asked for: a `--responses` argument, or
 /// `OPENAI_WIRE_API=responses`.
 pub fn wants_responses() -> bool {
-    std::env::args().any(|a| a == "--responses")
-        || std::env::var("OPENAI_WIRE_API").is_ok_and(|v| v.trim() == "responses")
+    wire() == Wire::Responses
 }
 
-/// The program's arguments without the flags the examples share (`--responses`).
+/// The program's arguments without the flags the examples share (`--responses`, `--gemini`,
+/// `--bedrock`, `--ollama`).
 pub fn args() -> Vec<String> {
     std::env::args()
         .skip(1)
-        .filter(|a| a != "--responses")
+        .filter(|a| !WIRE_FLAGS.iter().any(|(f, _)| f == a))
         .collect()
 }
 
-/// A real provider when `ANTHROPIC_API_KEY` or `OPENAI_API_KEY` is set (with optional
-/// `OPENAI_BASE_URL` and `ANTHROPIC_MODEL` / `OPENAI_MODEL`), otherwise the loopback mock
-/// server playing `script` through the real Anthropic client and HTTP stack. With
-/// [`wants_responses`], OpenAI is spoken over the Responses API (the mock server too).
+fn set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
+fn real(client: impl LlmClient + 'static, api: &str) -> Model {
+    let description = format!("{api} ({})", LlmClient::model(&client));
+    Model {
+        client: Arc::new(client),
+        description,
+        _server: None,
+    }
+}
+
+/// The real service of a `--gemini`, `--bedrock` or `--ollama` run when its usual
+/// environment variables are set: `GEMINI_API_KEY` (or `GOOGLE_API_KEY`); `AWS_REGION` with
+/// `AWS_BEARER_TOKEN_BEDROCK` or `AWS_ACCESS_KEY_ID`; `OLLAMA_HOST`.
+fn real_for(wire: Wire) -> Option<Model> {
+    match wire {
+        Wire::Gemini if set("GEMINI_API_KEY") || set("GOOGLE_API_KEY") => {
+            match GeminiClient::from_env() {
+                Ok(client) if set("GEMINI_MODEL") => Some(real(client, "Gemini")),
+                Ok(client) => Some(real(client.model("gemini-2.5-flash"), "Gemini")),
+                Err(e) => {
+                    eprintln!("a Gemini key is set but unusable: {e}");
+                    None
+                }
+            }
+        }
+        Wire::Bedrock if set("AWS_BEARER_TOKEN_BEDROCK") || set("AWS_ACCESS_KEY_ID") => {
+            match BedrockClient::from_env() {
+                Ok(client) if set("BEDROCK_MODEL") => Some(real(client, "Bedrock Converse")),
+                Ok(client) => Some(real(
+                    client.model("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                    "Bedrock Converse",
+                )),
+                Err(e) => {
+                    eprintln!("AWS credentials are set but unusable: {e}");
+                    None
+                }
+            }
+        }
+        Wire::Ollama if set("OLLAMA_HOST") => match OllamaClient::from_env() {
+            Ok(client) if set("OLLAMA_MODEL") => Some(real(client, "Ollama")),
+            Ok(client) => Some(real(client.model("qwen3"), "Ollama")),
+            Err(e) => {
+                eprintln!("OLLAMA_HOST is set but unusable: {e}");
+                None
+            }
+        },
+        _ => None,
+    }
+}
+
+/// A real provider when its usual environment variables are set, otherwise the loopback mock
+/// server playing `script` through the real client and HTTP stack of the asked [`wire`]
+/// format. Without a flag: `ANTHROPIC_API_KEY`, else `OPENAI_API_KEY` / `OPENAI_BASE_URL`
+/// (with optional `ANTHROPIC_MODEL` / `OPENAI_MODEL`), else the mock over Anthropic Messages.
+/// `--responses` speaks OpenAI over the Responses API; `--gemini`, `--bedrock` and `--ollama`
+/// speak those formats (see `real_for` for their variables).
 pub async fn model(script: Vec<ScriptedResponse>) -> Model {
-    let responses = wants_responses();
-    if std::env::var_os("ANTHROPIC_API_KEY").is_some() && !responses {
+    let wire = wire();
+    if let Some(model) = real_for(wire) {
+        return model;
+    }
+    let responses = wire == Wire::Responses;
+    if wire == Wire::Default && std::env::var_os("ANTHROPIC_API_KEY").is_some() {
         match AnthropicClient::from_env() {
             Ok(client) => {
                 let client = if std::env::var_os("ANTHROPIC_MODEL").is_none() {
@@ -44,17 +143,14 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
                 } else {
                     client
                 };
-                let description = format!("Anthropic ({})", LlmClient::model(&client));
-                return Model {
-                    client: Arc::new(client),
-                    description,
-                    _server: None,
-                };
+                return real(client, "Anthropic");
             }
             Err(e) => eprintln!("ANTHROPIC_API_KEY is set but unusable: {e}"),
         }
     }
-    if std::env::var_os("OPENAI_API_KEY").is_some() || std::env::var_os("OPENAI_BASE_URL").is_some()
+    if matches!(wire, Wire::Default | Wire::Responses)
+        && (std::env::var_os("OPENAI_API_KEY").is_some()
+            || std::env::var_os("OPENAI_BASE_URL").is_some())
     {
         match OpenAiClient::from_env() {
             Ok(client) => {
@@ -73,12 +169,7 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
                 } else {
                     "OpenAI-compatible"
                 };
-                let description = format!("{api} ({})", LlmClient::model(&client));
-                return Model {
-                    client: Arc::new(client),
-                    description,
-                    _server: None,
-                };
+                return real(client, api);
             }
             Err(e) => eprintln!("OPENAI_API_KEY is set but unusable: {e}"),
         }
@@ -87,22 +178,55 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
     for response in script {
         server.push(response);
     }
-    let (client, api): (Arc<dyn LlmClient>, &str) = if responses {
-        let client = OpenAiClient::new("")
-            .base_url(server.openai_base_url())
-            .model("scripted")
-            .responses();
-        (Arc::new(client), "OpenAI Responses")
-    } else {
-        let client = AnthropicClient::new("mock-key")
-            .base_url(server.anthropic_base_url())
-            .model("scripted");
-        (Arc::new(client), "Anthropic Messages")
+    let (client, api, keys): (Arc<dyn LlmClient>, &str, &str) = match wire {
+        Wire::Responses => (
+            Arc::new(
+                OpenAiClient::new("")
+                    .base_url(server.openai_base_url())
+                    .model("scripted")
+                    .responses(),
+            ),
+            "OpenAI Responses",
+            "OPENAI_API_KEY",
+        ),
+        Wire::Gemini => (
+            Arc::new(
+                GeminiClient::new("mock-key")
+                    .base_url(server.url())
+                    .model("scripted"),
+            ),
+            "Gemini streamGenerateContent",
+            "GEMINI_API_KEY",
+        ),
+        Wire::Bedrock => (
+            Arc::new(
+                BedrockClient::new("us-east-1")
+                    .base_url(server.url())
+                    .credentials("AKIDMOCK", "mock-secret", None)
+                    .model("scripted"),
+            ),
+            "Bedrock Converse (AWS event stream)",
+            "AWS_REGION and AWS credentials",
+        ),
+        Wire::Ollama => (
+            Arc::new(OllamaClient::new().base_url(server.url()).model("scripted")),
+            "Ollama /api/chat (NDJSON)",
+            "OLLAMA_HOST",
+        ),
+        Wire::Default => (
+            Arc::new(
+                AnthropicClient::new("mock-key")
+                    .base_url(server.anthropic_base_url())
+                    .model("scripted"),
+            ),
+            "Anthropic Messages",
+            "ANTHROPIC_API_KEY or OPENAI_API_KEY",
+        ),
     };
     Model {
         client,
         description: format!(
-            "the loopback mock server at {} playing a scripted scenario over {api} (set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real model)",
+            "the loopback mock server at {} playing a scripted scenario over {api} (set {keys} for a real model)",
             server.url()
         ),
         _server: Some(server),
