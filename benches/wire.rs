@@ -4,7 +4,9 @@
 //! - the full pipeline (bytes → LlmEvents → assembled response) vs `eventsource-stream` +
 //!   `serde_json::Value`, and our stages: SSE alone, SSE + JSON decoding, assembly alone;
 //! - tool-call assembly of large arguments in small fragments (linear time);
-//! - the OpenAI Responses decoder beside the Chat Completions decoder on the same content.
+//! - the OpenAI Responses decoder beside the Chat Completions decoder on the same content;
+//! - every format's decoder (Anthropic, Chat, Responses, Gemini, Bedrock, Ollama) on the same
+//!   content, beside the Anthropic decoder.
 //!
 //! Run: `cargo bench --bench wire`; results go to BENCHMARKS.md as ratios.
 
@@ -122,6 +124,25 @@ struct SameContent {
     args: String,
 }
 
+/// `text` in pieces of at most `n` bytes, cut at character boundaries (a stream's fragments
+/// are always whole characters once decoded from JSON).
+fn pieces(text: &str, n: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + n).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == start {
+            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        }
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
+}
+
 fn same_content(messages: usize) -> Vec<SameContent> {
     let mut w = Words(0xD1B54A32D192ED03);
     (0..messages)
@@ -148,9 +169,9 @@ fn chat_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
             for (i, id) in ["call_a", "call_b"].iter().enumerate() {
                 out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"id\":\"{id}\",\"type\":\"function\",\"function\":{{\"name\":\"get_weather\",\"arguments\":\"\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
             }
-            for piece in m.args.as_bytes().chunks(12) {
+            for piece in pieces(&m.args, 12) {
                 for i in 0..2 {
-                    let p = serde_json::to_string(&String::from_utf8_lossy(piece)).unwrap();
+                    let p = serde_json::to_string(piece).unwrap();
                     out.push_str(&format!("data: {head}{{\"tool_calls\":[{{\"index\":{i},\"function\":{{\"arguments\":{p}}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
                 }
             }
@@ -200,9 +221,9 @@ fn responses_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
             for (i, id) in ["call_a", "call_b"].iter().enumerate() {
                 ev(&mut out, "response.output_item.added", format!("\"output_index\":{},\"item\":{{\"id\":\"fc_{id}\",\"type\":\"function_call\",\"status\":\"in_progress\",\"arguments\":\"\",\"call_id\":\"{id}\",\"name\":\"get_weather\"}}", i + 1));
             }
-            for piece in m.args.as_bytes().chunks(12) {
+            for piece in pieces(&m.args, 12) {
                 for (i, id) in ["call_a", "call_b"].iter().enumerate() {
-                    let p = serde_json::to_string(&String::from_utf8_lossy(piece)).unwrap();
+                    let p = serde_json::to_string(piece).unwrap();
                     ev(&mut out, "response.function_call_arguments.delta", format!("\"item_id\":\"fc_{id}\",\"output_index\":{},\"delta\":{p},\"obfuscation\":\"q9\"", i + 1));
                 }
             }
@@ -266,6 +287,226 @@ fn bench_same_content(c: &mut Criterion) {
                 let mut blocks = 0;
                 for body in bodies.iter() {
                     let mut decoder = WireDecoder::new(format);
+                    let mut assembler = StreamAssembler::new();
+                    let mut events = Vec::new();
+                    for piece in body.chunks(4096) {
+                        decoder.push(piece, &mut events).unwrap();
+                        for e in events.drain(..) {
+                            assembler.push(&e).unwrap();
+                        }
+                    }
+                    decoder.finish(&mut events).unwrap();
+                    for e in events.drain(..) {
+                        assembler.push(&e).unwrap();
+                    }
+                    blocks += assembler.finish().unwrap().message.content.len();
+                }
+                black_box(blocks)
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The Anthropic bodies of `content`, one per message: a text block of the 120 pieces, then
+/// the two calls one after the other (Anthropic does not interleave blocks), their arguments in
+/// the same 12-byte pieces.
+fn anthropic_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    let ev = |out: &mut String, ty: &str, data: String| {
+        out.push_str(&format!("event: {ty}\ndata: {data}\n\n"));
+    };
+    content
+        .iter()
+        .map(|m| {
+            let mut out = String::new();
+            ev(&mut out, "message_start", "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":149,\"output_tokens\":1}}}".into());
+            ev(&mut out, "content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}".into());
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                ev(&mut out, "content_block_delta", format!("{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{t}}}}}"));
+            }
+            ev(&mut out, "content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}".into());
+            for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                let i = i + 1;
+                ev(&mut out, "content_block_start", format!("{{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{{\"type\":\"tool_use\",\"id\":\"{id}\",\"name\":\"get_weather\",\"input\":{{}}}}}}"));
+                for piece in pieces(&m.args, 12) {
+                    let p = serde_json::to_string(piece).unwrap();
+                    ev(&mut out, "content_block_delta", format!("{{\"type\":\"content_block_delta\",\"index\":{i},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{p}}}}}"));
+                }
+                ev(&mut out, "content_block_stop", format!("{{\"type\":\"content_block_stop\",\"index\":{i}}}"));
+            }
+            ev(&mut out, "message_delta", "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":60}}".into());
+            ev(&mut out, "message_stop", "{\"type\":\"message_stop\"}".into());
+            out.into_bytes()
+        })
+        .collect()
+}
+
+/// The Gemini bodies of `content`: one SSE chunk per text piece (each repeating the candidate
+/// envelope, as Gemini does), then one chunk with both calls whole (Gemini does not stream
+/// arguments) and the finish reason and usage.
+fn gemini_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    let usage = "\"usageMetadata\":{\"promptTokenCount\":149,\"candidatesTokenCount\":60,\"totalTokenCount\":209},\"modelVersion\":\"gemini-2.5-flash\",\"responseId\":\"mG9vaLuQJpSWz7IPhJ3x4QE\"";
+    content
+        .iter()
+        .map(|m| {
+            let mut out = String::new();
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                out.push_str(&format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":{t}}}],\"role\":\"model\"}},\"index\":0}}],{usage}}}\r\n\r\n"));
+            }
+            let call = format!("{{\"functionCall\":{{\"name\":\"get_weather\",\"args\":{}}}}}", m.args);
+            out.push_str(&format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{call},{call}],\"role\":\"model\"}},\"finishReason\":\"STOP\",\"index\":0}}],{usage}}}\r\n\r\n"));
+            out.into_bytes()
+        })
+        .collect()
+}
+
+/// One AWS event-stream message: the prelude, the string headers, the payload, both CRC32s.
+fn event_stream_message(event_type: &str, payload: &str) -> Vec<u8> {
+    let mut headers = Vec::new();
+    for (name, value) in [
+        (":event-type", event_type),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ] {
+        headers.push(name.len() as u8);
+        headers.extend_from_slice(name.as_bytes());
+        headers.push(7);
+        headers.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        headers.extend_from_slice(value.as_bytes());
+    }
+    let total = 12 + headers.len() + payload.len() + 4;
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&(headers.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32fast::hash(&out).to_be_bytes());
+    out.extend_from_slice(&headers);
+    out.extend_from_slice(payload.as_bytes());
+    out.extend_from_slice(&crc32fast::hash(&out).to_be_bytes());
+    out
+}
+
+/// The Bedrock Converse bodies of `content`: binary event-stream messages as Bedrock sends them
+/// (with its `p` padding field), the text deltas, then both calls' input fragments interleaved.
+fn bedrock_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    content
+        .iter()
+        .map(|m| {
+            let mut out = event_stream_message("messageStart", "{\"p\":\"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0\",\"role\":\"assistant\"}");
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                out.extend(event_stream_message("contentBlockDelta", &format!("{{\"contentBlockIndex\":0,\"delta\":{{\"text\":{t}}},\"p\":\"abcdefghijklmnopqr\"}}")));
+            }
+            out.extend(event_stream_message("contentBlockStop", "{\"contentBlockIndex\":0,\"p\":\"abcdefghijklmnopqrstuvwxyzABCD\"}"));
+            for (i, id) in ["call_a", "call_b"].iter().enumerate() {
+                out.extend(event_stream_message("contentBlockStart", &format!("{{\"contentBlockIndex\":{},\"p\":\"abcdefghij\",\"start\":{{\"toolUse\":{{\"name\":\"get_weather\",\"toolUseId\":\"{id}\"}}}}}}", i + 1)));
+            }
+            for piece in pieces(&m.args, 12) {
+                for i in 0..2 {
+                    let p = serde_json::to_string(piece).unwrap();
+                    out.extend(event_stream_message("contentBlockDelta", &format!("{{\"contentBlockIndex\":{},\"delta\":{{\"toolUse\":{{\"input\":{p}}}}},\"p\":\"abcdefghijklmnopqrstu\"}}", i + 1)));
+                }
+            }
+            for i in 1..3 {
+                out.extend(event_stream_message("contentBlockStop", &format!("{{\"contentBlockIndex\":{i},\"p\":\"abcdefghijklmnopqrstuvwxyzABCD\"}}")));
+            }
+            out.extend(event_stream_message("messageStop", "{\"p\":\"abcdefghijklmnopqrstuvwxyzABCDEFGH\",\"stopReason\":\"tool_use\"}"));
+            out.extend(event_stream_message("metadata", "{\"metrics\":{\"latencyMs\":1234},\"p\":\"abcdefghijklmnopqrstuvwxyzABCDEF\",\"usage\":{\"inputTokens\":149,\"outputTokens\":60,\"totalTokens\":209}}"));
+            out
+        })
+        .collect()
+}
+
+/// The Ollama bodies of `content`: one NDJSON line per text piece, one line with both calls
+/// whole, and the `done` line with the counts and durations.
+fn ollama_bodies(content: &[SameContent]) -> Vec<Vec<u8>> {
+    let head = "{\"model\":\"qwen3:8b\",\"created_at\":\"2026-12-04T10:00:00.123456789Z\",\"message\":{\"role\":\"assistant\",";
+    content
+        .iter()
+        .map(|m| {
+            let mut out = String::new();
+            for t in &m.text {
+                let t = serde_json::to_string(t).unwrap();
+                out.push_str(&format!("{head}\"content\":{t}}},\"done\":false}}\n"));
+            }
+            let call = format!("{{\"function\":{{\"name\":\"get_weather\",\"arguments\":{}}}}}", m.args);
+            out.push_str(&format!("{head}\"content\":\"\",\"tool_calls\":[{call},{call}]}},\"done\":false}}\n"));
+            out.push_str(&format!("{head}\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\"total_duration\":4883583458,\"load_duration\":1334875,\"prompt_eval_count\":149,\"prompt_eval_duration\":342546000,\"eval_count\":60,\"eval_duration\":4535599000}}\n"));
+            out.into_bytes()
+        })
+        .collect()
+}
+
+/// Every format's decoder on the same content (the messages of [`same_content`]): bytes →
+/// events → assembled response, per message, 4 KiB chunks. The bench first checks that every
+/// format assembles the same text and the same two calls (names and inputs; Gemini and Ollama
+/// make their own ids).
+fn bench_formats(c: &mut Criterion) {
+    let content = same_content(400);
+    let bodies = [
+        (
+            "anthropic",
+            WireFormat::Anthropic,
+            anthropic_bodies(&content),
+        ),
+        ("chat", WireFormat::OpenAiChat, chat_bodies(&content)),
+        (
+            "responses",
+            WireFormat::OpenAiResponses,
+            responses_bodies(&content),
+        ),
+        ("gemini", WireFormat::Gemini, gemini_bodies(&content)),
+        ("bedrock", WireFormat::Bedrock, bedrock_bodies(&content)),
+        ("ollama", WireFormat::Ollama, ollama_bodies(&content)),
+    ];
+    let assemble = |format: WireFormat, body: &[u8]| {
+        let mut decoder = WireDecoder::new(format);
+        let mut events = Vec::new();
+        decoder.push(body, &mut events).unwrap();
+        decoder.finish(&mut events).unwrap();
+        let mut assembler = StreamAssembler::new();
+        for e in &events {
+            assembler.push(e).unwrap();
+        }
+        let response = assembler.finish().unwrap();
+        let calls: Vec<(String, serde_json::Value)> = response
+            .message
+            .tool_uses()
+            .map(|(_, name, input)| (name.to_owned(), input.clone()))
+            .collect();
+        (response.message.text(), calls)
+    };
+    for (name, format, body) in &bodies {
+        for (i, m) in content.iter().enumerate().take(3) {
+            let (text, calls) = assemble(*format, &body[i]);
+            assert_eq!(text, m.text.concat(), "{name}");
+            let input: serde_json::Value = serde_json::from_str(&m.args).unwrap();
+            assert_eq!(
+                calls,
+                vec![("get_weather".to_owned(), input.clone()); 2],
+                "{name}"
+            );
+        }
+        let bytes: usize = body.iter().map(Vec::len).sum();
+        println!("formats/{name}: {} messages, {bytes} bytes", content.len());
+    }
+    if let Ok(path) = std::env::var("AGENT_LOOP_BEDROCK_BODY") {
+        // The Bedrock bytes, for scripts/bench-botocore-eventstream.py.
+        let all: Vec<u8> = bodies[4].2.concat();
+        std::fs::write(&path, all).unwrap();
+        println!("wrote the Bedrock bodies to {path}");
+    }
+    let mut group = c.benchmark_group("formats");
+    group.throughput(Throughput::Elements(content.len() as u64));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(4));
+    for (name, format, bodies) in &bodies {
+        group.bench_function(*name, |b| {
+            b.iter(|| {
+                let mut blocks = 0;
+                for body in bodies.iter() {
+                    let mut decoder = WireDecoder::new(*format);
                     let mut assembler = StreamAssembler::new();
                     let mut events = Vec::new();
                     for piece in body.chunks(4096) {
@@ -586,6 +827,7 @@ criterion_group!(
     bench_sse,
     bench_pipeline,
     bench_assembly,
-    bench_same_content
+    bench_same_content,
+    bench_formats
 );
 criterion_main!(benches);
