@@ -1769,6 +1769,34 @@ mod tests {
                 "{content_type:?}"
             );
         }
+        // Each format streams in its own type, and only in its own.
+        for (format, content_type, kind) in [
+            (WireFormat::Gemini, "text/event-stream", BodyKind::EventStream),
+            (
+                WireFormat::Bedrock,
+                "application/vnd.amazon.eventstream",
+                BodyKind::EventStream,
+            ),
+            (WireFormat::Bedrock, "text/event-stream", BodyKind::Unexpected),
+            (
+                WireFormat::Ollama,
+                "application/x-ndjson; charset=utf-8",
+                BodyKind::EventStream,
+            ),
+            (WireFormat::Ollama, "application/json", BodyKind::Json),
+            (WireFormat::Anthropic, "application/x-ndjson", BodyKind::Unexpected),
+            (
+                WireFormat::OpenAiChat,
+                "application/vnd.amazon.eventstream",
+                BodyKind::Unexpected,
+            ),
+        ] {
+            assert_eq!(
+                body_kind(format, Some(content_type)),
+                kind,
+                "{format:?} {content_type}"
+            );
+        }
     }
 
     const WHOLE_JSON: &str = r#"{"id":"msg_j","type":"message","role":"assistant","model":"m",
