@@ -1771,20 +1771,32 @@ mod tests {
         }
         // Each format streams in its own type, and only in its own.
         for (format, content_type, kind) in [
-            (WireFormat::Gemini, "text/event-stream", BodyKind::EventStream),
+            (
+                WireFormat::Gemini,
+                "text/event-stream",
+                BodyKind::EventStream,
+            ),
             (
                 WireFormat::Bedrock,
                 "application/vnd.amazon.eventstream",
                 BodyKind::EventStream,
             ),
-            (WireFormat::Bedrock, "text/event-stream", BodyKind::Unexpected),
+            (
+                WireFormat::Bedrock,
+                "text/event-stream",
+                BodyKind::Unexpected,
+            ),
             (
                 WireFormat::Ollama,
                 "application/x-ndjson; charset=utf-8",
                 BodyKind::EventStream,
             ),
             (WireFormat::Ollama, "application/json", BodyKind::Json),
-            (WireFormat::Anthropic, "application/x-ndjson", BodyKind::Unexpected),
+            (
+                WireFormat::Anthropic,
+                "application/x-ndjson",
+                BodyKind::Unexpected,
+            ),
             (
                 WireFormat::OpenAiChat,
                 "application/vnd.amazon.eventstream",
