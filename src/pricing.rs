@@ -248,13 +248,14 @@ impl fmt::Display for Cost {
     }
 }
 
-/// Prices per model: the crate's [`snapshot`](Self::snapshot) of Anthropic's and OpenAI's
-/// published prices, or a table of your own, or the snapshot with your changes.
+/// Prices per model: the crate's [`snapshot`](Self::snapshot) of Anthropic's, OpenAI's and
+/// Google's published prices, or a table of your own, or the snapshot with your changes.
 ///
 /// A model name matches its own entry, else the longest entry it starts with followed by
 /// `-`, `@` or `:` (so `claude-sonnet-4-5-20250929` and `gpt-4o-2024-08-06` find
 /// `claude-sonnet-4-5` and `gpt-4o`, and `gpt-4o-mini` finds its own entry); a
-/// `provider/` prefix (`anthropic/claude-…`, as LiteLLM names models) is ignored.
+/// `provider/` prefix (`anthropic/claude-…`, as LiteLLM names models) is ignored, and so are
+/// a Bedrock model id's inference profile and vendor (`us.anthropic.claude-…-v1:0`).
 ///
 /// ```
 /// use agent_loop::{ModelPrice, Pricing};
@@ -279,6 +280,7 @@ impl Pricing {
     pub const SNAPSHOT_SOURCES: &'static [&'static str] = &[
         "https://platform.claude.com/docs/en/about-claude/pricing",
         "https://platform.openai.com/docs/pricing",
+        "https://ai.google.dev/gemini-api/docs/pricing",
     ];
 
     /// A table with no prices: every call is "no price known".
@@ -286,7 +288,7 @@ impl Pricing {
         Pricing::default()
     }
 
-    /// The prices of current Anthropic and OpenAI models as published on
+    /// The prices of current Anthropic, OpenAI and Gemini models as published on
     /// [`SNAPSHOT_DATE`](Self::SNAPSHOT_DATE) ([`SNAPSHOT_SOURCES`](Self::SNAPSHOT_SOURCES)):
     /// standard (not batch) prices, prompts within the models' standard context, Anthropic's
     /// 5-minute cache writes. Prices change: override what you pay with
@@ -323,6 +325,10 @@ impl Pricing {
         if let Some(price) = self.prices.get(model) {
             return Some(price);
         }
+        let model = without_bedrock_prefixes(model);
+        if let Some(price) = self.prices.get(model) {
+            return Some(price);
+        }
         // The longest entry the name starts with, followed by a separator.
         let mut end = model.len();
         while let Some(cut) = model[..end].rfind(['-', '@', ':']) {
@@ -340,6 +346,36 @@ impl Pricing {
             Some(price) => Cost::priced(price.cost(usage)),
             None => Cost::unpriced(),
         }
+    }
+}
+
+/// A Bedrock model id without its cross-region inference profile (`us.`, `eu.`, `global.` …)
+/// and its vendor (`anthropic.` …): `us.anthropic.claude-sonnet-4-5-20250929-v1:0` is
+/// priced as `claude-sonnet-4-5`, which Bedrock bills at Anthropic's list prices. Any other
+/// name is returned as it is (`gpt-4.1` has a dot, but no such prefix).
+fn without_bedrock_prefixes(model: &str) -> &str {
+    const REGIONS: &[&str] = &["us", "eu", "apac", "us-gov", "global", "jp", "au", "ca"];
+    const VENDORS: &[&str] = &[
+        "anthropic",
+        "amazon",
+        "meta",
+        "mistral",
+        "cohere",
+        "ai21",
+        "deepseek",
+        "openai",
+        "qwen",
+        "writer",
+    ];
+    let mut rest = model;
+    if let Some((region, after)) = rest.split_once('.') {
+        if REGIONS.contains(&region) {
+            rest = after;
+        }
+    }
+    match rest.split_once('.') {
+        Some((vendor, after)) if VENDORS.contains(&vendor) => after,
+        _ => rest,
     }
 }
 
@@ -376,6 +412,16 @@ static SNAPSHOT: LazyLock<Arc<Pricing>> = LazyLock::new(|| {
         ("o4-mini", 1.10, 4.40, 0.275),
         ("o3-mini", 1.10, 4.40, 0.55),
     ];
+    // (model, input, output, cached input), dollars per million tokens, prompts up to 200k
+    // tokens. Gemini's implicit cache has no write price (storage of explicit caches is billed
+    // per hour, which no token count shows).
+    const GOOGLE: &[(&str, f64, f64, f64)] = &[
+        ("gemini-3-pro-preview", 2.0, 12.0, 0.20),
+        ("gemini-2.5-pro", 1.25, 10.0, 0.125),
+        ("gemini-2.5-flash", 0.30, 2.50, 0.03),
+        ("gemini-2.5-flash-lite", 0.10, 0.40, 0.01),
+        ("gemini-2.0-flash", 0.10, 0.40, 0.025),
+    ];
     let mut pricing = Pricing::empty();
     for &(model, input, output, write, read) in ANTHROPIC {
         pricing.set(
@@ -383,7 +429,7 @@ static SNAPSHOT: LazyLock<Arc<Pricing>> = LazyLock::new(|| {
             ModelPrice::per_million(input, output).cache(write, read),
         );
     }
-    for &(model, input, output, cached) in OPENAI {
+    for &(model, input, output, cached) in OPENAI.iter().chain(GOOGLE) {
         pricing.set(
             model,
             ModelPrice::per_million(input, output).cache(input, cached),
@@ -465,6 +511,42 @@ mod tests {
     }
 
     #[test]
+    fn bedrock_ids_are_priced_without_their_profile_and_vendor() {
+        let pricing = Pricing::empty()
+            .with("claude-sonnet-4-5", ModelPrice::per_million(3.0, 15.0))
+            .with("claude-3-haiku", ModelPrice::per_million(0.25, 1.25))
+            .with("gpt-4.1", ModelPrice::per_million(2.0, 8.0))
+            .with("us.custom", ModelPrice::per_million(1.0, 1.0));
+        let price = |m: &str| pricing.price(m).map(|p| p.output);
+        let sonnet = Some(Usd::from_dollars(15.0));
+        assert_eq!(
+            price("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            sonnet
+        );
+        assert_eq!(
+            price("global.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            sonnet
+        );
+        assert_eq!(price("anthropic.claude-sonnet-4-5-20250929-v1:0"), sonnet);
+        assert_eq!(
+            price("arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            sonnet
+        );
+        assert_eq!(
+            price("anthropic.claude-3-haiku-20240307-v1:0"),
+            Some(Usd::from_dollars(1.25))
+        );
+        // Only a known profile or vendor is taken off: a dotted name stays whole.
+        assert_eq!(price("gpt-4.1"), Some(Usd::from_dollars(8.0)));
+        assert_eq!(price("us.custom"), Some(Usd::from_dollars(1.0)));
+        assert_eq!(price("us.meta.llama3-3-70b-instruct-v1:0"), None);
+        assert_eq!(price("xx.anthropic.claude-sonnet-4-5-v1:0"), None);
+        assert_eq!(without_bedrock_prefixes("us.gpt-4.1"), "gpt-4.1");
+        assert_eq!(without_bedrock_prefixes("eu."), "");
+        assert_eq!(without_bedrock_prefixes("gpt-4.1"), "gpt-4.1");
+    }
+
+    #[test]
     fn the_snapshot_prices_current_models_and_its_dated_names() {
         let pricing = Pricing::snapshot();
         for model in [
@@ -474,9 +556,29 @@ mod tests {
             "gpt-5",
             "gpt-4.1-mini-2025-04-14",
             "o4-mini",
+            "gemini-2.5-pro",
+            "gemini-2.5-flash-lite",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
         ] {
             assert!(pricing.price(model).is_some(), "{model}");
         }
+        let flash = |m: &str| {
+            pricing
+                .price(m)
+                .map(|p| (p.input, p.cache_write, p.cache_read))
+        };
+        assert_eq!(
+            flash("gemini-2.5-flash"),
+            Some((
+                Usd::from_dollars(0.30),
+                Usd::from_dollars(0.30),
+                Usd::from_dollars(0.03)
+            ))
+        );
+        assert_eq!(
+            flash("gemini-2.5-flash-lite").map(|p| p.0),
+            Some(Usd::from_dollars(0.10))
+        );
         let opus41 = pricing.price("claude-opus-4-1-20250805").map(|p| p.input);
         assert_eq!(opus41, Some(Usd::from_dollars(15.0)));
         let opus45 = pricing.price("claude-opus-4-5-20251101").map(|p| p.input);
