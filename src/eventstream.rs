@@ -462,6 +462,22 @@ mod tests {
         let crc = crc32fast::hash(&small);
         small.extend_from_slice(&crc.to_be_bytes());
         assert!(matches!(decode(&small).1, Err(LlmError::Malformed { .. })));
+        // Headers one byte longer than the message has room for (valid CRCs): refused by
+        // the prelude check, before any header is read.
+        let mut over = 32u32.to_be_bytes().to_vec();
+        over.extend_from_slice(&17u32.to_be_bytes());
+        let crc = crc32fast::hash(&over);
+        over.extend_from_slice(&crc.to_be_bytes());
+        over.extend_from_slice(&[0u8; 16]);
+        let crc = crc32fast::hash(&over);
+        over.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(over.len(), 32);
+        match decode(&over).1 {
+            Err(LlmError::Malformed { message }) => {
+                assert!(message.contains("17 bytes of headers do not fit"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
         // A payload that is not UTF-8.
         let bad = encode_message(&[(":event-type", "x")], &[0xff, 0xfe]);
         assert!(matches!(decode(&bad).1, Err(LlmError::Malformed { .. })));
