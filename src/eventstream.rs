@@ -474,7 +474,10 @@ mod tests {
         assert_eq!(over.len(), 32);
         match decode(&over).1 {
             Err(LlmError::Malformed { message }) => {
-                assert!(message.contains("17 bytes of headers do not fit"), "{message}")
+                assert!(
+                    message.contains("17 bytes of headers do not fit"),
+                    "{message}"
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -146,6 +146,19 @@ mod tests {
         assert_eq!(d.push_with(b"\n", |_| Ok(())).unwrap_err(), err);
         let mut d = LineDecoder::new(4);
         assert!(d.push_with(b"12345\n", |_| Ok(())).is_err());
+        // The bound counts the bytes held and the new ones together, with or without the end
+        // of the line in the chunk.
+        for (chunks, ok) in [
+            (&[&b"1"[..], b"2345\n"][..], false),
+            (&[&b"1"[..], b"2345"][..], false),
+            (&[&b"12"[..], b"34\n"][..], true),
+            (&[&b"123"[..], b"4"][..], true),
+        ] {
+            let got = lines(&mut LineDecoder::new(4), chunks);
+            assert_eq!(got.is_ok(), ok, "{chunks:?}: {got:?}");
+        }
+        let got = lines(&mut LineDecoder::new(5), &[b"123", b"45\n", b"123", b"45"]);
+        assert_eq!(got.unwrap(), ["12345", "12345"]);
     }
 
     #[test]
