@@ -396,6 +396,109 @@ fn each_exception_is_a_stream_error_retried_when_transient() {
     }
 }
 
+/// The events one push of `body` gives, and whether the decoder then says the message is done.
+fn push(body: &[u8]) -> (Result<Vec<LlmEvent>, LlmError>, bool) {
+    let mut decoder = WireDecoder::new(WireFormat::Bedrock);
+    let mut events = Vec::new();
+    let result = decoder.push(body, &mut events).map(|()| events);
+    (result, decoder.is_done())
+}
+
+#[test]
+fn the_message_starts_at_message_start_or_at_the_first_event_and_ends_at_metadata() {
+    let started = LlmEvent::MessageStart {
+        id: String::new(),
+        model: String::new(),
+    };
+    // messageStart alone already starts the message, once.
+    assert_eq!(
+        push(&body(&[start(), start()])),
+        (Ok(vec![started.clone()]), false)
+    );
+    // A server that skips messageStart: the first event starts it.
+    let (events, _) = push(&text(0, "Hi"));
+    assert_eq!(
+        events.unwrap(),
+        [
+            started.clone(),
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "Hi".into()
+            }
+        ]
+    );
+    // Done only once metadata follows messageStop.
+    assert!(!push(&body(&[start(), text(0, "Hi"), stop("end_turn")])).1);
+    assert!(
+        push(&body(&[
+            start(),
+            text(0, "Hi"),
+            stop("end_turn"),
+            metadata(usage_3_5())
+        ]))
+        .1
+    );
+}
+
+#[test]
+fn a_block_left_open_closes_with_the_message_and_a_restarted_call_is_refused() {
+    let (events, _) = push(&body(&[
+        start(),
+        tool_start(0, "tooluse_1", "add"),
+        tool_input(0, "{}"),
+        text(1, "and"),
+        block_stop(1),
+        stop("tool_use"),
+    ]));
+    let events = events.unwrap();
+    let stops: Vec<&LlmEvent> = events
+        .iter()
+        .filter(|e| matches!(e, LlmEvent::BlockStop { .. }))
+        .collect();
+    assert_eq!(
+        stops,
+        [
+            &LlmEvent::BlockStop { index: 1 },
+            &LlmEvent::BlockStop { index: 0 }
+        ]
+    );
+    let (refused, _) = push(&body(&[
+        start(),
+        tool_start(0, "tooluse_1", "add"),
+        tool_start(0, "tooluse_2", "add"),
+    ]));
+    assert!(
+        matches!(&refused, Err(LlmError::Malformed { message }) if message.contains("already started")),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_reasoning_block_opens_with_its_first_delta_never_empty() {
+    let reasoning_start = ev(
+        "contentBlockStart",
+        json!({"contentBlockIndex": 0, "start": {"reasoningContent": {}}}),
+    );
+    let (events, _) = push(&body(&[start(), reasoning_start.clone(), block_stop(0)]));
+    assert_eq!(events.unwrap().len(), 1, "only the MessageStart");
+    let (events, _) = push(&body(&[
+        start(),
+        reasoning_start,
+        reasoning(0, json!({"text": "Hmm."})),
+        block_stop(0),
+    ]));
+    assert_eq!(
+        events.unwrap()[1..],
+        [
+            LlmEvent::ThinkingDelta {
+                index: 0,
+                thinking: "Hmm.".into()
+            },
+            LlmEvent::BlockStop { index: 0 }
+        ]
+    );
+}
+
 #[test]
 fn a_truncated_body_is_incomplete_and_a_missing_metadata_is_tolerated() {
     let whole = body(&[

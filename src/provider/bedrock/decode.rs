@@ -57,8 +57,6 @@ struct Event<'a> {
 struct Start<'a> {
     #[serde(borrow, default)]
     tool_use: Option<ToolStart<'a>>,
-    #[serde(default)]
-    reasoning_content: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -146,7 +144,7 @@ enum Kind {
 }
 
 /// Decoder state: what has been seen of the message so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Decoder {
     started: bool,
     /// `messageStop` seen (its reason kept until `metadata`).
@@ -160,6 +158,23 @@ pub(crate) struct Decoder {
     /// Redacted reasoning of a block, held until its stop (it arrives as one base64 blob,
     /// possibly in pieces).
     redacted: HashMap<usize, String>,
+    /// The most redacted reasoning held for one block ([`MAX_REDACTED_BYTES`]).
+    max_redacted: usize,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder {
+            started: false,
+            stop_reason: None,
+            stop_sequence: None,
+            done: false,
+            open: HashMap::new(),
+            closed: HashSet::new(),
+            redacted: HashMap::new(),
+            max_redacted: MAX_REDACTED_BYTES,
+        }
+    }
 }
 
 impl Decoder {
@@ -186,13 +201,7 @@ impl Decoder {
         }
         match event {
             "messageStart" => {
-                if !self.started {
-                    self.started = true;
-                    out.push(LlmEvent::MessageStart {
-                        id: String::new(),
-                        model: String::new(),
-                    });
-                }
+                self.ensure_started(out);
                 Ok(())
             }
             "contentBlockStart" | "contentBlockDelta" | "contentBlockStop" | "messageStop"
@@ -242,17 +251,6 @@ impl Decoder {
         })
     }
 
-    /// Opens the block at `index` as `kind` (once), with `opening` as its first event.
-    fn open(&mut self, index: usize, kind: Kind, out: &mut Vec<LlmEvent>, opening: LlmEvent) {
-        if self.closed.contains(&index) {
-            return;
-        }
-        if let std::collections::hash_map::Entry::Vacant(slot) = self.open.entry(index) {
-            slot.insert(kind);
-            out.push(opening);
-        }
-    }
-
     fn block_start(&mut self, parsed: Event<'_>, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
         let index = Self::index(parsed.content_block_index, "contentBlockStart")?;
         let Some(start) = parsed.start else {
@@ -275,15 +273,10 @@ impl Decoder {
                 id: id.into_string(),
                 name: name.into_string(),
             });
-        } else if start.reasoning_content.is_some() {
-            let opening = LlmEvent::ThinkingDelta {
-                index,
-                thinking: String::new(),
-            };
-            self.open(index, Kind::Thinking, out, opening);
         }
-        // An empty start (a text block) or a kind the crate does not model (server-side tool
-        // results, images): the deltas say what the block is.
+        // An empty start (a text block), a reasoning start (aimock sends one) or a kind the
+        // crate does not model (server-side tool results, images): the deltas say what the
+        // block is, and open it, so that a block without content never becomes an empty one.
         Ok(())
     }
 
@@ -334,10 +327,10 @@ impl Decoder {
             }
             if let Some(data) = reasoning.redacted_content {
                 let held = self.redacted.entry(index).or_default();
-                if held.len().saturating_add(data.as_str().len()) > MAX_REDACTED_BYTES {
+                if held.len().saturating_add(data.as_str().len()) > self.max_redacted {
                     return Err(LlmError::LimitExceeded {
                         what: "a Bedrock redacted reasoning block".into(),
-                        limit: MAX_REDACTED_BYTES,
+                        limit: self.max_redacted,
                         setting: "StreamLimits::max_response_bytes".into(),
                     });
                 }
@@ -585,4 +578,44 @@ struct WholeReasoningText {
     text: Option<String>,
     #[serde(default)]
     signature: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacted_reasoning_is_held_up_to_its_bound_and_no_further() {
+        let delta = |data: &str| {
+            format!(
+                r#"{{"contentBlockIndex":0,"delta":{{"reasoningContent":{{"redactedContent":"{data}"}}}}}}"#
+            )
+        };
+        let mut out = Vec::new();
+        let mut decoder = Decoder {
+            max_redacted: 6,
+            ..Decoder::default()
+        };
+        decoder
+            .on_event("contentBlockDelta", &delta("abc"), &mut out)
+            .unwrap();
+        decoder
+            .on_event("contentBlockDelta", &delta("def"), &mut out)
+            .unwrap();
+        let over = decoder.on_event("contentBlockDelta", &delta("g"), &mut out);
+        assert!(
+            matches!(over, Err(LlmError::LimitExceeded { limit: 6, .. })),
+            "{over:?}"
+        );
+        let mut decoder = Decoder {
+            max_redacted: 6,
+            ..Decoder::default()
+        };
+        let over = decoder.on_event("contentBlockDelta", &delta("abcdefgh"), &mut out);
+        assert!(
+            matches!(over, Err(LlmError::LimitExceeded { .. })),
+            "{over:?}"
+        );
+        assert_eq!(Decoder::new().max_redacted, MAX_REDACTED_BYTES);
+    }
 }
