@@ -64,6 +64,53 @@ fn thoughts_and_a_trailing_signature() {
     assert_eq!(response.usage.reasoning_tokens, 120);
 }
 
+/// Decodes one body of `data:` chunks; the events, and whether the decoder says it is done.
+fn gemini_chunks(chunks: &[Value]) -> (Vec<LlmEvent>, bool) {
+    let mut decoder = agent_loop::WireDecoder::new(WireFormat::Gemini);
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder
+            .push(format!("data: {chunk}\r\n\r\n").as_bytes(), &mut events)
+            .unwrap();
+    }
+    (events, decoder.is_done())
+}
+
+#[test]
+fn each_signed_thought_is_its_own_block_and_keeps_its_text() {
+    let thought = |text: &str, signature: &str| {
+        json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": text, "thought": true, "thoughtSignature": signature}
+        ]}, "index": 0}]})
+    };
+    let (events, done) = gemini_chunks(&[
+        thought("First.", "c2lnMQ=="),
+        thought("Second.", "c2lnMg=="),
+    ]);
+    assert!(!done, "no finishReason yet");
+    let thinking: Vec<(usize, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            LlmEvent::ThinkingDelta { index, thinking } => Some((*index, thinking.clone())),
+            LlmEvent::SignatureDelta { index, signature } => Some((*index, signature.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        thinking,
+        [
+            (0, "First.".to_owned()),
+            (0, "c2lnMQ==".to_owned()),
+            (1, "Second.".to_owned()),
+            (1, "c2lnMg==".to_owned()),
+        ]
+    );
+    let finish = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Done."}]},
+        "finishReason": "STOP", "index": 0}]});
+    let (_, done) = gemini_chunks(&[thought("First.", "c2lnMQ=="), finish]);
+    assert!(done, "a finishReason ends the response");
+}
+
 #[test]
 fn a_whole_function_call_with_its_signature() {
     let decoded = gemini("tool_call.sse");

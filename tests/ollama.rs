@@ -226,6 +226,44 @@ fn an_error_line_is_the_streams_error_and_is_retryable() {
 }
 
 #[test]
+fn the_done_line_ends_the_message_and_nothing_after_it_counts() {
+    let line = |content: &str, done: &str| {
+        format!(
+            "{{\"model\":\"m\",\"message\":{{\"role\":\"assistant\",\"content\":\"{content}\"}},{done}}}\n"
+        )
+    };
+    let mut decoder = WireDecoder::new(WireFormat::Ollama);
+    let mut events = Vec::new();
+    decoder
+        .push(line("Hi", "\"done\":false").as_bytes(), &mut events)
+        .unwrap();
+    assert!(!decoder.is_done());
+    // A done line that counts only the output (a prompt served whole from the cache has no
+    // prompt_eval_count): the usage still comes.
+    decoder
+        .push(
+            line(
+                "",
+                "\"done\":true,\"done_reason\":\"stop\",\"eval_count\":4",
+            )
+            .as_bytes(),
+            &mut events,
+        )
+        .unwrap();
+    assert!(decoder.is_done());
+    decoder
+        .push(line(" more", "\"done\":false").as_bytes(), &mut events)
+        .unwrap();
+    decoder.finish(&mut events).unwrap();
+    let texts: Vec<&LlmEvent> = events
+        .iter()
+        .filter(|e| matches!(e, LlmEvent::TextDelta { .. }))
+        .collect();
+    assert_eq!(texts, [&text(0, "Hi")]);
+    assert!(events.contains(&usage(0, 4)), "{events:?}");
+}
+
+#[test]
 fn a_body_without_done_is_incomplete() {
     let d = decode("truncated.ndjson");
     assert!(
