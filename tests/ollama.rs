@@ -322,6 +322,11 @@ fn a_whole_response_decodes_like_its_stream() {
     WireDecoder::new(WireFormat::Ollama)
         .decode_json(body, &mut events)
         .unwrap();
+    let stops = events
+        .iter()
+        .filter(|e| matches!(e, LlmEvent::MessageStop { .. }))
+        .count();
+    assert_eq!(stops, 1, "{events:?}");
     let response = common::assemble(&events).unwrap();
     assert_eq!(response.stop_reason, StopReason::ToolUse);
     assert_eq!(response.usage.input_tokens, 122);
@@ -332,6 +337,19 @@ fn a_whole_response_decodes_like_its_stream() {
             "get_current_weather",
             &json!({"format": "celsius", "location": "Paris, FR"})
         ))
+    );
+    // A whole answer without `done` (some compatible servers) is still the whole answer.
+    let mut events = Vec::new();
+    WireDecoder::new(WireFormat::Ollama)
+        .decode_json(
+            br#"{"model":"m","message":{"role":"assistant","content":"Hi"}}"#,
+            &mut events,
+        )
+        .unwrap();
+    let response = common::assemble(&events).unwrap();
+    assert_eq!(
+        (response.text(), response.stop_reason),
+        ("Hi".to_owned(), StopReason::EndTurn)
     );
     let mut events = Vec::new();
     let error = WireDecoder::new(WireFormat::Ollama)
