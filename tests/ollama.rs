@@ -352,6 +352,35 @@ fn a_whole_response_decodes_like_its_stream() {
         ("Hi".to_owned(), StopReason::EndTurn)
     );
     let mut events = Vec::new();
+    WireDecoder::new(WireFormat::Ollama)
+        .decode_json(
+            br#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]}}"#,
+            &mut events,
+        )
+        .unwrap();
+    assert_eq!(
+        common::assemble(&events).unwrap().stop_reason,
+        StopReason::ToolUse
+    );
+    // JSON that is no chat response at all is refused, not taken for an empty answer.
+    let mut events = Vec::new();
+    let error = WireDecoder::new(WireFormat::Ollama)
+        .decode_json(br#"[1, 2]"#, &mut events)
+        .unwrap_err();
+    assert!(matches!(error, LlmError::Malformed { .. }), "{error:?}");
+    // An error line with its status as a string is classified by that status.
+    let mut events = Vec::new();
+    let error = WireDecoder::new(WireFormat::Ollama)
+        .decode_json(
+            br#"{"error":"model not found","status":"404"}"#,
+            &mut events,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&error, LlmError::Api(api) if api.status == 404),
+        "{error:?}"
+    );
+    let mut events = Vec::new();
     let error = WireDecoder::new(WireFormat::Ollama)
         .decode_json(br#"{"error":"model 'nope' not found"}"#, &mut events)
         .unwrap_err();
