@@ -11,25 +11,10 @@ use agent_loop::{
     Usage,
 };
 use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::json;
 
 mod common;
-use common::agent::{assert_valid, echo_tool, run, run_cancelling};
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct AddInput {
-    a: i64,
-    b: i64,
-}
-
-fn add_tool() -> impl agent_loop::Tool {
-    FnTool::new(
-        "add",
-        "Adds two integers.",
-        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
-    )
-}
+use common::agent::{add_tool, assert_valid, echo_tool, run, run_cancelling};
 
 fn failing_tool() -> impl agent_loop::Tool {
     FnTool::new(

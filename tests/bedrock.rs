@@ -10,10 +10,11 @@ use std::time::{Duration, SystemTime};
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::{
-    Agent, AgentEvent, BedrockClient, CacheTtl, ContentBlock, FnTool, LlmClient, LlmError,
-    LlmEvent, MediaSource, Message, ModelRequest, PromptCache, Role, StopReason, ToolChoice,
-    ToolError, ToolSpec, Usage, WireDecoder, WireFormat,
+    Agent, AgentEvent, BedrockClient, CacheTtl, ContentBlock, LlmClient, LlmError, LlmEvent,
+    MediaSource, Message, ModelRequest, PromptCache, Role, StopReason, ToolChoice, ToolSpec, Usage,
+    WireDecoder, WireFormat,
 };
+use common::agent::add_tool;
 use common::{decode, decode_split, fast_retries, fixture, Decoded};
 use futures::StreamExt;
 use proptest::prelude::*;
@@ -776,20 +777,6 @@ async fn a_text_answer_through_an_agent() {
     assert_eq!(requests[0].format, Some(WireFormat::Bedrock));
     assert_eq!(requests[0].body["system"][0], json!({"text": "Be brief."}));
     assert!(server.history_violations().is_empty());
-}
-
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct AddInput {
-    a: i64,
-    b: i64,
-}
-
-fn add_tool() -> impl agent_loop::Tool {
-    FnTool::new(
-        "add",
-        "Adds two integers.",
-        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
-    )
 }
 
 #[tokio::test]

@@ -7,10 +7,10 @@ mod common;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::{
-    AccessToken, Agent, AgentEvent, ContentBlock, FnTool, LlmClient, LlmError, LlmEvent,
-    MediaSource, Message, ModelRequest, Role, StopReason, Termination, ToolChoice, ToolError,
-    ToolSpec, Usage, WireFormat,
+    AccessToken, Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource,
+    Message, ModelRequest, Role, StopReason, Termination, ToolChoice, ToolSpec, Usage, WireFormat,
 };
+use common::agent::add_tool;
 use common::{decode, decode_split, fast_retries, fixture, Decoded};
 use futures::StreamExt;
 use proptest::prelude::*;
@@ -828,20 +828,6 @@ async fn a_whole_json_answer_is_decoded() {
     assert_eq!(response.text(), "whole");
     assert_eq!(response.stop_reason, StopReason::ToolUse);
     assert_eq!(response.message.tool_uses().count(), 1);
-}
-
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct AddInput {
-    a: i64,
-    b: i64,
-}
-
-fn add_tool() -> impl agent_loop::Tool {
-    FnTool::new(
-        "add",
-        "Adds two integers.",
-        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
-    )
 }
 
 #[tokio::test]

@@ -7,10 +7,11 @@ mod common;
 
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, FnTool, LlmClient, LlmError, LlmEvent, MediaSource, Message,
+    Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource, Message,
     ModelRequest, OllamaClient, OllamaKeepAlive, Role, StopReason, Termination, ToolChoice,
-    ToolError, ToolSpec, Usage, WireDecoder, WireFormat,
+    ToolSpec, Usage, WireDecoder, WireFormat,
 };
+use common::agent::add_tool;
 use common::{fast_retries, Decoded};
 use futures::StreamExt;
 use proptest::prelude::*;
@@ -861,20 +862,6 @@ async fn the_key_never_shows() {
         final_error(&collect(&bad, &ModelRequest::new(vec![Message::user("hi")])).await).unwrap();
     assert!(matches!(error, LlmError::InvalidRequest { .. }));
     assert!(!error.to_string().contains("ollama\nkey"));
-}
-
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct AddInput {
-    a: i64,
-    b: i64,
-}
-
-fn add_tool() -> impl agent_loop::Tool {
-    FnTool::new(
-        "add",
-        "Adds two integers.",
-        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
-    )
 }
 
 #[tokio::test]

@@ -118,3 +118,21 @@ pub fn echo_tool() -> impl agent_loop::Tool {
         Ok::<_, ToolError>(i.text)
     })
 }
+
+/// The input of [`add_tool`].
+#[derive(Deserialize, schemars::JsonSchema)]
+pub struct AddInput {
+    /// The first addend.
+    pub a: i64,
+    /// The second addend.
+    pub b: i64,
+}
+
+/// `add`: adds two integers.
+pub fn add_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "add",
+        "Adds two integers.",
+        |i: AddInput, _ctx| async move { Ok::<_, ToolError>((i.a + i.b).to_string()) },
+    )
+}
