@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod grammar;
 pub mod stores;
+pub mod web;
 
 use agent_loop::{
     Jitter, LlmError, LlmEvent, ModelResponse, RetryPolicy, StreamAssembler, WireDecoder,
