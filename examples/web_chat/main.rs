@@ -1,0 +1,277 @@
+//! A web chat over the agent: one binary, an axum server on a loopback port that serves a
+//! small HTML/JS page (no build step, no CDN) and the agent's endpoints.
+//!
+//! ```sh
+//! cargo run --example web_chat                 # http://127.0.0.1:3000, a scripted model
+//! cargo run --example web_chat -- --port 0     # any free port (printed on the first line)
+//! ```
+//!
+//! - `POST /api/chat` speaks the Vercel AI SDK's UI message stream (what `useChat` sends and
+//!   reads), through [`agent_loop::ui::ai_sdk::respond`]; the page uses it.
+//! - `POST /agui` speaks AG-UI 1.0 (what `@ag-ui/client`'s `HttpAgent` and CopilotKit send
+//!   and read), through [`agent_loop::ui::agui::respond`], for the same agent.
+//!
+//! The page streams the answer and the model's reasoning, shows each tool call with its
+//! arguments as they stream, and shows approve and deny buttons for `delete_file`, which
+//! needs a person's approval: the run pauses, the paused run waits in the session store, and
+//! the button's request resumes it. Each chat is a session (its id is the chat's), so any
+//! number of tabs can chat at once.
+//!
+//! With no API key the model is scripted: ask it to tidy up the logs. With
+//! `ANTHROPIC_API_KEY` (or `OPENAI_API_KEY`, or a `--gemini`, `--bedrock`, `--ollama` flag and
+//! its variables) a real model decides, with the same tools over a pretend folder.
+
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::session::{MemoryStore, SessionStore};
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
+use agent_loop::ui::{agui, ai_sdk};
+use agent_loop::{
+    Agent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmStream, ModelRequest, Role,
+    ToolError,
+};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::json;
+
+/// The page: one file, its script and style inline.
+pub const PAGE: &str = include_str!("page.html");
+
+/// What every request's agent shares: the model and the sessions.
+#[derive(Clone)]
+pub struct App {
+    client: Arc<dyn LlmClient>,
+    sessions: Arc<dyn SessionStore>,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let args = common::args();
+    let port = match args.iter().position(|a| a == "--port") {
+        Some(i) => args
+            .get(i + 1)
+            .ok_or("--port needs a number")?
+            .parse::<u16>()?,
+        None => 3000,
+    };
+    let (app, description, _mock) = app().await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("Web chat on http://{}", listener.local_addr()?);
+    println!("Model: {description}");
+    axum::serve(listener, router(app)).await?;
+    Ok(())
+}
+
+/// The app with a real model when a key is set, else the scripted one (whose mock server the
+/// third value keeps alive).
+pub async fn app() -> (App, String, Option<Arc<MockServer>>) {
+    let model = common::model(Vec::new()).await;
+    if common::is_scripted(&model) {
+        let (app, mock) = scripted_app().await;
+        let description = format!(
+            "a scripted model behind the loopback mock server at {} (set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real one); ask it to tidy up the logs",
+            mock.url()
+        );
+        return (app, description, Some(mock));
+    }
+    let app = App {
+        client: model.client.clone(),
+        sessions: Arc::new(MemoryStore::new()),
+    };
+    (app, model.description.clone(), None)
+}
+
+/// The app with the scripted model, over the real Anthropic client and HTTP stack against
+/// the loopback mock server (kept alive by the second value).
+pub async fn scripted_app() -> (App, Arc<MockServer>) {
+    let mock = Arc::new(MockServer::start().await);
+    let inner = AnthropicClient::new("mock-key")
+        .base_url(mock.anthropic_base_url())
+        .model("scripted");
+    let client = Arc::new(ScriptedModel {
+        inner,
+        mock: mock.clone(),
+    });
+    let app = App {
+        client,
+        sessions: Arc::new(MemoryStore::new()),
+    };
+    (app, mock)
+}
+
+/// The routes: the page, the AI SDK endpoint, the AG-UI endpoint.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/api/chat", post(chat))
+        .route("/agui", post(agui_run))
+        .with_state(app)
+}
+
+/// `POST /api/chat`: the AI SDK's UI message stream; the chat's id names its session.
+async fn chat(State(app): State<App>, body: Bytes) -> Response {
+    let id = match ai_sdk::ChatRequest::from_slice(&body) {
+        Ok(request) => request.id().to_owned(),
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    match app.agent(&id) {
+        Ok(mut agent) => ai_sdk::respond(&mut agent, &body).await,
+        Err(e) => server_error(&e.to_string()),
+    }
+}
+
+/// `POST /agui`: AG-UI; the thread's id names its session.
+async fn agui_run(State(app): State<App>, body: Bytes) -> Response {
+    let id = match agui::RunAgentInput::from_slice(&body) {
+        Ok(request) => request.thread_id().to_owned(),
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    match app.agent(&id) {
+        Ok(mut agent) => agui::respond(&mut agent, &body).await,
+        Err(e) => server_error(&e.to_string()),
+    }
+}
+
+fn bad_request(message: &str) -> Response {
+    let body = json!({ "error": message }).to_string();
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn server_error(message: &str) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, message.to_owned()).into_response()
+}
+
+impl App {
+    /// A fresh agent for one request, on the chat's session: it loads the conversation and
+    /// the paused run (if any) from the store, so requests can land on any process that
+    /// shares the store.
+    fn agent(&self, chat: &str) -> Result<Agent, agent_loop::Error> {
+        Agent::builder(self.client.clone())
+            .system(
+                "You tidy up a folder of log files. List the files before you delete any; \
+                 delete only what the user asked for. Be brief.",
+            )
+            .tool(list_files())
+            .tool(delete_file())
+            .require_approval("delete_file")
+            .session(self.sessions.clone(), chat)
+            .build()
+    }
+}
+
+/// Lists a pretend folder (read-only: the agent may start it while the model still streams).
+fn list_files() -> impl agent_loop::Tool {
+    FnTool::new(
+        "list_files",
+        "Lists the files of a folder with their ages.",
+        |input: serde_json::Value, _ctx| async move {
+            let dir = input["dir"].as_str().unwrap_or("logs").to_owned();
+            Ok::<_, ToolError>(format!(
+                "{dir}/old.log (92 days old, 48 MB)\n{dir}/today.log (0 days old, 2 MB)"
+            ))
+        },
+    )
+    .read_only(true)
+}
+
+/// Deletes a file of the pretend folder (nothing is deleted: a demo); needs approval.
+fn delete_file() -> impl agent_loop::Tool {
+    FnTool::new(
+        "delete_file",
+        "Deletes one file. A person must approve each call.",
+        |input: serde_json::Value, _ctx| async move {
+            let path = input["path"].as_str().unwrap_or("?").to_owned();
+            Ok::<_, ToolError>(format!("deleted {path}"))
+        },
+    )
+}
+
+/// The offline model: a script that answers by where the conversation stands, played by the
+/// mock server through the real client (HTTP, SSE, the decoder), so the page sees a real
+/// stream: reasoning, text, a call's arguments in fragments.
+struct ScriptedModel {
+    inner: AnthropicClient,
+    mock: Arc<MockServer>,
+}
+
+impl ScriptedModel {
+    /// The next response, from the request's last message.
+    fn next(request: &ModelRequest) -> ScriptedResponse {
+        let Some(last) = request.messages.last() else {
+            return ScriptedResponse::text("Hello!");
+        };
+        let result = last.content.iter().find_map(|block| match block {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => Some((tool_use_id.as_str(), content.as_str(), *is_error)),
+            _ => None,
+        });
+        match (last.role, result) {
+            (Role::User, Some((id, _, _))) if id.starts_with("call_list") => {
+                ScriptedResponse::text("`old.log` is 92 days old and takes 48 MB; ")
+                    .then_text("I'll delete it and keep `today.log`.")
+                    .then_tool_call(
+                        format!("call_delete_{}", request.messages.len()),
+                        "delete_file",
+                        json!({"path": "logs/old.log"}),
+                    )
+            }
+            (Role::User, Some((_, _, true))) => ScriptedResponse::text(
+                "Understood: I left `old.log` where it is. Nothing was deleted.",
+            ),
+            (Role::User, Some(_)) => ScriptedResponse::text(
+                "Done: `logs/old.log` is deleted, 48 MB freed. `today.log` stays.",
+            ),
+            (Role::User, None) if last.text().to_lowercase().contains("tidy") => {
+                ScriptedResponse::thinking(
+                    "The user wants the logs tidied. I should list the folder before deleting anything.",
+                    "sig-demo",
+                )
+                .then_text("Let me look at the logs folder first.")
+                .then_tool_call(
+                    format!("call_list_{}", request.messages.len()),
+                    "list_files",
+                    json!({"dir": "logs"}),
+                )
+            }
+            _ => ScriptedResponse::text(
+                "I'm a scripted demo model. Ask me to **tidy up the logs** to see a tool call \
+                 that needs your approval.",
+            ),
+        }
+    }
+}
+
+impl LlmClient for ScriptedModel {
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        // Small chunks, a little apart: the page visibly streams.
+        self.mock.push(
+            MockResponse::stream(Self::next(request))
+                .chunk_size(48)
+                .chunk_delay(Duration::from_millis(15)),
+        );
+        self.inner.stream(request)
+    }
+
+    fn model(&self) -> &str {
+        LlmClient::model(&self.inner)
+    }
+}

@@ -1,0 +1,169 @@
+//! The web_chat example (examples/web_chat/) in a real browser: headless Chromium from
+//! Debian's `chromium` package, driven by playwright-core (tests/js/web-chat-browser.mjs)
+//! against the example's own server and page on a loopback port, with its scripted model.
+//!
+//! Under CI (`CI` set) a missing browser, `node` or npm package fails the test; elsewhere the
+//! test says on stderr what it skipped and why. `AGENT_LOOP_SCREENSHOT=path.png` saves a
+//! screenshot of the page waiting for approval (the README's).
+#![allow(clippy::duplicate_mod)]
+
+mod common;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/web_chat/main.rs"]
+mod web_chat;
+
+use serde_json::Value;
+
+/// The system Chromium (`CHROMIUM`, else Debian's /usr/bin/chromium), or `None` (after saying
+/// so) when the test must be skipped.
+fn chromium() -> Option<String> {
+    let path = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    if std::path::Path::new(&path).exists() {
+        return Some(path);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("the browser test needs Chromium under CI: {path} is missing (apt-get install chromium)");
+    }
+    eprintln!(
+        "\n!!! SKIPPED the web chat browser test: {path} is missing. Install Debian's chromium \
+         (apt-get install chromium), or set CHROMIUM to a Chromium binary, to run it.\n"
+    );
+    None
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approved() {
+    let Some(chromium) = chromium() else { return };
+    if !common::web::node_available("the web chat browser test", "playwright-core") {
+        return;
+    }
+    let (app, mock) = web_chat::scripted_app().await;
+    let url = common::web::serve(web_chat::router(app)).await;
+    let mut args = vec![url.as_str(), chromium.as_str()];
+    let screenshot = std::env::var("AGENT_LOOP_SCREENSHOT").ok();
+    if let Some(path) = &screenshot {
+        args.push(path);
+    }
+    let seen = common::web::node_json("web-chat-browser.mjs", &args).await;
+    assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["title"], "agent-loop web chat");
+
+    // Before the verdict: the question, then one assistant message with the reasoning, the
+    // streamed text, the listing (run, read-only) and the deletion waiting with its buttons.
+    let before = &seen["beforeApproval"];
+    assert_eq!(before["status"], "waiting for approval", "{before:#}");
+    let messages = before["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{before:#}");
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(strings(&messages[0]["texts"]), ["Please tidy up the logs."]);
+    let answer = &messages[1];
+    assert_eq!(answer["role"], "assistant");
+    assert!(
+        strings(&answer["reasoning"])
+            .concat()
+            .contains("list the folder before deleting"),
+        "{answer:#}"
+    );
+    assert_eq!(
+        strings(&answer["texts"]),
+        [
+            "Let me look at the logs folder first.",
+            "`old.log` is 92 days old and takes 48 MB; I'll delete it and keep `today.log`."
+        ],
+        "{answer:#}"
+    );
+    let tools = answer["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 2, "{answer:#}");
+    assert_eq!(tools[0]["name"], "list_files");
+    assert_eq!(tools[0]["state"], "output-available");
+    assert_eq!(tools[0]["args"], r#"{"dir":"logs"}"#);
+    assert!(tools[0]["output"]
+        .as_str()
+        .is_some_and(|o| o.contains("logs/old.log (92 days old, 48 MB)")));
+    assert_eq!(tools[1]["name"], "delete_file");
+    assert_eq!(tools[1]["state"], "approval-requested");
+    assert_eq!(tools[1]["args"], r#"{"path":"logs/old.log"}"#);
+    assert_eq!(
+        tools[1]["output"],
+        Value::Null,
+        "nothing ran before the verdict"
+    );
+    assert_eq!(strings(&tools[1]["buttons"]), ["Approve", "Deny"]);
+
+    // The text and the call's arguments reached the page in pieces, not at once.
+    let texts = strings(&seen["seen"]["text"]);
+    assert!(
+        texts.len() >= 2 && texts.last().is_some_and(|t| t.contains("logs folder")),
+        "the answer's text did not stream: {texts:?}"
+    );
+    let partial_args = strings(&seen["seen"]["args"]["delete_file"]);
+    assert!(
+        partial_args.len() >= 2,
+        "the call's arguments did not stream: {partial_args:?}"
+    );
+
+    // After Approve: the same assistant message goes on; the deletion ran once, and the
+    // final answer came.
+    let after = &seen["afterApproval"];
+    assert_eq!(after["status"], "done", "{after:#}");
+    let messages = after["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{after:#}");
+    let answer = &messages[1];
+    let tools = answer["tools"].as_array().expect("tools");
+    assert_eq!(tools[1]["name"], "delete_file");
+    assert_eq!(tools[1]["state"], "output-available", "{answer:#}");
+    assert_eq!(tools[1]["output"], "deleted logs/old.log");
+    assert_eq!(strings(&tools[1]["buttons"]), Vec::<String>::new());
+    assert_eq!(
+        strings(&answer["texts"]).last().map(String::as_str),
+        Some("Done: `logs/old.log` is deleted, 48 MB freed. `today.log` stays.")
+    );
+    assert_eq!(strings(&answer["errors"]), Vec::<String>::new());
+    // Three model calls: the listing, the deletion, the answer; none twice.
+    assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn the_server_serves_the_page_and_refuses_a_bad_body_with_a_400() {
+    let (app, _mock) = web_chat::scripted_app().await;
+    let url = common::web::serve(web_chat::router(app)).await;
+    let http = reqwest_client();
+    let page = http.get(&url).send().await.expect("GET /");
+    assert_eq!(page.status(), 200);
+    assert!(page
+        .text()
+        .await
+        .expect("the page")
+        .contains("<title>agent-loop web chat</title>"));
+    for path in ["/api/chat", "/agui"] {
+        let refused = http
+            .post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(refused.status(), 400, "{path}");
+        let body: Value = refused.json().await.expect("a JSON error");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+    }
+}
+
+fn reqwest_client() -> agent_loop::reqwest::Client {
+    agent_loop::reqwest::Client::new()
+}
