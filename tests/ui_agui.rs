@@ -170,90 +170,60 @@ fn check_invariants(events: &[AgUiEvent]) -> Result<(), String> {
         return Err("an event after the terminal one".into());
     }
     for (i, event) in events.iter().enumerate().skip(1) {
-        let fail = |what: &str| Err(format!("event {i} ({}): {what}", show(event)));
-        match event {
-            AgUiEvent::RunStarted { .. } => return fail("a second RUN_STARTED"),
+        let problem: Option<String> = match event {
+            AgUiEvent::RunStarted { .. } => Some("a second RUN_STARTED".to_owned()),
             AgUiEvent::TextMessageStart { message_id, .. } => {
-                if !text.insert(message_id.clone()) {
-                    return fail("already open");
-                }
+                (!text.insert(message_id.clone())).then(|| "already open".to_owned())
             }
-            AgUiEvent::TextMessageContent { message_id, delta } => {
-                if !text.contains(message_id) || delta.is_empty() {
-                    return fail("not open or empty");
-                }
-            }
+            AgUiEvent::TextMessageContent { message_id, delta } => (!text.contains(message_id)
+                || delta.is_empty())
+            .then(|| "not open or empty".to_owned()),
             AgUiEvent::TextMessageEnd { message_id } => {
-                if !text.remove(message_id) {
-                    return fail("not open");
-                }
+                (!text.remove(message_id)).then(|| "not open".to_owned())
             }
             AgUiEvent::ReasoningStart { message_id } => {
-                if !spans.insert(message_id.clone()) {
-                    return fail("already open");
-                }
+                (!spans.insert(message_id.clone())).then(|| "already open".to_owned())
             }
-            AgUiEvent::ReasoningMessageStart { message_id, .. } => {
-                if !spans.contains(message_id) || !reasoning.insert(message_id.clone()) {
-                    return fail("outside its span or already open");
-                }
-            }
+            AgUiEvent::ReasoningMessageStart { message_id, .. } => (!spans.contains(message_id)
+                || !reasoning.insert(message_id.clone()))
+            .then(|| "outside its span or already open".to_owned()),
             AgUiEvent::ReasoningMessageContent { message_id, delta } => {
-                if !reasoning.contains(message_id) || delta.is_empty() {
-                    return fail("not open or empty");
-                }
+                (!reasoning.contains(message_id) || delta.is_empty())
+                    .then(|| "not open or empty".to_owned())
             }
             AgUiEvent::ReasoningMessageEnd { message_id } => {
-                if !reasoning.remove(message_id) {
-                    return fail("not open");
-                }
+                (!reasoning.remove(message_id)).then(|| "not open".to_owned())
             }
-            AgUiEvent::ReasoningEnd { message_id } => {
-                if reasoning.contains(message_id) || !spans.remove(message_id) {
-                    return fail("not open, or its message is");
-                }
-            }
+            AgUiEvent::ReasoningEnd { message_id } => (reasoning.contains(message_id)
+                || !spans.remove(message_id))
+            .then(|| "not open, or its message is".to_owned()),
             AgUiEvent::ToolCallStart { tool_call_id, .. } => {
-                if !calls.insert(tool_call_id.clone()) {
-                    return fail("already open");
-                }
+                (!calls.insert(tool_call_id.clone())).then(|| "already open".to_owned())
             }
             AgUiEvent::ToolCallArgs {
                 tool_call_id,
                 delta,
-            } => {
-                if !calls.contains(tool_call_id) || delta.is_empty() {
-                    return fail("not open or empty");
-                }
-            }
+            } => (!calls.contains(tool_call_id) || delta.is_empty())
+                .then(|| "not open or empty".to_owned()),
             AgUiEvent::ToolCallEnd { tool_call_id } => {
-                if !calls.remove(tool_call_id) {
-                    return fail("not open");
-                }
+                (!calls.remove(tool_call_id)).then(|| "not open".to_owned())
             }
             AgUiEvent::StepStarted { step_name } => {
-                if !steps.insert(step_name.clone()) {
-                    return fail("already open");
-                }
+                (!steps.insert(step_name.clone())).then(|| "already open".to_owned())
             }
             AgUiEvent::StepFinished { step_name } => {
-                if !steps.remove(step_name) {
-                    return fail("not open");
-                }
+                (!steps.remove(step_name)).then(|| "not open".to_owned())
             }
-            e if is_terminal(e) => {
-                if !(text.is_empty()
-                    && reasoning.is_empty()
-                    && spans.is_empty()
-                    && calls.is_empty()
-                    && steps.is_empty())
-                {
-                    return fail(&format!(
-                        "left open: {text:?} {reasoning:?} {spans:?} {calls:?} {steps:?}"
-                    ));
-                }
-            }
-            _ => {}
+            e if is_terminal(e) => (!(text.is_empty()
+                && reasoning.is_empty()
+                && spans.is_empty()
+                && calls.is_empty()
+                && steps.is_empty()))
+            .then(|| format!("left open: {text:?} {reasoning:?} {spans:?} {calls:?} {steps:?}")),
+            _ => None,
+        };
+        if let Some(what) = problem {
+            return Err(format!("event {i} ({}): {what}", show(event)));
         }
     }
     Ok(())
