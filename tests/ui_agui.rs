@@ -879,6 +879,7 @@ impl App {
             .tool(weather_tool())
             .tool(delete_tool())
             .require_approval("delete")
+            .retry_policy(common::fast_retries())
             .session(self.store.clone(), thread)
             .build()
             .expect("the agent builds")
@@ -1042,6 +1043,34 @@ async fn http_agent_approves_a_paused_call_and_the_run_goes_on() {
     let mut agent = app.agent("approve-1");
     assert_eq!(agent.load_session().await.unwrap(), None);
     assert_eq!(agent.messages().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_keeps_only_the_answer_that_was_not_voided_by_a_retry() {
+    if !common::web::node_available("AG-UI HttpAgent retry", "@ag-ui/client") {
+        return;
+    }
+    let (url, _app) = server(vec![
+        ScriptedResponse::text("Hel").then_fail(agent_loop::LlmError::Transport {
+            message: "reset".into(),
+        }),
+        ScriptedResponse::text("Hello!"),
+    ])
+    .await;
+    let out = common::web::node_json("agui-client.mjs", &["chat", &url, "retry-1", "Hi"]).await;
+    assert!(
+        out["events"].as_array().unwrap().contains(&json!("CUSTOM")),
+        "{out:#}"
+    );
+    // The voided attempt's message was streamed, then dropped by the snapshot.
+    assert_eq!(
+        messages(&out["messages"]),
+        vec![
+            json!({"id": "user-1", "role": "user", "content": "Hi"}),
+            json!({"id": "run-1:t1.2", "role": "assistant", "content": "Hello!"}),
+        ],
+        "{out:#}"
+    );
 }
 
 async fn post_json(url: &str, body: Vec<u8>) -> (u16, String) {
