@@ -1,17 +1,86 @@
 //! AG-UI 1.0 (`@ag-ui/core`, `@ag-ui/client`): `RunAgentInput` in, AG-UI events out.
 //!
-//! STUB: the helper implementing this file replaces every body marked STUB; the public
-//! signatures are the contract the example and the other files use.
+//! - [`RunAgentInput`] parses the request body leniently (unknown fields are ignored) and
+//!   says what the client asks: a new run on its last user message, or the resumption of the
+//!   agent's paused run with the answers in its `resume` entries ([`RunAgentInput::turn`]).
+//! - [`AgUiEncoder`] turns a run's [`AgentEvent`]s into [`AgUiEvent`]s: a sans-IO,
+//!   deterministic state machine whose ids are made from the request's run id.
+//! - [`encode_stream`] and [`sse_body`] make the response body; with the feature `axum`,
+//!   [`respond`] is the whole handler.
+//!
+//! # How the agent's run maps to AG-UI
+//!
+//! | agent                     | AG-UI |
+//! |---------------------------|-------|
+//! | (first event)             | `RUN_STARTED` |
+//! | `TurnStart`/`TurnEnd`     | `STEP_STARTED`/`STEP_FINISHED` `"turn N"` |
+//! | `TextDelta`               | `TEXT_MESSAGE_START` (once, id `{runId}:t{turn}`), `TEXT_MESSAGE_CONTENT` |
+//! | `ThinkingDelta`           | `REASONING_START`, `REASONING_MESSAGE_START`, `REASONING_MESSAGE_CONTENT` (id `{message}:reasoning`) |
+//! | `ToolCallStart`, `ToolInputDelta`, `ToolCall` | `TOOL_CALL_START` (parent: the turn's assistant message), `TOOL_CALL_ARGS`, `TOOL_CALL_END` |
+//! | `ToolResult`              | `TOOL_CALL_RESULT` (id `{runId}:r:{callId}`) |
+//! | `Retry`, `Fallback`, `Compacted`, `Handoff`, `ToolProgress`, `RateLimits`, `SubAgent` | `CUSTOM` `agent_loop.retry`, … |
+//! | `Finished`                | `MESSAGES_SNAPSHOT` ([`encode_stream`]), then `RUN_FINISHED` or `RUN_ERROR` |
+//!
+//! Choices the protocol leaves open:
+//!
+//! - A run that completed gives `RUN_FINISHED` with the outcome `success` and the final text
+//!   (or the structured answer) as its `result`. A paused run gives the outcome `interrupt`,
+//!   one interrupt per waiting call, with the id `{pauseId}:{callId}`: the pause id makes an
+//!   answer to an older pause of the same call an error rather than a verdict on the new one.
+//!   A cancelled run gives the outcome `cancelled`. An error gives `RUN_ERROR` with a `code`
+//!   naming its kind (`llm`, `tool`, `session`…).
+//! - A run stopped by a limit or a refusal (turn limit, token or cost budget, repeated or
+//!   failing calls, a hook, a refusal, `max_tokens`, no valid structured answer) did not do
+//!   what it was asked and was not cancelled by whoever ran it: it ends with `RUN_ERROR`
+//!   whose `code` names why (`max_turns`, `token_budget`, `cost_budget`, `tool_failures`,
+//!   `repeated_tool_call`, `stopped_by_hook`, `refused`, `max_tokens`, `invalid_output`) and
+//!   whose message is the [`Termination`]'s text. Its usage is there as for any end.
+//! - `RateLimits` becomes `CUSTOM` `agent_loop.rate_limits` (the figures as JSON). A
+//!   sub-agent's run is not streamed into the conversation (its text is not the parent's
+//!   answer): its turn starts, calls, results and end become `CUSTOM` `agent_loop.sub_agent`
+//!   events `{path, type, …}`; its deltas are left out.
+//! - The text of an attempt voided by a `Retry` or `Fallback` stays in the message the client
+//!   built from it; the next attempt's text goes in a new message (`{runId}:t{turn}.{n}`), and
+//!   the `MESSAGES_SNAPSHOT` at the end (which the client applies as the conversation) has
+//!   only what the agent kept.
+//! - `MESSAGES_SNAPSHOT` keeps the client's ids: a message the request carried keeps its id
+//!   (found by tool call id, else by its place among the messages of its role), a message of
+//!   this run the id it was streamed with; any other gets `{runId}:m{index}`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{sse_frame, UiRequest, UiRequestError, UiTurn};
-use crate::agent::{AgentEvent, AgentHandle, PausedRun};
-use crate::message::Message;
+use crate::agent::{
+    AgentEvent, AgentHandle, PausedRun, Resolution, Resolutions, RunOutcome, Termination, WaitsFor,
+};
+use crate::error::Error;
+use crate::input::UserInput;
+use crate::message::{ContentBlock, MediaSource, Message, Role, Usage};
 
-/// One AG-UI event (STUB: the full set comes with the encoder).
+/// One AG-UI event, as `@ag-ui/core` 1.0 defines it (the subset this crate sends): JSON with
+/// a `type` tag in SCREAMING_SNAKE_CASE and camelCase fields; optional fields are left out
+/// when `None`.
+///
+/// ```
+/// use agent_loop::ui::agui::AgUiEvent;
+///
+/// let event = AgUiEvent::TextMessageContent {
+///     message_id: "run-1:t1".into(),
+///     delta: "Hello".into(),
+/// };
+/// let json = serde_json::to_value(&event)?;
+/// assert_eq!(
+///     json,
+///     serde_json::json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "run-1:t1", "delta": "Hello"})
+/// );
+/// assert_eq!(serde_json::from_value::<AgUiEvent>(json)?, event);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
@@ -24,13 +93,490 @@ pub enum AgUiEvent {
         /// The run.
         run_id: String,
     },
+    /// The run ended without failing.
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        /// The thread.
+        thread_id: String,
+        /// The run.
+        run_id: String,
+        /// What the run produced (a completed run: its final text or structured answer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        /// How it ended (absent: success).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<RunFinishedOutcome>,
+        /// The tokens it used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Vec<TokenUsage>>,
+    },
+    /// The run failed (or was stopped by a limit: see the [module docs](self)).
+    #[serde(rename_all = "camelCase")]
+    RunError {
+        /// What happened.
+        message: String,
+        /// Its kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        /// The tokens the run used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Vec<TokenUsage>>,
+    },
+    /// A step (a model turn) starts.
+    #[serde(rename_all = "camelCase")]
+    StepStarted {
+        /// `turn N`.
+        step_name: String,
+    },
+    /// A step ends.
+    #[serde(rename_all = "camelCase")]
+    StepFinished {
+        /// `turn N`.
+        step_name: String,
+    },
+    /// A streamed text message opens.
+    #[serde(rename_all = "camelCase")]
+    TextMessageStart {
+        /// The message.
+        message_id: String,
+        /// `assistant`.
+        #[serde(default = "assistant")]
+        role: String,
+    },
+    /// Text of an open message.
+    #[serde(rename_all = "camelCase")]
+    TextMessageContent {
+        /// The message.
+        message_id: String,
+        /// The text (never empty).
+        delta: String,
+    },
+    /// A streamed text message closes.
+    #[serde(rename_all = "camelCase")]
+    TextMessageEnd {
+        /// The message.
+        message_id: String,
+    },
+    /// A tool call opens.
+    #[serde(rename_all = "camelCase")]
+    ToolCallStart {
+        /// The call.
+        tool_call_id: String,
+        /// The tool.
+        tool_call_name: String,
+        /// The assistant message that carries the call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_message_id: Option<String>,
+    },
+    /// A fragment of a call's JSON arguments.
+    #[serde(rename_all = "camelCase")]
+    ToolCallArgs {
+        /// The call.
+        tool_call_id: String,
+        /// The fragment.
+        delta: String,
+    },
+    /// A call's arguments are complete.
+    #[serde(rename_all = "camelCase")]
+    ToolCallEnd {
+        /// The call.
+        tool_call_id: String,
+    },
+    /// A call's result: a new tool message.
+    #[serde(rename_all = "camelCase")]
+    ToolCallResult {
+        /// The tool message.
+        message_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// What the tool returned.
+        content: String,
+        /// `tool`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+    },
+    /// A span of reasoning opens.
+    #[serde(rename_all = "camelCase")]
+    ReasoningStart {
+        /// The span (the id of the reasoning message inside it).
+        message_id: String,
+    },
+    /// A reasoning message opens.
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageStart {
+        /// The message.
+        message_id: String,
+        /// `reasoning`.
+        role: String,
+    },
+    /// Reasoning text.
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageContent {
+        /// The message.
+        message_id: String,
+        /// The text (never empty).
+        delta: String,
+    },
+    /// A reasoning message closes.
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageEnd {
+        /// The message.
+        message_id: String,
+    },
+    /// A span of reasoning closes.
+    #[serde(rename_all = "camelCase")]
+    ReasoningEnd {
+        /// The span.
+        message_id: String,
+    },
+    /// The whole conversation, as the agent keeps it.
+    #[serde(rename_all = "camelCase")]
+    MessagesSnapshot {
+        /// The messages, oldest first.
+        messages: Vec<AgUiMessage>,
+    },
+    /// An event of this crate's own: `agent_loop.retry`, `agent_loop.fallback`,
+    /// `agent_loop.compacted`, `agent_loop.handoff`, `agent_loop.tool_progress`,
+    /// `agent_loop.rate_limits`, `agent_loop.sub_agent`.
+    #[serde(rename_all = "camelCase")]
+    Custom {
+        /// Its name.
+        name: String,
+        /// Its fields.
+        value: Value,
+    },
 }
 
-/// Encodes a run's [`AgentEvent`]s as AG-UI events (STUB).
+fn assistant() -> String {
+    "assistant".to_owned()
+}
+
+/// How a run ended (`RUN_FINISHED.outcome`).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunFinishedOutcome {
+    /// The run completed.
+    Success,
+    /// The run waits for answers: resume it with a new run whose `resume` entries answer
+    /// these.
+    Interrupt {
+        /// What it waits for (at least one).
+        interrupts: Vec<Interrupt>,
+    },
+    /// The run was cancelled.
+    Cancelled,
+}
+
+/// Something a paused run waits for: one call's approval or result.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupt {
+    /// `{pauseId}:{callId}`: what a `resume` entry's `interruptId` names.
+    pub id: String,
+    /// `tool_approval` or `tool_result`.
+    pub reason: String,
+    /// What to show the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The call that waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The JSON schema of the `payload` of the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<Value>,
+}
+
+/// Token counts (`RUN_FINISHED.usage`), in AG-UI's accounting: `input_tokens` is the whole
+/// prompt, cache reads and writes included; `cached_input_tokens`,
+/// `cache_write_input_tokens` (and `reasoning_tokens` of the output) are parts of the totals.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    /// Every prompt token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Generated tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Input plus output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// Of the output, the reasoning tokens (when the provider says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Of the input, the tokens read from the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Of the input, the tokens written to the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_input_tokens: Option<u64>,
+}
+
+impl From<&Usage> for TokenUsage {
+    fn from(usage: &Usage) -> Self {
+        TokenUsage {
+            input_tokens: Some(usage.total_input_tokens()),
+            output_tokens: Some(usage.output_tokens),
+            total_tokens: Some(usage.total_tokens()),
+            reasoning_tokens: (usage.reasoning_tokens > 0).then_some(usage.reasoning_tokens),
+            cached_input_tokens: Some(usage.cache_read_input_tokens),
+            cache_write_input_tokens: Some(usage.cache_creation_input_tokens),
+        }
+    }
+}
+
+/// One message of an AG-UI conversation (`MESSAGES_SNAPSHOT`, `RunAgentInput.messages`),
+/// tagged by `role`.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum AgUiMessage {
+    /// The person's message.
+    #[serde(rename_all = "camelCase")]
+    User {
+        /// Its id.
+        id: String,
+        /// Text, or content parts (text, images, documents).
+        content: AgUiContent,
+    },
+    /// The model's message: its text and its tool calls.
+    #[serde(rename_all = "camelCase")]
+    Assistant {
+        /// Its id.
+        id: String,
+        /// Its text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// Its calls.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<AgUiToolCall>,
+    },
+    /// A tool call's result.
+    #[serde(rename_all = "camelCase")]
+    Tool {
+        /// Its id.
+        id: String,
+        /// What the tool returned.
+        content: AgUiContent,
+        /// The call it answers.
+        tool_call_id: String,
+        /// Set when the call failed: what went wrong.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Instructions from the system.
+    #[serde(rename_all = "camelCase")]
+    System {
+        /// Its id.
+        id: String,
+        /// The instructions.
+        content: String,
+    },
+    /// Instructions from the application's developer.
+    #[serde(rename_all = "camelCase")]
+    Developer {
+        /// Its id.
+        id: String,
+        /// The instructions.
+        content: String,
+    },
+    /// The model's reasoning, before the assistant message it belongs to.
+    #[serde(rename_all = "camelCase")]
+    Reasoning {
+        /// Its id.
+        id: String,
+        /// The reasoning text.
+        content: String,
+    },
+}
+
+/// A message's content: a string, or content parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgUiContent {
+    /// Plain text.
+    Text(String),
+    /// Parts.
+    Parts(Vec<AgUiContentPart>),
+}
+
+/// One content part.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum AgUiContentPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image {
+        /// Its bytes.
+        source: AgUiSource,
+    },
+    /// A document (PDF).
+    Document {
+        /// Its bytes.
+        source: AgUiSource,
+    },
+    /// Audio (not read by this crate: a request carrying it is refused).
+    Audio {
+        /// Its bytes.
+        source: AgUiSource,
+    },
+    /// Video (not read by this crate: a request carrying it is refused).
+    Video {
+        /// Its bytes.
+        source: AgUiSource,
+    },
+}
+
+/// Where a part's bytes are.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum AgUiSource {
+    /// Inline, base64.
+    #[serde(rename_all = "camelCase")]
+    Data {
+        /// The base64 text.
+        value: String,
+        /// The media type.
+        mime_type: String,
+    },
+    /// A URL.
+    #[serde(rename_all = "camelCase")]
+    Url {
+        /// The URL.
+        value: String,
+        /// The media type, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    /// A file at a provider (not read by this crate: a request carrying it is refused).
+    #[serde(rename_all = "camelCase")]
+    File {
+        /// The provider's handle.
+        value: String,
+    },
+}
+
+/// A tool call of an assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgUiToolCall {
+    /// The call's id.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type", default = "function")]
+    pub kind: String,
+    /// The tool and its arguments.
+    pub function: AgUiFunctionCall,
+}
+
+fn function() -> String {
+    "function".to_owned()
+}
+
+/// The tool and arguments of an [`AgUiToolCall`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgUiFunctionCall {
+    /// The tool.
+    pub name: String,
+    /// The arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// What the encoder knows of one call of the run.
+#[derive(Debug, Clone, Default)]
+struct CallState {
+    started: bool,
+    args_sent: bool,
+    ended: bool,
+}
+
+/// An assistant message this run streamed: its id, the calls it carries and its text (to
+/// find it again in the conversation for the snapshot).
+#[derive(Debug, Clone)]
+struct Streamed {
+    id: String,
+    calls: Vec<String>,
+    text: String,
+}
+
+/// The ids the client gave the messages it sent, for the snapshot.
+#[derive(Debug, Clone, Default)]
+struct ClientIds {
+    /// User messages, in order.
+    user: Vec<String>,
+    /// Assistant messages without tool calls, in order.
+    plain: Vec<String>,
+    /// Assistant messages, by the ids of their calls.
+    by_call: HashMap<String, String>,
+    /// Tool messages, by the call they answer.
+    results: HashMap<String, String>,
+}
+
+/// Encodes a run's [`AgentEvent`]s as AG-UI events: a sans-IO, deterministic state machine
+/// (its ids are made from the run id). It keeps AG-UI's sequence rules: `RUN_STARTED` first,
+/// every message, reasoning span, tool call and step closed before the run's last event,
+/// nothing after it.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::ui::agui::{AgUiEncoder, AgUiEvent};
+/// use agent_loop::{Agent, AgentEvent};
+/// use futures::StreamExt;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let client = ScriptedClient::new([ScriptedResponse::text("Hello!")]);
+/// let mut agent = Agent::builder(client).build()?;
+/// let events: Vec<AgentEvent> = agent.run("Hi").collect().await;
+///
+/// let mut encoder = AgUiEncoder::new("thread-1", "run-1");
+/// let out: Vec<AgUiEvent> = events.iter().flat_map(|e| encoder.encode(e)).collect();
+/// assert!(matches!(&out[0], AgUiEvent::RunStarted { run_id, .. } if run_id == "run-1"));
+/// assert!(out.contains(&AgUiEvent::TextMessageContent {
+///     message_id: "run-1:t1".into(),
+///     delta: "Hello!".into(),
+/// }));
+/// assert!(matches!(out.last(), Some(AgUiEvent::RunFinished { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct AgUiEncoder {
     thread_id: String,
     run_id: String,
+    /// `RUN_STARTED` was sent.
+    started: bool,
+    /// The run's last event was sent: nothing more.
+    finished: bool,
+    /// The open step's name.
+    step: Option<String>,
+    /// The turn in progress.
+    turn: u32,
+    /// Attempts of this turn voided by a retry or a fallback.
+    voided: u32,
+    /// The assistant message of the turn's attempt was opened (text, reasoning or a call).
+    message_opened: bool,
+    /// A text message is open.
+    text_open: bool,
+    /// The open reasoning message's id.
+    reasoning: Option<String>,
+    /// Reasoning messages of the current assistant message so far.
+    reasoning_count: u32,
+    /// Calls, by id.
+    calls: BTreeMap<String, CallState>,
+    /// The turn the resumed run continues (no `TurnStart` for it).
+    resumed_turn: Option<u32>,
+    /// The assistant messages this run streamed, in order.
+    streamed: Vec<Streamed>,
+    /// What the client's request said of its messages' ids.
+    client: ClientIds,
 }
 
 impl AgUiEncoder {
@@ -39,46 +585,810 @@ impl AgUiEncoder {
         AgUiEncoder {
             thread_id: thread_id.into(),
             run_id: run_id.into(),
+            started: false,
+            finished: false,
+            step: None,
+            turn: 0,
+            voided: 0,
+            message_opened: false,
+            text_open: false,
+            reasoning: None,
+            reasoning_count: 0,
+            calls: BTreeMap::new(),
+            resumed_turn: None,
+            streamed: Vec::new(),
+            client: ClientIds::default(),
         }
     }
 
-    /// An encoder for the resumption of `paused`.
-    pub fn resuming(self, paused: &PausedRun) -> Self {
-        let _ = paused;
+    /// An encoder for the resumption of `paused`: the run starts inside the paused turn
+    /// (`STEP_STARTED "turn N"` right after `RUN_STARTED`), and the calls of the paused
+    /// response, which the paused run announced, are not announced again.
+    pub fn resuming(mut self, paused: &PausedRun) -> Self {
+        self.resumed_turn = Some(paused.turn());
+        self.turn = paused.turn();
+        if let Some(last) = paused.conversation().messages.last() {
+            for (id, _, _) in last.tool_uses() {
+                self.calls.insert(
+                    id.to_owned(),
+                    CallState {
+                        started: true,
+                        args_sent: true,
+                        ended: true,
+                    },
+                );
+            }
+        }
         self
     }
 
-    /// The events for one agent event.
-    pub fn encode(&mut self, event: &AgentEvent) -> Vec<AgUiEvent> {
-        let _ = event;
-        vec![AgUiEvent::RunStarted {
-            thread_id: self.thread_id.clone(),
-            run_id: self.run_id.clone(),
-        }]
+    /// Reuses the ids the client gave the messages of `request` in
+    /// [`messages_snapshot`](Self::messages_snapshot), so that the snapshot updates the
+    /// client's messages in place rather than replacing them.
+    pub fn with_client_messages(mut self, request: &RunAgentInput) -> Self {
+        let mut client = ClientIds::default();
+        for message in &request.messages {
+            match &message.kind {
+                Parsed::User(_) => client.user.push(message.id.clone()),
+                Parsed::Assistant { calls, .. } if calls.is_empty() => {
+                    client.plain.push(message.id.clone())
+                }
+                Parsed::Assistant { calls, .. } => {
+                    for (call, _, _) in calls {
+                        client.by_call.insert(call.clone(), message.id.clone());
+                    }
+                }
+                Parsed::Tool { call_id, .. } => {
+                    client.results.insert(call_id.clone(), message.id.clone());
+                }
+                Parsed::Skipped => {}
+            }
+        }
+        self.client = client;
+        self
     }
 
-    /// `MESSAGES_SNAPSHOT` of a conversation (STUB).
-    pub fn messages_snapshot(&self, messages: &[Message]) -> AgUiEvent {
-        let _ = messages;
-        AgUiEvent::RunStarted {
+    /// The id of the current turn's assistant message.
+    fn message_id(&self) -> String {
+        if self.voided == 0 {
+            format!("{}:t{}", self.run_id, self.turn)
+        } else {
+            format!("{}:t{}.{}", self.run_id, self.turn, self.voided + 1)
+        }
+    }
+
+    /// The id of a call's tool message.
+    fn result_id(&self, call_id: &str) -> String {
+        format!("{}:r:{call_id}", self.run_id)
+    }
+
+    /// Records that the turn's assistant message exists (once per attempt).
+    fn open_message(&mut self) {
+        if !self.message_opened {
+            self.message_opened = true;
+            let id = self.message_id();
+            self.streamed.push(Streamed {
+                id,
+                calls: Vec::new(),
+                text: String::new(),
+            });
+        }
+    }
+
+    fn close_text(&mut self, out: &mut Vec<AgUiEvent>) {
+        if self.text_open {
+            self.text_open = false;
+            out.push(AgUiEvent::TextMessageEnd {
+                message_id: self.message_id(),
+            });
+        }
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<AgUiEvent>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(AgUiEvent::ReasoningMessageEnd {
+                message_id: id.clone(),
+            });
+            out.push(AgUiEvent::ReasoningEnd { message_id: id });
+        }
+    }
+
+    /// Ends every call that started and did not end.
+    fn end_open_calls(&mut self, out: &mut Vec<AgUiEvent>) {
+        for (id, call) in &mut self.calls {
+            if call.started && !call.ended {
+                call.ended = true;
+                out.push(AgUiEvent::ToolCallEnd {
+                    tool_call_id: id.clone(),
+                });
+            }
+        }
+    }
+
+    fn close_step(&mut self, out: &mut Vec<AgUiEvent>) {
+        if let Some(step_name) = self.step.take() {
+            out.push(AgUiEvent::StepFinished { step_name });
+        }
+    }
+
+    fn start_call(&mut self, id: &str, name: &str, out: &mut Vec<AgUiEvent>) {
+        self.close_text(out);
+        self.open_message();
+        let parent = self.message_id();
+        if let Some(message) = self.streamed.last_mut() {
+            message.calls.push(id.to_owned());
+        }
+        self.calls.insert(
+            id.to_owned(),
+            CallState {
+                started: true,
+                ..CallState::default()
+            },
+        );
+        out.push(AgUiEvent::ToolCallStart {
+            tool_call_id: id.to_owned(),
+            tool_call_name: name.to_owned(),
+            parent_message_id: Some(parent),
+        });
+    }
+
+    /// Announces a whole call (START, ARGS, END), or what of it is missing.
+    fn announce_call(&mut self, id: &str, name: &str, input: &Value, out: &mut Vec<AgUiEvent>) {
+        let started = self.calls.get(id).is_some_and(|c| c.started);
+        if !started {
+            self.start_call(id, name, out);
+        }
+        let call = self.calls.entry(id.to_owned()).or_default();
+        if !call.args_sent && !call.ended {
+            call.args_sent = true;
+            out.push(AgUiEvent::ToolCallArgs {
+                tool_call_id: id.to_owned(),
+                delta: input.to_string(),
+            });
+        }
+        if !call.ended {
+            call.ended = true;
+            out.push(AgUiEvent::ToolCallEnd {
+                tool_call_id: id.to_owned(),
+            });
+        }
+    }
+
+    /// The events for one agent event. After the run's `Finished`, none.
+    pub fn encode(&mut self, event: &AgentEvent) -> Vec<AgUiEvent> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
+        }
+        if !self.started {
+            self.started = true;
+            out.push(AgUiEvent::RunStarted {
+                thread_id: self.thread_id.clone(),
+                run_id: self.run_id.clone(),
+            });
+            if let Some(turn) = self.resumed_turn {
+                let step_name = format!("turn {turn}");
+                self.step = Some(step_name.clone());
+                out.push(AgUiEvent::StepStarted { step_name });
+            }
+        }
+        if !matches!(event, AgentEvent::ThinkingDelta { .. }) {
+            self.close_reasoning(&mut out);
+        }
+        match event {
+            AgentEvent::TurnStart { turn } => {
+                self.close_text(&mut out);
+                self.end_open_calls(&mut out);
+                self.close_step(&mut out);
+                self.turn = *turn;
+                self.voided = 0;
+                self.message_opened = false;
+                self.reasoning_count = 0;
+                let step_name = format!("turn {turn}");
+                self.step = Some(step_name.clone());
+                out.push(AgUiEvent::StepStarted { step_name });
+            }
+            AgentEvent::TextDelta { text } => {
+                if !text.is_empty() {
+                    self.open_message();
+                    if !self.text_open {
+                        self.text_open = true;
+                        out.push(AgUiEvent::TextMessageStart {
+                            message_id: self.message_id(),
+                            role: assistant(),
+                        });
+                    }
+                    if let Some(message) = self.streamed.last_mut() {
+                        message.text.push_str(text);
+                    }
+                    out.push(AgUiEvent::TextMessageContent {
+                        message_id: self.message_id(),
+                        delta: text.clone(),
+                    });
+                }
+            }
+            AgentEvent::ThinkingDelta { text } => {
+                if !text.is_empty() {
+                    if self.reasoning.is_none() {
+                        self.close_text(&mut out);
+                        self.open_message();
+                        self.reasoning_count += 1;
+                        let id = reasoning_id(&self.message_id(), self.reasoning_count);
+                        self.reasoning = Some(id.clone());
+                        out.push(AgUiEvent::ReasoningStart {
+                            message_id: id.clone(),
+                        });
+                        out.push(AgUiEvent::ReasoningMessageStart {
+                            message_id: id,
+                            role: "reasoning".to_owned(),
+                        });
+                    }
+                    if let Some(id) = &self.reasoning {
+                        out.push(AgUiEvent::ReasoningMessageContent {
+                            message_id: id.clone(),
+                            delta: text.clone(),
+                        });
+                    }
+                }
+            }
+            AgentEvent::ToolCallStart { id, name } => {
+                let known = self.calls.get(id.as_str()).is_some_and(|c| c.started);
+                if !known {
+                    self.start_call(id, name, &mut out);
+                }
+            }
+            AgentEvent::ToolInputDelta { id, partial_json } => {
+                if let Some(call) = self.calls.get_mut(id.as_str()) {
+                    if call.started && !call.ended && !partial_json.is_empty() {
+                        call.args_sent = true;
+                        out.push(AgUiEvent::ToolCallArgs {
+                            tool_call_id: id.clone(),
+                            delta: partial_json.clone(),
+                        });
+                    }
+                }
+            }
+            AgentEvent::ToolCall { id, name, input } => {
+                self.announce_call(id, name, input, &mut out);
+            }
+            AgentEvent::ToolResult {
+                id,
+                content,
+                is_error,
+                ..
+            } => {
+                // A result always follows its call; end it if its END is missing.
+                if let Some(call) = self.calls.get_mut(id.as_str()) {
+                    if call.started && !call.ended {
+                        call.ended = true;
+                        out.push(AgUiEvent::ToolCallEnd {
+                            tool_call_id: id.clone(),
+                        });
+                    }
+                }
+                let _ = is_error;
+                out.push(AgUiEvent::ToolCallResult {
+                    message_id: self.result_id(id),
+                    tool_call_id: id.clone(),
+                    content: content.clone(),
+                    role: Some("tool".to_owned()),
+                });
+            }
+            AgentEvent::ToolProgress { id, message } => out.push(custom(
+                "agent_loop.tool_progress",
+                serde_json::json!({"toolCallId": id, "message": message}),
+            )),
+            AgentEvent::Retry {
+                attempt,
+                delay,
+                error,
+                ..
+            } => {
+                self.void_attempt(&mut out);
+                out.push(custom(
+                    "agent_loop.retry",
+                    serde_json::json!({
+                        "attempt": attempt,
+                        "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        "error": error,
+                    }),
+                ));
+            }
+            AgentEvent::Fallback { from, to, error } => {
+                self.void_attempt(&mut out);
+                out.push(custom(
+                    "agent_loop.fallback",
+                    serde_json::json!({"from": from, "to": to, "error": error}),
+                ));
+            }
+            AgentEvent::Compacted {
+                tokens_before,
+                tokens_after,
+            } => out.push(custom(
+                "agent_loop.compacted",
+                serde_json::json!({"tokensBefore": tokens_before, "tokensAfter": tokens_after}),
+            )),
+            AgentEvent::Handoff { from, to } => out.push(custom(
+                "agent_loop.handoff",
+                serde_json::json!({"from": from, "to": to}),
+            )),
+            AgentEvent::RateLimits(limits) => out.push(custom(
+                "agent_loop.rate_limits",
+                serde_json::to_value(limits).unwrap_or_else(|_| serde_json::json!({})),
+            )),
+            AgentEvent::SubAgent { path, event } => {
+                if let Some(value) = sub_agent_value(&path.to_string(), event) {
+                    out.push(custom("agent_loop.sub_agent", value));
+                }
+            }
+            AgentEvent::TurnEnd { .. } => {
+                self.close_text(&mut out);
+                self.end_open_calls(&mut out);
+                self.close_step(&mut out);
+            }
+            AgentEvent::Finished(outcome) => {
+                self.close_text(&mut out);
+                self.end_open_calls(&mut out);
+                if let Termination::Paused(paused) = &outcome.termination {
+                    if let Some(last) = paused.conversation().messages.last() {
+                        for (id, name, input) in last.tool_uses() {
+                            self.announce_call(id, name, input, &mut out);
+                        }
+                    }
+                }
+                self.close_step(&mut out);
+                out.push(self.terminal(outcome));
+                self.finished = true;
+            }
+        }
+        out
+    }
+
+    /// A retry or a fallback: the attempt's text is void; what comes next is a new message.
+    fn void_attempt(&mut self, out: &mut Vec<AgUiEvent>) {
+        self.close_text(out);
+        self.end_open_calls(out);
+        if self.message_opened {
+            self.message_opened = false;
+            self.voided += 1;
+            self.reasoning_count = 0;
+            // The voided attempt is not in the conversation: forget it for the snapshot.
+            self.streamed.pop();
+        }
+    }
+
+    /// The run's last event.
+    fn terminal(&self, outcome: &RunOutcome) -> AgUiEvent {
+        let usage = Some(vec![TokenUsage::from(&outcome.usage)]);
+        let finished = |result, outcome| AgUiEvent::RunFinished {
             thread_id: self.thread_id.clone(),
             run_id: self.run_id.clone(),
+            result,
+            outcome: Some(outcome),
+            usage: usage.clone(),
+        };
+        match &outcome.termination {
+            Termination::Completed => {
+                let result = outcome.output.clone().or_else(|| {
+                    (!outcome.final_text.is_empty())
+                        .then(|| Value::String(outcome.final_text.clone()))
+                });
+                finished(result, RunFinishedOutcome::Success)
+            }
+            Termination::Paused(paused) => {
+                let interrupts: Vec<Interrupt> = paused
+                    .pending()
+                    .iter()
+                    .map(|call| interrupt(paused.id(), &call.id, &call.name, call.waits_for))
+                    .collect();
+                if interrupts.is_empty() {
+                    // A pause waits for something by construction; should it not, the run
+                    // has nothing to ask and ends as a completed one.
+                    finished(None, RunFinishedOutcome::Success)
+                } else {
+                    finished(None, RunFinishedOutcome::Interrupt { interrupts })
+                }
+            }
+            Termination::Cancelled => finished(None, RunFinishedOutcome::Cancelled),
+            Termination::Error(error) => AgUiEvent::RunError {
+                message: error.to_string(),
+                code: Some(error_code(error).to_owned()),
+                usage,
+            },
+            other => AgUiEvent::RunError {
+                message: other.to_string(),
+                code: Some(termination_code(other).to_owned()),
+                usage,
+            },
         }
+    }
+
+    /// `MESSAGES_SNAPSHOT` of a conversation: thinking becomes a reasoning message before
+    /// its assistant message, each tool result a tool message, images and documents of user
+    /// messages content parts. Ids: see the [module docs](self).
+    pub fn messages_snapshot(&self, messages: &[Message]) -> AgUiEvent {
+        let mut out = Vec::new();
+        let mut used: HashSet<String> = HashSet::new();
+        let mut users = 0usize;
+        let mut plains = 0usize;
+        let mut streamed_used = vec![false; self.streamed.len()];
+        for (index, message) in messages.iter().enumerate() {
+            let fallback = format!("{}:m{index}", self.run_id);
+            match message.role {
+                Role::User => {
+                    let mut parts = Vec::new();
+                    for block in &message.content {
+                        match block {
+                            ContentBlock::ToolResult {
+                                tool_use_id,
+                                content,
+                                is_error,
+                                ..
+                            } => {
+                                let id = self
+                                    .client
+                                    .results
+                                    .get(tool_use_id)
+                                    .cloned()
+                                    .unwrap_or_else(|| self.result_id(tool_use_id));
+                                let id =
+                                    unique(id, &mut used, || format!("{fallback}:{tool_use_id}"));
+                                out.push(AgUiMessage::Tool {
+                                    id,
+                                    content: AgUiContent::Text(content.clone()),
+                                    tool_call_id: tool_use_id.clone(),
+                                    error: is_error.then(|| content.clone()),
+                                });
+                            }
+                            ContentBlock::Text { text } => {
+                                parts.push(AgUiContentPart::Text { text: text.clone() })
+                            }
+                            ContentBlock::Image { source } => parts.push(AgUiContentPart::Image {
+                                source: to_source(source),
+                            }),
+                            ContentBlock::Document { source, .. } => {
+                                parts.push(AgUiContentPart::Document {
+                                    source: to_source(source),
+                                })
+                            }
+                            _ => {}
+                        }
+                    }
+                    if parts.is_empty() {
+                        continue;
+                    }
+                    let id = self.client.user.get(users).cloned();
+                    users += 1;
+                    let id = unique(id.unwrap_or_else(|| fallback.clone()), &mut used, || {
+                        fallback.clone()
+                    });
+                    let content = if parts
+                        .iter()
+                        .all(|p| matches!(p, AgUiContentPart::Text { .. }))
+                    {
+                        AgUiContent::Text(
+                            parts
+                                .iter()
+                                .filter_map(|p| match p {
+                                    AgUiContentPart::Text { text } => Some(text.as_str()),
+                                    _ => None,
+                                })
+                                .collect(),
+                        )
+                    } else {
+                        AgUiContent::Parts(parts)
+                    };
+                    out.push(AgUiMessage::User { id, content });
+                }
+                Role::Assistant => {
+                    let calls: Vec<AgUiToolCall> = message
+                        .tool_uses()
+                        .map(|(id, name, input)| AgUiToolCall {
+                            id: id.to_owned(),
+                            kind: function(),
+                            function: AgUiFunctionCall {
+                                name: name.to_owned(),
+                                arguments: input.to_string(),
+                            },
+                        })
+                        .collect();
+                    let text = message.text();
+                    let id = self.assistant_id(&calls, &text, &mut streamed_used, &mut plains);
+                    let id = unique(id.unwrap_or_else(|| fallback.clone()), &mut used, || {
+                        fallback.clone()
+                    });
+                    let mut count = 0;
+                    for block in &message.content {
+                        let reasoning = match block {
+                            ContentBlock::Thinking { thinking, .. } => thinking.clone(),
+                            ContentBlock::Reasoning { summary, .. } => summary.join("\n\n"),
+                            _ => continue,
+                        };
+                        if reasoning.is_empty() {
+                            continue;
+                        }
+                        count += 1;
+                        let rid = reasoning_id(&id, count);
+                        let rid = unique(rid, &mut used, || format!("{fallback}:reasoning{count}"));
+                        out.push(AgUiMessage::Reasoning {
+                            id: rid,
+                            content: reasoning,
+                        });
+                    }
+                    out.push(AgUiMessage::Assistant {
+                        id,
+                        content: (!text.is_empty()).then_some(text),
+                        tool_calls: calls,
+                    });
+                }
+            }
+        }
+        AgUiEvent::MessagesSnapshot { messages: out }
+    }
+
+    /// The id of an assistant message of the conversation: the client's (by call id), this
+    /// run's (by call id or text), or the client's by its place among text-only messages.
+    fn assistant_id(
+        &self,
+        calls: &[AgUiToolCall],
+        text: &str,
+        streamed_used: &mut [bool],
+        plains: &mut usize,
+    ) -> Option<String> {
+        if let Some(first) = calls.first() {
+            if let Some(id) = self.client.by_call.get(&first.id) {
+                return Some(id.clone());
+            }
+            for (i, s) in self.streamed.iter().enumerate() {
+                if s.calls.contains(&first.id) && !streamed_used[i] {
+                    streamed_used[i] = true;
+                    return Some(s.id.clone());
+                }
+            }
+            return None;
+        }
+        for (i, s) in self.streamed.iter().enumerate() {
+            if s.calls.is_empty() && s.text == text && !streamed_used[i] {
+                streamed_used[i] = true;
+                return Some(s.id.clone());
+            }
+        }
+        let id = self.client.plain.get(*plains).cloned();
+        *plains += 1;
+        id
     }
 }
 
-/// A `RunAgentInput` request body (STUB).
+/// The id of the `n`th reasoning message of the assistant message `message`.
+fn reasoning_id(message: &str, n: u32) -> String {
+    if n <= 1 {
+        format!("{message}:reasoning")
+    } else {
+        format!("{message}:reasoning{n}")
+    }
+}
+
+/// `id`, or `fallback()` when `id` is taken (ids are unique in a snapshot).
+fn unique(id: String, used: &mut HashSet<String>, fallback: impl FnOnce() -> String) -> String {
+    let id = if used.contains(&id) { fallback() } else { id };
+    used.insert(id.clone());
+    id
+}
+
+fn to_source(source: &MediaSource) -> AgUiSource {
+    match source {
+        MediaSource::Base64 { media_type, data } => AgUiSource::Data {
+            value: data.clone(),
+            mime_type: media_type.clone(),
+        },
+        MediaSource::Url { url } => AgUiSource::Url {
+            value: url.clone(),
+            mime_type: None,
+        },
+    }
+}
+
+fn custom(name: &str, value: Value) -> AgUiEvent {
+    AgUiEvent::Custom {
+        name: name.to_owned(),
+        value,
+    }
+}
+
+/// What a sub-agent's event says, for `agent_loop.sub_agent` (deltas: nothing).
+fn sub_agent_value(path: &str, event: &AgentEvent) -> Option<Value> {
+    use serde_json::json;
+    match event {
+        AgentEvent::TurnStart { turn } => {
+            Some(json!({"path": path, "type": "turn_start", "turn": turn}))
+        }
+        AgentEvent::ToolCall { id, name, input } => Some(
+            json!({"path": path, "type": "tool_call", "toolCallId": id, "toolCallName": name, "input": input}),
+        ),
+        AgentEvent::ToolResult {
+            id,
+            content,
+            is_error,
+            ..
+        } => Some(
+            json!({"path": path, "type": "tool_result", "toolCallId": id, "content": content, "isError": is_error}),
+        ),
+        AgentEvent::Finished(outcome) => Some(json!({
+            "path": path,
+            "type": "finished",
+            "termination": outcome.termination.to_string(),
+            "text": outcome.final_text,
+        })),
+        _ => None,
+    }
+}
+
+fn interrupt(pause_id: &str, call_id: &str, name: &str, waits_for: WaitsFor) -> Interrupt {
+    let (reason, message, schema) = match waits_for {
+        WaitsFor::Result => (
+            "tool_result",
+            format!("The call of `{name}` waits for its result."),
+            serde_json::json!({
+                "type": "object",
+                "properties": {"result": {}, "isError": {"type": "boolean"}},
+                "required": ["result"],
+            }),
+        ),
+        _ => (
+            "tool_approval",
+            format!("The call of `{name}` waits for your approval."),
+            serde_json::json!({
+                "type": "object",
+                "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+                "required": ["approved"],
+            }),
+        ),
+    };
+    Interrupt {
+        id: format!("{pause_id}:{call_id}"),
+        reason: reason.to_owned(),
+        message: Some(message),
+        tool_call_id: Some(call_id.to_owned()),
+        response_schema: Some(schema),
+    }
+}
+
+fn error_code(error: &Error) -> &'static str {
+    match error {
+        Error::Llm(_) => "llm",
+        Error::Tool(_) => "tool",
+        Error::Config(_) => "config",
+        Error::Context(_) => "context",
+        Error::Media(_) => "media",
+        Error::Busy => "busy",
+        Error::Session(_) => "session",
+        Error::Resume(_) => "resume",
+    }
+}
+
+fn termination_code(termination: &Termination) -> &'static str {
+    match termination {
+        Termination::MaxTurns => "max_turns",
+        Termination::TokenBudget { .. } => "token_budget",
+        Termination::CostBudget { .. } => "cost_budget",
+        Termination::ToolFailures { .. } => "tool_failures",
+        Termination::RepeatedToolCall { .. } => "repeated_tool_call",
+        Termination::StoppedByHook { .. } => "stopped_by_hook",
+        Termination::Refused => "refused",
+        Termination::MaxTokens => "max_tokens",
+        Termination::InvalidOutput { .. } => "invalid_output",
+        _ => "stopped",
+    }
+}
+
+/// A message of the request, checked and converted.
+#[derive(Debug, Clone, PartialEq)]
+struct InMessage {
+    id: String,
+    kind: Parsed,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Parsed {
+    /// A user message's blocks (never empty).
+    User(Vec<ContentBlock>),
+    /// An assistant message: text and calls (id, name, input).
+    Assistant {
+        text: String,
+        calls: Vec<(String, String, Value)>,
+    },
+    /// A tool message.
+    Tool {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+    /// System, developer, reasoning and activity messages: not part of the history.
+    Skipped,
+}
+
+/// A `resume` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeEntry {
+    interrupt_id: String,
+    status: ResumeStatus,
+    #[serde(default)]
+    payload: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ResumeStatus {
+    Resolved,
+    Cancelled,
+}
+
+/// The shape of the body, before its messages are checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    thread_id: String,
+    run_id: String,
+    messages: Vec<Value>,
+    #[serde(default)]
+    resume: Option<Vec<ResumeEntry>>,
+}
+
+/// A `RunAgentInput` request body, checked: what an AG-UI client (`HttpAgent`) posts.
+///
+/// Parsing is lenient (unknown fields are ignored; `threadId`, `runId` and `messages` are
+/// required) and checks everything [`history`](Self::history) and [`turn`](Self::turn) need,
+/// so a body that parses is refused later only for what the agent's state says.
+///
+/// - The client's `tools` (front-end tools) are not registered with the agent: the agent
+///   runs the tools its server gave it. A front-end tool is a
+///   [deferred tool](crate::DeferredTool) on the server, whose result the client sends back
+///   as a tool message or a `resume` entry.
+/// - `system`, `developer`, `reasoning` and `activity` messages are not part of the
+///   history: the server's system prompt rules, and reasoning is the model's own.
+/// - `state`, `context` and `forwardedProps` are not read.
+///
+/// ```
+/// use agent_loop::ui::agui::RunAgentInput;
+/// use agent_loop::ui::UiTurn;
+///
+/// let body = br#"{"threadId": "t", "runId": "r1", "messages": [
+///     {"id": "u1", "role": "user", "content": "What is 2 + 2?"},
+///     {"id": "a1", "role": "assistant", "content": "4."},
+///     {"id": "u2", "role": "user", "content": "And 3 + 3?"}
+/// ]}"#;
+/// let request = RunAgentInput::from_slice(body)?;
+/// assert_eq!(request.history()?.len(), 2);
+/// assert!(matches!(request.turn(None)?, UiTurn::Run(_)));
+/// # Ok::<(), agent_loop::ui::UiRequestError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunAgentInput {
     thread_id: String,
     run_id: String,
+    messages: Vec<InMessage>,
+    resume: Vec<ResumeEntry>,
 }
 
 impl RunAgentInput {
-    /// Parses a request body.
+    /// Parses and checks a request body: a 400 with what is wrong when it is not a valid
+    /// `RunAgentInput` (bad JSON, a required field missing, a user message without content,
+    /// tool call arguments that are not JSON, parts this crate does not read).
     pub fn from_slice(body: &[u8]) -> Result<RunAgentInput, UiRequestError> {
-        let _ = body;
-        Err(UiRequestError::new("STUB"))
+        let wire: Wire = serde_json::from_slice(body).map_err(|e| {
+            UiRequestError::new(format!("the body is not an AG-UI RunAgentInput: {e}"))
+        })?;
+        let mut messages = Vec::with_capacity(wire.messages.len());
+        for (index, value) in wire.messages.into_iter().enumerate() {
+            messages.push(parse_message(index, value)?);
+        }
+        Ok(RunAgentInput {
+            thread_id: wire.thread_id,
+            run_id: wire.run_id,
+            messages,
+            resume: wire.resume.unwrap_or_default(),
+        })
     }
 
     /// The thread's id.
@@ -91,15 +1401,347 @@ impl RunAgentInput {
         &self.run_id
     }
 
-    /// The conversation the client holds, before the message that starts this run.
+    /// The conversation the client holds, before its last user message (the one that starts
+    /// this run), as the agent's messages: user text and images, assistant text and calls,
+    /// consecutive tool messages as one user message of tool results (a tool message with an
+    /// `error` is an error result). System, developer, reasoning and activity messages are
+    /// left out.
     pub fn history(&self) -> Result<Vec<Message>, UiRequestError> {
-        Ok(Vec::new())
+        let end = self
+            .messages
+            .iter()
+            .rposition(|m| matches!(m.kind, Parsed::User(_)))
+            .unwrap_or(self.messages.len());
+        let mut out: Vec<Message> = Vec::new();
+        for message in self.messages.iter().take(end) {
+            match &message.kind {
+                Parsed::User(blocks) => out.push(Message {
+                    role: Role::User,
+                    content: blocks.clone(),
+                }),
+                Parsed::Assistant { text, calls } => {
+                    let mut content = Vec::new();
+                    if !text.is_empty() {
+                        content.push(ContentBlock::text(text.clone()));
+                    }
+                    for (id, name, input) in calls {
+                        content.push(ContentBlock::ToolUse {
+                            id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                        });
+                    }
+                    if !content.is_empty() {
+                        out.push(Message {
+                            role: Role::Assistant,
+                            content,
+                        });
+                    }
+                }
+                Parsed::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                } => {
+                    let block =
+                        ContentBlock::tool_result(call_id.clone(), content.clone(), *is_error);
+                    match out.last_mut() {
+                        Some(last)
+                            if last.role == Role::User
+                                && last
+                                    .content
+                                    .iter()
+                                    .all(|b| matches!(b, ContentBlock::ToolResult { .. })) =>
+                        {
+                            last.content.push(block)
+                        }
+                        _ => out.push(Message {
+                            role: Role::User,
+                            content: vec![block],
+                        }),
+                    }
+                }
+                Parsed::Skipped => {}
+            }
+        }
+        Ok(out)
     }
 
     /// What the request asks of an agent waiting in `paused` (or in none).
+    ///
+    /// - With a paused run: its answers, from the `resume` entries (an `interruptId` must be
+    ///   `{pauseId}:{callId}` of a call this pause waits for; `status: "cancelled"` denies
+    ///   the call; the `payload` of an approval is `{"approved": bool, "reason"?: string}`,
+    ///   of a result `{"result": any, "isError"?: bool}`) and from tool messages answering a
+    ///   call that waits for its result. A request that answers nothing is refused, naming
+    ///   the calls that wait.
+    /// - Without one: a new run on the last message, which must be a user message; `resume`
+    ///   entries are refused.
     pub fn turn(&self, paused: Option<&PausedRun>) -> Result<UiTurn, UiRequestError> {
-        let _ = paused;
-        Err(UiRequestError::new("STUB"))
+        let Some(paused) = paused else {
+            if let Some(entry) = self.resume.first() {
+                return Err(UiRequestError::new(format!(
+                    "the request resumes the interrupt `{}`, but no run waits for answers",
+                    entry.interrupt_id
+                )));
+            }
+            return match self
+                .messages
+                .iter()
+                .rev()
+                .find(|m| !matches!(m.kind, Parsed::Skipped))
+            {
+                Some(InMessage {
+                    kind: Parsed::User(blocks),
+                    ..
+                }) => Ok(UiTurn::Run(UserInput::from(blocks.clone()))),
+                Some(other) => Err(UiRequestError::new(format!(
+                    "the last message (`{}`) is not a user message: there is nothing to run on",
+                    other.id
+                ))),
+                None => Err(UiRequestError::new(
+                    "the request has no user message to run on",
+                )),
+            };
+        };
+        let pending = paused.pending();
+        let waiting = || {
+            pending
+                .iter()
+                .map(|c| format!("`{}:{}` ({})", paused.id(), c.id, c.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut answers = Resolutions::new();
+        for entry in &self.resume {
+            let call = entry
+                .interrupt_id
+                .strip_prefix(paused.id())
+                .and_then(|rest| rest.strip_prefix(':'))
+                .and_then(|call_id| pending.iter().find(|c| c.id == call_id));
+            let Some(call) = call else {
+                return Err(UiRequestError::new(format!(
+                    "the resume entry `{}` names no call this run waits for; it waits for: {}",
+                    entry.interrupt_id,
+                    waiting()
+                )));
+            };
+            let resolution = resolution(entry, call.waits_for)?;
+            answers = answers.with(call.id.clone(), resolution);
+        }
+        for message in &self.messages {
+            if let Parsed::Tool {
+                call_id,
+                content,
+                is_error,
+            } = &message.kind
+            {
+                let waits = pending
+                    .iter()
+                    .any(|c| &c.id == call_id && c.waits_for == WaitsFor::Result);
+                if waits && answers.get(call_id).is_none() {
+                    answers = answers.with(
+                        call_id.clone(),
+                        Resolution::Result {
+                            content: content.clone(),
+                            is_error: *is_error,
+                        },
+                    );
+                }
+            }
+        }
+        if answers.is_empty() {
+            return Err(UiRequestError::new(format!(
+                "the run waits for answers and the request gives none: answer {} with `resume` \
+                 entries (or a tool message with the result)",
+                waiting()
+            )));
+        }
+        Ok(UiTurn::Resume(answers))
+    }
+}
+
+/// The answer a `resume` entry gives a call that waits for `waits_for`.
+fn resolution(entry: &ResumeEntry, waits_for: WaitsFor) -> Result<Resolution, UiRequestError> {
+    let id = &entry.interrupt_id;
+    let payload = entry.payload.as_ref();
+    let reason = payload
+        .and_then(|p| p.get("reason"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if entry.status == ResumeStatus::Cancelled {
+        return Ok(Resolution::Deny {
+            reason: reason.unwrap_or_else(|| "The user cancelled this call.".to_owned()),
+        });
+    }
+    match waits_for {
+        WaitsFor::Result => {
+            let Some(result) = payload.and_then(|p| p.get("result")) else {
+                return Err(UiRequestError::new(format!(
+                    "the resume entry `{id}` answers a call that waits for its result: its \
+                     payload must be {{\"result\": …, \"isError\"?: bool}}"
+                )));
+            };
+            let is_error = match payload.and_then(|p| p.get("isError")) {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(UiRequestError::new(format!(
+                        "the resume entry `{id}`: `isError` must be a boolean"
+                    )))
+                }
+            };
+            let content = match result {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Ok(Resolution::Result { content, is_error })
+        }
+        _ => match payload.and_then(|p| p.get("approved")) {
+            Some(Value::Bool(true)) => Ok(Resolution::Approve),
+            Some(Value::Bool(false)) => Ok(Resolution::Deny {
+                reason: reason.unwrap_or_else(|| "The user denied this call.".to_owned()),
+            }),
+            _ => Err(UiRequestError::new(format!(
+                "the resume entry `{id}` answers a call that waits for approval: its payload \
+                 must be {{\"approved\": bool, \"reason\"?: string}}"
+            ))),
+        },
+    }
+}
+
+/// Checks and converts the message at `index` of the request.
+fn parse_message(index: usize, value: Value) -> Result<InMessage, UiRequestError> {
+    let role = value.get("role").and_then(Value::as_str).map(str::to_owned);
+    let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
+    let Some(id) = id else {
+        return Err(UiRequestError::new(format!(
+            "message {index} has no string `id`"
+        )));
+    };
+    let bad = |what: String| UiRequestError::new(format!("message `{id}` (#{index}): {what}"));
+    match role.as_deref() {
+        Some("activity") => {
+            return Ok(InMessage {
+                id,
+                kind: Parsed::Skipped,
+            })
+        }
+        None => return Err(bad("it has no string `role`".to_owned())),
+        _ => {}
+    }
+    let message: AgUiMessage =
+        serde_json::from_value(value).map_err(|e| bad(format!("not an AG-UI message: {e}")))?;
+    let kind = match message {
+        AgUiMessage::User { content, .. } => {
+            let blocks = user_blocks(content).map_err(bad)?;
+            if blocks.is_empty() {
+                return Err(bad("a user message with no content".to_owned()));
+            }
+            Parsed::User(blocks)
+        }
+        AgUiMessage::Assistant {
+            content,
+            tool_calls,
+            ..
+        } => {
+            let mut calls = Vec::with_capacity(tool_calls.len());
+            for call in tool_calls {
+                let arguments = call.function.arguments.trim();
+                let input = if arguments.is_empty() {
+                    Value::Object(serde_json::Map::new())
+                } else {
+                    serde_json::from_str(arguments).map_err(|e| {
+                        bad(format!(
+                            "the arguments of the tool call `{}` are not JSON: {e}",
+                            call.id
+                        ))
+                    })?
+                };
+                calls.push((call.id, call.function.name, input));
+            }
+            Parsed::Assistant {
+                text: content.unwrap_or_default(),
+                calls,
+            }
+        }
+        AgUiMessage::Tool {
+            content,
+            tool_call_id,
+            error,
+            ..
+        } => {
+            let mut text = match content {
+                AgUiContent::Text(text) => text,
+                AgUiContent::Parts(parts) => parts
+                    .into_iter()
+                    .filter_map(|p| match p {
+                        AgUiContentPart::Text { text } => Some(text),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            };
+            if text.is_empty() {
+                if let Some(error) = &error {
+                    text = error.clone();
+                }
+            }
+            Parsed::Tool {
+                call_id: tool_call_id,
+                content: text,
+                is_error: error.is_some(),
+            }
+        }
+        _ => Parsed::Skipped,
+    };
+    Ok(InMessage { id, kind })
+}
+
+/// A user message's content as blocks (empty text left out).
+fn user_blocks(content: AgUiContent) -> Result<Vec<ContentBlock>, String> {
+    let parts = match content {
+        AgUiContent::Text(text) => vec![AgUiContentPart::Text { text }],
+        AgUiContent::Parts(parts) => parts,
+    };
+    let mut blocks = Vec::with_capacity(parts.len());
+    for part in parts {
+        match part {
+            AgUiContentPart::Text { text } => {
+                if !text.is_empty() {
+                    blocks.push(ContentBlock::text(text))
+                }
+            }
+            AgUiContentPart::Image { source } => {
+                let source = media_source(source, "image")?;
+                if let Some(media_type) = source.media_type() {
+                    if !media_type.starts_with("image/") {
+                        return Err(format!("an image part of type `{media_type}`"));
+                    }
+                }
+                blocks.push(ContentBlock::Image { source })
+            }
+            AgUiContentPart::Document { source } => blocks.push(ContentBlock::Document {
+                source: media_source(source, "document")?,
+                title: None,
+            }),
+            AgUiContentPart::Audio { .. } => return Err("audio parts are not supported".to_owned()),
+            AgUiContentPart::Video { .. } => return Err("video parts are not supported".to_owned()),
+        }
+    }
+    Ok(blocks)
+}
+
+fn media_source(source: AgUiSource, what: &str) -> Result<MediaSource, String> {
+    match source {
+        AgUiSource::Data { value, mime_type } => Ok(MediaSource::Base64 {
+            media_type: mime_type,
+            data: value,
+        }),
+        AgUiSource::Url { value, .. } => Ok(MediaSource::Url { url: value }),
+        AgUiSource::File { .. } => Err(format!(
+            "an {what} part with a `file` source (a provider's handle) is not supported"
+        )),
     }
 }
 
@@ -113,14 +1755,28 @@ impl UiRequest for RunAgentInput {
 }
 
 /// A run's events as AG-UI events; `MESSAGES_SNAPSHOT` (of `handle`'s conversation, or of a
-/// paused run's) comes right before the run's last event (STUB).
+/// paused run's) comes right before the run's last event.
 pub fn encode_stream(
     events: impl Stream<Item = AgentEvent> + Send + 'static,
     mut encoder: AgUiEncoder,
     handle: AgentHandle,
 ) -> impl Stream<Item = AgUiEvent> + Send + 'static {
-    let _ = handle;
-    events.flat_map(move |event| futures::stream::iter(encoder.encode(&event)))
+    events.flat_map(move |event| {
+        let mut out = encoder.encode(&event);
+        if let AgentEvent::Finished(outcome) = &event {
+            if let Some(last) = out.pop() {
+                let snapshot = match &outcome.termination {
+                    Termination::Paused(paused) => {
+                        encoder.messages_snapshot(&paused.conversation().messages)
+                    }
+                    _ => encoder.messages_snapshot(&handle.snapshot().messages),
+                };
+                out.push(snapshot);
+                out.push(last);
+            }
+        }
+        futures::stream::iter(out)
+    })
 }
 
 /// The SSE body of an event stream: one `data:` frame per event.
@@ -143,7 +1799,8 @@ pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::R
     let handle = agent.handle();
     match super::start_turn(agent, &request).await {
         Ok(started) => {
-            let mut encoder = AgUiEncoder::new(request.thread_id(), request.run_id());
+            let mut encoder = AgUiEncoder::new(request.thread_id(), request.run_id())
+                .with_client_messages(&request);
             if let Some((paused, _)) = &started.resumed {
                 encoder = encoder.resuming(paused);
             }

@@ -1,0 +1,1350 @@
+//! AG-UI 1.0 (`ui::agui`): the encoder's sequences, the request's parsing, and the real
+//! clients (`@ag-ui/core`'s schemas, `@ag-ui/client`'s `HttpAgent`) against `respond` served
+//! on loopback with a session.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::session::MemoryStore;
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::ui::agui::{
+    respond, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput, RunFinishedOutcome,
+};
+use agent_loop::ui::UiTurn;
+use agent_loop::{
+    Agent, AgentEvent, ContentBlock, Cost, FnTool, MediaSource, Message, PausedRun, Resolution,
+    Role, RunOutcome, StopReason, Termination, ToolError, Usage,
+};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use futures::StreamExt;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+fn weather_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "get_weather",
+        "The weather in a city.",
+        |_: Value, _ctx| async move { Ok::<_, ToolError>("sunny") },
+    )
+}
+
+fn delete_tool() -> impl agent_loop::Tool {
+    FnTool::new("delete", "Deletes a file.", |_: Value, _ctx| async move {
+        Ok::<_, ToolError>("deleted")
+    })
+}
+
+fn agent(client: &ScriptedClient) -> Agent {
+    Agent::builder(client.clone())
+        .tool(weather_tool())
+        .tool(delete_tool())
+        .require_approval("delete")
+        .build()
+        .expect("the agent builds")
+}
+
+async fn run_events(agent: &mut Agent, input: &str) -> Vec<AgentEvent> {
+    agent.run(input).collect().await
+}
+
+fn outcome_of(events: &[AgentEvent]) -> RunOutcome {
+    match events.last() {
+        Some(AgentEvent::Finished(outcome)) => outcome.clone(),
+        other => panic!("the run did not finish: {other:?}"),
+    }
+}
+
+/// A completed run's outcome, to build synthetic `Finished` events from.
+fn completed_outcome() -> RunOutcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let client = ScriptedClient::new([ScriptedResponse::text("done")]);
+        let mut agent = agent(&client);
+        outcome_of(&run_events(&mut agent, "hi").await)
+    })
+}
+
+/// A run that paused for the approval of `delete` (call `c9`): its events and the pause.
+fn paused_run() -> (Vec<AgentEvent>, PausedRun, ScriptedClient, Agent) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("I will delete it.").then_tool_call(
+            "c9",
+            "delete",
+            json!({"path": "a.txt"}),
+        ),
+        ScriptedResponse::text("Deleted."),
+    ]);
+    let mut agent = agent(&client);
+    let events = rt.block_on(run_events(&mut agent, "Delete a.txt"));
+    let Termination::Paused(paused) = outcome_of(&events).termination else {
+        panic!("the run did not pause")
+    };
+    (events, *paused, client, agent)
+}
+
+fn with(termination: Termination) -> AgentEvent {
+    let mut outcome = COMPLETED.with(RunOutcome::clone);
+    outcome.termination = termination;
+    AgentEvent::Finished(outcome)
+}
+
+fn encode_all(encoder: &mut AgUiEncoder, events: &[AgentEvent]) -> Vec<AgUiEvent> {
+    events.iter().flat_map(|e| encoder.encode(e)).collect()
+}
+
+/// One line per event: its type, its id and its text.
+fn show(event: &AgUiEvent) -> String {
+    let v = serde_json::to_value(event).expect("events serialize");
+    let mut s = v["type"].as_str().unwrap_or("?").to_owned();
+    for key in [
+        "stepName",
+        "messageId",
+        "toolCallId",
+        "toolCallName",
+        "parentMessageId",
+        "delta",
+        "name",
+        "content",
+    ] {
+        if let Some(x) = v.get(key).and_then(Value::as_str) {
+            s.push(' ');
+            s.push_str(x);
+        }
+    }
+    if let Some(outcome) = v.get("outcome") {
+        s.push(' ');
+        s.push_str(outcome["type"].as_str().unwrap_or("?"));
+    }
+    if let Some(code) = v.get("code").and_then(Value::as_str) {
+        s.push(' ');
+        s.push_str(code);
+    }
+    s
+}
+
+fn shown(events: &[AgUiEvent]) -> Vec<String> {
+    events.iter().map(show).collect()
+}
+
+fn is_terminal(event: &AgUiEvent) -> bool {
+    matches!(
+        event,
+        AgUiEvent::RunFinished { .. } | AgUiEvent::RunError { .. }
+    )
+}
+
+/// AG-UI's sequence rules (what `verifyEvents` of `@ag-ui/client` enforces, and more):
+/// `RUN_STARTED` first; text, reasoning and tool-call content only inside their start and end;
+/// no empty delta; no start of what is open; steps balanced; everything closed at the one
+/// terminal event, which is last.
+fn check_invariants(events: &[AgUiEvent]) -> Result<(), String> {
+    let mut text = HashSet::new();
+    let mut reasoning = HashSet::new();
+    let mut spans = HashSet::new();
+    let mut calls = HashSet::new();
+    let mut steps = HashSet::new();
+    match events.first() {
+        Some(AgUiEvent::RunStarted { .. }) => {}
+        other => return Err(format!("the first event is {other:?}")),
+    }
+    let terminals = events.iter().filter(|e| is_terminal(e)).count();
+    if terminals > 1 {
+        return Err(format!("{terminals} terminal events"));
+    }
+    if terminals == 1 && !events.last().is_some_and(is_terminal) {
+        return Err("an event after the terminal one".into());
+    }
+    for (i, event) in events.iter().enumerate().skip(1) {
+        let problem: Option<String> = match event {
+            AgUiEvent::RunStarted { .. } => Some("a second RUN_STARTED".to_owned()),
+            AgUiEvent::TextMessageStart { message_id, .. } => {
+                (!text.insert(message_id.clone())).then(|| "already open".to_owned())
+            }
+            AgUiEvent::TextMessageContent { message_id, delta } => (!text.contains(message_id)
+                || delta.is_empty())
+            .then(|| "not open or empty".to_owned()),
+            AgUiEvent::TextMessageEnd { message_id } => {
+                (!text.remove(message_id)).then(|| "not open".to_owned())
+            }
+            AgUiEvent::ReasoningStart { message_id } => {
+                (!spans.insert(message_id.clone())).then(|| "already open".to_owned())
+            }
+            AgUiEvent::ReasoningMessageStart { message_id, .. } => (!spans.contains(message_id)
+                || !reasoning.insert(message_id.clone()))
+            .then(|| "outside its span or already open".to_owned()),
+            AgUiEvent::ReasoningMessageContent { message_id, delta } => {
+                (!reasoning.contains(message_id) || delta.is_empty())
+                    .then(|| "not open or empty".to_owned())
+            }
+            AgUiEvent::ReasoningMessageEnd { message_id } => {
+                (!reasoning.remove(message_id)).then(|| "not open".to_owned())
+            }
+            AgUiEvent::ReasoningEnd { message_id } => (reasoning.contains(message_id)
+                || !spans.remove(message_id))
+            .then(|| "not open, or its message is".to_owned()),
+            AgUiEvent::ToolCallStart { tool_call_id, .. } => {
+                (!calls.insert(tool_call_id.clone())).then(|| "already open".to_owned())
+            }
+            AgUiEvent::ToolCallArgs {
+                tool_call_id,
+                delta,
+            } => (!calls.contains(tool_call_id) || delta.is_empty())
+                .then(|| "not open or empty".to_owned()),
+            AgUiEvent::ToolCallEnd { tool_call_id } => {
+                (!calls.remove(tool_call_id)).then(|| "not open".to_owned())
+            }
+            AgUiEvent::StepStarted { step_name } => {
+                (!steps.insert(step_name.clone())).then(|| "already open".to_owned())
+            }
+            AgUiEvent::StepFinished { step_name } => {
+                (!steps.remove(step_name)).then(|| "not open".to_owned())
+            }
+            e if is_terminal(e) => (!(text.is_empty()
+                && reasoning.is_empty()
+                && spans.is_empty()
+                && calls.is_empty()
+                && steps.is_empty()))
+            .then(|| format!("left open: {text:?} {reasoning:?} {spans:?} {calls:?} {steps:?}")),
+            _ => None,
+        };
+        if let Some(what) = problem {
+            return Err(format!("event {i} ({}): {what}", show(event)));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The encoder's sequences
+
+#[tokio::test]
+async fn text_only() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Hello there").chunked(6)]);
+    let events = run_events(&mut agent(&client), "Hi").await;
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Hello ",
+            "TEXT_MESSAGE_CONTENT r1:t1 there",
+            "TEXT_MESSAGE_END r1:t1",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED success",
+        ]
+    );
+    let Some(AgUiEvent::RunFinished { result, usage, .. }) = out.last() else {
+        unreachable!()
+    };
+    assert_eq!(result, &Some(json!("Hello there")));
+    assert_eq!(usage.as_ref().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn reasoning_then_text() {
+    let client =
+        ScriptedClient::new([ScriptedResponse::thinking("Let me think.", "sig").then_text("Hi!")]);
+    let events = run_events(&mut agent(&client), "Hi").await;
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "REASONING_START r1:t1:reasoning",
+            "REASONING_MESSAGE_START r1:t1:reasoning",
+            "REASONING_MESSAGE_CONTENT r1:t1:reasoning Let me think.",
+            "REASONING_MESSAGE_END r1:t1:reasoning",
+            "REASONING_END r1:t1:reasoning",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Hi!",
+            "TEXT_MESSAGE_END r1:t1",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED success",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn tool_call_in_fragments_then_result_then_text() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Checking.")
+            .then_tool_call("c1", "get_weather", json!({"city": "Paris"}))
+            .chunked(8),
+        ScriptedResponse::text("Sunny."),
+    ]);
+    let events = run_events(&mut agent(&client), "Weather?").await;
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    let lines = shown(&out);
+    let args: String = out
+        .iter()
+        .filter_map(|e| match e {
+            AgUiEvent::ToolCallArgs { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    let arg_events = lines
+        .iter()
+        .filter(|l| l.starts_with("TOOL_CALL_ARGS"))
+        .count();
+    assert!(
+        arg_events > 1,
+        "the arguments come in fragments: {lines:#?}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&args).unwrap(),
+        json!({"city": "Paris"})
+    );
+    let without_args: Vec<&String> = lines
+        .iter()
+        .filter(|l| !l.starts_with("TOOL_CALL_ARGS") && !l.starts_with("TEXT_MESSAGE_CONTENT"))
+        .collect();
+    assert_eq!(
+        without_args,
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_END r1:t1",
+            "TOOL_CALL_START c1 get_weather r1:t1",
+            "TOOL_CALL_END c1",
+            "TOOL_CALL_RESULT r1:r:c1 c1 sunny",
+            "STEP_FINISHED turn 1",
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r1:t2",
+            "TEXT_MESSAGE_END r1:t2",
+            "STEP_FINISHED turn 2",
+            "RUN_FINISHED success",
+        ]
+    );
+    // One END per call, however many events close it.
+    assert_eq!(lines.iter().filter(|l| *l == "TOOL_CALL_END c1").count(), 1);
+}
+
+#[test]
+fn a_retry_voids_the_text_and_the_next_attempt_is_a_new_message() {
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta { text: "Hel".into() },
+        AgentEvent::Retry {
+            attempt: 1,
+            delay: Duration::from_millis(250),
+            error: "overloaded".into(),
+            usage: Usage::default(),
+            cost: Cost::default(),
+        },
+        AgentEvent::TextDelta { text: "".into() },
+        AgentEvent::TextDelta {
+            text: "Hello".into(),
+        },
+        AgentEvent::TurnEnd {
+            turn: 1,
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+            cost: Cost::default(),
+        },
+        with(Termination::Completed),
+    ];
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Hel",
+            "TEXT_MESSAGE_END r1:t1",
+            "CUSTOM agent_loop.retry",
+            "TEXT_MESSAGE_START r1:t1.2",
+            "TEXT_MESSAGE_CONTENT r1:t1.2 Hello",
+            "TEXT_MESSAGE_END r1:t1.2",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED success",
+        ]
+    );
+    let AgUiEvent::Custom { value, .. } = &out[5] else {
+        unreachable!()
+    };
+    assert_eq!(
+        value,
+        &json!({"attempt": 1, "delayMs": 250, "error": "overloaded"})
+    );
+}
+
+#[test]
+fn a_pause_for_approval_and_its_resumption() {
+    let (events, paused, _client, mut agent) = paused_run();
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    let lines = shown(&out);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| !l.starts_with("TOOL_CALL_ARGS") && !l.starts_with("TEXT_MESSAGE_CONTENT"))
+            .collect::<Vec<_>>(),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_END r1:t1",
+            "TOOL_CALL_START c9 delete r1:t1",
+            "TOOL_CALL_END c9",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED interrupt",
+        ]
+    );
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = out.last()
+    else {
+        unreachable!()
+    };
+    assert_eq!(interrupts.len(), 1);
+    assert_eq!(interrupts[0].id, format!("{}:c9", paused.id()));
+    assert_eq!(interrupts[0].reason, "tool_approval");
+    assert_eq!(interrupts[0].tool_call_id.as_deref(), Some("c9"));
+
+    // The resumed run: inside turn 1, no second announcement of c9.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let resumed: Vec<AgentEvent> = rt.block_on(
+        agent
+            .resume(&paused, agent_loop::Resolutions::new().approve("c9"))
+            .collect(),
+    );
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r2").resuming(&paused),
+        &resumed,
+    );
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TOOL_CALL_RESULT r2:r:c9 c9 deleted",
+            "STEP_FINISHED turn 1",
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r2:t2",
+            "TEXT_MESSAGE_CONTENT r2:t2 Deleted.",
+            "TEXT_MESSAGE_END r2:t2",
+            "STEP_FINISHED turn 2",
+            "RUN_FINISHED success",
+        ]
+    );
+}
+
+#[test]
+fn an_error_ends_with_run_error_and_closes_what_is_open() {
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta {
+            text: "Half".into(),
+        },
+        AgentEvent::ToolCallStart {
+            id: "c1".into(),
+            name: "get_weather".into(),
+        },
+        with(Termination::Error(agent_loop::Error::Busy)),
+    ];
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Half",
+            "TEXT_MESSAGE_END r1:t1",
+            "TOOL_CALL_START c1 get_weather r1:t1",
+            "TOOL_CALL_END c1",
+            "STEP_FINISHED turn 1",
+            "RUN_ERROR busy",
+        ]
+    );
+    let mut limited = AgUiEncoder::new("th", "r1");
+    let out = encode_all(&mut limited, &[with(Termination::MaxTurns)]);
+    assert_eq!(shown(&out), ["RUN_STARTED", "RUN_ERROR max_turns"]);
+}
+
+#[test]
+fn a_cancel_ends_with_the_cancelled_outcome_and_nothing_follows() {
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::ThinkingDelta { text: "Hmm".into() },
+        with(Termination::Cancelled),
+        AgentEvent::TextDelta {
+            text: "late".into(),
+        },
+    ];
+    let mut encoder = AgUiEncoder::new("th", "r1");
+    let out = encode_all(&mut encoder, &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "REASONING_START r1:t1:reasoning",
+            "REASONING_MESSAGE_START r1:t1:reasoning",
+            "REASONING_MESSAGE_CONTENT r1:t1:reasoning Hmm",
+            "REASONING_MESSAGE_END r1:t1:reasoning",
+            "REASONING_END r1:t1:reasoning",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED cancelled",
+        ]
+    );
+}
+
+#[test]
+fn the_snapshot_converts_the_conversation() {
+    let messages = vec![
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::text("What is this?"),
+                ContentBlock::Image {
+                    source: MediaSource::Base64 {
+                        media_type: "image/png".into(),
+                        data: "iVBO".into(),
+                    },
+                },
+            ],
+        },
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "A picture.".into(),
+                    signature: "s".into(),
+                },
+                ContentBlock::text("Let me look."),
+                ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Paris"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result("c1", "no such city", true)],
+        },
+    ];
+    let request = RunAgentInput::from_slice(
+        br#"{"threadId":"th","runId":"r2","messages":[{"id":"u-client","role":"user","content":"x"}]}"#,
+    )
+    .unwrap();
+    let encoder = AgUiEncoder::new("th", "r2").with_client_messages(&request);
+    let AgUiEvent::MessagesSnapshot { messages } = encoder.messages_snapshot(&messages) else {
+        panic!("not a snapshot")
+    };
+    let json = serde_json::to_value(&messages).unwrap();
+    assert_eq!(
+        json,
+        json!([
+            {"role": "user", "id": "u-client", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "data", "value": "iVBO", "mimeType": "image/png"}}
+            ]},
+            {"role": "reasoning", "id": "r2:m1:reasoning", "content": "A picture."},
+            {"role": "assistant", "id": "r2:m1", "content": "Let me look.", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
+            ]},
+            {"role": "tool", "id": "r2:r:c1", "content": "no such city", "toolCallId": "c1", "error": "no such city"}
+        ])
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The request
+
+fn body(messages: Value) -> Vec<u8> {
+    json!({"threadId": "th", "runId": "r1", "messages": messages})
+        .to_string()
+        .into_bytes()
+}
+
+fn refused(body: &[u8]) -> String {
+    match RunAgentInput::from_slice(body) {
+        Err(e) => e.message().to_owned(),
+        Ok(r) => panic!("accepted: {r:?}"),
+    }
+}
+
+#[test]
+fn bad_bodies_are_refused_with_what_is_wrong() {
+    assert!(refused(b"{not json").contains("not an AG-UI RunAgentInput"));
+    assert!(refused(br#"{"runId":"r","messages":[]}"#).contains("threadId"));
+    assert!(refused(br#"{"threadId":"t","messages":[]}"#).contains("runId"));
+    assert!(refused(br#"{"threadId":"t","runId":"r"}"#).contains("messages"));
+    assert!(refused(&body(json!([{"role": "user", "content": "hi"}]))).contains("no string `id`"));
+    assert!(refused(&body(json!([{"id": "u1", "content": "hi"}]))).contains("no string `role`"));
+    assert!(
+        refused(&body(json!([{"id": "u1", "role": "user", "content": ""}])))
+            .contains("a user message with no content")
+    );
+    assert!(
+        refused(&body(json!([{"id": "u1", "role": "user", "content": []}])))
+            .contains("a user message with no content")
+    );
+    assert!(refused(&body(json!([
+        {"id": "a1", "role": "assistant", "toolCalls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+        ]}
+    ])))
+    .contains("the arguments of the tool call `c1` are not JSON"));
+    assert!(refused(&body(json!([
+        {"id": "u1", "role": "user", "content": [
+            {"type": "audio", "source": {"type": "data", "value": "AA", "mimeType": "audio/wav"}}
+        ]}
+    ])))
+    .contains("audio parts are not supported"));
+    assert!(refused(&body(
+        json!([{"id": "u1", "role": "pirate", "content": "arr"}])
+    ))
+    .contains("not an AG-UI message"));
+}
+
+#[test]
+fn a_good_body_gives_its_turn_and_history() {
+    let request = RunAgentInput::from_slice(&body(json!([
+        {"id": "s", "role": "system", "content": "Ignored: the server's prompt rules."},
+        {"id": "u1", "role": "user", "content": "Weather in Paris?"},
+        {"id": "a1", "role": "assistant", "content": "Checking.", "toolCalls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+        ]},
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
+        {"id": "t2", "role": "tool", "toolCallId": "c2", "content": "", "error": "no city"},
+        {"id": "x", "role": "activity", "activityType": "progress", "content": {}},
+        {"id": "rs", "role": "reasoning", "content": "thinking"},
+        {"id": "a2", "role": "assistant", "content": "Sunny."},
+        {"id": "u2", "role": "user", "content": [
+            {"type": "text", "text": "And this?"},
+            {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
+        ], "unknownField": 1}
+    ])))
+    .unwrap();
+    assert_eq!(request.thread_id(), "th");
+    assert_eq!(request.run_id(), "r1");
+    let history = request.history().unwrap();
+    assert_eq!(
+        history,
+        vec![
+            Message::user("Weather in Paris?"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::text("Checking."),
+                    ContentBlock::ToolUse {
+                        id: "c1".into(),
+                        name: "get_weather".into(),
+                        input: json!({"city": "Paris"}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "c2".into(),
+                        name: "get_weather".into(),
+                        input: json!({}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::tool_result("c1", "sunny", false),
+                    ContentBlock::tool_result("c2", "no city", true),
+                ],
+            },
+            Message::assistant("Sunny."),
+        ]
+    );
+    let UiTurn::Run(input) = request.turn(None).unwrap() else {
+        panic!("not a run")
+    };
+    assert_eq!(
+        input.into_message().content,
+        vec![
+            ContentBlock::text("And this?"),
+            ContentBlock::Image {
+                source: MediaSource::Url {
+                    url: "https://example.com/a.png".into()
+                }
+            },
+        ]
+    );
+}
+
+#[test]
+fn turns_without_a_paused_run() {
+    let last_assistant = RunAgentInput::from_slice(&body(json!([
+        {"id": "u1", "role": "user", "content": "hi"},
+        {"id": "a1", "role": "assistant", "content": "hello"}
+    ])))
+    .unwrap();
+    assert!(last_assistant
+        .turn(None)
+        .unwrap_err()
+        .message()
+        .contains("is not a user message"));
+    let empty = RunAgentInput::from_slice(&body(json!([]))).unwrap();
+    assert!(empty
+        .turn(None)
+        .unwrap_err()
+        .message()
+        .contains("no user message"));
+    let resume = RunAgentInput::from_slice(
+        &serde_json::to_vec(&json!({"threadId": "t", "runId": "r", "messages": [
+            {"id": "u1", "role": "user", "content": "hi"}
+        ], "resume": [{"interruptId": "p:c1", "status": "resolved", "payload": {"approved": true}}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(resume
+        .turn(None)
+        .unwrap_err()
+        .message()
+        .contains("no run waits for answers"));
+}
+
+fn resume_body(paused: &PausedRun, resume: Value, extra: Vec<Value>) -> RunAgentInput {
+    let mut messages = vec![json!({"id": "u1", "role": "user", "content": "Delete a.txt"})];
+    messages.extend(extra);
+    RunAgentInput::from_slice(
+        &serde_json::to_vec(&json!({
+            "threadId": "t", "runId": "r2", "messages": messages, "resume": resume
+        }))
+        .unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e} ({})", paused.id()))
+}
+
+#[test]
+fn turns_with_a_paused_run() {
+    let (_, paused, _, _) = paused_run();
+    let id = format!("{}:c9", paused.id());
+    let turn = |resume: Value| resume_body(&paused, resume, vec![]).turn(Some(&paused));
+
+    let UiTurn::Resume(answers) =
+        turn(json!([{"interruptId": id, "status": "resolved", "payload": {"approved": true}}]))
+            .unwrap()
+    else {
+        panic!("not a resumption")
+    };
+    assert_eq!(answers.get("c9"), Some(&Resolution::Approve));
+
+    let UiTurn::Resume(answers) = turn(json!([{"interruptId": id, "status": "resolved",
+        "payload": {"approved": false, "reason": "not today"}}]))
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        answers.get("c9"),
+        Some(&Resolution::Deny {
+            reason: "not today".into()
+        })
+    );
+
+    let UiTurn::Resume(answers) =
+        turn(json!([{"interruptId": id, "status": "cancelled"}])).unwrap()
+    else {
+        panic!()
+    };
+    assert!(matches!(answers.get("c9"), Some(Resolution::Deny { .. })));
+
+    // An interrupt of another pause, or another call: refused, naming what waits.
+    let e = turn(json!([{"interruptId": "old-pause:c9", "status": "resolved",
+        "payload": {"approved": true}}]))
+    .unwrap_err();
+    assert!(
+        e.message().contains("names no call this run waits for"),
+        "{e}"
+    );
+    assert!(e.message().contains(&id), "{e}");
+    // An approval without `approved`.
+    let e =
+        turn(json!([{"interruptId": id, "status": "resolved", "payload": {"ok": 1}}])).unwrap_err();
+    assert!(e.message().contains("\"approved\": bool"), "{e}");
+    // No answer at all.
+    let e = turn(json!([])).unwrap_err();
+    assert!(
+        e.message().contains("gives none") && e.message().contains(&id),
+        "{e}"
+    );
+    // A tool message does not answer an approval.
+    let e = resume_body(
+        &paused,
+        json!([]),
+        vec![json!({"id": "t1", "role": "tool", "toolCallId": "c9", "content": "done"})],
+    )
+    .turn(Some(&paused))
+    .unwrap_err();
+    assert!(e.message().contains("gives none"), "{e}");
+}
+
+#[tokio::test]
+async fn a_deferred_call_is_answered_by_a_resume_payload_or_a_tool_message() {
+    let client = ScriptedClient::new([ScriptedResponse::tool_call("c5", "pick_color", json!({}))]);
+    let mut agent = Agent::builder(client)
+        .tool(agent_loop::DeferredTool::new(
+            "pick_color",
+            "The user picks a color.",
+        ))
+        .build()
+        .unwrap();
+    let events = run_events(&mut agent, "Pick").await;
+    let Termination::Paused(paused) = outcome_of(&events).termination else {
+        panic!("no pause")
+    };
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = out.last()
+    else {
+        panic!("{:?}", out.last())
+    };
+    assert_eq!(interrupts[0].reason, "tool_result");
+    let id = format!("{}:c5", paused.id());
+
+    let by_resume = resume_body(
+        &paused,
+        json!([{"interruptId": id, "status": "resolved", "payload": {"result": {"color": "blue"}}}]),
+        vec![],
+    );
+    let UiTurn::Resume(answers) = by_resume.turn(Some(&paused)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        answers.get("c5"),
+        Some(&Resolution::Result {
+            content: r#"{"color":"blue"}"#.into(),
+            is_error: false
+        })
+    );
+    let by_message = resume_body(
+        &paused,
+        json!([]),
+        vec![json!({"id": "t", "role": "tool", "toolCallId": "c5", "content": "red"})],
+    );
+    let UiTurn::Resume(answers) = by_message.turn(Some(&paused)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        answers.get("c5"),
+        Some(&Resolution::Result {
+            content: "red".into(),
+            is_error: false
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Over loopback, with the real clients
+
+#[derive(Clone)]
+struct App {
+    client: ScriptedClient,
+    store: Arc<MemoryStore>,
+}
+
+impl App {
+    fn agent(&self, thread: &str) -> Agent {
+        Agent::builder(self.client.clone())
+            .tool(weather_tool())
+            .tool(delete_tool())
+            .require_approval("delete")
+            .retry_policy(common::fast_retries())
+            .session(self.store.clone(), thread)
+            .build()
+            .expect("the agent builds")
+    }
+}
+
+async fn handler(State(app): State<App>, body: Bytes) -> axum::response::Response {
+    let thread = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("threadId")?.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let mut agent = app.agent(&thread);
+    respond(&mut agent, &body).await
+}
+
+async fn server(responses: Vec<ScriptedResponse>) -> (String, App) {
+    let app = App {
+        client: ScriptedClient::new(responses),
+        store: Arc::new(MemoryStore::new()),
+    };
+    let router = axum::Router::new()
+        .route("/agui", post(handler))
+        .with_state(app.clone());
+    (format!("{}/agui", common::web::serve(router).await), app)
+}
+
+fn messages(value: &Value) -> Vec<Value> {
+    value
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut m| {
+            if let Some(o) = m.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+            }
+            m
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_of_a_run_passes_the_schema_and_the_sequence_checks() {
+    if !common::web::node_available("AG-UI schema check", "@ag-ui/core") {
+        return;
+    }
+    let (url, _app) = server(vec![
+        ScriptedResponse::thinking("The user wants weather.", "sig")
+            .then_text("Checking.")
+            .then_tool_call("c1", "get_weather", json!({"city": "Paris"}))
+            .chunked(5),
+        ScriptedResponse::text("It is sunny.").chunked(4),
+    ])
+    .await;
+    let body = json!({"threadId": "schema", "runId": "run-1", "messages": [
+        {"id": "u1", "role": "user", "content": "Weather in Paris?"}
+    ]})
+    .to_string();
+    let out = common::web::node_json("agui-client.mjs", &["raw", &url, &body]).await;
+    assert_eq!(out["status"], 200, "{out}");
+    assert_eq!(out["schemaFailures"], json!([]), "{out:#}");
+    assert_eq!(out["verifyError"], Value::Null, "{out:#}");
+    let types: Vec<&str> = out["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    for t in [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "MESSAGES_SNAPSHOT",
+    ] {
+        assert!(types.contains(&t), "no {t} in {types:?}");
+    }
+    assert_eq!(
+        types[types.len() - 2..],
+        ["MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_runs_text_and_a_tool_round_trip() {
+    if !common::web::node_available("AG-UI HttpAgent run", "@ag-ui/client") {
+        return;
+    }
+    let (url, _app) = server(vec![
+        ScriptedResponse::thinking("Weather needs a tool.", "sig")
+            .then_text("Checking.")
+            .then_tool_call("c1", "get_weather", json!({"city": "Paris"}))
+            .chunked(5),
+        ScriptedResponse::text("It is sunny in Paris."),
+    ])
+    .await;
+    let out =
+        common::web::node_json("agui-client.mjs", &["chat", &url, "chat-1", "Weather?"]).await;
+    assert_eq!(out["result"], "It is sunny in Paris.", "{out:#}");
+    assert_eq!(
+        messages(&out["messages"]),
+        vec![
+            json!({"id": "user-1", "role": "user", "content": "Weather?"}),
+            json!({"id": "run-1:t1:reasoning", "role": "reasoning", "content": "Weather needs a tool."}),
+            json!({"id": "run-1:t1", "role": "assistant", "content": "Checking.", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
+            ]}),
+            json!({"id": "run-1:r:c1", "role": "tool", "toolCallId": "c1", "content": "sunny"}),
+            json!({"id": "run-1:t2", "role": "assistant", "content": "It is sunny in Paris."}),
+        ],
+        "{out:#}"
+    );
+    assert_eq!(out["pendingInterrupts"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_approves_a_paused_call_and_the_run_goes_on() {
+    if !common::web::node_available("AG-UI HttpAgent approval", "@ag-ui/client") {
+        return;
+    }
+    let (url, app) = server(vec![
+        ScriptedResponse::tool_call("c2", "delete", json!({"path": "a.txt"})),
+        ScriptedResponse::text("Deleted a.txt."),
+    ])
+    .await;
+    let out = common::web::node_json(
+        "agui-client.mjs",
+        &["approve", &url, "approve-1", "Delete a.txt"],
+    )
+    .await;
+    let first = &out["first"];
+    let interrupts = first["pendingInterrupts"].as_array().unwrap();
+    assert_eq!(interrupts.len(), 1, "{out:#}");
+    assert_eq!(interrupts[0]["reason"], "tool_approval");
+    assert_eq!(interrupts[0]["toolCallId"], "c2");
+    assert!(first["events"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("RUN_FINISHED")));
+    let second = &out["second"];
+    assert_eq!(second["result"], "Deleted a.txt.", "{out:#}");
+    assert_eq!(second["pendingInterrupts"], json!([]));
+    assert_eq!(
+        messages(&second["messages"]),
+        vec![
+            json!({"id": "user-1", "role": "user", "content": "Delete a.txt"}),
+            json!({"id": "run-1:t1", "role": "assistant", "toolCalls": [
+                {"id": "c2", "type": "function", "function": {"name": "delete", "arguments": "{\"path\":\"a.txt\"}"}}
+            ]}),
+            json!({"id": "run-2:r:c2", "role": "tool", "toolCallId": "c2", "content": "deleted"}),
+            json!({"id": "run-2:t2", "role": "assistant", "content": "Deleted a.txt."}),
+        ],
+        "{out:#}"
+    );
+    // The session holds the whole conversation, and no pause.
+    let mut agent = app.agent("approve-1");
+    assert_eq!(agent.load_session().await.unwrap(), None);
+    assert_eq!(agent.messages().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_keeps_only_the_answer_that_was_not_voided_by_a_retry() {
+    if !common::web::node_available("AG-UI HttpAgent retry", "@ag-ui/client") {
+        return;
+    }
+    let (url, _app) = server(vec![
+        ScriptedResponse::text("Hel").then_fail(agent_loop::LlmError::Transport {
+            message: "reset".into(),
+        }),
+        ScriptedResponse::text("Hello!"),
+    ])
+    .await;
+    let out = common::web::node_json("agui-client.mjs", &["chat", &url, "retry-1", "Hi"]).await;
+    assert!(
+        out["events"].as_array().unwrap().contains(&json!("CUSTOM")),
+        "{out:#}"
+    );
+    // The voided attempt's message was streamed, then dropped by the snapshot.
+    assert_eq!(
+        messages(&out["messages"]),
+        vec![
+            json!({"id": "user-1", "role": "user", "content": "Hi"}),
+            json!({"id": "run-1:t1.2", "role": "assistant", "content": "Hello!"}),
+        ],
+        "{out:#}"
+    );
+}
+
+async fn post_json(url: &str, body: Vec<u8>) -> (u16, String) {
+    let response = agent_loop::reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+fn sse_events(text: &str) -> Vec<AgUiEvent> {
+    text.split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).expect("an AG-UI event"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
+    let (url, app) = server(vec![
+        ScriptedResponse::tool_call("c3", "delete", json!({"path": "b.txt"})),
+        ScriptedResponse::text("Deleted b.txt."),
+    ])
+    .await;
+    let user = json!({"id": "u1", "role": "user", "content": "Delete b.txt"});
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "bad-1", "runId": "r1", "messages": [user]}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events = sse_events(&text);
+    check_invariants(&events).unwrap();
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = events.last()
+    else {
+        panic!("{text}")
+    };
+    let interrupt = interrupts[0].id.clone();
+
+    let bad_bodies = [
+        b"{\"threadId\": \"bad-1\", ".to_vec(),
+        serde_json::to_vec(
+            &json!({"threadId": "bad-1", "runId": "r2", "messages": [user],
+            "resume": [{"interruptId": "someone-else:c3", "status": "resolved",
+                        "payload": {"approved": true}}]}),
+        )
+        .unwrap(),
+        serde_json::to_vec(&json!({"threadId": "bad-1", "runId": "r2", "messages": [user]}))
+            .unwrap(),
+    ];
+    for body in bad_bodies {
+        let (status, text) = post_json(&url, body).await;
+        assert_eq!(status, 400, "{text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            error["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{text}"
+        );
+        let mut agent = app.agent("bad-1");
+        let paused = agent.load_session().await.unwrap().expect("still paused");
+        assert_eq!(paused.pending()[0].id, "c3");
+    }
+
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "bad-1", "runId": "r3", "messages": [user],
+            "resume": [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]}))
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_events(&text);
+    check_invariants(&events).unwrap();
+    assert!(
+        matches!(events.last(), Some(AgUiEvent::RunFinished { outcome: Some(RunFinishedOutcome::Success), result: Some(r), .. }) if r == "Deleted b.txt."),
+        "{text}"
+    );
+    let Some(AgUiEvent::MessagesSnapshot { messages }) = events.iter().rev().nth(1) else {
+        panic!("no snapshot before the end: {text}")
+    };
+    assert!(
+        matches!(&messages[0], AgUiMessage::User { id, content: AgUiContent::Text(t) } if id == "u1" && t == "Delete b.txt")
+    );
+    assert_eq!(messages.len(), 4, "{messages:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties
+
+fn event_strategy() -> impl Strategy<Value = AgentEvent> {
+    let id = prop::sample::select(vec!["c0", "c1", "c2"]).prop_map(str::to_owned);
+    let text = prop::sample::select(vec!["", "a", "bc", "{\"x\":", "1}"]).prop_map(str::to_owned);
+    prop_oneof![
+        (1u32..4).prop_map(|turn| AgentEvent::TurnStart { turn }),
+        text.clone().prop_map(|text| AgentEvent::TextDelta { text }),
+        text.clone()
+            .prop_map(|text| AgentEvent::ThinkingDelta { text }),
+        id.clone().prop_map(|id| AgentEvent::ToolCallStart {
+            id,
+            name: "get_weather".into()
+        }),
+        (id.clone(), text.clone())
+            .prop_map(|(id, partial_json)| AgentEvent::ToolInputDelta { id, partial_json }),
+        id.clone().prop_map(|id| AgentEvent::ToolCall {
+            id,
+            name: "get_weather".into(),
+            input: json!({"city": "Paris"})
+        }),
+        (id.clone(), any::<bool>()).prop_map(|(id, is_error)| AgentEvent::ToolResult {
+            id,
+            name: "get_weather".into(),
+            content: "sunny".into(),
+            is_error,
+            duration: Duration::ZERO,
+        }),
+        id.prop_map(|id| AgentEvent::ToolProgress {
+            id,
+            message: "half".into()
+        }),
+        (1u32..3).prop_map(|attempt| AgentEvent::Retry {
+            attempt,
+            delay: Duration::ZERO,
+            error: "overloaded".into(),
+            usage: Usage::default(),
+            cost: Cost::default(),
+        }),
+        Just(AgentEvent::Fallback {
+            from: "a".into(),
+            to: "b".into(),
+            error: "down".into()
+        }),
+        Just(AgentEvent::Compacted {
+            tokens_before: 10,
+            tokens_after: 5
+        }),
+        Just(AgentEvent::Handoff {
+            from: "a".into(),
+            to: "b".into()
+        }),
+        (1u32..4).prop_map(|turn| AgentEvent::TurnEnd {
+            turn,
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+            cost: Cost::default(),
+        }),
+    ]
+}
+
+fn json_strategy() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        prop::sample::select(vec![
+            "",
+            "user",
+            "assistant",
+            "tool",
+            "activity",
+            "text",
+            "image",
+            "data",
+            "url",
+            "c1",
+            "resolved",
+            "cancelled",
+            "{",
+            "x:c1"
+        ])
+        .prop_map(|s| Value::String(s.to_owned())),
+    ];
+    leaf.prop_recursive(4, 64, 6, |inner| {
+        let key = prop::sample::select(vec![
+            "threadId",
+            "runId",
+            "messages",
+            "resume",
+            "id",
+            "role",
+            "content",
+            "toolCalls",
+            "toolCallId",
+            "function",
+            "name",
+            "arguments",
+            "type",
+            "source",
+            "value",
+            "mimeType",
+            "interruptId",
+            "status",
+            "payload",
+            "approved",
+            "result",
+            "error",
+        ]);
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(key.prop_map(str::to_owned), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_encoder_keeps_the_sequence_rules(
+        events in prop::collection::vec(event_strategy(), 0..40),
+        end in 0usize..5,
+    ) {
+        let finished = match end {
+            0 => with(Termination::Completed),
+            1 => with(Termination::Cancelled),
+            2 => with(Termination::Error(agent_loop::Error::Busy)),
+            3 => with(Termination::MaxTurns),
+            _ => PAUSED.with(|p| p.0.last().cloned().unwrap()),
+        };
+        let mut encoder = AgUiEncoder::new("th", "r1");
+        let mut out = encode_all(&mut encoder, &events);
+        out.extend(encoder.encode(&finished));
+        out.extend(encoder.encode(&AgentEvent::TextDelta { text: "after".into() }));
+        if let Err(e) = check_invariants(&out) {
+            return Err(TestCaseError::fail(format!("{e}\n{:#?}", shown(&out))));
+        }
+        prop_assert!(out.last().is_some_and(is_terminal));
+        for event in &out {
+            let json = serde_json::to_value(event).unwrap();
+            prop_assert_eq!(&serde_json::from_value::<AgUiEvent>(json).unwrap(), event);
+        }
+    }
+
+    #[test]
+    fn the_request_parser_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        if let Ok(request) = RunAgentInput::from_slice(&bytes) {
+            let _ = request.history();
+            let _ = request.turn(None);
+        }
+    }
+
+    #[test]
+    fn the_request_parser_never_panics_on_json(
+        value in json_strategy(),
+        messages in prop::collection::vec(json_strategy(), 0..4),
+    ) {
+        let paused = PAUSED.with(|p| p.1.clone());
+        for body in [
+            value.clone(),
+            json!({"threadId": "t", "runId": "r", "messages": messages, "resume": value}),
+        ] {
+            if let Ok(request) = RunAgentInput::from_slice(&serde_json::to_vec(&body).unwrap()) {
+                let _ = request.history();
+                let _ = request.turn(None);
+                let _ = request.turn(Some(&paused));
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A paused run's events and pause (made once per test thread).
+    static PAUSED: (Vec<AgentEvent>, PausedRun) = {
+        let (events, paused, _, _) = paused_run();
+        (events, paused)
+    };
+    /// A completed run's outcome.
+    static COMPLETED: RunOutcome = completed_outcome();
+}
