@@ -493,6 +493,49 @@ async fn nothing_comes_after_finish_and_a_stream_cut_short_is_closed() {
     );
 }
 
+#[test]
+fn a_call_left_open_by_its_step_is_a_new_part_in_the_next() {
+    // Not the grammar (a turn that starts before the last ended), but the client must never
+    // see a call's input or output without its part in the step.
+    let mut encoder = UiStreamEncoder::new();
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::ToolCallStart {
+            id: "c1".into(),
+            name: "t".into(),
+        },
+        AgentEvent::TurnStart { turn: 2 },
+        AgentEvent::ToolCall {
+            id: "c1".into(),
+            name: "t".into(),
+            input: json!({}),
+        },
+        AgentEvent::ToolResult {
+            id: "c2".into(),
+            name: "u".into(),
+            content: "r".into(),
+            is_error: false,
+            duration: Duration::ZERO,
+        },
+    ];
+    assert_eq!(
+        shows(&encode_all(&mut encoder, &events)),
+        [
+            "start",
+            "start-step",
+            "tool-input-start c1 t",
+            "finish-step",
+            "start-step",
+            "tool-input-start c1 t",
+            "tool-input-available c1 t {}",
+            // A result of a call never seen gets its part first (no input known).
+            "tool-input-start c2 u",
+            "tool-input-available c2 u null",
+            "tool-output-available c2 r",
+        ]
+    );
+}
+
 #[tokio::test]
 async fn the_sse_body_is_one_data_frame_per_chunk_then_done() {
     let chunks = vec![
@@ -1278,11 +1321,84 @@ fn any_event() -> impl Strategy<Value = AgentEvent> {
             tokens_before: 2,
             tokens_after: 1
         }),
+        Just(AgentEvent::Retry {
+            attempt: 1,
+            delay: Duration::from_millis(5),
+            error: "reset".into(),
+            usage: agent_loop::Usage::default(),
+            cost: agent_loop::Cost::default(),
+        }),
+        Just(AgentEvent::Fallback {
+            from: "a".into(),
+            to: "b".into(),
+            error: "down".into()
+        }),
+        (1u32..3).prop_map(|turn| AgentEvent::TurnEnd {
+            turn,
+            stop_reason: agent_loop::StopReason::EndTurn,
+            usage: agent_loop::Usage::default(),
+            cost: agent_loop::Cost::default(),
+        }),
     ]
 }
 
-/// Checks the stream's invariants; panics saying which one broke.
-fn check_invariants(chunks: &[UiMessageChunk]) {
+/// Real `Finished` events of each kind, and the paused run of one of them.
+struct Ends {
+    finished: Vec<AgentEvent>,
+    paused: PausedRun,
+}
+
+fn real_ends() -> &'static Ends {
+    static ENDS: std::sync::OnceLock<Ends> = std::sync::OnceLock::new();
+    ENDS.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let last = |events: Vec<AgentEvent>| events.last().cloned().unwrap();
+            let completed = {
+                let client = ScriptedClient::new([ScriptedResponse::text("x")]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                last(run_events(&mut agent, "x").await)
+            };
+            let paused = {
+                let mut agent = approval_agent(approval_script());
+                last(run_events(&mut agent, "Delete a.txt").await)
+            };
+            let failed = {
+                let client = ScriptedClient::new([ScriptedResponse::error(LlmError::Api(
+                    Box::new(agent_loop::ApiError::new(401, "invalid x-api-key")),
+                ))]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                last(run_events(&mut agent, "x").await)
+            };
+            let cancelled = {
+                let client = ScriptedClient::new([ScriptedResponse::text("x").then_stall()]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                let handle = agent.handle();
+                let mut stream = std::pin::pin!(agent.run("x"));
+                let mut end = None;
+                while let Some(event) = stream.next().await {
+                    if matches!(event, AgentEvent::TextDelta { .. }) {
+                        handle.cancel();
+                    }
+                    end = Some(event);
+                }
+                end.unwrap()
+            };
+            let paused_run = paused_of(std::slice::from_ref(&paused));
+            Ends {
+                finished: vec![completed, paused, failed, cancelled],
+                paused: paused_run,
+            }
+        })
+    })
+}
+
+/// Checks the stream's invariants; panics saying which one broke. `resumed`: the call of
+/// the paused run a resumption continues (its part is the client's already).
+fn check_invariants(chunks: &[UiMessageChunk], resumed: Option<&str>) {
     use std::collections::{BTreeMap, BTreeSet};
     assert!(
         matches!(chunks.first(), Some(UiMessageChunk::Start { .. })),
@@ -1302,11 +1418,13 @@ fn check_invariants(chunks: &[UiMessageChunk]) {
         .filter(|c| matches!(c, UiMessageChunk::Finish { .. }))
         .count();
     assert_eq!(finishes, 1, "one finish");
-    let mut step = false;
+    // A resumption continues the paused step.
+    let mut step = resumed.is_some();
     let mut open_text: BTreeSet<String> = BTreeSet::new();
     let mut used: BTreeSet<String> = BTreeSet::new();
-    // Per call: 0 none, 1 input started, 2 input available.
-    let mut calls: BTreeMap<String, u8> = BTreeMap::new();
+    // Per call: 1 input started, 2 input available.
+    let mut calls: BTreeMap<String, u8> =
+        resumed.map(|id| (id.to_owned(), 2)).into_iter().collect();
     for chunk in chunks {
         let json = serde_json::to_value(chunk).unwrap();
         let back: UiMessageChunk = serde_json::from_value(json.clone()).unwrap();
@@ -1393,24 +1511,25 @@ proptest! {
     #[test]
     fn the_encoder_keeps_the_stream_well_formed_for_any_events(
         events in prop::collection::vec(any_event(), 0..40),
-        cut_short in any::<bool>(),
+        end in 0usize..5,
+        resumed in any::<bool>(),
     ) {
-        let mut encoder = UiStreamEncoder::new();
-        let mut chunks: Vec<UiMessageChunk> = events.iter().flat_map(|e| encoder.encode(e)).collect();
-        if !cut_short {
-            // A real end, after which nothing comes.
-            let client = ScriptedClient::new([ScriptedResponse::text("x")]);
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let finished = rt.block_on(async {
-                let mut agent = Agent::builder(client).build().unwrap();
-                let events: Vec<AgentEvent> = agent.run("x").collect().await;
-                events.last().cloned().unwrap()
-            });
-            chunks.extend(encoder.encode(&finished));
+        let ends = real_ends();
+        let mut encoder = if resumed {
+            UiStreamEncoder::new().resuming(&ends.paused, &Resolutions::new().deny("c1", "no"))
+        } else {
+            UiStreamEncoder::new()
+        };
+        let mut chunks: Vec<UiMessageChunk> =
+            events.iter().flat_map(|e| encoder.encode(e)).collect();
+        // A real end (completed, paused, failed, cancelled), after which nothing comes; or
+        // none: the stream stops short.
+        if let Some(finished) = ends.finished.get(end) {
+            chunks.extend(encoder.encode(finished));
             chunks.extend(encoder.encode(&AgentEvent::TextDelta { text: "after".into() }));
         }
         chunks.extend(encoder.finish());
-        check_invariants(&chunks);
+        check_invariants(&chunks, resumed.then_some("c1"));
     }
 
     #[test]
@@ -1419,13 +1538,70 @@ proptest! {
     }
 
     #[test]
-    fn the_parser_never_panics_on_json(value in any_json()) {
+    fn the_parser_never_panics_on_json(value in prop_oneof![any_json(), near_messages()]) {
         let body = serde_json::to_vec(&json!({"id": "x", "messages": value})).unwrap();
         if let Ok(request) = ChatRequest::from_slice(&body) {
             let _ = request.history();
             let _ = request.turn(None);
+            let _ = request.turn(Some(&real_ends().paused));
         }
     }
+}
+
+/// Message arrays close to real ones: real parts, some of whose fields are removed or
+/// given another value (so that most parse, and the turn and history code runs on them).
+fn near_messages() -> impl Strategy<Value = Value> {
+    let templates = vec![
+        json!({"type": "text", "text": "hi"}),
+        json!({"type": "step-start"}),
+        json!({"type": "reasoning", "text": "hmm"}),
+        json!({"type": "file", "mediaType": "image/png", "url": "https://example.com/a.png"}),
+        json!({"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,JVBERi0xLjcK"}),
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+               "input": {"path": "a"}, "approval": {"id": "c1", "approved": true}}),
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "output-available",
+               "input": {}, "output": {"x": [1]}}),
+        json!({"type": "dynamic-tool", "toolName": "delete", "toolCallId": "c1",
+               "state": "output-error", "input": 3, "errorText": "e"}),
+        json!({"type": "tool-x", "toolCallId": "c2", "state": "output-denied", "input": null}),
+        json!({"type": "data-x", "data": {}}),
+    ];
+    let part = (
+        prop::sample::select(templates),
+        prop::option::of((
+            prop::sample::select(vec![
+                "type",
+                "text",
+                "url",
+                "mediaType",
+                "toolCallId",
+                "state",
+                "input",
+                "output",
+                "approval",
+                "toolName",
+                "errorText",
+            ]),
+            any_json(),
+            any::<bool>(),
+        )),
+    )
+        .prop_map(|(mut part, change)| {
+            if let (Some((key, value, remove)), Value::Object(fields)) = (change, &mut part) {
+                if remove {
+                    fields.remove(key);
+                } else {
+                    fields.insert(key.to_owned(), value);
+                }
+            }
+            part
+        });
+    let message = (
+        prop::sample::select(vec!["user", "assistant", "system"]),
+        prop::collection::vec(part, 0..5),
+    )
+        .prop_map(|(role, parts)| json!({"id": "m", "role": role, "parts": parts}));
+    prop::collection::vec(message, 0..5).prop_map(Value::Array)
 }
 
 /// JSON shaped like a `messages` array, with wrong types and states mixed in.
@@ -1452,6 +1628,8 @@ fn any_json() -> impl Strategy<Value = Value> {
             "application/pdf",
             "data:image/png;base64,AAAA",
             "https://example.com/a.png",
+            "tool-delete",
+            "c1",
             "data:application/pdf;base64,JVBERi0=",
         ])
         .prop_map(|s| Value::String(s.to_owned())),

@@ -965,6 +965,11 @@ impl ChatRequest {
     /// the results of its calls that have one (errors and denials as error results). A call
     /// without a result is answered by the agent as interrupted when it restores the
     /// history. System messages and reasoning parts are skipped.
+    ///
+    /// The results are what the client holds: what the stream sent it, which
+    /// [`AgentBuilder::event_content_limit`](crate::AgentBuilder::event_content_limit) may
+    /// have shortened. An agent with a [session](crate::AgentBuilder::session) keeps its own
+    /// conversation, whole, and does not read this.
     pub fn history(&self) -> Result<Vec<Message>, UiRequestError> {
         let end = self
             .messages
