@@ -1,39 +1,400 @@
 //! The Vercel AI SDK's UI message stream, v1: what `useChat` (React) and the `Chat` class of
 //! the `ai` package read.
 //!
-//! STUB: the helper implementing this file replaces every body marked STUB; the public
-//! signatures are the contract the example and the other files use.
+//! - [`ChatRequest`]: the body the `ai` package's `DefaultChatTransport` posts
+//!   (`{id, messages, trigger, messageId, …}`), with the conversation as `UIMessage`s;
+//! - [`UiStreamEncoder`]: a run's [`AgentEvent`]s as [`UiMessageChunk`]s;
+//! - [`sse_body`] and, with the feature `axum`, [`respond`]: the response, with the
+//!   [`STREAM_HEADER`].
+//!
+//! # Approvals
+//!
+//! A run that pauses for a person's verdict ends its stream with the waiting calls as tool
+//! parts in the state `approval-requested` (a `tool-approval-request` chunk whose
+//! `approvalId` is the call's id) and `finishReason: "tool-calls"`. The client's
+//! `addToolApprovalResponse({id, approved, reason})` sets the part to `approval-responded`;
+//! with `sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses` it sends
+//! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
+//! assistant message: the run resumes, its stream continuing that same assistant message
+//! (denied calls end in `output-denied`). A tool the client runs itself (a
+//! [deferred](crate::DeferredTool) tool) is answered the same way, by the client's
+//! `addToolOutput`.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::Engine as _;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{sse_frame, UiRequest, UiRequestError, UiTurn};
-use crate::agent::{AgentEvent, PausedRun, Resolutions};
-use crate::message::Message;
+use crate::agent::{AgentEvent, PausedRun, Resolutions, Termination, WaitsFor};
+use crate::input::UserInput;
+use crate::media::{Document, Image};
+use crate::message::{ContentBlock, Message, Role};
 
 /// The header that marks a response as a UI message stream, and its value.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
-/// One chunk of the UI message stream (STUB: the full set comes with the encoder).
+/// The reason the model reads when a person denies a call without giving one.
+pub const DEFAULT_DENIAL: &str = "The user denied this tool call.";
+
+/// One chunk of the UI message stream (the `uiMessageChunkSchema` of the `ai` package), as
+/// JSON: `{"type": "text-delta", "id": "text-1", "delta": "Hel"}`.
+///
+/// Serialized with a `type` tag in kebab case and camelCase fields; optional fields are left
+/// out when `None`. Deserializing ignores fields it does not model (`providerMetadata`,
+/// `messageMetadata`, …), as the client does.
+///
+/// ```
+/// use agent_loop::ui::ai_sdk::{DataChunk, UiMessageChunk};
+/// use serde_json::json;
+///
+/// let chunk = UiMessageChunk::ToolInputAvailable {
+///     tool_call_id: "c1".into(),
+///     tool_name: "delete".into(),
+///     input: json!({"path": "a.txt"}),
+/// };
+/// assert_eq!(
+///     serde_json::to_value(&chunk)?,
+///     json!({"type": "tool-input-available", "toolCallId": "c1", "toolName": "delete",
+///            "input": {"path": "a.txt"}})
+/// );
+/// let data: UiMessageChunk =
+///     serde_json::from_value(json!({"type": "data-retry", "data": {"attempt": 1}, "transient": true}))?;
+/// assert_eq!(
+///     data,
+///     UiMessageChunk::Data(DataChunk::new("retry", json!({"attempt": 1})).transient())
+/// );
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum UiMessageChunk {
     /// The message starts.
     Start {
-        /// The assistant message's id.
+        /// The assistant message's id (when `None`, the client makes its own, or keeps the id
+        /// of the assistant message the stream continues).
         #[serde(rename = "messageId", default, skip_serializing_if = "Option::is_none")]
         message_id: Option<String>,
     },
+    /// A step (one model response and its tools' results) starts: a `step-start` part.
+    StartStep {},
+    /// The step ends.
+    FinishStep {},
+    /// A text part starts.
+    TextStart {
+        /// The part's id, unique within the stream (`text-1`, `text-2`, …).
+        id: String,
+    },
+    /// Text of the open text part `id`.
+    TextDelta {
+        /// The part's id.
+        id: String,
+        /// The text (never empty).
+        delta: String,
+    },
+    /// The text part `id` is complete.
+    TextEnd {
+        /// The part's id.
+        id: String,
+    },
+    /// A reasoning part starts.
+    ReasoningStart {
+        /// The part's id, unique within the stream (`reasoning-1`, …).
+        id: String,
+    },
+    /// Reasoning text of the open reasoning part `id`.
+    ReasoningDelta {
+        /// The part's id.
+        id: String,
+        /// The text (never empty).
+        delta: String,
+    },
+    /// The reasoning part `id` is complete.
+    ReasoningEnd {
+        /// The part's id.
+        id: String,
+    },
+    /// The model started a tool call: a tool part in the state `input-streaming`.
+    #[serde(rename_all = "camelCase")]
+    ToolInputStart {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+    },
+    /// A fragment of the call's JSON arguments.
+    #[serde(rename_all = "camelCase")]
+    ToolInputDelta {
+        /// The call's id.
+        tool_call_id: String,
+        /// The fragment.
+        input_text_delta: String,
+    },
+    /// The call's arguments are complete: the state `input-available`.
+    #[serde(rename_all = "camelCase")]
+    ToolInputAvailable {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The arguments.
+        #[serde(default)]
+        input: Value,
+    },
+    /// The call waits for a person's verdict: the state `approval-requested`.
+    #[serde(rename_all = "camelCase")]
+    ToolApprovalRequest {
+        /// The approval's id: the encoder uses the call's id.
+        approval_id: String,
+        /// The call's id.
+        tool_call_id: String,
+    },
+    /// The call's result: the state `output-available`.
+    #[serde(rename_all = "camelCase")]
+    ToolOutputAvailable {
+        /// The call's id.
+        tool_call_id: String,
+        /// The result (the encoder sends the result text as a JSON string).
+        #[serde(default)]
+        output: Value,
+    },
+    /// The call failed: the state `output-error`.
+    #[serde(rename_all = "camelCase")]
+    ToolOutputError {
+        /// The call's id.
+        tool_call_id: String,
+        /// What failed.
+        error_text: String,
+    },
+    /// The call was denied: the state `output-denied`.
+    #[serde(rename_all = "camelCase")]
+    ToolOutputDenied {
+        /// The call's id.
+        tool_call_id: String,
+    },
+    /// The run failed. The `Chat` client stops reading the stream at this chunk (its status
+    /// becomes `error`), so the encoder closes every part and the step before it.
+    #[serde(rename_all = "camelCase")]
+    Error {
+        /// What failed.
+        error_text: String,
+    },
     /// The message is complete.
-    Finish {},
+    #[serde(rename_all = "camelCase")]
+    Finish {
+        /// Why the run ended.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<FinishReason>,
+    },
+    /// The run was cancelled.
+    Abort {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// A data part (`data-{name}`).
+    #[serde(untagged)]
+    Data(DataChunk),
 }
 
-/// Encodes a run's [`AgentEvent`]s as UI message chunks (STUB).
+/// Why a UI message ended (`finish`'s `finishReason`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinishReason {
+    /// The model was done ([`Termination::Completed`]).
+    Stop,
+    /// The answer was cut off at `max_tokens` ([`Termination::MaxTokens`]).
+    Length,
+    /// The model refused ([`Termination::Refused`]).
+    ContentFilter,
+    /// The run waits for tool calls to be approved or answered ([`Termination::Paused`]).
+    ToolCalls,
+    /// An error ended the run ([`Termination::Error`]).
+    Error,
+    /// Any other end: the turn limit, a budget, a hook, a cancellation …
+    Other,
+}
+
+/// A data chunk: `{"type": "data-{name}", "id"?, "data", "transient"?}`. A transient one is
+/// handed to the client's `onData` and not kept in the message; one with an id replaces the
+/// message's earlier part of the same type and id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataChunk {
+    /// The name after `data-`.
+    pub name: String,
+    /// The part's id, if any.
+    pub id: Option<String>,
+    /// The data.
+    pub data: Value,
+    /// Whether the client only passes it to `onData` (not kept in the message).
+    pub transient: Option<bool>,
+}
+
+impl DataChunk {
+    /// A data chunk `data-{name}` carrying `data`.
+    pub fn new(name: impl Into<String>, data: Value) -> Self {
+        DataChunk {
+            name: name.into(),
+            id: None,
+            data,
+            transient: None,
+        }
+    }
+
+    /// Marks it transient.
+    pub fn transient(mut self) -> Self {
+        self.transient = Some(true);
+        self
+    }
+
+    /// Gives it an id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+}
+
+#[derive(Serialize)]
+struct DataChunkOut<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    data: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transient: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct DataChunkIn {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    data: Value,
+    #[serde(default)]
+    transient: Option<bool>,
+}
+
+impl Serialize for DataChunk {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        DataChunkOut {
+            kind: format!("data-{}", self.name),
+            id: self.id.as_deref(),
+            data: &self.data,
+            transient: self.transient,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for DataChunk {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = DataChunkIn::deserialize(deserializer)?;
+        let Some(name) = raw.kind.strip_prefix("data-") else {
+            return Err(serde::de::Error::custom(format!(
+                "unknown UI message chunk type {:?}",
+                raw.kind
+            )));
+        };
+        Ok(DataChunk {
+            name: name.to_owned(),
+            id: raw.id,
+            data: raw.data,
+            transient: raw.transient,
+        })
+    }
+}
+
+/// What the encoder knows of a tool call.
+#[derive(Debug, Clone, Default)]
+struct CallState {
+    /// `tool-input-start` was sent (the client has the part).
+    started: bool,
+    /// `tool-input-available` was sent.
+    available: bool,
+}
+
+/// Encodes a run's [`AgentEvent`]s as UI message chunks: a small sans-IO state machine, with
+/// ids made from counters (`text-1`, `reasoning-1`), so the same events always give the same
+/// chunks.
+///
+/// What it sends:
+///
+/// - `start` before anything else (with the id set by [`message_id`](Self::message_id), else
+///   none: the client names the message), then per turn `start-step` … `finish-step`;
+/// - text and reasoning as `text-*` and `reasoning-*` parts, each closed when the other
+///   starts, when a tool call starts, at the turn's end, at a retry or fallback (whose
+///   voided text stays on screen: the stream cannot take it back; later text is a new part)
+///   and at the end;
+/// - tool calls as `tool-input-start`, `tool-input-delta`, `tool-input-available`, then
+///   `tool-output-available` (the result text as a JSON string), `tool-output-error`, or
+///   `tool-output-denied` for a call the person denied ([`resuming`](Self::resuming));
+/// - [`Retry`](AgentEvent::Retry), [`Fallback`](AgentEvent::Fallback),
+///   [`Compacted`](AgentEvent::Compacted), [`Handoff`](AgentEvent::Handoff) and
+///   [`ToolProgress`](AgentEvent::ToolProgress) as transient data chunks (`data-retry`
+///   `{attempt, delayMs, error}`, `data-fallback` `{from, to, error}`, `data-compacted`
+///   `{tokensBefore, tokensAfter}`, `data-handoff` `{from, to}`, `data-tool-progress`
+///   `{toolCallId, message}`): the client's `onData` sees them, the message keeps none;
+/// - [`RateLimits`](AgentEvent::RateLimits): nothing (they are the server's business);
+///   [`SubAgent`](AgentEvent::SubAgent): nothing (a sub-agent's work shows as its call's
+///   result);
+/// - at the end: the paused run's waiting calls (their input, and a `tool-approval-request`
+///   whose `approvalId` is the call's id for those waiting for a verdict), `finish-step`,
+///   then `error` for a failed run, `abort` for a cancelled one, a transient `data-stopped`
+///   `{reason}` for a run stopped by a limit, a budget or a hook, and `finish` with its
+///   [`FinishReason`]. Nothing after it.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::ui::ai_sdk::{FinishReason, UiMessageChunk, UiStreamEncoder};
+/// use agent_loop::{Agent, AgentEvent};
+/// use futures::StreamExt;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let mut agent = Agent::builder(ScriptedClient::new([ScriptedResponse::text("Hi!")])).build()?;
+/// let events: Vec<AgentEvent> = agent.run("Hello").collect().await;
+/// let mut encoder = UiStreamEncoder::new().message_id("msg-1");
+/// let chunks: Vec<UiMessageChunk> = events.iter().flat_map(|e| encoder.encode(e)).collect();
+/// assert_eq!(
+///     chunks,
+///     [
+///         UiMessageChunk::Start { message_id: Some("msg-1".into()) },
+///         UiMessageChunk::StartStep {},
+///         UiMessageChunk::TextStart { id: "text-1".into() },
+///         UiMessageChunk::TextDelta { id: "text-1".into(), delta: "Hi!".into() },
+///         UiMessageChunk::TextEnd { id: "text-1".into() },
+///         UiMessageChunk::FinishStep {},
+///         UiMessageChunk::Finish { finish_reason: Some(FinishReason::Stop) },
+///     ]
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct UiStreamEncoder {
+    message_id: Option<String>,
+    /// A resumption: the client's last assistant message and its step go on.
+    resumed: bool,
     started: bool,
+    finished: bool,
+    step_open: bool,
+    /// The open text part's id.
+    text: Option<String>,
+    /// The open reasoning part's id.
+    reasoning: Option<String>,
+    texts: u64,
+    reasonings: u64,
+    /// The calls of the open turn (or of the paused turn a resumption continues).
+    calls: BTreeMap<String, CallState>,
+    /// The calls the person denied (a resumption's answers).
+    denied: BTreeSet<String>,
 }
 
 impl UiStreamEncoder {
@@ -42,53 +403,695 @@ impl UiStreamEncoder {
         UiStreamEncoder::default()
     }
 
-    /// An encoder for the resumption of `paused` with `answers`.
-    pub fn resuming(self, paused: &PausedRun, answers: &Resolutions) -> Self {
-        let _ = (paused, answers);
+    /// Names the assistant message in the `start` chunk (by default the client names it).
+    /// Not sent by an encoder for a resumption, which continues the client's message.
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
         self
     }
 
-    /// The chunks for one event.
+    /// An encoder for the resumption of `paused` with `answers`: the stream continues the
+    /// client's last assistant message and its open step (no `start-step` until the next
+    /// turn), the waiting calls' inputs are not sent again, and the calls `answers` deny end
+    /// in `tool-output-denied`.
+    pub fn resuming(mut self, paused: &PausedRun, answers: &Resolutions) -> Self {
+        self.resumed = true;
+        self.step_open = true;
+        for (id, _, _) in paused.calls() {
+            self.calls.insert(
+                id,
+                CallState {
+                    started: true,
+                    available: true,
+                },
+            );
+        }
+        self.denied = answers
+            .iter()
+            .filter(|(_, r)| matches!(r, crate::agent::Resolution::Deny { .. }))
+            .map(|(id, _)| id.to_owned())
+            .collect();
+        self
+    }
+
+    /// Whether the stream is over (`finish` was sent).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The chunks for one event (none after [`Finished`](AgentEvent::Finished)).
     pub fn encode(&mut self, event: &AgentEvent) -> Vec<UiMessageChunk> {
         let mut out = Vec::new();
-        if !self.started {
-            self.started = true;
-            out.push(UiMessageChunk::Start { message_id: None });
+        if self.finished {
+            return out;
         }
-        if let AgentEvent::Finished(_) = event {
-            out.push(UiMessageChunk::Finish {});
+        self.start(&mut out);
+        match event {
+            AgentEvent::TurnStart { .. } => {
+                self.close_parts(&mut out);
+                self.close_step(&mut out);
+                out.push(UiMessageChunk::StartStep {});
+                self.step_open = true;
+            }
+            AgentEvent::TurnEnd { .. } => {
+                self.close_parts(&mut out);
+                self.close_step(&mut out);
+            }
+            AgentEvent::TextDelta { text } => self.text_delta(text, &mut out),
+            AgentEvent::ThinkingDelta { text } => self.reasoning_delta(text, &mut out),
+            AgentEvent::ToolCallStart { id, name } => {
+                self.close_parts(&mut out);
+                self.input_start(id, name, &mut out);
+            }
+            AgentEvent::ToolInputDelta { id, partial_json } => {
+                // A fragment of a call never started (its name unknown) or complete already
+                // has no place in the client's part: it is dropped.
+                let open = self
+                    .calls
+                    .get(id)
+                    .is_some_and(|c| c.started && !c.available);
+                if open && !partial_json.is_empty() {
+                    out.push(UiMessageChunk::ToolInputDelta {
+                        tool_call_id: id.clone(),
+                        input_text_delta: partial_json.clone(),
+                    });
+                }
+            }
+            AgentEvent::ToolCall { id, name, input } => {
+                self.close_parts(&mut out);
+                self.input_available(id, name, input, &mut out);
+            }
+            AgentEvent::ToolResult {
+                id,
+                name,
+                content,
+                is_error,
+                ..
+            } => {
+                // The client needs the call's part before its output.
+                if !self.calls.get(id).is_some_and(|c| c.available) {
+                    self.close_parts(&mut out);
+                    self.input_available(id, name, &Value::Null, &mut out);
+                }
+                out.push(if self.denied.contains(id) {
+                    UiMessageChunk::ToolOutputDenied {
+                        tool_call_id: id.clone(),
+                    }
+                } else if *is_error {
+                    UiMessageChunk::ToolOutputError {
+                        tool_call_id: id.clone(),
+                        error_text: content.clone(),
+                    }
+                } else {
+                    UiMessageChunk::ToolOutputAvailable {
+                        tool_call_id: id.clone(),
+                        output: Value::String(content.clone()),
+                    }
+                });
+            }
+            AgentEvent::ToolProgress { id, message } => out.push(data(
+                "tool-progress",
+                serde_json::json!({ "toolCallId": id, "message": message }),
+            )),
+            AgentEvent::Retry {
+                attempt,
+                delay,
+                error,
+                ..
+            } => {
+                self.close_parts(&mut out);
+                out.push(data(
+                    "retry",
+                    serde_json::json!({
+                        "attempt": attempt,
+                        "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        "error": error,
+                    }),
+                ));
+            }
+            AgentEvent::Fallback { from, to, error } => {
+                self.close_parts(&mut out);
+                out.push(data(
+                    "fallback",
+                    serde_json::json!({ "from": from, "to": to, "error": error }),
+                ));
+            }
+            AgentEvent::Compacted {
+                tokens_before,
+                tokens_after,
+            } => out.push(data(
+                "compacted",
+                serde_json::json!({ "tokensBefore": tokens_before, "tokensAfter": tokens_after }),
+            )),
+            AgentEvent::Handoff { from, to } => out.push(data(
+                "handoff",
+                serde_json::json!({ "from": from, "to": to }),
+            )),
+            AgentEvent::Finished(outcome) => self.finish_with(&outcome.termination, &mut out),
+            // RateLimits, SubAgent, and variants to come: nothing the front-end shows.
+            _ => {}
         }
         out
     }
+
+    /// The chunks that end a stream whose events stopped without
+    /// [`Finished`](AgentEvent::Finished) (none if it came): every part and the step closed,
+    /// then `finish` with the reason `other`.
+    pub fn finish(&mut self) -> Vec<UiMessageChunk> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
+        }
+        self.start(&mut out);
+        self.close_parts(&mut out);
+        self.close_step(&mut out);
+        out.push(UiMessageChunk::Finish {
+            finish_reason: Some(FinishReason::Other),
+        });
+        self.finished = true;
+        out
+    }
+
+    fn start(&mut self, out: &mut Vec<UiMessageChunk>) {
+        if !self.started {
+            self.started = true;
+            out.push(UiMessageChunk::Start {
+                message_id: if self.resumed {
+                    None
+                } else {
+                    self.message_id.clone()
+                },
+            });
+        }
+    }
+
+    fn open_step(&mut self, out: &mut Vec<UiMessageChunk>) {
+        if !self.step_open {
+            self.step_open = true;
+            out.push(UiMessageChunk::StartStep {});
+        }
+    }
+
+    /// Closes the open step; its calls are done with (a later chunk of one of them starts
+    /// a new part, in the step it comes in).
+    fn close_step(&mut self, out: &mut Vec<UiMessageChunk>) {
+        if self.step_open {
+            self.step_open = false;
+            out.push(UiMessageChunk::FinishStep {});
+        }
+        self.calls.clear();
+    }
+
+    fn close_text(&mut self, out: &mut Vec<UiMessageChunk>) {
+        if let Some(id) = self.text.take() {
+            out.push(UiMessageChunk::TextEnd { id });
+        }
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<UiMessageChunk>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(UiMessageChunk::ReasoningEnd { id });
+        }
+    }
+
+    fn close_parts(&mut self, out: &mut Vec<UiMessageChunk>) {
+        self.close_text(out);
+        self.close_reasoning(out);
+    }
+
+    fn text_delta(&mut self, text: &str, out: &mut Vec<UiMessageChunk>) {
+        if text.is_empty() {
+            return;
+        }
+        self.close_reasoning(out);
+        self.open_step(out);
+        let id = match &self.text {
+            Some(id) => id.clone(),
+            None => {
+                self.texts += 1;
+                let id = format!("text-{}", self.texts);
+                out.push(UiMessageChunk::TextStart { id: id.clone() });
+                self.text = Some(id.clone());
+                id
+            }
+        };
+        out.push(UiMessageChunk::TextDelta {
+            id,
+            delta: text.to_owned(),
+        });
+    }
+
+    fn reasoning_delta(&mut self, text: &str, out: &mut Vec<UiMessageChunk>) {
+        if text.is_empty() {
+            return;
+        }
+        self.close_text(out);
+        self.open_step(out);
+        let id = match &self.reasoning {
+            Some(id) => id.clone(),
+            None => {
+                self.reasonings += 1;
+                let id = format!("reasoning-{}", self.reasonings);
+                out.push(UiMessageChunk::ReasoningStart { id: id.clone() });
+                self.reasoning = Some(id.clone());
+                id
+            }
+        };
+        out.push(UiMessageChunk::ReasoningDelta {
+            id,
+            delta: text.to_owned(),
+        });
+    }
+
+    fn input_start(&mut self, id: &str, name: &str, out: &mut Vec<UiMessageChunk>) {
+        self.open_step(out);
+        let call = self.calls.entry(id.to_owned()).or_default();
+        if !call.started {
+            call.started = true;
+            out.push(UiMessageChunk::ToolInputStart {
+                tool_call_id: id.to_owned(),
+                tool_name: name.to_owned(),
+            });
+        }
+    }
+
+    fn input_available(
+        &mut self,
+        id: &str,
+        name: &str,
+        input: &Value,
+        out: &mut Vec<UiMessageChunk>,
+    ) {
+        self.input_start(id, name, out);
+        let call = self.calls.entry(id.to_owned()).or_default();
+        if !call.available {
+            call.available = true;
+            out.push(UiMessageChunk::ToolInputAvailable {
+                tool_call_id: id.to_owned(),
+                tool_name: name.to_owned(),
+                input: input.clone(),
+            });
+        }
+    }
+
+    fn finish_with(&mut self, termination: &Termination, out: &mut Vec<UiMessageChunk>) {
+        self.close_parts(out);
+        if let Termination::Paused(paused) = termination {
+            for call in paused.pending() {
+                self.input_available(&call.id, &call.name, &call.input, out);
+                if call.waits_for == WaitsFor::Approval {
+                    out.push(UiMessageChunk::ToolApprovalRequest {
+                        approval_id: call.id.clone(),
+                        tool_call_id: call.id.clone(),
+                    });
+                }
+            }
+        }
+        self.close_step(out);
+        let reason = match termination {
+            Termination::Completed => FinishReason::Stop,
+            Termination::MaxTokens => FinishReason::Length,
+            Termination::Refused => FinishReason::ContentFilter,
+            Termination::Paused(_) => FinishReason::ToolCalls,
+            Termination::Error(e) => {
+                out.push(UiMessageChunk::Error {
+                    error_text: e.to_string(),
+                });
+                FinishReason::Error
+            }
+            Termination::Cancelled => {
+                out.push(UiMessageChunk::Abort { reason: None });
+                FinishReason::Other
+            }
+            other => {
+                out.push(data(
+                    "stopped",
+                    serde_json::json!({ "reason": other.to_string() }),
+                ));
+                FinishReason::Other
+            }
+        };
+        out.push(UiMessageChunk::Finish {
+            finish_reason: Some(reason),
+        });
+        self.finished = true;
+    }
 }
 
-/// `useChat`'s request body (STUB).
+/// A transient data chunk.
+fn data(name: &str, value: Value) -> UiMessageChunk {
+    UiMessageChunk::Data(DataChunk::new(name, value).transient())
+}
+
+// ---------------------------------------------------------------------------------------
+// The request.
+
+/// Who wrote a `UIMessage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UiRole {
+    System,
+    User,
+    Assistant,
+}
+
+/// A tool part's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolState {
+    InputStreaming,
+    InputAvailable,
+    ApprovalRequested,
+    ApprovalResponded,
+    OutputAvailable,
+    OutputError,
+    OutputDenied,
+}
+
+impl ToolState {
+    fn parse(s: &str) -> Option<ToolState> {
+        Some(match s {
+            "input-streaming" => ToolState::InputStreaming,
+            "input-available" => ToolState::InputAvailable,
+            "approval-requested" => ToolState::ApprovalRequested,
+            "approval-responded" => ToolState::ApprovalResponded,
+            "output-available" => ToolState::OutputAvailable,
+            "output-error" => ToolState::OutputError,
+            "output-denied" => ToolState::OutputDenied,
+            _ => return None,
+        })
+    }
+}
+
+/// A tool part (`tool-{name}` or `dynamic-tool`).
+#[derive(Debug, Clone, PartialEq)]
+struct ToolPart {
+    name: String,
+    call_id: String,
+    state: ToolState,
+    input: Value,
+    output: Value,
+    error_text: Option<String>,
+    approved: Option<bool>,
+    reason: Option<String>,
+}
+
+impl ToolPart {
+    /// The reason the model reads for a denial.
+    fn denial(&self) -> String {
+        match &self.reason {
+            Some(reason) if !reason.trim().is_empty() => reason.clone(),
+            _ => DEFAULT_DENIAL.to_owned(),
+        }
+    }
+
+    /// The result text of an output.
+    fn output_text(&self) -> String {
+        match &self.output {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Its result, for the history, when it has one.
+    fn result(&self) -> Option<ContentBlock> {
+        let (content, is_error) = match self.state {
+            ToolState::OutputAvailable => (self.output_text(), false),
+            ToolState::OutputError => (
+                self.error_text
+                    .clone()
+                    .unwrap_or_else(|| "the tool failed".to_owned()),
+                true,
+            ),
+            ToolState::OutputDenied => (self.denial(), true),
+            _ => return None,
+        };
+        Some(ContentBlock::tool_result(
+            self.call_id.clone(),
+            content,
+            is_error,
+        ))
+    }
+}
+
+/// One part of a `UIMessage`, as far as the agent reads it.
+#[derive(Debug, Clone, PartialEq)]
+enum UiPart {
+    Text(String),
+    File {
+        media_type: String,
+        url: String,
+        filename: Option<String>,
+    },
+    StepStart,
+    Tool(ToolPart),
+    /// Reasoning (no provider signature to send back), sources, data parts, types to come.
+    Ignored,
+}
+
+/// A `UIMessage`.
+#[derive(Debug, Clone, PartialEq)]
+struct UiMessage {
+    role: UiRole,
+    parts: Vec<UiPart>,
+}
+
+/// The body `useChat` (the `ai` package's `DefaultChatTransport`) posts:
+/// `{id, messages, trigger, messageId, …}`, with the whole conversation as `UIMessage`s.
+///
+/// Parsed leniently: fields it does not read are ignored (a `body` option's extra fields,
+/// message metadata, parts of types it does not know). What it reads must have the right
+/// shape, else [`from_slice`](Self::from_slice) says what is wrong (for a 400).
+///
+/// - [`turn`](Self::turn): a new run on the last message, a user message; or, when the
+///   agent waits in a paused run, the answers the last assistant message's tool parts give
+///   to the waiting calls;
+/// - [`history`](Self::history): the conversation before the last user message, for an
+///   agent that holds none (without a session, the client holds the conversation).
+///
+/// System messages are skipped: the server's system prompt rules, and a client cannot set
+/// it. Reasoning parts are skipped too: without the provider's signature the model cannot
+/// take them back.
+///
+/// ```
+/// use agent_loop::ui::ai_sdk::ChatRequest;
+/// use agent_loop::ui::UiTurn;
+/// use agent_loop::UserInput;
+///
+/// let body = br#"{"id": "chat-1", "trigger": "submit-message", "messages": [
+///     {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]},
+///     {"id": "m2", "role": "assistant", "parts": [
+///         {"type": "step-start"}, {"type": "text", "text": "Hello!", "state": "done"}]},
+///     {"id": "m3", "role": "user", "parts": [{"type": "text", "text": "How are you?"}]}
+/// ]}"#;
+/// let request = ChatRequest::from_slice(body)?;
+/// assert_eq!(request.id(), "chat-1");
+/// assert_eq!(request.turn(None)?, UiTurn::Run(UserInput::text("How are you?")));
+/// let history = request.history()?;
+/// assert_eq!(history.len(), 2);
+/// assert_eq!(history[1].text(), "Hello!");
+///
+/// let bad = ChatRequest::from_slice(br#"{"id": "chat-1"}"#).unwrap_err();
+/// assert!(bad.message().contains("messages"));
+/// # Ok::<(), agent_loop::ui::UiRequestError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     id: String,
+    trigger: Option<String>,
+    message_id: Option<String>,
+    messages: Vec<UiMessage>,
 }
 
 impl ChatRequest {
-    /// Parses a request body.
+    /// Parses a request body. `messages` is required; `id` (the chat's id, which the
+    /// transport always sends) is read when present.
     pub fn from_slice(body: &[u8]) -> Result<ChatRequest, UiRequestError> {
-        let _ = body;
-        Err(UiRequestError::new("STUB"))
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| UiRequestError::new(format!("the body is not JSON: {e}")))?;
+        let Value::Object(body) = value else {
+            return Err(UiRequestError::new(
+                "the body must be a JSON object with `messages`",
+            ));
+        };
+        let id = optional_string(&body, "id", "the body")?.unwrap_or_default();
+        let trigger = optional_string(&body, "trigger", "the body")?;
+        let message_id = optional_string(&body, "messageId", "the body")?;
+        let messages = match body.get("messages") {
+            None | Some(Value::Null) => {
+                return Err(UiRequestError::new("the body has no `messages`"))
+            }
+            Some(Value::Array(messages)) => messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| parse_message(m, &format!("messages[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err(UiRequestError::new("`messages` must be an array")),
+        };
+        Ok(ChatRequest {
+            id,
+            trigger,
+            message_id,
+            messages,
+        })
     }
 
-    /// The chat's id.
+    /// The chat's id (empty when the body has none).
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    /// The conversation the client holds, before the message that starts this turn.
+    /// What the client asks (`submit-message`, `regenerate-message`), if it says.
+    pub fn trigger(&self) -> Option<&str> {
+        self.trigger.as_deref()
+    }
+
+    /// The `messageId` the client sent: the message a `submit-message` continues or replaces.
+    pub fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
+
+    /// The number of messages the request carries.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether it carries no message.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The conversation the client holds, before the last user message: user messages with
+    /// their text and files; each assistant message split at its `step-start` parts, one
+    /// model response per step (its text and tool calls) followed by a user message with
+    /// the results of its calls that have one (errors and denials as error results). A call
+    /// without a result is answered by the agent as interrupted when it restores the
+    /// history. System messages and reasoning parts are skipped.
+    ///
+    /// The results are what the client holds: what the stream sent it, which
+    /// [`AgentBuilder::event_content_limit`](crate::AgentBuilder::event_content_limit) may
+    /// have shortened. An agent with a [session](crate::AgentBuilder::session) keeps its own
+    /// conversation, whole, and does not read this.
     pub fn history(&self) -> Result<Vec<Message>, UiRequestError> {
-        Ok(Vec::new())
+        let end = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == UiRole::User)
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        for (i, message) in self.messages.iter().take(end).enumerate() {
+            match message.role {
+                UiRole::System => {}
+                UiRole::User => {
+                    if let Some(input) = user_input(message, &format!("messages[{i}]"))? {
+                        out.push(input.into_message());
+                    }
+                }
+                UiRole::Assistant => assistant_history(message, &mut out),
+            }
+        }
+        Ok(out)
     }
 
     /// What the request asks of an agent waiting in `paused` (or in none).
+    ///
+    /// - With a paused run: the last assistant message's tool parts answer the calls that
+    ///   wait (parts of other calls are ignored): `approval-responded` approves, or denies
+    ///   with the person's reason ([`DEFAULT_DENIAL`] when none); `output-available` is the
+    ///   call's result (a string output as it is, any other as its JSON text);
+    ///   `output-error` an error result; `output-denied` a denial. A request that answers
+    ///   none of them is refused, naming the calls that wait.
+    /// - Without: the last message must be a user message; its text and files (images as
+    ///   `data:` or `http(s)` URLs, PDFs) are the run's input.
+    ///
+    /// `trigger: "regenerate-message"` is refused: the agent's conversation cannot drop its
+    /// last answer to give another.
     pub fn turn(&self, paused: Option<&PausedRun>) -> Result<UiTurn, UiRequestError> {
-        let _ = paused;
-        Err(UiRequestError::new("STUB"))
+        if self.trigger.as_deref() == Some("regenerate-message") {
+            return Err(UiRequestError::new(
+                "`trigger: \"regenerate-message\"` is not supported: the agent cannot take back \
+                 an answer; send a new message instead",
+            ));
+        }
+        match paused {
+            Some(paused) => self.answers(paused).map(UiTurn::Resume),
+            None => {
+                let Some(last) = self.messages.last() else {
+                    return Err(UiRequestError::new("`messages` is empty"));
+                };
+                if last.role != UiRole::User {
+                    return Err(UiRequestError::new(
+                        "the last message must be a user message: no run waits for answers",
+                    ));
+                }
+                let path = format!("messages[{}]", self.messages.len() - 1);
+                match user_input(last, &path)? {
+                    Some(input) => Ok(UiTurn::Run(input)),
+                    None => Err(UiRequestError::new(format!(
+                        "{path}: the user message has no text and no file"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The answers the last assistant message gives the calls `paused` waits for.
+    fn answers(&self, paused: &PausedRun) -> Result<Resolutions, UiRequestError> {
+        let pending = paused.pending();
+        let parts: Vec<&ToolPart> = self
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == UiRole::Assistant)
+            .map(|m| {
+                m.parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        UiPart::Tool(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut answers = Resolutions::new();
+        for call in &pending {
+            let Some(part) = parts.iter().rev().find(|p| p.call_id == call.id) else {
+                continue;
+            };
+            answers = match part.state {
+                ToolState::ApprovalResponded if call.waits_for == WaitsFor::Approval => {
+                    if part.approved == Some(true) {
+                        answers.approve(call.id.clone())
+                    } else {
+                        answers.deny(call.id.clone(), part.denial())
+                    }
+                }
+                ToolState::OutputAvailable => answers.result(call.id.clone(), part.output_text()),
+                ToolState::OutputError => answers.error(
+                    call.id.clone(),
+                    part.error_text
+                        .clone()
+                        .unwrap_or_else(|| "the tool failed".to_owned()),
+                ),
+                ToolState::OutputDenied => answers.deny(call.id.clone(), part.denial()),
+                _ => answers,
+            };
+        }
+        if answers.is_empty() {
+            let waiting: Vec<String> = pending
+                .iter()
+                .map(|c| {
+                    let what = match c.waits_for {
+                        WaitsFor::Approval => "a verdict",
+                        _ => "a result",
+                    };
+                    format!("{} (call {:?}) waits for {what}", c.name, c.id)
+                })
+                .collect();
+            return Err(UiRequestError::new(format!(
+                "the run waits for answers, and the last assistant message gives none: {}",
+                waiting.join("; ")
+            )));
+        }
+        Ok(answers)
     }
 }
 
@@ -101,12 +1104,260 @@ impl UiRequest for ChatRequest {
     }
 }
 
-/// A run's events as UI message chunks.
+/// Appends an assistant `UIMessage` to a history: per step, its response, then its results.
+fn assistant_history(message: &UiMessage, out: &mut Vec<Message>) {
+    let mut response = Vec::new();
+    let mut results = Vec::new();
+    let flush = |response: &mut Vec<ContentBlock>,
+                 results: &mut Vec<ContentBlock>,
+                 out: &mut Vec<Message>| {
+        if !response.is_empty() {
+            out.push(Message {
+                role: Role::Assistant,
+                content: std::mem::take(response),
+            });
+        }
+        if !results.is_empty() {
+            out.push(Message {
+                role: Role::User,
+                content: std::mem::take(results),
+            });
+        }
+    };
+    for part in &message.parts {
+        match part {
+            UiPart::StepStart => flush(&mut response, &mut results, out),
+            UiPart::Text(text) if !text.is_empty() => response.push(ContentBlock::text(text)),
+            UiPart::Tool(tool) if tool.state != ToolState::InputStreaming => {
+                response.push(ContentBlock::ToolUse {
+                    id: tool.call_id.clone(),
+                    name: tool.name.clone(),
+                    input: match &tool.input {
+                        Value::Null => Value::Object(Default::default()),
+                        input => input.clone(),
+                    },
+                });
+                results.extend(tool.result());
+            }
+            _ => {}
+        }
+    }
+    flush(&mut response, &mut results, out);
+}
+
+/// The text and files of a user message, as the agent's input (`None` when it has neither).
+fn user_input(message: &UiMessage, path: &str) -> Result<Option<UserInput>, UiRequestError> {
+    let mut input = UserInput::default();
+    let mut blank = true;
+    for (j, part) in message.parts.iter().enumerate() {
+        match part {
+            UiPart::Text(text) if !text.is_empty() => {
+                blank = false;
+                input = input.and_text(text.clone());
+            }
+            UiPart::File {
+                media_type,
+                url,
+                filename,
+            } => {
+                let at = format!("{path}.parts[{j}]");
+                blank = false;
+                input = input.block(file_block(media_type, url, filename.as_deref(), &at)?);
+            }
+            _ => {}
+        }
+    }
+    Ok((!blank).then_some(input))
+}
+
+/// A file part as an image or a document.
+fn file_block(
+    media_type: &str,
+    url: &str,
+    filename: Option<&str>,
+    at: &str,
+) -> Result<ContentBlock, UiRequestError> {
+    let bad = |e: &dyn std::fmt::Display| UiRequestError::new(format!("{at}: {e}"));
+    let web = url.starts_with("https://") || url.starts_with("http://");
+    if media_type.starts_with("image/") {
+        if !web && !url.starts_with("data:") {
+            return Err(UiRequestError::new(format!(
+                "{at}: an image must be a `data:` URL or an http(s) URL"
+            )));
+        }
+        return Image::from_url(url).map(Into::into).map_err(|e| bad(&e));
+    }
+    if media_type == "application/pdf" {
+        let document = if web {
+            Document::from_url(url).map_err(|e| bad(&e))?
+        } else if let Some(data) = url
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"))
+            .map(|(_, data)| data)
+        {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| bad(&format!("the PDF's base64 is not valid: {e}")))?;
+            Document::pdf(&bytes).map_err(|e| bad(&e))?
+        } else {
+            return Err(UiRequestError::new(format!(
+                "{at}: a PDF must be a base64 `data:` URL or an http(s) URL"
+            )));
+        };
+        let document = match filename {
+            Some(name) if !name.is_empty() => document.title(name),
+            _ => document,
+        };
+        return Ok(document.into());
+    }
+    Err(UiRequestError::new(format!(
+        "{at}: files of type {media_type:?} are not supported (images and PDFs are)"
+    )))
+}
+
+/// A string field, if present (`null` counts as absent).
+fn optional_string(
+    object: &serde_json::Map<String, Value>,
+    key: &str,
+    at: &str,
+) -> Result<Option<String>, UiRequestError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(UiRequestError::new(format!(
+            "{at}: `{key}` must be a string"
+        ))),
+    }
+}
+
+/// A string field that must be there.
+fn required_string(
+    object: &serde_json::Map<String, Value>,
+    key: &str,
+    at: &str,
+) -> Result<String, UiRequestError> {
+    optional_string(object, key, at)?
+        .ok_or_else(|| UiRequestError::new(format!("{at}: `{key}` is missing")))
+}
+
+fn parse_message(value: &Value, at: &str) -> Result<UiMessage, UiRequestError> {
+    let Value::Object(message) = value else {
+        return Err(UiRequestError::new(format!("{at} must be an object")));
+    };
+    let role = match required_string(message, "role", at)?.as_str() {
+        "user" => UiRole::User,
+        "assistant" => UiRole::Assistant,
+        "system" => UiRole::System,
+        other => {
+            return Err(UiRequestError::new(format!(
+                "{at}: `role` must be \"user\", \"assistant\" or \"system\", not {other:?}"
+            )))
+        }
+    };
+    let parts = match message.get("parts") {
+        None | Some(Value::Null) => {
+            return Err(UiRequestError::new(format!("{at}: `parts` is missing")))
+        }
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, p)| parse_part(p, &format!("{at}.parts[{j}]")))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => {
+            return Err(UiRequestError::new(format!(
+                "{at}: `parts` must be an array"
+            )))
+        }
+    };
+    Ok(UiMessage { role, parts })
+}
+
+fn parse_part(value: &Value, at: &str) -> Result<UiPart, UiRequestError> {
+    let Value::Object(part) = value else {
+        return Err(UiRequestError::new(format!("{at} must be an object")));
+    };
+    let kind = required_string(part, "type", at)?;
+    Ok(match kind.as_str() {
+        "text" => UiPart::Text(required_string(part, "text", at)?),
+        "file" => UiPart::File {
+            media_type: required_string(part, "mediaType", at)?,
+            url: required_string(part, "url", at)?,
+            filename: optional_string(part, "filename", at)?,
+        },
+        "step-start" => UiPart::StepStart,
+        "dynamic-tool" => {
+            let name = required_string(part, "toolName", at)?;
+            UiPart::Tool(parse_tool(part, name, at)?)
+        }
+        kind => match kind.strip_prefix("tool-") {
+            Some(name) => UiPart::Tool(parse_tool(part, name.to_owned(), at)?),
+            None => UiPart::Ignored,
+        },
+    })
+}
+
+fn parse_tool(
+    part: &serde_json::Map<String, Value>,
+    name: String,
+    at: &str,
+) -> Result<ToolPart, UiRequestError> {
+    let call_id = required_string(part, "toolCallId", at)?;
+    let state = required_string(part, "state", at)?;
+    let state = ToolState::parse(&state)
+        .ok_or_else(|| UiRequestError::new(format!("{at}: {state:?} is not a tool part state")))?;
+    let (approved, reason) = match part.get("approval") {
+        None | Some(Value::Null) => (None, None),
+        Some(Value::Object(approval)) => {
+            let at = format!("{at}.approval");
+            let approved = match approval.get("approved") {
+                None | Some(Value::Null) => None,
+                Some(Value::Bool(b)) => Some(*b),
+                Some(_) => {
+                    return Err(UiRequestError::new(format!(
+                        "{at}: `approved` must be a boolean"
+                    )))
+                }
+            };
+            (approved, optional_string(approval, "reason", &at)?)
+        }
+        Some(_) => {
+            return Err(UiRequestError::new(format!(
+                "{at}: `approval` must be an object"
+            )))
+        }
+    };
+    if state == ToolState::ApprovalResponded && approved.is_none() {
+        return Err(UiRequestError::new(format!(
+            "{at}: an `approval-responded` part needs `approval.approved`"
+        )));
+    }
+    Ok(ToolPart {
+        name,
+        call_id,
+        state,
+        input: part.get("input").cloned().unwrap_or(Value::Null),
+        output: part.get("output").cloned().unwrap_or(Value::Null),
+        error_text: optional_string(part, "errorText", at)?,
+        approved,
+        reason,
+    })
+}
+
+/// A run's events as UI message chunks. A stream that ends without
+/// [`Finished`](AgentEvent::Finished) is closed by [`UiStreamEncoder::finish`].
 pub fn encode_stream(
     events: impl Stream<Item = AgentEvent> + Send + 'static,
     mut encoder: UiStreamEncoder,
 ) -> impl Stream<Item = UiMessageChunk> + Send + 'static {
-    events.flat_map(move |event| futures::stream::iter(encoder.encode(&event)))
+    events
+        .map(Some)
+        .chain(futures::stream::once(async { None }))
+        .flat_map(move |event| {
+            futures::stream::iter(match event {
+                Some(event) => encoder.encode(&event),
+                None => encoder.finish(),
+            })
+        })
 }
 
 /// The SSE body of a chunk stream: one `data:` frame per chunk, then `data: [DONE]`.

@@ -1,0 +1,1666 @@
+//! The AI SDK UI message stream (`agent_loop::ui::ai_sdk`): the encoder's chunk sequences for
+//! real runs, the request parser, the stream's invariants over any events (proptest), and the
+//! `ai` package's own client reading `respond` over loopback (tests/js/ai-sdk-client.mjs).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::session::MemoryStore;
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::ui::ai_sdk::{
+    encode_stream, respond, sse_body, ChatRequest, DataChunk, FinishReason, UiMessageChunk,
+    UiStreamEncoder, DEFAULT_DENIAL, STREAM_HEADER,
+};
+use agent_loop::ui::UiTurn;
+use agent_loop::{
+    Agent, AgentEvent, ContentBlock, FnTool, LlmError, MediaSource, PausedRun, Resolution,
+    Resolutions, RetryPolicy, Role, Termination, ToolError, UserInput,
+};
+use futures::StreamExt;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------------------
+// Helpers.
+
+/// A chunk in one line: its type, then its fields' values in a fixed order.
+fn show(chunk: &UiMessageChunk) -> String {
+    let value = serde_json::to_value(chunk).expect("a chunk serializes");
+    let mut out = value["type"].as_str().unwrap_or("?").to_owned();
+    for key in [
+        "messageId",
+        "id",
+        "toolCallId",
+        "toolName",
+        "approvalId",
+        "delta",
+        "inputTextDelta",
+        "input",
+        "output",
+        "errorText",
+        "finishReason",
+        "reason",
+        "data",
+    ] {
+        match value.get(key) {
+            None => {}
+            Some(Value::String(s)) => {
+                out.push(' ');
+                out.push_str(s);
+            }
+            Some(other) => {
+                out.push(' ');
+                out.push_str(&other.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn shows(chunks: &[UiMessageChunk]) -> Vec<String> {
+    chunks.iter().map(show).collect()
+}
+
+fn encode_all(encoder: &mut UiStreamEncoder, events: &[AgentEvent]) -> Vec<UiMessageChunk> {
+    events.iter().flat_map(|e| encoder.encode(e)).collect()
+}
+
+fn delete_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "delete",
+        "Deletes a file.",
+        |input: Value, _ctx| async move {
+            Ok::<_, ToolError>(format!("deleted {}", input["path"].as_str().unwrap_or("?")))
+        },
+    )
+}
+
+fn lookup_tool() -> impl agent_loop::Tool {
+    FnTool::new(
+        "lookup",
+        "Looks a word up.",
+        |input: Value, _ctx| async move {
+            Ok::<_, ToolError>(format!(
+                "{} means a greeting",
+                input["word"].as_str().unwrap_or("?")
+            ))
+        },
+    )
+}
+
+fn failing_tool() -> impl agent_loop::Tool {
+    FnTool::new("fail", "Always fails.", |_: Value, _ctx| async move {
+        Err::<String, _>(ToolError::new("the disk is full"))
+    })
+}
+
+async fn run_events(agent: &mut Agent, input: &str) -> Vec<AgentEvent> {
+    agent.run(input).collect().await
+}
+
+fn paused_of(events: &[AgentEvent]) -> PausedRun {
+    match events.last() {
+        Some(AgentEvent::Finished(outcome)) => match &outcome.termination {
+            Termination::Paused(paused) => (**paused).clone(),
+            other => panic!("the run did not pause: {other:?}"),
+        },
+        other => panic!("no Finished: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The encoder, on real runs.
+
+#[tokio::test]
+async fn text_only_is_one_step_with_one_text_part() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Hello there").chunked(5)]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Hello",
+            "text-delta text-1  ther",
+            "text-delta text-1 e",
+            "text-end text-1",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_message_id_is_sent_when_set() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Hi")]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new().message_id("m-7"), &events);
+    assert_eq!(
+        chunks[0],
+        UiMessageChunk::Start {
+            message_id: Some("m-7".into())
+        }
+    );
+}
+
+#[tokio::test]
+async fn reasoning_then_text_are_two_parts_the_first_closed_when_the_second_starts() {
+    let client =
+        ScriptedClient::new([ScriptedResponse::thinking("Think.", "sig").then_text("Answer.")]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "start-step",
+            "reasoning-start reasoning-1",
+            "reasoning-delta reasoning-1 Think.",
+            "reasoning-end reasoning-1",
+            "text-start text-1",
+            "text-delta text-1 Answer.",
+            "text-end text-1",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_its_result_and_the_final_text_make_two_steps() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Let me look.")
+            .then_tool_call("c1", "lookup", json!({"word": "hi"}))
+            .chunked(6),
+        ScriptedResponse::text("It is a greeting."),
+    ]);
+    let mut agent = Agent::builder(client).tool(lookup_tool()).build().unwrap();
+    let events = run_events(&mut agent, "What is hi?").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    // The arguments arrive in fragments, which the client reassembles: they add up to the
+    // call's JSON.
+    let fragments: String = chunks
+        .iter()
+        .filter_map(|c| match c {
+            UiMessageChunk::ToolInputDelta {
+                input_text_delta, ..
+            } => Some(input_text_delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        shown
+            .iter()
+            .filter(|s| s.starts_with("tool-input-delta"))
+            .count()
+            > 1,
+        "{shown:#?}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&fragments).unwrap(),
+        json!({"word": "hi"})
+    );
+    let without_fragments: Vec<&str> = shown
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !s.starts_with("tool-input-delta") && !s.starts_with("text-delta"))
+        .collect();
+    assert_eq!(
+        without_fragments,
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-end text-1",
+            "tool-input-start c1 lookup",
+            "tool-input-available c1 lookup {\"word\":\"hi\"}",
+            "tool-output-available c1 hi means a greeting",
+            "finish-step",
+            "start-step",
+            "text-start text-2",
+            "text-end text-2",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_tool_ends_in_tool_output_error() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "fail", json!({})),
+        ScriptedResponse::text("Sorry."),
+    ]);
+    let mut agent = Agent::builder(client).tool(failing_tool()).build().unwrap();
+    let events = run_events(&mut agent, "go").await;
+    let shown = shows(&encode_all(&mut UiStreamEncoder::new(), &events));
+    let error = shown
+        .iter()
+        .find(|s| s.starts_with("tool-output-error c1"))
+        .unwrap_or_else(|| panic!("{shown:#?}"));
+    assert!(error.contains("the disk is full"), "{error}");
+}
+
+#[tokio::test]
+async fn a_retry_mid_text_closes_the_voided_part_and_the_new_text_is_a_new_part() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Hel").then_fail(LlmError::Transport {
+            message: "connection reset".into(),
+        }),
+        ScriptedResponse::text("Hello!"),
+    ]);
+    let mut agent = Agent::builder(client)
+        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    assert_eq!(
+        shown[..5],
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Hel",
+            "text-end text-1",
+        ]
+    );
+    let UiMessageChunk::Data(retry) = &chunks[5] else {
+        panic!("{shown:#?}")
+    };
+    assert_eq!(retry.name, "retry");
+    assert_eq!(retry.transient, Some(true));
+    assert_eq!(retry.data["attempt"], 1);
+    assert!(retry.data["error"]
+        .as_str()
+        .unwrap()
+        .contains("connection reset"));
+    assert!(retry.data["delayMs"].is_u64());
+    assert_eq!(
+        shown[6..],
+        [
+            "text-start text-2",
+            "text-delta text-2 Hello!",
+            "text-end text-2",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+/// The agent of the approval tests: `delete` needs a person's verdict.
+fn approval_agent(client: ScriptedClient) -> Agent {
+    Agent::builder(client)
+        .tool(delete_tool())
+        .require_approval("delete")
+        .build()
+        .unwrap()
+}
+
+fn approval_script() -> ScriptedClient {
+    ScriptedClient::new([
+        ScriptedResponse::text("I will delete it.").then_tool_call(
+            "c1",
+            "delete",
+            json!({"path": "a.txt"}),
+        ),
+        ScriptedResponse::text("Done."),
+    ])
+}
+
+#[tokio::test]
+async fn a_pause_for_approval_asks_for_it_and_its_approval_continues_the_same_step() {
+    let mut agent = approval_agent(approval_script());
+    let events = run_events(&mut agent, "Delete a.txt").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    assert_eq!(
+        shown
+            .iter()
+            .filter(|s| !s.starts_with("tool-input-delta"))
+            .collect::<Vec<_>>(),
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 I will delete it.",
+            "text-end text-1",
+            "tool-input-start c1 delete",
+            "tool-input-available c1 delete {\"path\":\"a.txt\"}",
+            "tool-approval-request c1 c1",
+            "finish-step",
+            "finish tool-calls",
+        ]
+    );
+
+    let paused = paused_of(&events);
+    let answers = Resolutions::new().approve("c1");
+    let resumed: Vec<AgentEvent> = agent.resume(&paused, answers.clone()).collect().await;
+    let chunks = encode_all(
+        &mut UiStreamEncoder::new().resuming(&paused, &answers),
+        &resumed,
+    );
+    assert_eq!(
+        shows(&chunks),
+        [
+            // No start-step: the paused step goes on, and the call's input is not sent again.
+            "start",
+            "tool-output-available c1 deleted a.txt",
+            "finish-step",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Done.",
+            "text-end text-1",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_denied_call_ends_in_tool_output_denied() {
+    let mut agent = approval_agent(approval_script());
+    let events = run_events(&mut agent, "Delete a.txt").await;
+    let paused = paused_of(&events);
+    let answers = Resolutions::new().deny("c1", "not that file");
+    let resumed: Vec<AgentEvent> = agent.resume(&paused, answers.clone()).collect().await;
+    let chunks = encode_all(
+        // A resumption continues the client's message: no id of ours.
+        &mut UiStreamEncoder::new()
+            .message_id("ignored")
+            .resuming(&paused, &answers),
+        &resumed,
+    );
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "tool-output-denied c1",
+            "finish-step",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Done.",
+            "text-end text-1",
+            "finish-step",
+            "finish stop",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_error_closes_the_parts_and_the_step_before_the_error_chunk() {
+    let client =
+        ScriptedClient::new([
+            ScriptedResponse::text("Hal").then_fail(LlmError::Api(Box::new(
+                agent_loop::ApiError::new(401, "invalid x-api-key"),
+            ))),
+        ]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    assert_eq!(
+        shown[..5],
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Hal",
+            "text-end text-1",
+        ],
+        "{shown:#?}"
+    );
+    assert_eq!(shown[5], "finish-step");
+    assert!(
+        shown[6].starts_with("error ") && shown[6].contains("invalid x-api-key"),
+        "{shown:#?}"
+    );
+    assert_eq!(shown[7..], ["finish error"]);
+}
+
+#[tokio::test]
+async fn a_cancelled_run_ends_in_abort() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Partial answ").then_stall()]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let handle = agent.handle();
+    let mut events = Vec::new();
+    {
+        let mut stream = std::pin::pin!(agent.run("long question"));
+        while let Some(event) = stream.next().await {
+            if matches!(event, AgentEvent::TextDelta { .. }) {
+                handle.cancel();
+            }
+            events.push(event);
+        }
+    }
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Partial answ",
+            "text-end text-1",
+            "finish-step",
+            "abort",
+            "finish other",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn nothing_comes_after_finish_and_a_stream_cut_short_is_closed() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Hi")]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hi").await;
+    let mut encoder = UiStreamEncoder::new();
+    encode_all(&mut encoder, &events);
+    assert!(encoder.is_finished());
+    assert!(encoder
+        .encode(&AgentEvent::TextDelta {
+            text: "late".into()
+        })
+        .is_empty());
+    assert!(encoder.finish().is_empty());
+
+    // Events that stop before Finished (the last two dropped: TurnEnd and Finished).
+    let cut = &events[..events.len() - 2];
+    let chunks: Vec<UiMessageChunk> =
+        encode_stream(futures::stream::iter(cut.to_vec()), UiStreamEncoder::new())
+            .collect()
+            .await;
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Hi",
+            "text-end text-1",
+            "finish-step",
+            "finish other",
+        ]
+    );
+}
+
+#[test]
+fn a_call_left_open_by_its_step_is_a_new_part_in_the_next() {
+    // Not the grammar (a turn that starts before the last ended), but the client must never
+    // see a call's input or output without its part in the step.
+    let mut encoder = UiStreamEncoder::new();
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::ToolCallStart {
+            id: "c1".into(),
+            name: "t".into(),
+        },
+        AgentEvent::TurnStart { turn: 2 },
+        AgentEvent::ToolCall {
+            id: "c1".into(),
+            name: "t".into(),
+            input: json!({}),
+        },
+        AgentEvent::ToolResult {
+            id: "c2".into(),
+            name: "u".into(),
+            content: "r".into(),
+            is_error: false,
+            duration: Duration::ZERO,
+        },
+    ];
+    assert_eq!(
+        shows(&encode_all(&mut encoder, &events)),
+        [
+            "start",
+            "start-step",
+            "tool-input-start c1 t",
+            "finish-step",
+            "start-step",
+            "tool-input-start c1 t",
+            "tool-input-available c1 t {}",
+            // A result of a call never seen gets its part first (no input known).
+            "tool-input-start c2 u",
+            "tool-input-available c2 u null",
+            "tool-output-available c2 r",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_sse_body_is_one_data_frame_per_chunk_then_done() {
+    let chunks = vec![
+        UiMessageChunk::Start { message_id: None },
+        UiMessageChunk::Data(DataChunk::new("note", json!({"a": 1})).id("n1")),
+    ];
+    let frames: Vec<bytes::Bytes> = sse_body(futures::stream::iter(chunks)).collect().await;
+    let text: String = frames
+        .iter()
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    assert_eq!(
+        text,
+        "data: {\"type\":\"start\"}\n\n\
+         data: {\"type\":\"data-note\",\"id\":\"n1\",\"data\":{\"a\":1}}\n\n\
+         data: [DONE]\n\n"
+    );
+}
+
+#[test]
+fn chunks_deserialize_as_the_client_sends_them() {
+    let chunk: UiMessageChunk = serde_json::from_value(json!({
+        "type": "finish", "finishReason": "tool-calls", "messageMetadata": {"x": 1}
+    }))
+    .unwrap();
+    assert_eq!(
+        chunk,
+        UiMessageChunk::Finish {
+            finish_reason: Some(FinishReason::ToolCalls)
+        }
+    );
+    let chunk: UiMessageChunk = serde_json::from_value(json!({
+        "type": "tool-approval-request", "approvalId": "a1", "toolCallId": "c1"
+    }))
+    .unwrap();
+    assert_eq!(
+        chunk,
+        UiMessageChunk::ToolApprovalRequest {
+            approval_id: "a1".into(),
+            tool_call_id: "c1".into()
+        }
+    );
+    assert!(serde_json::from_value::<UiMessageChunk>(json!({"type": "no-such"})).is_err());
+    assert!(serde_json::from_value::<UiMessageChunk>(json!({"type": "text-delta"})).is_err());
+}
+
+// ---------------------------------------------------------------------------------------
+// The request.
+
+fn user(id: &str, text: &str) -> Value {
+    json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]})
+}
+
+fn body(messages: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({"id": "chat", "messages": messages, "trigger": "submit-message"}))
+        .unwrap()
+}
+
+fn refusal(body: &[u8]) -> String {
+    match ChatRequest::from_slice(body) {
+        Err(e) => e.message().to_owned(),
+        Ok(request) => match request.turn(None) {
+            Err(e) => e.message().to_owned(),
+            Ok(turn) => panic!("accepted: {turn:?}"),
+        },
+    }
+}
+
+#[test]
+fn bad_bodies_are_refused_saying_what_is_wrong() {
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"{not json".to_vec(), "not JSON"),
+        (b"[1, 2]".to_vec(), "JSON object"),
+        (br#"{"id": "chat"}"#.to_vec(), "no `messages`"),
+        (
+            br#"{"messages": {}}"#.to_vec(),
+            "`messages` must be an array",
+        ),
+        (
+            br#"{"messages": [], "id": 5}"#.to_vec(),
+            "`id` must be a string",
+        ),
+        (br#"{"messages": []}"#.to_vec(), "`messages` is empty"),
+        (
+            br#"{"messages": [7]}"#.to_vec(),
+            "messages[0] must be an object",
+        ),
+        (
+            br#"{"messages": [{"role": "robot", "parts": []}]}"#.to_vec(),
+            "`role` must be",
+        ),
+        (
+            br#"{"messages": [{"role": "user"}]}"#.to_vec(),
+            "messages[0]: `parts` is missing",
+        ),
+        (
+            br#"{"messages": [{"role": "user", "parts": [{"type": "text"}]}]}"#.to_vec(),
+            "messages[0].parts[0]: `text` is missing",
+        ),
+        (
+            br#"{"messages": [{"role": "user", "parts": [{"type": "text", "text": 3}]}]}"#.to_vec(),
+            "`text` must be a string",
+        ),
+        (
+            body(vec![
+                user("u1", "hi"),
+                json!({"id": "a1", "role": "assistant", "parts": []}),
+            ]),
+            "the last message must be a user message",
+        ),
+        (
+            body(vec![
+                json!({"id": "u1", "role": "user", "parts": [{"type": "reasoning", "text": "x"}]}),
+            ]),
+            "no text and no file",
+        ),
+        (
+            body(vec![json!({"id": "u1", "role": "user", "parts": [
+                {"type": "file", "mediaType": "text/plain", "url": "data:text/plain;base64,aGk="}]})]),
+            "\"text/plain\" are not supported",
+        ),
+        (
+            body(vec![json!({"id": "u1", "role": "user", "parts": [
+                {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,aGk="}]})]),
+            "messages[0].parts[0]",
+        ),
+        (
+            body(vec![json!({"id": "u1", "role": "user", "parts": [
+                {"type": "file", "mediaType": "image/png", "url": "ftp://x/y.png"}]})]),
+            "an image must be",
+        ),
+        (
+            body(vec![json!({"id": "u1", "role": "user", "parts": [
+                {"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,aGk="}]})]),
+            "messages[0].parts[0]",
+        ),
+        (
+            body(vec![
+                json!({"id": "a1", "role": "assistant", "parts": [
+                {"type": "tool-delete", "toolCallId": "c1", "state": "thinking"}]}),
+                user("u1", "x"),
+            ]),
+            "\"thinking\" is not a tool part state",
+        ),
+        (
+            body(vec![
+                json!({"id": "a1", "role": "assistant", "parts": [
+                {"type": "tool-delete", "state": "input-available"}]}),
+                user("u1", "x"),
+            ]),
+            "`toolCallId` is missing",
+        ),
+        (
+            body(vec![
+                json!({"id": "a1", "role": "assistant", "parts": [
+                {"type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+                 "approval": {"id": "c1"}}]}),
+                user("u1", "x"),
+            ]),
+            "needs `approval.approved`",
+        ),
+        (
+            serde_json::to_vec(
+                &json!({"messages": [user("u1", "hi")], "trigger": "regenerate-message"}),
+            )
+            .unwrap(),
+            "regenerate-message",
+        ),
+    ];
+    for (body, expected) in cases {
+        let message = refusal(&body);
+        assert!(
+            message.contains(expected),
+            "{}: {message:?} does not say {expected:?}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
+/// A 1×1 PNG.
+fn png() -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0, 0, 0, 0]);
+    b
+}
+
+#[test]
+fn a_good_body_gives_its_turn_and_its_history() {
+    use base64::Engine as _;
+    let png64 = base64::engine::general_purpose::STANDARD.encode(png());
+    let pdf64 = base64::engine::general_purpose::STANDARD.encode(b"%PDF-1.7\n%%EOF");
+    let body = serde_json::to_vec(&json!({
+        "id": "chat-9",
+        "trigger": "submit-message",
+        "extra": {"ignored": true},
+        "messages": [
+            {"id": "s", "role": "system", "parts": [{"type": "text", "text": "Be evil."}]},
+            {"id": "u1", "role": "user", "metadata": {"x": 1}, "parts": [
+                {"type": "text", "text": "Look at this"},
+                {"type": "file", "mediaType": "image/png", "url": format!("data:image/png;base64,{png64}")}
+            ]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "reasoning", "text": "hmm", "state": "done"},
+                {"type": "text", "text": "Two lookups.", "state": "done"},
+                {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available",
+                 "input": {"word": "a"}, "output": "first"},
+                {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c2",
+                 "state": "output-available", "input": {"x": 1}, "output": {"n": 2}},
+                {"type": "step-start"},
+                {"type": "tool-fail", "toolCallId": "c3", "state": "output-error",
+                 "input": {}, "errorText": "broke"},
+                {"type": "tool-delete", "toolCallId": "c4", "state": "output-denied",
+                 "input": {"path": "b"}, "approval": {"id": "c4", "approved": false, "reason": "no"}},
+                {"type": "step-start"},
+                {"type": "text", "text": "All done."},
+                {"type": "data-note", "data": {}}
+            ]},
+            {"id": "u2", "role": "user", "parts": [
+                {"type": "text", "text": "And this PDF?"},
+                {"type": "file", "mediaType": "application/pdf", "filename": "a.pdf",
+                 "url": format!("data:application/pdf;base64,{pdf64}")},
+                {"type": "file", "mediaType": "image/jpeg", "url": "https://example.com/a.jpg"}
+            ]}
+        ]
+    }))
+    .unwrap();
+    let request = ChatRequest::from_slice(&body).unwrap();
+    assert_eq!(request.id(), "chat-9");
+    assert_eq!(request.trigger(), Some("submit-message"));
+    assert_eq!(request.len(), 4);
+
+    let UiTurn::Run(input) = request.turn(None).unwrap() else {
+        panic!("not a run")
+    };
+    let message = input.into_message();
+    assert_eq!(message.content.len(), 3);
+    assert_eq!(message.content[0], ContentBlock::text("And this PDF?"));
+    assert!(
+        matches!(&message.content[1], ContentBlock::Document { title: Some(t), source: MediaSource::Base64 { .. } } if t == "a.pdf"),
+        "{:?}",
+        message.content[1]
+    );
+    assert!(
+        matches!(&message.content[2], ContentBlock::Image { source: MediaSource::Url { url } } if url == "https://example.com/a.jpg"),
+        "{:?}",
+        message.content[2]
+    );
+
+    let history = request.history().unwrap();
+    let roles: Vec<Role> = history.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::User,
+            Role::Assistant,
+            Role::User,
+            Role::Assistant
+        ]
+    );
+    assert_eq!(history[0].content[0], ContentBlock::text("Look at this"));
+    assert!(
+        matches!(&history[0].content[1], ContentBlock::Image { source: MediaSource::Base64 { media_type, .. } } if media_type == "image/png")
+    );
+    assert_eq!(
+        history[1].content,
+        [
+            ContentBlock::text("Two lookups."),
+            ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "lookup".into(),
+                input: json!({"word": "a"})
+            },
+            ContentBlock::ToolUse {
+                id: "c2".into(),
+                name: "calc".into(),
+                input: json!({"x": 1})
+            },
+        ]
+    );
+    assert_eq!(
+        history[2].content,
+        [
+            ContentBlock::tool_result("c1", "first", false),
+            ContentBlock::tool_result("c2", "{\"n\":2}", false),
+        ]
+    );
+    assert_eq!(
+        history[3].content,
+        [
+            ContentBlock::ToolUse {
+                id: "c3".into(),
+                name: "fail".into(),
+                input: json!({})
+            },
+            ContentBlock::ToolUse {
+                id: "c4".into(),
+                name: "delete".into(),
+                input: json!({"path": "b"})
+            },
+        ]
+    );
+    assert_eq!(
+        history[4].content,
+        [
+            ContentBlock::tool_result("c3", "broke", true),
+            ContentBlock::tool_result("c4", "no", true),
+        ]
+    );
+    assert_eq!(history[5].content, [ContentBlock::text("All done.")]);
+    assert_eq!(agent_loop::testing::history_violation(&history), None);
+}
+
+/// A paused run (c1 `delete` waiting for a verdict), and the agent that holds it.
+async fn paused_run() -> (Agent, PausedRun) {
+    let mut agent = approval_agent(approval_script());
+    let events = run_events(&mut agent, "Delete a.txt").await;
+    let paused = paused_of(&events);
+    (agent, paused)
+}
+
+fn approval_body(part: Value) -> Vec<u8> {
+    body(vec![
+        user("u1", "Delete a.txt"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "I will delete it."},
+            part,
+            // A part of a call that does not wait is ignored.
+            {"type": "tool-lookup", "toolCallId": "other", "state": "output-available",
+             "input": {}, "output": "x"}
+        ]}),
+    ])
+}
+
+#[tokio::test]
+async fn the_last_assistant_message_answers_the_waiting_calls() {
+    let (_agent, paused) = paused_run().await;
+    let part = |state: &str, extra: Value| {
+        let mut p = json!({"type": "tool-delete", "toolCallId": "c1", "state": state,
+                           "input": {"path": "a.txt"}});
+        if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
+            p.extend(extra);
+        }
+        p
+    };
+    let cases = [
+        (
+            part(
+                "approval-responded",
+                json!({"approval": {"id": "c1", "approved": true}}),
+            ),
+            Resolution::Approve,
+        ),
+        (
+            part(
+                "approval-responded",
+                json!({"approval": {"id": "c1", "approved": false, "reason": "no way"}}),
+            ),
+            Resolution::Deny {
+                reason: "no way".into(),
+            },
+        ),
+        (
+            part(
+                "approval-responded",
+                json!({"approval": {"id": "c1", "approved": false}}),
+            ),
+            Resolution::Deny {
+                reason: DEFAULT_DENIAL.into(),
+            },
+        ),
+        (
+            part("output-available", json!({"output": "ran it myself"})),
+            Resolution::Result {
+                content: "ran it myself".into(),
+                is_error: false,
+            },
+        ),
+        (
+            part("output-available", json!({"output": {"ok": true}})),
+            Resolution::Result {
+                content: "{\"ok\":true}".into(),
+                is_error: false,
+            },
+        ),
+        (
+            part("output-error", json!({"errorText": "it broke"})),
+            Resolution::Result {
+                content: "it broke".into(),
+                is_error: true,
+            },
+        ),
+        (
+            part("output-denied", json!({})),
+            Resolution::Deny {
+                reason: DEFAULT_DENIAL.into(),
+            },
+        ),
+    ];
+    for (part, expected) in cases {
+        let request = ChatRequest::from_slice(&approval_body(part.clone())).unwrap();
+        let turn = request.turn(Some(&paused)).unwrap();
+        let UiTurn::Resume(answers) = turn else {
+            panic!("{part}: not a resumption")
+        };
+        assert_eq!(answers.len(), 1, "{part}");
+        assert_eq!(answers.get("c1"), Some(&expected), "{part}");
+    }
+
+    // Still waiting (or a new user message instead of a verdict): refused, naming the call.
+    for request in [
+        approval_body(part(
+            "approval-requested",
+            json!({"approval": {"id": "c1"}}),
+        )),
+        {
+            let mut messages: Value = serde_json::from_slice::<Value>(&approval_body(part(
+                "approval-requested",
+                json!({"approval": {"id": "c1"}}),
+            )))
+            .unwrap();
+            messages["messages"]
+                .as_array_mut()
+                .unwrap()
+                .push(user("u2", "never mind"));
+            serde_json::to_vec(&messages).unwrap()
+        },
+    ] {
+        let request = ChatRequest::from_slice(&request).unwrap();
+        let error = request.turn(Some(&paused)).unwrap_err();
+        assert!(
+            error
+                .message()
+                .contains("delete (call \"c1\") waits for a verdict"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_body_without_id_parses_and_an_empty_user_message_is_left_out_of_the_history() {
+    let request = ChatRequest::from_slice(
+        &serde_json::to_vec(&json!({"messages": [
+            {"role": "user", "parts": []},
+            {"role": "assistant", "parts": [{"type": "text", "text": "Hello?"}]},
+            {"role": "user", "parts": [{"type": "text", "text": "Hi"}]}
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(request.id(), "");
+    assert_eq!(
+        request.history().unwrap(),
+        [agent_loop::Message::assistant("Hello?")]
+    );
+    assert_eq!(
+        request.turn(None).unwrap(),
+        UiTurn::Run(UserInput::text("Hi"))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Over loopback, read by the `ai` package.
+
+/// A server answering POST /chat with `respond`, a fresh agent per request over `client`,
+/// its conversation in `store` as the session "chat".
+async fn server(client: ScriptedClient, store: Arc<MemoryStore>) -> String {
+    let app = axum::Router::new().route(
+        "/chat",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let client = client.clone();
+            let store = store.clone();
+            async move {
+                let mut agent = Agent::builder(client)
+                    .tool(delete_tool())
+                    .tool(lookup_tool())
+                    .require_approval("delete")
+                    .session(store, "chat")
+                    .build()
+                    .expect("the agent builds");
+                respond(&mut agent, &body).await
+            }
+        }),
+    );
+    common::web::serve(app).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_package_reads_a_run_with_reasoning_text_and_a_tool_call() {
+    if !common::web::node_available("the ai package reading a UI message stream", "ai") {
+        return;
+    }
+    let client = ScriptedClient::new([
+        ScriptedResponse::thinking("The user wants a lookup.", "sig")
+            .then_text("Looking it up.")
+            .then_tool_call("c1", "lookup", json!({"word": "hi"}))
+            .chunked(4),
+        ScriptedResponse::text("It means a greeting.").chunked(4),
+    ]);
+    let url = server(client, Arc::new(MemoryStore::new())).await;
+    let seen = common::web::node_json("ai-sdk-client.mjs", &["read", &format!("{url}/chat")]).await;
+
+    assert_eq!(seen["status"], 200, "{seen:#}");
+    assert_eq!(seen["header"], STREAM_HEADER.1);
+    assert_eq!(seen["contentType"], "text/event-stream");
+    assert_eq!(
+        seen["invalid"],
+        json!([]),
+        "every chunk validates: {seen:#}"
+    );
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    let chunks = seen["chunks"].as_array().unwrap();
+    assert_eq!(chunks.first().unwrap()["type"], "start");
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "stop"})
+    );
+
+    let message = &seen["message"];
+    assert_eq!(message["role"], "assistant");
+    let parts: Vec<&Value> = message["parts"].as_array().unwrap().iter().collect();
+    let types: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "step-start",
+            "reasoning",
+            "text",
+            "tool-lookup",
+            "step-start",
+            "text"
+        ],
+        "{message:#}"
+    );
+    assert_eq!(parts[1]["text"], "The user wants a lookup.");
+    assert_eq!(parts[1]["state"], "done");
+    assert_eq!(parts[2]["text"], "Looking it up.");
+    assert_eq!(parts[2]["state"], "done");
+    assert_eq!(parts[3]["toolCallId"], "c1");
+    assert_eq!(parts[3]["state"], "output-available");
+    assert_eq!(parts[3]["input"], json!({"word": "hi"}));
+    assert_eq!(parts[3]["output"], "hi means a greeting");
+    assert_eq!(parts[5]["text"], "It means a greeting.");
+    assert_eq!(parts[5]["state"], "done");
+}
+
+/// What the `ai` package's chat holds after sending one message to a server over `client`
+/// (and, when the answer asks for an approval, after giving `verdict` and its resending).
+async fn chat_round_trip(client: ScriptedClient, verdict: &str) -> Value {
+    let url = server(client, Arc::new(MemoryStore::new())).await;
+    common::web::node_json(
+        "ai-sdk-client.mjs",
+        &["chat", &format!("{url}/chat"), verdict],
+    )
+    .await
+}
+
+async fn approval_round_trip(verdict: &str) -> Value {
+    chat_round_trip(approval_script(), verdict).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_error_the_ai_chat_keeps_the_message_with_its_parts_closed() {
+    if !common::web::node_available("the ai package's chat reading an error", "ai") {
+        return;
+    }
+    let client =
+        ScriptedClient::new([
+            ScriptedResponse::text("Half an answ").then_fail(LlmError::Api(Box::new(
+                agent_loop::ApiError::new(401, "invalid x-api-key"),
+            ))),
+        ]);
+    let seen = chat_round_trip(client, "none").await;
+    // The chat stops reading at the `error` chunk: its status is `error`, with our text.
+    assert_eq!(seen["status"], "error", "{seen:#}");
+    assert!(
+        seen["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid x-api-key"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["finishes"],
+        json!([{"finishReason": null, "isError": true}])
+    );
+    // The message it holds is whole: its text part closed (the encoder closed it before).
+    let first = seen["first"].as_array().unwrap();
+    assert_eq!(first.len(), 2, "{seen:#}");
+    let parts = first[1]["parts"].as_array().unwrap();
+    assert_eq!(parts[0]["type"], "step-start");
+    assert_eq!(parts[1]["type"], "text");
+    assert_eq!(parts[1]["text"], "Half an answ");
+    assert_eq!(parts[1]["state"], "done", "{seen:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_chat_client_approves_a_call_and_resends_by_itself() {
+    if !common::web::node_available("the ai package's chat approving a call", "ai") {
+        return;
+    }
+    let seen = approval_round_trip("approve").await;
+
+    // The first answer: the call waits for a verdict.
+    let first = seen["first"].as_array().unwrap();
+    assert_eq!(first.len(), 2, "{seen:#}");
+    let part = first[1]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-delete")
+        .unwrap_or_else(|| panic!("{seen:#}"));
+    assert_eq!(part["state"], "approval-requested");
+    assert_eq!(part["approval"]["id"], "c1");
+    assert_eq!(part["input"], json!({"path": "a.txt"}));
+
+    // The chat sent the verdict by itself, and the run went on in the same message.
+    let requests = seen["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2, "{seen:#}");
+    assert_eq!(requests[1]["roles"], json!(["user", "assistant"]));
+    assert_eq!(seen["status"], "ready", "{seen:#}");
+    assert_eq!(seen["error"], Value::Null);
+    let last = seen["final"].as_array().unwrap();
+    assert_eq!(last.len(), 2, "one assistant message: {seen:#}");
+    assert_eq!(last[1]["id"], first[1]["id"]);
+    let parts = last[1]["parts"].as_array().unwrap();
+    let types: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        ["step-start", "text", "tool-delete", "step-start", "text"],
+        "{seen:#}"
+    );
+    assert_eq!(parts[2]["state"], "output-available");
+    assert_eq!(parts[2]["output"], "deleted a.txt");
+    assert_eq!(parts[2]["approval"]["approved"], true);
+    assert_eq!(parts[4]["text"], "Done.");
+    assert_eq!(
+        seen["finishes"],
+        json!([
+            {"finishReason": "tool-calls", "isError": false},
+            {"finishReason": "stop", "isError": false}
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_chat_client_denies_a_call() {
+    if !common::web::node_available("the ai package's chat denying a call", "ai") {
+        return;
+    }
+    let seen = approval_round_trip("deny").await;
+    assert_eq!(seen["status"], "ready", "{seen:#}");
+    let last = seen["final"].as_array().unwrap();
+    assert_eq!(last.len(), 2, "{seen:#}");
+    let parts = last[1]["parts"].as_array().unwrap();
+    let delete = parts.iter().find(|p| p["type"] == "tool-delete").unwrap();
+    assert_eq!(delete["state"], "output-denied", "{seen:#}");
+    assert_eq!(delete["approval"]["reason"], "not that file");
+    assert_eq!(parts.last().unwrap()["text"], "Done.");
+}
+
+#[tokio::test]
+async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
+    let client = approval_script();
+    let store = Arc::new(MemoryStore::new());
+    let url = format!("{}/chat", server(client.clone(), store.clone()).await);
+    let http = agent_loop::reqwest::Client::new();
+
+    // The first request pauses for the verdict.
+    let response = http
+        .post(&url)
+        .body(body(vec![user("u1", "Delete a.txt")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers().get(STREAM_HEADER.0).unwrap(),
+        STREAM_HEADER.1
+    );
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains("\"type\":\"tool-approval-request\""),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+
+    // Bad bodies: refused, saying why.
+    for (bad, says) in [
+        (b"{\"messages\": 3}".to_vec(), "`messages` must be an array"),
+        (
+            approval_body(json!({"type": "tool-delete", "toolCallId": "c1",
+                                 "state": "approval-requested", "input": {}})),
+            "waits for a verdict",
+        ),
+    ] {
+        let response = http.post(&url).body(bad).send().await.unwrap();
+        assert_eq!(response.status(), 400);
+        let error: Value = response.json().await.unwrap();
+        assert!(error["error"].as_str().unwrap().contains(says), "{error}");
+    }
+
+    // The paused run is still in the session.
+    let mut agent_in_session = Agent::builder(client.clone())
+        .tool(delete_tool())
+        .require_approval("delete")
+        .session(store.clone(), "chat")
+        .build()
+        .unwrap();
+    let paused = agent_in_session
+        .load_session()
+        .await
+        .unwrap()
+        .expect("still paused");
+    assert_eq!(paused.pending()[0].id, "c1");
+
+    // And the verdict resumes it.
+    let response = http
+        .post(&url)
+        .body(approval_body(
+            json!({"type": "tool-delete", "toolCallId": "c1",
+            "state": "approval-responded", "input": {"path": "a.txt"},
+            "approval": {"id": "c1", "approved": true}}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains("{\"type\":\"tool-output-available\",\"toolCallId\":\"c1\",\"output\":\"deleted a.txt\"}"),
+        "{text}"
+    );
+    assert!(text.contains("\"finishReason\":\"stop\""), "{text}");
+    // The resumption continues the paused step: the call's output comes before any new step.
+    let output = text.find("tool-output-available").unwrap();
+    let step = text.find("\"type\":\"start-step\"").unwrap();
+    assert!(output < step, "{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties.
+
+/// Any event, grammatical or not, from a small alphabet of ids and names.
+fn any_event() -> impl Strategy<Value = AgentEvent> {
+    let id = prop::sample::select(vec!["c1", "c2", "c3"]).prop_map(str::to_owned);
+    let text = prop::sample::select(vec!["", "a", "bc"]).prop_map(str::to_owned);
+    prop_oneof![
+        (1u32..3).prop_map(|turn| AgentEvent::TurnStart { turn }),
+        text.clone().prop_map(|text| AgentEvent::TextDelta { text }),
+        text.clone()
+            .prop_map(|text| AgentEvent::ThinkingDelta { text }),
+        id.clone().prop_map(|id| AgentEvent::ToolCallStart {
+            id,
+            name: "t".into()
+        }),
+        (id.clone(), text.clone())
+            .prop_map(|(id, partial_json)| AgentEvent::ToolInputDelta { id, partial_json }),
+        id.clone().prop_map(|id| AgentEvent::ToolCall {
+            id,
+            name: "t".into(),
+            input: json!({})
+        }),
+        (id.clone(), any::<bool>()).prop_map(|(id, is_error)| AgentEvent::ToolResult {
+            id,
+            name: "t".into(),
+            content: "r".into(),
+            is_error,
+            duration: Duration::ZERO,
+        }),
+        id.prop_map(|id| AgentEvent::ToolProgress {
+            id,
+            message: "m".into()
+        }),
+        Just(AgentEvent::Handoff {
+            from: "a".into(),
+            to: "b".into()
+        }),
+        Just(AgentEvent::Compacted {
+            tokens_before: 2,
+            tokens_after: 1
+        }),
+        Just(AgentEvent::Retry {
+            attempt: 1,
+            delay: Duration::from_millis(5),
+            error: "reset".into(),
+            usage: agent_loop::Usage::default(),
+            cost: agent_loop::Cost::default(),
+        }),
+        Just(AgentEvent::Fallback {
+            from: "a".into(),
+            to: "b".into(),
+            error: "down".into()
+        }),
+        (1u32..3).prop_map(|turn| AgentEvent::TurnEnd {
+            turn,
+            stop_reason: agent_loop::StopReason::EndTurn,
+            usage: agent_loop::Usage::default(),
+            cost: agent_loop::Cost::default(),
+        }),
+    ]
+}
+
+/// Real `Finished` events of each kind, and the paused run of one of them.
+struct Ends {
+    finished: Vec<AgentEvent>,
+    paused: PausedRun,
+}
+
+fn real_ends() -> &'static Ends {
+    static ENDS: std::sync::OnceLock<Ends> = std::sync::OnceLock::new();
+    ENDS.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let last = |events: Vec<AgentEvent>| events.last().cloned().unwrap();
+            let completed = {
+                let client = ScriptedClient::new([ScriptedResponse::text("x")]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                last(run_events(&mut agent, "x").await)
+            };
+            let paused = {
+                let mut agent = approval_agent(approval_script());
+                last(run_events(&mut agent, "Delete a.txt").await)
+            };
+            let failed = {
+                let client = ScriptedClient::new([ScriptedResponse::error(LlmError::Api(
+                    Box::new(agent_loop::ApiError::new(401, "invalid x-api-key")),
+                ))]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                last(run_events(&mut agent, "x").await)
+            };
+            let cancelled = {
+                let client = ScriptedClient::new([ScriptedResponse::text("x").then_stall()]);
+                let mut agent = Agent::builder(client).build().unwrap();
+                let handle = agent.handle();
+                let mut stream = std::pin::pin!(agent.run("x"));
+                let mut end = None;
+                while let Some(event) = stream.next().await {
+                    if matches!(event, AgentEvent::TextDelta { .. }) {
+                        handle.cancel();
+                    }
+                    end = Some(event);
+                }
+                end.unwrap()
+            };
+            let paused_run = paused_of(std::slice::from_ref(&paused));
+            Ends {
+                finished: vec![completed, paused, failed, cancelled],
+                paused: paused_run,
+            }
+        })
+    })
+}
+
+/// Checks the stream's invariants; panics saying which one broke. `resumed`: the call of
+/// the paused run a resumption continues (its part is the client's already).
+fn check_invariants(chunks: &[UiMessageChunk], resumed: Option<&str>) {
+    use std::collections::{BTreeMap, BTreeSet};
+    assert!(
+        matches!(chunks.first(), Some(UiMessageChunk::Start { .. })),
+        "starts with start"
+    );
+    let starts = chunks
+        .iter()
+        .filter(|c| matches!(c, UiMessageChunk::Start { .. }))
+        .count();
+    assert_eq!(starts, 1, "one start");
+    assert!(
+        matches!(chunks.last(), Some(UiMessageChunk::Finish { .. })),
+        "ends with finish"
+    );
+    let finishes = chunks
+        .iter()
+        .filter(|c| matches!(c, UiMessageChunk::Finish { .. }))
+        .count();
+    assert_eq!(finishes, 1, "one finish");
+    // A resumption continues the paused step.
+    let mut step = resumed.is_some();
+    let mut open_text: BTreeSet<String> = BTreeSet::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    // Per call: 1 input started, 2 input available.
+    let mut calls: BTreeMap<String, u8> =
+        resumed.map(|id| (id.to_owned(), 2)).into_iter().collect();
+    for chunk in chunks {
+        let json = serde_json::to_value(chunk).unwrap();
+        let back: UiMessageChunk = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(&back, chunk, "round trip of {json}");
+        match chunk {
+            UiMessageChunk::StartStep {} => {
+                assert!(!step, "steps do not nest");
+                step = true;
+            }
+            UiMessageChunk::FinishStep {} => {
+                assert!(step, "finish-step closes an open step");
+                assert!(open_text.is_empty(), "parts closed before finish-step");
+                step = false;
+            }
+            UiMessageChunk::TextStart { id } | UiMessageChunk::ReasoningStart { id } => {
+                assert!(step, "parts inside a step");
+                assert!(used.insert(id.clone()), "part ids are not reused: {id}");
+                assert!(open_text.is_empty(), "one text or reasoning part at a time");
+                open_text.insert(id.clone());
+            }
+            UiMessageChunk::TextDelta { id, delta }
+            | UiMessageChunk::ReasoningDelta { id, delta } => {
+                assert!(open_text.contains(id), "delta inside its part");
+                assert!(!delta.is_empty(), "no empty delta");
+            }
+            UiMessageChunk::TextEnd { id } | UiMessageChunk::ReasoningEnd { id } => {
+                assert!(open_text.remove(id), "end of an open part");
+            }
+            UiMessageChunk::ToolInputStart { tool_call_id, .. } => {
+                assert!(step, "tool parts inside a step");
+                assert!(open_text.is_empty(), "text closed when a call starts");
+                assert_eq!(
+                    calls.insert(tool_call_id.clone(), 1),
+                    None,
+                    "one start per call"
+                );
+            }
+            UiMessageChunk::ToolInputDelta {
+                tool_call_id,
+                input_text_delta,
+            } => {
+                assert_eq!(
+                    calls.get(tool_call_id),
+                    Some(&1),
+                    "input delta while streaming"
+                );
+                assert!(!input_text_delta.is_empty());
+            }
+            UiMessageChunk::ToolInputAvailable { tool_call_id, .. } => {
+                assert_eq!(
+                    calls.insert(tool_call_id.clone(), 2),
+                    Some(1),
+                    "start before input"
+                );
+            }
+            UiMessageChunk::ToolApprovalRequest { tool_call_id, .. }
+            | UiMessageChunk::ToolOutputAvailable { tool_call_id, .. }
+            | UiMessageChunk::ToolOutputError { tool_call_id, .. }
+            | UiMessageChunk::ToolOutputDenied { tool_call_id } => {
+                assert_eq!(
+                    calls.get(tool_call_id),
+                    Some(&2),
+                    "the call's input before its output"
+                );
+            }
+            UiMessageChunk::Finish { .. }
+            | UiMessageChunk::Error { .. }
+            | UiMessageChunk::Abort { .. } => {
+                assert!(!step, "the step is closed at the end");
+                assert!(open_text.is_empty(), "parts are closed at the end");
+            }
+            _ => {}
+        }
+        if matches!(chunk, UiMessageChunk::FinishStep {}) {
+            // A step's calls end with it: a later chunk of one is a new part.
+            calls.clear();
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_encoder_keeps_the_stream_well_formed_for_any_events(
+        events in prop::collection::vec(any_event(), 0..40),
+        end in 0usize..5,
+        resumed in any::<bool>(),
+    ) {
+        let ends = real_ends();
+        let mut encoder = if resumed {
+            UiStreamEncoder::new().resuming(&ends.paused, &Resolutions::new().deny("c1", "no"))
+        } else {
+            UiStreamEncoder::new()
+        };
+        let mut chunks: Vec<UiMessageChunk> =
+            events.iter().flat_map(|e| encoder.encode(e)).collect();
+        // A real end (completed, paused, failed, cancelled), after which nothing comes; or
+        // none: the stream stops short.
+        if let Some(finished) = ends.finished.get(end) {
+            chunks.extend(encoder.encode(finished));
+            chunks.extend(encoder.encode(&AgentEvent::TextDelta { text: "after".into() }));
+        }
+        chunks.extend(encoder.finish());
+        check_invariants(&chunks, resumed.then_some("c1"));
+    }
+
+    #[test]
+    fn the_parser_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = ChatRequest::from_slice(&bytes).map(|r| (r.history(), r.turn(None)));
+    }
+
+    #[test]
+    fn the_parser_never_panics_on_json(value in prop_oneof![any_json(), near_messages()]) {
+        let body = serde_json::to_vec(&json!({"id": "x", "messages": value})).unwrap();
+        if let Ok(request) = ChatRequest::from_slice(&body) {
+            let _ = request.history();
+            let _ = request.turn(None);
+            let _ = request.turn(Some(&real_ends().paused));
+        }
+    }
+}
+
+/// Message arrays close to real ones: real parts, some of whose fields are removed or
+/// given another value (so that most parse, and the turn and history code runs on them).
+fn near_messages() -> impl Strategy<Value = Value> {
+    let templates = vec![
+        json!({"type": "text", "text": "hi"}),
+        json!({"type": "step-start"}),
+        json!({"type": "reasoning", "text": "hmm"}),
+        json!({"type": "file", "mediaType": "image/png", "url": "https://example.com/a.png"}),
+        json!({"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,JVBERi0xLjcK"}),
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+               "input": {"path": "a"}, "approval": {"id": "c1", "approved": true}}),
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "output-available",
+               "input": {}, "output": {"x": [1]}}),
+        json!({"type": "dynamic-tool", "toolName": "delete", "toolCallId": "c1",
+               "state": "output-error", "input": 3, "errorText": "e"}),
+        json!({"type": "tool-x", "toolCallId": "c2", "state": "output-denied", "input": null}),
+        json!({"type": "data-x", "data": {}}),
+    ];
+    let part = (
+        prop::sample::select(templates),
+        prop::option::of((
+            prop::sample::select(vec![
+                "type",
+                "text",
+                "url",
+                "mediaType",
+                "toolCallId",
+                "state",
+                "input",
+                "output",
+                "approval",
+                "toolName",
+                "errorText",
+            ]),
+            any_json(),
+            any::<bool>(),
+        )),
+    )
+        .prop_map(|(mut part, change)| {
+            if let (Some((key, value, remove)), Value::Object(fields)) = (change, &mut part) {
+                if remove {
+                    fields.remove(key);
+                } else {
+                    fields.insert(key.to_owned(), value);
+                }
+            }
+            part
+        });
+    let message = (
+        prop::sample::select(vec!["user", "assistant", "system"]),
+        prop::collection::vec(part, 0..5),
+    )
+        .prop_map(|(role, parts)| json!({"id": "m", "role": role, "parts": parts}));
+    prop::collection::vec(message, 0..5).prop_map(Value::Array)
+}
+
+/// JSON shaped like a `messages` array, with wrong types and states mixed in.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        prop::sample::select(vec![
+            "user",
+            "assistant",
+            "system",
+            "text",
+            "file",
+            "step-start",
+            "tool-x",
+            "dynamic-tool",
+            "approval-responded",
+            "output-available",
+            "output-error",
+            "output-denied",
+            "input-streaming",
+            "image/png",
+            "application/pdf",
+            "data:image/png;base64,AAAA",
+            "https://example.com/a.png",
+            "tool-delete",
+            "c1",
+            "data:application/pdf;base64,JVBERi0=",
+        ])
+        .prop_map(|s| Value::String(s.to_owned())),
+    ];
+    leaf.prop_recursive(4, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "role",
+                    "parts",
+                    "type",
+                    "text",
+                    "url",
+                    "mediaType",
+                    "toolCallId",
+                    "toolName",
+                    "state",
+                    "input",
+                    "output",
+                    "errorText",
+                    "approval",
+                    "approved",
+                    "reason",
+                    "id",
+                ])
+                .prop_map(str::to_owned),
+                inner,
+                0..6,
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
