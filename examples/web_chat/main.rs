@@ -262,11 +262,11 @@ impl ScriptedModel {
 
 impl LlmClient for ScriptedModel {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        // Small chunks, a little apart: the page visibly streams.
+        // Text and arguments in small deltas, sent a little apart: the page visibly streams.
         self.mock.push(
-            MockResponse::stream(Self::next(request))
-                .chunk_size(48)
-                .chunk_delay(Duration::from_millis(15)),
+            MockResponse::stream(Self::next(request).chunked(8))
+                .chunk_size(96)
+                .chunk_delay(Duration::from_millis(10)),
         );
         self.inner.stream(request)
     }
