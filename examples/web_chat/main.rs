@@ -21,7 +21,6 @@
 //! `ANTHROPIC_API_KEY` (or `OPENAI_API_KEY`, or a `--gemini`, `--bedrock`, `--ollama` flag and
 //! its variables) a real model decides, with the same tools over a pretend folder.
 
-#[allow(dead_code)]
 #[path = "../common/mod.rs"]
 mod common;
 
