@@ -54,7 +54,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{sse_frame, UiRequest, UiRequestError, UiTurn};
+use super::{sse_frame, UiRequestError, UiTurn};
 use crate::agent::{
     AgentEvent, AgentHandle, PausedRun, Resolution, Resolutions, RunOutcome, Termination, WaitsFor,
 };
@@ -1745,7 +1745,8 @@ fn media_source(source: AgUiSource, what: &str) -> Result<MediaSource, String> {
     }
 }
 
-impl UiRequest for RunAgentInput {
+#[cfg(feature = "axum")]
+impl super::http::UiRequest for RunAgentInput {
     fn history(&self) -> Result<Vec<Message>, UiRequestError> {
         RunAgentInput::history(self)
     }
@@ -1794,10 +1795,10 @@ pub fn sse_body(
 pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
     let request = match RunAgentInput::from_slice(body) {
         Ok(request) => request,
-        Err(e) => return super::http::refusal(super::StartError::Request(e)),
+        Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
     let handle = agent.handle();
-    match super::start_turn(agent, &request).await {
+    match super::http::start_turn(agent, &request).await {
         Ok(started) => {
             let mut encoder = AgUiEncoder::new(request.thread_id(), request.run_id())
                 .with_client_messages(&request);

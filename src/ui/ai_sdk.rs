@@ -28,7 +28,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{sse_frame, UiRequest, UiRequestError, UiTurn};
+use super::{sse_frame, UiRequestError, UiTurn};
 use crate::agent::{AgentEvent, PausedRun, Resolutions, Termination, WaitsFor};
 use crate::input::UserInput;
 use crate::media::{Document, Image};
@@ -1095,7 +1095,8 @@ impl ChatRequest {
     }
 }
 
-impl UiRequest for ChatRequest {
+#[cfg(feature = "axum")]
+impl super::http::UiRequest for ChatRequest {
     fn history(&self) -> Result<Vec<Message>, UiRequestError> {
         ChatRequest::history(self)
     }
@@ -1379,9 +1380,9 @@ pub fn sse_body(
 pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
     let request = match ChatRequest::from_slice(body) {
         Ok(request) => request,
-        Err(e) => return super::http::refusal(super::StartError::Request(e)),
+        Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
-    match super::start_turn(agent, &request).await {
+    match super::http::start_turn(agent, &request).await {
         Ok(started) => {
             let mut encoder = UiStreamEncoder::new();
             if let Some((paused, answers)) = &started.resumed {

@@ -14,14 +14,14 @@
 //! 2. an encoder, a small sans-IO state machine from [`AgentEvent`](crate::AgentEvent)s to the
 //!    protocol's events (no clock, no randomness: ids are made from the request's);
 //! 3. the SSE body ([`sse_frame`]); with the feature `axum`, a whole handler:
-//!    [`agui::respond`] and [`ai_sdk::respond`] take an [`Agent`] and a request body and give
+//!    [`agui::respond`] and [`ai_sdk::respond`] take an [`Agent`](crate::Agent) and a request body and give
 //!    the response, a 400 for a bad body.
 //!
 //! Approvals use the agent's pauses: a tool in
 //! [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](crate::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
-//! which resumes the run ([`Agent::resume`]). With a [session](crate::AgentBuilder::session)
+//! which resumes the run ([`Agent::resume`](crate::Agent::resume)). With a [session](crate::AgentBuilder::session)
 //! the paused run is kept in the store, so the next request may reach another process.
 
 pub mod agui;
@@ -30,11 +30,8 @@ pub mod ai_sdk;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::agent::{Agent, PausedRun, Resolutions};
-use crate::context::Conversation;
-use crate::error::Error;
+use crate::agent::Resolutions;
 use crate::input::UserInput;
-use crate::message::Message;
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of
 /// the agent or its session has changed.
@@ -85,86 +82,89 @@ pub fn sse_frame(event: &impl Serialize) -> Bytes {
     Bytes::from(out)
 }
 
-/// What a protocol's request gives the shared start of a turn.
-pub(crate) trait UiRequest {
-    /// The conversation the client holds, up to (not including) the message that starts this
-    /// turn: used only for an agent whose own conversation is empty.
-    fn history(&self) -> Result<Vec<Message>, UiRequestError>;
-    /// What the request asks, given the run the agent waits in (if any).
-    fn turn(&self, paused: Option<&PausedRun>) -> Result<UiTurn, UiRequestError>;
-}
-
-/// Why a turn could not start.
-#[derive(Debug)]
-pub(crate) enum StartError {
-    /// The request is wrong (400).
-    Request(UiRequestError),
-    /// The agent could not start (its session failed to load, a run in flight): 409 for
-    /// busy, else 500.
-    Agent(Error),
-}
-
-/// A turn about to stream: the paused run it resumes (for the encoders), the answers, and the
-/// agent's event stream.
-pub(crate) struct Started<S> {
-    pub(crate) resumed: Option<(PausedRun, Resolutions)>,
-    pub(crate) events: S,
-}
-
-/// Starts what `request` asks on `agent`: reads the run it waits in (from its session, when it
-/// has one), decides, gives the agent the client's history when its own conversation is
-/// empty, and runs or resumes. Nothing changes when the request is refused.
-pub(crate) async fn start_turn(
-    agent: &mut Agent,
-    request: &impl UiRequest,
-) -> Result<
-    Started<impl futures::Stream<Item = crate::agent::AgentEvent> + Send + 'static>,
-    StartError,
-> {
-    let paused = if agent.session.is_some() {
-        agent.load_session().await.map_err(StartError::Agent)?
-    } else {
-        agent.paused()
-    };
-    let turn = request.turn(paused.as_ref()).map_err(StartError::Request)?;
-    if paused.is_none() && agent.messages().is_empty() {
-        let history = request.history().map_err(StartError::Request)?;
-        if !history.is_empty() {
-            agent
-                .restore(Conversation::new(None, history))
-                .map_err(|e| {
-                    StartError::Request(UiRequestError::new(format!(
-                        "the conversation the request carries is not a valid history: {e}"
-                    )))
-                })?;
-        }
-    }
-    let (events, resumed): (futures::stream::BoxStream<'static, _>, _) = match (turn, paused) {
-        (UiTurn::Run(input), _) => (Box::pin(agent.run(input)), None),
-        (UiTurn::Resume(answers), Some(paused)) => (
-            Box::pin(agent.resume(&paused, answers.clone())),
-            Some((paused, answers)),
-        ),
-        (UiTurn::Resume(_), None) => {
-            return Err(StartError::Request(UiRequestError::new(
-                "the request answers tool calls, but no run waits for answers",
-            )))
-        }
-    };
-    Ok(Started { resumed, events })
-}
-
 #[cfg(feature = "axum")]
 pub(crate) mod http {
-    //! The axum side: the SSE response, and the refusals.
+    //! The axum side: how a request's turn starts, the SSE response, and the refusals.
     use axum::body::Body;
     use axum::http::{header, HeaderValue, StatusCode};
     use axum::response::Response;
     use bytes::Bytes;
     use futures::{Stream, StreamExt};
 
-    use super::StartError;
+    use super::{UiRequestError, UiTurn};
+    use crate::agent::{Agent, PausedRun, Resolutions};
+    use crate::context::Conversation;
     use crate::error::Error;
+    use crate::message::Message;
+
+    /// What a protocol's request gives the shared start of a turn.
+    pub(crate) trait UiRequest {
+        /// The conversation the client holds, up to (not including) the message that starts this
+        /// turn: used only for an agent whose own conversation is empty.
+        fn history(&self) -> Result<Vec<Message>, UiRequestError>;
+        /// What the request asks, given the run the agent waits in (if any).
+        fn turn(&self, paused: Option<&PausedRun>) -> Result<UiTurn, UiRequestError>;
+    }
+
+    /// Why a turn could not start.
+    #[derive(Debug)]
+    pub(crate) enum StartError {
+        /// The request is wrong (400).
+        Request(UiRequestError),
+        /// The agent could not start (its session failed to load, a run in flight): 409 for
+        /// busy, else 500.
+        Agent(Error),
+    }
+
+    /// A turn about to stream: the paused run it resumes (for the encoders), the answers, and the
+    /// agent's event stream.
+    pub(crate) struct Started<S> {
+        pub(crate) resumed: Option<(PausedRun, Resolutions)>,
+        pub(crate) events: S,
+    }
+
+    /// Starts what `request` asks on `agent`: reads the run it waits in (from its session, when it
+    /// has one), decides, gives the agent the client's history when its own conversation is
+    /// empty, and runs or resumes. Nothing changes when the request is refused.
+    pub(crate) async fn start_turn(
+        agent: &mut Agent,
+        request: &impl UiRequest,
+    ) -> Result<
+        Started<impl futures::Stream<Item = crate::agent::AgentEvent> + Send + 'static>,
+        StartError,
+    > {
+        let paused = if agent.session.is_some() {
+            agent.load_session().await.map_err(StartError::Agent)?
+        } else {
+            agent.paused()
+        };
+        let turn = request.turn(paused.as_ref()).map_err(StartError::Request)?;
+        if paused.is_none() && agent.messages().is_empty() {
+            let history = request.history().map_err(StartError::Request)?;
+            if !history.is_empty() {
+                agent
+                    .restore(Conversation::new(None, history))
+                    .map_err(|e| {
+                        StartError::Request(UiRequestError::new(format!(
+                            "the conversation the request carries is not a valid history: {e}"
+                        )))
+                    })?;
+            }
+        }
+        let (events, resumed): (futures::stream::BoxStream<'static, _>, _) = match (turn, paused) {
+            (UiTurn::Run(input), _) => (Box::pin(agent.run(input)), None),
+            (UiTurn::Resume(answers), Some(paused)) => (
+                Box::pin(agent.resume(&paused, answers.clone())),
+                Some((paused, answers)),
+            ),
+            (UiTurn::Resume(_), None) => {
+                return Err(StartError::Request(UiRequestError::new(
+                    "the request answers tool calls, but no run waits for answers",
+                )))
+            }
+        };
+        Ok(Started { resumed, events })
+    }
 
     /// A `text/event-stream` response of `frames`, not buffered by proxies, with `extra`
     /// headers.
