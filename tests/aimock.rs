@@ -8,6 +8,8 @@
 //! With `CI` set, a missing `node` or package fails the test; elsewhere the test says on
 //! stderr what it skipped and why.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -40,31 +42,11 @@ impl Drop for Aimock {
 /// Starts aimock on a free loopback port, or `None` (after saying so) when the test must be
 /// skipped.
 fn aimock() -> Option<Aimock> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let cli = root.join(CLI);
-    let node = Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let problem = if !node {
-        Some("`node` is not on PATH".to_owned())
-    } else if !cli.exists() {
-        Some(format!("{} is missing (run `npm ci`)", cli.display()))
-    } else {
-        None
-    };
-    if let Some(problem) = problem {
-        if std::env::var_os("CI").is_some() {
-            panic!("the aimock tests need node and the pinned npm packages under CI: {problem}");
-        }
-        eprintln!(
-            "\n!!! SKIPPED an aimock test: {problem}. Install Node.js and run `npm ci` in the \
-             repository root to run it.\n"
-        );
+    if !common::web::node_available("an aimock test", "@copilotkit/aimock/dist/cli.js") {
         return None;
     }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cli = root.join(CLI);
     let mut child = Command::new("node")
         .arg(&cli)
         .args(["--port", "0", "--host", "127.0.0.1", "--fixtures"])

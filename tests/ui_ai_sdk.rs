@@ -431,17 +431,10 @@ async fn an_error_closes_the_parts_and_the_step_before_the_error_chunk() {
 async fn a_cancelled_run_ends_in_abort() {
     let client = ScriptedClient::new([ScriptedResponse::text("Partial answ").then_stall()]);
     let mut agent = Agent::builder(client).build().unwrap();
-    let handle = agent.handle();
-    let mut events = Vec::new();
-    {
-        let mut stream = std::pin::pin!(agent.run("long question"));
-        while let Some(event) = stream.next().await {
-            if matches!(event, AgentEvent::TextDelta { .. }) {
-                handle.cancel();
-            }
-            events.push(event);
-        }
-    }
+    let (events, _) = common::agent::run_cancelling(&mut agent, "long question", |event| {
+        matches!(event, AgentEvent::TextDelta { .. })
+    })
+    .await;
     let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
     assert_eq!(
         shows(&chunks),
