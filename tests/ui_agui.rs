@@ -1348,3 +1348,370 @@ thread_local! {
     /// A completed run's outcome.
     static COMPLETED: RunOutcome = completed_outcome();
 }
+
+// ---------------------------------------------------------------------------------------
+// What mutation testing found unchecked
+
+/// The snapshot gives every message the id the client knows it by, in place: user messages
+/// and text-only assistant messages by their order, messages with calls by their calls, tool
+/// messages by their call; this run's messages keep the ids they were streamed with, and any
+/// other message gets a fresh id of its own, never one of those.
+#[test]
+fn the_snapshot_puts_each_client_id_back_in_place() {
+    let request = RunAgentInput::from_slice(&body(json!([
+        {"id": "u1", "role": "user", "content": "first"},
+        {"id": "a1", "role": "assistant", "content": "one"},
+        {"id": "u2", "role": "user", "content": "second"},
+        {"id": "a2", "role": "assistant", "content": "two"},
+        {"id": "a3", "role": "assistant", "toolCalls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        ]},
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
+        {"id": "u3", "role": "user", "content": "third"}
+    ])))
+    .unwrap();
+    let mut encoder = AgUiEncoder::new("th", "r1").with_client_messages(&request);
+    // This run streamed two turns: text and a call, then text alone.
+    let ran = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta {
+            text: "four".into(),
+        },
+        AgentEvent::ToolCallStart {
+            id: "c2".into(),
+            name: "get_weather".into(),
+        },
+        AgentEvent::ToolCall {
+            id: "c2".into(),
+            name: "get_weather".into(),
+            input: json!({}),
+        },
+        AgentEvent::TurnStart { turn: 2 },
+        AgentEvent::TextDelta {
+            text: "five".into(),
+        },
+    ];
+    encode_all(&mut encoder, &ran);
+    let call = |id: &str| ContentBlock::ToolUse {
+        id: id.into(),
+        name: "get_weather".into(),
+        input: json!({}),
+    };
+    let assistant = |content: Vec<ContentBlock>| Message {
+        role: Role::Assistant,
+        content,
+    };
+    let user = |content: Vec<ContentBlock>| Message {
+        role: Role::User,
+        content,
+    };
+    let conversation = vec![
+        Message::user("first"),
+        Message::assistant("one"),
+        Message::user("second"),
+        Message::assistant("two"),
+        assistant(vec![call("c0")]), // neither the client's nor this run's
+        assistant(vec![call("c1")]),
+        user(vec![ContentBlock::tool_result("c1", "sunny", false)]),
+        user(vec![
+            ContentBlock::text("third"),
+            ContentBlock::Document {
+                source: MediaSource::Url {
+                    url: "https://example.com/a.pdf".into(),
+                },
+                title: None,
+            },
+        ]),
+        assistant(vec![ContentBlock::text("four"), call("c2")]),
+        user(vec![ContentBlock::tool_result("c2", "rainy", false)]),
+        Message::assistant("five"),
+    ];
+    let AgUiEvent::MessagesSnapshot { messages } = encoder.messages_snapshot(&conversation) else {
+        panic!("not a snapshot")
+    };
+    let json = serde_json::to_value(&messages).unwrap();
+    let ids: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["u1", "a1", "u2", "a2", "r1:m4", "a3", "t1", "u3", "r1:t1", "r1:r:c2", "r1:t2"]
+    );
+    assert_eq!(
+        json[7]["content"],
+        json!([
+            {"type": "text", "text": "third"},
+            {"type": "document", "source": {"type": "url", "value": "https://example.com/a.pdf"}}
+        ])
+    );
+}
+
+/// Each reasoning block of a message is a reasoning message of its own, before it: Anthropic's
+/// thinking and OpenAI Responses' reasoning summaries alike, numbered after the first.
+#[test]
+fn every_reasoning_block_is_its_own_reasoning_message() {
+    let message = Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::Thinking {
+                thinking: "First thought.".into(),
+                signature: "s1".into(),
+            },
+            ContentBlock::Thinking {
+                thinking: "Second thought.".into(),
+                signature: "s2".into(),
+            },
+            ContentBlock::Reasoning {
+                id: "rs_1".into(),
+                summary: vec!["A summary.".into(), "Its second part.".into()],
+                encrypted_content: None,
+            },
+            ContentBlock::text("Answer."),
+        ],
+    };
+    let encoder = AgUiEncoder::new("th", "r1");
+    let AgUiEvent::MessagesSnapshot { messages } =
+        encoder.messages_snapshot(&[Message::user("q"), message])
+    else {
+        panic!("not a snapshot")
+    };
+    let json = serde_json::to_value(&messages).unwrap();
+    assert_eq!(
+        json,
+        json!([
+            {"role": "user", "id": "r1:m0", "content": "q"},
+            {"role": "reasoning", "id": "r1:m1:reasoning", "content": "First thought."},
+            {"role": "reasoning", "id": "r1:m1:reasoning2", "content": "Second thought."},
+            {"role": "reasoning", "id": "r1:m1:reasoning3", "content": "A summary.\n\nIts second part."},
+            {"role": "assistant", "id": "r1:m1", "content": "Answer."}
+        ])
+    );
+}
+
+/// `RUN_FINISHED` carries the run's usage in AG-UI's accounting: input is the whole prompt,
+/// cache reads and writes are parts of it, reasoning a part of the output (left out at 0).
+#[test]
+fn run_finished_carries_the_usage() {
+    let mut outcome = COMPLETED.with(RunOutcome::clone);
+    outcome.usage = Usage {
+        input_tokens: 10,
+        output_tokens: 7,
+        cache_read_input_tokens: 100,
+        cache_creation_input_tokens: 20,
+        reasoning_tokens: 3,
+    };
+    let mut encoder = AgUiEncoder::new("th", "r1");
+    let events = encoder.encode(&AgentEvent::Finished(outcome.clone()));
+    let usage = |events: &[AgUiEvent]| {
+        let last = serde_json::to_value(events.last().unwrap()).unwrap();
+        assert_eq!(last["type"], "RUN_FINISHED");
+        last["usage"].clone()
+    };
+    assert_eq!(
+        usage(&events),
+        json!([{"inputTokens": 130, "outputTokens": 7, "totalTokens": 137,
+                "reasoningTokens": 3, "cachedInputTokens": 100, "cacheWriteInputTokens": 20}])
+    );
+    outcome.usage.reasoning_tokens = 0;
+    let events = AgUiEncoder::new("th", "r1").encode(&AgentEvent::Finished(outcome));
+    assert_eq!(
+        usage(&events),
+        json!([{"inputTokens": 130, "outputTokens": 7, "totalTokens": 137,
+                "cachedInputTokens": 100, "cacheWriteInputTokens": 20}])
+    );
+}
+
+/// Every way a run stops without an answer is a `RUN_ERROR` whose code names it.
+#[test]
+fn each_stop_has_its_own_error_code() {
+    let stops = [
+        (Termination::MaxTurns, "max_turns"),
+        (
+            Termination::TokenBudget {
+                used: 1,
+                next_call: 2,
+                budget: 2,
+            },
+            "token_budget",
+        ),
+        (
+            Termination::CostBudget {
+                spent: Cost::default(),
+                next_call: agent_loop::Usd::from_dollars(1.0),
+                budget: agent_loop::Usd::from_dollars(1.0),
+            },
+            "cost_budget",
+        ),
+        (Termination::ToolFailures { turns: 3 }, "tool_failures"),
+        (
+            Termination::RepeatedToolCall {
+                name: "x".into(),
+                times: 3,
+            },
+            "repeated_tool_call",
+        ),
+        (
+            Termination::StoppedByHook {
+                reason: "no".into(),
+            },
+            "stopped_by_hook",
+        ),
+        (Termination::Refused, "refused"),
+        (Termination::MaxTokens, "max_tokens"),
+        (
+            Termination::InvalidOutput {
+                raw: json!({}),
+                error: "bad".into(),
+            },
+            "invalid_output",
+        ),
+    ];
+    for (termination, code) in stops {
+        let text = termination.to_string();
+        let events = AgUiEncoder::new("th", "r1").encode(&with(termination));
+        let last = serde_json::to_value(events.last().unwrap()).unwrap();
+        assert_eq!(last["type"], "RUN_ERROR", "{text}");
+        assert_eq!(last["code"], code, "{text}");
+        assert_eq!(last["message"], text);
+    }
+}
+
+/// A sub-agent's steps, calls, results and end reach the client as `agent_loop.sub_agent`
+/// custom events with their path; its text does not (it is not the parent's answer).
+#[test]
+fn a_sub_agents_steps_are_custom_events_and_its_text_is_not_streamed() {
+    let path: agent_loop::AgentPath = serde_json::from_value(json!([
+        {"call_id": "c1", "agent": "researcher"}
+    ]))
+    .expect("a path of one step");
+    assert_eq!(path.depth(), 1);
+    let nested = |event: AgentEvent| AgentEvent::SubAgent {
+        path: path.clone(),
+        event: Box::new(event),
+    };
+    let mut outcome = COMPLETED.with(RunOutcome::clone);
+    outcome.final_text = "Found it.".into();
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        nested(AgentEvent::TurnStart { turn: 1 }),
+        nested(AgentEvent::TextDelta {
+            text: "thinking aloud".into(),
+        }),
+        nested(AgentEvent::ToolCall {
+            id: "s1".into(),
+            name: "search".into(),
+            input: json!({"q": "x"}),
+        }),
+        nested(AgentEvent::ToolResult {
+            id: "s1".into(),
+            name: "search".into(),
+            content: "a hit".into(),
+            is_error: false,
+            duration: Duration::from_millis(1),
+        }),
+        nested(AgentEvent::Finished(outcome)),
+    ];
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    let customs: Vec<Value> = out
+        .iter()
+        .filter_map(|e| match e {
+            AgUiEvent::Custom { name, value } if name == "agent_loop.sub_agent" => {
+                Some(value.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let shown = path.to_string();
+    assert_eq!(
+        customs,
+        [
+            json!({"path": shown, "type": "turn_start", "turn": 1}),
+            json!({"path": shown, "type": "tool_call", "toolCallId": "s1", "toolCallName": "search", "input": {"q": "x"}}),
+            json!({"path": shown, "type": "tool_result", "toolCallId": "s1", "content": "a hit", "isError": false}),
+            json!({"path": shown, "type": "finished", "termination": "completed", "text": "Found it."}),
+        ]
+    );
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, AgUiEvent::TextMessageContent { .. })),
+        "{out:?}"
+    );
+}
+
+/// A paused run whose waiting call was never streamed (a provider that sends calls whole)
+/// still announces it in full before its interrupt: start, arguments, end.
+#[test]
+fn a_pending_call_never_streamed_is_announced_whole_at_the_pause() {
+    let (events, paused, _, _) = paused_run();
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("no Finished")
+    };
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r1"),
+        &[
+            AgentEvent::TurnStart { turn: 1 },
+            AgentEvent::Finished(outcome.clone()),
+        ],
+    );
+    let shown = shown(&out);
+    let start = shown
+        .iter()
+        .position(|s| s.starts_with("TOOL_CALL_START c9 delete"))
+        .unwrap_or_else(|| panic!("{shown:#?}"));
+    assert_eq!(shown[start + 1], r#"TOOL_CALL_ARGS c9 {"path":"a.txt"}"#);
+    assert_eq!(shown[start + 2], "TOOL_CALL_END c9");
+    assert!(shown.last().unwrap().ends_with("interrupt"), "{shown:#?}");
+    assert_eq!(paused.pending()[0].id, "c9");
+}
+
+/// Tool messages answer the calls of the assistant message before them: a tool message after
+/// a user's own words is a message of its own, never merged into the user's text.
+#[test]
+fn a_tool_message_after_user_text_is_not_merged_into_it() {
+    let request = RunAgentInput::from_slice(&body(json!([
+        {"id": "u1", "role": "user", "content": "Weather?"},
+        {"id": "a1", "role": "assistant", "toolCalls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+        ]},
+        {"id": "u2", "role": "user", "content": "Hurry."},
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
+        {"id": "u3", "role": "user", "content": "And tomorrow?"}
+    ])))
+    .unwrap();
+    let history = request.history().unwrap();
+    assert_eq!(history.len(), 4, "{history:#?}");
+    assert_eq!(history[2], Message::user("Hurry."));
+    assert_eq!(
+        history[3].content,
+        [ContentBlock::tool_result("c1", "sunny", false)]
+    );
+}
+
+/// Reasoning that comes back after text within one turn is a second reasoning message, with
+/// an id of its own (the first keeps its own).
+#[test]
+fn a_second_reasoning_span_in_a_turn_has_its_own_id() {
+    let think = |text: &str| AgentEvent::ThinkingDelta { text: text.into() };
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r1"),
+        &[
+            AgentEvent::TurnStart { turn: 1 },
+            think("First."),
+            AgentEvent::TextDelta {
+                text: "So far.".into(),
+            },
+            think("Second."),
+        ],
+    );
+    let starts: Vec<String> = out
+        .iter()
+        .filter_map(|e| match e {
+            AgUiEvent::ReasoningStart { message_id } => Some(message_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, ["r1:t1:reasoning", "r1:t1:reasoning2"]);
+}
