@@ -1657,3 +1657,147 @@ fn any_json() -> impl Strategy<Value = Value> {
         ]
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// What mutation testing found unchecked
+
+/// A step is closed at its turn's end, not later at the next turn's start: the client shows
+/// the step done while the next model call is still on its way.
+#[test]
+fn a_step_closes_at_its_turns_end() {
+    let mut encoder = UiStreamEncoder::new();
+    encode_all(
+        &mut encoder,
+        &[
+            AgentEvent::TurnStart { turn: 1 },
+            AgentEvent::TextDelta { text: "Hi.".into() },
+        ],
+    );
+    let usage = agent_loop::Usage::default();
+    let end = encoder.encode(&AgentEvent::TurnEnd {
+        turn: 1,
+        stop_reason: agent_loop::StopReason::EndTurn,
+        usage,
+        cost: agent_loop::Cost::default(),
+    });
+    assert_eq!(shows(&end), ["text-end text-1", "finish-step"]);
+    assert!(!encoder.is_finished());
+}
+
+/// `is_finished` says whether `finish` was sent; nothing comes after it.
+#[tokio::test]
+async fn the_encoder_says_when_it_is_finished() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Hi.")]);
+    let mut agent = Agent::builder(client).build().unwrap();
+    let events = run_events(&mut agent, "hello").await;
+    let mut encoder = UiStreamEncoder::new();
+    let (last, rest) = events.split_last().unwrap();
+    encode_all(&mut encoder, rest);
+    assert!(!encoder.is_finished());
+    let end = encoder.encode(last);
+    assert_eq!(end.last().map(show).as_deref(), Some("finish stop"));
+    assert!(encoder.is_finished());
+    assert!(encoder.finish().is_empty());
+}
+
+/// A fallback, a compaction, a handoff and a tool's progress reach the client as transient
+/// data parts with their figures; a fallback also closes the text it voids.
+#[test]
+fn the_runs_other_events_are_transient_data_parts() {
+    let mut encoder = UiStreamEncoder::new();
+    let chunks = encode_all(
+        &mut encoder,
+        &[
+            AgentEvent::TurnStart { turn: 1 },
+            AgentEvent::TextDelta { text: "Par".into() },
+            AgentEvent::Fallback {
+                from: "big".into(),
+                to: "small".into(),
+                error: "overloaded".into(),
+            },
+            AgentEvent::Compacted {
+                tokens_before: 900,
+                tokens_after: 300,
+            },
+            AgentEvent::ToolProgress {
+                id: "c1".into(),
+                message: "halfway".into(),
+            },
+            AgentEvent::Handoff {
+                from: "triage".into(),
+                to: "billing".into(),
+            },
+        ],
+    );
+    assert_eq!(
+        shows(&chunks),
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Par",
+            "text-end text-1",
+            r#"data-fallback {"error":"overloaded","from":"big","to":"small"}"#,
+            r#"data-compacted {"tokensAfter":300,"tokensBefore":900}"#,
+            r#"data-tool-progress {"message":"halfway","toolCallId":"c1"}"#,
+            r#"data-handoff {"from":"triage","to":"billing"}"#,
+        ]
+    );
+    for chunk in &chunks[5..] {
+        let json = serde_json::to_value(chunk).unwrap();
+        assert_eq!(json["transient"], true, "{json}");
+    }
+}
+
+/// Tool parts left open in the client's history are read, not refused: a call whose input was
+/// complete is kept without a result (the agent answers it as interrupted); one whose input was
+/// still streaming has no arguments to keep, and is left out.
+#[test]
+fn tool_parts_in_every_open_state_are_read_into_the_history() {
+    for state in ["input-streaming", "input-available"] {
+        let request = ChatRequest::from_slice(&body(vec![
+            user("u1", "Look it up."),
+            json!({"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-lookup", "toolCallId": "c1", "state": state, "input": {"q": "x"}}
+            ]}),
+            user("u2", "Never mind."),
+        ]))
+        .unwrap_or_else(|e| panic!("{state}: {e}"));
+        let history = request.history().unwrap_or_else(|e| panic!("{state}: {e}"));
+        if state == "input-streaming" {
+            assert_eq!(history, [agent_loop::Message::user("Look it up.")]);
+            continue;
+        }
+        assert_eq!(history.len(), 2, "{state}: {history:#?}");
+        assert_eq!(
+            history[1].content,
+            [ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "lookup".into(),
+                input: json!({"q": "x"}),
+            }],
+            "{state}"
+        );
+    }
+}
+
+/// A denial whose reason is blank reads as the default denial, not as an empty reason.
+#[tokio::test]
+async fn a_blank_denial_reason_is_the_default_one() {
+    let (_agent, paused) = paused_run().await;
+    let request = ChatRequest::from_slice(&approval_body(json!({
+        "type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+        "input": {"path": "a.txt"}, "approval": {"id": "c1", "approved": false, "reason": "  "}
+    })))
+    .unwrap();
+    let Ok(UiTurn::Resume(answers)) = request.turn(Some(&paused)) else {
+        panic!("no resume")
+    };
+    assert_eq!(
+        answers.get("c1"),
+        Some(&Resolution::Deny {
+            reason: DEFAULT_DENIAL.into()
+        })
+    );
+}
