@@ -1715,3 +1715,67 @@ fn a_second_reasoning_span_in_a_turn_has_its_own_id() {
         .collect();
     assert_eq!(starts, ["r1:t1:reasoning", "r1:t1:reasoning2"]);
 }
+
+/// An image part must be an image: a data source of another type is refused, saying which.
+#[test]
+fn an_image_part_of_another_type_is_refused() {
+    let part = |mime: &str| {
+        body(json!([{"id": "u1", "role": "user", "content": [
+            {"type": "text", "text": "Look."},
+            {"type": "image", "source": {"type": "data", "value": "iVBO", "mimeType": mime}}
+        ]}]))
+    };
+    let request = RunAgentInput::from_slice(&part("image/png")).unwrap();
+    assert!(matches!(request.turn(None), Ok(UiTurn::Run(_))));
+    let refused = match RunAgentInput::from_slice(&part("application/pdf")) {
+        Err(e) => e.message().to_owned(),
+        Ok(request) => match request.turn(None) {
+            Err(e) => e.message().to_owned(),
+            Ok(turn) => panic!("accepted: {turn:?}"),
+        },
+    };
+    assert!(
+        refused.contains("an image part of type `application/pdf`"),
+        "{refused}"
+    );
+}
+
+/// A server whose agents hold nothing (no session) gets the conversation from the client:
+/// `respond` gives a fresh agent the history before the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_server_runs_on_the_clients_history() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Still sunny.")]);
+    let recorded = client.clone();
+    let app = axum::Router::new().route(
+        "/agui",
+        post(move |body: Bytes| {
+            let client = client.clone();
+            async move {
+                let mut agent = Agent::builder(client).build().expect("the agent builds");
+                respond(&mut agent, &body).await
+            }
+        }),
+    );
+    let url = common::web::serve(app).await;
+    let (status, text) = post_json(
+        &format!("{url}/agui"),
+        body(json!([
+            {"id": "u1", "role": "user", "content": "Weather?"},
+            {"id": "a1", "role": "assistant", "content": "Sunny."},
+            {"id": "u2", "role": "user", "content": "And now?"}
+        ])),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("Still sunny."), "{text}");
+    let requests = recorded.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        *requests[0].messages,
+        [
+            Message::user("Weather?"),
+            Message::assistant("Sunny."),
+            Message::user("And now?"),
+        ]
+    );
+}

@@ -1801,3 +1801,179 @@ async fn a_blank_denial_reason_is_the_default_one() {
         })
     );
 }
+
+/// What the request carries besides its messages, as the transport sends it.
+#[test]
+fn the_requests_fields_are_read() {
+    let request = ChatRequest::from_slice(
+        &serde_json::to_vec(&json!({
+            "id": "chat-7",
+            "messages": [user("u1", "Hi.")],
+            "trigger": "submit-message",
+            "messageId": "a-9",
+            "extra": {"any": "thing"}
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(request.id(), "chat-7");
+    assert_eq!(request.trigger(), Some("submit-message"));
+    assert_eq!(request.message_id(), Some("a-9"));
+    assert_eq!(request.len(), 1);
+    assert!(!request.is_empty());
+    let bare = ChatRequest::from_slice(br#"{"messages": []}"#).unwrap();
+    assert_eq!(
+        (bare.id(), bare.trigger(), bare.message_id()),
+        ("", None, None)
+    );
+    assert_eq!(bare.len(), 0);
+    assert!(bare.is_empty());
+}
+
+/// A verdict answers only a call that waits for one: a client-run (deferred) tool's call
+/// waits for its result, and an approval of it is no answer.
+#[tokio::test]
+async fn a_verdict_does_not_answer_a_call_that_waits_for_its_result() {
+    let client = ScriptedClient::new([ScriptedResponse::tool_call(
+        "c1",
+        "pick_color",
+        json!({"options": ["red", "blue"]}),
+    )]);
+    let mut agent = Agent::builder(client)
+        .tool(agent_loop::DeferredTool::new(
+            "pick_color",
+            "The user picks a color.",
+        ))
+        .build()
+        .unwrap();
+    let events = run_events(&mut agent, "Pick a color").await;
+    let paused = paused_of(&events);
+    let part = |extra: Value| {
+        let mut p = json!({"type": "tool-pick_color", "toolCallId": "c1",
+                           "input": {"options": ["red", "blue"]}});
+        if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
+            p.extend(extra);
+        }
+        p
+    };
+    let verdict = ChatRequest::from_slice(&approval_body(part(json!({
+        "state": "approval-responded", "approval": {"id": "c1", "approved": true}
+    }))))
+    .unwrap();
+    let refused = verdict.turn(Some(&paused)).unwrap_err();
+    assert!(refused.message().contains("c1"), "{refused}");
+    let output = ChatRequest::from_slice(&approval_body(part(json!({
+        "state": "output-available", "output": "blue"
+    }))))
+    .unwrap();
+    let Ok(UiTurn::Resume(answers)) = output.turn(Some(&paused)) else {
+        panic!("the output is no answer")
+    };
+    assert_eq!(
+        answers.get("c1"),
+        Some(&Resolution::Result {
+            content: "blue".into(),
+            is_error: false
+        })
+    );
+}
+
+/// Empty text parts are nothing: not a block of the history, and a user message of nothing
+/// but them is refused as empty.
+#[test]
+fn empty_text_parts_are_nothing() {
+    let request = ChatRequest::from_slice(&body(vec![
+        user("u1", "Look it up."),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": ""},
+            {"type": "text", "text": "Found."}
+        ]}),
+        user("u2", "Thanks."),
+    ]))
+    .unwrap();
+    let history = request.history().unwrap();
+    assert_eq!(history[1].content, [ContentBlock::text("Found.")]);
+    let blank = refusal(&body(vec![
+        json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": ""}]}),
+    ]));
+    assert_eq!(
+        blank,
+        "messages[0]: the user message has no text and no file"
+    );
+}
+
+/// A PDF's file name is its title; an empty file name is no title.
+#[test]
+fn a_pdfs_empty_file_name_is_no_title() {
+    let pdf = |filename: &str| {
+        let request = ChatRequest::from_slice(&body(vec![json!({
+            "id": "u1", "role": "user", "parts": [
+                {"type": "text", "text": "Read this."},
+                {"type": "file", "mediaType": "application/pdf",
+                 "url": "https://example.com/a.pdf", "filename": filename}
+            ]
+        })]))
+        .unwrap();
+        let Ok(UiTurn::Run(input)) = request.turn(None) else {
+            panic!("no run")
+        };
+        let message = input.into_message();
+        message
+            .content
+            .iter()
+            .find_map(|b| match b {
+                ContentBlock::Document { title, .. } => Some(title.clone()),
+                _ => None,
+            })
+            .expect("a document")
+    };
+    assert_eq!(pdf("a.pdf"), Some("a.pdf".to_owned()));
+    assert_eq!(pdf(""), None);
+}
+
+/// A server whose agents hold nothing (no session) gets the conversation from the client:
+/// `respond` gives a fresh agent the history before the new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_server_runs_on_the_clients_history() {
+    let client = ScriptedClient::new([ScriptedResponse::text("Still sunny.")]);
+    let recorded = client.clone();
+    let app = axum::Router::new().route(
+        "/chat",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let client = client.clone();
+            async move {
+                let mut agent = Agent::builder(client).build().expect("the agent builds");
+                respond(&mut agent, &body).await
+            }
+        }),
+    );
+    let url = common::web::serve(app).await;
+    let body = body(vec![
+        user("u1", "Weather?"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"}, {"type": "text", "text": "Sunny."}
+        ]}),
+        user("u2", "And now?"),
+    ]);
+    let response = agent_loop::reqwest::Client::new()
+        .post(format!("{url}/chat"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("Still sunny."), "{text}");
+    let requests = recorded.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        *requests[0].messages,
+        [
+            agent_loop::Message::user("Weather?"),
+            agent_loop::Message::assistant("Sunny."),
+            agent_loop::Message::user("And now?"),
+        ]
+    );
+}
