@@ -1168,119 +1168,50 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
 // ---------------------------------------------------------------------------------------
 // Properties
 
-fn event_strategy() -> impl Strategy<Value = AgentEvent> {
-    let id = prop::sample::select(vec!["c0", "c1", "c2"]).prop_map(str::to_owned);
-    let text = prop::sample::select(vec!["", "a", "bc", "{\"x\":", "1}"]).prop_map(str::to_owned);
-    prop_oneof![
-        (1u32..4).prop_map(|turn| AgentEvent::TurnStart { turn }),
-        text.clone().prop_map(|text| AgentEvent::TextDelta { text }),
-        text.clone()
-            .prop_map(|text| AgentEvent::ThinkingDelta { text }),
-        id.clone().prop_map(|id| AgentEvent::ToolCallStart {
-            id,
-            name: "get_weather".into()
-        }),
-        (id.clone(), text.clone())
-            .prop_map(|(id, partial_json)| AgentEvent::ToolInputDelta { id, partial_json }),
-        id.clone().prop_map(|id| AgentEvent::ToolCall {
-            id,
-            name: "get_weather".into(),
-            input: json!({"city": "Paris"})
-        }),
-        (id.clone(), any::<bool>()).prop_map(|(id, is_error)| AgentEvent::ToolResult {
-            id,
-            name: "get_weather".into(),
-            content: "sunny".into(),
-            is_error,
-            duration: Duration::ZERO,
-        }),
-        id.prop_map(|id| AgentEvent::ToolProgress {
-            id,
-            message: "half".into()
-        }),
-        (1u32..3).prop_map(|attempt| AgentEvent::Retry {
-            attempt,
-            delay: Duration::ZERO,
-            error: "overloaded".into(),
-            usage: Usage::default(),
-            cost: Cost::default(),
-        }),
-        Just(AgentEvent::Fallback {
-            from: "a".into(),
-            to: "b".into(),
-            error: "down".into()
-        }),
-        Just(AgentEvent::Compacted {
-            tokens_before: 10,
-            tokens_after: 5
-        }),
-        Just(AgentEvent::Handoff {
-            from: "a".into(),
-            to: "b".into()
-        }),
-        (1u32..4).prop_map(|turn| AgentEvent::TurnEnd {
-            turn,
-            stop_reason: StopReason::EndTurn,
-            usage: Usage::default(),
-            cost: Cost::default(),
-        }),
-    ]
-}
+/// AG-UI's words and keys, for [`common::ui::any_json`].
+const WORDS: &[&str] = &[
+    "",
+    "user",
+    "assistant",
+    "tool",
+    "activity",
+    "text",
+    "image",
+    "data",
+    "url",
+    "c1",
+    "resolved",
+    "cancelled",
+    "{",
+    "x:c1",
+];
+const KEYS: &[&str] = &[
+    "threadId",
+    "runId",
+    "messages",
+    "resume",
+    "id",
+    "role",
+    "content",
+    "toolCalls",
+    "toolCallId",
+    "function",
+    "name",
+    "arguments",
+    "type",
+    "source",
+    "value",
+    "mimeType",
+    "interruptId",
+    "status",
+    "payload",
+    "approved",
+    "result",
+    "error",
+];
 
 fn json_strategy() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        prop::sample::select(vec![
-            "",
-            "user",
-            "assistant",
-            "tool",
-            "activity",
-            "text",
-            "image",
-            "data",
-            "url",
-            "c1",
-            "resolved",
-            "cancelled",
-            "{",
-            "x:c1"
-        ])
-        .prop_map(|s| Value::String(s.to_owned())),
-    ];
-    leaf.prop_recursive(4, 64, 6, |inner| {
-        let key = prop::sample::select(vec![
-            "threadId",
-            "runId",
-            "messages",
-            "resume",
-            "id",
-            "role",
-            "content",
-            "toolCalls",
-            "toolCallId",
-            "function",
-            "name",
-            "arguments",
-            "type",
-            "source",
-            "value",
-            "mimeType",
-            "interruptId",
-            "status",
-            "payload",
-            "approved",
-            "result",
-            "error",
-        ]);
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(key.prop_map(str::to_owned), inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    common::ui::any_json(WORDS, KEYS)
 }
 
 proptest! {
@@ -1288,7 +1219,7 @@ proptest! {
 
     #[test]
     fn the_encoder_keeps_the_sequence_rules(
-        events in prop::collection::vec(event_strategy(), 0..40),
+        events in prop::collection::vec(common::ui::any_event(), 0..40),
         end in 0usize..5,
     ) {
         let finished = match end {

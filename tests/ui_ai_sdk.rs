@@ -1275,66 +1275,6 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
 // ---------------------------------------------------------------------------------------
 // Properties.
 
-/// Any event, grammatical or not, from a small alphabet of ids and names.
-fn any_event() -> impl Strategy<Value = AgentEvent> {
-    let id = prop::sample::select(vec!["c1", "c2", "c3"]).prop_map(str::to_owned);
-    let text = prop::sample::select(vec!["", "a", "bc"]).prop_map(str::to_owned);
-    prop_oneof![
-        (1u32..3).prop_map(|turn| AgentEvent::TurnStart { turn }),
-        text.clone().prop_map(|text| AgentEvent::TextDelta { text }),
-        text.clone()
-            .prop_map(|text| AgentEvent::ThinkingDelta { text }),
-        id.clone().prop_map(|id| AgentEvent::ToolCallStart {
-            id,
-            name: "t".into()
-        }),
-        (id.clone(), text.clone())
-            .prop_map(|(id, partial_json)| AgentEvent::ToolInputDelta { id, partial_json }),
-        id.clone().prop_map(|id| AgentEvent::ToolCall {
-            id,
-            name: "t".into(),
-            input: json!({})
-        }),
-        (id.clone(), any::<bool>()).prop_map(|(id, is_error)| AgentEvent::ToolResult {
-            id,
-            name: "t".into(),
-            content: "r".into(),
-            is_error,
-            duration: Duration::ZERO,
-        }),
-        id.prop_map(|id| AgentEvent::ToolProgress {
-            id,
-            message: "m".into()
-        }),
-        Just(AgentEvent::Handoff {
-            from: "a".into(),
-            to: "b".into()
-        }),
-        Just(AgentEvent::Compacted {
-            tokens_before: 2,
-            tokens_after: 1
-        }),
-        Just(AgentEvent::Retry {
-            attempt: 1,
-            delay: Duration::from_millis(5),
-            error: "reset".into(),
-            usage: agent_loop::Usage::default(),
-            cost: agent_loop::Cost::default(),
-        }),
-        Just(AgentEvent::Fallback {
-            from: "a".into(),
-            to: "b".into(),
-            error: "down".into()
-        }),
-        (1u32..3).prop_map(|turn| AgentEvent::TurnEnd {
-            turn,
-            stop_reason: agent_loop::StopReason::EndTurn,
-            usage: agent_loop::Usage::default(),
-            cost: agent_loop::Cost::default(),
-        }),
-    ]
-}
-
 /// Real `Finished` events of each kind, and the paused run of one of them.
 struct Ends {
     finished: Vec<AgentEvent>,
@@ -1503,7 +1443,7 @@ proptest! {
 
     #[test]
     fn the_encoder_keeps_the_stream_well_formed_for_any_events(
-        events in prop::collection::vec(any_event(), 0..40),
+        events in prop::collection::vec(common::ui::any_event(), 0..40),
         end in 0usize..5,
         resumed in any::<bool>(),
     ) {
@@ -1598,64 +1538,50 @@ fn near_messages() -> impl Strategy<Value = Value> {
 }
 
 /// JSON shaped like a `messages` array, with wrong types and states mixed in.
+/// The UI message stream's words and keys, for [`common::ui::any_json`].
+const WORDS: &[&str] = &[
+    "user",
+    "assistant",
+    "system",
+    "text",
+    "file",
+    "step-start",
+    "tool-x",
+    "dynamic-tool",
+    "approval-responded",
+    "output-available",
+    "output-error",
+    "output-denied",
+    "input-streaming",
+    "image/png",
+    "application/pdf",
+    "data:image/png;base64,AAAA",
+    "https://example.com/a.png",
+    "tool-delete",
+    "c1",
+    "data:application/pdf;base64,JVBERi0=",
+];
+const KEYS: &[&str] = &[
+    "role",
+    "parts",
+    "type",
+    "text",
+    "url",
+    "mediaType",
+    "toolCallId",
+    "toolName",
+    "state",
+    "input",
+    "output",
+    "errorText",
+    "approval",
+    "approved",
+    "reason",
+    "id",
+];
+
 fn any_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        prop::sample::select(vec![
-            "user",
-            "assistant",
-            "system",
-            "text",
-            "file",
-            "step-start",
-            "tool-x",
-            "dynamic-tool",
-            "approval-responded",
-            "output-available",
-            "output-error",
-            "output-denied",
-            "input-streaming",
-            "image/png",
-            "application/pdf",
-            "data:image/png;base64,AAAA",
-            "https://example.com/a.png",
-            "tool-delete",
-            "c1",
-            "data:application/pdf;base64,JVBERi0=",
-        ])
-        .prop_map(|s| Value::String(s.to_owned())),
-    ];
-    leaf.prop_recursive(4, 64, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(
-                prop::sample::select(vec![
-                    "role",
-                    "parts",
-                    "type",
-                    "text",
-                    "url",
-                    "mediaType",
-                    "toolCallId",
-                    "toolName",
-                    "state",
-                    "input",
-                    "output",
-                    "errorText",
-                    "approval",
-                    "approved",
-                    "reason",
-                    "id",
-                ])
-                .prop_map(str::to_owned),
-                inner,
-                0..6,
-            )
-            .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    common::ui::any_json(WORDS, KEYS)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod grammar;
 pub mod stores;
+pub mod ui;
 pub mod web;
 
 use agent_loop::{
