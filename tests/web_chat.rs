@@ -51,7 +51,7 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
     }
     let (app, mock) = web_chat::scripted_app().await;
     let url = common::web::serve(web_chat::router(app)).await;
-    let mut args = vec![url.as_str(), chromium.as_str()];
+    let mut args = vec![url.as_str(), chromium.as_str(), "approve"];
     let screenshot = std::env::var("AGENT_LOOP_SCREENSHOT").ok();
     if let Some(path) = &screenshot {
         args.push(path);
@@ -133,6 +133,34 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
     assert_eq!(strings(&answer["errors"]), Vec::<String>::new());
     // Three model calls: the listing, the deletion, the answer; none twice.
     assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_does_not_run_and_the_model_reads_the_denial() {
+    let Some(chromium) = chromium() else { return };
+    if !common::web::node_available("the web chat browser test", "playwright-core") {
+        return;
+    }
+    let (app, mock) = web_chat::scripted_app().await;
+    let url = common::web::serve(web_chat::router(app)).await;
+    let seen = common::web::node_json("web-chat-browser.mjs", &[&url, &chromium, "deny"]).await;
+    assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
+    let after = &seen["afterApproval"];
+    assert_eq!(after["status"], "done", "{after:#}");
+    let answer = &after["messages"][1];
+    let tools = answer["tools"].as_array().expect("tools");
+    assert_eq!(tools[1]["name"], "delete_file");
+    assert_eq!(tools[1]["state"], "output-denied", "{answer:#}");
+    assert_eq!(tools[1]["output"], "denied");
+    assert_eq!(
+        strings(&answer["texts"]).last().map(String::as_str),
+        Some("Understood: I left `old.log` where it is. Nothing was deleted.")
+    );
+    // The model read the person's reason as the call's error result.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    let last = requests[2].body.to_string();
+    assert!(last.contains("Denied in the web chat."), "{last}");
 }
 
 #[tokio::test]

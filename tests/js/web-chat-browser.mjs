@@ -1,12 +1,13 @@
 // Drives the web_chat example's page in headless Chromium (Debian's, never a downloaded one)
 // with playwright-core: sends a message, waits for the streamed answer and the tool call that
-// needs approval, clicks Approve, and waits for the run to finish. Prints what the page showed
-// as JSON; tests/web_chat.rs asserts it.
+// needs approval, clicks Approve (or Deny), and waits for the run to finish. Prints what the
+// page showed as JSON; tests/web_chat.rs asserts it.
 //
-//   node tests/js/web-chat-browser.mjs <page url> <chromium path> [screenshot.png]
+//   node tests/js/web-chat-browser.mjs <page url> <chromium path> <approve|deny> [screenshot.png]
 import { chromium } from "playwright-core";
 
-const [url, executablePath, screenshot] = process.argv.slice(2);
+const [url, executablePath, verdict, screenshot] = process.argv.slice(2);
+if (verdict !== "approve" && verdict !== "deny") throw new Error("the verdict is approve or deny");
 const browser = await chromium.launch({
   executablePath,
   headless: true,
@@ -54,7 +55,7 @@ try {
   const beforeApproval = await snapshot(page);
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: false });
 
-  await page.click(`${waiting} [data-action="approve"]`);
+  await page.click(`${waiting} [data-action="${verdict}"]`);
   await page.waitForSelector('#status[data-status="done"]', { timeout: 60_000 });
   const afterApproval = await snapshot(page);
   const seen = await page.evaluate(() => window.__seen);
