@@ -874,44 +874,13 @@ impl AgUiEncoder {
                     role: Some("tool".to_owned()),
                 });
             }
-            AgentEvent::ToolProgress { id, message } => out.push(custom(
-                "agent_loop.tool_progress",
-                serde_json::json!({"toolCallId": id, "message": message}),
-            )),
-            AgentEvent::Retry {
-                attempt,
-                delay,
-                error,
-                ..
-            } => {
+            AgentEvent::Retry { .. } | AgentEvent::Fallback { .. } => {
                 self.void_attempt(&mut out);
-                out.push(custom(
-                    "agent_loop.retry",
-                    serde_json::json!({
-                        "attempt": attempt,
-                        "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "error": error,
-                    }),
-                ));
+                out.extend(status_event(event));
             }
-            AgentEvent::Fallback { from, to, error } => {
-                self.void_attempt(&mut out);
-                out.push(custom(
-                    "agent_loop.fallback",
-                    serde_json::json!({"from": from, "to": to, "error": error}),
-                ));
-            }
-            AgentEvent::Compacted {
-                tokens_before,
-                tokens_after,
-            } => out.push(custom(
-                "agent_loop.compacted",
-                serde_json::json!({"tokensBefore": tokens_before, "tokensAfter": tokens_after}),
-            )),
-            AgentEvent::Handoff { from, to } => out.push(custom(
-                "agent_loop.handoff",
-                serde_json::json!({"from": from, "to": to}),
-            )),
+            AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::Handoff { .. } => out.extend(status_event(event)),
             AgentEvent::RateLimits(limits) => out.push(custom(
                 "agent_loop.rate_limits",
                 serde_json::to_value(limits).unwrap_or_else(|_| serde_json::json!({})),
@@ -1186,6 +1155,11 @@ fn to_source(source: &MediaSource) -> AgUiSource {
             mime_type: None,
         },
     }
+}
+
+/// `CUSTOM` `agent_loop.{name}` of an event about the run itself ([`super::run_status`]).
+fn status_event(event: &AgentEvent) -> Option<AgUiEvent> {
+    super::run_status(event).map(|(name, value)| custom(&format!("agent_loop.{name}"), value))
 }
 
 fn custom(name: &str, value: Value) -> AgUiEvent {

@@ -509,44 +509,13 @@ impl UiStreamEncoder {
                     }
                 });
             }
-            AgentEvent::ToolProgress { id, message } => out.push(data(
-                "tool-progress",
-                serde_json::json!({ "toolCallId": id, "message": message }),
-            )),
-            AgentEvent::Retry {
-                attempt,
-                delay,
-                error,
-                ..
-            } => {
+            AgentEvent::Retry { .. } | AgentEvent::Fallback { .. } => {
                 self.close_parts(&mut out);
-                out.push(data(
-                    "retry",
-                    serde_json::json!({
-                        "attempt": attempt,
-                        "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "error": error,
-                    }),
-                ));
+                out.extend(status_chunk(event));
             }
-            AgentEvent::Fallback { from, to, error } => {
-                self.close_parts(&mut out);
-                out.push(data(
-                    "fallback",
-                    serde_json::json!({ "from": from, "to": to, "error": error }),
-                ));
-            }
-            AgentEvent::Compacted {
-                tokens_before,
-                tokens_after,
-            } => out.push(data(
-                "compacted",
-                serde_json::json!({ "tokensBefore": tokens_before, "tokensAfter": tokens_after }),
-            )),
-            AgentEvent::Handoff { from, to } => out.push(data(
-                "handoff",
-                serde_json::json!({ "from": from, "to": to }),
-            )),
+            AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::Handoff { .. } => out.extend(status_chunk(event)),
             AgentEvent::Finished(outcome) => self.finish_with(&outcome.termination, &mut out),
             // RateLimits, SubAgent, and variants to come: nothing the front-end shows.
             _ => {}
@@ -739,6 +708,11 @@ impl UiStreamEncoder {
 }
 
 /// A transient data chunk.
+/// The transient `data-{name}` part of an event about the run itself ([`super::run_status`]).
+fn status_chunk(event: &AgentEvent) -> Option<UiMessageChunk> {
+    super::run_status(event).map(|(name, value)| data(&name.replace('_', "-"), value))
+}
+
 fn data(name: &str, value: Value) -> UiMessageChunk {
     UiMessageChunk::Data(DataChunk::new(name, value).transient())
 }

@@ -30,7 +30,7 @@ pub mod ai_sdk;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::agent::Resolutions;
+use crate::agent::{AgentEvent, Resolutions};
 use crate::input::UserInput;
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of
@@ -80,6 +80,45 @@ pub fn sse_frame(event: &impl Serialize) -> Bytes {
     out.extend_from_slice(&json);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
+}
+
+/// What an event about the run itself (not conversation content) says: its name in snake
+/// case and its fields in camelCase, for the events of a run's own that both protocols carry
+/// (AG-UI as `CUSTOM` `agent_loop.{name}`, the AI SDK as a transient `data-{name}` part, with
+/// dashes). `None` for every other event.
+pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    Some(match event {
+        AgentEvent::ToolProgress { id, message } => (
+            "tool_progress",
+            json!({"toolCallId": id, "message": message}),
+        ),
+        AgentEvent::Retry {
+            attempt,
+            delay,
+            error,
+            ..
+        } => (
+            "retry",
+            json!({
+                "attempt": attempt,
+                "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "error": error,
+            }),
+        ),
+        AgentEvent::Fallback { from, to, error } => {
+            ("fallback", json!({"from": from, "to": to, "error": error}))
+        }
+        AgentEvent::Compacted {
+            tokens_before,
+            tokens_after,
+        } => (
+            "compacted",
+            json!({"tokensBefore": tokens_before, "tokensAfter": tokens_after}),
+        ),
+        AgentEvent::Handoff { from, to } => ("handoff", json!({"from": from, "to": to})),
+        _ => return None,
+    })
 }
 
 #[cfg(feature = "axum")]
