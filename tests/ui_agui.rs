@@ -1710,3 +1710,51 @@ async fn a_stateless_server_runs_on_the_clients_history() {
         ]
     );
 }
+
+/// A fallback, a compaction, a tool's progress and a handoff reach the client as this crate's
+/// `CUSTOM` events with their figures; a fallback also ends the text it voids.
+#[test]
+fn the_runs_other_events_are_custom_events() {
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r1"),
+        &[
+            AgentEvent::TurnStart { turn: 1 },
+            AgentEvent::TextDelta { text: "Par".into() },
+            AgentEvent::Fallback {
+                from: "big".into(),
+                to: "small".into(),
+                error: "overloaded".into(),
+            },
+            AgentEvent::Compacted {
+                tokens_before: 900,
+                tokens_after: 300,
+            },
+            AgentEvent::ToolProgress {
+                id: "c1".into(),
+                message: "halfway".into(),
+            },
+            AgentEvent::Handoff {
+                from: "triage".into(),
+                to: "billing".into(),
+            },
+        ],
+    );
+    let tail: Vec<Value> = out[out.len() - 5..]
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "r1:t1"}),
+            json!({"type": "CUSTOM", "name": "agent_loop.fallback",
+                   "value": {"from": "big", "to": "small", "error": "overloaded"}}),
+            json!({"type": "CUSTOM", "name": "agent_loop.compacted",
+                   "value": {"tokensBefore": 900, "tokensAfter": 300}}),
+            json!({"type": "CUSTOM", "name": "agent_loop.tool_progress",
+                   "value": {"toolCallId": "c1", "message": "halfway"}}),
+            json!({"type": "CUSTOM", "name": "agent_loop.handoff",
+                   "value": {"from": "triage", "to": "billing"}}),
+        ]
+    );
+}
