@@ -191,16 +191,7 @@ impl Image {
     /// An image from base64 text (standard alphabet) and its media type; the decoded bytes
     /// are checked as by [`from_bytes`](Self::from_bytes).
     pub fn from_base64(media_type: &str, data: &str) -> Result<Image, MediaError> {
-        if data.len() > MAX_MEDIA_BYTES / 3 * 4 + 4 {
-            return Err(MediaError::TooLarge {
-                what: "the image",
-                size: data.len() / 4 * 3,
-                limit: MAX_MEDIA_BYTES,
-            });
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| MediaError::InvalidBase64(e.to_string()))?;
+        let bytes = decode_base64("the image", data)?;
         Self::from_bytes(media_type, &bytes)
     }
 
@@ -302,8 +293,23 @@ impl Document {
         })
     }
 
-    /// A PDF the provider fetches from an `http(s)` URL.
+    /// A PDF from base64 text (standard alphabet); the decoded bytes are checked as by
+    /// [`pdf`](Self::pdf), and text too long for [`MAX_MEDIA_BYTES`] is refused before it is
+    /// decoded.
+    pub fn pdf_base64(data: &str) -> Result<Document, MediaError> {
+        let bytes = decode_base64("the document", data)?;
+        Self::pdf(&bytes)
+    }
+
+    /// A PDF the provider fetches from an `http(s)` URL; a base64 `data:` URL of a PDF is
+    /// decoded and checked like bytes.
     pub fn from_url(url: &str) -> Result<Document, MediaError> {
+        if let Some(rest) = url.strip_prefix("data:") {
+            let (_, data) = rest
+                .split_once(";base64,")
+                .ok_or_else(|| MediaError::InvalidUrl(shorten(url)))?;
+            return Self::pdf_base64(data);
+        }
         check_url(url)?;
         Ok(Document {
             source: MediaSource::Url {
@@ -352,6 +358,21 @@ fn check_size(what: &'static str, size: usize) -> Result<(), MediaError> {
         });
     }
     Ok(())
+}
+
+/// Decodes base64 text (standard alphabet), refusing text too long for [`MAX_MEDIA_BYTES`]
+/// before decoding it.
+fn decode_base64(what: &'static str, data: &str) -> Result<Vec<u8>, MediaError> {
+    if data.len() > MAX_MEDIA_BYTES / 3 * 4 + 4 {
+        return Err(MediaError::TooLarge {
+            what,
+            size: data.len() / 4 * 3,
+            limit: MAX_MEDIA_BYTES,
+        });
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| MediaError::InvalidBase64(e.to_string()))
 }
 
 fn check_url(url: &str) -> Result<(), MediaError> {
@@ -838,6 +859,37 @@ mod tests {
         assert!(Image::from_url("http://a").is_ok());
         assert!(Image::from_url("HTTPS://a").is_ok());
         assert!(Document::from_url("http://a/x.pdf").is_ok());
+    }
+
+    #[test]
+    fn a_pdf_comes_from_base64_or_a_data_url_checked_like_bytes() {
+        let pdf = b"%PDF-1.7\n1 0 obj << /Type /Page >> endobj\n%%EOF";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pdf);
+        let from_bytes = Document::pdf(pdf).unwrap();
+        assert_eq!(Document::pdf_base64(&b64).unwrap(), from_bytes);
+        let url = format!("data:application/pdf;base64,{b64}");
+        assert_eq!(Document::from_url(&url).unwrap(), from_bytes);
+        assert!(matches!(
+            Document::pdf_base64("not base64!"),
+            Err(MediaError::InvalidBase64(_))
+        ));
+        let not_pdf = base64::engine::general_purpose::STANDARD.encode(b"hello");
+        assert!(matches!(
+            Document::pdf_base64(&not_pdf),
+            Err(MediaError::Mismatch { .. })
+        ));
+        assert_eq!(
+            Document::from_url("data:application/pdf,raw"),
+            Err(MediaError::InvalidUrl("data:application/pdf,raw".to_owned()))
+        );
+        let long = "A".repeat(MAX_MEDIA_BYTES / 3 * 4 + 8);
+        assert!(matches!(
+            Document::pdf_base64(&long),
+            Err(MediaError::TooLarge {
+                what: "the document",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -1647,28 +1647,65 @@ fn a_second_reasoning_span_in_a_turn_has_its_own_id() {
     assert_eq!(starts, ["r1:t1:reasoning", "r1:t1:reasoning2"]);
 }
 
-/// An image part must be an image: a data source of another type is refused, saying which.
+/// The client's media are checked as they enter, like any image or document: an image part
+/// must be an image whose bytes are what its type says, a document part a PDF; each refusal
+/// says what is wrong.
 #[test]
-fn an_image_part_of_another_type_is_refused() {
-    let part = |mime: &str| {
+fn media_parts_are_checked_as_they_enter() {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    png.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0, 0, 0, 0]);
+    let pdf = b"%PDF-1.7\n1 0 obj << /Type /Page >> endobj\n%%EOF";
+    let part = |kind: &str, mime: &str, value: String| {
         body(json!([{"id": "u1", "role": "user", "content": [
             {"type": "text", "text": "Look."},
-            {"type": "image", "source": {"type": "data", "value": "iVBO", "mimeType": mime}}
+            {"type": kind, "source": {"type": "data", "value": value, "mimeType": mime}}
         ]}]))
     };
-    let request = RunAgentInput::from_slice(&part("image/png")).unwrap();
-    assert!(matches!(request.turn(None), Ok(UiTurn::Run(_))));
-    let refused = match RunAgentInput::from_slice(&part("application/pdf")) {
-        Err(e) => e.message().to_owned(),
+    let outcome = |body: Vec<u8>| match RunAgentInput::from_slice(&body) {
+        Err(e) => Err(e.message().to_owned()),
         Ok(request) => match request.turn(None) {
-            Err(e) => e.message().to_owned(),
-            Ok(turn) => panic!("accepted: {turn:?}"),
+            Err(e) => Err(e.message().to_owned()),
+            Ok(UiTurn::Run(input)) => Ok(input.into_message()),
+            Ok(turn) => panic!("not a run: {turn:?}"),
         },
     };
+    let image = outcome(part("image", "image/png", b64(&png))).expect("a PNG is an image");
     assert!(
-        refused.contains("an image part of type `application/pdf`"),
-        "{refused}"
+        matches!(image.content[1], ContentBlock::Image { .. }),
+        "{image:?}"
     );
+    let document = outcome(part("document", "application/pdf", b64(pdf))).expect("a PDF");
+    assert!(
+        matches!(document.content[1], ContentBlock::Document { .. }),
+        "{document:?}"
+    );
+    for (body, says) in [
+        (
+            part("image", "application/pdf", b64(&png)),
+            "an image part of type `application/pdf`",
+        ),
+        (
+            part("image", "image/png", "iVBO".to_owned()),
+            "an image part: the bytes are not image/png",
+        ),
+        (
+            part("image", "image/png", "not base64!".to_owned()),
+            "an image part: the data is not valid base64",
+        ),
+        (
+            part("document", "application/pdf", b64(b"not a pdf")),
+            "a document part:",
+        ),
+        (
+            part("document", "text/plain", b64(b"hello")),
+            "a document part of type `text/plain`",
+        ),
+    ] {
+        let refused = outcome(body).expect_err(says);
+        assert!(refused.contains(says), "{refused} does not say {says}");
+    }
 }
 
 /// A server whose agents hold nothing (no session) gets the conversation from the client:

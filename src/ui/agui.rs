@@ -60,6 +60,7 @@ use crate::agent::{
 };
 use crate::error::Error;
 use crate::input::UserInput;
+use crate::media::{Document, Image};
 use crate::message::{ContentBlock, MediaSource, Message, Role, Usage};
 
 /// One AG-UI event, as `@ag-ui/core` 1.0 defines it (the subset this crate sends): JSON with
@@ -1687,18 +1688,33 @@ fn user_blocks(content: AgUiContent) -> Result<Vec<ContentBlock>, String> {
                 }
             }
             AgUiContentPart::Image { source } => {
-                let source = media_source(source, "image")?;
-                if let Some(media_type) = source.media_type() {
-                    if !media_type.starts_with("image/") {
-                        return Err(format!("an image part of type `{media_type}`"));
+                if let AgUiSource::Data { mime_type, .. } = &source {
+                    if !mime_type.starts_with("image/") {
+                        return Err(format!("an image part of type `{mime_type}`"));
                     }
                 }
-                blocks.push(ContentBlock::Image { source })
+                let image = match media_source(source, "image")? {
+                    Inline::Data { value, mime_type } => Image::from_base64(&mime_type, &value),
+                    Inline::Url(url) => Image::from_url(&url),
+                };
+                blocks.push(image.map_err(|e| format!("an image part: {e}"))?.into())
             }
-            AgUiContentPart::Document { source } => blocks.push(ContentBlock::Document {
-                source: media_source(source, "document")?,
-                title: None,
-            }),
+            AgUiContentPart::Document { source } => {
+                let document = match media_source(source, "document")? {
+                    Inline::Data { value, mime_type } if mime_type == "application/pdf" => {
+                        Document::pdf_base64(&value)
+                    }
+                    Inline::Data { mime_type, .. } => {
+                        return Err(format!("a document part of type `{mime_type}` (PDFs are)"))
+                    }
+                    Inline::Url(url) => Document::from_url(&url),
+                };
+                blocks.push(
+                    document
+                        .map_err(|e| format!("a document part: {e}"))?
+                        .into(),
+                )
+            }
             AgUiContentPart::Audio { .. } => return Err("audio parts are not supported".to_owned()),
             AgUiContentPart::Video { .. } => return Err("video parts are not supported".to_owned()),
         }
@@ -1706,13 +1722,18 @@ fn user_blocks(content: AgUiContent) -> Result<Vec<ContentBlock>, String> {
     Ok(blocks)
 }
 
-fn media_source(source: AgUiSource, what: &str) -> Result<MediaSource, String> {
+/// Where a media part's bytes are, as the media layer takes them.
+enum Inline {
+    /// Base64 text and its media type.
+    Data { value: String, mime_type: String },
+    /// An http(s) (or `data:`) URL.
+    Url(String),
+}
+
+fn media_source(source: AgUiSource, what: &str) -> Result<Inline, String> {
     match source {
-        AgUiSource::Data { value, mime_type } => Ok(MediaSource::Base64 {
-            media_type: mime_type,
-            data: value,
-        }),
-        AgUiSource::Url { value, .. } => Ok(MediaSource::Url { url: value }),
+        AgUiSource::Data { value, mime_type } => Ok(Inline::Data { value, mime_type }),
+        AgUiSource::Url { value, .. } => Ok(Inline::Url(value)),
         AgUiSource::File { .. } => Err(format!(
             "an {what} part with a `file` source (a provider's handle) is not supported"
         )),

@@ -22,7 +22,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use base64::Engine as _;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -1163,22 +1162,12 @@ fn file_block(
         return Image::from_url(url).map(Into::into).map_err(|e| bad(&e));
     }
     if media_type == "application/pdf" {
-        let document = if web {
-            Document::from_url(url).map_err(|e| bad(&e))?
-        } else if let Some(data) = url
-            .strip_prefix("data:")
-            .and_then(|rest| rest.split_once(";base64,"))
-            .map(|(_, data)| data)
-        {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .map_err(|e| bad(&format!("the PDF's base64 is not valid: {e}")))?;
-            Document::pdf(&bytes).map_err(|e| bad(&e))?
-        } else {
+        if !web && !url.starts_with("data:") {
             return Err(UiRequestError::new(format!(
                 "{at}: a PDF must be a base64 `data:` URL or an http(s) URL"
             )));
-        };
+        }
+        let document = Document::from_url(url).map_err(|e| bad(&e))?;
         let document = match filename {
             Some(name) if !name.is_empty() => document.title(name),
             _ => document,
