@@ -880,7 +880,9 @@ mod tests {
         ));
         assert_eq!(
             Document::from_url("data:application/pdf,raw"),
-            Err(MediaError::InvalidUrl("data:application/pdf,raw".to_owned()))
+            Err(MediaError::InvalidUrl(
+                "data:application/pdf,raw".to_owned()
+            ))
         );
         let long = "A".repeat(MAX_MEDIA_BYTES / 3 * 4 + 8);
         assert!(matches!(
