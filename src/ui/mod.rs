@@ -11,7 +11,7 @@
 //!    for a 400), and turned into what the agent does: a new run on the user's message, or
 //!    the resumption of a paused run with the person's verdicts and the client's tool results
 //!    ([`UiTurn`]);
-//! 2. an encoder, a small sans-IO state machine from [`AgentEvent`](crate::AgentEvent)s to the
+//! 2. an encoder, a small sans-IO state machine from [`AgentEvent`]s to the
 //!    protocol's events (no clock, no randomness: ids are made from the request's);
 //! 3. the SSE body ([`sse_frame`]); with the feature `axum`, a whole handler:
 //!    [`agui::respond`] and [`ai_sdk::respond`] take an [`Agent`](crate::Agent) and a request body and give
