@@ -241,6 +241,7 @@ pub struct DurableAgent {
     configure: Arc<Configure>,
     approval: Arc<dyn ApprovalPolicy>,
     max_state_bytes: usize,
+    journal_retention: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for DurableAgent {
@@ -261,6 +262,7 @@ impl DurableAgent {
             configure: Arc::new(|builder| builder),
             approval: Arc::new(|_: &ToolCall| ApprovalRequest::Allow),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            journal_retention: None,
         }
     }
 
@@ -288,6 +290,14 @@ impl DurableAgent {
     /// saying so; configure a context window so that the machine compacts long before.
     pub fn max_state_bytes(mut self, bytes: usize) -> Self {
         self.max_state_bytes = bytes;
+        self
+    }
+
+    /// How long Restate keeps the journal of a finished run (the server's default when not
+    /// set). A kept journal can be read back with the admin API's `sys_journal` table, and
+    /// turned into a test (see the replay module). Needs restate-server 1.4 or later.
+    pub fn journal_retention(mut self, retention: std::time::Duration) -> Self {
+        self.journal_retention = Some(retention);
         self
     }
 
@@ -330,11 +340,18 @@ impl DurableAgent {
 ///
 /// Fails only when `addr` cannot be bound.
 pub async fn serve(agent: DurableAgent, addr: SocketAddr) -> std::io::Result<()> {
+    let mut options = restate_sdk::endpoint::ServiceOptions::new();
+    if let Some(retention) = agent.journal_retention {
+        options = options.journal_retention(retention);
+    }
     let endpoint = restate_sdk::hyper::HyperEndpoint::new(
         Endpoint::builder()
-            .bind(AgentSession {
-                agent: agent.clone(),
-            })
+            .bind_with_options(
+                AgentSession {
+                    agent: agent.clone(),
+                },
+                options,
+            )
             .bind(AgentTools { agent })
             .build(),
     );

@@ -8,7 +8,8 @@
 //! - `TOOL_DIR`: a directory the demo tools log to, one line when a call starts and one when
 //!   it ends, with its idempotency key. A call of label `L` waits while the file `hold-L`
 //!   exists there, so a test can kill the worker while it runs;
-//! - `MAX_STATE_BYTES`: [`DurableAgent::max_state_bytes`](agent_loop_restate::DurableAgent::max_state_bytes).
+//! - `MAX_STATE_BYTES`: [`DurableAgent::max_state_bytes`](agent_loop_restate::DurableAgent::max_state_bytes);
+//! - `JOURNAL_RETENTION_SECS`: [`DurableAgent::journal_retention`](agent_loop_restate::DurableAgent::journal_retention).
 //!
 //! Tools: `step` (does one labelled step) and `deploy` (the same, but needs a human's
 //! approval first).
@@ -97,6 +98,13 @@ pub async fn main() {
         .and_then(|v| v.parse().ok())
     {
         Some(bytes) => agent.max_state_bytes(bytes),
+        None => agent,
+    };
+    let agent = match std::env::var("JOURNAL_RETENTION_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(secs) => agent.journal_retention(Duration::from_secs(secs)),
         None => agent,
     };
     eprintln!("worker listening on {addr}");
