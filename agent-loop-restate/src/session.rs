@@ -346,11 +346,13 @@ pub async fn serve(agent: DurableAgent, addr: SocketAddr) -> std::io::Result<()>
     }
     let endpoint = restate_sdk::hyper::HyperEndpoint::new(
         Endpoint::builder()
-            .bind_with_options(
-                AgentSession {
-                    agent: agent.clone(),
-                },
-                options,
+            .bind(
+                restate_sdk::service::IntoServiceDefinition::into_service_definition(
+                    AgentSession {
+                        agent: agent.clone(),
+                    },
+                )
+                .options(options),
             )
             .bind(AgentTools { agent })
             .build(),
