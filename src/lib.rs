@@ -113,13 +113,13 @@ pub use agent::{
 pub mod machine {
     pub use crate::agent::{
         Action, AgentMachine, FallbackTarget, Handled, HandoffTarget, Input, MachineConfig,
-        NestedEvent,
+        MachineParts, NestedEvent,
     };
 }
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
 pub use context::{
     CharEstimateCounter, ContextConfig, ContextManager, Conversation, Summarizer, TiktokenCounter,
-    TokenCounter,
+    TokenCounter, Unsaved,
 };
 pub use error::{
     ApiError, ConfigError, ContextError, Error, LlmError, ResumeError, SessionError, TimeoutKind,

@@ -18,7 +18,7 @@ use super::config::MachineConfig;
 use super::fallback::Fallback;
 use super::handle::AgentHandle;
 use super::hooks::{AgentHooks, NoHooks};
-use super::machine::AgentMachine;
+use super::machine::{AgentMachine, MachineParts};
 use super::persist::SessionLink;
 use super::shared::{lock, Shared};
 use super::summarizer::LlmSummarizer;
@@ -44,6 +44,8 @@ pub struct AgentBuilder {
     /// The retry policy set on the builder (else the client's).
     retry: Option<RetryPolicy>,
     hooks: Arc<dyn AgentHooks>,
+    /// Whether [`hooks`](Self::hooks) was called (a driver may skip asking the default ones).
+    hooks_set: bool,
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
     session: Option<SessionLink>,
@@ -76,6 +78,7 @@ impl AgentBuilder {
             config: MachineConfig::default(),
             retry: None,
             hooks: Arc::new(NoHooks),
+            hooks_set: false,
             summarizer: None,
             cancel: CancellationToken::new(),
             session: None,
@@ -436,6 +439,7 @@ impl AgentBuilder {
     /// Hooks before tools and model calls.
     pub fn hooks(mut self, hooks: impl AgentHooks + 'static) -> Self {
         self.hooks = Arc::new(hooks);
+        self.hooks_set = true;
         self
     }
 
@@ -457,6 +461,27 @@ impl AgentBuilder {
             context,
             agent.sources.current().catalog(),
         ))
+    }
+
+    /// Builds the loop as a sans-IO [`AgentMachine`], with the hooks and the summarizer the
+    /// builder was given ([`hooks`](Self::hooks), [`summarizer`](Self::summarizer), or the
+    /// default one on the agent's client), for a driver that applies them itself the way
+    /// [`Agent::run`] does: a durable engine that journals each hook verdict and summary as
+    /// a step.
+    pub fn build_machine_parts(self) -> Result<MachineParts, Error> {
+        let hooks_set = self.hooks_set;
+        let agent = self.build()?;
+        let context = lock(&agent.shared).context.take().ok_or(Error::Busy)?;
+        let machine = AgentMachine::new(
+            agent.machine_config(),
+            context,
+            agent.sources.current().catalog(),
+        );
+        Ok(MachineParts {
+            machine,
+            hooks: hooks_set.then(|| agent.hooks.clone()),
+            summarizer: agent.summarizer.clone(),
+        })
     }
 
     /// Builds the agent; fails on an invalid tool set.

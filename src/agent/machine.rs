@@ -111,6 +111,31 @@ impl Input {
     }
 }
 
+/// A machine and what its driver applies around it: the agent's hooks and summarizer
+/// ([`AgentBuilder::build_machine_parts`](crate::AgentBuilder::build_machine_parts)).
+#[non_exhaustive]
+pub struct MachineParts {
+    /// The machine.
+    pub machine: AgentMachine,
+    /// The hooks, when the builder was given some: ask `before_model_call` on each
+    /// [`Action::CallModel`] and `before_tool` on each call of an [`Action::Approve`].
+    /// `None`: every call is allowed and every model call goes on.
+    pub hooks: Option<std::sync::Arc<dyn super::hooks::AgentHooks>>,
+    /// What answers [`Action::Summarize`]; `None` when the agent has none (answer
+    /// [`Input::Summary`] with an error then).
+    pub summarizer: Option<std::sync::Arc<dyn crate::context::Summarizer>>,
+}
+
+impl std::fmt::Debug for MachineParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineParts")
+            .field("machine", &self.machine)
+            .field("hooks", &self.hooks.is_some())
+            .field("summarizer", &self.summarizer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// What [`AgentMachine::handle`] (or [`AgentMachine::handle_timeout`]) made of an input.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -879,6 +904,12 @@ impl AgentMachine {
     /// The conversation, to mark it saved.
     pub(crate) fn context_mut(&mut self) -> &mut ContextManager {
         &mut self.context
+    }
+
+    /// Notes that the conversation as it is now is saved, for a driver that saves each
+    /// turn's changes ([`ContextManager::unsaved`]) in a store of its own.
+    pub fn mark_saved(&mut self) {
+        self.context.mark_saved();
     }
 
     /// The conversation, once the run is over (or to abandon the machine): left valid.

@@ -50,7 +50,7 @@ pub use fallback::{Fallback, FallbackOn, FallbackTarget};
 pub use handle::AgentHandle;
 pub use handoff::{HandoffFilter, HandoffFilterFn};
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
-pub use machine::{Action, AgentMachine, Handled, Input};
+pub use machine::{Action, AgentMachine, Handled, Input, MachineParts};
 pub use output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use path::{AgentPath, PathStep, SubAgentUsage};
 pub use pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};

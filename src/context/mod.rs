@@ -135,12 +135,34 @@ pub struct ContextManager {
     unsaved: Unsaved,
 }
 
-/// What of a [`ContextManager`] changed since it was last saved: the messages from `from` on,
-/// and, when `whole`, the system prompt or everything (never saved, restored).
+/// What of a [`ContextManager`] changed since it was last
+/// [marked saved](ContextManager::mark_saved): for a store that saves each turn's changes
+/// instead of the whole conversation (the crate's session stores, a durable engine's state).
+///
+/// ```
+/// use agent_loop::{ContextConfig, ContextManager, Message};
+///
+/// let mut context = ContextManager::default();
+/// context.push_user_text("Hi");
+/// context.push(Message::assistant("Hello"));
+/// context.mark_saved();
+/// context.push_user_text("How are you?");
+/// let unsaved = context.unsaved();
+/// assert_eq!((unsaved.from, unsaved.whole), (2, false));
+/// // Save `context.messages()[unsaved.from..]`, then:
+/// context.mark_saved();
+/// assert_eq!(context.unsaved().from, context.len());
+/// ```
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unsaved {
-    pub(crate) from: usize,
-    pub(crate) whole: bool,
+pub struct Unsaved {
+    /// The first message that changed (was added, merged into or rewritten) since the last
+    /// save; `len()` when none did. Messages from here on replace the stored ones from here
+    /// on, and stored ones past the end are gone.
+    pub from: usize,
+    /// Whether the system prompt changed or everything must be saved again (a conversation
+    /// never saved, or one [restored](ContextManager::restore)).
+    pub whole: bool,
 }
 
 impl Default for ContextManager {
@@ -449,12 +471,13 @@ impl ContextManager {
     }
 
     /// What changed since the last [`mark_saved`](Self::mark_saved).
-    pub(crate) fn unsaved(&self) -> Unsaved {
+    pub fn unsaved(&self) -> Unsaved {
         self.unsaved
     }
 
-    /// Notes that everything held is saved (or, `from`, the messages before it are).
-    pub(crate) fn mark_saved(&mut self) {
+    /// Notes that everything held is saved: [`unsaved`](Self::unsaved) starts again from
+    /// here.
+    pub fn mark_saved(&mut self) {
         self.unsaved = Unsaved {
             from: self.messages.len(),
             whole: false,
