@@ -184,7 +184,9 @@
 
 #![warn(missing_docs)]
 
+mod driver;
 mod record;
+pub mod replay;
 mod session;
 
 pub use session::{

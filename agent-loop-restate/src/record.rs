@@ -2,25 +2,42 @@
 //! as the core's own serde types ([`LlmEvent`], [`LlmError`], [`ToolCallResult`]). Read back,
 //! each is equal to what the first run saw, so a replay feeds the machine the same inputs.
 
+use std::collections::HashMap;
 use std::mem::Discriminant;
 use std::sync::Arc;
 
-use agent_loop::{LlmClient, LlmError, LlmEvent, ModelRequest};
+use agent_loop::{
+    AgentHooks, ExecOptions, HookAction, LlmClient, LlmError, LlmEvent, ModelRequest, ToolCall,
+    ToolCallResult, ToolRegistry,
+};
 use bytes::Bytes;
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use restate_sdk::serde::{Deserialize, PayloadMetadata, Serialize};
+
+use crate::session::{ApprovalPolicy, ApprovalRequest};
 
 /// The most events one model step keeps; the client's own stream limits bound the bytes, and
 /// coalescing deltas keeps the count near the number of content blocks.
 const MAX_EVENTS: usize = 65_536;
+/// The most progress notes one tool step keeps (the first ones), and the longest kept.
+pub(crate) const MAX_PROGRESS_NOTES: usize = 16;
+pub(crate) const MAX_NOTE_BYTES: usize = 1024;
 
 /// One journaled model call: the response's events (deltas of a block merged) and how the
-/// stream ended.
+/// stream ended; or the `before_model_call` hook's stop instead of the call; and the results
+/// of the read-only calls that started while it streamed.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ModelStep {
     pub events: Vec<LlmEvent>,
     /// `None`: the stream ended cleanly (after `MessageStop`, or simply ended).
     pub error: Option<LlmError>,
+    /// Why the `before_model_call` hook stopped the run instead of the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_stopped: Option<String>,
+    /// Read-only calls run while the response streamed, with the call each ran as.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub early: Vec<ToolStep>,
 }
 
 impl ModelStep {
@@ -30,37 +47,186 @@ impl ModelStep {
     }
 }
 
+/// One journaled tool call: its result, the input it ran with (for a call started early,
+/// matched against the machine's call), and its first progress notes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ToolStep {
+    #[serde(flatten)]
+    pub result: ToolCallResult,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub progress: Vec<String>,
+}
+
+/// What starts read-only calls while the model streams (`AgentBuilder::early_read_only_tools`):
+/// the tools, the approval policy (only calls it allows start early) and the session.
+pub(crate) struct EarlyCalls {
+    pub tools: ToolRegistry,
+    pub policy: Arc<dyn ApprovalPolicy>,
+    pub session: Arc<str>,
+}
+
+impl EarlyCalls {
+    /// Whether `call` may start before the response ends.
+    fn allows(&self, call: &ToolCall) -> bool {
+        self.tools.is_read_only(&call.name)
+            && matches!(self.policy.check(call), ApprovalRequest::Allow)
+    }
+}
+
 /// Calls the model once and records what it said. Never fails: an error is part of the
 /// record, for the machine to decide on (retry after a backoff, or end the run) exactly as
-/// in-process.
-pub(crate) async fn call_model(client: Arc<dyn LlmClient>, request: ModelRequest) -> ModelStep {
-    let mut events: Vec<LlmEvent> = Vec::new();
-    let mut error = None;
-    let mut stream = client.stream(&request);
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => {
-                let stop = matches!(event, LlmEvent::MessageStop { .. });
-                push_coalesced(&mut events, event);
-                if events.len() > MAX_EVENTS {
-                    error = Some(LlmError::LimitExceeded {
-                        what: "the response".into(),
-                        limit: MAX_EVENTS,
-                        setting: "StreamLimits::max_response_bytes".into(),
-                    });
-                    break;
-                }
-                if stop {
-                    break;
-                }
-            }
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
+/// in-process. The hook, when there is one, is asked first (its changes to the request are
+/// part of this step: a replay reads the response, not the request). Read-only calls the
+/// policy allows start as soon as their arguments are complete, until a call that is not
+/// read-only (calls after it wait for the response's end, as the machine has them wait).
+pub(crate) async fn call_model(
+    client: Arc<dyn LlmClient>,
+    mut request: ModelRequest,
+    hooks: Option<(Arc<dyn AgentHooks>, u32)>,
+    early: Option<EarlyCalls>,
+) -> ModelStep {
+    let mut step = ModelStep {
+        events: Vec::new(),
+        error: None,
+        hook_stopped: None,
+        early: Vec::new(),
+    };
+    if let Some((hooks, turn)) = hooks {
+        if let HookAction::Stop(reason) = hooks.before_model_call(&mut request, turn).await {
+            step.hook_stopped = Some(reason);
+            return step;
         }
     }
-    ModelStep { events, error }
+    let mut blocks: HashMap<usize, ToolCall> = HashMap::new();
+    let mut arguments: HashMap<usize, String> = HashMap::new();
+    let mut blocked = false;
+    let mut running = FuturesUnordered::new();
+    let mut stream = client.stream(&request);
+    loop {
+        let item = tokio::select! {
+            Some(done) = running.next(), if !running.is_empty() => {
+                step.early.push(done);
+                continue;
+            }
+            item = stream.next() => item,
+        };
+        let Some(item) = item else { break };
+        let event = match item {
+            Ok(event) => event,
+            Err(e) => {
+                step.error = Some(e);
+                break;
+            }
+        };
+        if let Some(early) = &early {
+            match &event {
+                LlmEvent::ToolCallStart { index, id, name } => {
+                    blocks.insert(
+                        *index,
+                        ToolCall::new(id.clone(), name.clone(), serde_json::Value::Null),
+                    );
+                }
+                LlmEvent::ToolCallDelta {
+                    index,
+                    partial_json,
+                } if blocks.contains_key(index) => {
+                    arguments.entry(*index).or_default().push_str(partial_json);
+                }
+                LlmEvent::BlockStop { index } => {
+                    if let Some(mut call) = blocks.remove(index) {
+                        let json = arguments.remove(index).unwrap_or_default();
+                        let input = if json.trim().is_empty() {
+                            Some(serde_json::json!({}))
+                        } else {
+                            serde_json::from_str::<serde_json::Value>(&json).ok()
+                        };
+                        match input {
+                            Some(input) if !blocked && input.is_object() => {
+                                call.input = input;
+                                if early.allows(&call) {
+                                    running.push(run_tool(
+                                        early.tools.clone(),
+                                        early.session.clone(),
+                                        call,
+                                    ));
+                                } else if !early.tools.is_read_only(&call.name) {
+                                    blocked = true;
+                                }
+                            }
+                            _ => blocked = true,
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let stop = matches!(event, LlmEvent::MessageStop { .. });
+        push_coalesced(&mut step.events, event);
+        if step.events.len() > MAX_EVENTS {
+            step.error = Some(LlmError::LimitExceeded {
+                what: "the response".into(),
+                limit: MAX_EVENTS,
+                setting: "StreamLimits::max_response_bytes".into(),
+            });
+            break;
+        }
+        if stop {
+            break;
+        }
+    }
+    drop(stream);
+    while let Some(done) = running.next().await {
+        step.early.push(done);
+    }
+    step
+}
+
+/// Runs one tool call with its idempotency key scoped to the session, keeping its first
+/// progress notes.
+pub(crate) async fn run_tool(tools: ToolRegistry, session: Arc<str>, call: ToolCall) -> ToolStep {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(MAX_PROGRESS_NOTES);
+    let opts = ExecOptions::new().idempotency_scope(session).progress(tx);
+    let input = call.input.clone();
+    let mut progress = Vec::new();
+    let run = tools.execute_one(call, &opts);
+    tokio::pin!(run);
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            Some(note) = rx.recv() => keep_note(&mut progress, note.message),
+        }
+    };
+    while let Ok(note) = rx.try_recv() {
+        keep_note(&mut progress, note.message);
+    }
+    ToolStep {
+        result,
+        input: Some(input),
+        progress,
+    }
+}
+
+/// Keeps a progress note while fewer than [`MAX_PROGRESS_NOTES`] are kept, cut to
+/// [`MAX_NOTE_BYTES`].
+fn keep_note(notes: &mut Vec<String>, note: String) {
+    if notes.len() < MAX_PROGRESS_NOTES {
+        notes.push(bounded(note, MAX_NOTE_BYTES));
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
+pub(crate) fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// Appends `event`, merging it into the last one when both are deltas of the same block: the
@@ -182,6 +348,8 @@ mod tests {
         api.error_type = Some("overloaded_error".into());
         api.retry_after = Some(Duration::from_millis(1500));
         let step = ModelStep {
+            hook_stopped: None,
+            early: Vec::new(),
             events: vec![
                 LlmEvent::Reasoning {
                     index: 0,
@@ -203,6 +371,8 @@ mod tests {
         let back: ModelStep = replay(journal(step.clone())).unwrap();
         assert_eq!(back, step);
         let timeout = ModelStep {
+            hook_stopped: None,
+            early: Vec::new(),
             events: Vec::new(),
             error: Some(LlmError::Timeout {
                 kind: TimeoutKind::Idle,
@@ -243,7 +413,7 @@ mod tests {
             let error = if what == "model step" {
                 replay::<ModelStep>(bytes).map(drop).unwrap_err()
             } else {
-                replay::<ToolCallResult>(bytes).map(drop).unwrap_err()
+                replay::<ToolStep>(bytes).map(drop).unwrap_err()
             };
             let message = error.to_string();
             assert!(message.contains("earlier agent-loop-restate"), "{message}");
@@ -254,7 +424,9 @@ mod tests {
             empty,
             ModelStep {
                 events: Vec::new(),
-                error: None
+                error: None,
+                hook_stopped: None,
+                early: Vec::new(),
             }
         );
         // Not JSON at all, or JSON of neither format: serde's own error.

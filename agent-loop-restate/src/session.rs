@@ -1,19 +1,25 @@
 //! The `AgentSession` virtual object and the durable driver of the agent machine.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use agent_loop::machine::{Action, AgentMachine, Input};
+use agent_loop::machine::MachineParts;
 use agent_loop::{
-    Agent, AgentBuilder, AgentEvent, ContextConfig, ContextManager, Conversation, ExecOptions,
-    LlmClient, ToolCall, ToolCallResult, ToolDecision, ToolRegistry,
+    Agent, AgentBuilder, AgentHooks, ContextConfig, ContextManager, Conversation, LlmClient,
+    Message, Summarizer, ToolCall, ToolDecision, ToolRegistry,
 };
+use bytes::Bytes;
 use restate_sdk::context::RequestTarget;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{self, Journaled, ModelStep};
+use crate::driver::{
+    approval_key, event_key, message_key, Driver, Journal, ModelCall, Stop, ToolRequest,
+    CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS, SYSTEM,
+};
+use crate::record::{self, Journaled, ModelStep, ToolStep};
 
 /// The name the object is registered under in Restate: runs are started at
 /// `{ingress}/AgentSession/{session id}/run`.
@@ -27,18 +33,6 @@ const EVENTS_PAGE: u64 = 100;
 /// Default bound on the saved conversation (Restate's default message limit is larger; the
 /// margin leaves room for the rest of the journal entry).
 const DEFAULT_MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
-
-const CONVERSATION: &str = "conversation";
-const STATUS: &str = "status";
-const EVENT_COUNT: &str = "events";
-
-fn event_key(n: u64) -> String {
-    format!("event/{n}")
-}
-
-fn approval_key(call_id: &str) -> String {
-    format!("approval/{call_id}")
-}
 
 /// What the approval policy says about a tool call before it runs.
 #[non_exhaustive]
@@ -141,8 +135,9 @@ pub struct SessionState {
 }
 
 /// One step of a run, recorded in the session's state for hosts that follow along without a
-/// connection (the `eventsSince` handler). Streamed deltas are not recorded, only what a turn
-/// did.
+/// connection (the `eventsSince` handler). A step's events are recorded once the step is
+/// journaled: a response's text one event per block (not token by token), a tool's progress
+/// with its result.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -172,6 +167,20 @@ pub enum ProgressEvent {
         input: serde_json::Value,
         /// The Restate awakeable the run waits on.
         awakeable_id: String,
+    },
+    /// A running tool reported progress (recorded with its result: at most 16 notes a call,
+    /// each at most 1 KiB).
+    ToolProgress {
+        /// The call id.
+        id: String,
+        /// What the tool said.
+        message: String,
+    },
+    /// The model's text of one block of a response, recorded when the response's step is
+    /// journaled (at most 4 KiB; the conversation has all of it).
+    Text {
+        /// The text.
+        text: String,
     },
     /// A tool call finished.
     ToolResult {
@@ -236,11 +245,11 @@ type Configure = dyn Fn(AgentBuilder) -> AgentBuilder + Send + Sync;
 /// machine, and which calls need a human's approval.
 #[derive(Clone)]
 pub struct DurableAgent {
-    client: Arc<dyn LlmClient>,
-    tools: ToolRegistry,
+    pub(crate) client: Arc<dyn LlmClient>,
+    pub(crate) tools: ToolRegistry,
     configure: Arc<Configure>,
-    approval: Arc<dyn ApprovalPolicy>,
-    max_state_bytes: usize,
+    pub(crate) approval: Arc<dyn ApprovalPolicy>,
+    pub(crate) max_state_bytes: usize,
     journal_retention: Option<std::time::Duration>,
 }
 
@@ -266,11 +275,28 @@ impl DurableAgent {
         }
     }
 
-    /// Configures each run's machine (system prompt, limits, retry policy, context window…)
-    /// on a builder that already has the client and the tools. Keep it deterministic, like
-    /// everything a replay runs again. Hooks and the summarizer of the builder are not used:
-    /// approvals go through [`approval`](Self::approval), and compaction drops or elides
-    /// without a summary.
+    /// Configures each run's machine (system prompt, limits, retry policy, context window,
+    /// hooks, summarizer…) on a builder that already has the client and the tools. Keep it
+    /// deterministic, like everything a replay runs again.
+    ///
+    /// What the builder's settings become in a durable run:
+    /// - [`hooks`](AgentBuilder::hooks): `before_model_call` runs in the model call's
+    ///   journaled step (its stop is journaled; its changes to the request need not be, the
+    ///   response is); `before_tool` is a journaled step of its own per call, run after the
+    ///   [`approval`](Self::approval) policy allowed the call. Its
+    ///   [`ToolDecision::Pause`] waits for a human's [`ApprovalDecision`] durably, as the
+    ///   policy's [`ApprovalRequest::AskHuman`] does.
+    /// - the [`summarizer`](AgentBuilder::summarizer) (by default the agent's own model):
+    ///   compaction's summary call is a journaled step.
+    /// - [`early_read_only_tools`](AgentBuilder::early_read_only_tools) (on by default):
+    ///   read-only calls the policy allows start while the response streams, inside the model
+    ///   call's step, and their results are journaled with it. Not with hooks (each call's
+    ///   `before_tool` step comes first then).
+    /// - [`require_approval`](AgentBuilder::require_approval) and
+    ///   [`DeferredTool`](agent_loop::DeferredTool)s pause an in-process run for
+    ///   [`Agent::resume`]; a durable run does not pause (it already outlives its process):
+    ///   use the policy's [`ApprovalRequest::AskHuman`]. A run that pauses anyway ends, its
+    ///   calls answered as interrupted.
     pub fn configure(
         mut self,
         configure: impl Fn(AgentBuilder) -> AgentBuilder + Send + Sync + 'static,
@@ -301,23 +327,33 @@ impl DurableAgent {
         self
     }
 
-    fn machine(&self, conversation: Option<Conversation>) -> Result<AgentMachine, TerminalError> {
+    /// The run's machine, hooks and summarizer, on the stored conversation; `saved`: whether
+    /// the state holds it as it is restored (then only what changes is saved).
+    pub(crate) fn machine(
+        &self,
+        stored: Option<Conversation>,
+        saved: bool,
+    ) -> Result<MachineParts, TerminalError> {
         let builder = Agent::builder(self.client.clone()).tools(self.tools.clone());
-        let mut builder = (self.configure)(builder)
-            // Early read-only calls would interleave with the model step; each response is one
-            // journaled step, so its calls start after it.
-            .early_read_only_tools(false)
-            .no_summarizer();
-        if let Some(conversation) = conversation {
+        let mut builder = (self.configure)(builder);
+        let mut repaired = 0;
+        let stored_system = stored.as_ref().and_then(|c| c.system.clone());
+        if let Some(conversation) = stored {
             let mut context = ContextManager::new(ContextConfig::for_model(self.client.model()));
-            context
+            repaired = context
                 .restore(conversation)
                 .map_err(|e| TerminalError::new(format!("the saved conversation: {e}")))?;
             builder = builder.context(context);
         }
-        let machine = builder
-            .build_machine()
+        let mut parts = builder
+            .build_machine_parts()
             .map_err(|e| TerminalError::new(format!("building the agent: {e}")))?;
+        // The state holds this conversation as it is, unless the restore repaired it or the
+        // configuration changed its system prompt: then it is saved whole at the first turn.
+        if saved && repaired == 0 && parts.machine.context().system() == stored_system.as_deref() {
+            parts.machine.mark_saved();
+        }
+        let machine = &parts.machine;
         if !machine.config().handoffs.is_empty() {
             return Err(TerminalError::new(
                 "durable runs do not support handoffs yet: configure the agent without \
@@ -330,7 +366,7 @@ impl DurableAgent {
                  AgentBuilder::fallback",
             ));
         }
-        Ok(machine)
+        Ok(parts)
     }
 }
 
@@ -395,15 +431,6 @@ struct AgentTools {
 /// The name of the tool-running service.
 const TOOLS_NAME: &str = "AgentTools";
 
-/// One tool call, as the session sends it to `AgentTools`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ToolRequest {
-    session: String,
-    id: String,
-    name: String,
-    input: serde_json::Value,
-}
-
 #[restate_sdk::service(name = "AgentTools")]
 impl AgentTools {
     #[handler]
@@ -411,7 +438,7 @@ impl AgentTools {
         &self,
         ctx: Context<'_>,
         Json(request): Json<ToolRequest>,
-    ) -> HandlerResult<Journaled<ToolCallResult>> {
+    ) -> HandlerResult<Journaled<ToolStep>> {
         let tools = self.agent.tools.clone();
         let ToolRequest {
             session,
@@ -423,16 +450,51 @@ impl AgentTools {
         let call = ToolCall::new(id, name, input);
         let session: Arc<str> = Arc::from(session);
         Ok(ctx
-            .run(move || async move { Ok(Journaled(execute(tools, session, call).await)) })
+            .run(move || async move { Ok(Journaled(record::run_tool(tools, session, call).await)) })
             .name(step)
             .await?)
     }
 }
 
-/// Runs one tool call with its idempotency key scoped to the session.
-async fn execute(tools: ToolRegistry, session: Arc<str>, call: ToolCall) -> ToolCallResult {
-    let opts = ExecOptions::new().idempotency_scope(session);
-    tools.execute_one(call, &opts).await
+/// Reads the session's conversation in either state format: `(conversation, legacy)`, where
+/// `legacy` is a conversation of the earlier one-value format (replaced at the next save).
+/// A macro, not a function: the SDK's state keys borrow for the context's lifetime, which a
+/// function generic over both context kinds cannot name for its own key strings.
+macro_rules! load_conversation {
+    ($ctx:expr) => {
+        async {
+            let ctx = $ctx;
+            match ctx.get::<u64>(MESSAGE_COUNT).await? {
+                Some(count) => {
+                    let system = ctx
+                        .get::<Json<Option<String>>>(SYSTEM)
+                        .await?
+                        .and_then(|Json(system)| system);
+                    let count = usize::try_from(count).unwrap_or(usize::MAX);
+                    let mut messages = Vec::with_capacity(count.min(65_536));
+                    for n in 0..count {
+                        match ctx.get::<Json<Message>>(&message_key(n)).await? {
+                            Some(Json(message)) => messages.push(message),
+                            None => {
+                                return Err::<_, HandlerError>(
+                                    TerminalError::new(format!(
+                                        "the session's state is incomplete: it counts {count} \
+                                         messages, but message/{n} is missing"
+                                    ))
+                                    .into(),
+                                )
+                            }
+                        }
+                    }
+                    Ok((Some(Conversation::new(system, messages)), false))
+                }
+                None => Ok(ctx
+                    .get::<Json<Conversation>>(CONVERSATION)
+                    .await?
+                    .map_or((None, false), |Json(c)| (Some(c), true))),
+            }
+        }
+    };
 }
 
 #[restate_sdk::object(name = "AgentSession")]
@@ -453,17 +515,17 @@ impl AgentSession {
             )
             .into());
         }
-        let conversation = ctx.get::<Json<Conversation>>(CONVERSATION).await?;
+        let (conversation, legacy) = load_conversation!(&ctx).await?;
         let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
-        let machine = self.agent.machine(conversation.map(|Json(c)| c))?;
-        let driver = Driver {
-            ctx: &ctx,
-            agent: &self.agent,
-            session: Arc::from(session),
+        let journal = RestateJournal { ctx: &ctx };
+        let (mut driver, machine) = Driver::new(
+            journal,
+            &self.agent,
+            Arc::from(session),
+            conversation,
+            legacy,
             events,
-            // The machine's clock: fixed, so that a replay computes the same sleeps.
-            epoch: Instant::now(),
-        };
+        )?;
         Ok(Json(driver.drive(machine, input).await?))
     }
 
@@ -473,15 +535,11 @@ impl AgentSession {
             .get::<Json<SessionStatus>>(STATUS)
             .await?
             .map_or(SessionStatus::Idle, |Json(s)| s);
-        let conversation = ctx
-            .get::<Json<Conversation>>(CONVERSATION)
-            .await?
-            .map(|Json(c)| c)
-            .unwrap_or_default();
+        let (conversation, _) = load_conversation!(&ctx).await?;
         let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
         Ok(Json(SessionState {
             status,
-            conversation,
+            conversation: conversation.unwrap_or_default(),
             events,
         }))
     }
@@ -520,209 +578,115 @@ impl AgentSession {
     }
 }
 
-/// Carries out the machine's actions as journaled steps of one `run` invocation.
-struct Driver<'a, 'ctx> {
-    ctx: &'a ObjectContext<'ctx>,
-    agent: &'a DurableAgent,
-    session: Arc<str>,
-    /// Progress events recorded so far (the index of the next).
-    events: u64,
-    epoch: Instant,
+/// A state value written as the JSON bytes it already is.
+struct RawJson(Bytes);
+
+impl restate_sdk::serde::Serialize for RawJson {
+    type Error = std::convert::Infallible;
+
+    fn serialize(&self) -> Result<Bytes, Self::Error> {
+        Ok(self.0.clone())
+    }
 }
 
-/// Why the run stopped listening to its own steps: Restate cancelled it (or failed a step for
-/// good), or the conversation outgrew the state limit.
-type Stop = TerminalError;
+impl restate_sdk::serde::PayloadMetadata for RawJson {}
 
-impl Driver<'_, '_> {
-    async fn drive(mut self, mut machine: AgentMachine, input: String) -> Result<RunReport, Stop> {
-        self.ctx.set(STATUS, Json(SessionStatus::Running));
-        machine.start(input, self.epoch);
-        // The first terminal error of a step (a Restate cancel): the machine is told to
-        // cancel, finishes the run validly, and the error is returned after saving.
-        let mut stopped: Option<Stop> = None;
-        loop {
-            let Some(action) = machine.poll() else {
-                // Every action is answered before the next poll, so the machine waits only
-                // for its timer (the backoff before re-sending a turn): a journaled sleep.
-                if let Some(at) = machine.poll_timeout() {
-                    let delay = at.saturating_duration_since(self.epoch);
-                    match self.ctx.sleep(delay).await {
-                        Ok(()) => {
-                            machine.handle_timeout(at);
-                        }
-                        Err(e) => {
-                            stopped.get_or_insert(e);
-                            machine.handle(Input::Cancel, self.epoch);
-                        }
-                    }
-                    continue;
-                }
-                machine.handle(Input::Cancel, self.epoch);
-                if machine.poll().is_none() {
-                    return Err(TerminalError::new("the agent machine stalled"));
-                }
-                continue;
-            };
-            let result = match action {
-                Action::Emit(event) => self.record(&event, &machine),
-                Action::CallModel(request) => self.call_model(&mut machine, request).await,
-                Action::Approve(calls) => self.approve(&mut machine, calls).await,
-                Action::RunTools(calls) => self.run_tools(&mut machine, calls).await,
-                Action::Summarize(_) => {
-                    machine.handle(
-                        Input::Summary(Err(agent_loop::ContextError::Summary(
-                            "no summarizer in a durable run".into(),
-                        )
-                        .into())),
-                        self.epoch,
-                    );
-                    Ok(())
-                }
-                Action::Finish(outcome) => {
-                    let termination = outcome.termination.to_string();
-                    let report = RunReport {
-                        completed: outcome.termination.is_completed(),
-                        termination: termination.clone(),
-                        final_text: outcome.final_text.clone(),
-                        turns: outcome.turns,
-                        input_tokens: outcome.usage.input_tokens,
-                        output_tokens: outcome.usage.output_tokens,
-                    };
-                    // A conversation too large to save keeps the last one that fit; the
-                    // run ends with the error saying why.
-                    let (termination, stopped) = match self.save(&machine) {
-                        Ok(()) => (termination, stopped),
-                        Err(too_large) => (
-                            format!("error: {}", too_large.message()),
-                            stopped.or(Some(too_large)),
-                        ),
-                    };
-                    self.push(ProgressEvent::Finished {
-                        termination: termination.clone(),
-                        final_text: outcome.final_text,
-                    });
-                    self.ctx
-                        .set(STATUS, Json(SessionStatus::Finished { termination }));
-                    return match stopped {
-                        Some(stop) => Err(stop),
-                        None => Ok(report),
-                    };
-                }
-                Action::Handoff { to, .. } => Err(TerminalError::new(format!(
-                    "the run was handed to {to}: durable runs do not support handoffs yet"
-                ))),
-                Action::Fallback { to, .. } => Err(TerminalError::new(format!(
-                    "the run moved to the fallback model {to}: durable runs do not support fallback models yet"
-                ))),
-                _ => Ok(()),
-            };
-            if let Err(stop) = result {
-                if stopped.is_none() {
-                    machine.handle(Input::Cancel, self.epoch);
-                    stopped = Some(stop);
-                }
-            }
-        }
+/// The `run` handler's journal: each step a Restate step.
+struct RestateJournal<'a, 'ctx> {
+    ctx: &'a ObjectContext<'ctx>,
+}
+
+type Waiting<'ctx> = Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Json<ApprovalDecision>, TerminalError>>
+            + Send
+            + 'ctx,
+    >,
+>;
+
+impl<'ctx> Journal for RestateJournal<'_, 'ctx> {
+    type Awakeable = Waiting<'ctx>;
+
+    fn set(&mut self, key: &str, value: Bytes) {
+        self.ctx.set(key, RawJson(value));
     }
 
-    /// One model call, one journaled step; its record is fed to the machine.
-    async fn call_model(
-        &mut self,
-        machine: &mut AgentMachine,
-        request: agent_loop::ModelRequest,
-    ) -> Result<(), Stop> {
-        let client = self.agent.client.clone();
+    fn clear(&mut self, key: &str) {
+        self.ctx.clear(key);
+    }
+
+    async fn model(&mut self, call: ModelCall) -> Result<ModelStep, Stop> {
         let Journaled(step) = self
             .ctx
-            .run(|| async move { Ok(Journaled(record::call_model(client, request).await)) })
+            .run(|| async move { Ok(Journaled(call.call().await)) })
             .name("model")
             .await?;
-        let stopped = step.stopped();
-        let ModelStep { events, error } = step;
-        for event in events {
-            machine.handle(Input::ModelEvent(event), self.epoch);
-        }
-        if !stopped {
-            machine.handle(Input::ModelEnded(error.map_or(Ok(()), Err)), self.epoch);
-        }
-        Ok(())
+        Ok(step)
     }
 
-    /// The policy's verdicts; a call it leaves to a human waits on a durable awakeable.
-    async fn approve(
+    async fn before_tool(
         &mut self,
-        machine: &mut AgentMachine,
-        calls: Vec<ToolCall>,
-    ) -> Result<(), Stop> {
-        let mut verdicts = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let verdict = match self.agent.approval.check(call) {
-                ApprovalRequest::Allow => ToolDecision::Allow,
-                ApprovalRequest::Deny(reason) => ToolDecision::Deny(reason),
-                ApprovalRequest::AskHuman => self.ask_human(call).await?,
-            };
-            verdicts.push(verdict);
-        }
-        machine.handle(Input::Approved(verdicts), self.epoch);
-        Ok(())
+        hooks: Arc<dyn AgentHooks>,
+        call: ToolCall,
+    ) -> Result<ToolDecision, Stop> {
+        let name = format!("before_tool {}", call.id);
+        let Journaled(verdict) = self
+            .ctx
+            .run(|| async move { Ok(Journaled(hooks.before_tool(&call).await)) })
+            .name(name)
+            .await?;
+        Ok(verdict)
     }
 
-    async fn ask_human(&mut self, call: &ToolCall) -> Result<ToolDecision, Stop> {
-        let (awakeable_id, decision) = self.ctx.awakeable::<Json<ApprovalDecision>>();
-        self.ctx.set(&approval_key(&call.id), awakeable_id.clone());
-        self.push(ProgressEvent::ApprovalNeeded {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            input: call.input.clone(),
-            awakeable_id,
-        });
-        self.ctx.set(
-            STATUS,
-            Json(SessionStatus::WaitingForApproval {
-                call_id: call.id.clone(),
-            }),
-        );
-        let decision = decision.await;
-        self.ctx.clear(&approval_key(&call.id));
-        self.ctx.set(STATUS, Json(SessionStatus::Running));
-        let Json(decision) = decision?;
-        Ok(if decision.allow {
-            ToolDecision::Allow
-        } else {
-            ToolDecision::Deny(
-                decision
-                    .reason
-                    .unwrap_or_else(|| "a human denied this call".to_owned()),
-            )
-        })
+    async fn summary(
+        &mut self,
+        summarizer: Arc<dyn Summarizer>,
+        span: Vec<Message>,
+    ) -> Result<Result<String, String>, Stop> {
+        let Journaled(summary) = self
+            .ctx
+            .run(|| async move {
+                Ok(Journaled(
+                    summarizer.summarize(&span).await.map_err(|e| e.to_string()),
+                ))
+            })
+            .name("summary")
+            .await?;
+        Ok(summary)
     }
 
-    /// Each call is one invocation of the `AgentTools` service (whose one journaled step runs
-    /// the tool), all concurrently, their results fed as they come. Calls, unlike `ctx.run`
-    /// steps, are durable futures: they can be awaited together, and a Restate cancel of the
-    /// run returns at once instead of waiting for a running tool (as an in-process cancel
-    /// abandons it), even for a lone call.
+    async fn sleep(&mut self, delay: Duration) -> Result<(), Stop> {
+        self.ctx.sleep(delay).await
+    }
+
+    fn awakeable(&mut self) -> (String, Self::Awakeable) {
+        let (id, decision) = self.ctx.awakeable::<Json<ApprovalDecision>>();
+        (id, Box::pin(decision))
+    }
+
+    async fn wait(&mut self, awakeable: Self::Awakeable) -> Result<ApprovalDecision, Stop> {
+        awakeable.await.map(|Json(decision)| decision)
+    }
+
     async fn run_tools(
         &mut self,
-        machine: &mut AgentMachine,
-        calls: Vec<ToolCall>,
+        requests: Vec<ToolRequest>,
+        done: &mut (dyn FnMut(ToolStep) + Send),
     ) -> Result<(), Stop> {
         let mut steps = DurableFuturesUnordered::new();
-        for call in calls {
+        for request in requests {
             // The call is journaled, so it is sent once anyway; the key (unique per run, since
             // a model may use a call id again once compaction dropped the first) names the
             // invocation for operators.
-            let key = format!("{}/{}/{}", self.session, self.ctx.invocation_id(), call.id);
-            let request = ToolRequest {
-                session: self.session.to_string(),
-                id: call.id,
-                name: call.name,
-                input: call.input,
-            };
+            let key = format!(
+                "{}/{}/{}",
+                request.session,
+                self.ctx.invocation_id(),
+                request.id
+            );
             steps.push(
                 self.ctx
-                    .request::<Json<ToolRequest>, Journaled<ToolCallResult>>(
+                    .request::<Json<ToolRequest>, Journaled<ToolStep>>(
                         RequestTarget::service(TOOLS_NAME, "execute"),
                         Json(request),
                     )
@@ -732,74 +696,9 @@ impl Driver<'_, '_> {
         }
         while let Some((_, step)) = steps.next().await? {
             // The result of the call it answers: `execute_one` keeps the call's id and name.
-            let Journaled(result) = step?;
-            machine.handle(Input::ToolDone(result), self.epoch);
+            let Journaled(step) = step?;
+            done(step);
         }
-        Ok(())
-    }
-
-    /// Records what a host following the session needs; saves the conversation at turn ends.
-    fn record(&mut self, event: &AgentEvent, machine: &AgentMachine) -> Result<(), Stop> {
-        let progress = match event {
-            AgentEvent::TurnStart { turn } => ProgressEvent::TurnStart { turn: *turn },
-            AgentEvent::ToolCall { id, name, input } => ProgressEvent::ToolCall {
-                id: id.clone(),
-                name: name.clone(),
-                input: input.clone(),
-            },
-            AgentEvent::ToolResult {
-                id,
-                name,
-                content,
-                is_error,
-                ..
-            } => ProgressEvent::ToolResult {
-                id: id.clone(),
-                name: name.clone(),
-                content: content.clone(),
-                is_error: *is_error,
-            },
-            AgentEvent::Retry { attempt, error, .. } => ProgressEvent::Retry {
-                attempt: *attempt,
-                error: error.clone(),
-            },
-            AgentEvent::Compacted {
-                tokens_before,
-                tokens_after,
-            } => ProgressEvent::Compacted {
-                tokens_before: *tokens_before,
-                tokens_after: *tokens_after,
-            },
-            AgentEvent::TurnEnd { turn, .. } => {
-                self.save(machine)?;
-                ProgressEvent::TurnEnd { turn: *turn }
-            }
-            _ => return Ok(()),
-        };
-        self.push(progress);
-        Ok(())
-    }
-
-    fn push(&mut self, event: ProgressEvent) {
-        self.ctx.set(&event_key(self.events), Json(event));
-        self.events = self.events.saturating_add(1);
-        self.ctx.set(EVENT_COUNT, self.events);
-    }
-
-    /// Saves the conversation (valid at a turn boundary and at the end) as the object's state.
-    fn save(&self, machine: &AgentMachine) -> Result<(), Stop> {
-        let conversation = machine.context().snapshot();
-        let bytes = serde_json::to_vec(&conversation)
-            .map(|b| b.len())
-            .unwrap_or(0);
-        if bytes > self.agent.max_state_bytes {
-            return Err(TerminalError::new(format!(
-                "the conversation is {bytes} bytes, over the {} the session may save: give the \
-                 agent a context window that compacts before this",
-                self.agent.max_state_bytes
-            )));
-        }
-        self.ctx.set(CONVERSATION, Json(conversation));
         Ok(())
     }
 }

@@ -191,11 +191,14 @@ async fn a_durable_approval_survives_a_worker_restart() {
             "tool_result",
             "turn_end",
             "turn_start",
+            "text",
             "turn_end",
             "finished"
         ]
     );
-    let (_, later) = restate.call("s4", "eventsSince", Some(json!(6))).await;
+    // The answer's text, recorded once its model step is journaled.
+    assert_eq!(events[6]["text"], "Deployed.", "{events}");
+    let (_, later) = restate.call("s4", "eventsSince", Some(json!(7))).await;
     assert_eq!(later.as_array().map(Vec::len), Some(2));
 }
 
