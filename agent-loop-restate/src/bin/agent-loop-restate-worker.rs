@@ -9,7 +9,9 @@
 //!   it ends, with its idempotency key. A call of label `L` waits while the file `hold-L`
 //!   exists there, so a test can kill the worker while it runs;
 //! - `MAX_STATE_BYTES`: [`DurableAgent::max_state_bytes`](agent_loop_restate::DurableAgent::max_state_bytes);
-//! - `JOURNAL_RETENTION_SECS`: [`DurableAgent::journal_retention`](agent_loop_restate::DurableAgent::journal_retention).
+//! - `JOURNAL_RETENTION_SECS`: [`DurableAgent::journal_retention`](agent_loop_restate::DurableAgent::journal_retention);
+//! - `MAX_TURNS`: [`AgentBuilder::max_turns`](agent_loop::AgentBuilder::max_turns) of each run
+//!   (default: the builder's), so a test can drive a run of a thousand turns.
 //!
 //! Tools: `step` (does one labelled step) and `deploy` (the same, but needs a human's
 //! approval first).
@@ -84,8 +86,15 @@ pub async fn main() {
             ))
         })
         .expect("valid tools");
+    let max_turns: Option<u32> = std::env::var("MAX_TURNS").ok().and_then(|v| v.parse().ok());
     let agent = DurableAgent::new(client, tools)
-        .configure(|b| b.system("You do tasks step by step with the tools."))
+        .configure(move |b| {
+            let b = b.system("You do tasks step by step with the tools.");
+            match max_turns {
+                Some(turns) => b.max_turns(turns),
+                None => b,
+            }
+        })
         .approval(|call: &agent_loop::ToolCall| {
             if call.name == "deploy" {
                 ApprovalRequest::AskHuman
