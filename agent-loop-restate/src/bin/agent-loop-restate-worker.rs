@@ -13,8 +13,8 @@
 //! - `MAX_TURNS`: [`AgentBuilder::max_turns`](agent_loop::AgentBuilder::max_turns) of each run
 //!   (default: the builder's), so a test can drive a run of a thousand turns.
 //!
-//! Tools: `step` (does one labelled step) and `deploy` (the same, but needs a human's
-//! approval first).
+//! Tools: `step` (does one labelled step), `deploy` (the same, but needs a human's approval
+//! first) and `look` (read-only: logs `look LABEL KEY`, answers `saw LABEL`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -57,6 +57,65 @@ async fn step(dir: PathBuf, input: Step, ctx: ToolContext) -> Result<String, Too
     Ok(format!("did {}", input.label))
 }
 
+/// The demo agent: tools `step` and `deploy` (a human approves each deploy) logging to `dir`,
+/// and `look`, read-only. The replay test builds it as the worker does.
+#[allow(dead_code)] // Each file that includes this one uses part of it.
+pub fn demo_agent(
+    client: impl agent_loop::LlmClient + 'static,
+    dir: PathBuf,
+    max_turns: Option<u32>,
+) -> DurableAgent {
+    let (d1, d2, d3) = (dir.clone(), dir.clone(), dir);
+    let tools = ToolRegistry::new()
+        .with(FnTool::new(
+            "step",
+            "Does one labelled step of the task.",
+            move |input: Step, ctx| step(d1.clone(), input, ctx),
+        ))
+        .and_then(|r| {
+            r.with(FnTool::new(
+                "deploy",
+                "Deploys; a human approves each deploy first.",
+                move |input: Step, ctx| step(d2.clone(), input, ctx),
+            ))
+        })
+        .and_then(|r| {
+            r.with(
+                FnTool::new(
+                    "look",
+                    "Looks at a labelled thing (read-only: starts while the answer streams).",
+                    move |input: Step, ctx: ToolContext| {
+                        let dir = d3.clone();
+                        async move {
+                            log(
+                                &dir,
+                                &format!("look {} {}", input.label, ctx.idempotency_key()),
+                            )?;
+                            Ok::<_, ToolError>(format!("saw {}", input.label))
+                        }
+                    },
+                )
+                .read_only(true),
+            )
+        })
+        .expect("valid tools");
+    DurableAgent::new(client, tools)
+        .configure(move |b| {
+            let b = b.system("You do tasks step by step with the tools.");
+            match max_turns {
+                Some(turns) => b.max_turns(turns),
+                None => b,
+            }
+        })
+        .approval(|call: &agent_loop::ToolCall| {
+            if call.name == "deploy" {
+                ApprovalRequest::AskHuman
+            } else {
+                ApprovalRequest::Allow
+            }
+        })
+}
+
 /// Serves the demo agent until the process ends (the `durable` example calls it too).
 #[tokio::main]
 pub async fn main() {
@@ -71,37 +130,8 @@ pub async fn main() {
             .model("claude-mock"),
         Err(_) => AnthropicClient::from_env().expect("ANTHROPIC_API_KEY or MODEL_BASE_URL"),
     };
-    let (d1, d2) = (dir.clone(), dir);
-    let tools = ToolRegistry::new()
-        .with(FnTool::new(
-            "step",
-            "Does one labelled step of the task.",
-            move |input: Step, ctx| step(d1.clone(), input, ctx),
-        ))
-        .and_then(|r| {
-            r.with(FnTool::new(
-                "deploy",
-                "Deploys; a human approves each deploy first.",
-                move |input: Step, ctx| step(d2.clone(), input, ctx),
-            ))
-        })
-        .expect("valid tools");
     let max_turns: Option<u32> = std::env::var("MAX_TURNS").ok().and_then(|v| v.parse().ok());
-    let agent = DurableAgent::new(client, tools)
-        .configure(move |b| {
-            let b = b.system("You do tasks step by step with the tools.");
-            match max_turns {
-                Some(turns) => b.max_turns(turns),
-                None => b,
-            }
-        })
-        .approval(|call: &agent_loop::ToolCall| {
-            if call.name == "deploy" {
-                ApprovalRequest::AskHuman
-            } else {
-                ApprovalRequest::Allow
-            }
-        });
+    let agent = demo_agent(client, dir, max_turns);
     let agent = match std::env::var("MAX_STATE_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())
