@@ -77,10 +77,8 @@ disable-telemetry = true
 log-disable-ansi-codes = true
 rocksdb-total-memory-size = "256 MiB"
 
-[metadata-server]
-type = "replicated"
-
 [metadata-client]
+type = "replicated"
 addresses = [{metadata}]
 
 [bifrost]
