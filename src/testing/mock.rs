@@ -95,13 +95,42 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug, Default)]
+/// The per-request answerer of [`MockServer::respond_with`].
+type Responder = Arc<dyn Fn(&RecordedRequest) -> Option<MockResponse> + Send + Sync>;
+
+#[derive(Default)]
 struct ServerState {
+    responder: Option<Responder>,
     script: VecDeque<MockResponse>,
     requests: Vec<RecordedRequest>,
     violations: Vec<String>,
     connections: usize,
     limit: Option<MockLimit>,
+}
+
+impl fmt::Debug for ServerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerState")
+            .field("responder", &self.responder.as_ref().map(|_| "Fn"))
+            .field("script", &self.script)
+            .field("requests", &self.requests)
+            .field("violations", &self.violations)
+            .field("connections", &self.connections)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+impl ServerState {
+    /// The answer to the request just recorded: the responder's, else the script's next.
+    fn next_answer(&mut self, number: usize) -> MockResponse {
+        let own = match (&self.responder, self.requests.last()) {
+            (Some(responder), Some(request)) => responder(request),
+            _ => None,
+        };
+        own.or_else(|| self.script.pop_front())
+            .unwrap_or_else(|| script_ran_out(number))
+    }
 }
 
 /// A loopback HTTP/1.1 model server for tests, serving every wire format from one script.
@@ -193,6 +222,34 @@ impl MockServer {
     /// Appends an answer to the script.
     pub fn push(&self, response: impl Into<MockResponse>) {
         self.lock().script.push_back(response.into());
+    }
+
+    /// Answers each model request with `responder`'s answer, computed from the request
+    /// itself, before the script: when it gives `None`, the script's next answer is used.
+    /// For many conversations at once (concurrent sessions, say), where a queue cannot tell
+    /// which request comes first. It replaces an earlier responder; the request it sees is
+    /// already recorded, and what the real API refuses (see [`MockServer`]) is still answered
+    /// `400` without asking it. It runs under the server's lock, so it must not call the
+    /// server.
+    ///
+    /// ```no_run
+    /// use agent_loop::testing::{MockServer, ScriptedResponse};
+    ///
+    /// # async fn demo() {
+    /// let server = MockServer::start().await;
+    /// server.respond_with(|request| {
+    ///     let question = request.body["messages"][0]["content"].to_string();
+    ///     question
+    ///         .contains("weather")
+    ///         .then(|| ScriptedResponse::text("sunny").into())
+    /// });
+    /// # }
+    /// ```
+    pub fn respond_with(
+        &self,
+        responder: impl Fn(&RecordedRequest) -> Option<MockResponse> + Send + Sync + 'static,
+    ) {
+        self.lock().responder = Some(Arc::new(responder));
     }
 
     /// Every request received so far, in order.
@@ -472,21 +529,14 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
             // answer, with the figures.
             Some(match admission {
                 Err(refusal) => *refusal,
-                Ok(headers) => headers.into_iter().fold(
-                    state
-                        .script
-                        .pop_front()
-                        .unwrap_or_else(|| script_ran_out(number)),
-                    |response, (name, value)| response.header(name, value),
-                ),
+                Ok(headers) => headers
+                    .into_iter()
+                    .fold(state.next_answer(number), |response, (name, value)| {
+                        response.header(name, value)
+                    }),
             })
         } else if format.is_some() && request.method == "POST" {
-            Some(
-                state
-                    .script
-                    .pop_front()
-                    .unwrap_or_else(|| script_ran_out(number)),
-            )
+            Some(state.next_answer(number))
         } else {
             None
         }
@@ -706,4 +756,46 @@ fn wire_history_violation(format: WireFormat, body: &Value) -> Option<String> {
         _ => crate::provider::openai::request::decode(body),
     };
     super::history_violation(&history)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::ScriptedResponse;
+
+    /// Posts an Anthropic request with one user message; the raw answer.
+    async fn ask(server: &MockServer, text: &str) -> String {
+        let body = json!({"model": "m", "max_tokens": 16, "stream": true,
+                          "messages": [{"role": "user", "content": text}]})
+        .to_string();
+        let mut socket = TcpStream::connect(server.addr).await.expect("connect");
+        let head = format!(
+            "POST /anthropic/v1/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        socket.write_all(head.as_bytes()).await.expect("write");
+        socket.write_all(body.as_bytes()).await.expect("write");
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    #[tokio::test]
+    async fn the_responder_answers_first_and_none_falls_back_to_the_script() {
+        let server = MockServer::start().await;
+        server.push(ScriptedResponse::text("from the script"));
+        server.respond_with(|request| {
+            let text = request.body["messages"][0]["content"].as_str()?;
+            let n = text.strip_prefix("question ")?;
+            Some(ScriptedResponse::text(format!("answer {n}")).into())
+        });
+        assert!(ask(&server, "question 7").await.contains("answer 7"));
+        assert!(ask(&server, "question 3").await.contains("answer 3"));
+        assert_eq!(server.remaining(), 1, "the responder answered");
+        assert!(ask(&server, "hello").await.contains("from the script"));
+        assert_eq!(server.remaining(), 0);
+        assert!(ask(&server, "hello").await.contains("script ran out"));
+        assert_eq!(server.requests().len(), 4);
+    }
 }

@@ -3,6 +3,8 @@
 //! `agent-loop-restate-worker` binary, and a loopback mock model in the test process.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
