@@ -59,6 +59,66 @@ pub(crate) struct ToolRequest {
     pub id: String,
     pub name: String,
     pub input: serde_json::Value,
+    /// The sub-agent whose tools run it ([`DurableAgent::sub_agent`] names, outermost
+    /// first); empty for the served agent's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent: Vec<String>,
+}
+
+/// A sub-agent's run for one call, as the session sends it to the `subAgent` handler of the
+/// child session `{session}/{call id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SubAgentRequest {
+    /// The sub-agent, by its names from the served agent down.
+    pub path: Vec<String>,
+    /// The task, the sub-agent's prompt.
+    pub task: String,
+}
+
+/// One call the driver makes: a tool, or a sub-agent's whole run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Request {
+    Tool(ToolRequest),
+    SubAgent {
+        /// The call it answers.
+        id: String,
+        name: String,
+        /// The child session's key: `{session}/{call id}`.
+        session: String,
+        request: SubAgentRequest,
+    },
+}
+
+impl Request {
+    /// What is sent (the invocation's parameter).
+    pub fn parameter(&self) -> Bytes {
+        match self {
+            Request::Tool(request) => json(request),
+            Request::SubAgent { request, .. } => json(request),
+        }
+    }
+}
+
+/// The call's result from a sub-agent's report: its answer, or why it has none (an error
+/// result the model reads).
+pub(crate) fn sub_agent_result(id: &str, name: &str, report: &RunReport) -> ToolStep {
+    let (content, is_error) = if report.completed {
+        (report.final_text.clone(), false)
+    } else {
+        (
+            format!(
+                "the sub-agent {name} ended without an answer: {}",
+                report.termination
+            ),
+            true,
+        )
+    };
+    ToolStep {
+        result: agent_loop::ToolCallResult::new(id, name, content, is_error, Duration::ZERO),
+        input: None,
+        progress: Vec::new(),
+        usage: Some((report.input_tokens, report.output_tokens)),
+    }
 }
 
 /// What a model step needs: the client, the request, the hooks (with the turn) and what
@@ -114,7 +174,7 @@ pub(crate) trait Journal {
     /// to `done` as it comes.
     fn run_tools(
         &mut self,
-        requests: Vec<ToolRequest>,
+        requests: Vec<Request>,
         done: &mut (dyn FnMut(ToolStep) + Send),
     ) -> impl Future<Output = Result<(), Stop>> + Send;
 }
@@ -163,6 +223,10 @@ pub(crate) struct Driver<'a, J> {
     /// Whether read-only calls start inside the model step.
     pub early: bool,
     pub session: Arc<str>,
+    /// The agent's path from the served agent (empty: the served agent).
+    pub path: Vec<String>,
+    /// Tokens the sub-agents' runs used (added to the run's report).
+    pub sub_usage: (u64, u64),
     /// Progress events recorded so far (the index of the next).
     pub events: u64,
     pub saved: Saved,
@@ -184,6 +248,7 @@ impl<'a, J: Journal> Driver<'a, J> {
     pub fn new(
         journal: J,
         agent: &'a DurableAgent,
+        path: Vec<String>,
         session: Arc<str>,
         conversation: Option<Conversation>,
         legacy: bool,
@@ -198,6 +263,8 @@ impl<'a, J: Journal> Driver<'a, J> {
             hooks: parts.hooks,
             summarizer: parts.summarizer,
             session,
+            path,
+            sub_usage: (0, 0),
             events,
             saved,
             pending: VecDeque::new(),
@@ -264,8 +331,14 @@ impl<'a, J: Journal> Driver<'a, J> {
                         termination: termination.clone(),
                         final_text: outcome.final_text.clone(),
                         turns: outcome.turns,
-                        input_tokens: outcome.usage.input_tokens,
-                        output_tokens: outcome.usage.output_tokens,
+                        input_tokens: outcome
+                            .usage
+                            .input_tokens
+                            .saturating_add(self.sub_usage.0),
+                        output_tokens: outcome
+                            .usage
+                            .output_tokens
+                            .saturating_add(self.sub_usage.1),
                     };
                     // A conversation too large to save keeps the last one that fit; the
                     // run ends with the error saying why.
@@ -462,20 +535,68 @@ impl<'a, J: Journal> Driver<'a, J> {
                 self.feed_tool(machine, step);
                 continue;
             }
-            requests.push(ToolRequest {
+            if self.agent.has_sub_agent(&call.name) {
+                let Some(task) = call.input["task"].as_str().map(str::to_owned) else {
+                    let error = agent_loop::ToolCallResult::new(
+                        &call.id,
+                        &call.name,
+                        "a sub-agent call needs a task: {\"task\": \"…\"}",
+                        true,
+                        Duration::ZERO,
+                    );
+                    self.feed_tool(
+                        machine,
+                        ToolStep {
+                            result: error,
+                            input: None,
+                            progress: Vec::new(),
+                            usage: None,
+                        },
+                    );
+                    continue;
+                };
+                let session = format!("{}/{}", self.session, call.id);
+                self.push(ProgressEvent::SubAgent {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    session: session.clone(),
+                });
+                let mut path = self.path.clone();
+                path.push(call.name.clone());
+                requests.push(Request::SubAgent {
+                    id: call.id,
+                    name: call.name,
+                    session,
+                    request: SubAgentRequest { path, task },
+                });
+                continue;
+            }
+            requests.push(Request::Tool(ToolRequest {
                 session: self.session.to_string(),
                 id: call.id,
                 name: call.name,
                 input: call.input,
-            });
+                agent: self.path.clone(),
+            }));
         }
         if requests.is_empty() {
             return Ok(());
         }
         let epoch = self.epoch;
-        self.journal
-            .run_tools(requests, &mut |step| feed_tool(machine, epoch, step))
-            .await
+        let mut usage = (0, 0);
+        let result = self
+            .journal
+            .run_tools(requests, &mut |step| {
+                if let Some((input, output)) = step.usage {
+                    usage.0 = u64::saturating_add(usage.0, input);
+                    usage.1 = u64::saturating_add(usage.1, output);
+                }
+                feed_tool(machine, epoch, step);
+            })
+            .await;
+        self.sub_usage.0 = self.sub_usage.0.saturating_add(usage.0);
+        self.sub_usage.1 = self.sub_usage.1.saturating_add(usage.1);
+        result
     }
 
     fn feed_tool(&mut self, machine: &mut AgentMachine, step: ToolStep) {

@@ -57,6 +57,9 @@ pub(crate) struct ToolStep {
     pub input: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub progress: Vec<String>,
+    /// The input and output tokens of a sub-agent's run (not journaled: its report is).
+    #[serde(skip)]
+    pub usage: Option<(u64, u64)>,
 }
 
 /// What starts read-only calls while the model streams (`AgentBuilder::early_read_only_tools`):
@@ -205,6 +208,7 @@ pub(crate) async fn run_tool(tools: ToolRegistry, session: Arc<str>, call: ToolC
         result,
         input: Some(input),
         progress,
+        usage: None,
     }
 }
 

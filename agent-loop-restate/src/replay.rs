@@ -59,8 +59,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::driver::{
-    message_key, Driver, Journal, ModelCall, Stop, ToolRequest, CONVERSATION, EVENT_COUNT,
-    MESSAGE_COUNT, SYSTEM,
+    message_key, Driver, Journal, ModelCall, Request, Stop, SubAgentRequest, CONVERSATION,
+    EVENT_COUNT, MESSAGE_COUNT, SYSTEM,
 };
 use crate::record::{ModelStep, ToolStep};
 use crate::session::{ApprovalDecision, DurableAgent, RunReport, OBJECT_NAME};
@@ -129,7 +129,8 @@ impl RecordedRun {
             admin,
             &format!(
                 "SELECT target_service_key, status FROM sys_invocation WHERE id = '{id}' \
-                 AND target_service_name = '{OBJECT_NAME}' AND target_handler_name = 'run'"
+                 AND target_service_name = '{OBJECT_NAME}' AND target_handler_name IN \
+                 ('run', 'subAgent')"
             ),
         )
         .await?;
@@ -164,15 +165,16 @@ impl RecordedRun {
     }
 
     /// Reads the last finished `run` of `session` from the admin API (see
-    /// [`fetch`](Self::fetch)).
+    /// [`fetch`](Self::fetch)); for a sub-agent's child session (`{session}/{call id}`), its
+    /// run.
     pub async fn fetch_last(admin: &str, session: &str) -> Result<RecordedRun, ReplayError> {
         let key = sql_string(session)?;
         let rows = query(
             admin,
             &format!(
                 "SELECT id FROM sys_invocation WHERE target_service_name = '{OBJECT_NAME}' AND \
-                 target_service_key = '{key}' AND target_handler_name = 'run' AND \
-                 status = 'completed' ORDER BY completed_at DESC LIMIT 1"
+                 target_service_key = '{key}' AND target_handler_name IN ('run', 'subAgent') \
+                 AND status = 'completed' ORDER BY completed_at DESC LIMIT 1"
             ),
         )
         .await?;
@@ -208,7 +210,7 @@ impl RecordedRun {
         serde_json::from_str(json).map_err(|e| ReplayError::Unreadable(e.to_string()))
     }
 
-    /// The user's message the run started with.
+    /// The user's message the run started with (a sub-agent's run: its task).
     pub fn input(&self) -> Result<String, ReplayError> {
         let journal = Recorded::parse(&self.entries)?;
         Ok(journal.input)
@@ -222,6 +224,10 @@ impl RecordedRun {
     pub async fn replay(&self, agent: &DurableAgent) -> Result<RunReport, ReplayError> {
         let recorded = Recorded::parse(&self.entries)?;
         let input = recorded.input.clone();
+        let path = recorded.path.clone();
+        let agent = agent.find(&path).ok_or_else(|| {
+            ReplayError::Failed(format!("the agent has no sub-agent {}", path.join("/")))
+        })?;
         let output = recorded.output.clone();
         let output_entry = recorded.output_entry;
         let (conversation, legacy, events) = recorded.start_state()?;
@@ -230,9 +236,11 @@ impl RecordedRun {
             diverged: None,
         };
         journal.skip_reads();
+        // A sub-agent's run (a child session's `subAgent`) is replayed with that sub-agent.
         let (mut driver, machine) = Driver::new(
             journal,
             agent,
+            path,
             Arc::from(self.session.as_str()),
             conversation,
             legacy,
@@ -378,6 +386,8 @@ impl Command {
 #[derive(Debug)]
 struct Recorded {
     input: String,
+    /// The sub-agent that ran it (empty: the served agent).
+    path: Vec<String>,
     commands: VecDeque<Command>,
     signals: VecDeque<Bytes>,
     output: Option<Result<Value, String>>,
@@ -437,10 +447,18 @@ impl Recorded {
                     "Input" => {
                         let payload = bytes_of(&body["payload"])
                             .ok_or_else(|| bad(i, "an input without payload"))?;
-                        input = Some(
-                            serde_json::from_slice::<String>(&payload)
-                                .map_err(|e| bad(i, &format!("the input is not a string: {e}")))?,
-                        );
+                        // A `run`'s input is the user's message; a `subAgent`'s, the task and
+                        // which sub-agent runs it.
+                        input = Some(match serde_json::from_slice::<String>(&payload) {
+                            Ok(message) => (Vec::new(), message),
+                            Err(_) => {
+                                let sub: SubAgentRequest = serde_json::from_slice(&payload)
+                                    .map_err(|e| {
+                                        bad(i, &format!("the input is not a run's: {e}"))
+                                    })?;
+                                (sub.path, sub.task)
+                            }
+                        });
                         continue;
                     }
                     "GetEagerState" => Kind::Get {
@@ -522,7 +540,7 @@ impl Recorded {
                 }
             }
         }
-        let input = input.ok_or_else(|| {
+        let (path, input) = input.ok_or_else(|| {
             ReplayError::Unreadable("the journal has no input: not a run's journal".into())
         })?;
         if output.is_none() {
@@ -555,6 +573,7 @@ impl Recorded {
         }
         Ok(Recorded {
             input,
+            path,
             commands,
             signals,
             output,
@@ -773,27 +792,35 @@ impl Journal for ReplayJournal {
 
     async fn run_tools(
         &mut self,
-        requests: Vec<ToolRequest>,
+        requests: Vec<Request>,
         done: &mut (dyn FnMut(ToolStep) + Send),
     ) -> Result<(), Stop> {
         let mut results = Vec::with_capacity(requests.len());
         for request in &requests {
-            let sent = serde_json::to_vec(request).unwrap_or_default();
-            let replayed = || format!("the tool call {}", short(&String::from_utf8_lossy(&sent)));
+            let sent = request.parameter();
+            let replayed = || format!("the call {}", short(&String::from_utf8_lossy(&sent)));
             let kind = self.next(
                 replayed,
                 |k| matches!(k, Kind::Call { parameter, .. } if same_json(parameter, &sent)),
             )?;
             if let Kind::Call { order, result, .. } = kind {
-                results.push((order, result));
+                let sub_agent = match request {
+                    Request::Tool(_) => None,
+                    Request::SubAgent { id, name, .. } => Some((id.clone(), name.clone())),
+                };
+                results.push((order, sub_agent, result));
             }
         }
         // Fed in the order the results came in the recorded run.
-        results.sort_by_key(|(order, _)| *order);
-        for (_, result) in results {
+        results.sort_by_key(|(order, _, _)| *order);
+        for (_, sub_agent, result) in results {
             let bytes = result.map_err(TerminalError::new)?;
-            let step: ToolStep = serde_json::from_slice(&bytes)
-                .map_err(|e| self.diverge(format!("a tool result that does not read: {e}")))?;
+            let step = crate::session::answer(sub_agent, bytes).map_err(|e| {
+                self.diverge(format!(
+                    "a call's result that does not read: {}",
+                    e.message()
+                ))
+            })?;
             done(step);
         }
         Ok(())

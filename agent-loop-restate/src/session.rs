@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_loop::machine::MachineParts;
 use agent_loop::{
-    Agent, AgentBuilder, AgentHooks, ContextConfig, ContextManager, Conversation, LlmClient,
-    Message, Summarizer, ToolCall, ToolDecision, ToolRegistry,
+    Agent, AgentBuilder, AgentHooks, ContextConfig, ContextManager, Conversation, FnTool,
+    LlmClient, Message, SubAgentTask, Summarizer, ToolCall, ToolDecision, ToolError, ToolRegistry,
 };
 use bytes::Bytes;
 use restate_sdk::context::RequestTarget;
@@ -16,8 +16,8 @@ use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{
-    approval_key, event_key, message_key, Driver, Journal, ModelCall, Stop, ToolRequest,
-    CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS, SYSTEM,
+    approval_key, event_key, message_key, sub_agent_result, Driver, Journal, ModelCall, Request,
+    Stop, SubAgentRequest, ToolRequest, CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS, SYSTEM,
 };
 use crate::record::{self, Journaled, ModelStep, ToolStep};
 
@@ -182,6 +182,17 @@ pub enum ProgressEvent {
         /// The text.
         text: String,
     },
+    /// A call of a sub-agent ([`DurableAgent::sub_agent`]) started: its run is the child
+    /// session `session`, whose own `state` and `eventsSince` follow it (and whose `approve`
+    /// answers its approvals).
+    SubAgent {
+        /// The call id.
+        id: String,
+        /// The sub-agent.
+        name: String,
+        /// The child session's key: `{session}/{call id}`.
+        session: String,
+    },
     /// A tool call finished.
     ToolResult {
         /// The call id.
@@ -251,6 +262,8 @@ pub struct DurableAgent {
     pub(crate) approval: Arc<dyn ApprovalPolicy>,
     pub(crate) max_state_bytes: usize,
     journal_retention: Option<std::time::Duration>,
+    /// Sub-agents by the name the model calls them by.
+    sub_agents: Vec<(String, Arc<DurableAgent>)>,
 }
 
 impl std::fmt::Debug for DurableAgent {
@@ -272,6 +285,7 @@ impl DurableAgent {
             approval: Arc::new(|_: &ToolCall| ApprovalRequest::Allow),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             journal_retention: None,
+            sub_agents: Vec::new(),
         }
     }
 
@@ -317,6 +331,53 @@ impl DurableAgent {
     pub fn max_state_bytes(mut self, bytes: usize) -> Self {
         self.max_state_bytes = bytes;
         self
+    }
+
+    /// Adds `agent` as a sub-agent the model calls by `name` with `{"task": "…"}`, as
+    /// [`Agent::as_tool`] does in-process: each call runs it on a fresh conversation and
+    /// answers with its final text (a run that ends without one is an error result saying
+    /// why). Its run is a durable call: the `AgentSession` object's `subAgent` handler on the
+    /// child session `{session}/{call id}`, so its model calls and tools are journaled steps
+    /// of their own (a crash inside it resumes inside it), its approvals wait in the child
+    /// session, its tokens add to the caller's report, and the caller's progress log names
+    /// the child session ([`ProgressEvent::SubAgent`]). Sub-agents may have sub-agents.
+    ///
+    /// Fails when `name` is not a valid tool name or the agent has a tool of that name.
+    pub fn sub_agent(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: DurableAgent,
+    ) -> Result<Self, agent_loop::Error> {
+        let name = name.into();
+        let tool = FnTool::new(
+            name.clone(),
+            description.into(),
+            |_task: SubAgentTask, _ctx| async move {
+                Err::<String, _>(ToolError::new(
+                    "a durable sub-agent runs as a call of its own session, not as a tool",
+                ))
+            },
+        );
+        self.tools = self.tools.with(tool)?;
+        self.sub_agents.push((name, Arc::new(agent)));
+        Ok(self)
+    }
+
+    /// Whether the model calls a sub-agent by `name`.
+    pub(crate) fn has_sub_agent(&self, name: &str) -> bool {
+        self.sub_agents.iter().any(|(n, _)| n == name)
+    }
+
+    /// The agent at `path` (sub-agent names from this one down): this one when empty.
+    pub(crate) fn find(&self, path: &[String]) -> Option<&DurableAgent> {
+        let Some((first, rest)) = path.split_first() else {
+            return Some(self);
+        };
+        self.sub_agents
+            .iter()
+            .find(|(name, _)| name == first)
+            .and_then(|(_, agent)| agent.find(rest))
     }
 
     /// How long Restate keeps the journal of a finished run (the server's default when not
@@ -439,13 +500,22 @@ impl AgentTools {
         ctx: Context<'_>,
         Json(request): Json<ToolRequest>,
     ) -> HandlerResult<Journaled<ToolStep>> {
-        let tools = self.agent.tools.clone();
         let ToolRequest {
             session,
             id,
             name,
             input,
+            agent,
         } = request;
+        let Some(served) = self.agent.find(&agent) else {
+            return Err(TerminalError::new(format!(
+                "no sub-agent {} in the served agent: was the worker changed while the run was \
+                 in flight?",
+                agent.join("/")
+            ))
+            .into());
+        };
+        let tools = served.tools.clone();
         let step = format!("tool {name} {id}");
         let call = ToolCall::new(id, name, input);
         let session: Arc<str> = Arc::from(session);
@@ -521,12 +591,54 @@ impl AgentSession {
         let (mut driver, machine) = Driver::new(
             journal,
             &self.agent,
+            Vec::new(),
             Arc::from(session),
             conversation,
             legacy,
             events,
         )?;
         Ok(Json(driver.drive(machine, input).await?))
+    }
+
+    /// A sub-agent's run for one call of its caller: the object's key is
+    /// `{caller session}/{call id}`, called by the caller's run only.
+    #[handler(name = "subAgent")]
+    async fn sub_agent(
+        &self,
+        ctx: ObjectContext<'_>,
+        Json(request): Json<SubAgentRequest>,
+    ) -> HandlerResult<Json<RunReport>> {
+        let session = ctx.key().to_owned();
+        if !session.contains('/') {
+            return Err(TerminalError::new_with_code(
+                400,
+                "subAgent runs a sub-agent for its caller's run; start runs with `run`",
+            )
+            .into());
+        }
+        let Some(agent) = self.agent.find(&request.path) else {
+            return Err(TerminalError::new_with_code(
+                404,
+                format!(
+                    "no sub-agent {} in the served agent",
+                    request.path.join("/")
+                ),
+            )
+            .into());
+        };
+        let (conversation, legacy) = load_conversation!(&ctx).await?;
+        let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
+        let journal = RestateJournal { ctx: &ctx };
+        let (mut driver, machine) = Driver::new(
+            journal,
+            agent,
+            request.path,
+            Arc::from(session),
+            conversation,
+            legacy,
+            events,
+        )?;
+        Ok(Json(driver.drive(machine, request.task).await?))
     }
 
     #[handler]
@@ -586,6 +698,14 @@ impl restate_sdk::serde::Serialize for RawJson {
 
     fn serialize(&self) -> Result<Bytes, Self::Error> {
         Ok(self.0.clone())
+    }
+}
+
+impl restate_sdk::serde::Deserialize for RawJson {
+    type Error = std::convert::Infallible;
+
+    fn deserialize(bytes: &mut Bytes) -> Result<Self, Self::Error> {
+        Ok(RawJson(bytes.clone()))
     }
 }
 
@@ -670,35 +790,65 @@ impl<'ctx> Journal for RestateJournal<'_, 'ctx> {
 
     async fn run_tools(
         &mut self,
-        requests: Vec<ToolRequest>,
+        requests: Vec<Request>,
         done: &mut (dyn FnMut(ToolStep) + Send),
     ) -> Result<(), Stop> {
         let mut steps = DurableFuturesUnordered::new();
+        let mut answers = Vec::with_capacity(requests.len());
         for request in requests {
-            // The call is journaled, so it is sent once anyway; the key (unique per run, since
-            // a model may use a call id again once compaction dropped the first) names the
-            // invocation for operators.
-            let key = format!(
-                "{}/{}/{}",
-                request.session,
-                self.ctx.invocation_id(),
-                request.id
-            );
-            steps.push(
-                self.ctx
-                    .request::<Json<ToolRequest>, Journaled<ToolStep>>(
-                        RequestTarget::service(TOOLS_NAME, "execute"),
-                        Json(request),
-                    )
-                    .idempotency_key(key)
-                    .call(),
-            );
+            let parameter = RawJson(request.parameter());
+            let (target, key, answered) = match request {
+                // The call is journaled, so it is sent once anyway; the key (unique per run,
+                // since a model may use a call id again once compaction dropped the first)
+                // names the invocation for operators.
+                Request::Tool(request) => (
+                    RequestTarget::service(TOOLS_NAME, "execute"),
+                    Some(format!(
+                        "{}/{}/{}",
+                        request.session,
+                        self.ctx.invocation_id(),
+                        request.id
+                    )),
+                    None,
+                ),
+                Request::SubAgent {
+                    id, name, session, ..
+                } => (
+                    RequestTarget::object(OBJECT_NAME, session, "subAgent"),
+                    None,
+                    Some((id, name)),
+                ),
+            };
+            answers.push(answered);
+            let call = self.ctx.request::<RawJson, RawJson>(target, parameter);
+            steps.push(match key {
+                Some(key) => call.idempotency_key(key).call(),
+                None => call.call(),
+            });
         }
-        while let Some((_, step)) = steps.next().await? {
-            // The result of the call it answers: `execute_one` keeps the call's id and name.
-            let Journaled(step) = step?;
+        while let Some((i, result)) = steps.next().await? {
+            let RawJson(bytes) = result?;
+            let step = answer(answers.get(i).cloned().flatten(), bytes)?;
             done(step);
         }
         Ok(())
+    }
+}
+
+/// A call's result as the driver takes it: a tool's step, or a sub-agent's report made
+/// the call's result (`sub_agent`: the call's id and name).
+pub(crate) fn answer(
+    sub_agent: Option<(String, String)>,
+    mut bytes: Bytes,
+) -> Result<ToolStep, Stop> {
+    let unreadable = |e: serde_json::Error| TerminalError::new(format!("a call's result: {e}"));
+    match sub_agent {
+        None => <Journaled<ToolStep> as restate_sdk::serde::Deserialize>::deserialize(&mut bytes)
+            .map(|Journaled(step)| step)
+            .map_err(unreadable),
+        Some((id, name)) => {
+            let report: RunReport = serde_json::from_slice(&bytes).map_err(unreadable)?;
+            Ok(sub_agent_result(&id, &name, &report))
+        }
     }
 }

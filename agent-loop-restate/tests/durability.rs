@@ -365,3 +365,67 @@ async fn registering_the_same_worker_twice_is_idempotent() {
     let rows = restate.query("SELECT id FROM sys_deployment").await;
     assert_eq!(rows.len(), 1, "{rows:?}");
 }
+
+/// A sub-agent's run is a durable call of its own: a worker killed inside it resumes inside
+/// it, and neither the caller's model call nor the sub-agent's is made again.
+#[tokio::test]
+async fn sigkill_inside_a_sub_agent_resumes_inside_it() {
+    let Some((restate, mock, mut worker, tools)) = setup("sub_agent").await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "h1",
+        "helper",
+        json!({"task": "Do step a."}),
+    ));
+    mock.push(ScriptedResponse::tool_call(
+        "c1",
+        "step",
+        json!({"label": "a"}),
+    ));
+    mock.push(ScriptedResponse::text("Step a is done."));
+    mock.push(ScriptedResponse::text("All done."));
+    hold(&tools.0, "a");
+    let run = restate.run("s9", "Have the helper do step a.");
+
+    // The sub-agent's tool runs with the child session's key: `{session}/{call}/{its call}`.
+    wait_for_log(&tools.0, "start a s9/h1/c1", 1).await;
+    worker.kill();
+    worker.restart().await;
+    wait_for_log(&tools.0, "start a s9/h1/c1", 2).await;
+    release(&tools.0, "a");
+
+    let report = run.await.expect("run task");
+    assert_eq!(report["final_text"], "All done.", "{report}");
+    assert_eq!(report["turns"], 2, "{report}");
+    // Four model calls, none twice: the caller's first, the sub-agent's two, the caller's last.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(requests[1].body.to_string().contains("Do step a."));
+    assert!(requests[1].body.to_string().contains("one sub-task"));
+    assert_eq!(count(&tool_log(&tools.0), "done a s9/h1/c1"), 1);
+    assert!(mock.history_violations().is_empty());
+
+    // The caller's conversation has the sub-agent's answer as the call's result; its
+    // progress log names the child session, which holds the sub-agent's own conversation.
+    let (_, state) = restate.call("s9", "state", None).await;
+    let messages = state["conversation"]["messages"].to_string();
+    assert!(messages.contains("Step a is done."), "{messages}");
+    let (_, events) = restate.call("s9", "eventsSince", Some(json!(0))).await;
+    let sub = events
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["type"] == "sub_agent"))
+        .cloned()
+        .expect("a sub_agent event");
+    assert_eq!(sub["session"], "s9/h1", "{sub}");
+    let (_, child) = restate.call("s9%2Fh1", "state", None).await;
+    let texts = child["conversation"]["messages"].to_string();
+    assert!(
+        texts.contains("Do step a.") && texts.contains("did a"),
+        "{child}"
+    );
+    assert_eq!(child["status"]["status"], "finished", "{child}");
+    // A child session cannot be run as a session of its own.
+    let (status, _) = restate.call("s9%2Fh1", "run", Some(json!("hi"))).await;
+    assert_eq!(status, 400);
+}

@@ -177,6 +177,34 @@ async fn a_finished_run_is_recorded_and_replays() {
         std::fs::write(Path::new(&dir).join("deploy.json"), recorded.to_json())
             .expect("write the recorded run");
     }
+    // A run that calls the sub-agent: the caller's journal replays with the sub-agent's
+    // answer as recorded, and the child session's with the sub-agent.
+    mock.push(ScriptedResponse::tool_call(
+        "h1",
+        "helper",
+        json!({"task": "Do step b."}),
+    ));
+    mock.push(ScriptedResponse::tool_call(
+        "c1",
+        "step",
+        json!({"label": "b"}),
+    ));
+    mock.push(ScriptedResponse::text("b is done."));
+    mock.push(ScriptedResponse::text("Helped."));
+    let helped = restate.run("recsub", "Get help.").await.expect("run");
+    for session in ["recsub", "recsub/h1"] {
+        let recorded = RecordedRun::fetch_last(&restate.admin, session)
+            .await
+            .expect("the journal is kept");
+        let replayed = recorded.replay(&served_agent()).await.expect("replays");
+        if session == "recsub" {
+            assert_eq!(serde_json::to_value(&replayed).expect("json"), helped);
+        } else {
+            assert_eq!(replayed.final_text, "b is done.");
+            assert_eq!(recorded.input().expect("task"), "Do step b.");
+        }
+    }
+
     // A tool call's invocation is not a run.
     let tool = restate
         .query("SELECT id FROM sys_invocation WHERE idempotency_key LIKE 'rec/%/s1'")

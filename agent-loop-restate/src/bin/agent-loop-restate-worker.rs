@@ -14,7 +14,8 @@
 //!   (default: the builder's), so a test can drive a run of a thousand turns.
 //!
 //! Tools: `step` (does one labelled step), `deploy` (the same, but needs a human's approval
-//! first) and `look` (read-only: logs `look LABEL KEY`, answers `saw LABEL`).
+//! first) and `look` (read-only: logs `look LABEL KEY`, answers `saw LABEL`); and the
+//! sub-agent `helper`, whose own tool is `step`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -61,10 +62,22 @@ async fn step(dir: PathBuf, input: Step, ctx: ToolContext) -> Result<String, Too
 /// and `look`, read-only. The replay test builds it as the worker does.
 #[allow(dead_code)] // Each file that includes this one uses part of it.
 pub fn demo_agent(
-    client: impl agent_loop::LlmClient + 'static,
+    client: impl agent_loop::LlmClient + Clone + 'static,
     dir: PathBuf,
     max_turns: Option<u32>,
 ) -> DurableAgent {
+    let helper_tools = ToolRegistry::new()
+        .with({
+            let dir = dir.clone();
+            FnTool::new(
+                "step",
+                "Does one labelled step of the task.",
+                move |input: Step, ctx| step(dir.clone(), input, ctx),
+            )
+        })
+        .expect("valid tools");
+    let helper = DurableAgent::new(client.clone(), helper_tools)
+        .configure(|b| b.system("You do one sub-task with the step tool."));
     let (d1, d2, d3) = (dir.clone(), dir.clone(), dir);
     let tools = ToolRegistry::new()
         .with(FnTool::new(
@@ -114,6 +127,8 @@ pub fn demo_agent(
                 ApprovalRequest::Allow
             }
         })
+        .sub_agent("helper", "Does a sub-task with steps of its own.", helper)
+        .expect("a valid sub-agent")
 }
 
 /// Serves the demo agent until the process ends (the `durable` example calls it too).
