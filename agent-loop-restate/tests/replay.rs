@@ -12,7 +12,7 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 
-use agent_loop::testing::{MockServer, ScriptedResponse};
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::AnthropicClient;
 use agent_loop_restate::replay::{RecordedRun, ReplayError};
 use agent_loop_restate::{ApprovalRequest, DurableAgent};
@@ -83,6 +83,88 @@ async fn recorded_run_replays_without_a_server() {
     )
     .configure(|b| b.system("You do tasks step by step with the tools."));
     assert!(run.replay(&fewer_tools).await.is_err());
+}
+
+/// More recorded runs: a call of a sub-agent (its answer comes from the recorded call), and a
+/// model call that failed and was retried after a durable sleep.
+#[tokio::test]
+async fn recorded_sub_agent_call_and_retry_replay() {
+    let report = recorded("helper")
+        .replay(&served_agent())
+        .await
+        .expect("the same decisions");
+    assert_eq!(report.final_text, "Helped.");
+    let report = recorded("retry")
+        .replay(&served_agent())
+        .await
+        .expect("the same decisions");
+    assert_eq!(report.final_text, "Second time lucky.");
+    // A retry policy that gives up at once decides otherwise: where the recorded run noted
+    // its retry, this one ends and saves.
+    let impatient = served_agent().configure(|b| {
+        b.system("You do tasks step by step with the tools.")
+            .retry_policy(agent_loop::RetryPolicy::default().max_retries(0))
+    });
+    let error = recorded("retry").replay(&impatient).await.unwrap_err();
+    assert!(
+        matches!(&error, ReplayError::Diverged { recorded, .. } if recorded.contains("\"retry\"")),
+        "{error}"
+    );
+}
+
+/// A journal edited after the fact no longer replays: a step the run did not make, and a
+/// recorded write the run would not make.
+#[tokio::test]
+async fn an_edited_journal_does_not_replay() {
+    let run = recorded("deploy");
+    let output = run
+        .entries
+        .iter()
+        .position(|e| e["Command"].get("Output").is_some())
+        .expect("an output entry");
+    let mut extra = run.clone();
+    extra.entries.insert(
+        output,
+        json!({"Command": {"SetState": {"key": "status", "value": [110, 117, 108, 108], "name": ""}}}),
+    );
+    let error = extra.replay(&served_agent()).await.unwrap_err();
+    assert!(
+        matches!(&error, ReplayError::Diverged { replayed, .. } if replayed.contains("the run ended")),
+        "{error}"
+    );
+    // The recorded answer reads differently from what the run answers.
+    let mut other = run.clone();
+    let Some(answer) =
+        other.entries[output]["Command"]["Output"]["result"]["Success"].as_array_mut()
+    else {
+        panic!("{}", other.entries[output]);
+    };
+    let text = String::from_utf8(answer.iter().map(|b| b.as_u64().unwrap() as u8).collect())
+        .unwrap()
+        .replace("Deployed.", "Deployed!");
+    *answer = text.bytes().map(|b| json!(b)).collect();
+    let error = other.replay(&served_agent()).await.unwrap_err();
+    assert!(
+        matches!(&error, ReplayError::Diverged { recorded, .. } if recorded.contains("Deployed!")),
+        "{error}"
+    );
+    // A recorded write the run makes differently (its first progress event).
+    let mut write = run.clone();
+    let first_event = write
+        .entries
+        .iter()
+        .position(|e| {
+            e["Command"]["SetState"]["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("event/"))
+        })
+        .expect("an event write");
+    write.entries[first_event]["Command"]["SetState"]["value"] = json!([110, 117, 108, 108]);
+    let error = write.replay(&served_agent()).await.unwrap_err();
+    let ReplayError::Diverged { entry, .. } = error else {
+        panic!("{error}");
+    };
+    assert_eq!(entry as usize, first_event);
 }
 
 /// A journal that is not a finished run's is refused with a reason.
@@ -192,6 +274,25 @@ async fn a_finished_run_is_recorded_and_replays() {
     mock.push(ScriptedResponse::text("b is done."));
     mock.push(ScriptedResponse::text("Helped."));
     let helped = restate.run("recsub", "Get help.").await.expect("run");
+    // And a run whose first model call fails (overloaded): a durable backoff, then the
+    // answer.
+    mock.push(MockResponse::status(529).error_type("overloaded_error"));
+    mock.push(ScriptedResponse::text("Second time lucky."));
+    let retried = restate.run("recretry", "Try.").await.expect("run");
+    assert_eq!(retried["final_text"], "Second time lucky.");
+    for (session, file) in [("recsub", "helper"), ("recretry", "retry")] {
+        let recorded = RecordedRun::fetch_last(&restate.admin, session)
+            .await
+            .expect("the journal is kept");
+        recorded.replay(&served_agent()).await.expect("replays");
+        if let Some(dir) = std::env::var_os("AGENT_LOOP_RECORD_DIR") {
+            std::fs::write(
+                Path::new(&dir).join(format!("{file}.json")),
+                recorded.to_json(),
+            )
+            .expect("write the recorded run");
+        }
+    }
     for session in ["recsub", "recsub/h1"] {
         let recorded = RecordedRun::fetch_last(&restate.admin, session)
             .await
