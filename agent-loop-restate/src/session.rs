@@ -567,6 +567,29 @@ macro_rules! load_conversation {
     };
 }
 
+/// Runs `agent` (at `path` from the served one) on `input` in the session `session` of
+/// `ctx`: its stored conversation loaded, each action a journaled step.
+async fn run_agent(
+    ctx: &ObjectContext<'_>,
+    agent: &DurableAgent,
+    path: Vec<String>,
+    session: String,
+    input: String,
+) -> Result<RunReport, HandlerError> {
+    let (conversation, legacy) = load_conversation!(ctx).await?;
+    let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
+    let (mut driver, machine) = Driver::new(
+        RestateJournal { ctx },
+        agent,
+        path,
+        Arc::from(session),
+        conversation,
+        legacy,
+        events,
+    )?;
+    Ok(driver.drive(machine, input).await?)
+}
+
 #[restate_sdk::object(name = "AgentSession")]
 impl AgentSession {
     #[handler]
@@ -585,19 +608,9 @@ impl AgentSession {
             )
             .into());
         }
-        let (conversation, legacy) = load_conversation!(&ctx).await?;
-        let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
-        let journal = RestateJournal { ctx: &ctx };
-        let (mut driver, machine) = Driver::new(
-            journal,
-            &self.agent,
-            Vec::new(),
-            Arc::from(session),
-            conversation,
-            legacy,
-            events,
-        )?;
-        Ok(Json(driver.drive(machine, input).await?))
+        Ok(Json(
+            run_agent(&ctx, &self.agent, Vec::new(), session, input).await?,
+        ))
     }
 
     /// A sub-agent's run for one call of its caller: the object's key is
@@ -626,19 +639,9 @@ impl AgentSession {
             )
             .into());
         };
-        let (conversation, legacy) = load_conversation!(&ctx).await?;
-        let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
-        let journal = RestateJournal { ctx: &ctx };
-        let (mut driver, machine) = Driver::new(
-            journal,
-            agent,
-            request.path,
-            Arc::from(session),
-            conversation,
-            legacy,
-            events,
-        )?;
-        Ok(Json(driver.drive(machine, request.task).await?))
+        Ok(Json(
+            run_agent(&ctx, agent, request.path, session, request.task).await?,
+        ))
     }
 
     #[handler]

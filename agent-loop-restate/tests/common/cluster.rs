@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{free_port, server_binary, wait_until, TempDir};
+use super::{free_port, server_or_skip, wait_until, TempDir};
 
 /// How many nodes, and the log's (and partitions') replication factor.
 pub const NODES: usize = 3;
@@ -108,20 +108,7 @@ advertised-address = "http://127.0.0.1:{ingress}/"
 /// The cluster, or `None` (with a loud note) when restate-server is not installed outside
 /// CI. Under `CI` a missing server fails the test.
 pub fn cluster_or_skip(test: &str) -> Option<Cluster> {
-    match server_binary() {
-        Some(binary) => Some(Cluster::start(&binary)),
-        None if std::env::var_os("CI").is_some() => panic!(
-            "restate-server is not installed: run `npm ci --prefix agent-loop-restate` (CI must \
-             not skip {test})"
-        ),
-        None => {
-            eprintln!(
-                "\n*** SKIPPED {test}: restate-server is not installed; run \
-                 `npm ci --prefix agent-loop-restate` to run the cluster test ***\n"
-            );
-            None
-        }
-    }
+    server_or_skip(test, "the cluster test").map(|binary| Cluster::start(&binary))
 }
 
 pub struct Cluster {

@@ -63,8 +63,14 @@ fn server_binary() -> Option<PathBuf> {
 /// The server, or `None` (with a loud note) when it is not installed outside CI. Under `CI`
 /// a missing server fails the test.
 pub fn restate_or_skip(test: &str) -> Option<Restate> {
+    server_or_skip(test, "the durability tests").map(|binary| Restate::start(&binary))
+}
+
+/// The restate-server binary, or `None` (with a loud note naming `what` is skipped) when it is
+/// not installed outside CI. Under `CI` a missing server fails the test.
+pub fn server_or_skip(test: &str, what: &str) -> Option<PathBuf> {
     match server_binary() {
-        Some(binary) => Some(Restate::start(&binary)),
+        Some(binary) => Some(binary),
         None if std::env::var_os("CI").is_some() => panic!(
             "restate-server is not installed: run `npm ci --prefix agent-loop-restate` (CI must \
              not skip {test})"
@@ -72,7 +78,7 @@ pub fn restate_or_skip(test: &str) -> Option<Restate> {
         None => {
             eprintln!(
                 "\n*** SKIPPED {test}: restate-server is not installed; run \
-                 `npm ci --prefix agent-loop-restate` to run the durability tests ***\n"
+                 `npm ci --prefix agent-loop-restate` to run {what} ***\n"
             );
             None
         }
