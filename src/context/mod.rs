@@ -140,7 +140,7 @@ pub struct ContextManager {
 /// instead of the whole conversation (the crate's session stores, a durable engine's state).
 ///
 /// ```
-/// use agent_loop::{ContextConfig, ContextManager, Message};
+/// use agent_loop::{ContextManager, Message};
 ///
 /// let mut context = ContextManager::default();
 /// context.push_user_text("Hi");
