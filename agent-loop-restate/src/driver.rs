@@ -408,6 +408,8 @@ impl<'a, J: Journal> Driver<'a, J> {
             hook_stopped,
             early,
         } = step;
+        // By call id; of calls with the same id (the machine renames the repeats), the last
+        // one: `early_result` checks the name and input, so a call never takes another's.
         self.started_early = early
             .into_iter()
             .map(|step| (step.result.id.clone(), step))
@@ -666,7 +668,9 @@ impl<'a, J: Journal> Driver<'a, J> {
         let context = machine.context();
         let unsaved = context.unsaved();
         let messages = context.messages();
-        let whole = unsaved.whole || self.saved.legacy;
+        // A session of the earlier format is never marked saved (`DurableAgent::machine`), so
+        // its first save is whole.
+        let whole = unsaved.whole;
         let from = if whole {
             0
         } else {

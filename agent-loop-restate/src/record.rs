@@ -35,7 +35,8 @@ pub(crate) struct ModelStep {
     /// Why the `before_model_call` hook stopped the run instead of the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_stopped: Option<String>,
-    /// Read-only calls run while the response streamed, with the call each ran as.
+    /// Read-only calls run while the response streamed, with the call each ran as, in the
+    /// order the calls came.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub early: Vec<ToolStep>,
 }
@@ -106,11 +107,13 @@ pub(crate) async fn call_model(
     let mut arguments: HashMap<usize, String> = HashMap::new();
     let mut blocked = false;
     let mut running = FuturesUnordered::new();
+    // Early results as they finish, with their place among the calls started.
+    let mut done: Vec<(usize, ToolStep)> = Vec::new();
     let mut stream = client.stream(&request);
     loop {
         let item = tokio::select! {
-            Some(done) = running.next(), if !running.is_empty() => {
-                step.early.push(done);
+            Some(finished) = running.next(), if !running.is_empty() => {
+                done.push(finished);
                 continue;
             }
             item = stream.next() => item,
@@ -149,11 +152,10 @@ pub(crate) async fn call_model(
                             Some(input) if !blocked && input.is_object() => {
                                 call.input = input;
                                 if early.allows(&call) {
-                                    running.push(run_tool(
-                                        early.tools.clone(),
-                                        early.session.clone(),
-                                        call,
-                                    ));
+                                    let order = running.len() + done.len();
+                                    let run =
+                                        run_tool(early.tools.clone(), early.session.clone(), call);
+                                    running.push(async move { (order, run.await) });
                                 } else if !early.tools.is_read_only(&call.name) {
                                     blocked = true;
                                 }
@@ -168,6 +170,9 @@ pub(crate) async fn call_model(
         let stop = matches!(event, LlmEvent::MessageStop { .. });
         push_coalesced(&mut step.events, event);
         if step.events.len() > MAX_EVENTS {
+            // Not kept: the record ends at the bound, with the error (a `MessageStop` past it
+            // must not make the response look whole).
+            step.events.pop();
             step.error = Some(LlmError::LimitExceeded {
                 what: "the response".into(),
                 limit: MAX_EVENTS,
@@ -180,9 +185,13 @@ pub(crate) async fn call_model(
         }
     }
     drop(stream);
-    while let Some(done) = running.next().await {
-        step.early.push(done);
+    while let Some(finished) = running.next().await {
+        done.push(finished);
     }
+    // In the calls' order, whatever order they finished in: the record is the same for the
+    // same response.
+    done.sort_by_key(|(order, _)| *order);
+    step.early = done.into_iter().map(|(_, step)| step).collect();
     step
 }
 
@@ -335,6 +344,7 @@ mod tests {
     use std::time::Duration;
 
     use agent_loop::{ApiError, StopReason, TimeoutKind, ToolCallResult};
+    use serde_json::json;
 
     use super::*;
 
@@ -508,5 +518,197 @@ mod tests {
                 },
             ]
         );
+    }
+
+    use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    use agent_loop::{FnTool, Message, ToolError};
+
+    /// Tools `look` (read-only) and `step` (not); the policy leaves `look` of label `ask` to a
+    /// person.
+    fn early() -> EarlyCalls {
+        let look = FnTool::new(
+            "look",
+            "Looks.",
+            |input: serde_json::Value, _ctx| async move {
+                match input["label"].as_str() {
+                    Some(label) => Ok(format!("saw {label}")),
+                    None => Err(ToolError::new("no label")),
+                }
+            },
+        )
+        .read_only(true);
+        let step = FnTool::new(
+            "step",
+            "Steps.",
+            |_input: serde_json::Value, _ctx| async move { Ok::<_, ToolError>("stepped") },
+        );
+        let tools = ToolRegistry::new()
+            .with(look)
+            .and_then(|r| r.with(step))
+            .expect("tools");
+        let policy = |call: &ToolCall| {
+            if call.input["label"] == "ask" {
+                ApprovalRequest::AskHuman
+            } else {
+                ApprovalRequest::Allow
+            }
+        };
+        EarlyCalls {
+            tools,
+            policy: Arc::new(policy),
+            session: Arc::from("s"),
+        }
+    }
+
+    async fn step_of(response: ScriptedResponse) -> ModelStep {
+        let client = Arc::new(ScriptedClient::new([response]));
+        call_model(
+            client,
+            ModelRequest::new(vec![Message::user("go")]),
+            None,
+            Some(early()),
+        )
+        .await
+    }
+
+    /// The early calls' ids and contents, in id order.
+    fn early_ran(step: &ModelStep) -> Vec<(String, String)> {
+        let mut ran: Vec<(String, String)> = step
+            .early
+            .iter()
+            .map(|s| (s.result.id.clone(), s.result.content.clone()))
+            .collect();
+        ran.sort();
+        ran
+    }
+
+    #[tokio::test]
+    async fn read_only_calls_start_early_until_one_that_is_not() {
+        let step = step_of(
+            ScriptedResponse::tool_call("l1", "look", json!({"label": "a"}))
+                // Left to a person: not started early, and it blocks nothing.
+                .then_tool_call("l2", "look", json!({"label": "ask"}))
+                .then_tool_call("l3", "look", json!({"label": "b"}))
+                .then_tool_call("s1", "step", json!({}))
+                .then_tool_call("l4", "look", json!({"label": "c"})),
+        )
+        .await;
+        assert_eq!(
+            early_ran(&step),
+            [
+                ("l1".to_owned(), "saw a".to_owned()),
+                ("l3".to_owned(), "saw b".to_owned())
+            ]
+        );
+        assert!(step.stopped());
+        assert_eq!(
+            step.early[0].input,
+            Some(json!({"label": step.early[0].result.content[4..].to_owned()}))
+        );
+    }
+
+    #[tokio::test]
+    async fn arguments_that_are_not_an_object_block_the_calls_after_them() {
+        for bad in ["not json", "[1]"] {
+            let step = step_of(
+                ScriptedResponse::tool_call_raw("l1", "look", bad).then_tool_call(
+                    "l2",
+                    "look",
+                    json!({"label": "a"}),
+                ),
+            )
+            .await;
+            assert!(step.early.is_empty(), "{bad}: {:?}", step.early);
+        }
+        // No arguments at all are an empty object: the call starts (and its tool says why it
+        // fails).
+        let step = step_of(ScriptedResponse::tool_call_raw("l1", "look", "")).await;
+        assert_eq!(early_ran(&step), [("l1".to_owned(), "no label".to_owned())]);
+        assert_eq!(step.early[0].input, Some(json!({})));
+    }
+
+    #[tokio::test]
+    async fn arguments_of_a_block_that_is_not_a_call_are_not_a_calls() {
+        // A stray delta on index 0 before the call on index 0 starts: not part of its input.
+        let step = step_of(ScriptedResponse::from_events([
+            LlmEvent::ToolCallDelta {
+                index: 0,
+                partial_json: "junk".into(),
+            },
+            LlmEvent::ToolCallStart {
+                index: 0,
+                id: "l1".into(),
+                name: "look".into(),
+            },
+            LlmEvent::ToolCallDelta {
+                index: 0,
+                partial_json: r#"{"label":"a"}"#.into(),
+            },
+            LlmEvent::BlockStop { index: 0 },
+            LlmEvent::MessageStop {
+                stop_reason: StopReason::ToolUse,
+            },
+        ]))
+        .await;
+        assert_eq!(early_ran(&step), [("l1".to_owned(), "saw a".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_hook_stop_is_the_step_and_no_call_is_made() {
+        struct Stop;
+        #[agent_loop::async_trait]
+        impl AgentHooks for Stop {
+            async fn before_model_call(&self, _r: &mut ModelRequest, turn: u32) -> HookAction {
+                HookAction::Stop(format!("not at turn {turn}"))
+            }
+        }
+        let client = Arc::new(ScriptedClient::new([ScriptedResponse::text("unused")]));
+        let step = call_model(
+            client.clone(),
+            ModelRequest::new(vec![Message::user("go")]),
+            Some((Arc::new(Stop), 3)),
+            None,
+        )
+        .await;
+        assert_eq!(step.hook_stopped.as_deref(), Some("not at turn 3"));
+        assert!(step.events.is_empty());
+        assert!(client.requests().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_response_may_have_exactly_the_most_events() {
+        let response = |n: usize| {
+            ScriptedResponse::from_events((0..n).map(|index| LlmEvent::BlockStop { index }).chain(
+                [LlmEvent::MessageStop {
+                    stop_reason: StopReason::EndTurn,
+                }],
+            ))
+        };
+        let step = step_of(response(MAX_EVENTS - 1)).await;
+        assert_eq!(step.events.len(), MAX_EVENTS);
+        assert!(step.error.is_none() && step.stopped());
+        let step = step_of(response(MAX_EVENTS)).await;
+        assert!(
+            matches!(step.error, Some(LlmError::LimitExceeded { limit, .. }) if limit == MAX_EVENTS),
+            "{:?}",
+            step.error
+        );
+        assert_eq!(step.events.len(), MAX_EVENTS);
+        assert!(!step.stopped());
+    }
+
+    #[test]
+    fn progress_notes_are_bounded() {
+        let mut notes = Vec::new();
+        for n in 0..MAX_PROGRESS_NOTES + 3 {
+            keep_note(&mut notes, format!("{n}{}", "é".repeat(MAX_NOTE_BYTES)));
+        }
+        assert_eq!(notes.len(), MAX_PROGRESS_NOTES);
+        assert!(notes
+            .iter()
+            .all(|n| n.len() <= MAX_NOTE_BYTES && n.ends_with('…')));
+        assert!(notes[0].starts_with('0') && notes[15].starts_with("15"));
+        assert_eq!(bounded("short".into(), 5), "short");
+        assert_eq!(bounded("longer".into(), 5), "lo…");
     }
 }

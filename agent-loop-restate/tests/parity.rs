@@ -18,18 +18,9 @@ use agent_loop_restate::DurableAgent;
 use common::*;
 use serde_json::{json, Value};
 
-/// The server, the mock model, and `agent` served in this process and registered.
-async fn setup(
-    test: &str,
-    agent: impl FnOnce(AnthropicClient) -> DurableAgent,
-) -> Option<(Restate, MockServer)> {
-    let restate = restate_or_skip(test)?;
-    restate.ready().await;
-    let mock = MockServer::start().await;
-    let client = AnthropicClient::new("mock-key")
-        .base_url(mock.anthropic_base_url())
-        .model("claude-mock");
-    let agent = agent(client).journal_retention(Duration::from_secs(3600));
+/// Serves `agent` in this process and registers it: new runs go to it.
+async fn serve_in_process(restate: &Restate, agent: DurableAgent) {
+    let agent = agent.journal_retention(Duration::from_secs(3600));
     let port = free_port();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     tokio::spawn(agent_loop_restate::serve(agent, addr));
@@ -41,6 +32,24 @@ async fn setup(
         .register_uri(&format!("http://127.0.0.1:{port}"))
         .await;
     assert!(registered.status().is_success(), "{registered:?}");
+}
+
+fn mock_client(mock: &MockServer) -> AnthropicClient {
+    AnthropicClient::new("mock-key")
+        .base_url(mock.anthropic_base_url())
+        .model("claude-mock")
+}
+
+/// The server, the mock model, and `agent` served in this process and registered.
+async fn setup(
+    test: &str,
+    agent: impl FnOnce(AnthropicClient) -> DurableAgent,
+) -> Option<(Restate, MockServer)> {
+    let restate = restate_or_skip(test)?;
+    restate.ready().await;
+    let mock = MockServer::start().await;
+    let client = mock_client(&mock);
+    serve_in_process(&restate, agent(client)).await;
     Some((restate, mock))
 }
 
@@ -374,4 +383,126 @@ async fn a_session_in_the_earlier_format_loads_and_is_rewritten() {
     for key in ["message/0", "message/3", "messages", "system"] {
         assert!(keys.contains(&key.to_owned()), "{key} in {keys:?}");
     }
+}
+
+/// The bound on the saved conversation counts every saved message, the earlier turns' too, to
+/// the byte: a conversation of exactly the bound is saved, one byte over is an error.
+#[tokio::test]
+async fn the_state_bound_counts_the_whole_conversation_exactly() {
+    let agent = |client, bound| {
+        let tools = ToolRegistry::new().with(step_tool()).expect("tools");
+        DurableAgent::new(client, tools)
+            .configure(|b| b.system("Be brief."))
+            .max_state_bytes(bound)
+    };
+    let Some((restate, mock)) = setup("state_bound", |client| agent(client, usize::MAX)).await
+    else {
+        return;
+    };
+    let script = |mock: &MockServer| {
+        mock.push(ScriptedResponse::tool_call(
+            "c1",
+            "step",
+            json!({"label": "a"}),
+        ));
+        mock.push(ScriptedResponse::text("Done."));
+    };
+    script(&mock);
+    let report = restate.run("b1", "Do a.").await.expect("run");
+    assert_eq!(report["completed"], true, "{report}");
+    let sizes = restate
+        .query(
+            "SELECT key, value_length FROM state WHERE service_name = 'AgentSession' AND \
+             service_key = 'b1' AND (key LIKE 'message/%' OR key = 'system')",
+        )
+        .await;
+    // The bound counts the messages' JSON and the prompt's text (not its JSON quotes).
+    let total: u64 = sizes
+        .iter()
+        .map(|row| {
+            let length = row["value_length"].as_u64().expect("length");
+            if row["key"] == "system" {
+                length - 2
+            } else {
+                length
+            }
+        })
+        .sum();
+    let total = usize::try_from(total).expect("size");
+
+    // A worker whose bound is exactly that size, registered as a new deployment: new runs
+    // go to it.
+    serve_in_process(&restate, agent(mock_client(&mock), total)).await;
+    script(&mock);
+    let (status, report) = restate.run_raw("b2", "Do a.").await.expect("run");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["completed"], true, "{report}");
+
+    serve_in_process(&restate, agent(mock_client(&mock), total - 1)).await;
+    script(&mock);
+    let (status, report) = restate.run_raw("b3", "Do a.").await.expect("run");
+    assert_ne!(status, 200, "{report}");
+    assert!(
+        report.to_string().contains(&format!("is {total} bytes")),
+        "{report}"
+    );
+}
+
+/// Read-only calls start while the response streams; a result started early answers only
+/// the call it ran as (a repeated call id, which the machine renames, gets its own).
+#[tokio::test]
+async fn early_results_answer_only_the_call_they_ran_as() {
+    let Some((restate, mock)) = setup("early", |client| {
+        let look = FnTool::new("look", "Looks.", |input: Value, _ctx| async move {
+            Ok::<_, ToolError>(format!("saw {}", input["label"].as_str().unwrap_or("?")))
+        })
+        .read_only(true);
+        DurableAgent::new(client, ToolRegistry::new().with(look).expect("tools"))
+    })
+    .await
+    else {
+        return;
+    };
+    mock.push(
+        ScriptedResponse::tool_call("l1", "look", json!({"label": "a"})).then_tool_call(
+            "l1",
+            "look",
+            json!({"label": "b"}),
+        ),
+    );
+    mock.push(ScriptedResponse::text("Seen."));
+    let report = restate.run("dup", "Look twice.").await.expect("run");
+    assert_eq!(report["final_text"], "Seen.", "{report}");
+    let (_, state) = restate.call("dup", "state", None).await;
+    let messages = state["conversation"]["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    let calls: Vec<(String, String)> = messages[1]["content"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap_or("").to_owned(),
+                c["input"]["label"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let results = messages[2]["content"].as_array().expect("results");
+    for (id, label) in &calls {
+        let result = results
+            .iter()
+            .find(|r| r["tool_use_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("a result for {id}: {results:?}"));
+        assert_eq!(
+            result["content"],
+            format!("saw {label}"),
+            "{id}: {results:?}"
+        );
+    }
+    assert_ne!(
+        calls[0].0, calls[1].0,
+        "the machine renamed the repeated id"
+    );
 }
