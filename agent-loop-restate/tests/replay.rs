@@ -167,6 +167,24 @@ async fn an_edited_journal_does_not_replay() {
     assert_eq!(entry as usize, first_event);
 }
 
+/// Ids that cannot be SQL literals are refused before anything is asked of the server.
+#[tokio::test]
+async fn an_id_with_a_quote_or_backslash_is_refused() {
+    for id in ["inv_a'b", "inv_a\\b"] {
+        let error = RecordedRun::fetch("http://127.0.0.1:9", id)
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("cannot be an invocation id"),
+            "{error}"
+        );
+        let error = RecordedRun::fetch_last("http://127.0.0.1:9", id)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("cannot be"), "{error}");
+    }
+}
+
 /// A journal that is not a finished run's is refused with a reason.
 #[test]
 fn an_unfinished_or_foreign_journal_is_refused() {
