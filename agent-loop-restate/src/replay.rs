@@ -404,8 +404,8 @@ fn bytes_of(value: &Value) -> Option<Bytes> {
     Some(Bytes::from(out))
 }
 
-/// A result as `entry_json` writes it: `{"Success": bytes}`, `{"Failure": {...}}`, `"Void"`,
-/// `{"Value": bytes}`.
+/// A result as `entry_json` writes it: `{"Success": bytes}`, `{"Value": bytes}`,
+/// `{"Failure": {...}}`; `None` for `"Void"` (no value) and any other shape.
 fn result_of(value: &Value) -> Option<Result<Bytes, String>> {
     if let Some(bytes) = value.get("Success").or_else(|| value.get("Value")) {
         return bytes_of(bytes).map(Ok);
@@ -417,9 +417,7 @@ fn result_of(value: &Value) -> Option<Result<Bytes, String>> {
             .map_or_else(|| failure.to_string(), str::to_owned);
         return Some(Err(message));
     }
-    if value == "Void" {
-        return Some(Ok(Bytes::new()));
-    }
+    // `"Void"` (no value) and anything else.
     None
 }
 
@@ -766,14 +764,13 @@ impl Journal for ReplayJournal {
     }
 
     fn awakeable(&mut self) -> (String, ()) {
-        // Its id is what the run wrote next (the `approval/{call}` key).
+        // Its id is what the run wrote next (the `approval/{call}` key); if the run wrote
+        // something else next, that write's check says so.
         let id = match self.recorded.commands.front() {
             Some(Command {
-                kind: Kind::Set { key, value },
+                kind: Kind::Set { value, .. },
                 ..
-            }) if key.starts_with("approval/") => {
-                serde_json::from_slice::<String>(value).unwrap_or_default()
-            }
+            }) => serde_json::from_slice::<String>(value).unwrap_or_default(),
             _ => String::new(),
         };
         (id, ())
@@ -824,5 +821,74 @@ impl Journal for ReplayJournal {
             done(step);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn writes_match_as_bytes_or_as_the_same_json() {
+        assert!(same_json(b"{\"a\":1}", b"{\"a\":1}"));
+        assert!(same_json(b"{\"a\":1,\"b\":2}", b"{ \"b\": 2, \"a\": 1 }"));
+        assert!(!same_json(b"{\"a\":1}", b"{\"a\":2}"));
+        assert!(!same_json(b"not json", b"not json either"));
+    }
+
+    #[test]
+    fn results_read_in_each_shape() {
+        assert_eq!(
+            result_of(&json!({"Success": [104, 105]})),
+            Some(Ok(Bytes::from("hi")))
+        );
+        assert_eq!(
+            result_of(&json!({"Value": [104]})),
+            Some(Ok(Bytes::from("h")))
+        );
+        assert_eq!(
+            result_of(&json!({"Failure": {"code": 500, "message": "boom"}})),
+            Some(Err("boom".to_owned()))
+        );
+        assert_eq!(
+            result_of(&json!({"Failure": {"code": 500}})),
+            Some(Err(r#"{"code":500}"#.to_owned()))
+        );
+        assert_eq!(result_of(&json!("Void")), None);
+        assert_eq!(result_of(&json!({"Success": [256]})), None);
+        assert_eq!(bytes_of(&json!([1, -1])), None);
+    }
+
+    /// State read lazily (a completion after the command) counts like state read eagerly; a
+    /// key read as absent is absent.
+    #[test]
+    fn lazily_read_state_is_the_start_state() {
+        let count = json!([49]); // "1"
+        let message = serde_json::to_vec(&Message::user("hi")).unwrap();
+        let entries = vec![
+            json!({"Command": {"Input": {"payload": [34, 104, 34]}}}),
+            json!({"Command": {"GetLazyState": {"key": "messages", "completion_id": 1}}}),
+            json!({"Notification": {"Completion": {"GetLazyState": {"completion_id": 1, "result": {"Value": count}}}}}),
+            json!({"Command": {"GetLazyState": {"key": "system", "completion_id": 2}}}),
+            json!({"Notification": {"Completion": {"GetLazyState": {"completion_id": 2, "result": "Void"}}}}),
+            json!({"Command": {"GetLazyState": {"key": "message/0", "completion_id": 3}}}),
+            json!({"Notification": {"Completion": {"GetLazyState": {"completion_id": 3, "result": {"Value": message}}}}}),
+            json!({"Command": {"GetLazyState": {"key": "events", "completion_id": 4}}}),
+            json!({"Notification": {"Completion": {"GetLazyState": {"completion_id": 4, "result": {"Value": []}}}}}),
+            json!({"Command": {"Output": {"result": {"Success": [123, 125]}}}}),
+        ];
+        let recorded = Recorded::parse(&entries).expect("parses");
+        assert_eq!(recorded.input, "h");
+        assert!(recorded.read("system").is_none());
+        assert!(recorded.read("events").is_none());
+        let (conversation, legacy, events) = recorded.start_state().expect("start state");
+        assert_eq!(
+            conversation,
+            Some(Conversation::new(None, vec![Message::user("hi")]))
+        );
+        assert!(!legacy);
+        assert_eq!(events, 0);
     }
 }

@@ -14,6 +14,7 @@ use agent_loop::{
     AgentHooks, AnthropicClient, ContextConfig, Error, FnTool, HookAction, Message, ModelRequest,
     Summarizer, ToolCall, ToolContext, ToolDecision, ToolError, ToolRegistry,
 };
+use agent_loop_restate::replay::RecordedRun;
 use agent_loop_restate::DurableAgent;
 use common::*;
 use serde_json::{json, Value};
@@ -267,6 +268,23 @@ async fn compaction_summarizes_in_a_journaled_step() {
     );
     let (_, events) = restate.call("sum", "eventsSince", Some(json!(0))).await;
     assert!(events.to_string().contains("\"compacted\""), "{events}");
+    // The compacting run replays from its journal: the summary comes from it, the summarizer
+    // is not asked again.
+    let recorded = RecordedRun::fetch_last(&restate.admin, "sum")
+        .await
+        .expect("the journal");
+    let counted = calls.clone();
+    let agent = DurableAgent::new(mock_client(&mock), ToolRegistry::new()).configure(move |b| {
+        b.context_config(
+            ContextConfig::default()
+                .context_window(3000)
+                .output_reserve(500)
+                .keep_recent_turns(1),
+        )
+        .summarizer(Fixed(counted.clone()))
+    });
+    recorded.replay(&agent).await.expect("the same decisions");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -106,6 +106,34 @@ async fn recorded_sub_agent_call_and_retry_replay() {
             .retry_policy(agent_loop::RetryPolicy::default().max_retries(0))
     });
     let error = recorded("retry").replay(&impatient).await.unwrap_err();
+    // Two calls whose results came in the other order than the calls: fed as they came.
+    let parallel = recorded("parallel");
+    let results: Vec<&str> = parallel
+        .entries
+        .iter()
+        .filter(|e| {
+            e["Command"]["SetState"]["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("event/"))
+        })
+        .filter_map(|e| e["Command"]["SetState"]["value"].as_array())
+        .filter_map(|v| {
+            let text: Vec<u8> = v
+                .iter()
+                .filter_map(|b| b.as_u64())
+                .map(|b| b as u8)
+                .collect();
+            let text = String::from_utf8(text).ok()?;
+            text.contains("\"tool_result\"")
+                .then(|| if text.contains("did y") { "y" } else { "x" })
+        })
+        .collect();
+    assert_eq!(results, ["y", "x"]);
+    let report = parallel
+        .replay(&served_agent())
+        .await
+        .expect("the same decisions");
+    assert_eq!(report.final_text, "Both.");
     assert!(
         matches!(&error, ReplayError::Diverged { recorded, .. } if recorded.contains("\"retry\"")),
         "{error}"
@@ -298,7 +326,26 @@ async fn a_finished_run_is_recorded_and_replays() {
     mock.push(ScriptedResponse::text("Second time lucky."));
     let retried = restate.run("recretry", "Try.").await.expect("run");
     assert_eq!(retried["final_text"], "Second time lucky.");
-    for (session, file) in [("recsub", "helper"), ("recretry", "retry")] {
+    // And two calls run together, the second finishing first: the results are fed in the
+    // order they came.
+    mock.push(
+        ScriptedResponse::tool_call("p1", "step", json!({"label": "x"})).then_tool_call(
+            "p2",
+            "step",
+            json!({"label": "y"}),
+        ),
+    );
+    mock.push(ScriptedResponse::text("Both."));
+    hold(&tools.0, "x");
+    let both = restate.run("recpar", "Do x and y.");
+    wait_for_log(&tools.0, "done y recpar/p2", 1).await;
+    release(&tools.0, "x");
+    assert_eq!(both.await.expect("run")["final_text"], "Both.");
+    for (session, file) in [
+        ("recsub", "helper"),
+        ("recretry", "retry"),
+        ("recpar", "parallel"),
+    ] {
         let recorded = RecordedRun::fetch_last(&restate.admin, session)
             .await
             .expect("the journal is kept");
