@@ -607,6 +607,46 @@ mod tests {
         );
     }
 
+    /// Early results are recorded in the calls' order, not the order they finished in.
+    #[tokio::test]
+    async fn early_results_keep_the_calls_order() {
+        let b_done = Arc::new(tokio::sync::Notify::new());
+        let signal = b_done.clone();
+        let look = FnTool::new("look", "Looks.", move |input: serde_json::Value, _ctx| {
+            let b_done = signal.clone();
+            async move {
+                match input["label"].as_str() {
+                    // `a` finishes only after `b` has.
+                    Some("a") => b_done.notified().await,
+                    _ => b_done.notify_one(),
+                }
+                Ok::<_, ToolError>(format!("saw {}", input["label"]))
+            }
+        })
+        .read_only(true);
+        let early = EarlyCalls {
+            tools: ToolRegistry::new().with(look).expect("tools"),
+            policy: Arc::new(|_: &ToolCall| ApprovalRequest::Allow),
+            session: Arc::from("s"),
+        };
+        let client = Arc::new(ScriptedClient::new([ScriptedResponse::tool_call(
+            "l1",
+            "look",
+            json!({"label": "a"}),
+        )
+        .then_tool_call("l2", "look", json!({"label": "b"}))
+        .then_tool_call("l3", "look", json!({"label": "c"}))]));
+        let step = call_model(
+            client,
+            ModelRequest::new(vec![Message::user("go")]),
+            None,
+            Some(early),
+        )
+        .await;
+        let ids: Vec<&str> = step.early.iter().map(|s| s.result.id.as_str()).collect();
+        assert_eq!(ids, ["l1", "l2", "l3"]);
+    }
+
     #[tokio::test]
     async fn arguments_that_are_not_an_object_block_the_calls_after_them() {
         for bad in ["not json", "[1]"] {
