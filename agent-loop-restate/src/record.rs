@@ -2,13 +2,12 @@
 //! as the core's own serde types ([`LlmEvent`], [`LlmError`], [`ToolCallResult`]). Read back,
 //! each is equal to what the first run saw, so a replay feeds the machine the same inputs.
 
-use std::collections::HashMap;
 use std::mem::Discriminant;
 use std::sync::Arc;
 
 use agent_loop::{
-    AgentHooks, ExecOptions, HookAction, LlmClient, LlmError, LlmEvent, ModelRequest, ToolCall,
-    ToolCallResult, ToolRegistry,
+    AgentHooks, ExecOptions, HookAction, LlmClient, LlmError, LlmEvent, ModelRequest,
+    StreamAssembler, ToolCall, ToolCallResult, ToolRegistry,
 };
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
@@ -79,6 +78,50 @@ impl EarlyCalls {
     }
 }
 
+/// Which calls of a streaming response start early, by the machine's rule: a read-only call
+/// starts when its block closes with valid arguments, unless a call that is not read-only
+/// started before it; here also only when the policy allows it. The crate's assembler parses
+/// the arguments, as the machine's does; a response it refuses starts nothing more (the
+/// machine fails that response).
+struct EarlyStarts<'a> {
+    calls: &'a EarlyCalls,
+    assembler: StreamAssembler,
+    blocked: bool,
+}
+
+impl<'a> EarlyStarts<'a> {
+    fn new(calls: &'a EarlyCalls) -> Self {
+        EarlyStarts {
+            calls,
+            assembler: StreamAssembler::new(),
+            blocked: false,
+        }
+    }
+
+    /// The call to start now, after `event`.
+    fn on_event(&mut self, event: &LlmEvent) -> Option<ToolCall> {
+        if self.blocked {
+            return None;
+        }
+        if self.assembler.push(event).is_err() {
+            self.blocked = true;
+            return None;
+        }
+        match event {
+            LlmEvent::ToolCallStart { name, .. } => {
+                self.blocked = !self.calls.tools.is_read_only(name);
+                None
+            }
+            LlmEvent::BlockStop { index } => {
+                let (id, name, input) = self.assembler.completed_tool_call(*index)?;
+                let call = ToolCall::new(id, name, input.clone());
+                self.calls.allows(&call).then_some(call)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Calls the model once and records what it said. Never fails: an error is part of the
 /// record, for the machine to decide on (retry after a backoff, or end the run) exactly as
 /// in-process. The hook, when there is one, is asked first (its changes to the request are
@@ -103,9 +146,7 @@ pub(crate) async fn call_model(
             return step;
         }
     }
-    let mut blocks: HashMap<usize, ToolCall> = HashMap::new();
-    let mut arguments: HashMap<usize, String> = HashMap::new();
-    let mut blocked = false;
+    let mut starts = early.as_ref().map(EarlyStarts::new);
     let mut running = FuturesUnordered::new();
     // Early results as they finish, with their place among the calls started.
     let mut done: Vec<(usize, ToolStep)> = Vec::new();
@@ -126,45 +167,11 @@ pub(crate) async fn call_model(
                 break;
             }
         };
-        if let Some(early) = &early {
-            match &event {
-                LlmEvent::ToolCallStart { index, id, name } => {
-                    blocks.insert(
-                        *index,
-                        ToolCall::new(id.clone(), name.clone(), serde_json::Value::Null),
-                    );
-                }
-                LlmEvent::ToolCallDelta {
-                    index,
-                    partial_json,
-                } if blocks.contains_key(index) => {
-                    arguments.entry(*index).or_default().push_str(partial_json);
-                }
-                LlmEvent::BlockStop { index } => {
-                    if let Some(mut call) = blocks.remove(index) {
-                        let json = arguments.remove(index).unwrap_or_default();
-                        let input = if json.trim().is_empty() {
-                            Some(serde_json::json!({}))
-                        } else {
-                            serde_json::from_str::<serde_json::Value>(&json).ok()
-                        };
-                        match input {
-                            Some(input) if !blocked && input.is_object() => {
-                                call.input = input;
-                                if early.allows(&call) {
-                                    let order = running.len() + done.len();
-                                    let run =
-                                        run_tool(early.tools.clone(), early.session.clone(), call);
-                                    running.push(async move { (order, run.await) });
-                                } else if !early.tools.is_read_only(&call.name) {
-                                    blocked = true;
-                                }
-                            }
-                            _ => blocked = true,
-                        }
-                    }
-                }
-                _ => {}
+        if let Some(call) = starts.as_mut().and_then(|starts| starts.on_event(&event)) {
+            if let Some(early) = &early {
+                let order = running.len() + done.len();
+                let run = run_tool(early.tools.clone(), early.session.clone(), call);
+                running.push(async move { (order, run.await) });
             }
         }
         let stop = matches!(event, LlmEvent::MessageStop { .. });
@@ -648,7 +655,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn arguments_that_are_not_an_object_block_the_calls_after_them() {
+    async fn a_call_whose_arguments_are_not_an_object_does_not_start() {
         for bad in ["not json", "[1]"] {
             let step = step_of(
                 ScriptedResponse::tool_call_raw("l1", "look", bad).then_tool_call(
@@ -658,7 +665,13 @@ mod tests {
                 ),
             )
             .await;
-            assert!(step.early.is_empty(), "{bad}: {:?}", step.early);
+            // As the machine has it: the bad call is answered with an error later; the calls
+            // after it are not held back by it.
+            assert_eq!(
+                early_ran(&step),
+                [("l2".to_owned(), "saw a".to_owned())],
+                "{bad}"
+            );
         }
         // No arguments at all are an empty object: the call starts (and its tool says why it
         // fails).
@@ -668,27 +681,36 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn arguments_of_a_block_that_is_not_a_call_are_not_a_calls() {
-        // A stray delta on index 0 before the call on index 0 starts: not part of its input.
+    async fn a_response_the_assembler_refuses_starts_nothing_more() {
+        // A delta for a block that never started: the machine fails this response, so
+        // nothing after it starts early.
         let step = step_of(ScriptedResponse::from_events([
             LlmEvent::ToolCallDelta {
                 index: 0,
                 partial_json: "junk".into(),
             },
             LlmEvent::ToolCallStart {
-                index: 0,
+                index: 1,
                 id: "l1".into(),
                 name: "look".into(),
             },
             LlmEvent::ToolCallDelta {
-                index: 0,
+                index: 1,
                 partial_json: r#"{"label":"a"}"#.into(),
             },
-            LlmEvent::BlockStop { index: 0 },
+            LlmEvent::BlockStop { index: 1 },
             LlmEvent::MessageStop {
                 stop_reason: StopReason::ToolUse,
             },
         ]))
+        .await;
+        assert!(step.early.is_empty(), "{:?}", step.early);
+        // The same call without the stray delta starts.
+        let step = step_of(ScriptedResponse::tool_call(
+            "l1",
+            "look",
+            json!({"label": "a"}),
+        ))
         .await;
         assert_eq!(early_ran(&step), [("l1".to_owned(), "saw a".to_owned())]);
     }
