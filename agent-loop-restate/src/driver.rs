@@ -195,8 +195,6 @@ fn feed_tool(machine: &mut AgentMachine, epoch: Instant, step: ToolStep) {
 pub(crate) struct Saved {
     /// Bytes of `message/{n}`, for each saved message.
     sizes: Vec<usize>,
-    /// Bytes of the system prompt.
-    system: usize,
     /// Whether the state is in the earlier one-value format (its next save rewrites it).
     legacy: bool,
 }
@@ -206,9 +204,6 @@ impl Saved {
         let size = |m: &Message| serde_json::to_vec(m).map_or(0, |b| b.len());
         Saved {
             sizes: conversation.map_or_else(Vec::new, |c| c.messages.iter().map(size).collect()),
-            system: conversation
-                .and_then(|c| c.system.as_ref())
-                .map_or(0, String::len),
             legacy,
         }
     }
@@ -216,26 +211,27 @@ impl Saved {
 
 /// Carries out the machine's actions as journaled steps of one `run` invocation.
 pub(crate) struct Driver<'a, J> {
+    /// Its steps (read back by a replay, to see where it diverged).
     pub journal: J,
-    pub agent: &'a DurableAgent,
-    pub hooks: Option<Arc<dyn AgentHooks>>,
-    pub summarizer: Option<Arc<dyn Summarizer>>,
+    agent: &'a DurableAgent,
+    hooks: Option<Arc<dyn AgentHooks>>,
+    summarizer: Option<Arc<dyn Summarizer>>,
     /// Whether read-only calls start inside the model step.
-    pub early: bool,
-    pub session: Arc<str>,
+    early: bool,
+    session: Arc<str>,
     /// The agent's path from the served agent (empty: the served agent).
-    pub path: Vec<String>,
+    path: Vec<String>,
     /// Tokens the sub-agents' runs used (added to the run's report).
-    pub sub_usage: (u64, u64),
+    sub_usage: (u64, u64),
     /// Progress events recorded so far (the index of the next).
-    pub events: u64,
-    pub saved: Saved,
+    events: u64,
+    saved: Saved,
     /// Inputs to feed the machine, one at a time, when it has no action: a response's events
     /// (so that what it asks for midway, early calls, is done in between, as in-process).
-    pub pending: VecDeque<Input>,
+    pending: VecDeque<Input>,
     /// The calls the last model step ran early, by call id.
-    pub started_early: HashMap<String, ToolStep>,
-    pub epoch: Instant,
+    started_early: HashMap<String, ToolStep>,
+    epoch: Instant,
 }
 
 /// Why the run stopped listening to its own steps: Restate cancelled it (or failed a step for
@@ -668,8 +664,9 @@ impl<'a, J: Journal> Driver<'a, J> {
         let context = machine.context();
         let unsaved = context.unsaved();
         let messages = context.messages();
-        // A session of the earlier format is never marked saved (`DurableAgent::machine`), so
-        // its first save is whole.
+        // `whole`: never saved, restored, or a new system prompt (`set_system` marks it). A
+        // session of the earlier format is never marked saved (`DurableAgent::machine`), so its
+        // first save is whole.
         let whole = unsaved.whole;
         let from = if whole {
             0
@@ -693,7 +690,7 @@ impl<'a, J: Journal> Driver<'a, J> {
                 self.agent.max_state_bytes
             )));
         }
-        if whole || system != self.saved.system {
+        if whole {
             self.journal.set(SYSTEM, json(&context.system()));
         }
         let count = messages.len();
@@ -711,7 +708,6 @@ impl<'a, J: Journal> Driver<'a, J> {
             self.journal.clear(CONVERSATION);
             self.saved.legacy = false;
         }
-        self.saved.system = system;
         machine.mark_saved();
         Ok(())
     }
