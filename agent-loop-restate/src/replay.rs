@@ -266,23 +266,22 @@ impl RecordedRun {
             });
         }
         match (output, replayed) {
-            (Some(Ok(recorded)), Ok(replayed)) if recorded == replayed => {
+            (Ok(recorded), Ok(replayed)) if recorded == replayed => {
                 serde_json::from_value(replayed).map_err(|e| ReplayError::Failed(e.to_string()))
             }
             (recorded, replayed) => Err(ReplayError::Diverged {
                 entry: output_entry,
                 recorded: format!("the answer {}", show_result(&recorded)),
-                replayed: format!("the answer {}", show_result(&Some(replayed))),
+                replayed: format!("the answer {}", show_result(&replayed)),
             }),
         }
     }
 }
 
-fn show_result(result: &Option<Result<Value, String>>) -> String {
+fn show_result(result: &Result<Value, String>) -> String {
     match result {
-        None => "none".into(),
-        Some(Ok(value)) => short(&value.to_string()),
-        Some(Err(message)) => format!("error {message:?}"),
+        Ok(value) => short(&value.to_string()),
+        Err(message) => format!("error {message:?}"),
     }
 }
 
@@ -390,7 +389,7 @@ struct Recorded {
     path: Vec<String>,
     commands: VecDeque<Command>,
     signals: VecDeque<Bytes>,
-    output: Option<Result<Value, String>>,
+    output: Result<Value, String>,
     output_entry: u32,
 }
 
@@ -541,11 +540,9 @@ impl Recorded {
         let (path, input) = input.ok_or_else(|| {
             ReplayError::Unreadable("the journal has no input: not a run's journal".into())
         })?;
-        if output.is_none() {
-            return Err(ReplayError::Unreadable(
-                "the journal has no output: the run is not finished".into(),
-            ));
-        }
+        let output = output.ok_or_else(|| {
+            ReplayError::Unreadable("the journal has no output: the run is not finished".into())
+        })?;
         for (id, at) in &waiting {
             let result = results.remove(id);
             let order = call_order

@@ -373,18 +373,13 @@ async fn sigkill_inside_a_sub_agent_resumes_inside_it() {
     let Some((restate, mock, mut worker, tools)) = setup("sub_agent").await else {
         return;
     };
-    mock.push(ScriptedResponse::tool_call(
-        "h1",
-        "helper",
-        json!({"task": "Do step a."}),
-    ));
-    mock.push(ScriptedResponse::tool_call(
-        "c1",
-        "step",
-        json!({"label": "a"}),
-    ));
-    mock.push(ScriptedResponse::text("Step a is done."));
-    mock.push(ScriptedResponse::text("All done."));
+    mock.push(
+        ScriptedResponse::tool_call("h1", "helper", json!({"task": "Do step a."}))
+            .usage_tokens(100, 10),
+    );
+    mock.push(ScriptedResponse::tool_call("c1", "step", json!({"label": "a"})).usage_tokens(20, 2));
+    mock.push(ScriptedResponse::text("Step a is done.").usage_tokens(30, 3));
+    mock.push(ScriptedResponse::text("All done.").usage_tokens(200, 20));
     hold(&tools.0, "a");
     let run = restate.run("s9", "Have the helper do step a.");
 
@@ -398,6 +393,9 @@ async fn sigkill_inside_a_sub_agent_resumes_inside_it() {
     let report = run.await.expect("run task");
     assert_eq!(report["final_text"], "All done.", "{report}");
     assert_eq!(report["turns"], 2, "{report}");
+    // The sub-agent's tokens add to the caller's.
+    assert_eq!(report["input_tokens"], 100 + 20 + 30 + 200, "{report}");
+    assert_eq!(report["output_tokens"], 10 + 2 + 3 + 20, "{report}");
     // Four model calls, none twice: the caller's first, the sub-agent's two, the caller's last.
     let requests = mock.requests();
     assert_eq!(requests.len(), 4);

@@ -307,9 +307,11 @@ async fn tool_progress_reaches_the_progress_log_bounded() {
         return;
     };
     mock.push(ScriptedResponse::tool_call("p1", "chatty", json!({})));
-    mock.push(ScriptedResponse::text("Finished."));
+    // A long answer: its text event is cut at 4 KiB (the conversation keeps all of it).
+    let answer = format!("Finished. {}", "é".repeat(3000));
+    mock.push(ScriptedResponse::text(answer.clone()));
     let report = restate.run("chat", "Go.").await.expect("run");
-    assert_eq!(report["final_text"], "Finished.");
+    assert_eq!(report["final_text"], answer.as_str());
     let mut events = Vec::new();
     loop {
         let (_, page) = restate
