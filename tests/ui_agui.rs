@@ -1754,27 +1754,7 @@ async fn a_stateless_server_runs_on_the_clients_history() {
 fn the_runs_other_events_are_custom_events() {
     let out = encode_all(
         &mut AgUiEncoder::new("th", "r1"),
-        &[
-            AgentEvent::TurnStart { turn: 1 },
-            AgentEvent::TextDelta { text: "Par".into() },
-            AgentEvent::Fallback {
-                from: "big".into(),
-                to: "small".into(),
-                error: "overloaded".into(),
-            },
-            AgentEvent::Compacted {
-                tokens_before: 900,
-                tokens_after: 300,
-            },
-            AgentEvent::ToolProgress {
-                id: "c1".into(),
-                message: "halfway".into(),
-            },
-            AgentEvent::Handoff {
-                from: "triage".into(),
-                to: "billing".into(),
-            },
-        ],
+        &common::ui::run_status_events(),
     );
     let tail: Vec<Value> = out[out.len() - 5..]
         .iter()

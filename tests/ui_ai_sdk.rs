@@ -1631,30 +1631,7 @@ async fn the_encoder_says_when_it_is_finished() {
 #[test]
 fn the_runs_other_events_are_transient_data_parts() {
     let mut encoder = UiStreamEncoder::new();
-    let chunks = encode_all(
-        &mut encoder,
-        &[
-            AgentEvent::TurnStart { turn: 1 },
-            AgentEvent::TextDelta { text: "Par".into() },
-            AgentEvent::Fallback {
-                from: "big".into(),
-                to: "small".into(),
-                error: "overloaded".into(),
-            },
-            AgentEvent::Compacted {
-                tokens_before: 900,
-                tokens_after: 300,
-            },
-            AgentEvent::ToolProgress {
-                id: "c1".into(),
-                message: "halfway".into(),
-            },
-            AgentEvent::Handoff {
-                from: "triage".into(),
-                to: "billing".into(),
-            },
-        ],
-    );
+    let chunks = encode_all(&mut encoder, &common::ui::run_status_events());
     assert_eq!(
         shows(&chunks),
         [

@@ -91,3 +91,29 @@ pub fn any_json(
         ]
     })
 }
+
+/// A turn whose text a fallback voids, then a compaction, a tool's progress and a handoff: the
+/// run's own events both protocols carry as theirs (`CUSTOM` events, `data-*` parts).
+pub fn run_status_events() -> Vec<AgentEvent> {
+    vec![
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta { text: "Par".into() },
+        AgentEvent::Fallback {
+            from: "big".into(),
+            to: "small".into(),
+            error: "overloaded".into(),
+        },
+        AgentEvent::Compacted {
+            tokens_before: 900,
+            tokens_after: 300,
+        },
+        AgentEvent::ToolProgress {
+            id: "c1".into(),
+            message: "halfway".into(),
+        },
+        AgentEvent::Handoff {
+            from: "triage".into(),
+            to: "billing".into(),
+        },
+    ]
+}
