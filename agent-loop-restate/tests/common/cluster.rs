@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{free_port, server_or_skip, wait_until, TempDir};
+use super::{free_port, server_or_skip, wait_until, TempDir, RETRY_POLICY};
 
 /// How many nodes, and the log's (and partitions') replication factor.
 pub const NODES: usize = 3;
@@ -84,12 +84,7 @@ addresses = [{metadata}]
 [bifrost]
 default-provider = "replicated"
 
-[default-retry-policy]
-initial-interval = "20ms"
-exponentiation-factor = 2.0
-max-attempts = 10000
-on-max-attempts = "kill"
-max-interval = "200ms"
+{RETRY_POLICY}
 
 [admin]
 bind-address = "127.0.0.1:{admin}"

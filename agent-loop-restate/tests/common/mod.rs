@@ -45,6 +45,16 @@ impl Drop for TempDir {
     }
 }
 
+/// Restate's retry policy in the tests' servers: quick retries of a worker that is gone
+/// (production keeps the defaults).
+pub const RETRY_POLICY: &str = r#"[default-retry-policy]
+initial-interval = "20ms"
+exponentiation-factor = 2.0
+max-attempts = 10000
+on-max-attempts = "kill"
+max-interval = "200ms"
+"#;
+
 /// The restate-server binary `npm ci --prefix agent-loop-restate` installed.
 fn server_binary() -> Option<PathBuf> {
     let scope = Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules/@restatedev");
@@ -104,13 +114,7 @@ disable-prometheus = true
 rocksdb-total-memory-size = "256 MiB"
 bind-address = "127.0.0.1:{node}"
 advertised-address = "http://127.0.0.1:{node}/"
-[default-retry-policy]
-initial-interval = "20ms"
-exponentiation-factor = 2.0
-max-attempts = 10000
-on-max-attempts = "kill"
-max-interval = "200ms"
-[admin]
+{RETRY_POLICY}[admin]
 bind-address = "127.0.0.1:{admin}"
 disable-web-ui = true
 [ingress]
