@@ -177,6 +177,49 @@ pub enum SessionError {
         /// The version found, if the session exists.
         found: Option<u64>,
     },
+    /// Another agent's run holds the session (its lease, [`session::Lease`](crate::session::Lease),
+    /// runs until `until_ms`, milliseconds since the Unix epoch): this run did not start,
+    /// and nothing was sent or written. Try again when that run ends; if its process died,
+    /// the lease runs out by itself, or a host that knows ends it with
+    /// [`session::release_lease`](crate::session::release_lease).
+    #[error(
+        "session {session:?} is in use by another agent's run (holder {holder}, its lease \
+         runs until {until_ms} ms after the Unix epoch unless renewed): nothing was sent or \
+         written; try again when that run ends"
+    )]
+    Busy {
+        /// The session.
+        session: String,
+        /// The holding agent's id.
+        holder: String,
+        /// When its lease runs out unless renewed (milliseconds since the Unix epoch).
+        until_ms: u64,
+    },
+    /// An agent's run lost a race for its session: another writer appended to it while the
+    /// run went on, so the run's turn in flight was not saved, and the run stopped there.
+    /// What was saved is exact: the run's first `saved_turns` turns (each a whole turn, the
+    /// run's input with the first); nothing of the turn that ended the run, nor after it.
+    /// The agent reads the session afresh before its next run, so running again builds on
+    /// what the other writer stored and stores nothing twice. The run's events (and its
+    /// outcome's `final_text`) still hold what the lost turn said.
+    #[error(
+        "session {session:?} was changed by another writer during this run (found version \
+         {found}): {}; the agent reads the session again before its next run, so running \
+         again stores nothing twice",
+        match saved_turns {
+            0 => "nothing of this run was saved, not even its input".to_owned(),
+            1 => "the run's first turn was saved, the turn in flight was not".to_owned(),
+            n => format!("the run's first {n} turns were saved, the turn in flight was not"),
+        }
+    )]
+    RunOvertaken {
+        /// The session.
+        session: String,
+        /// How many of the run's turns were saved before the conflict.
+        saved_turns: u32,
+        /// The version the other writer left the session at.
+        found: u64,
+    },
     /// A stored entry cannot be read: not the JSON of an entry, a format newer than this
     /// build reads, or entries that do not fit together. The row is left as it is.
     #[error("session {session:?}, entry {version}: {message}")]
@@ -215,9 +258,13 @@ impl SessionError {
         }
     }
 
-    /// Whether another writer changed the session first ([`SessionError::Conflict`]).
+    /// Whether another writer changed the session first ([`SessionError::Conflict`], or
+    /// [`SessionError::RunOvertaken`] for an agent's run).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, SessionError::Conflict { .. })
+        matches!(
+            self,
+            SessionError::Conflict { .. } | SessionError::RunOvertaken { .. }
+        )
     }
 }
 

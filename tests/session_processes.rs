@@ -1,6 +1,7 @@
 //! Sessions across processes, on both database backends: a run paused in one process and
 //! resumed in another ends with the history of a run that never paused, and is resumed only
-//! once; a process killed between two turns leaves its session whole, and the next process
+//! once; a run holds its session against another process while it goes on; a process killed
+//! between two turns leaves its session whole, and once its lease is ended the next process
 //! goes on from it.
 //!
 //! The processes are this test binary run again (`child_process`, ignored unless a test
@@ -13,8 +14,8 @@ use std::sync::Arc;
 use agent_loop::session::{self, SessionStore, SqliteStore};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, ContextConfig, ContextManager, FnTool, Resolutions, RunOutcome, Termination,
-    ToolError,
+    Agent, AgentEvent, ContextConfig, ContextManager, FnTool, Resolutions, RunOutcome,
+    SessionError, Termination, ToolError,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -150,6 +151,38 @@ async fn child_process() {
 /// Runs this binary's `child_process` as `role` on `spec`'s session `id`; returns its result
 /// line. With `kill_at`, kills it once it prints that line.
 fn child(role: &str, spec: &str, id: &str, kill_at: Option<&str>) -> String {
+    let (process, line) = spawn_child(role, spec, id);
+    if kill_at.is_some_and(|at| line.starts_with(at)) {
+        kill(process);
+    } else {
+        let status = wait(process);
+        assert!(status.success(), "the {role} child failed: {status}");
+    }
+    line
+}
+
+/// A child still running, and the rest of its output.
+type Running = (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+);
+
+/// SIGKILLs a running child and reaps it.
+fn kill(mut process: Running) {
+    process.0.kill().expect("SIGKILL");
+    wait(process);
+}
+
+/// Waits for a child to end, reading the rest of its output (libtest's report) so that it
+/// never writes to a closed pipe.
+fn wait((mut process, lines): Running) -> std::process::ExitStatus {
+    lines.for_each(drop);
+    process.wait().expect("the child ends")
+}
+
+/// Starts this binary's `child_process` as `role` on `spec`'s session `id`, and reads its
+/// output up to its result line; the child may still be running.
+fn spawn_child(role: &str, spec: &str, id: &str) -> (Running, String) {
     let mut process = Command::new(std::env::current_exe().expect("the test binary"))
         .args([
             "child_process",
@@ -184,16 +217,7 @@ fn child(role: &str, spec: &str, id: &str, kill_at: Option<&str>) -> String {
         }
     }
     let line = found.unwrap_or_else(|| panic!("the {role} child printed no result"));
-    if kill_at.is_some_and(|at| line.starts_with(at)) {
-        process.kill().expect("SIGKILL");
-    }
-    // The rest of its output (libtest's report), so that it never writes to a closed pipe.
-    lines.for_each(drop);
-    let status = process.wait().expect("the child ends");
-    if kill_at.is_none() {
-        assert!(status.success(), "the {role} child failed: {status}");
-    }
-    line
+    ((process, lines), line)
 }
 
 /// The history of the run that never paused: the delete approved at once, in process.
@@ -230,11 +254,40 @@ async fn pause_here_resume_there(spec: &str) {
 
 async fn killed_between_turns(spec: &str) {
     let id = unique("killed");
-    let line = child("block", spec, &id, Some("BLOCKING"));
+    let (running, line) = spawn_child("block", spec, &id);
     assert_eq!(line, "BLOCKING");
-    // The first turn is in the session, whole; the second never ended.
     let store = open(spec).await;
+
+    // While the other process's run goes on (its second turn's tool), this one may not
+    // start a run on the session: refused at once, nothing asked, nothing written.
+    let before = session::load(&*store, &id).await.unwrap().unwrap();
+    let busy = |outcome: &RunOutcome| {
+        matches!(
+            &outcome.termination,
+            Termination::Error(agent_loop::Error::Session(SessionError::Busy { .. }))
+        )
+    };
+    let client = ScriptedClient::new([ScriptedResponse::text("Too soon.")]);
+    let mut early = builder(client.clone())
+        .session(store.clone(), id.clone())
+        .build()
+        .unwrap();
+    let refused = finish(early.run("Are you there?")).await;
+    assert!(busy(&refused), "{}", refused.termination);
+    assert!(client.requests().is_empty(), "the model was not asked");
+    let after = session::load(&*store, &id).await.unwrap().unwrap();
+    assert_eq!(after.version, before.version, "nothing was written");
+
+    // Killed: its lease holds until it runs out, or a host that knows ends it.
+    kill(running);
+    let refused = finish(early.run("Are you there?")).await;
+    assert!(busy(&refused), "{}", refused.termination);
+    let ended = session::release_lease(&*store, &id).await.unwrap();
+    assert!(ended.is_some(), "the dead process's lease");
+
+    // The first turn is in the session, whole; the second never ended.
     let kept = session::load(&*store, &id).await.unwrap().unwrap();
+    assert_eq!(kept.lease, None);
     let mut context = ContextManager::new(ContextConfig::default());
     context
         .restore(kept.conversation.clone())

@@ -26,6 +26,7 @@ use agent_loop::session::{
     self, MemoryStore, PostgresStore, SessionEntry, SessionStore, SqliteStore, StoredSession,
     ENTRY_FORMAT,
 };
+use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{ContentBlock, Message, Role, SessionError};
 use serde_json::json;
 
@@ -184,13 +185,16 @@ macro_rules! cases {
 }
 
 cases!(memory: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
-    racing_tasks_one_wins, delete);
+    racing_tasks_one_wins, delete, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
+    an_expired_lease_frees_the_session);
 cases!(sqlite: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
     racing_tasks_one_wins, delete, two_processes_lose_nothing, corrupt_rows, newer_schema,
-    opened_at_once);
+    opened_at_once, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
+    an_expired_lease_frees_the_session);
 cases!(postgres: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
     racing_tasks_one_wins, delete, two_processes_lose_nothing, corrupt_rows, newer_schema,
-    opened_at_once, broken_connection);
+    opened_at_once, broken_connection, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
+    an_expired_lease_frees_the_session);
 
 // ---------------------------------------------------------------------------------------
 // Entries
@@ -639,6 +643,7 @@ async fn corrupt_rows(backend: &Backend) {
     let store = backend.store().await;
     let good = messages(1, &["fine"]).encode();
     let format = i64::from(ENTRY_FORMAT);
+    let newer = format!("format {}", format + 1);
     let cases: [(&str, &str, i64, &str, &str); 4] = [
         (
             "not json",
@@ -654,13 +659,7 @@ async fn corrupt_rows(backend: &Backend) {
             r#"{"type":"teleport","to":"mars"}"#,
             "not a session entry",
         ),
-        (
-            "newer format",
-            "messages",
-            format + 1,
-            &good.body,
-            "format 2",
-        ),
+        ("newer format", "messages", format + 1, &good.body, &newer),
         ("no format", "messages", 0, &good.body, "format 0"),
     ];
     for (id, kind, format, body, says) in cases {
@@ -872,4 +871,378 @@ async fn broken_connection(backend: &Backend) {
             "{result:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Agents writing one session: a run holds it from its start to its end
+
+/// Where a run is held while a second writer tries the session.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Point {
+    /// The first model call made, nothing of its answer yet: the input is not saved.
+    BeforeAnswer,
+    /// The first answer half streamed.
+    MidStream,
+    /// The first turn's tool running.
+    MidTool,
+    /// The first turn saved; the second model call made, nothing of its answer yet.
+    NextTurn,
+}
+
+const POINTS: [Point; 4] = [
+    Point::BeforeAnswer,
+    Point::MidStream,
+    Point::MidTool,
+    Point::NextTurn,
+];
+
+/// A gate a run stops at: `reached` is signalled when it gets there, and it goes on once
+/// `open` gives it a permit.
+#[derive(Clone)]
+struct Gate {
+    reached: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            reached: Arc::default(),
+            open: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+}
+
+impl Gate {
+    async fn pass(&self) {
+        self.reached.notify_one();
+        let _ = self.open.acquire().await.expect("open").forget();
+    }
+}
+
+/// A scripted model held at `point` (the model-call points) until the gate opens.
+struct GatedModel {
+    inner: ScriptedClient,
+    point: Point,
+    gate: Gate,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl agent_loop::LlmClient for GatedModel {
+    fn stream<'a>(&'a self, request: &'a agent_loop::ModelRequest) -> agent_loop::LlmStream<'a> {
+        use futures::StreamExt;
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let hold_after = match (self.point, call) {
+            (Point::BeforeAnswer, 0) | (Point::NextTurn, 1) => Some(0),
+            (Point::MidStream, 0) => Some(2),
+            _ => None,
+        };
+        let inner = self.inner.stream(request);
+        let Some(after) = hold_after else {
+            return inner;
+        };
+        let gate = self.gate.clone();
+        Box::pin(futures::stream::unfold(
+            (inner, 0usize, gate),
+            move |(mut inner, seen, gate)| async move {
+                if seen == after {
+                    gate.pass().await;
+                }
+                let item = inner.next().await?;
+                Some((item, (inner, seen + 1, gate)))
+            },
+        ))
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+}
+
+/// The first writer's model: a tool call, then its answer.
+fn first_writer_script() -> Vec<ScriptedResponse> {
+    vec![
+        ScriptedResponse::text("Looking it up.").then_tool_call("c1", "lookup", json!({})),
+        ScriptedResponse::text("A's answer."),
+    ]
+}
+
+/// An agent on `store`'s session `id` with the tool `lookup`, held at `point` by `gate`;
+/// and its script, to add to.
+fn gated_agent(
+    store: Arc<dyn SessionStore>,
+    id: &str,
+    point: Point,
+    gate: &Gate,
+) -> (agent_loop::Agent, ScriptedClient) {
+    let script = ScriptedClient::new(first_writer_script());
+    let tool_gate = (point == Point::MidTool).then(|| gate.clone());
+    let lookup = agent_loop::FnTool::new(
+        "lookup",
+        "Looks something up.",
+        move |_: serde_json::Value, _ctx| {
+            let gate = tool_gate.clone();
+            async move {
+                if let Some(gate) = gate {
+                    gate.pass().await;
+                }
+                Ok::<_, agent_loop::ToolError>("found")
+            }
+        },
+    );
+    let model = GatedModel {
+        inner: script.clone(),
+        point,
+        gate: gate.clone(),
+        calls: Default::default(),
+    };
+    let agent = agent_loop::Agent::builder(model)
+        .tool(lookup)
+        .session(store, id)
+        .build()
+        .expect("an agent");
+    (agent, script)
+}
+
+/// A plain agent on the session, answering `answer`; and its model, to count requests.
+fn plain_agent(
+    store: Arc<dyn SessionStore>,
+    id: &str,
+    answer: &str,
+) -> (agent_loop::Agent, ScriptedClient) {
+    let client = ScriptedClient::new([ScriptedResponse::text(answer)]);
+    let agent = agent_loop::Agent::builder(client.clone())
+        .session(store, id)
+        .build()
+        .expect("an agent");
+    (agent, client)
+}
+
+async fn outcome(
+    stream: impl futures::Stream<Item = agent_loop::AgentEvent>,
+) -> agent_loop::RunOutcome {
+    use futures::StreamExt;
+    let events: Vec<_> = stream.collect().await;
+    match events.last() {
+        Some(agent_loop::AgentEvent::Finished(outcome)) => outcome.clone(),
+        other => panic!("no Finished: {other:?}"),
+    }
+}
+
+fn session_error(outcome: &agent_loop::RunOutcome) -> Option<&SessionError> {
+    match &outcome.termination {
+        agent_loop::Termination::Error(agent_loop::Error::Session(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// How many user messages of the stored session say `text`.
+fn said(conversation: &Conversation, text: &str) -> usize {
+    conversation
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter(|b| matches!(b, ContentBlock::Text { text: t, .. } if t.contains(text)))
+        .count()
+}
+
+/// A session with one finished exchange in it.
+async fn seeded(backend: &Backend, id: &str) -> Arc<dyn SessionStore> {
+    let store = backend.store().await;
+    let (mut seed, _) = plain_agent(store.clone(), id, "Hello.");
+    let done = outcome(seed.run("Hi")).await;
+    assert_eq!(done.termination, agent_loop::Termination::Completed);
+    store
+}
+
+/// At every point of a turn, a second agent's run on the session is refused before it asks
+/// its model or writes anything; the first run's turns are saved whole; once it ends, the
+/// second goes on from it, and nothing is stored half, merged or twice.
+async fn one_run_at_a_time(backend: &Backend) {
+    for point in POINTS {
+        let id = unique(&format!("{point:?}"));
+        let store = seeded(backend, &id).await;
+        let gate = Gate::default();
+        let (mut first, _) = gated_agent(store.clone(), &id, point, &gate);
+        let running = tokio::spawn(outcome(first.run("A's question")));
+        gate.reached.notified().await;
+
+        let before = session::load(&*store, &id).await.unwrap().unwrap();
+        assert!(
+            before.lease.is_some(),
+            "{point:?}: the run holds the session"
+        );
+        let saved = if point == Point::NextTurn { 5 } else { 2 };
+        assert_eq!(
+            before.conversation.messages.len(),
+            saved,
+            "{point:?}: only whole turns are stored"
+        );
+
+        let (mut second, second_model) = plain_agent(backend.store().await, &id, "B's answer.");
+        let refused = outcome(second.run("B's question")).await;
+        assert!(
+            matches!(session_error(&refused), Some(SessionError::Busy { .. })),
+            "{point:?}: {}",
+            refused.termination
+        );
+        assert!(
+            refused
+                .termination
+                .to_string()
+                .contains("nothing was sent or written"),
+            "{}",
+            refused.termination
+        );
+        assert!(
+            second_model.requests().is_empty(),
+            "{point:?}: no model call"
+        );
+        let unchanged = session::load(&*store, &id).await.unwrap().unwrap();
+        assert_eq!(
+            unchanged.version, before.version,
+            "{point:?}: nothing written"
+        );
+
+        gate.open.add_permits(1);
+        let done = running.await.unwrap();
+        assert_eq!(
+            done.termination,
+            agent_loop::Termination::Completed,
+            "{point:?}"
+        );
+        let after_first = session::load(&*store, &id).await.unwrap().unwrap();
+        assert_eq!(
+            after_first.lease, None,
+            "{point:?}: released at the run's end"
+        );
+        assert_eq!(
+            after_first.conversation.messages,
+            first.messages().to_vec(),
+            "{point:?}: the whole run is stored"
+        );
+        assert_eq!(said(&after_first.conversation, "B's question"), 0);
+
+        let again = outcome(second.run("B's question")).await;
+        assert_eq!(
+            again.termination,
+            agent_loop::Termination::Completed,
+            "{point:?}"
+        );
+        let last = session::load(&*store, &id).await.unwrap().unwrap();
+        assert_eq!(last.conversation.messages.len(), 8, "{point:?}");
+        assert_eq!(said(&last.conversation, "A's question"), 1, "{point:?}");
+        assert_eq!(said(&last.conversation, "B's question"), 1, "{point:?}");
+        assert_eq!(last.conversation.messages[6].text(), "B's question");
+        agent_loop::ContextManager::new(agent_loop::ContextConfig::default())
+            .restore(last.conversation.clone())
+            .unwrap_or_else(|e| panic!("{point:?}: {e}"));
+    }
+}
+
+/// When another writer gets in anyway (here a host ends the run's lease, as one that ran
+/// out would), compare-and-swap decides: the overtaken run stops at its next save, says
+/// which of its turns were saved, keeps the other writer's turn intact, and a run again
+/// reads the session afresh and stores nothing twice.
+async fn an_overtaken_run_says_what_it_saved(backend: &Backend) {
+    for (point, saved_turns) in [(Point::MidTool, 0), (Point::NextTurn, 1)] {
+        let id = unique(&format!("overtaken_{point:?}"));
+        let store = seeded(backend, &id).await;
+        let gate = Gate::default();
+        let (mut first, model) = gated_agent(store.clone(), &id, point, &gate);
+        let running = tokio::spawn(outcome(first.run("A's question")));
+        gate.reached.notified().await;
+
+        let ended = session::release_lease(&*store, &id).await.unwrap();
+        assert!(ended.is_some(), "{point:?}");
+        let (mut second, _) = plain_agent(backend.store().await, &id, "B's answer.");
+        let went = outcome(second.run("B's question")).await;
+        assert_eq!(went.termination, agent_loop::Termination::Completed);
+        let theirs = session::load(&*store, &id).await.unwrap().unwrap();
+
+        gate.open.add_permits(1);
+        let lost = running.await.unwrap();
+        match session_error(&lost) {
+            Some(SessionError::RunOvertaken {
+                saved_turns: n,
+                found,
+                ..
+            }) => {
+                assert_eq!(*n, saved_turns, "{point:?}");
+                assert_eq!(*found, theirs.version, "{point:?}");
+            }
+            other => panic!("{point:?}: {other:?} ({})", lost.termination),
+        }
+        let message = lost.termination.to_string();
+        let expected = if saved_turns == 0 {
+            "nothing of this run was saved"
+        } else {
+            "the run's first turn was saved, the turn in flight was not"
+        };
+        assert!(message.contains(expected), "{message}");
+        if point == Point::NextTurn {
+            // What the lost turn said is still the host's.
+            assert_eq!(lost.final_text, "A's answer.");
+        }
+        let kept = session::load(&*store, &id).await.unwrap().unwrap();
+        assert_eq!(
+            kept.version, theirs.version,
+            "{point:?}: nothing more written"
+        );
+        assert_eq!(kept.conversation, theirs.conversation);
+
+        // The same agent runs again: it reads the session afresh and builds on it as it
+        // stands, so no message is stored twice.
+        model.push(ScriptedResponse::text("A again."));
+        let retried = outcome(first.run("A's question, again")).await;
+        assert_eq!(retried.termination, agent_loop::Termination::Completed);
+        let last = session::load(&*store, &id).await.unwrap().unwrap();
+        assert_eq!(said(&last.conversation, "B's question"), 1, "{point:?}");
+        assert_eq!(said(&last.conversation, "A's question, again"), 1);
+        assert_eq!(
+            said(&last.conversation, "A's question"),
+            saved_turns as usize + 1
+        );
+        agent_loop::ContextManager::new(agent_loop::ContextConfig::default())
+            .restore(last.conversation.clone())
+            .unwrap_or_else(|e| panic!("{point:?}: {e}"));
+    }
+}
+
+/// A lease that ran out (its holder died without ending it) holds nothing; one that has
+/// not is honoured whoever wrote it; a release of another holder's lease changes nothing.
+async fn an_expired_lease_frees_the_session(backend: &Backend) {
+    let id = unique("expired");
+    let store = seeded(backend, &id).await;
+    let at = session::load(&*store, &id).await.unwrap().unwrap().version;
+    let dead = SessionEntry::Lease {
+        holder: "a process that died".into(),
+        until_ms: session::now_ms() - 1,
+    };
+    store.append(&id, at, &[dead]).await.unwrap();
+    let loaded = session::load(&*store, &id).await.unwrap().unwrap();
+    assert_eq!(
+        loaded.lease.as_ref().map(|l| l.holder.as_str()),
+        Some("a process that died")
+    );
+    let (mut agent, _) = plain_agent(store.clone(), &id, "Back.");
+    let done = outcome(agent.run("Anyone?")).await;
+    assert_eq!(done.termination, agent_loop::Termination::Completed);
+
+    let at = session::load(&*store, &id).await.unwrap().unwrap().version;
+    let live = SessionEntry::Lease {
+        holder: "a live process".into(),
+        until_ms: session::now_ms() + 3_600_000,
+    };
+    let other = SessionEntry::Released {
+        holder: "someone else".into(),
+    };
+    store.append(&id, at, &[live, other]).await.unwrap();
+    let (mut agent, model) = plain_agent(store.clone(), &id, "Too soon.");
+    let refused = outcome(agent.run("Anyone?")).await;
+    match session_error(&refused) {
+        Some(SessionError::Busy { holder, .. }) => assert_eq!(holder, "a live process"),
+        other => panic!("{other:?}"),
+    }
+    assert!(model.requests().is_empty());
 }

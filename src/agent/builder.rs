@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +50,7 @@ pub struct AgentBuilder {
     summarizer: Option<Option<Arc<dyn Summarizer>>>,
     cancel: CancellationToken,
     session: Option<SessionLink>,
+    session_lease: Option<Duration>,
     handoffs: Vec<Handoff>,
     /// The fallbacks' clients, in the order of `config.fallbacks`.
     fallbacks: Vec<Arc<dyn LlmClient>>,
@@ -82,6 +84,7 @@ impl AgentBuilder {
             summarizer: None,
             cancel: CancellationToken::new(),
             session: None,
+            session_lease: None,
             handoffs: Vec::new(),
             fallbacks: Vec::new(),
             max_depth: DEFAULT_MAX_DEPTH,
@@ -423,16 +426,37 @@ impl AgentBuilder {
     }
 
     /// Keeps the conversation in `store` as the session `id`, on its own: the agent loads it
-    /// before its first run (or at [`Agent::load_session`]), and appends what each turn
-    /// added, and a pause, as they happen. Another process with the same store and id picks
-    /// the session up where it stands, paused runs included. Two agents writing one session
-    /// at once: the first write wins, the other's run ends with a
-    /// [`SessionError::Conflict`](crate::SessionError::Conflict), and nothing is lost.
+    /// before its first run (or at [`Agent::load_session`]), and appends each turn whole
+    /// when it ends (the run's input with its first turn), and a pause, in one append each.
+    /// Another process with the same store and id picks the session up where it stands,
+    /// paused runs included.
+    ///
+    /// One run at a time: a run holds its session with a lease from its start to its end,
+    /// renewed with every turn it saves. Another agent that starts a run on the session
+    /// meanwhile is refused at once with [`SessionError::Busy`](crate::SessionError::Busy):
+    /// nothing is sent to its model and nothing is written. A process that died leaves its
+    /// lease until the lease runs out (two minutes after its last saved turn, by default:
+    /// [`session_lease`](Self::session_lease)), or until a host ends it with
+    /// [`session::release_lease`](crate::session::release_lease). Should two writers still
+    /// meet (a lease that ran out under a long turn), compare-and-swap decides: the loser's
+    /// run ends with [`SessionError::RunOvertaken`](crate::SessionError::RunOvertaken),
+    /// which says which of its turns were saved; nothing is stored half or twice.
     pub fn session(mut self, store: Arc<dyn SessionStore>, id: impl Into<String>) -> Self {
-        self.session = Some(SessionLink {
-            store,
-            id: id.into(),
-        });
+        let mut link = SessionLink::new(store, id.into());
+        link.lease = self.session_lease.unwrap_or(link.lease);
+        self.session = Some(link);
+        self
+    }
+
+    /// How long a run's lease on its [session](Self::session) lasts past its start and each
+    /// saved turn (default two minutes): how long a session stays held after its process
+    /// died. Make it longer than a turn (a model call and its tools) takes; a lease that runs
+    /// out under a turn lets another agent in, and this run then fails at its next save.
+    pub fn session_lease(mut self, lease: Duration) -> Self {
+        self.session_lease = Some(lease);
+        if let Some(link) = self.session.as_mut() {
+            link.lease = lease;
+        }
         self
     }
 

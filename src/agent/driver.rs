@@ -24,8 +24,7 @@ use super::hooks::{AgentHooks, HookAction};
 use super::io::Io;
 use super::machine::{Action, AgentMachine, Input};
 use super::member::Member;
-use super::pause::PausedRun;
-use super::persist::{self, SessionLink};
+use super::persist::{self, SessionLink, Tail};
 use super::shared::{lock, Shared};
 use super::start::{self, Start};
 use super::team::SubAgentLink;
@@ -65,6 +64,10 @@ pub(super) struct Driver {
     depth: u32,
     max_depth: u32,
     limiter: Option<RateLimiter>,
+    /// How many of the run's turns reached the session.
+    turns_saved: u32,
+    /// Why a save failed, once one did: nothing more is saved, and the run ends with it.
+    save_failed: Option<SessionError>,
 }
 
 impl Drop for Driver {
@@ -114,6 +117,8 @@ impl Driver {
             depth: agent.depth,
             max_depth: agent.max_depth,
             limiter: agent.limiter.clone(),
+            turns_saved: 0,
+            save_failed: None,
         }
     }
 
@@ -164,8 +169,8 @@ impl Driver {
                     .await
             }
         }
-        // The run's input is kept before anything else happens.
-        self.save(None).await;
+        // Nothing is saved before the first turn ends: the run's input reaches the session
+        // with the turn that answers it, so no other writer ever loads half a turn.
         let mut io = Io::new();
         loop {
             while let Some(action) = self.machine.as_mut().and_then(AgentMachine::poll) {
@@ -200,18 +205,34 @@ impl Driver {
     }
 
     /// Saves what the conversation gained (and the pause) to the session, if the agent has
-    /// one; a failure stops the run (nothing unsaved goes on).
-    async fn save(&mut self, pause: Option<&PausedRun>) -> Option<SessionError> {
+    /// one, in one append: a whole turn (the run's input with the first), or the run's end.
+    /// A failure stops the run (nothing unsaved goes on). When another writer got there
+    /// first, the error says which of the run's turns were saved, and the agent reads the
+    /// session afresh before its next run.
+    async fn save(&mut self, tail: Tail<'_>) -> Option<SessionError> {
+        if self.save_failed.is_some() {
+            return self.save_failed.clone();
+        }
         let (Some(link), Some(machine)) = (&self.session, self.machine.as_mut()) else {
             return None;
         };
-        let error = persist::save(link, &self.shared, machine.context_mut(), pause)
+        let mut error = persist::save(link, &self.shared, machine.context_mut(), tail)
             .await
             .err()?;
+        if let SessionError::Conflict { found, .. } = error {
+            // What this agent holds is not the session any more: read it again next run.
+            lock(&self.shared).session_version = None;
+            error = SessionError::RunOvertaken {
+                session: link.id.clone(),
+                saved_turns: self.turns_saved,
+                found: found.unwrap_or(0),
+            };
+        }
         tracing::error!(%error, session = %link.id, "saving the session failed; the run stops");
         if !machine.is_finished() {
             machine.handle(Input::Abort(error.clone().into()), now());
         }
+        self.save_failed = Some(error.clone());
         Some(error)
     }
 
@@ -279,7 +300,9 @@ impl Driver {
         self.emit(event).await;
         if turn_end {
             self.publish();
-            self.save(None).await;
+            if self.session.is_some() && self.save(Tail::Renew).await.is_none() {
+                self.turns_saved += 1;
+            }
         }
         if !self.told_cancel && self.cancel.is_cancelled() {
             self.told_cancel = true;
@@ -364,12 +387,12 @@ impl Driver {
     async fn finish(&mut self, mut outcome: RunOutcome) {
         if let Termination::Paused(paused) = &outcome.termination {
             lock(&self.shared).paused = Some((**paused).clone());
-            if let Some(error) = self.save(Some(paused)).await {
+            if let Some(error) = self.save(Tail::Pause(paused)).await {
                 // Not kept in the session: the host learns it; the pause stays with the
                 // agent ([`Agent::paused`]).
                 outcome.termination = Termination::Error(error.into());
             }
-        } else if let Some(error) = self.save(None).await {
+        } else if let Some(error) = self.save(Tail::Release).await {
             if !matches!(outcome.termination, Termination::Error(_)) {
                 outcome.termination = Termination::Error(error.into());
             }

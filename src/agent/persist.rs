@@ -1,9 +1,20 @@
-//! An agent's session: loading the conversation from its store, saving what each turn added,
-//! and claiming a pause before resuming it. The driver calls these; the store decides
-//! nothing but compare-and-swap.
+//! An agent's session: loading the conversation from its store, taking the run's lease,
+//! saving each turn whole (and the run's end, which releases the lease), and claiming a
+//! pause before resuming it. The driver calls these; the store decides nothing but
+//! compare-and-swap.
+//!
+//! A run holds its session with a lease ([`SessionEntry::Lease`]) from its start to its
+//! end, renewed with every turn it saves: another agent loading the session meanwhile
+//! refuses to start ([`SessionError::Busy`]) instead of building on a run in flight. A
+//! holder that died frees the session when its lease runs out (or a host ends it with
+//! [`session::release_lease`]). Compare-and-swap stays the guarantee underneath: a run whose
+//! lease ran out while another writer took over fails at its next save, having lost no
+//! saved turn and written no half one.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::context::ContextManager;
 use crate::error::{Error, ResumeError, SessionError};
@@ -12,11 +23,54 @@ use crate::session::{self, SessionEntry, SessionStore};
 use super::pause::PausedRun;
 use super::shared::{lock, Shared};
 
+/// How long a run's lease on its session lasts unless renewed (each saved turn renews it):
+/// how long a session stays held after its process died.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(120);
+
 /// The store an agent keeps its conversation in, and the session's id.
 #[derive(Clone)]
 pub(crate) struct SessionLink {
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) id: String,
+    /// The agent's id as a lease holder: unique per agent, per process.
+    pub(crate) holder: String,
+    /// How long a lease lasts unless renewed.
+    pub(crate) lease: Duration,
+}
+
+impl SessionLink {
+    /// A link to session `id` in `store`, for a new agent.
+    pub(crate) fn new(store: Arc<dyn SessionStore>, id: String) -> Self {
+        static AGENTS: AtomicU64 = AtomicU64::new(0);
+        let holder = format!(
+            "{}-{}-{}",
+            std::process::id(),
+            session::now_ms(),
+            AGENTS.fetch_add(1, Ordering::Relaxed)
+        );
+        SessionLink {
+            store,
+            id,
+            holder,
+            lease: DEFAULT_LEASE,
+        }
+    }
+
+    /// The lease entry that holds the session for one more lease period from now.
+    fn lease_entry(&self) -> SessionEntry {
+        let ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+        SessionEntry::Lease {
+            holder: self.holder.clone(),
+            until_ms: session::now_ms().saturating_add(ms),
+        }
+    }
+
+    /// The entry that ends this agent's lease.
+    fn released(&self) -> SessionEntry {
+        SessionEntry::Released {
+            holder: self.holder.clone(),
+        }
+    }
 }
 
 impl fmt::Debug for SessionLink {
@@ -24,8 +78,20 @@ impl fmt::Debug for SessionLink {
         f.debug_struct("SessionLink")
             .field("store", &self.store)
             .field("id", &self.id)
+            .field("holder", &self.holder)
+            .field("lease", &self.lease)
             .finish()
     }
+}
+
+/// What a save ends with, after the messages.
+pub(crate) enum Tail<'a> {
+    /// The run goes on: its lease is renewed.
+    Renew,
+    /// The run ended: its lease is released.
+    Release,
+    /// The run paused: the pause, then the lease released.
+    Pause(&'a PausedRun),
 }
 
 /// Loads the session into `context`, unless it is loaded already: its conversation (the
@@ -39,7 +105,9 @@ pub(crate) async fn open(
         return Ok(());
     }
     let Some(session) = session::load(&*link.store, &link.id).await? else {
-        lock(shared).session_version = Some(0);
+        let mut shared = lock(shared);
+        shared.session_version = Some(0);
+        shared.session_lease = None;
         return Ok(());
     };
     let corrupt = |message: String| SessionError::corrupt(&link.id, session.version, message);
@@ -61,16 +129,55 @@ pub(crate) async fn open(
     }
     let mut shared = lock(shared);
     shared.session_version = Some(session.version);
+    shared.session_lease = session.lease;
     shared.paused = paused;
     Ok(())
 }
 
-/// Appends what changed in `context` since it was last saved, and `pause` if given.
+/// Takes the session's lease for a run about to start, loading the session first when it
+/// was not. Refused with [`SessionError::Busy`] while another agent's lease holds; another
+/// writer between the load and the take is read again, once.
+pub(crate) async fn acquire(
+    link: &SessionLink,
+    shared: &Mutex<Shared>,
+    context: &mut ContextManager,
+) -> Result<(), Error> {
+    if lock(shared).session_lease.is_some() {
+        // Another agent held the session when it was last read: read it again, it may be
+        // free now.
+        lock(shared).session_version = None;
+    }
+    for attempt in 0..2 {
+        open(link, shared, context).await?;
+        let held = lock(shared).session_lease.clone();
+        if let Some(lease) = held {
+            if lease.holder != link.holder && lease.holds_at(session::now_ms()) {
+                return Err(SessionError::Busy {
+                    session: link.id.clone(),
+                    holder: lease.holder,
+                    until_ms: lease.until_ms,
+                }
+                .into());
+            }
+        }
+        match save(link, shared, context, Tail::Renew).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() && attempt == 0 => {
+                // Another writer got there first: read the session again and look.
+                lock(shared).session_version = None;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Appends what changed in `context` since it was last saved, then `tail`, in one append.
 pub(crate) async fn save(
     link: &SessionLink,
     shared: &Mutex<Shared>,
     context: &mut ContextManager,
-    pause: Option<&PausedRun>,
+    tail: Tail<'_>,
 ) -> Result<(), SessionError> {
     let version = lock(shared).session_version.unwrap_or(0);
     let unsaved = context.unsaved();
@@ -87,23 +194,28 @@ pub(crate) async fn save(
             });
         }
     }
-    if let Some(pause) = pause {
-        entries.push(SessionEntry::Paused {
-            pause: pause.id().to_owned(),
-            state: pause.state_json(),
-        });
-    }
-    if entries.is_empty() {
-        return Ok(());
+    match tail {
+        Tail::Renew => entries.push(link.lease_entry()),
+        Tail::Release => entries.push(link.released()),
+        Tail::Pause(pause) => {
+            entries.push(SessionEntry::Paused {
+                pause: pause.id().to_owned(),
+                state: pause.state_json(),
+            });
+            entries.push(link.released());
+        }
     }
     let version = link.store.append(&link.id, version, &entries).await?;
-    lock(shared).session_version = Some(version);
+    let mut shared = lock(shared);
+    shared.session_version = Some(version);
+    shared.session_lease = None;
     context.mark_saved();
     Ok(())
 }
 
-/// Takes up the pause `paused` in the session, before anything of it runs: refused when the
-/// session does not wait in it, or another process took it up first. Returns whether the
+/// Takes up the pause `paused` in the session, before anything of it runs, with the run's
+/// lease: refused when the session does not wait in it, another process took it up first,
+/// or another agent's run holds the session. Returns whether the
 /// paused run's conversation is the session's (then nothing of it needs saving again).
 pub(crate) async fn claim(
     link: &SessionLink,
@@ -123,13 +235,28 @@ pub(crate) async fn claim(
             _ => return Err(already().into()),
         }
     };
+    if let Some(lease) = lock(shared).session_lease.clone() {
+        if lease.holder != link.holder && lease.holds_at(session::now_ms()) {
+            return Err(SessionError::Busy {
+                session: link.id.clone(),
+                holder: lease.holder,
+                until_ms: lease.until_ms,
+            }
+            .into());
+        }
+    }
     let resumed = SessionEntry::Resumed {
         pause: paused.id().to_owned(),
     };
-    match link.store.append(&link.id, version, &[resumed]).await {
+    match link
+        .store
+        .append(&link.id, version, &[resumed, link.lease_entry()])
+        .await
+    {
         Ok(version) => {
             let mut shared = lock(shared);
             shared.session_version = Some(version);
+            shared.session_lease = None;
             shared.paused = None;
             Ok(same)
         }

@@ -21,6 +21,9 @@ pub(crate) struct Shared {
     /// The version of the agent's session as it last read or wrote it; `None` until it is
     /// loaded (or with no session).
     pub(crate) session_version: Option<u64>,
+    /// The lease another agent held on the session when it was last loaded (`None` once
+    /// this agent wrote: its own write ends any lease it was allowed to pass).
+    pub(crate) session_lease: Option<crate::session::Lease>,
 }
 
 impl Shared {
@@ -32,6 +35,7 @@ impl Shared {
             paused: None,
             ran: false,
             session_version: None,
+            session_lease: None,
         }
     }
 

@@ -41,7 +41,13 @@ pub(super) async fn machine(
     now: Instant,
 ) -> Result<AgentMachine, (Error, ContextManager)> {
     if let Some(link) = session {
-        if let Err(e) = persist::open(link, shared, &mut context).await {
+        // A new run holds the session from its start; a resume takes it when it claims
+        // the pause, once its answers were checked.
+        let opened = match start {
+            Start::Run { .. } => persist::acquire(link, shared, &mut context).await,
+            Start::Resume { .. } => persist::open(link, shared, &mut context).await,
+        };
+        if let Err(e) = opened {
             return Err((e, context));
         }
     }

@@ -3,12 +3,16 @@
 //!
 //! A session is an append-only log of [`SessionEntry`]s, each with a version: its place in
 //! the log (1 for the first). An agent given a store and a session id
-//! ([`AgentBuilder::session`](crate::AgentBuilder::session)) appends to it on its own: after
-//! every turn the messages that turn added, at a pause the run's state. Nothing is
-//! rewritten, so a turn costs what it adds; a compaction records the messages it replaced
-//! as a new entry. Every append names the version it builds on and is refused with
-//! [`SessionError::Conflict`] when another writer got there first (compare-and-swap), so two
-//! writers never both win and nothing is lost or stored twice.
+//! ([`AgentBuilder::session`](crate::AgentBuilder::session)) appends to it on its own, one
+//! append per step: when a run starts, its [lease](SessionEntry::Lease); when a turn ends,
+//! that whole turn (the run's input with the first) and the lease renewed; when the run
+//! ends or pauses, what is left, the pause, and the lease released. No other writer ever
+//! sees half a turn, and no other agent starts a run on a session while a lease holds it
+//! ([`SessionError::Busy`]). Nothing is rewritten, so a turn costs what it adds; a
+//! compaction records the messages it replaced as a new entry. Every append names the
+//! version it builds on and is refused with [`SessionError::Conflict`] when another writer
+//! got there first (compare-and-swap), so two writers never both win and nothing is lost
+//! or stored twice.
 //!
 //! Backends: [`MemoryStore`] (in-process, for tests), `SqliteStore` (cargo feature `sqlite`,
 //! the embedded default: a file path is all it needs) and `PostgresStore` (cargo feature
@@ -59,8 +63,11 @@ pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-/// The format of the entries this build writes (and the newest it reads).
-pub const ENTRY_FORMAT: u32 = 1;
+/// The newest format of the entries this build writes and reads. Entries of the four first
+/// kinds are written in format 1; a [lease](SessionEntry::Lease) and its
+/// [release](SessionEntry::Released) in format 2, so that a build older than leases refuses
+/// them clearly instead of ignoring a run in flight.
+pub const ENTRY_FORMAT: u32 = 2;
 
 /// One record of a session's log.
 ///
@@ -101,6 +108,44 @@ pub enum SessionEntry {
         /// The pause's id.
         pause: String,
     },
+    /// A run of the agent `holder` holds the session until `until_ms` (milliseconds since
+    /// the Unix epoch): no other agent starts a run on it before then. Taken when a run
+    /// starts, renewed with every turn it saves, ended by [`Released`](Self::Released).
+    Lease {
+        /// The holding agent's id (unique per agent, per process).
+        holder: String,
+        /// When the lease runs out, if not renewed or released first.
+        until_ms: u64,
+    },
+    /// The lease of `holder` ended: its run finished (or a host broke it with
+    /// [`release_lease`]).
+    Released {
+        /// The agent that held the lease.
+        holder: String,
+    },
+}
+
+/// A run's hold on a session ([`SessionEntry::Lease`]), as loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holding agent's id.
+    pub holder: String,
+    /// When the lease runs out (milliseconds since the Unix epoch).
+    pub until_ms: u64,
+}
+
+impl Lease {
+    /// Whether the lease still holds at `now_ms` (milliseconds since the Unix epoch).
+    pub fn holds_at(&self, now_ms: u64) -> bool {
+        now_ms < self.until_ms
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch, as leases count time.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// An entry as a store keeps it ([`SessionEntry::encode`]).
@@ -123,6 +168,16 @@ impl SessionEntry {
             SessionEntry::Messages { .. } => "messages",
             SessionEntry::Paused { .. } => "paused",
             SessionEntry::Resumed { .. } => "resumed",
+            SessionEntry::Lease { .. } => "lease",
+            SessionEntry::Released { .. } => "released",
+        }
+    }
+
+    /// The format this entry is written in: 1, or 2 for the lease entries.
+    fn format(&self) -> u32 {
+        match self {
+            SessionEntry::Lease { .. } | SessionEntry::Released { .. } => 2,
+            _ => 1,
         }
     }
 
@@ -130,7 +185,7 @@ impl SessionEntry {
     pub fn encode(&self) -> EncodedEntry {
         EncodedEntry {
             kind: self.kind(),
-            format: ENTRY_FORMAT,
+            format: self.format(),
             // Every field is a string, a number or JSON: serializing cannot fail.
             body: serde_json::to_string(self).unwrap_or_default(),
         }
@@ -179,6 +234,9 @@ pub struct Session {
     /// The pause it waits in: its id and state (`None` when it was resumed, or the
     /// conversation went on without it).
     pub pause: Option<(String, serde_json::Value)>,
+    /// The last lease taken on it and not released, if any: a run in flight, unless it ran
+    /// out ([`Lease::holds_at`]).
+    pub lease: Option<Lease>,
 }
 
 impl StoredSession {
@@ -200,8 +258,22 @@ impl StoredSession {
             None => return Err(corrupt(self.version, "the session's entries are missing")),
         };
         let mut pause = None;
+        let mut lease = None;
         for (version, entry) in entries {
-            pause = None;
+            match entry {
+                // A lease changes who may write, not what the session holds.
+                SessionEntry::Lease { holder, until_ms } => {
+                    lease = Some(Lease { holder, until_ms });
+                    continue;
+                }
+                SessionEntry::Released { holder } => {
+                    if lease.as_ref().is_some_and(|l| l.holder == holder) {
+                        lease = None;
+                    }
+                    continue;
+                }
+                _ => pause = None,
+            }
             match entry {
                 SessionEntry::Conversation { conversation: c } => conversation = c,
                 SessionEntry::Messages { start, messages } => {
@@ -216,7 +288,9 @@ impl StoredSession {
                     conversation.messages.extend(messages);
                 }
                 SessionEntry::Paused { pause: id, state } => pause = Some((id, state)),
-                SessionEntry::Resumed { .. } => {}
+                SessionEntry::Resumed { .. }
+                | SessionEntry::Lease { .. }
+                | SessionEntry::Released { .. } => {}
             }
         }
         Ok(Session {
@@ -224,6 +298,7 @@ impl StoredSession {
             version: self.version,
             conversation,
             pause,
+            lease,
         })
     }
 }
@@ -237,6 +312,28 @@ pub async fn load(
         Some(stored) => stored.into_session(session).map(Some),
         None => Ok(None),
     }
+}
+
+/// Ends the lease a run holds on `session`, whoever holds it, so that another agent can
+/// run on it at once: for a host that knows the holder is gone (its process died) and will
+/// not wait for the lease to run out. Returns the lease it ended, or `None` when none held.
+/// A run still going on under that lease is not stopped: it fails at its next save (another
+/// writer got there first), having saved every turn it ended before.
+pub async fn release_lease(
+    store: &dyn SessionStore,
+    session: &str,
+) -> Result<Option<Lease>, SessionError> {
+    let Some(loaded) = load(store, session).await? else {
+        return Ok(None);
+    };
+    let Some(lease) = loaded.lease else {
+        return Ok(None);
+    };
+    let released = SessionEntry::Released {
+        holder: lease.holder.clone(),
+    };
+    store.append(session, loaded.version, &[released]).await?;
+    Ok(Some(lease))
 }
 
 /// Where sessions are kept: an append-only log per session id, written with
@@ -396,6 +493,67 @@ mod tests {
     }
 
     #[test]
+    fn leases_are_held_until_their_holder_releases_them_and_keep_the_pause() {
+        let lease = |holder: &str, until_ms| SessionEntry::Lease {
+            holder: holder.into(),
+            until_ms,
+        };
+        let released = |holder: &str| SessionEntry::Released {
+            holder: holder.into(),
+        };
+        let replay = |entries: Vec<SessionEntry>| {
+            let mut all = vec![SessionEntry::Conversation {
+                conversation: Conversation::default(),
+            }];
+            all.extend(entries);
+            StoredSession {
+                version: all.len() as u64,
+                entries: (1..).zip(all).collect(),
+            }
+            .into_session("s")
+            .unwrap()
+        };
+        let held = replay(vec![lease("a", 10), messages(0, &["q"]), lease("a", 20)]);
+        assert_eq!(
+            held.lease,
+            Some(Lease {
+                holder: "a".into(),
+                until_ms: 20
+            })
+        );
+        assert_eq!(held.conversation.messages.len(), 1);
+        let held = held.lease.unwrap();
+        assert!(held.holds_at(19));
+        assert!(!held.holds_at(20));
+        // Only its holder's release ends a lease.
+        let other = replay(vec![lease("a", 10), released("b")]);
+        assert_eq!(other.lease.map(|l| l.holder).as_deref(), Some("a"));
+        let paused = replay(vec![
+            lease("a", 10),
+            SessionEntry::Paused {
+                pause: "p".into(),
+                state: serde_json::json!({}),
+            },
+            released("a"),
+        ]);
+        assert_eq!(paused.lease, None);
+        assert_eq!(paused.pause.map(|p| p.0).as_deref(), Some("p"));
+        // A lease taken over a pause leaves it waiting until the run writes.
+        let taken = replay(vec![
+            SessionEntry::Paused {
+                pause: "p".into(),
+                state: serde_json::json!({}),
+            },
+            lease("b", 10),
+        ]);
+        assert!(taken.pause.is_some());
+        // Written in format 2, so a build before leases refuses them clearly.
+        assert_eq!(lease("a", 1).encode().format, 2);
+        assert_eq!(released("a").encode().kind, "released");
+        assert_eq!(messages(0, &[]).encode().format, 1);
+    }
+
+    #[test]
     fn entries_that_do_not_fit_together_are_corrupt() {
         let no_start = StoredSession {
             version: 1,
@@ -435,8 +593,8 @@ mod tests {
             SessionEntry::decode("s", 1, encoded.format.into(), &encoded.body).unwrap(),
             entry
         );
-        let newer = SessionEntry::decode("s", 7, 2, &encoded.body).unwrap_err();
-        assert!(newer.to_string().contains("format 2"), "{newer}");
+        let newer = SessionEntry::decode("s", 7, 3, &encoded.body).unwrap_err();
+        assert!(newer.to_string().contains("format 3"), "{newer}");
         assert!(SessionEntry::decode("s", 7, 0, &encoded.body).is_err());
         for garbage in ["", "{", "[]", r#"{"type":"nope"}"#, "\u{0}"] {
             let err = SessionEntry::decode("s", 3, 1, garbage).unwrap_err();
