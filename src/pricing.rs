@@ -255,7 +255,9 @@ impl fmt::Display for Cost {
 /// `-`, `@` or `:` (so `claude-sonnet-4-5-20250929` and `gpt-4o-2024-08-06` find
 /// `claude-sonnet-4-5` and `gpt-4o`, and `gpt-4o-mini` finds its own entry); a
 /// `provider/` prefix (`anthropic/claude-…`, as LiteLLM names models) is ignored, and so are
-/// a Bedrock model id's inference profile and vendor (`us.anthropic.claude-…-v1:0`).
+/// a Bedrock model id's inference profile and vendor (`us.anthropic.claude-…-v1:0`). A name
+/// that matches nothing is tried once more with the dots of its version numbers as dashes,
+/// as OpenRouter writes them (`anthropic/claude-sonnet-4.5` finds `claude-sonnet-4-5`).
 ///
 /// ```
 /// use agent_loop::{ModelPrice, Pricing};
@@ -321,6 +323,11 @@ impl Pricing {
 
     /// A model's price (see the type's docs for how names match).
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
+        self.lookup(model)
+            .or_else(|| self.lookup(&versions_with_dashes(model)?))
+    }
+
+    fn lookup(&self, model: &str) -> Option<&ModelPrice> {
         let model = model.split_once('/').map_or(model, |(_, rest)| rest);
         if let Some(price) = self.prices.get(model) {
             return Some(price);
@@ -347,6 +354,27 @@ impl Pricing {
             None => Cost::unpriced(),
         }
     }
+}
+
+/// `model` with every `.` between two digits made a `-` (`claude-sonnet-4.5` →
+/// `claude-sonnet-4-5`); `None` when it has none.
+fn versions_with_dashes(model: &str) -> Option<String> {
+    let bytes = model.as_bytes();
+    let dotted = |i: usize| {
+        bytes[i] == b'.'
+            && i > 0
+            && bytes[i - 1].is_ascii_digit()
+            && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+    };
+    if !(0..bytes.len()).any(dotted) {
+        return None;
+    }
+    Some(
+        model
+            .char_indices()
+            .map(|(i, c)| if dotted(i) { '-' } else { c })
+            .collect(),
+    )
 }
 
 /// A Bedrock model id without its cross-region inference profile (`us.`, `eu.`, `global.` …)
@@ -508,6 +536,26 @@ mod tests {
         assert_eq!(price(""), None);
         assert_eq!(price("/"), None);
         assert_eq!(price("-"), None);
+    }
+
+    #[test]
+    fn dotted_version_numbers_find_the_dashed_entry() {
+        let pricing = Pricing::empty()
+            .with("claude-sonnet-4-5", ModelPrice::per_million(3.0, 15.0))
+            .with("gpt-4.1", ModelPrice::per_million(2.0, 8.0));
+        let price = |m: &str| pricing.price(m).map(|p| p.output);
+        let sonnet = Some(Usd::from_dollars(15.0));
+        assert_eq!(price("anthropic/claude-sonnet-4.5"), sonnet);
+        assert_eq!(price("claude-sonnet-4.5"), sonnet);
+        assert_eq!(price("claude-sonnet-4.5-20250929"), sonnet);
+        // An entry with dots is found as it is, and dashes are never made dots.
+        assert_eq!(price("gpt-4.1"), Some(Usd::from_dollars(8.0)));
+        assert_eq!(price("gpt-4-1"), None);
+        assert_eq!(versions_with_dashes("a.b"), None);
+        assert_eq!(versions_with_dashes(".5"), None);
+        assert_eq!(versions_with_dashes("4."), None);
+        assert_eq!(versions_with_dashes("v1.2.3").as_deref(), Some("v1-2-3"));
+        assert_eq!(versions_with_dashes("é4.5").as_deref(), Some("é4-5"));
     }
 
     #[test]

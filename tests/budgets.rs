@@ -162,6 +162,58 @@ async fn a_model_with_no_known_price_is_never_free() {
     );
 }
 
+/// A response that names a model with no known price (a proxy's alias, a test double's
+/// name) is priced at the model the request asked for: the budget never stops counting.
+#[tokio::test]
+async fn a_response_naming_an_unpriced_model_counts_at_the_requested_price() {
+    // Each call: 20,000 tokens in at $1 and 100 out at $2 per million = $0.0202.
+    let per_call = dollars(0.0202);
+    let call = |named: Option<&str>| {
+        let response = ScriptedResponse::tool_call("c1", "echo", json!({"text": "x"}))
+            .usage_tokens(20_000, 100);
+        match named {
+            Some(model) => response.model(model),
+            None => response,
+        }
+    };
+    let client = Arc::new(
+        ScriptedClient::new([
+            call(Some("scripted-model")),
+            call(Some("anthropic/an-alias-with-no-price")),
+            call(None),
+            call(Some("scripted-model")),
+            call(Some("scripted-model")),
+        ])
+        .with_model("m"),
+    );
+    let mut agent = builder(client.clone()).cost_budget(0.05).build().unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    // Two calls fit in $0.05: the third could cost $0.025 more (its 20,000-token history at
+    // the cache-write price, and its max_tokens) with $0.0404 spent. Priced as free, all
+    // five went through.
+    assert_eq!(client.requests().len(), 2, "{}", outcome.termination);
+    assert!(
+        matches!(outcome.termination, Termination::CostBudget { .. }),
+        "{}",
+        outcome.termination
+    );
+    assert_eq!(turn_costs(&events), [per_call, per_call]);
+    assert_eq!(outcome.cost.unpriced_calls, 0);
+    assert_eq!(outcome.cost, dollars(0.0404));
+}
+
+/// The test doubles answer as the model the request asked for, as a provider does.
+#[tokio::test]
+async fn the_scripted_client_names_the_requested_model() {
+    let client = Arc::new(
+        ScriptedClient::new([ScriptedResponse::text("hi").usage_tokens(1_000, 0)]).with_model("m"),
+    );
+    let mut agent = builder(client).build().unwrap();
+    let (events, outcome) = run(&mut agent, "go").await;
+    assert_eq!(turn_costs(&events), [dollars(0.001)]);
+    assert_eq!(outcome.cost.known(), Some(Usd::from_dollars(0.001)));
+}
+
 #[tokio::test]
 async fn the_token_budget_stops_the_run_before_a_call_that_could_cross_it() {
     let tokens = first_request_tokens("go");

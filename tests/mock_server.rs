@@ -43,7 +43,8 @@ async fn scripted_client_plays_in_order_and_records_requests() {
         vec![
             LlmEvent::MessageStart {
                 id: "msg_scripted".into(),
-                model: "scripted-model".into()
+                // The model asked for (the client's): a scripted response names it.
+                model: "scripted".into()
             },
             LlmEvent::ThinkingDelta {
                 index: 0,

@@ -318,6 +318,16 @@ impl AgentBuilder {
     /// [`Termination::CostBudget`](crate::Termination::CostBudget) and the figures. A model with no known price cannot be
     /// kept within a budget: `build` refuses it, and a run that would call one (after a
     /// handoff) ends with an error saying so.
+    ///
+    /// A call is priced at the model its response names when that model has a price (a
+    /// dated snapshot of the one asked for), else at the price of the model the request
+    /// asked for: a response naming a model with no known price (a proxy's alias such as
+    /// OpenRouter's `anthropic/claude-sonnet-4.5` when unlisted, a test double) still
+    /// counts at the requested model's price, so a budget never stops counting. Names are
+    /// matched leniently: a provider prefix (`anthropic/…`, `openai/…`), Bedrock's
+    /// inference-profile and vendor prefixes and version suffix
+    /// (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`), dated snapshots, and dots in
+    /// version numbers (`claude-sonnet-4.5`) all find the model's price.
     pub fn cost_budget(mut self, dollars: f64) -> Self {
         self.config.cost_budget = Some(Usd::from_dollars(dollars));
         self

@@ -1128,14 +1128,18 @@ impl AgentMachine {
             .unwrap_or(&self.config.client_model)
     }
 
-    /// The model a call is priced at: the one its response named, else the one asked for.
+    /// What a call cost: at the price of the model its response named (a dated snapshot of
+    /// the model asked for, say), else at the asked model's. A name with no known price (a
+    /// proxy's alias, a test double's) never makes a call free: a budget never stops
+    /// counting.
     fn cost_of(&self, named: &str, usage: &Usage) -> Cost {
-        let model = if named.is_empty() {
-            self.asked_model()
-        } else {
+        let pricing = &self.config.pricing;
+        let model = if pricing.price(named).is_some() {
             named
+        } else {
+            self.asked_model()
         };
-        self.config.pricing.cost(model, usage)
+        pricing.cost(model, usage)
     }
 
     /// What the budgets say of the next model call: its counted request and `max_tokens`,

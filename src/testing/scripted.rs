@@ -35,7 +35,8 @@ use crate::provider::{LlmClient, LlmEvent, LlmStream, ModelRequest};
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptedResponse {
     pub(crate) id: String,
-    pub(crate) model: String,
+    /// The model named in `MessageStart`; `None`: the model the request asked for.
+    pub(crate) model: Option<String>,
     pub(crate) steps: Vec<Step>,
     pub(crate) usage: Option<Usage>,
     pub(crate) stop_reason: Option<StopReason>,
@@ -97,7 +98,7 @@ impl Default for ScriptedResponse {
     fn default() -> Self {
         ScriptedResponse {
             id: "msg_scripted".to_owned(),
-            model: "scripted-model".to_owned(),
+            model: None,
             steps: Vec::new(),
             usage: None,
             stop_reason: None,
@@ -315,10 +316,17 @@ impl ScriptedResponse {
         self
     }
 
-    /// Sets the model name sent in `MessageStart`.
+    /// Sets the model name sent in `MessageStart`. Without it the response names the model
+    /// the request asked for (the client's, for [`ScriptedClient`]), as a provider does, so
+    /// a run's cost is priced at that model.
     pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.model = model.into();
+        self.model = Some(model.into());
         self
+    }
+
+    /// The model this response names: its own, else `requested`.
+    pub(crate) fn model_or<'a>(&'a self, requested: &'a str) -> &'a str {
+        self.model.as_deref().unwrap_or(requested)
     }
 
     /// The stop reason this response reports when it completes.
@@ -342,13 +350,14 @@ impl ScriptedResponse {
         split_chars(text, self.chunk_chars)
     }
 
-    /// The stream items of this response, in order, with pauses.
-    pub(crate) fn script(&self) -> VecDeque<Play> {
+    /// The stream items of this response to a request for `requested`, in order, with
+    /// pauses.
+    pub(crate) fn script(&self, requested: &str) -> VecDeque<Play> {
         let mut out = VecDeque::new();
         if self.preamble {
             out.push_back(Play::Item(Ok(LlmEvent::MessageStart {
                 id: self.id.clone(),
-                model: self.model.clone(),
+                model: self.model_or(requested).to_owned(),
             })));
         }
         let mut index = 0usize;
@@ -594,7 +603,14 @@ impl ScriptedClient {
                 .push(format!("request #{number}: {violation}"));
         }
         match state.script.pop_front() {
-            Some(response) => response.script(),
+            Some(response) => {
+                let requested = match (&request.model, self.model.as_str()) {
+                    (Some(model), _) => model.as_str(),
+                    (None, "") => "scripted-model",
+                    (None, own) => own,
+                };
+                response.script(requested)
+            }
             None => {
                 let message = format!(
                     "ScriptedClient: the script ran out: request #{number} has no scripted \

@@ -100,7 +100,7 @@ pub(crate) fn encode(format: WireFormat, response: &ScriptedResponse) -> (Vec<Se
     if response.preamble {
         events.push(LlmEvent::MessageStart {
             id: response.id.clone(),
-            model: response.model.clone(),
+            model: response.model_or("scripted-model").to_owned(),
         });
     }
     let mut index = 0usize;
