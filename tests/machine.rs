@@ -402,14 +402,22 @@ fn cancel_while_tools_run_answers_every_call_and_leaves_a_valid_history() {
     drain(&mut m);
     m.handle(done("c1", "act", "ok"), now);
     drain(&mut m);
-    m.handle(Input::Cancel, now);
+    // Cancelled 3 s after the calls started: the cut call reports how long it ran, and the
+    // turn ends as interrupted, not with the model's `tool_use`.
+    m.handle(Input::Cancel, now + Duration::from_secs(3));
     let actions = drain(&mut m);
     assert!(actions.iter().any(|a| matches!(a, Action::AbortTools)));
     let evs = events(&actions);
     assert!(
-        matches!(evs[0], AgentEvent::ToolResult { id, is_error: true, content, .. } if id == "c2" && content == "cancelled")
+        matches!(evs[0], AgentEvent::ToolResult { id, is_error: true, content, duration, .. } if id == "c2" && content == "cancelled" && *duration == Duration::from_secs(3)),
+        "{:?}",
+        evs[0]
     );
-    assert!(matches!(evs[1], AgentEvent::TurnEnd { .. }));
+    assert!(
+        matches!(evs[1], AgentEvent::TurnEnd { stop_reason: StopReason::Other(r), .. } if r == "interrupted"),
+        "{:?}",
+        evs[1]
+    );
     assert_eq!(
         outcome(&actions).map(|o| &o.termination),
         Some(&Termination::Cancelled)

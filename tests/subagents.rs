@@ -553,7 +553,8 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
             "{:?}",
             server.history_violations()
         );
-        // The handoff is reported after its call's result, before its turn ends.
+        // The handoff is reported between turns: after the turn that asked for it ends (as
+        // the old agent's), before the new agent's turn starts.
         let kinds: Vec<&str> = events
             .iter()
             .map(|e| match e {
@@ -564,7 +565,7 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
             })
             .filter(|k| !k.is_empty())
             .collect();
-        assert_eq!(kinds, ["result", "handoff", "end", "result", "end", "end"]);
+        assert_eq!(kinds, ["result", "end", "handoff", "result", "end", "end"]);
         assert!(events.contains(&AgentEvent::Handoff {
             from: "triage".into(),
             to: "billing".into()

@@ -57,8 +57,9 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 ///   their path starts with: at every level of nesting the grammar holds. A sub-agent's run
 ///   cut short by its call's end (cancelled, timed out) is closed as a cancelled run closes,
 ///   before that `ToolResult`.
-/// - A [`Handoff`](AgentEvent::Handoff) comes after the `ToolResult` of the call that asked
-///   for it and before its turn's `TurnEnd`: the next turn is the new agent's.
+/// - A [`Handoff`](AgentEvent::Handoff) comes between turns: after the `TurnEnd` of the turn
+///   whose call asked for it (that turn was the old agent's), before the next `TurnStart`
+///   (the new agent's). `run := (turn Handoff?)* Finished`.
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///

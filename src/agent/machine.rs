@@ -528,6 +528,9 @@ pub struct AgentMachine {
     root_system: Option<Option<String>>,
     /// The instant of the input being handled (the latest given).
     now: Option<Instant>,
+    /// When each call of the turn that the driver was told to run started, by id: a call
+    /// answered without its result (cancelled, abandoned) reports how long it ran.
+    started: HashMap<String, Instant>,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
     /// The latest rate-limit figures a response reported.
@@ -591,6 +594,7 @@ impl AgentMachine {
             retired: Vec::new(),
             root_system: None,
             now: None,
+            started: HashMap::new(),
             ignored: None,
             rate_limits: None,
         }
@@ -1327,7 +1331,7 @@ impl AgentMachine {
                     if verdict == ToolDecision::Allow && !self.needs_approval(&call.name) {
                         self.emit_call(&call);
                         attempt.early.start(&call);
-                        self.out.push_back(Action::RunTools(vec![call]));
+                        self.run_tools(vec![call]);
                     }
                 }
                 State::ModelCall(attempt)
@@ -1494,7 +1498,10 @@ impl AgentMachine {
         for (id, name) in early.started {
             let result = match done.remove(&id) {
                 Some(result) => result,
-                None => ToolCallResult::new(id, name, why, true, Duration::ZERO),
+                None => {
+                    let ran_for = self.ran_for(&id);
+                    ToolCallResult::new(id, name, why, true, ran_for)
+                }
             };
             self.emit_result(&result);
             given.insert(result.id.clone(), result);
@@ -1590,14 +1597,40 @@ impl AgentMachine {
     }
 
     fn end_turn(&mut self, response: &ModelResponse) {
+        self.end_turn_as(response, response.stop_reason.clone());
+    }
+
+    /// Ends the turn of `response` with `stop_reason` (the response's, or
+    /// [`INTERRUPTED_STOP`] for a turn cut short after its response came).
+    fn end_turn_as(&mut self, response: &ModelResponse, stop_reason: StopReason) {
+        self.started.clear();
         if let Some(turn) = self.open_turn.take() {
             let cost = std::mem::take(&mut self.turn_cost);
             self.emit(AgentEvent::TurnEnd {
                 turn,
-                stop_reason: response.stop_reason.clone(),
+                stop_reason,
                 usage: response.usage,
                 cost,
             });
+        }
+    }
+
+    /// Tells the driver to run `calls`, noting when they started.
+    fn run_tools(&mut self, calls: Vec<ToolCall>) {
+        if let Some(now) = self.now {
+            for call in &calls {
+                self.started.insert(call.id.clone(), now);
+            }
+        }
+        self.out.push_back(Action::RunTools(calls));
+    }
+
+    /// How long the call `id` has run: from its start to the input being handled (zero for
+    /// a call that never started).
+    fn ran_for(&self, id: &str) -> Duration {
+        match (self.started.get(id), self.now) {
+            (Some(&start), Some(now)) => now.saturating_duration_since(start),
+            _ => Duration::ZERO,
         }
     }
 
@@ -1818,7 +1851,7 @@ impl AgentMachine {
                 }
             }
             if !calls.is_empty() {
-                self.out.push_back(Action::RunTools(calls));
+                self.run_tools(calls);
             }
         }
         if batch.unanswered == 0 {
@@ -1952,12 +1985,13 @@ impl AgentMachine {
         );
         self.context
             .push_tool_results(results.iter().map(ToolCallResult::to_block).collect());
+        // The turn ends as the agent that ran it; the handoff comes between turns.
+        self.end_turn(&response);
         if let (Some(target), None) = (handoff, &stop) {
             if let Err(e) = self.hand_off(target) {
                 return self.finish(Termination::Error(e));
             }
         }
-        self.end_turn(&response);
         if let Some(stop) = stop {
             return self.finish(stop);
         }
@@ -1979,12 +2013,13 @@ impl AgentMachine {
             batch.announced[i] = true;
             self.emit_call(&call);
         }
+        // A call that never ran took no time; one cut short (cancelled) ran until now.
         let result = ToolCallResult::new(
             call.id.clone(),
             call.name.clone(),
             message,
             is_error,
-            Duration::ZERO,
+            self.ran_for(&call.id),
         );
         self.emit_result(&result);
         batch.set_result(i, result);
@@ -2268,7 +2303,8 @@ impl AgentMachine {
                     .map(ToolCallResult::to_block)
                     .collect();
                 self.context.push_tool_results(blocks);
-                self.end_turn(&response);
+                // The model asked for tools; the turn was cut short while they ran.
+                self.end_turn_as(&response, StopReason::Other(INTERRUPTED_STOP.to_owned()));
             }
             State::Idle | State::Summarizing | State::Backoff(_) | State::NextTurn => {}
         }

@@ -1,7 +1,7 @@
 //! The event grammar of a run (DESIGN.md), checked on a run's events.
 //!
 //! ```text
-//! run  := turn* Finished
+//! run  := (turn Handoff?)* Finished
 //! turn := TurnStart (Retry | Fallback | RateLimits | TextDelta | ThinkingDelta
 //!                    | ToolCallStart | ToolInputDelta | Compacted | call-event)* TurnEnd
 //! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
@@ -118,6 +118,17 @@ fn run_violation(events: &[AgentEvent]) -> Option<String> {
                     return Some(format!("{at}: TurnEnd before the result of {id}"));
                 }
                 in_turn = None;
+            }
+            AgentEvent::Handoff { .. } => {
+                if in_turn.is_some() {
+                    return Some(format!("{at}: a Handoff inside a turn"));
+                }
+                if !matches!(
+                    events.get(i.wrapping_sub(1)),
+                    Some(AgentEvent::TurnEnd { .. })
+                ) {
+                    return Some(format!("{at}: a Handoff not right after a TurnEnd"));
+                }
             }
             other => {
                 if in_turn.is_none() {
