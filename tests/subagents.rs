@@ -939,3 +939,76 @@ async fn a_run_paused_without_a_handoff_resumes_with_the_agent_itself() {
     );
     assert!(billing.requests().is_empty());
 }
+
+/// A handoff lasts for its run unless kept: the next run starts with the agent you built
+/// again. With `Handoff::keep` the specialist stays in charge of the next runs (its
+/// prompt, tools and model) until `take_back`.
+#[tokio::test]
+async fn a_kept_handoff_leaves_the_specialist_in_charge_of_the_next_runs() {
+    for keep in [false, true] {
+        let billing_model = ScriptedClient::new([
+            ScriptedResponse::text("Refunded."),
+            ScriptedResponse::tool_call("r2", "refund", json!({})),
+            ScriptedResponse::text("Refunded again."),
+        ]);
+        let billing = Agent::builder(billing_model.clone())
+            .name("billing")
+            .system("You handle refunds.")
+            .tool(answering("refund", "refunded"))
+            .build()
+            .unwrap();
+        let triage_model = ScriptedClient::new([
+            ScriptedResponse::tool_call("h1", "transfer_to_billing", json!({})),
+            ScriptedResponse::text("Triage here."),
+            ScriptedResponse::text("Triage again."),
+        ]);
+        let handoff = Handoff::new(billing);
+        let mut triage = Agent::builder(triage_model.clone())
+            .name("triage")
+            .system("You route questions.")
+            .handoff(if keep { handoff.keep() } else { handoff })
+            .build()
+            .unwrap();
+        let first = run(&mut triage, "Refund order 7.").await;
+        assert_eq!(outcome(&first).final_text, "Refunded.");
+        // The conversation has the agent's own prompt back between runs.
+        assert_eq!(
+            triage.snapshot().system.as_deref(),
+            Some("You route questions.")
+        );
+
+        let second = run(&mut triage, "And order 8?").await;
+        assert_eq!(grammar_violation(&second), None, "{second:#?}");
+        if !keep {
+            assert_eq!(triage.in_charge(), "triage");
+            assert_eq!(outcome(&second).final_text, "Triage here.");
+            assert_eq!(billing_model.requests().len(), 1);
+            continue;
+        }
+        assert_eq!(triage.in_charge(), "billing");
+        assert_eq!(outcome(&second).final_text, "Refunded again.");
+        assert_eq!(
+            triage_model.requests().len(),
+            1,
+            "triage is not asked again"
+        );
+        let asked = billing_model.requests();
+        assert_eq!(asked.len(), 3);
+        // Billing's own prompt and tool, and no handoff tool of triage's to call.
+        assert_eq!(asked[1].system.as_deref(), Some("You handle refunds."));
+        let tools: Vec<&str> = asked[1].tools.iter().map(|t| t.name.as_str()).collect();
+        assert!(tools.contains(&"refund"), "{tools:?}");
+        assert!(
+            second
+                .iter()
+                .any(|e| matches!(e, AgentEvent::ToolResult { name, is_error: false, .. } if name == "refund")),
+            "billing's tool ran: {second:#?}"
+        );
+        assert!(history_violation(&triage.messages()).is_none());
+
+        triage.take_back().unwrap();
+        assert_eq!(triage.in_charge(), "triage");
+        let third = run(&mut triage, "Thanks.").await;
+        assert_eq!(outcome(&third).final_text, "Triage here.");
+    }
+}

@@ -173,6 +173,33 @@ impl Agent {
         Ok(shared.paused.clone())
     }
 
+    /// The name of the agent in charge of the next run: this agent's own name, or, after a
+    /// run that handed the conversation over with [`Handoff::keep`](crate::Handoff::keep),
+    /// that agent's. (A handoff without `keep` lasts for its run only.)
+    pub fn in_charge(&self) -> String {
+        let route = lock(&self.shared).route.clone();
+        let mut config = &self.config;
+        for index in route {
+            match config.handoffs.get(index) {
+                Some(target) => config = &target.config,
+                None => break,
+            }
+        }
+        config.name.clone()
+    }
+
+    /// Hands the conversation back to this agent: the next run starts with it in charge,
+    /// whatever a [kept](crate::Handoff::keep) handoff left. Refused with [`Error::Busy`]
+    /// while a run is in flight.
+    pub fn take_back(&mut self) -> Result<(), Error> {
+        let mut shared = lock(&self.shared);
+        if shared.context.is_none() {
+            return Err(Error::Busy);
+        }
+        shared.route.clear();
+        Ok(())
+    }
+
     /// Whether a run is in flight (its stream not yet finished or dropped).
     pub fn is_running(&self) -> bool {
         lock(&self.shared).context.is_none()

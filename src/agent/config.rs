@@ -104,6 +104,9 @@ pub struct HandoffTarget {
     pub tools: ToolCatalog,
     /// What history it sees.
     pub filter: HandoffFilter,
+    /// Whether the conversation stays with it after the run: the agent's next runs start
+    /// with it in charge ([`Handoff::keep`](crate::Handoff::keep)).
+    pub keep: bool,
 }
 
 impl HandoffTarget {
@@ -121,6 +124,7 @@ impl HandoffTarget {
             config,
             tools,
             filter: HandoffFilter::All,
+            keep: false,
         }
     }
 

@@ -188,9 +188,14 @@ impl Driver {
     }
 
     async fn build_machine(&mut self, start: Start) -> Result<AgentMachine, Error> {
-        if let Start::Resume { paused, .. } = &start {
+        match &start {
             // A run paused after a handoff goes on with the agent it was handed to.
-            self.hand_off(paused.route());
+            Start::Resume { paused, .. } => self.hand_off(paused.route()),
+            // A kept handoff leaves its agent in charge of the next runs.
+            Start::Run { .. } => {
+                let route = lock(&self.shared).route.clone();
+                self.hand_off(&route);
+            }
         }
         let context = self.context.take().ok_or(Error::Busy)?;
         let catalog = self.tools.catalog();
@@ -396,6 +401,9 @@ impl Driver {
             if !matches!(outcome.termination, Termination::Error(_)) {
                 outcome.termination = Termination::Error(error.into());
             }
+        }
+        if let Some(machine) = &self.machine {
+            lock(&self.shared).route = machine.kept_route().to_vec();
         }
         self.give_back();
         self.telemetry.finish(&outcome);

@@ -517,6 +517,8 @@ pub struct AgentMachine {
     nested: NestedRuns,
     /// The handoffs taken so far: where the agent in charge is among the handoffs.
     route: Vec<usize>,
+    /// Whether the agent in charge stays in charge after the run (its handoff was kept).
+    keep_route: bool,
     /// How many of the agent in charge's fallbacks the run has moved through (the next
     /// one's index).
     fallback: usize,
@@ -590,6 +592,7 @@ impl AgentMachine {
             pauses: 0,
             nested: NestedRuns::default(),
             route: Vec::new(),
+            keep_route: false,
             fallback: 0,
             retired: Vec::new(),
             root_system: None,
@@ -699,6 +702,7 @@ impl AgentMachine {
         // The agent in charge when it paused: the handoffs taken, in order.
         let mut config = config;
         let mut retired = Vec::new();
+        let mut keep_route = false;
         for &index in &state.route {
             let Some(target) = config.handoffs.get(index).cloned() else {
                 return Err(ResumeError::Damaged(
@@ -706,6 +710,7 @@ impl AgentMachine {
                 ));
             };
             retired.extend(config.handoffs.iter().map(|h| h.tool.clone()));
+            keep_route = target.keep;
             config = target.config;
         }
         let root_system = (!state.route.is_empty()).then(|| context.system().map(str::to_owned));
@@ -714,6 +719,7 @@ impl AgentMachine {
         machine.root_system = root_system;
         machine.route = state.route.clone();
         machine.retired = retired;
+        machine.keep_route = keep_route;
         machine.nested = NestedRuns::restore(state.sub_agents.clone());
         machine.now = Some(now);
         machine.turns = state.turn;
@@ -2247,12 +2253,56 @@ impl AgentMachine {
         self.retired
             .extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
         self.route.push(index);
+        self.keep_route = target.keep;
         self.switch(target);
         self.out.push_back(Action::Handoff {
             to,
             route: self.route.clone(),
         });
         Ok(())
+    }
+
+    /// Puts the agent at `route` in charge before the run starts: the handoffs an earlier
+    /// run took and [kept](crate::Handoff::keep), each the index of a handoff of the agent
+    /// before it. Its system prompt, settings and tools apply from the first turn; the
+    /// conversation gets the agent's own prompt back when the run ends. Returns `false`, and
+    /// changes nothing, for a route this agent cannot follow or once the run started.
+    pub fn start_in_charge(&mut self, route: &[usize]) -> bool {
+        if !matches!(self.state, State::Idle) || !self.route.is_empty() {
+            return false;
+        }
+        let mut config = &self.config;
+        let mut targets = Vec::with_capacity(route.len());
+        for &index in route {
+            let Some(target) = config.handoffs.get(index) else {
+                return false;
+            };
+            targets.push(target.clone());
+            config = &target.config;
+        }
+        let Some(last) = targets.last() else {
+            return true;
+        };
+        self.root_system = Some(self.context.system().map(str::to_owned));
+        self.context.set_system(last.system.clone());
+        self.keep_route = last.keep;
+        for target in targets {
+            self.retired
+                .extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
+            self.switch(target);
+        }
+        self.route = route.to_vec();
+        true
+    }
+
+    /// The route to the agent in charge when the run ended, if its handoff was
+    /// [kept](crate::Handoff::keep) (empty otherwise): where the agent's next run starts.
+    pub fn kept_route(&self) -> &[usize] {
+        if self.keep_route {
+            &self.route
+        } else {
+            &[]
+        }
     }
 
     /// The agent in charge becomes `target`: its settings and tools.

@@ -24,6 +24,10 @@ pub(crate) struct Shared {
     /// The lease another agent held on the session when it was last loaded (`None` once
     /// this agent wrote: its own write ends any lease it was allowed to pass).
     pub(crate) session_lease: Option<crate::session::Lease>,
+    /// The handoffs to the agent in charge, kept from the last run
+    /// ([`Handoff::keep`](crate::Handoff::keep)): where the next run starts (empty: the
+    /// agent itself).
+    pub(crate) route: Vec<usize>,
 }
 
 impl Shared {
@@ -36,6 +40,7 @@ impl Shared {
             ran: false,
             session_version: None,
             session_lease: None,
+            route: Vec::new(),
         }
     }
 

@@ -54,6 +54,11 @@ pub(super) async fn machine(
     let machine = match start {
         Start::Run { input, options } => {
             let mut machine = AgentMachine::new(config, context, catalog);
+            // The agent a kept handoff left in charge (the driver switched its parts too).
+            let route = lock(shared).route.clone();
+            if !machine.start_in_charge(&route) {
+                lock(shared).route.clear();
+            }
             machine.start_with(input, options, now);
             machine
         }

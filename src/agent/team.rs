@@ -65,6 +65,7 @@ pub struct Handoff {
     agent: Agent,
     description: Option<String>,
     filter: HandoffFilter,
+    keep: bool,
 }
 
 impl Handoff {
@@ -74,7 +75,48 @@ impl Handoff {
             agent,
             description: None,
             filter: HandoffFilter::All,
+            keep: false,
         }
+    }
+
+    /// Keeps the conversation with this agent after the run that handed it over: the
+    /// agent's next runs start with it in charge (its system prompt, tools and settings)
+    /// until it hands over again, as a customer stays with the specialist they were passed
+    /// to. Without it (the default) a handoff lasts for its run, and the next run starts
+    /// with the agent you built. The choice is the agent's, in this process: a session
+    /// keeps the conversation, not who is in charge, so an agent that loads the session
+    /// elsewhere starts with itself.
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, Handoff};
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let billing = Agent::builder(ScriptedClient::new([
+    ///     ScriptedResponse::text("Refunded."),
+    ///     ScriptedResponse::text("Your invoice is attached."),
+    /// ]))
+    /// .name("billing")
+    /// .build()?;
+    /// let mut triage = Agent::builder(ScriptedClient::new([ScriptedResponse::tool_call(
+    ///     "h1",
+    ///     "transfer_to_billing",
+    ///     json!({}),
+    /// )]))
+    /// .name("triage")
+    /// .handoff(Handoff::new(billing).keep())
+    /// .build()?;
+    /// assert_eq!(triage.prompt("Refund order 7.").await?, "Refunded.");
+    /// assert_eq!(triage.in_charge(), "billing");
+    /// // The next question goes to billing at once: triage's model is not asked again.
+    /// assert_eq!(triage.prompt("And the invoice?").await?, "Your invoice is attached.");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn keep(mut self) -> Self {
+        self.keep = true;
+        self
     }
 
     /// When the model should hand over, as the tool's description (default: "Hand the
@@ -100,6 +142,10 @@ impl Handoff {
             self.description.as_deref(),
         )
         .filter(self.filter);
+        let target = super::config::HandoffTarget {
+            keep: self.keep,
+            ..target
+        };
         let member = Member {
             client: agent.client,
             sources: agent.sources,
