@@ -24,7 +24,7 @@ use super::hooks::{AgentHooks, HookAction};
 use super::io::Io;
 use super::machine::{Action, AgentMachine, Input};
 use super::member::Member;
-use super::persist::{self, SessionLink, Tail};
+use super::persist::{RunSession, Tail};
 use super::shared::{lock, Shared};
 use super::start::{self, Start};
 use super::team::SubAgentLink;
@@ -39,7 +39,7 @@ pub(super) struct Driver {
     /// The conversation until the machine is built (after the session is loaded).
     context: Option<ContextManager>,
     config: MachineConfig,
-    session: Option<SessionLink>,
+    session: Option<RunSession>,
     pub(super) client: Arc<dyn LlmClient>,
     /// The tools calls run with: always the machine's.
     pub(super) tools: ToolRegistry,
@@ -64,10 +64,6 @@ pub(super) struct Driver {
     depth: u32,
     max_depth: u32,
     limiter: Option<RateLimiter>,
-    /// How many of the run's turns reached the session.
-    turns_saved: u32,
-    /// Why a save failed, once one did: nothing more is saved, and the run ends with it.
-    save_failed: Option<SessionError>,
 }
 
 impl Drop for Driver {
@@ -99,7 +95,7 @@ impl Driver {
             machine: None,
             context: Some(context),
             config: agent.machine_config(),
-            session: agent.session.clone(),
+            session: agent.session.clone().map(RunSession::new),
             client: agent.client.clone(),
             tools,
             sources: agent.sources.clone(),
@@ -117,8 +113,6 @@ impl Driver {
             depth: agent.depth,
             max_depth: agent.max_depth,
             limiter: agent.limiter.clone(),
-            turns_saved: 0,
-            save_failed: None,
         }
     }
 
@@ -200,7 +194,7 @@ impl Driver {
         let context = self.context.take().ok_or(Error::Busy)?;
         let catalog = self.tools.catalog();
         let config = self.config.clone();
-        let link = self.session.as_ref();
+        let link = self.session.as_ref().map(RunSession::link);
         start::machine(start, context, config, catalog, link, &self.shared, now())
             .await
             .map_err(|(error, context)| {
@@ -209,35 +203,18 @@ impl Driver {
             })
     }
 
-    /// Saves what the conversation gained (and the pause) to the session, if the agent has
-    /// one, in one append: a whole turn (the run's input with the first), or the run's end.
-    /// A failure stops the run (nothing unsaved goes on). When another writer got there
-    /// first, the error says which of the run's turns were saved, and the agent reads the
-    /// session afresh before its next run.
+    /// Saves to the session, if the agent has one (see [`RunSession::save`]); a failure
+    /// stops the run (nothing unsaved goes on).
     async fn save(&mut self, tail: Tail<'_>) -> Option<SessionError> {
-        if self.save_failed.is_some() {
-            return self.save_failed.clone();
-        }
-        let (Some(link), Some(machine)) = (&self.session, self.machine.as_mut()) else {
+        let (Some(session), Some(machine)) = (&mut self.session, self.machine.as_mut()) else {
             return None;
         };
-        let mut error = persist::save(link, &self.shared, machine.context_mut(), tail)
-            .await
-            .err()?;
-        if let SessionError::Conflict { found, .. } = error {
-            // What this agent holds is not the session any more: read it again next run.
-            lock(&self.shared).session_version = None;
-            error = SessionError::RunOvertaken {
-                session: link.id.clone(),
-                saved_turns: self.turns_saved,
-                found: found.unwrap_or(0),
-            };
-        }
-        tracing::error!(%error, session = %link.id, "saving the session failed; the run stops");
+        let error = session
+            .save(&self.shared, machine.context_mut(), tail)
+            .await?;
         if !machine.is_finished() {
             machine.handle(Input::Abort(error.clone().into()), now());
         }
-        self.save_failed = Some(error.clone());
         Some(error)
     }
 
@@ -305,9 +282,7 @@ impl Driver {
         self.emit(event).await;
         if turn_end {
             self.publish();
-            if self.session.is_some() && self.save(Tail::Renew).await.is_none() {
-                self.turns_saved += 1;
-            }
+            self.save(Tail::Renew).await;
         }
         if !self.told_cancel && self.cancel.is_cancelled() {
             self.told_cancel = true;

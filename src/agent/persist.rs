@@ -94,6 +94,65 @@ pub(crate) enum Tail<'a> {
     Pause(&'a PausedRun),
 }
 
+/// A run's link to its session: what it saved so far, and whether a save failed.
+pub(crate) struct RunSession {
+    link: SessionLink,
+    /// How many of the run's turns reached the session.
+    turns_saved: u32,
+    /// Why a save failed, once one did: nothing more is saved, and the run ends with it.
+    failed: Option<SessionError>,
+}
+
+impl RunSession {
+    pub(crate) fn new(link: SessionLink) -> Self {
+        RunSession {
+            link,
+            turns_saved: 0,
+            failed: None,
+        }
+    }
+
+    pub(crate) fn link(&self) -> &SessionLink {
+        &self.link
+    }
+
+    /// Saves what the conversation gained since the last save, then `tail`, in one append:
+    /// a whole turn (the run's input with the first) and the lease renewed, or the run's end.
+    /// Returns why it failed, now or at an earlier save (nothing is saved after a failure).
+    /// When another writer got there first, the error says which of the run's turns were
+    /// saved, and the agent reads the session afresh before its next run.
+    pub(crate) async fn save(
+        &mut self,
+        shared: &Mutex<Shared>,
+        context: &mut ContextManager,
+        tail: Tail<'_>,
+    ) -> Option<SessionError> {
+        if self.failed.is_some() {
+            return self.failed.clone();
+        }
+        let renew = matches!(tail, Tail::Renew);
+        let mut error = match save(&self.link, shared, context, tail).await {
+            Ok(()) => {
+                self.turns_saved += u32::from(renew);
+                return None;
+            }
+            Err(error) => error,
+        };
+        if let SessionError::Conflict { found, .. } = error {
+            // What this agent holds is not the session any more: read it again next run.
+            lock(shared).session_version = None;
+            error = SessionError::RunOvertaken {
+                session: self.link.id.clone(),
+                saved_turns: self.turns_saved,
+                found: found.unwrap_or(0),
+            };
+        }
+        tracing::error!(%error, session = %self.link.id, "saving the session failed; the run stops");
+        self.failed = Some(error.clone());
+        Some(error)
+    }
+}
+
 /// Loads the session into `context`, unless it is loaded already: its conversation (the
 /// agent keeps its own system prompt when the session has none) and the pause it waits in.
 pub(crate) async fn open(
