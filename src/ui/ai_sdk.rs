@@ -18,7 +18,9 @@
 //! assistant message: the run resumes, its stream continuing that same assistant message
 //! (denied calls end in `output-denied`). A tool the client runs itself (a
 //! [deferred](crate::DeferredTool) tool) is answered the same way, by the client's
-//! `addToolOutput`.
+//! `addToolOutput`. A new user message instead of an answer denies the waiting calls and
+//! starts a new assistant message (or is refused:
+//! [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -344,6 +346,8 @@ struct CallState {
 /// - [`RateLimits`](AgentEvent::RateLimits): nothing (they are the server's business);
 ///   [`SubAgent`](AgentEvent::SubAgent): nothing (a sub-agent's work shows as its call's
 ///   result);
+/// - for a run that left a pause behind ([`leaving`](Self::leaving)): a transient
+///   `data-calls-denied` `{toolCallIds, reason}` right after `start`;
 /// - at the end: the paused run's waiting calls (their input, and a `tool-approval-request`
 ///   whose `approvalId` is the call's id for those waiting for a verdict), `finish-step`,
 ///   then `error` for a failed run, `abort` for a cancelled one, a transient `data-stopped`

@@ -22,7 +22,10 @@
 //! [`ToolDecision::Pause`](crate::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
 //! which resumes the run ([`Agent::resume`](crate::Agent::resume)). With a [session](crate::AgentBuilder::session)
-//! the paused run is kept in the store, so the next request may reach another process.
+//! the paused run is kept in the store, so the next request may reach another process. A
+//! person who types a new message instead of answering does not wedge the chat: by default
+//! the waiting calls are denied and the run goes on with the message
+//! ([`NewMessageWhilePaused`], set with [`RespondOptions`] and `respond_with`).
 
 pub mod agui;
 pub mod ai_sdk;
