@@ -1447,6 +1447,100 @@ async fn a_new_message_while_a_call_waits_denies_it_and_the_chat_goes_on() {
 }
 
 #[tokio::test]
+async fn a_new_message_keeps_the_result_of_a_call_that_finished_before_the_pause() {
+    // `lookup` is read-only and starts while the model streams: it is done when the batch
+    // pauses for `delete`'s verdict. Leaving the pause keeps its result.
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c0", "lookup", json!({"word": "hi"})).then_tool_call(
+            "c1",
+            "delete",
+            json!({"path": "a.txt"}),
+        ),
+        ScriptedResponse::text("OK."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool_read_only())
+        .tool(delete_tool())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let first = respond(
+        &mut agent,
+        &body(vec![user("u1", "Look hi up, delete a.txt")]),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let _ = axum::body::to_bytes(first.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let paused = agent.paused().expect("paused");
+    assert_eq!(paused.pending().len(), 1, "only delete waits");
+
+    let typed = body(vec![
+        user("u1", "Look hi up, delete a.txt"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "tool-lookup", "toolCallId": "c0", "state": "output-available",
+             "input": {"word": "hi"}, "output": "hi means a greeting"},
+            {"type": "tool-delete", "toolCallId": "c1", "state": "approval-requested",
+             "input": {"path": "a.txt"}, "approval": {"id": "c1"}}]}),
+        user("u2", "Stop, just that."),
+    ]);
+    let response = respond(&mut agent, &typed).await;
+    assert_eq!(response.status(), 200);
+    let text = String::from_utf8(
+        axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(text.contains(r#""toolCallIds":["c1"]"#), "{text}");
+    let sent = client.last_request().unwrap();
+    assert_eq!(agent_loop::testing::history_violation(&sent.messages), None);
+    let results: Vec<(String, String, bool)> = sent
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => Some((tool_use_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c0".to_owned(), "hi means a greeting".to_owned(), false),
+            (
+                "c1".to_owned(),
+                agent_loop::ui::NEW_MESSAGE_DENIAL.to_owned(),
+                true
+            ),
+        ]
+    );
+    assert_eq!(agent.paused(), None);
+}
+
+fn lookup_tool_read_only() -> impl agent_loop::Tool {
+    FnTool::new(
+        "lookup",
+        "Looks a word up.",
+        |input: Value, _ctx| async move {
+            Ok::<_, ToolError>(format!(
+                "{} means a greeting",
+                input["word"].as_str().unwrap_or("?")
+            ))
+        },
+    )
+    .read_only(true)
+}
+
+#[tokio::test]
 async fn the_refuse_policy_answers_a_new_message_while_a_call_waits_with_a_400() {
     let client = approval_script();
     let store = Arc::new(MemoryStore::new());
