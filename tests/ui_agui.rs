@@ -11,9 +11,10 @@ use std::time::Duration;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::ui::agui::{
-    respond, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput, RunFinishedOutcome,
+    respond, respond_with, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput,
+    RunFinishedOutcome,
 };
-use agent_loop::ui::UiTurn;
+use agent_loop::ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, Cost, FnTool, MediaSource, Message, PausedRun, Resolution,
     Role, RunOutcome, StopReason, Termination, ToolError, Usage,
@@ -1163,6 +1164,185 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
         matches!(&messages[0], AgUiMessage::User { id, content: AgUiContent::Text(t) } if id == "u1" && t == "Delete b.txt")
     );
     assert_eq!(messages.len(), 4, "{messages:#?}");
+}
+
+/// A server like [`server`]'s answering with `respond_with(options)`.
+async fn server_with(responses: Vec<ScriptedResponse>, options: RespondOptions) -> (String, App) {
+    let app = App {
+        client: ScriptedClient::new(responses),
+        store: Arc::new(MemoryStore::new()),
+    };
+    let handler = move |State(app): State<App>, body: Bytes| {
+        let options = options.clone();
+        async move {
+            let mut agent = app.agent("typed");
+            respond_with(&mut agent, &body, &options).await
+        }
+    };
+    let router = axum::Router::new()
+        .route("/agui", post(handler))
+        .with_state(app.clone());
+    (format!("{}/agui", common::web::serve(router).await), app)
+}
+
+/// The thread "typed" after its first run paused on `delete` (call c3): the body of a new
+/// user message typed instead of answering, as the client holds the thread (the paused
+/// run's snapshot, then the new message).
+async fn paused_thread(url: &str) -> (Vec<Value>, String) {
+    let user = json!({"id": "u1", "role": "user", "content": "Delete b.txt"});
+    let (status, text) = post_json(
+        url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r1", "messages": [user]}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_events(&text);
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = events.last()
+    else {
+        panic!("{text}")
+    };
+    let Some(AgUiEvent::MessagesSnapshot { messages }) = events.iter().rev().nth(1) else {
+        panic!("no snapshot: {text}")
+    };
+    let mut held: Vec<Value> = messages
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    held.push(json!({"id": "u2", "role": "user", "content": "Never mind, keep it."}));
+    (held, interrupts[0].id.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_message_while_a_call_waits_denies_it_and_the_run_goes_on() {
+    let (url, app) = server(vec![
+        ScriptedResponse::tool_call("c3", "delete", json!({"path": "b.txt"})),
+        ScriptedResponse::text("OK, b.txt stays."),
+        ScriptedResponse::tool_call("c4", "delete", json!({"path": "c.txt"})),
+        ScriptedResponse::text("Deleted c.txt."),
+    ])
+    .await;
+    let (messages, interrupt) = paused_thread(&url).await;
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r2", "messages": messages}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "the new message was refused: {text}");
+    let events = sse_events(&text);
+    check_invariants(&events).unwrap();
+    assert_eq!(
+        events[1],
+        AgUiEvent::Custom {
+            name: "agent_loop.calls_denied".into(),
+            value: json!({"toolCallIds": ["c3"],
+                "reason": "Not run: the user sent a new message instead of answering this call."}),
+        },
+        "{text}"
+    );
+    assert!(
+        matches!(events.last(), Some(AgUiEvent::RunFinished { outcome: Some(RunFinishedOutcome::Success), result: Some(r), .. }) if r == "OK, b.txt stays."),
+        "{text}"
+    );
+    // The snapshot has the denial as c3's tool message; the history is valid.
+    let Some(AgUiEvent::MessagesSnapshot { messages: snapshot }) = events.iter().rev().nth(1)
+    else {
+        panic!("no snapshot: {text}")
+    };
+    assert!(
+        snapshot.iter().any(|m| matches!(m, AgUiMessage::Tool { tool_call_id, content: AgUiContent::Text(t), .. }
+            if tool_call_id == "c3" && t.contains("the user sent a new message instead of answering"))),
+        "{snapshot:#?}"
+    );
+    let sent = app.client.last_request().unwrap();
+    assert_eq!(agent_loop::testing::history_violation(&sent.messages), None);
+    assert_eq!(sent.messages.last().unwrap().text(), "Never mind, keep it.");
+    // The pause is left behind: its interrupt is no longer answerable.
+    let mut agent = app.agent("typed");
+    assert_eq!(agent.load_session().await.unwrap(), None);
+    let (status, _) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r3", "messages": messages,
+            "resume": [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]}))
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    // A further approval flow works.
+    let user = json!({"id": "u3", "role": "user", "content": "Delete c.txt"});
+    let (_, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r4", "messages": [user]}))
+            .unwrap(),
+    )
+    .await;
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = sse_events(&text).last().cloned()
+    else {
+        panic!("{text}")
+    };
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r5", "messages": [user],
+            "resume": [{"interruptId": interrupts[0].id, "status": "resolved", "payload": {"approved": true}}]}))
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        matches!(sse_events(&text).last(), Some(AgUiEvent::RunFinished { result: Some(r), .. }) if r == "Deleted c.txt."),
+        "{text}"
+    );
+    let sent = app.client.last_request().unwrap();
+    assert_eq!(agent_loop::testing::history_violation(&sent.messages), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_refuse_policy_answers_a_new_message_while_a_call_waits_with_a_400() {
+    let (url, app) = server_with(
+        vec![
+            ScriptedResponse::tool_call("c3", "delete", json!({"path": "b.txt"})),
+            ScriptedResponse::text("Deleted b.txt."),
+        ],
+        RespondOptions::new().while_paused(NewMessageWhilePaused::Refuse),
+    )
+    .await;
+    let (messages, interrupt) = paused_thread(&url).await;
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r2", "messages": messages}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    let error = error["error"].as_str().unwrap();
+    assert!(
+        error.contains("delete (call \"c3\") waits for a verdict")
+            && error.contains("Answer them (approve or deny)"),
+        "{error}"
+    );
+    assert_eq!(app.client.requests().len(), 1, "nothing ran");
+    // The pause still waits, and its answer resumes the run.
+    let (status, text) = post_json(
+        &url,
+        serde_json::to_vec(&json!({"threadId": "typed", "runId": "r3", "messages": messages,
+            "resume": [{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]}))
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        matches!(sse_events(&text).last(), Some(AgUiEvent::RunFinished { result: Some(r), .. }) if r == "Deleted b.txt."),
+        "{text}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

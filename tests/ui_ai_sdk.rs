@@ -10,10 +10,10 @@ use std::time::Duration;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::ui::ai_sdk::{
-    encode_stream, respond, sse_body, ChatRequest, DataChunk, FinishReason, UiMessageChunk,
-    UiStreamEncoder, DEFAULT_DENIAL, STREAM_HEADER,
+    encode_stream, respond, respond_with, sse_body, ChatRequest, DataChunk, FinishReason,
+    UiMessageChunk, UiStreamEncoder, DEFAULT_DENIAL, STREAM_HEADER,
 };
-use agent_loop::ui::UiTurn;
+use agent_loop::ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, FnTool, LlmError, MediaSource, PausedRun, Resolution,
     Resolutions, RetryPolicy, Role, Termination, ToolError, UserInput,
@@ -941,24 +941,14 @@ async fn the_last_assistant_message_answers_the_waiting_calls() {
         assert_eq!(answers.get("c1"), Some(&expected), "{part}");
     }
 
-    // Still waiting (or a new user message instead of a verdict): refused, naming the call.
+    // Still waiting, or a new user message from a client that never saw the call: refused,
+    // naming the call.
     for request in [
         approval_body(part(
             "approval-requested",
             json!({"approval": {"id": "c1"}}),
         )),
-        {
-            let mut messages: Value = serde_json::from_slice::<Value>(&approval_body(part(
-                "approval-requested",
-                json!({"approval": {"id": "c1"}}),
-            )))
-            .unwrap();
-            messages["messages"]
-                .as_array_mut()
-                .unwrap()
-                .push(user("u2", "never mind"));
-            serde_json::to_vec(&messages).unwrap()
-        },
+        body(vec![user("u1", "Delete a.txt"), user("u2", "never mind")]),
     ] {
         let request = ChatRequest::from_slice(&request).unwrap();
         let error = request.turn(Some(&paused)).unwrap_err();
@@ -969,6 +959,22 @@ async fn the_last_assistant_message_answers_the_waiting_calls() {
             "{error}"
         );
     }
+
+    // A new user message after the call was shown: the person typed instead of answering.
+    let mut typed: Value = serde_json::from_slice(&approval_body(part(
+        "approval-requested",
+        json!({"approval": {"id": "c1"}}),
+    )))
+    .unwrap();
+    typed["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(user("u2", "never mind"));
+    let request = ChatRequest::from_slice(&serde_json::to_vec(&typed).unwrap()).unwrap();
+    assert_eq!(
+        request.turn(Some(&paused)).unwrap(),
+        UiTurn::RunLeavingPause(UserInput::text("never mind"))
+    );
 }
 
 #[test]
@@ -999,11 +1005,29 @@ fn a_body_without_id_parses_and_an_empty_user_message_is_left_out_of_the_history
 /// A server answering POST /chat with `respond`, a fresh agent per request over `client`,
 /// its conversation in `store` as the session "chat".
 async fn server(client: ScriptedClient, store: Arc<MemoryStore>) -> String {
+    serve_chat(client, store, None).await
+}
+
+/// [`server`] with `respond_with(options)`.
+async fn server_with(
+    client: ScriptedClient,
+    store: Arc<MemoryStore>,
+    options: RespondOptions,
+) -> String {
+    serve_chat(client, store, Some(options)).await
+}
+
+async fn serve_chat(
+    client: ScriptedClient,
+    store: Arc<MemoryStore>,
+    options: Option<RespondOptions>,
+) -> String {
     let app = axum::Router::new().route(
         "/chat",
         axum::routing::post(move |body: bytes::Bytes| {
             let client = client.clone();
             let store = store.clone();
+            let options = options.clone();
             async move {
                 let mut agent = Agent::builder(client)
                     .tool(delete_tool())
@@ -1012,7 +1036,10 @@ async fn server(client: ScriptedClient, store: Arc<MemoryStore>) -> String {
                     .session(store, "chat")
                     .build()
                     .expect("the agent builds");
-                respond(&mut agent, &body).await
+                match options {
+                    Some(options) => respond_with(&mut agent, &body, &options).await,
+                    None => respond(&mut agent, &body).await,
+                }
             }
         }),
     );
@@ -1270,6 +1297,289 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
     let output = text.find("tool-output-available").unwrap();
     let step = text.find("\"type\":\"start-step\"").unwrap();
     assert!(output < step, "{text}");
+}
+
+/// The body of a new message `text` typed while c1 waits for its verdict (the client shows
+/// the call, as the paused stream left it).
+fn typed_instead_body(text: &str) -> Vec<u8> {
+    let mut typed: Value = serde_json::from_slice(&approval_body(
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "approval-requested",
+               "input": {"path": "a.txt"}, "approval": {"id": "c1"}}),
+    ))
+    .unwrap();
+    typed["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(user("u2", text));
+    serde_json::to_vec(&typed).unwrap()
+}
+
+/// The data chunks of an SSE body.
+fn data_chunks(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).expect("a chunk"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_message_while_a_call_waits_denies_it_and_the_chat_goes_on() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("I will delete it.").then_tool_call(
+            "c1",
+            "delete",
+            json!({"path": "a.txt"}),
+        ),
+        ScriptedResponse::text("OK, I left a.txt alone."),
+        ScriptedResponse::tool_call("c2", "delete", json!({"path": "b.txt"})),
+        ScriptedResponse::text("Deleted b.txt."),
+    ]);
+    let store = Arc::new(MemoryStore::new());
+    let url = format!("{}/chat", server(client.clone(), store.clone()).await);
+    let http = agent_loop::reqwest::Client::new();
+    let post = |body: Vec<u8>| http.post(&url).body(body).send();
+
+    let paused = post(body(vec![user("u1", "Delete a.txt")])).await.unwrap();
+    assert_eq!(paused.status(), 200);
+    assert!(paused
+        .text()
+        .await
+        .unwrap()
+        .contains("tool-approval-request"));
+
+    // The person types instead of clicking Approve: the chat goes on.
+    let response = post(typed_instead_body("Never mind, keep it."))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "the new message was refused");
+    let chunks = data_chunks(&response.text().await.unwrap());
+    assert_eq!(
+        chunks[1],
+        json!({"type": "data-calls-denied", "transient": true, "data": {
+            "toolCallIds": ["c1"],
+            "reason": "Not run: the user sent a new message instead of answering this call."}}),
+        "{chunks:#?}"
+    );
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .filter_map(|c| c["delta"].as_str())
+        .collect();
+    assert_eq!(text, "OK, I left a.txt alone.");
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "stop"})
+    );
+
+    // The model read the waiting call as denied, the new message after it; every call of
+    // the history is answered once.
+    let sent = client.last_request().unwrap();
+    assert_eq!(agent_loop::testing::history_violation(&sent.messages), None);
+    assert_eq!(client.history_violations(), Vec::<String>::new());
+    let results: Vec<(String, String, bool)> = sent
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => Some((tool_use_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [(
+            "c1".to_owned(),
+            "Not run: the user sent a new message instead of answering this call.".to_owned(),
+            true
+        )]
+    );
+    assert_eq!(sent.messages.last().unwrap().text(), "Never mind, keep it.");
+
+    // The session waits for nothing, and the old verdict is refused (the call never runs).
+    let mut agent_in_session = Agent::builder(client.clone())
+        .tool(delete_tool())
+        .require_approval("delete")
+        .session(store.clone(), "chat")
+        .build()
+        .unwrap();
+    assert_eq!(agent_in_session.load_session().await.unwrap(), None);
+    let late = post(approval_body(
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+               "input": {"path": "a.txt"}, "approval": {"id": "c1", "approved": true}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(late.status(), 400);
+
+    // A further approval flow works.
+    let paused = post(body(vec![user("u3", "Delete b.txt")])).await.unwrap();
+    assert!(paused
+        .text()
+        .await
+        .unwrap()
+        .contains("tool-approval-request"));
+    let approved = post(body(vec![
+        user("u3", "Delete b.txt"),
+        json!({"id": "a3", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "tool-delete", "toolCallId": "c2", "state": "approval-responded",
+             "input": {"path": "b.txt"}, "approval": {"id": "c2", "approved": true}}]}),
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(approved.status(), 200);
+    let text = approved.text().await.unwrap();
+    assert!(
+        text.contains(
+            r#"{"type":"tool-output-available","toolCallId":"c2","output":"deleted b.txt"}"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#""finishReason":"stop""#), "{text}");
+    let history = client.last_request().unwrap().messages;
+    assert_eq!(agent_loop::testing::history_violation(&history), None);
+}
+
+#[tokio::test]
+async fn a_new_message_keeps_the_result_of_a_call_that_finished_before_the_pause() {
+    // `lookup` is read-only and starts while the model streams: it is done when the batch
+    // pauses for `delete`'s verdict. Leaving the pause keeps its result.
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c0", "lookup", json!({"word": "hi"})).then_tool_call(
+            "c1",
+            "delete",
+            json!({"path": "a.txt"}),
+        ),
+        ScriptedResponse::text("OK."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool_read_only())
+        .tool(delete_tool())
+        .require_approval("delete")
+        .build()
+        .unwrap();
+    let first = respond(
+        &mut agent,
+        &body(vec![user("u1", "Look hi up, delete a.txt")]),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let _ = axum::body::to_bytes(first.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let paused = agent.paused().expect("paused");
+    assert_eq!(paused.pending().len(), 1, "only delete waits");
+
+    let typed = body(vec![
+        user("u1", "Look hi up, delete a.txt"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "tool-lookup", "toolCallId": "c0", "state": "output-available",
+             "input": {"word": "hi"}, "output": "hi means a greeting"},
+            {"type": "tool-delete", "toolCallId": "c1", "state": "approval-requested",
+             "input": {"path": "a.txt"}, "approval": {"id": "c1"}}]}),
+        user("u2", "Stop, just that."),
+    ]);
+    let response = respond(&mut agent, &typed).await;
+    assert_eq!(response.status(), 200);
+    let text = String::from_utf8(
+        axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(text.contains(r#""toolCallIds":["c1"]"#), "{text}");
+    let sent = client.last_request().unwrap();
+    assert_eq!(agent_loop::testing::history_violation(&sent.messages), None);
+    let results: Vec<(String, String, bool)> = sent
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => Some((tool_use_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c0".to_owned(), "hi means a greeting".to_owned(), false),
+            (
+                "c1".to_owned(),
+                agent_loop::ui::NEW_MESSAGE_DENIAL.to_owned(),
+                true
+            ),
+        ]
+    );
+    assert_eq!(agent.paused(), None);
+}
+
+fn lookup_tool_read_only() -> impl agent_loop::Tool {
+    FnTool::new(
+        "lookup",
+        "Looks a word up.",
+        |input: Value, _ctx| async move {
+            Ok::<_, ToolError>(format!(
+                "{} means a greeting",
+                input["word"].as_str().unwrap_or("?")
+            ))
+        },
+    )
+    .read_only(true)
+}
+
+#[tokio::test]
+async fn the_refuse_policy_answers_a_new_message_while_a_call_waits_with_a_400() {
+    let client = approval_script();
+    let store = Arc::new(MemoryStore::new());
+    let options = RespondOptions::new().while_paused(NewMessageWhilePaused::Refuse);
+    let url = format!(
+        "{}/chat",
+        server_with(client.clone(), store.clone(), options).await
+    );
+    let http = agent_loop::reqwest::Client::new();
+    let post = |body: Vec<u8>| http.post(&url).body(body).send();
+
+    let paused = post(body(vec![user("u1", "Delete a.txt")])).await.unwrap();
+    assert!(paused
+        .text()
+        .await
+        .unwrap()
+        .contains("tool-approval-request"));
+
+    let refused = post(typed_instead_body("Never mind.")).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.unwrap();
+    let error = error["error"].as_str().unwrap();
+    assert!(
+        error.contains("delete (call \"c1\") waits for a verdict")
+            && error.contains("Answer them (approve or deny)"),
+        "{error}"
+    );
+    assert_eq!(client.requests().len(), 1, "nothing ran");
+
+    // Nothing changed: the verdict still resumes the run.
+    let response = post(approval_body(
+        json!({"type": "tool-delete", "toolCallId": "c1", "state": "approval-responded",
+               "input": {"path": "a.txt"}, "approval": {"id": "c1", "approved": true}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains(r#""output":"deleted a.txt""#), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------

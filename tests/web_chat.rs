@@ -49,7 +49,7 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
     if !common::web::node_available("the web chat browser test", "playwright-core") {
         return;
     }
-    let (app, mock) = web_chat::scripted_app().await;
+    let (app, mock, _) = web_chat::scripted_app().await;
     let url = common::web::serve(web_chat::router(app)).await;
     let mut args = vec![url.as_str(), chromium.as_str(), "approve"];
     let screenshot = std::env::var("AGENT_LOOP_SCREENSHOT").ok();
@@ -76,11 +76,12 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
             .contains("list the folder before deleting"),
         "{answer:#}"
     );
+    // Rendered from Markdown: the backticks are code spans.
     assert_eq!(
         strings(&answer["texts"]),
         [
             "Let me look at the logs folder first.",
-            "`old.log` is 92 days old and takes 48 MB; I'll delete it and keep `today.log`."
+            "old.log is 92 days old and takes 48 MB; I'll delete it and keep today.log."
         ],
         "{answer:#}"
     );
@@ -94,6 +95,8 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
         .is_some_and(|o| o.contains("logs/old.log (92 days old, 48 MB)")));
     assert_eq!(tools[1]["name"], "delete_file");
     assert_eq!(tools[1]["state"], "approval-requested");
+    assert_eq!(tools[1]["label"], "waiting for approval");
+    assert_eq!(tools[0]["label"], "done");
     assert_eq!(tools[1]["args"], r#"{"path":"logs/old.log"}"#);
     assert_eq!(
         tools[1]["output"],
@@ -128,7 +131,7 @@ async fn the_page_streams_a_run_shows_its_tool_calls_and_finishes_it_once_approv
     assert_eq!(strings(&tools[1]["buttons"]), Vec::<String>::new());
     assert_eq!(
         strings(&answer["texts"]).last().map(String::as_str),
-        Some("Done: `logs/old.log` is deleted, 48 MB freed. `today.log` stays.")
+        Some("Done: logs/old.log is deleted, 48 MB freed. today.log stays.")
     );
     assert_eq!(strings(&answer["errors"]), Vec::<String>::new());
     // Three model calls: the listing, the deletion, the answer; none twice.
@@ -141,7 +144,7 @@ async fn a_denied_call_does_not_run_and_the_model_reads_the_denial() {
     if !common::web::node_available("the web chat browser test", "playwright-core") {
         return;
     }
-    let (app, mock) = web_chat::scripted_app().await;
+    let (app, mock, _) = web_chat::scripted_app().await;
     let url = common::web::serve(web_chat::router(app)).await;
     let seen = common::web::node_json("web-chat-browser.mjs", &[&url, &chromium, "deny"]).await;
     assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
@@ -151,10 +154,11 @@ async fn a_denied_call_does_not_run_and_the_model_reads_the_denial() {
     let tools = answer["tools"].as_array().expect("tools");
     assert_eq!(tools[1]["name"], "delete_file");
     assert_eq!(tools[1]["state"], "output-denied", "{answer:#}");
-    assert_eq!(tools[1]["output"], "denied");
+    assert_eq!(tools[1]["output"], "denied: Denied in the web chat.");
+    assert_eq!(tools[1]["label"], "denied");
     assert_eq!(
         strings(&answer["texts"]).last().map(String::as_str),
-        Some("Understood: I left `old.log` where it is. Nothing was deleted.")
+        Some("Understood: I left old.log where it is. Nothing was deleted.")
     );
     // The model read the person's reason as the call's error result.
     let requests = mock.requests();
@@ -163,9 +167,171 @@ async fn a_denied_call_does_not_run_and_the_model_reads_the_denial() {
     assert!(last.contains("Denied in the web chat."), "{last}");
 }
 
+/// Starts the example's server with its scripted model and runs `scenario` in the browser;
+/// `None` when the test is skipped.
+async fn browse(scenario: &str) -> Option<(Value, web_chat::ModelStreams)> {
+    let chromium = chromium()?;
+    if !common::web::node_available("the web chat browser test", "playwright-core") {
+        return None;
+    }
+    let (app, mock, streams) = web_chat::scripted_app().await;
+    let url = common::web::serve(web_chat::router(app)).await;
+    let seen = common::web::node_json("web-chat-browser.mjs", &[&url, &chromium, scenario]).await;
+    assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(
+        mock.history_violations(),
+        Vec::<String>::new(),
+        "the model was sent an invalid history"
+    );
+    Some((seen, streams))
+}
+
+fn tool<'a>(message: &'a Value, name: &str) -> &'a Value {
+    message["tools"]
+        .as_array()
+        .and_then(|tools| tools.iter().find(|t| t["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {message:#}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_instead_of_approving_denies_the_call_and_the_chat_goes_on() {
+    let Some((seen, _)) = browse("type-instead").await else {
+        return;
+    };
+    let before = &seen["beforeTyping"];
+    assert_eq!(before["status"], "waiting for approval", "{before:#}");
+
+    // The new message was taken: the waiting call is shown denied, and the model answered.
+    let after = &seen["afterTyping"];
+    assert_eq!(after["status"], "done", "{after:#}");
+    assert_eq!(after["notice"], Value::Null, "{after:#}");
+    let messages = after["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 4, "{after:#}");
+    assert_eq!(
+        strings(&messages[2]["texts"]),
+        ["Actually, keep everything."]
+    );
+    let call = tool(&messages[1], "delete_file");
+    assert_eq!(call["state"], "output-denied", "{after:#}");
+    assert_eq!(call["label"], "denied");
+    assert_eq!(
+        call["output"],
+        "denied: Not run: the user sent a new message instead of answering this call."
+    );
+    assert_eq!(strings(&call["buttons"]), Vec::<String>::new());
+    assert_eq!(
+        strings(&messages[3]["texts"]),
+        ["Understood: I left old.log where it is. Nothing was deleted."]
+    );
+
+    // Nothing wedged: a second tidy-up paused, was approved and finished.
+    let approved = &seen["afterApproval"];
+    assert_eq!(approved["status"], "done", "{approved:#}");
+    let messages = approved["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 6, "{approved:#}");
+    let call = tool(&messages[5], "delete_file");
+    assert_eq!(call["state"], "output-available", "{approved:#}");
+    assert_eq!(call["output"], "deleted logs/old.log");
+    assert_eq!(
+        strings(&messages[5]["texts"]).last().map(String::as_str),
+        Some("Done: logs/old.log is deleted, 48 MB freed. today.log stays.")
+    );
+
+    // A reload shows the same conversation (from the server's session).
+    let reloaded = &seen["afterReload"];
+    assert_eq!(reloaded["status"], "done", "{reloaded:#}");
+    assert_eq!(reloaded["messages"], approved["messages"], "{reloaded:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_renders_markdown_and_shows_html_as_text() {
+    let Some((seen, _)) = browse("markdown").await else {
+        return;
+    };
+    let html = &seen["html"];
+    assert_eq!(
+        strings(&html["strong"]),
+        ["tidy up the logs", "bold"],
+        "{html:#}"
+    );
+    assert_eq!(strings(&html["em"]), ["scripted"], "{html:#}");
+    assert_eq!(strings(&html["code"]), ["long story"], "{html:#}");
+    assert_eq!(html["images"], 0, "{html:#}");
+    assert_eq!(html["scripts"], 0, "{html:#}");
+    assert_eq!(html["xss"], Value::Null, "{html:#}");
+    assert_eq!(
+        html["links"],
+        serde_json::json!([{"text": "home", "href": "https://example.org/"}]),
+        "only an http(s) link is a link: {html:#}"
+    );
+    assert_eq!(
+        html["echoed"],
+        r#"You wrote: bold <img src=x onerror="window.__xss=1"> <script>window.__xss=2</script> [a link](javascript:window.__xss=3) home"#
+    );
+    // The user's own message is shown as typed.
+    let messages = seen["after"]["messages"].as_array().expect("messages");
+    assert!(strings(&messages[2]["texts"])[0].starts_with("echo **bold** <img"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_button_cancels_the_run() {
+    let Some((seen, mut streams)) = browse("stop").await else {
+        return;
+    };
+    assert_eq!(seen["stopShown"], true, "{seen:#}");
+    assert_eq!(seen["stopHidden"], true, "{seen:#}");
+    let stopped = &seen["afterStop"];
+    assert_eq!(stopped["status"], "stopped", "{stopped:#}");
+    let story = &stopped["messages"][1];
+    assert!(
+        strings(&story["texts"]).concat().contains("grew and grew"),
+        "{story:#}"
+    );
+    assert_eq!(strings(&story["notes"]), ["Stopped."]);
+    let next = &seen["afterNext"];
+    assert_eq!(next["status"], "done", "{next:#}");
+    assert_eq!(
+        next["messages"].as_array().map(Vec::len),
+        Some(4),
+        "{next:#}"
+    );
+    // The stopped run was cancelled: its model response (which never ends by itself) was
+    // dropped. The wait is on that condition; the timeout only bounds a failure.
+    let cancelled = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        streams.wait_for(|open| *open == 0),
+    )
+    .await
+    .is_ok_and(|seen| seen.is_ok());
+    assert!(
+        cancelled,
+        "the stopped run is still streaming from the model: {} response(s) open",
+        *streams.borrow()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_said_in_words_and_the_chat_goes_on() {
+    let Some((seen, _)) = browse("refused").await else {
+        return;
+    };
+    let refused = &seen["afterRefusal"];
+    assert_eq!(
+        refused["notice"],
+        "The server did not take that: the last message must be a user message: no run waits for answers",
+        "{refused:#}"
+    );
+    assert_eq!(refused["messages"], serde_json::json!([]), "{refused:#}");
+    assert_eq!(seen["inputAfterRefusal"], "hello", "the text is given back");
+    let retried = &seen["afterRetry"];
+    assert_eq!(retried["status"], "done", "{retried:#}");
+    assert_eq!(retried["notice"], Value::Null, "{retried:#}");
+    assert_eq!(retried["messages"].as_array().map(Vec::len), Some(2));
+}
+
 #[tokio::test]
 async fn the_server_serves_the_page_and_refuses_a_bad_body_with_a_400() {
-    let (app, _mock) = web_chat::scripted_app().await;
+    let (app, _mock, _) = web_chat::scripted_app().await;
     let url = common::web::serve(web_chat::router(app)).await;
     let http = reqwest_client();
     let page = http.get(&url).send().await.expect("GET /");

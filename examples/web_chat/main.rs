@@ -8,16 +8,26 @@
 //!
 //! - `POST /api/chat` speaks the Vercel AI SDK's UI message stream (what `useChat` sends and
 //!   reads), through [`agent_loop::ui::ai_sdk::respond`]; the page uses it.
+//! - `GET /api/chat/{id}` gives the chat's conversation as the AI SDK's `UIMessage`s, from
+//!   its session: the page loads it on start, so a reload keeps the chat (the page keeps
+//!   only the chat's id, in `sessionStorage`).
 //! - `POST /agui` speaks AG-UI 1.0 (what `@ag-ui/client`'s `HttpAgent` and CopilotKit send
 //!   and read), through [`agent_loop::ui::agui::respond`], for the same agent.
 //!
 //! The page streams the answer and the model's reasoning, shows each tool call with its
 //! arguments as they stream, and shows approve and deny buttons for `delete_file`, which
 //! needs a person's approval: the run pauses, the paused run waits in the session store, and
-//! the button's request resumes it. Each chat is a session (its id is the chat's), so any
-//! number of tabs can chat at once.
+//! the button's request resumes it. Typing a message instead of answering denies the waiting
+//! call and goes on (the library's default, [`agent_loop::ui::NewMessageWhilePaused`]). The
+//! Stop button aborts the request, which drops the run's stream: the run is cancelled. Each
+//! chat is a session (its id is the chat's), so any number of tabs can chat at once.
 //!
-//! With no API key the model is scripted: ask it to tidy up the logs. With
+//! The page renders the answer's Markdown itself (bold, italics, code, code blocks, lists,
+//! http(s) links), building DOM nodes from text: nothing the model or a tool says is ever
+//! parsed as HTML.
+//!
+//! With no API key the model is scripted: ask it to tidy up the logs (or for a long story, to
+//! try the Stop button). With
 //! `ANTHROPIC_API_KEY` (or `OPENAI_API_KEY`, or a `--gemini`, `--bedrock`, `--ollama` flag and
 //! its variables) a real model decides, with the same tools over a pretend folder.
 
@@ -32,19 +42,28 @@ use agent_loop::session::{MemoryStore, SessionStore};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::ui::{agui, ai_sdk};
 use agent_loop::{
-    Agent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmStream, ModelRequest, Role,
-    ToolError,
+    Agent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmStream, Message, ModelRequest,
+    PausedRun, Role, ToolError, WaitsFor,
 };
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use serde_json::json;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::watch;
 
 /// The page: one file, its script and style inline.
 pub const PAGE: &str = include_str!("page.html");
+
+/// The reason the page gives when the person clicks Deny (the model reads it).
+pub const PAGE_DENIAL: &str = "Denied in the web chat.";
+
+/// How many model responses are streaming now (the scripted model's): 0 once every run is
+/// over or cancelled.
+pub type ModelStreams = watch::Receiver<usize>;
 
 /// What every request's agent shares: the model and the sessions.
 #[derive(Clone)]
@@ -76,7 +95,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 pub async fn app() -> (App, String, Option<Arc<MockServer>>) {
     let model = common::model(Vec::new()).await;
     if common::is_scripted(&model) {
-        let (app, mock) = scripted_app().await;
+        let (app, mock, _) = scripted_app().await;
         let description = format!(
             "a scripted model behind the loopback mock server at {} (set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real one); ask it to tidy up the logs",
             mock.url()
@@ -91,28 +110,32 @@ pub async fn app() -> (App, String, Option<Arc<MockServer>>) {
 }
 
 /// The app with the scripted model, over the real Anthropic client and HTTP stack against
-/// the loopback mock server (kept alive by the second value).
-pub async fn scripted_app() -> (App, Arc<MockServer>) {
+/// the loopback mock server (kept alive by the second value); the third counts the model
+/// responses streaming.
+pub async fn scripted_app() -> (App, Arc<MockServer>, ModelStreams) {
     let mock = Arc::new(MockServer::start().await);
     let inner = AnthropicClient::new("mock-key")
         .base_url(mock.anthropic_base_url())
         .model("scripted");
+    let (streams, watching) = watch::channel(0);
     let client = Arc::new(ScriptedModel {
         inner,
         mock: mock.clone(),
+        streams: Arc::new(streams),
     });
     let app = App {
         client,
         sessions: Arc::new(MemoryStore::new()),
     };
-    (app, mock)
+    (app, mock, watching)
 }
 
-/// The routes: the page, the AI SDK endpoint, the AG-UI endpoint.
+/// The routes: the page, the AI SDK endpoint and the chat's conversation, the AG-UI endpoint.
 pub fn router(app: App) -> Router {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/chat", post(chat))
+        .route("/api/chat/{id}", get(conversation))
         .route("/agui", post(agui_run))
         .with_state(app)
 }
@@ -127,6 +150,128 @@ async fn chat(State(app): State<App>, body: Bytes) -> Response {
         Ok(mut agent) => ai_sdk::respond(&mut agent, &body).await,
         Err(e) => server_error(&e.to_string()),
     }
+}
+
+/// `GET /api/chat/{id}`: the chat's conversation, `{"messages": [UIMessage…]}`, from its
+/// session (none yet: no messages).
+async fn conversation(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let mut agent = match app.agent(&id) {
+        Ok(agent) => agent,
+        Err(e) => return server_error(&e.to_string()),
+    };
+    let paused = match agent.load_session().await {
+        Ok(paused) => paused,
+        Err(e) => return server_error(&e.to_string()),
+    };
+    let messages = ui_messages(&agent.messages(), paused.as_ref());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "messages": messages }).to_string(),
+    )
+        .into_response()
+}
+
+/// The agent's conversation as the AI SDK's `UIMessage`s, as the page built them from the
+/// stream: a user message per question; an assistant message per answer, a `step-start`
+/// per model response, its reasoning, text and tool parts, each call in the state its
+/// result gives it (a denial as `output-denied`), the calls `paused` waits for in
+/// `approval-requested`.
+fn ui_messages(messages: &[Message], paused: Option<&PausedRun>) -> Vec<Value> {
+    let denials = [
+        PAGE_DENIAL,
+        ai_sdk::DEFAULT_DENIAL,
+        agent_loop::ui::NEW_MESSAGE_DENIAL,
+    ];
+    let mut out: Vec<Value> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let mut parts: Vec<Value> = Vec::new();
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text, .. } if !text.is_empty() => {
+                    // Text blocks in a row are one part, as the stream shows them.
+                    match parts.last_mut() {
+                        Some(last) if last["type"] == "text" => {
+                            let joined = format!("{}{text}", last["text"].as_str().unwrap_or(""));
+                            last["text"] = json!(joined);
+                        }
+                        _ => parts.push(json!({"type": "text", "text": text, "state": "done"})),
+                    }
+                }
+                ContentBlock::Thinking { thinking, .. } if !thinking.is_empty() => {
+                    parts.push(json!({"type": "reasoning", "text": thinking, "state": "done"}))
+                }
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => parts.push(json!({
+                    "type": format!("tool-{name}"), "toolCallId": id,
+                    "state": "input-available", "input": input,
+                })),
+                ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    // A result goes on its call's part, in the answer it belongs to.
+                    let part = out
+                        .iter_mut()
+                        .rev()
+                        .filter(|m| m["role"] == "assistant")
+                        .flat_map(|m| m["parts"].as_array_mut().into_iter().flatten())
+                        .find(|p| p["toolCallId"] == tool_use_id.as_str());
+                    if let Some(part) = part {
+                        if !is_error {
+                            part["state"] = json!("output-available");
+                            part["output"] = json!(content);
+                        } else if denials.contains(&content.as_str()) {
+                            part["state"] = json!("output-denied");
+                            part["approval"] =
+                                json!({"id": tool_use_id, "approved": false, "reason": content});
+                        } else {
+                            part["state"] = json!("output-error");
+                            part["errorText"] = json!(content);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        match message.role {
+            Role::User => out.push(json!({"id": format!("m{i}"), "role": "user", "parts": parts})),
+            _ => {
+                let mut step = vec![json!({"type": "step-start"})];
+                step.extend(parts);
+                // A response after tool results goes on the answer they belong to.
+                match out.last_mut() {
+                    Some(last) if last["role"] == "assistant" => {
+                        if let Some(all) = last["parts"].as_array_mut() {
+                            all.extend(step);
+                        }
+                    }
+                    _ => {
+                        out.push(json!({"id": format!("m{i}"), "role": "assistant", "parts": step}))
+                    }
+                }
+            }
+        }
+    }
+    for call in paused.map(PausedRun::pending).unwrap_or_default() {
+        if call.waits_for != WaitsFor::Approval {
+            continue;
+        }
+        let part = out
+            .iter_mut()
+            .flat_map(|m| m["parts"].as_array_mut().into_iter().flatten())
+            .find(|p| p["toolCallId"] == call.id.as_str());
+        if let Some(part) = part {
+            part["state"] = json!("approval-requested");
+            part["approval"] = json!({"id": call.id});
+        }
+    }
+    out
 }
 
 /// `POST /agui`: AG-UI; the thread's id names its session.
@@ -206,6 +351,24 @@ fn delete_file() -> impl agent_loop::Tool {
 struct ScriptedModel {
     inner: AnthropicClient,
     mock: Arc<MockServer>,
+    /// How many of its responses are streaming now.
+    streams: Arc<watch::Sender<usize>>,
+}
+
+/// Counts one streaming response while it lives.
+struct Streaming(Arc<watch::Sender<usize>>);
+
+impl Streaming {
+    fn new(streams: &Arc<watch::Sender<usize>>) -> Self {
+        streams.send_modify(|n| *n += 1);
+        Streaming(streams.clone())
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl ScriptedModel {
@@ -223,6 +386,17 @@ impl ScriptedModel {
             } => Some((tool_use_id.as_str(), content.as_str(), *is_error)),
             _ => None,
         });
+        // What the user said last (a message the agent never answered, a stopped run's, is
+        // joined with the next one: the newest text decides).
+        let said = last
+            .content
+            .iter()
+            .rev()
+            .find_map(|block| match block {
+                ContentBlock::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .unwrap_or("");
         match (last.role, result) {
             (Role::User, Some((id, _, _))) if id.starts_with("call_list") => {
                 ScriptedResponse::text("`old.log` is 92 days old and takes 48 MB; ")
@@ -239,7 +413,18 @@ impl ScriptedModel {
             (Role::User, Some(_)) => ScriptedResponse::text(
                 "Done: `logs/old.log` is deleted, 48 MB freed. `today.log` stays.",
             ),
-            (Role::User, None) if last.text().to_lowercase().contains("tidy") => {
+            (Role::User, None) if said.starts_with("echo ") => {
+                // Says back what it was told, Markdown and all: the page must show any HTML in
+                // it as text.
+                ScriptedResponse::text(format!("You wrote: {}", &said["echo ".len()..]))
+            }
+            (Role::User, None) if said.to_lowercase().contains("story") => {
+                // Starts, then goes silent: the run waits on the model until it is stopped.
+                ScriptedResponse::text("Once upon a time, a log file grew and grew")
+                    .then_text(" and grew…")
+                    .then_stall()
+            }
+            (Role::User, None) if said.to_lowercase().contains("tidy") => {
                 ScriptedResponse::thinking(
                     "The user wants the logs tidied. I should list the folder before deleting anything.",
                     "sig-demo",
@@ -252,8 +437,8 @@ impl ScriptedModel {
                 )
             }
             _ => ScriptedResponse::text(
-                "I'm a scripted demo model. Ask me to **tidy up the logs** to see a tool call \
-                 that needs your approval.",
+                "I'm a *scripted* demo model. Ask me to **tidy up the logs** to see a tool call \
+                 that needs your approval, or for a `long story` to try the Stop button.",
             ),
         }
     }
@@ -267,7 +452,11 @@ impl LlmClient for ScriptedModel {
                 .chunk_size(96)
                 .chunk_delay(Duration::from_millis(10)),
         );
-        self.inner.stream(request)
+        let streaming = Streaming::new(&self.streams);
+        Box::pin(self.inner.stream(request).map(move |event| {
+            let _counted = &streaming;
+            event
+        }))
     }
 
     fn model(&self) -> &str {

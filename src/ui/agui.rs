@@ -578,6 +578,9 @@ pub struct AgUiEncoder {
     streamed: Vec<Streamed>,
     /// What the client's request said of its messages' ids.
     client: ClientIds,
+    /// What a run that left a pause behind says of the calls it denied, sent after
+    /// `RUN_STARTED`.
+    left: Option<Value>,
 }
 
 impl AgUiEncoder {
@@ -599,6 +602,7 @@ impl AgUiEncoder {
             resumed_turn: None,
             streamed: Vec::new(),
             client: ClientIds::default(),
+            left: None,
         }
     }
 
@@ -620,6 +624,16 @@ impl AgUiEncoder {
                 );
             }
         }
+        self
+    }
+
+    /// An encoder for a run on a new message that left `paused` behind, its waiting calls
+    /// denied ([`NewMessageWhilePaused::DenyAndContinue`](super::NewMessageWhilePaused)):
+    /// right after `RUN_STARTED`, a `CUSTOM` `agent_loop.calls_denied` event
+    /// `{"toolCallIds": […], "reason": "…"}`; the `MESSAGES_SNAPSHOT` at the end has their
+    /// tool messages.
+    pub fn leaving(mut self, paused: &PausedRun) -> Self {
+        self.left = Some(super::calls_denied(paused));
         self
     }
 
@@ -767,6 +781,9 @@ impl AgUiEncoder {
                 thread_id: self.thread_id.clone(),
                 run_id: self.run_id.clone(),
             });
+            if let Some(left) = self.left.take() {
+                out.push(custom("agent_loop.calls_denied", left));
+            }
             if let Some(turn) = self.resumed_turn {
                 let step_name = format!("turn {turn}");
                 self.step = Some(step_name.clone());
@@ -1450,8 +1467,44 @@ impl RunAgentInput {
     ///   of a result `{"result": any, "isError"?: bool}`) and from tool messages answering a
     ///   call that waits for its result. A request that answers nothing is refused, naming
     ///   the calls that wait.
+    ///   A request that answers nothing and ends with a user message, after the assistant
+    ///   message with a waiting call, is a new message while the calls wait,
+    ///   [`UiTurn::RunLeavingPause`] (what becomes of the waiting calls is the
+    ///   host's [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
     /// - Without one: a new run on the last message, which must be a user message; `resume`
     ///   entries are refused.
+    ///
+    /// The body that resumes a paused run carries the messages and one `resume` entry per
+    /// answered interrupt (the `interrupts` of the paused run's `RUN_FINISHED`, whose ids are
+    /// `{pauseId}:{callId}`). Each entry needs its `status` (`@ag-ui/core` 1.0's
+    /// `ResumeEntrySchema`, and this parser, require it): `"resolved"` for an answer,
+    /// `"cancelled"` to deny the call. An approval's payload is
+    /// `{"approved": bool, "reason"?: string}`, a deferred tool's result
+    /// `{"result": any, "isError"?: bool}` (never `null`):
+    ///
+    /// ```json
+    /// {
+    ///   "threadId": "thread-1",
+    ///   "runId": "run-2",
+    ///   "messages": [
+    ///     {"id": "u1", "role": "user", "content": "Tidy up the logs."},
+    ///     {"id": "run-1:t1", "role": "assistant", "toolCalls": [
+    ///       {"id": "call_1", "type": "function",
+    ///        "function": {"name": "delete_file", "arguments": "{\"path\":\"logs/old.log\"}"}}
+    ///     ]}
+    ///   ],
+    ///   "tools": [], "context": [], "state": {}, "forwardedProps": {},
+    ///   "resume": [
+    ///     {"interruptId": "t1-p1-call_1:call_1", "status": "resolved",
+    ///      "payload": {"approved": true}}
+    ///   ]
+    /// }
+    /// ```
+    ///
+    /// A result for a deferred call can also come as a tool message answering it (no
+    /// `status` there: `status` belongs to the `resume` entry, and a tool message has none):
+    /// `{"id": "r1", "role": "tool", "toolCallId": "call_2", "content": "blue"}`, with
+    /// `"error": "…"` for an error result.
     pub fn turn(&self, paused: Option<&PausedRun>) -> Result<UiTurn, UiRequestError> {
         let Some(paused) = paused else {
             if let Some(entry) = self.resume.first() {
@@ -1460,24 +1513,7 @@ impl RunAgentInput {
                     entry.interrupt_id
                 )));
             }
-            return match self
-                .messages
-                .iter()
-                .rev()
-                .find(|m| !matches!(m.kind, Parsed::Skipped))
-            {
-                Some(InMessage {
-                    kind: Parsed::User(blocks),
-                    ..
-                }) => Ok(UiTurn::Run(UserInput::from(blocks.clone()))),
-                Some(other) => Err(UiRequestError::new(format!(
-                    "the last message (`{}`) is not a user message: there is nothing to run on",
-                    other.id
-                ))),
-                None => Err(UiRequestError::new(
-                    "the request has no user message to run on",
-                )),
-            };
+            return self.new_message().map(UiTurn::Run);
         };
         let pending = paused.pending();
         let waiting = || {
@@ -1526,6 +1562,24 @@ impl RunAgentInput {
             }
         }
         if answers.is_empty() {
+            // The person typed instead of answering: a user message last, after the assistant
+            // message with a waiting call (the client saw the interrupt).
+            let shown = self.messages.iter().any(|m| match &m.kind {
+                Parsed::Assistant { calls, .. } => calls
+                    .iter()
+                    .any(|(id, _, _)| pending.iter().any(|c| &c.id == id)),
+                _ => false,
+            });
+            if let (
+                true,
+                Some(InMessage {
+                    kind: Parsed::User(_),
+                    ..
+                }),
+            ) = (shown, self.last_message())
+            {
+                return self.new_message().map(UiTurn::RunLeavingPause);
+            }
             return Err(UiRequestError::new(format!(
                 "the run waits for answers and the request gives none: answer {} with `resume` \
                  entries (or a tool message with the result)",
@@ -1533,6 +1587,32 @@ impl RunAgentInput {
             )));
         }
         Ok(UiTurn::Resume(answers))
+    }
+
+    /// The last message that is part of the history (system, developer, reasoning and
+    /// activity messages skipped).
+    fn last_message(&self) -> Option<&InMessage> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| !matches!(m.kind, Parsed::Skipped))
+    }
+
+    /// The last message's content, as the input of a run: it must be a user message.
+    fn new_message(&self) -> Result<UserInput, UiRequestError> {
+        match self.last_message() {
+            Some(InMessage {
+                kind: Parsed::User(blocks),
+                ..
+            }) => Ok(UserInput::from(blocks.clone())),
+            Some(other) => Err(UiRequestError::new(format!(
+                "the last message (`{}`) is not a user message: there is nothing to run on",
+                other.id
+            ))),
+            None => Err(UiRequestError::new(
+                "the request has no user message to run on",
+            )),
+        }
     }
 }
 
@@ -1786,19 +1866,40 @@ pub fn sse_body(
 /// agent, and streams the run as AG-UI events. A body that is not a valid request gets a 400
 /// with a JSON `{"error": "…"}` saying why, and nothing of the agent or its session changes;
 /// a run already in flight gets a 409.
+///
+/// A new user message while the run waits for answers denies the waiting calls and goes on
+/// ([`NewMessageWhilePaused::DenyAndContinue`](super::NewMessageWhilePaused)); choose
+/// otherwise with [`respond_with`].
+///
+/// Dropping the response's body (the client aborted the request, or went away) drops the
+/// run's stream, which cancels the run.
 #[cfg(feature = "axum")]
 pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
+    respond_with(agent, body, &super::RespondOptions::default()).await
+}
+
+/// [`respond`] with options: what a new user message does while the run waits for answers
+/// ([`RespondOptions::while_paused`](super::RespondOptions::while_paused)).
+#[cfg(feature = "axum")]
+pub async fn respond_with(
+    agent: &mut crate::Agent,
+    body: &[u8],
+    options: &super::RespondOptions,
+) -> axum::response::Response {
     let request = match RunAgentInput::from_slice(body) {
         Ok(request) => request,
         Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
     let handle = agent.handle();
-    match super::http::start_turn(agent, &request).await {
+    match super::http::start_turn(agent, &request, options).await {
         Ok(started) => {
             let mut encoder = AgUiEncoder::new(request.thread_id(), request.run_id())
                 .with_client_messages(&request);
             if let Some((paused, _)) = &started.resumed {
                 encoder = encoder.resuming(paused);
+            }
+            if let Some(paused) = &started.left {
+                encoder = encoder.leaving(paused);
             }
             let frames = sse_body(encode_stream(started.events, encoder, handle));
             super::http::sse_response(frames, &[])

@@ -18,7 +18,9 @@
 //! assistant message: the run resumes, its stream continuing that same assistant message
 //! (denied calls end in `output-denied`). A tool the client runs itself (a
 //! [deferred](crate::DeferredTool) tool) is answered the same way, by the client's
-//! `addToolOutput`.
+//! `addToolOutput`. A new user message instead of an answer denies the waiting calls and
+//! starts a new assistant message (or is refused:
+//! [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -344,6 +346,8 @@ struct CallState {
 /// - [`RateLimits`](AgentEvent::RateLimits): nothing (they are the server's business);
 ///   [`SubAgent`](AgentEvent::SubAgent): nothing (a sub-agent's work shows as its call's
 ///   result);
+/// - for a run that left a pause behind ([`leaving`](Self::leaving)): a transient
+///   `data-calls-denied` `{toolCallIds, reason}` right after `start`;
 /// - at the end: the paused run's waiting calls (their input, and a `tool-approval-request`
 ///   whose `approvalId` is the call's id for those waiting for a verdict), `finish-step`,
 ///   then `error` for a failed run, `abort` for a cancelled one, a transient `data-stopped`
@@ -394,6 +398,8 @@ pub struct UiStreamEncoder {
     calls: BTreeMap<String, CallState>,
     /// The calls the person denied (a resumption's answers).
     denied: BTreeSet<String>,
+    /// What a run that left a pause behind says of the calls it denied, sent after `start`.
+    left: Option<Value>,
 }
 
 impl UiStreamEncoder {
@@ -430,6 +436,17 @@ impl UiStreamEncoder {
             .filter(|(_, r)| matches!(r, crate::agent::Resolution::Deny { .. }))
             .map(|(id, _)| id.to_owned())
             .collect();
+        self
+    }
+
+    /// An encoder for a run on a new message that left `paused` behind, its waiting calls
+    /// denied ([`NewMessageWhilePaused::DenyAndContinue`](super::NewMessageWhilePaused)):
+    /// right after `start`, a transient `data-calls-denied` chunk
+    /// `{"toolCallIds": […], "reason": "…"}` tells the client which calls of its earlier
+    /// assistant message were denied (this stream is a new message: it cannot touch their
+    /// parts).
+    pub fn leaving(mut self, paused: &PausedRun) -> Self {
+        self.left = Some(super::calls_denied(paused));
         self
     }
 
@@ -550,6 +567,9 @@ impl UiStreamEncoder {
                     self.message_id.clone()
                 },
             });
+            if let Some(left) = self.left.take() {
+                out.push(data("calls-denied", left));
+            }
         }
     }
 
@@ -966,14 +986,43 @@ impl ChatRequest {
 
     /// What the request asks of an agent waiting in `paused` (or in none).
     ///
-    /// - With a paused run: the last assistant message's tool parts answer the calls that
-    ///   wait (parts of other calls are ignored): `approval-responded` approves, or denies
-    ///   with the person's reason ([`DEFAULT_DENIAL`] when none); `output-available` is the
-    ///   call's result (a string output as it is, any other as its JSON text);
-    ///   `output-error` an error result; `output-denied` a denial. A request that answers
-    ///   none of them is refused, naming the calls that wait.
+    /// - With a paused run and a user message last, after the assistant message that shows
+    ///   a waiting call: the person typed instead of answering, [`UiTurn::RunLeavingPause`]
+    ///   with that message's text and files (what becomes of the waiting calls is the host's
+    ///   [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
+    /// - With a paused run otherwise: the last assistant message's tool parts answer the
+    ///   calls that wait (parts of other calls are ignored): `approval-responded`
+    ///   approves, or denies with the person's reason ([`DEFAULT_DENIAL`] when none);
+    ///   `output-available` is the call's result (a string output as it is, any other as its
+    ///   JSON text); `output-error` an error result; `output-denied` a denial. A request
+    ///   that answers none of them is refused, naming the calls that wait.
     /// - Without: the last message must be a user message; its text and files (images as
     ///   `data:` or `http(s)` URLs, PDFs) are the run's input.
+    ///
+    /// The body that resumes a paused run is the conversation again, as the client's
+    /// `addToolApprovalResponse({id, approved, reason})` left it: the last assistant message
+    /// with the waiting call's part in the state `approval-responded` and its `approval`
+    /// (`id` is the `approvalId` of the stream's `tool-approval-request`, which this crate
+    /// makes the call's id; `reason` is what the model reads of a denial, optional):
+    ///
+    /// ```json
+    /// {
+    ///   "id": "chat-1",
+    ///   "trigger": "submit-message",
+    ///   "messages": [
+    ///     {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Tidy up the logs."}]},
+    ///     {"id": "m2", "role": "assistant", "parts": [
+    ///       {"type": "step-start"},
+    ///       {"type": "tool-delete_file", "toolCallId": "call_1", "state": "approval-responded",
+    ///        "input": {"path": "logs/old.log"},
+    ///        "approval": {"id": "call_1", "approved": false, "reason": "Keep it."}}
+    ///     ]}
+    ///   ]
+    /// }
+    /// ```
+    ///
+    /// A deferred tool's result comes the same way, as the part in the state
+    /// `output-available` with its `output` (or `output-error` with its `errorText`).
     ///
     /// `trigger: "regenerate-message"` is refused: the agent's conversation cannot drop its
     /// last answer to give another.
@@ -985,25 +1034,48 @@ impl ChatRequest {
             ));
         }
         match paused {
+            Some(paused) if self.typed_instead(paused) => {
+                self.new_message().map(UiTurn::RunLeavingPause)
+            }
             Some(paused) => self.answers(paused).map(UiTurn::Resume),
             None => {
-                let Some(last) = self.messages.last() else {
-                    return Err(UiRequestError::new("`messages` is empty"));
-                };
-                if last.role != UiRole::User {
+                if self.messages.last().is_some_and(|m| m.role != UiRole::User) {
                     return Err(UiRequestError::new(
                         "the last message must be a user message: no run waits for answers",
                     ));
                 }
-                let path = format!("messages[{}]", self.messages.len() - 1);
-                match user_input(last, &path)? {
-                    Some(input) => Ok(UiTurn::Run(input)),
-                    None => Err(UiRequestError::new(format!(
-                        "{path}: the user message has no text and no file"
-                    ))),
-                }
+                self.new_message().map(UiTurn::Run)
             }
         }
+    }
+
+    /// Whether the person typed instead of answering: the last message is a user message,
+    /// after an assistant message that shows a call `paused` waits for (the client saw the
+    /// request for an answer).
+    fn typed_instead(&self, paused: &PausedRun) -> bool {
+        let Some((last, before)) = self.messages.split_last() else {
+            return false;
+        };
+        let pending = paused.pending();
+        last.role == UiRole::User
+            && before.iter().any(|m| {
+                m.role == UiRole::Assistant
+                    && m.parts.iter().any(|p| match p {
+                        UiPart::Tool(t) => pending.iter().any(|c| c.id == t.call_id),
+                        _ => false,
+                    })
+            })
+    }
+
+    /// The last message's text and files, as the input of a run.
+    fn new_message(&self) -> Result<UserInput, UiRequestError> {
+        let Some(last) = self.messages.last() else {
+            return Err(UiRequestError::new("`messages` is empty"));
+        };
+        let path = format!("messages[{}]", self.messages.len() - 1);
+        user_input(last, &path)?.ok_or_else(|| {
+            UiRequestError::new(format!("{path}: the user message has no text and no file"))
+        })
     }
 
     /// The answers the last assistant message gives the calls `paused` waits for.
@@ -1049,19 +1121,9 @@ impl ChatRequest {
             };
         }
         if answers.is_empty() {
-            let waiting: Vec<String> = pending
-                .iter()
-                .map(|c| {
-                    let what = match c.waits_for {
-                        WaitsFor::Approval => "a verdict",
-                        _ => "a result",
-                    };
-                    format!("{} (call {:?}) waits for {what}", c.name, c.id)
-                })
-                .collect();
             return Err(UiRequestError::new(format!(
                 "the run waits for answers, and the last assistant message gives none: {}",
-                waiting.join("; ")
+                super::waiting_calls(paused)
             )));
         }
         Ok(answers)
@@ -1339,17 +1401,38 @@ pub fn sse_body(
 /// streams the run as a UI message stream (with the [`STREAM_HEADER`]). A body that is not a
 /// valid request gets a 400 with a JSON `{"error": "…"}` saying why, and nothing of the agent
 /// or its session changes; a run already in flight gets a 409.
+///
+/// A new user message while the run waits for approvals denies the waiting calls and goes
+/// on ([`NewMessageWhilePaused::DenyAndContinue`](super::NewMessageWhilePaused)); choose
+/// otherwise with [`respond_with`].
+///
+/// Dropping the response's body (the client aborted the fetch, or went away) drops the run's
+/// stream, which cancels the run.
 #[cfg(feature = "axum")]
 pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
+    respond_with(agent, body, &super::RespondOptions::default()).await
+}
+
+/// [`respond`] with options: what a new user message does while the run waits for answers
+/// ([`RespondOptions::while_paused`](super::RespondOptions::while_paused)).
+#[cfg(feature = "axum")]
+pub async fn respond_with(
+    agent: &mut crate::Agent,
+    body: &[u8],
+    options: &super::RespondOptions,
+) -> axum::response::Response {
     let request = match ChatRequest::from_slice(body) {
         Ok(request) => request,
         Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
-    match super::http::start_turn(agent, &request).await {
+    match super::http::start_turn(agent, &request, options).await {
         Ok(started) => {
             let mut encoder = UiStreamEncoder::new();
             if let Some((paused, answers)) = &started.resumed {
                 encoder = encoder.resuming(paused, answers);
+            }
+            if let Some(paused) = &started.left {
+                encoder = encoder.leaving(paused);
             }
             let frames = sse_body(encode_stream(started.events, encoder));
             super::http::sse_response(frames, &[STREAM_HEADER])

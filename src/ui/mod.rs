@@ -22,7 +22,10 @@
 //! [`ToolDecision::Pause`](crate::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
 //! which resumes the run ([`Agent::resume`](crate::Agent::resume)). With a [session](crate::AgentBuilder::session)
-//! the paused run is kept in the store, so the next request may reach another process.
+//! the paused run is kept in the store, so the next request may reach another process. A
+//! person who types a new message instead of answering does not wedge the chat: by default
+//! the waiting calls are denied and the run goes on with the message
+//! ([`NewMessageWhilePaused`], set with [`RespondOptions`] and `respond_with`).
 
 pub mod agui;
 pub mod ai_sdk;
@@ -30,8 +33,9 @@ pub mod ai_sdk;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::agent::{AgentEvent, Resolutions};
+use crate::agent::{AgentEvent, PausedRun, Resolutions, WaitsFor};
 use crate::input::UserInput;
+use crate::message::{ContentBlock, Message, Role};
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of
 /// the agent or its session has changed.
@@ -64,6 +68,122 @@ pub enum UiTurn {
     /// Resume the agent's paused run with these answers to its waiting calls (approvals,
     /// denials, results of tools the client ran).
     Resume(Resolutions),
+    /// Run the agent on the user's new message while its paused run waits for answers the
+    /// request does not give: the person typed instead of approving. What happens is the
+    /// host's choice ([`NewMessageWhilePaused`]): by default the waiting calls are denied
+    /// ([`NEW_MESSAGE_DENIAL`]) and the run goes on with the new message.
+    RunLeavingPause(UserInput),
+}
+
+/// What the model reads as the result of each call a paused run waited for, when the person
+/// sent a new message instead of answering ([`NewMessageWhilePaused::DenyAndContinue`]).
+pub const NEW_MESSAGE_DENIAL: &str =
+    "Not run: the user sent a new message instead of answering this call.";
+
+/// What [`agui::respond_with`] and [`ai_sdk::respond_with`] do with a new user message that
+/// arrives while the agent's run waits for answers to tool calls (an approval, a client's
+/// result) and the request gives none ([`UiTurn::RunLeavingPause`]).
+///
+/// ```
+/// use agent_loop::ui::{NewMessageWhilePaused, RespondOptions};
+///
+/// // A chat: typing instead of clicking Approve denies the waiting calls and goes on.
+/// assert_eq!(RespondOptions::default().new_message_while_paused(), NewMessageWhilePaused::DenyAndContinue);
+/// // A strict host: the calls must be answered first (400).
+/// let strict = RespondOptions::new().while_paused(NewMessageWhilePaused::Refuse);
+/// assert_eq!(strict.new_message_while_paused(), NewMessageWhilePaused::Refuse);
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NewMessageWhilePaused {
+    /// Deny every waiting call (the model reads [`NEW_MESSAGE_DENIAL`] as its error
+    /// result; a call of the paused batch that had finished keeps its result) and run on
+    /// the new message. The paused run is left behind: a later answer to it is refused. The
+    /// stream tells the client which calls were denied (the AI SDK: a transient
+    /// `data-calls-denied` chunk; AG-UI: a `CUSTOM` `agent_loop.calls_denied` event), each
+    /// `{"toolCallIds": […], "reason": "…"}`. The default: what a chat wants.
+    #[default]
+    DenyAndContinue,
+    /// Refuse the request with a 400 saying which calls wait; the agent, its session and the
+    /// pause are unchanged, so the calls can still be answered.
+    Refuse,
+}
+
+/// How [`agui::respond_with`] and [`ai_sdk::respond_with`] answer a request (the plain
+/// `respond` uses the default).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RespondOptions {
+    while_paused: NewMessageWhilePaused,
+}
+
+impl RespondOptions {
+    /// The defaults: [`NewMessageWhilePaused::DenyAndContinue`].
+    pub fn new() -> Self {
+        RespondOptions::default()
+    }
+
+    /// What a new user message does while the run waits for answers.
+    pub fn while_paused(mut self, policy: NewMessageWhilePaused) -> Self {
+        self.while_paused = policy;
+        self
+    }
+
+    /// The policy for a new user message while the run waits for answers.
+    pub fn new_message_while_paused(&self) -> NewMessageWhilePaused {
+        self.while_paused
+    }
+}
+
+/// The calls `paused` waits for, for an error message: `delete_file (call "c1") waits for
+/// a verdict; …`.
+pub(crate) fn waiting_calls(paused: &PausedRun) -> String {
+    paused
+        .pending()
+        .iter()
+        .map(|c| {
+            let what = match c.waits_for {
+                WaitsFor::Approval => "a verdict",
+                _ => "a result",
+            };
+            format!("{} (call {:?}) waits for {what}", c.name, c.id)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What the stream of a run that left `paused` behind says of it: the calls it denied and
+/// why, `{"toolCallIds": […], "reason": "…"}`.
+pub(crate) fn calls_denied(paused: &PausedRun) -> serde_json::Value {
+    let ids: Vec<String> = paused.pending().into_iter().map(|c| c.id).collect();
+    serde_json::json!({ "toolCallIds": ids, "reason": NEW_MESSAGE_DENIAL })
+}
+
+/// The conversation of `paused` with every call of its paused response answered: a call of
+/// the batch that finished keeps its result, every other one (those that wait) gets
+/// [`NEW_MESSAGE_DENIAL`] as an error result. The agent restores it (which checks and
+/// repairs it as any restored history) and runs on the new message from there.
+pub(crate) fn left_behind(paused: &PausedRun) -> crate::context::Conversation {
+    let mut conversation = paused.conversation().clone();
+    let results = &paused.state.results;
+    let answers: Vec<ContentBlock> = paused
+        .calls()
+        .into_iter()
+        .enumerate()
+        .map(
+            |(i, (id, _, _))| match results.get(i).and_then(Option::as_ref) {
+                Some(result) if result.id == id => result.to_block(),
+                _ => ContentBlock::tool_result(id, NEW_MESSAGE_DENIAL, true),
+            },
+        )
+        .collect();
+    if !answers.is_empty() {
+        conversation.messages.push(Message {
+            role: Role::User,
+            content: answers,
+        });
+    }
+    conversation
 }
 
 /// One Server-Sent Event carrying `event` as JSON: `data: {…}\n\n`. JSON never contains a raw
@@ -130,7 +250,7 @@ pub(crate) mod http {
     use bytes::Bytes;
     use futures::{Stream, StreamExt};
 
-    use super::{UiRequestError, UiTurn};
+    use super::{NewMessageWhilePaused, RespondOptions, UiRequestError, UiTurn};
     use crate::agent::{Agent, PausedRun, Resolutions};
     use crate::context::Conversation;
     use crate::error::Error;
@@ -159,15 +279,20 @@ pub(crate) mod http {
     /// agent's event stream.
     pub(crate) struct Started<S> {
         pub(crate) resumed: Option<(PausedRun, Resolutions)>,
+        /// The paused run a new message left behind, its waiting calls denied.
+        pub(crate) left: Option<PausedRun>,
         pub(crate) events: S,
     }
 
     /// Starts what `request` asks on `agent`: reads the run it waits in (from its session, when it
     /// has one), decides, gives the agent the client's history when its own conversation is
-    /// empty, and runs or resumes. Nothing changes when the request is refused.
+    /// empty, and runs or resumes. A new message while the run waits goes as `options` say:
+    /// refused, or run with the waiting calls denied. Nothing changes when the request is
+    /// refused.
     pub(crate) async fn start_turn(
         agent: &mut Agent,
         request: &impl UiRequest,
+        options: &RespondOptions,
     ) -> Result<
         Started<impl futures::Stream<Item = crate::agent::AgentEvent> + Send + 'static>,
         StartError,
@@ -178,6 +303,16 @@ pub(crate) mod http {
             agent.paused()
         };
         let turn = request.turn(paused.as_ref()).map_err(StartError::Request)?;
+        if let (UiTurn::RunLeavingPause(_), Some(paused)) = (&turn, &paused) {
+            if options.new_message_while_paused() == NewMessageWhilePaused::Refuse {
+                return Err(StartError::Request(UiRequestError::new(format!(
+                    "the agent waits for answers to its tool calls, and new messages are not \
+                     taken until they are answered: {}. Answer them (approve or deny), then \
+                     send the message again",
+                    super::waiting_calls(paused)
+                ))));
+            }
+        }
         if paused.is_none() && agent.messages().is_empty() {
             let history = request.history().map_err(StartError::Request)?;
             if !history.is_empty() {
@@ -190,19 +325,37 @@ pub(crate) mod http {
                     })?;
             }
         }
-        let (events, resumed): (futures::stream::BoxStream<'static, _>, _) = match (turn, paused) {
-            (UiTurn::Run(input), _) => (Box::pin(agent.run(input)), None),
-            (UiTurn::Resume(answers), Some(paused)) => (
-                Box::pin(agent.resume(&paused, answers.clone())),
-                Some((paused, answers)),
-            ),
-            (UiTurn::Resume(_), None) => {
-                return Err(StartError::Request(UiRequestError::new(
-                    "the request answers tool calls, but no run waits for answers",
-                )))
-            }
-        };
-        Ok(Started { resumed, events })
+        let (events, resumed, left): (futures::stream::BoxStream<'static, _>, _, _) =
+            match (turn, paused) {
+                (UiTurn::Run(input) | UiTurn::RunLeavingPause(input), None) => {
+                    (Box::pin(agent.run(input)), None, None)
+                }
+                (UiTurn::Run(input), Some(_)) => (Box::pin(agent.run(input)), None, None),
+                (UiTurn::RunLeavingPause(input), Some(paused)) => {
+                    // The waiting calls answered (denied) in the conversation the agent holds;
+                    // the run then leaves the pause behind as any new run does (the agent
+                    // forgets it, the session's next entry supersedes it).
+                    agent
+                        .restore(super::left_behind(&paused))
+                        .map_err(StartError::Agent)?;
+                    (Box::pin(agent.run(input)), None, Some(paused))
+                }
+                (UiTurn::Resume(answers), Some(paused)) => (
+                    Box::pin(agent.resume(&paused, answers.clone())),
+                    Some((paused, answers)),
+                    None,
+                ),
+                (UiTurn::Resume(_), None) => {
+                    return Err(StartError::Request(UiRequestError::new(
+                        "the request answers tool calls, but no run waits for answers",
+                    )))
+                }
+            };
+        Ok(Started {
+            resumed,
+            left,
+            events,
+        })
     }
 
     /// A `text/event-stream` response of `frames`, not buffered by proxies, with `extra`
