@@ -2190,3 +2190,52 @@ async fn a_stateless_server_runs_on_the_clients_history() {
         ]
     );
 }
+
+/// A stateless server (a new agent per request, no session): the approval finds no run to
+/// resume, and the refusal says why and what to set up, instead of a bare "no run waits".
+#[tokio::test]
+async fn an_approval_to_an_agent_without_a_session_says_a_session_store_is_needed() {
+    let mut fresh = approval_agent(approval_script());
+    let body = approval_body(json!({"type": "tool-delete", "toolCallId": "c1",
+        "state": "approval-responded", "input": {"path": "a.txt"},
+        "approval": {"id": "c1", "approved": true}}));
+    let response = respond(&mut fresh, &body).await;
+    assert_eq!(response.status(), 400);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    let error: Value = serde_json::from_slice(&bytes).unwrap();
+    let message = error["error"].as_str().unwrap();
+    assert!(message.contains("no run waits for answers"), "{message}");
+    assert!(message.contains("no session store"), "{message}");
+    assert!(
+        message.contains("AgentBuilder::session(store, chat_id)"),
+        "{message}"
+    );
+    assert!(fresh.messages().is_empty(), "nothing ran");
+
+    // With a session, a new agent per request finds the pause in the store.
+    let store = Arc::new(MemoryStore::new());
+    let script = approval_script();
+    let with_session = |client: ScriptedClient| {
+        Agent::builder(client)
+            .tool(delete_tool())
+            .require_approval("delete")
+            .session(store.clone(), "chat-1")
+            .build()
+            .unwrap()
+    };
+    let first = respond(&mut with_session(script.clone()), &body_of_question()).await;
+    assert_eq!(first.status(), 200);
+    let _ = axum::body::to_bytes(first.into_body(), 1 << 20).await;
+    let approved = respond(&mut with_session(script.clone()), &body).await;
+    assert_eq!(approved.status(), 200);
+    let text = axum::body::to_bytes(approved.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text).contains("Done."));
+}
+
+fn body_of_question() -> Vec<u8> {
+    body(vec![user("u1", "Delete a.txt")])
+}

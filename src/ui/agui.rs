@@ -1509,8 +1509,9 @@ impl RunAgentInput {
         let Some(paused) = paused else {
             if let Some(entry) = self.resume.first() {
                 return Err(UiRequestError::new(format!(
-                    "the request resumes the interrupt `{}`, but no run waits for answers",
-                    entry.interrupt_id
+                    "the request resumes the interrupt `{}`, but {}",
+                    entry.interrupt_id,
+                    super::NO_RUN_WAITS
                 )));
             }
             return self.new_message().map(UiTurn::Run);

@@ -1040,9 +1040,10 @@ impl ChatRequest {
             Some(paused) => self.answers(paused).map(UiTurn::Resume),
             None => {
                 if self.messages.last().is_some_and(|m| m.role != UiRole::User) {
-                    return Err(UiRequestError::new(
-                        "the last message must be a user message: no run waits for answers",
-                    ));
+                    return Err(UiRequestError::new(format!(
+                        "the last message must be a user message: {}",
+                        super::NO_RUN_WAITS
+                    )));
                 }
                 self.new_message().map(UiTurn::Run)
             }

@@ -26,6 +26,32 @@
 //! person who types a new message instead of answering does not wedge the chat: by default
 //! the waiting calls are denied and the run goes on with the message
 //! ([`NewMessageWhilePaused`], set with [`RespondOptions`] and `respond_with`).
+//!
+//! A verdict finds its run where the pause is kept: in the [`Agent`](crate::Agent) value
+//! that ran it, or in its session store. A server that builds a new `Agent` for each request
+//! (as the AI SDK's own stateless route handlers do) must give it a session, keyed by the
+//! chat's id, or the approval is refused (400) for want of a run to resume. The client's
+//! copy of the conversation is not trusted to carry the pause: it could name any call and
+//! "approve" it.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agent_loop::session::{SessionStore, SqliteStore};
+//! use agent_loop::{Agent, AnthropicClient};
+//!
+//! # async fn handler(body: &[u8], chat_id: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! // Once per process:
+//! let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open("chats.db").await?);
+//! // Per request: the same chat id finds the same conversation, and its pause.
+//! let mut agent = Agent::builder(AnthropicClient::from_env()?)
+//!     .require_approval("delete_file")
+//!     .session(store.clone(), chat_id)
+//!     .build()?;
+//! let response = agent_loop::ui::ai_sdk::respond(&mut agent, body).await;
+//! # let _ = response;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod agui;
 pub mod ai_sdk;
@@ -36,6 +62,16 @@ use serde::Serialize;
 use crate::agent::{AgentEvent, PausedRun, Resolutions, WaitsFor};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role};
+
+/// What the refusal of an answer says when no paused run is there to take it.
+pub(crate) const NO_RUN_WAITS: &str = "no run waits for answers";
+
+/// What such a refusal adds for an agent with no session: where its pause would have been.
+pub(crate) const NO_SESSION_HINT: &str = "; this agent has no session store, so a paused \
+    run lives only in the Agent value that ran it. A server that builds a new Agent for each \
+    request (as a stateless AI SDK route does) must give it a session keyed by the chat's id, \
+    `AgentBuilder::session(store, chat_id)` with a `session::SqliteStore` or `PostgresStore`, \
+    where the next request finds the pause (see the docs of `agent_loop::ui`)";
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of
 /// the agent or its session has changed.
@@ -302,7 +338,13 @@ pub(crate) mod http {
         } else {
             agent.paused()
         };
-        let turn = request.turn(paused.as_ref()).map_err(StartError::Request)?;
+        let turn = request.turn(paused.as_ref()).map_err(|e| {
+            let lost = e.message().contains(super::NO_RUN_WAITS) && agent.session.is_none();
+            StartError::Request(match lost {
+                true => UiRequestError::new(format!("{}{}", e.message(), super::NO_SESSION_HINT)),
+                false => e,
+            })
+        })?;
         if let (UiTurn::RunLeavingPause(_), Some(paused)) = (&turn, &paused) {
             if options.new_message_while_paused() == NewMessageWhilePaused::Refuse {
                 return Err(StartError::Request(UiRequestError::new(format!(
@@ -346,9 +388,10 @@ pub(crate) mod http {
                     None,
                 ),
                 (UiTurn::Resume(_), None) => {
-                    return Err(StartError::Request(UiRequestError::new(
-                        "the request answers tool calls, but no run waits for answers",
-                    )))
+                    return Err(StartError::Request(UiRequestError::new(format!(
+                        "the request answers tool calls, but {}",
+                        super::NO_RUN_WAITS
+                    ))))
                 }
             };
         Ok(Started {
