@@ -52,11 +52,13 @@ fn thoughts_and_a_trailing_signature() {
                 signature: String::new(),
             },
             ContentBlock::text("It is 42."),
-            // The signature of the last (empty) text part, kept to go back on it.
+            // The signature of the last (empty) text part, and that part, kept to go back
+            // as they came.
             ContentBlock::Thinking {
                 thinking: String::new(),
                 signature: "CiQB0e2Kb7sigTEXT==".into(),
             },
+            ContentBlock::text(""),
         ]
     );
     // Thoughts are billed as output.
@@ -1048,4 +1050,210 @@ fn whole_bodies_object_array_and_error() {
     assert!(matches!(error, LlmError::Stream { ref error_type, .. } if error_type == "INTERNAL"));
     assert!(decode_json(r#"{"candidates":[]}"#).is_err());
     assert!(decode_json("42").is_err());
+}
+
+// ----- thought signatures back on their parts (issue 42) ----------------------------------
+
+/// The assistant message a Gemini body decodes to, sent back in the next request (after the
+/// user's question, with an answer for each of its calls): that request's model content.
+fn resent_parts(body: &[u8], cuts: &[usize]) -> Option<Value> {
+    let response = decode_split(WireFormat::Gemini, body, cuts)
+        .result
+        .expect("the body decodes");
+    if response.message.content.is_empty() {
+        return None;
+    }
+    let calls: Vec<(String, String)> = response
+        .message
+        .tool_uses()
+        .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
+        .collect();
+    let mut messages = vec![Message::user("go"), response.message.clone()];
+    let mut after = Message::user("next");
+    if !calls.is_empty() {
+        after.content = calls
+            .iter()
+            .map(|(id, _)| ContentBlock::tool_result(id.clone(), "ok", false))
+            .collect();
+    }
+    messages.push(after);
+    let mut request = ModelRequest::new(messages);
+    let mut names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    request.tools = names
+        .iter()
+        .map(|name| ToolSpec {
+            name: (*name).to_owned(),
+            description: String::new(),
+            input_schema: json!({"type": "object",
+                                 "properties": {"x": {"type": "integer"}}}),
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sent = runtime.block_on(sent_body(&request));
+    let model = sent["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "model")
+        .map_or(json!([]), |c| c["parts"].clone());
+    Some(model)
+}
+
+#[test]
+fn a_signature_on_an_empty_text_part_stays_on_it() {
+    let body = concat!(
+        "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[",
+        "{\"text\":\"\",\"thoughtSignature\":\"sig1\"},",
+        "{\"functionCall\":{\"name\":\"add\",\"args\":{\"x\":1}}}",
+        "]},\"finishReason\":\"STOP\"}],\"responseId\":\"r\"}\r\n\r\n"
+    );
+    let parts = resent_parts(body.as_bytes(), &[]).unwrap();
+    assert_eq!(
+        parts,
+        json!([
+            {"text": "", "thoughtSignature": "sig1"},
+            {"functionCall": {"name": "add", "args": {"x": 1}}}
+        ])
+    );
+}
+
+/// One part of a generated Gemini response.
+#[derive(Debug, Clone, PartialEq)]
+enum GPart {
+    Text(String, Option<String>),
+    Thought(String, Option<String>),
+    Call(String, Value, Option<String>),
+}
+
+impl GPart {
+    fn to_json(&self) -> Value {
+        let (mut part, signature) = match self {
+            GPart::Text(text, s) => (json!({ "text": text }), s),
+            GPart::Thought(text, s) => (json!({"text": text, "thought": true}), s),
+            GPart::Call(name, args, s) => {
+                (json!({"functionCall": {"name": name, "args": args}}), s)
+            }
+        };
+        if let Some(signature) = signature {
+            part["thoughtSignature"] = json!(signature);
+        }
+        part
+    }
+
+    fn from_json(part: &Value) -> GPart {
+        let signature = part["thoughtSignature"].as_str().map(str::to_owned);
+        if let Some(call) = part.get("functionCall") {
+            return GPart::Call(
+                call["name"].as_str().unwrap().to_owned(),
+                call["args"].clone(),
+                signature,
+            );
+        }
+        let text = part["text"].as_str().expect("a text part").to_owned();
+        if part["thought"] == json!(true) {
+            GPart::Thought(text, signature)
+        } else {
+            GPart::Text(text, signature)
+        }
+    }
+
+    fn signed(&self) -> bool {
+        matches!(
+            self,
+            GPart::Text(_, Some(_)) | GPart::Thought(_, Some(_)) | GPart::Call(_, _, Some(_))
+        )
+    }
+}
+
+/// Parts as Gemini means them, whatever the streaming: unsigned empty text and thought parts
+/// carry nothing; consecutive unsigned text parts are one text; unsigned thought parts are
+/// one thought with the thought part after them (the part that closes the run carries its
+/// signature). Signed parts are never merged with what follows them.
+fn normalized(parts: &[GPart]) -> Vec<GPart> {
+    let mut out: Vec<GPart> = Vec::new();
+    for part in parts {
+        let empty_unsigned = match part {
+            GPart::Text(t, None) | GPart::Thought(t, None) => t.is_empty(),
+            _ => false,
+        };
+        if empty_unsigned {
+            continue;
+        }
+        match (out.last_mut(), part) {
+            (Some(GPart::Text(a, None)), GPart::Text(b, None)) => a.push_str(b),
+            (Some(GPart::Thought(a, None)), GPart::Thought(b, signature)) => {
+                a.push_str(b);
+                let merged = GPart::Thought(std::mem::take(a), signature.clone());
+                *out.last_mut().unwrap() = merged;
+            }
+            _ => out.push(part.clone()),
+        }
+    }
+    out
+}
+
+fn gpart() -> impl Strategy<Value = GPart> {
+    let text = prop_oneof![Just(String::new()), "[a-z ]{1,6}"];
+    let signature = prop::option::of("[A-Za-z0-9+/]{1,8}=?");
+    prop_oneof![
+        3 => (text.clone(), signature.clone()).prop_map(|(t, s)| GPart::Text(t, s)),
+        2 => (text, signature.clone()).prop_map(|(t, s)| GPart::Thought(t, s)),
+        2 => ("add|mul|look_up", any::<i8>(), signature)
+            .prop_map(|(n, x, s)| GPart::Call(n, json!({ "x": x }), s)),
+    ]
+}
+
+/// The SSE body of `parts` sent in chunks that end after the given part counts, the last
+/// one with `finishReason`.
+fn gemini_body(parts: &[GPart], ends: &[usize]) -> Vec<u8> {
+    let mut bounds: Vec<usize> = ends.iter().map(|e| e % (parts.len() + 1)).collect();
+    bounds.push(parts.len());
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut body = Vec::new();
+    let mut start = 0;
+    for (i, end) in bounds.iter().enumerate() {
+        let chunk: Vec<Value> = parts[start..*end].iter().map(GPart::to_json).collect();
+        let mut candidate = json!({"content": {"role": "model", "parts": chunk}, "index": 0});
+        if i + 1 == bounds.len() {
+            candidate["finishReason"] = json!("STOP");
+        }
+        let event = json!({"candidates": [candidate], "responseId": "r-1"});
+        body.extend_from_slice(format!("data: {event}\r\n\r\n").as_bytes());
+        start = *end;
+    }
+    body
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The differential check: any stream of text, empty text, thought and call parts, with and
+    /// without signatures, chunked into events and bytes at random, decoded, assembled and
+    /// sent back in the next request, gives back every part that carries something, and
+    /// every signature on the part it came with, in order.
+    #[test]
+    fn every_signature_goes_back_on_its_part(
+        parts in proptest::collection::vec(gpart(), 1..8),
+        ends in proptest::collection::vec(any::<usize>(), 0..4),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
+    ) {
+        let body = gemini_body(&parts, &ends);
+        let mut offsets: Vec<usize> = cuts.iter().map(|i| i.index(body.len() + 1)).collect();
+        offsets.sort_unstable();
+        let expected = normalized(&parts);
+        let Some(sent) = resent_parts(&body, &offsets) else {
+            prop_assert!(expected.is_empty(), "nothing came back of {:?}", parts);
+            return Ok(());
+        };
+        let sent: Vec<GPart> = sent.as_array().unwrap().iter().map(GPart::from_json).collect();
+        prop_assert_eq!(normalized(&sent), expected.clone());
+        let signatures = |p: &[GPart]| p.iter().filter(|p| p.signed()).count();
+        prop_assert_eq!(signatures(&sent), signatures(&parts));
+    }
 }

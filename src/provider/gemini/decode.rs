@@ -16,11 +16,15 @@
 //!   without a response id). The encoder recognises that prefix and sends such ids back to
 //!   no one: results are matched by name and order, as Gemini does;
 //! - a `thoughtSignature` on a thought part is that thinking block's signature
-//!   ([`LlmEvent::SignatureDelta`]). On any other part (a function call, a text part, often
-//!   an empty text part in the last chunk) it becomes a thinking block of its own with empty
-//!   thinking and the signature, placed right before the part's block; the encoder puts such
-//!   a signature back on the part that follows it (or, when none does, on an empty text part),
-//!   so every signature goes back verbatim on the part it came with.
+//!   ([`LlmEvent::SignatureDelta`]), and closes the block: a later thought part starts another.
+//!   On any other part (a function call, a text part, often an empty text part in the last
+//!   chunk) it becomes a thinking block of its own with empty thinking and the signature (a
+//!   carrier), placed right before the part's block; the encoder puts such a signature back on
+//!   the part that follows it, so every signature goes back verbatim on the part it came with,
+//!   in its place. A signed text part is a text block of its own, closed at once (no later
+//!   text is merged into it), even when its text is empty: the assembler keeps an empty text
+//!   block right after a carrier. A signed thought part with no text and no unsigned thought
+//!   run to close is likewise a carrier and an empty thinking block.
 //!
 //! `usageMetadata`: `input_tokens` is `promptTokenCount` (plus `toolUsePromptTokenCount`)
 //! minus `cachedContentTokenCount`, which is `cache_read_input_tokens` (the crate's meaning:
@@ -40,9 +44,10 @@ pub(crate) const GENERATED_ID_PREFIX: &str = "gemini_call_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
     Text,
-    /// A thinking block; `signed` once its signature arrived.
+    /// A thinking block; `signed` once its signature arrived, `text` once it has some.
     Thinking {
         signed: bool,
+        text: bool,
     },
 }
 
@@ -161,36 +166,85 @@ impl Decoder {
             return;
         };
         if part.thought == Some(true) {
+            self.thought(text, signature, out);
+            return;
+        }
+        let Some(signature) = signature else {
+            if text.is_empty() {
+                return;
+            }
             let index = match self.current {
-                Some((Open::Thinking { signed }, index)) if !(signed && signature.is_some()) => {
-                    index
-                }
-                _ => self.open(Open::Thinking { signed: false }, out),
+                Some((Open::Text, index)) => index,
+                _ => self.open(Open::Text, out),
             };
-            if !text.is_empty() || signature.is_none() {
-                out.push(LlmEvent::ThinkingDelta {
-                    index,
-                    thinking: text,
-                });
-            }
-            if let Some(signature) = signature {
-                out.push(LlmEvent::SignatureDelta { index, signature });
-                self.current = Some((Open::Thinking { signed: true }, index));
-            }
+            out.push(LlmEvent::TextDelta { index, text });
             return;
-        }
-        if let Some(signature) = signature {
-            self.close(out);
-            self.carrier(signature, out);
-        }
-        if text.is_empty() {
-            return;
-        }
-        let index = match self.current {
-            Some((Open::Text, index)) => index,
-            _ => self.open(Open::Text, out),
         };
+        // A signed text part is a text block of its own, even empty, after the carrier of
+        // its signature, and closed at once: no later text is merged into it.
+        self.close(out);
+        self.carrier(signature, out);
+        let index = self.take_index();
         out.push(LlmEvent::TextDelta { index, text });
+        out.push(LlmEvent::BlockStop { index });
+    }
+
+    /// A `thought: true` part: it continues the open thinking block unless that one is signed
+    /// (a signature closes its run of thought parts).
+    fn thought(&mut self, text: String, signature: Option<String>, out: &mut Vec<LlmEvent>) {
+        let open = match self.current {
+            Some((
+                Open::Thinking {
+                    signed: false,
+                    text,
+                },
+                index,
+            )) => Some((index, text)),
+            _ => None,
+        };
+        let had_text = open.is_some_and(|(_, text)| text);
+        if let Some(signature) = signature.as_ref().filter(|_| text.is_empty() && !had_text) {
+            // A signed thought with no text, and no thought text before it to sign: the
+            // signature travels on a carrier before an empty thinking block (the part itself),
+            // as for other parts (a thinking block with only a signature is a carrier).
+            self.close(out);
+            self.carrier(signature.clone(), out);
+            let index = self.take_index();
+            out.push(LlmEvent::ThinkingDelta {
+                index,
+                thinking: String::new(),
+            });
+            out.push(LlmEvent::BlockStop { index });
+            return;
+        }
+        let index = match open {
+            Some((index, _)) => index,
+            None => self.open(
+                Open::Thinking {
+                    signed: false,
+                    text: false,
+                },
+                out,
+            ),
+        };
+        let has_text = had_text || !text.is_empty();
+        if !text.is_empty() || signature.is_none() {
+            out.push(LlmEvent::ThinkingDelta {
+                index,
+                thinking: text,
+            });
+        }
+        let signed = signature.is_some();
+        if let Some(signature) = signature {
+            out.push(LlmEvent::SignatureDelta { index, signature });
+        }
+        self.current = Some((
+            Open::Thinking {
+                signed,
+                text: has_text,
+            },
+            index,
+        ));
     }
 
     fn take_index(&mut self) -> usize {

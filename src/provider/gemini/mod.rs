@@ -183,9 +183,12 @@ enum Service {
 /// - Thought signatures: a `thoughtSignature` on a thought part is that
 ///   [`ContentBlock::Thinking`](crate::ContentBlock::Thinking)'s signature; on any other part
 ///   (a function call, a text part) it is kept as a `Thinking` block with empty text placed
-///   right before that part's block, and sent back on the part that follows it. Keep such
-///   blocks in the history, as the agent does, and every signature goes back verbatim where it
-///   came from.
+///   right before that part's block, and sent back on the part that follows it. A signed part
+///   with no text keeps a block of its own all the same (an empty
+///   [`Text`](crate::ContentBlock::Text) block, or an empty `Thinking` block for a thought
+///   part), so the signature goes back on that empty part, in its place, and not on the part
+///   after it. Keep such blocks in the history, as the agent does, and every signature goes
+///   back verbatim where it came from.
 /// - Call ids: a function call without an `id` gets `gemini_call_{responseId}_{n}`, stable and
 ///   unique within the response; such ids are never sent back.
 ///

@@ -21,7 +21,10 @@
 //!   follow the results as `inlineData` parts of the same content.
 //! - Thinking: a thinking block with text is a `{text, thought: true}` part with its
 //!   `thoughtSignature`; a thinking block with only a signature puts it on the next part of the
-//!   message (as the decoder found it), or on an empty text part when none follows.
+//!   message (as the decoder found it), or on an empty text part when none follows. The next
+//!   part may be an empty text block or an empty thinking block: the decoder's form of a
+//!   signature that came on an empty text part (`{"text": "", "thoughtSignature"}`) or an
+//!   empty thought part, which go back as such, in their place.
 //!   Redacted-thinking, OpenAI reasoning and unmodelled blocks have no Gemini form and are left
 //!   out.
 //! - Images (PNG, JPEG, WebP, HEIC, HEIF) and PDF documents: `inlineData {mimeType, data}`, or
@@ -268,13 +271,24 @@ fn parts(
     };
     for block in &message.content {
         match block {
-            ContentBlock::Text { text } if !text.is_empty() => {
+            ContentBlock::Text { text } if !text.is_empty() || pending.is_some() => {
                 push(&mut parts, &mut pending, json!({"text": text}));
             }
             ContentBlock::Thinking {
                 thinking,
                 signature,
             } => {
+                if thinking.is_empty() && signature.is_empty() {
+                    // The empty thought part a signature came on (the decoder's form).
+                    if pending.is_some() {
+                        push(
+                            &mut parts,
+                            &mut pending,
+                            json!({"text": "", "thought": true}),
+                        );
+                    }
+                    continue;
+                }
                 if thinking.is_empty() {
                     if !signature.is_empty() {
                         if let Some(earlier) = pending.replace(signature) {
