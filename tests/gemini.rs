@@ -263,10 +263,9 @@ fn every_documented_finish_reason_is_mapped() {
         ("SPII", StopReason::ContentFilter),
         ("IMAGE_SAFETY", StopReason::ContentFilter),
         ("LANGUAGE", other("LANGUAGE")),
-        ("MALFORMED_FUNCTION_CALL", other("MALFORMED_FUNCTION_CALL")),
-        ("UNEXPECTED_TOOL_CALL", other("UNEXPECTED_TOOL_CALL")),
+        // MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL and OTHER are errors (the model
+        // failed): `a_failed_call_is_a_retryable_error_not_a_stop`.
         ("TOO_MANY_TOOL_CALLS", other("TOO_MANY_TOOL_CALLS")),
-        ("OTHER", other("OTHER")),
         (
             "FINISH_REASON_UNSPECIFIED",
             other("FINISH_REASON_UNSPECIFIED"),
@@ -1256,4 +1255,99 @@ proptest! {
         let signatures = |p: &[GPart]| p.iter().filter(|p| p.signed()).count();
         prop_assert_eq!(signatures(&sent), signatures(&parts));
     }
+}
+
+// ----- a function call the model got wrong (issue 42) -------------------------------------
+
+/// A Gemini body that ends with `reason` and nothing usable.
+fn failed_body(reason: &str) -> Vec<u8> {
+    format!(
+        "data: {{\"candidates\":[{{\"content\":{{\"role\":\"model\",\"parts\":[]}},\
+         \"finishReason\":\"{reason}\",\"finishMessage\":\"Malformed function call: \
+         print(default_api.add(a=2, b=))\",\"index\":0}}],\"responseId\":\"r-bad\"}}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_failed_call_is_a_retryable_error_not_a_stop() {
+    for reason in ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "OTHER"] {
+        let decoded = decode(WireFormat::Gemini, &failed_body(reason));
+        let error = decoded.result.unwrap_err();
+        assert!(error.is_retryable(), "{reason}: {error:?}");
+        assert!(error.to_string().contains(reason), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_call_is_sent_again_with_a_note() {
+    let server = MockServer::start().await;
+    server.push(MockResponse::raw(
+        200,
+        "text/event-stream",
+        failed_body("MALFORMED_FUNCTION_CALL"),
+    ));
+    server.push(ScriptedResponse::text("2 + 3 = 5"));
+    let mut agent = Agent::builder(client(&server))
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (events, outcome) = common::agent::run(&mut agent, "add 2 and 3").await;
+    assert_eq!(outcome.termination, Termination::Completed, "{events:#?}");
+    assert_eq!(outcome.final_text, "2 + 3 = 5");
+    let retries: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Retry { error, .. } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    assert!(
+        retries[0].contains("MALFORMED_FUNCTION_CALL"),
+        "{retries:?}"
+    );
+    assert!(server.history_violations().is_empty());
+    common::agent::assert_valid(&agent);
+    // The turn went again with a note that names what went wrong.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let last = requests[1].body["contents"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "user");
+    let note = last["parts"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(note.contains("malformed"), "{note}");
+}
+
+#[tokio::test]
+async fn a_call_that_stays_malformed_ends_the_run_saying_so() {
+    let server = MockServer::start().await;
+    for _ in 0..12 {
+        server.push(MockResponse::raw(
+            200,
+            "text/event-stream",
+            failed_body("MALFORMED_FUNCTION_CALL"),
+        ));
+    }
+    let mut agent = Agent::builder(client(&server))
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "add 2 and 3").await;
+    match &outcome.termination {
+        Termination::Error(error) => {
+            let text = error.to_string();
+            assert!(text.contains("MALFORMED_FUNCTION_CALL"), "{text}");
+            assert!(text.contains("malformed"), "{text}");
+        }
+        other => panic!("not an error: {other:?}"),
+    }
+    common::agent::assert_valid(&agent);
 }

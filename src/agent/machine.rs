@@ -1424,6 +1424,17 @@ impl AgentMachine {
             return self.finish(Termination::Error(Error::Llm(error)));
         };
         tracing::warn!(%error, attempt = self.attempt, ?delay, "model stream broke; re-sending the turn");
+        // A response the model got wrong goes again with a note saying what was wrong (one
+        // note: a repeated failure adds no other). It ends the last user message, so the
+        // history stays valid.
+        if let Some(note) = error.note_for_model() {
+            let noted = self.context.messages().last().is_some_and(|m| {
+                m.role == Role::User && m.content.last() == Some(&ContentBlock::text(&note))
+            });
+            if !noted {
+                self.context.push(Message::user(note));
+            }
+        }
         self.emit(AgentEvent::Retry {
             attempt: self.attempt,
             delay,

@@ -26,6 +26,10 @@
 //!   block right after a carrier. A signed thought part with no text and no unsigned thought
 //!   run to close is likewise a carrier and an empty thinking block.
 //!
+//! A `finishReason` of `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL` or `OTHER` is the
+//! model failing its turn, not a stop: the decoder reports the usage so far and fails with
+//! [`LlmError::ModelFailure`] (retryable; the agent sends the turn again with a note).
+//!
 //! `usageMetadata`: `input_tokens` is `promptTokenCount` (plus `toolUsePromptTokenCount`)
 //! minus `cachedContentTokenCount`, which is `cache_read_input_tokens` (the crate's meaning:
 //! the four figures add up to what was processed); `output_tokens` is
@@ -126,6 +130,14 @@ impl Decoder {
             self.part(part, out);
         }
         if let Some(reason) = candidate.finish_reason {
+            if let Some(error) = model_failure(&reason, candidate.finish_message.as_deref()) {
+                // What the failed response used still counts.
+                self.done = true;
+                if let Some(usage) = self.usage {
+                    out.push(LlmEvent::Usage(usage));
+                }
+                return Err(error);
+            }
             let reason = stop_reason(&reason, self.calls > 0);
             self.stop(reason, out);
         }
@@ -353,6 +365,32 @@ fn usage_of(meta: &UsageMetadata) -> Usage {
     }
 }
 
+/// The error for a `finishReason` that says the model failed its turn: a malformed function
+/// call, a call of a tool it was not offered, or `OTHER`. Such a response is not an answer
+/// (often it has no content at all); it is a [`LlmError::ModelFailure`], which is retried.
+fn model_failure(reason: &str, finish_message: Option<&str>) -> Option<LlmError> {
+    let what = match reason {
+        "MALFORMED_FUNCTION_CALL" => {
+            "the model wrote a malformed function call (its code or arguments do not parse, or \
+             do not fit the function's declaration)"
+        }
+        "UNEXPECTED_TOOL_CALL" => "the model called a tool that the request did not offer",
+        "OTHER" => "the model stopped for an unstated reason, without a usable answer",
+        _ => return None,
+    };
+    let message = match finish_message.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(said) => {
+            let said: String = said.chars().take(500).collect();
+            format!("{what}: {said}")
+        }
+        None => what.to_owned(),
+    };
+    Some(LlmError::ModelFailure {
+        reason: reason.to_owned(),
+        message,
+    })
+}
+
 /// Gemini's `finishReason` as a [`StopReason`]. `STOP` after function calls is
 /// [`StopReason::ToolUse`]; the safety-filter reasons are [`StopReason::ContentFilter`];
 /// reasons without a crate equivalent are kept as sent in [`StopReason::Other`].
@@ -371,8 +409,8 @@ pub(crate) fn stop_reason(reason: &str, has_calls: bool) -> StopReason {
         | "IMAGE_SAFETY"
         | "IMAGE_PROHIBITED_CONTENT"
         | "IMAGE_RECITATION" => StopReason::ContentFilter,
-        // LANGUAGE, MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS, OTHER,
-        // FINISH_REASON_UNSPECIFIED, and reasons added later.
+        // LANGUAGE, TOO_MANY_TOOL_CALLS, FINISH_REASON_UNSPECIFIED, and reasons added later
+        // (MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL and OTHER are errors: `model_failure`).
         other => StopReason::Other(other.to_owned()),
     }
 }

@@ -178,8 +178,12 @@ enum Service {
 ///   `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `IMAGE_SAFETY` …) and a blocked
 ///   prompt (`promptFeedback.blockReason`, no candidate) are
 ///   [`ContentFilter`](crate::StopReason::ContentFilter), which ends an agent's run as
-///   refused; the others (`MALFORMED_FUNCTION_CALL`, `LANGUAGE`, `OTHER` …) are kept as sent
-///   in [`StopReason::Other`](crate::StopReason::Other).
+///   refused. `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL` and `OTHER` are the model
+///   failing its turn: the response fails with
+///   [`LlmError::ModelFailure`](crate::LlmError::ModelFailure) (its `finishMessage` in the
+///   message), which is retried, and which an [`Agent`](crate::Agent) answers by sending the
+///   turn again with a note to the model. The others (`LANGUAGE`, `TOO_MANY_TOOL_CALLS` …) are
+///   kept as sent in [`StopReason::Other`](crate::StopReason::Other).
 /// - Thought signatures: a `thoughtSignature` on a thought part is that
 ///   [`ContentBlock::Thinking`](crate::ContentBlock::Thinking)'s signature; on any other part
 ///   (a function call, a text part) it is kept as a `Thinking` block with empty text placed
