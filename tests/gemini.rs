@@ -400,11 +400,23 @@ fn golden_request() -> ModelRequest {
                     name: "add".into(),
                     input: json!({"a": 2, "b": 3}),
                 },
+                ContentBlock::ToolUse {
+                    id: "fc-8e3b".into(),
+                    name: "describe_image".into(),
+                    input: json!({"detail": "low"}),
+                },
             ],
         },
         Message {
             role: Role::User,
-            content: vec![ContentBlock::tool_result("fc-7d2a", "5", false)],
+            content: vec![
+                ContentBlock::tool_result("fc-7d2a", "5", false),
+                // A structured result: the `response` object itself.
+                ContentBlock::tool_result_json(
+                    "fc-8e3b",
+                    json!({"colour": "red", "width": 1, "height": 1}),
+                ),
+            ],
         },
         Message::assistant("A red pixel, and 2 + 3 = 5."),
         Message::user("Thanks! Now multiply them."),
@@ -484,13 +496,19 @@ async fn the_request_body_in_detail() {
         json!([
             {"text": "The user wants a sum.", "thought": true},
             {"functionCall": {"id": "fc-7d2a", "name": "add", "args": {"a": 2, "b": 3}},
-             "thoughtSignature": "CiQB0e2Kb7sigCALL=="}
+             "thoughtSignature": "CiQB0e2Kb7sigCALL=="},
+            {"functionCall": {"id": "fc-8e3b", "name": "describe_image",
+                              "args": {"detail": "low"}}}
         ])
     );
     assert_eq!(
         contents[2]["parts"],
-        json!([{"functionResponse": {"id": "fc-7d2a", "name": "add",
-                                     "response": {"result": "5"}}}])
+        json!([
+            {"functionResponse": {"id": "fc-7d2a", "name": "add",
+                                  "response": {"result": "5"}}},
+            {"functionResponse": {"id": "fc-8e3b", "name": "describe_image",
+                                  "response": {"colour": "red", "width": 1, "height": 1}}}
+        ])
     );
     let declarations = &body["tools"][0]["functionDeclarations"];
     assert_eq!(declarations[0]["name"], "add");
@@ -1350,4 +1368,50 @@ async fn a_call_that_stays_malformed_ends_the_run_saying_so() {
         other => panic!("not an error: {other:?}"),
     }
     common::agent::assert_valid(&agent);
+}
+
+// ----- structured tool results (issue 42) -------------------------------------------------
+
+#[tokio::test]
+async fn a_json_tool_result_goes_as_the_response_object() {
+    let server = MockServer::start().await;
+    server.push(
+        ScriptedResponse::tool_call("fc-1", "stats", json!({})).then_tool_call(
+            "fc-2",
+            "primes",
+            json!({}),
+        ),
+    );
+    server.push(ScriptedResponse::text("done"));
+    let stats = agent_loop::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
+            json!({"mean": 2.5, "values": [2, 3], "label": "x"}),
+        ))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let primes = agent_loop::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(json!([2, 3, 5])))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let mut agent = Agent::builder(client(&server))
+        .tool(stats)
+        .tool(primes)
+        .build()
+        .unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "stats").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert!(server.history_violations().is_empty());
+    let body = &server.requests()[1].body;
+    assert_eq!(
+        body["contents"][2]["parts"],
+        json!([
+            {"functionResponse": {"id": "fc-1", "name": "stats",
+                                  "response": {"mean": 2.5, "values": [2, 3], "label": "x"}}},
+            {"functionResponse": {"id": "fc-2", "name": "primes",
+                                  "response": {"result": [2, 3, 5]}}}
+        ])
+    );
+    // The history keeps the text form for the formats that take only text.
+    let (content, _) = common::agent::result_in_history(&agent, "fc-2");
+    assert_eq!(content, "[2,3,5]");
 }
