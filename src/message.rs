@@ -128,7 +128,7 @@ pub enum ContentBlock {
         /// other formats take text and get `content`. Sent only while `content` is still its
         /// text (a result cut down by compaction goes as the text it became).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        json: Option<serde_json::Value>,
+        json: Option<Box<serde_json::Value>>,
     },
     /// An image (PNG, JPEG, GIF or WebP) in a user message. Build one with
     /// [`Image`](crate::Image), which checks the bytes.
@@ -192,7 +192,7 @@ impl ContentBlock {
             content: value.to_string(),
             is_error: false,
             images: Vec::new(),
-            json: Some(value),
+            json: Some(Box::new(value)),
         }
     }
 
@@ -220,7 +220,7 @@ pub(crate) fn structured_result<'a>(
     content: &str,
     json: Option<&'a serde_json::Value>,
 ) -> Option<&'a serde_json::Value> {
-    json.filter(|value| value.to_string() == content)
+    json.filter(|value| serde_json::to_string(value).ok().as_deref() == Some(content))
 }
 
 /// Where an image's or a document's bytes are.

@@ -264,6 +264,8 @@ impl Early {
     }
 
     /// Takes the first result of a started call; gives back any other.
+    // The result is handed back as it came (moved, once per stray result), not boxed anew.
+    #[allow(clippy::result_large_err)]
     fn finish(&mut self, result: ToolCallResult) -> Result<(), ToolCallResult> {
         if !self.started_ids.contains(&result.id) || !self.done_ids.insert(result.id.clone()) {
             return Err(result);

@@ -127,7 +127,7 @@ pub struct ToolCallResult {
     /// ([`ToolOutput::json`](crate::ToolOutput::json)): `content` is its compact text. Left
     /// out of the serialized form when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json: Option<serde_json::Value>,
+    pub json: Option<Box<serde_json::Value>>,
 }
 
 impl ToolCallResult {
@@ -166,7 +166,7 @@ impl ToolCallResult {
     /// [`ContentBlock::ToolResult`](crate::ContentBlock::ToolResult)).
     pub fn with_json(mut self, value: serde_json::Value) -> Self {
         self.content = value.to_string();
-        self.json = Some(value);
+        self.json = Some(Box::new(value));
         self
     }
 

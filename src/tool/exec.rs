@@ -257,7 +257,7 @@ impl CallRun<'_> {
         let (content, error) = match tokio::time::timeout(self.limit, future).await {
             Ok(Ok(Ok(ToolOutput::Json(value)))) => {
                 let text = value.to_string();
-                json = Some(value);
+                json = Some(Box::new(value));
                 (text, None)
             }
             Ok(Ok(Ok(output))) => {

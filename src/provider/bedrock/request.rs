@@ -407,7 +407,7 @@ fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
             ..
         } => {
             let mut parts = Vec::with_capacity(images.len() + 1);
-            match structured_result(content, json.as_ref()) {
+            match structured_result(content, json.as_deref()) {
                 // A JSON object result goes as structure, a `json` block.
                 Some(object @ Value::Object(_)) => parts.push(json!({ "json": object })),
                 _ if !content.trim().is_empty() => parts.push(json!({"text": content})),

@@ -333,7 +333,7 @@ fn parts(
                          conversation; Gemini needs the function's name"
                     )));
                 };
-                let answer = match structured_result(content, json.as_ref()) {
+                let answer = match structured_result(content, json.as_deref()) {
                     // `response` is an object: a JSON object result goes as it is, another
                     // value under `result`.
                     Some(object @ Value::Object(_)) if !*is_error => object.clone(),
