@@ -350,7 +350,15 @@ impl StreamAssembler {
         for slot in self.slots {
             match slot.body {
                 Body::Text(text) => {
-                    if !text.is_empty() {
+                    // An empty text block is dropped, unless it is the part a signature-only
+                    // thinking block signs (Gemini sends signatures on empty text parts):
+                    // then it marks where that signature goes back.
+                    let signs = matches!(
+                        content.last(),
+                        Some(ContentBlock::Thinking { thinking, signature })
+                            if thinking.is_empty() && !signature.is_empty()
+                    );
+                    if !text.is_empty() || signs {
                         content.push(ContentBlock::Text { text });
                     }
                 }

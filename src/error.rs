@@ -464,7 +464,8 @@ impl fmt::Display for ApiError {
 ///
 /// An object tagged with `type`, the variant's name in snake case (`connect`, `timeout`,
 /// `api`, `context_overflow`, `stream`, `incomplete`, `transport`, `malformed`,
-/// `limit_exceeded`, `invalid_request`, `redirected`, `unexpected_content_type`), beside the
+/// `limit_exceeded`, `invalid_request`, `redirected`, `unexpected_content_type`,
+/// `model_failure`), beside the
 /// variant's fields. [`Api`](LlmError::Api) and [`ContextOverflow`](LlmError::ContextOverflow)
 /// carry the [`ApiError`]'s fields inline; a [`Duration`] is serde's `{"secs", "nanos"}`
 /// object, exact to the nanosecond. Read back, an error is equal to the one written, so it is
@@ -592,6 +593,19 @@ pub enum LlmError {
         /// The first bytes of the body (at most 200 characters, lossily decoded).
         body_start: String,
     },
+    /// The model ended its response without a usable answer, by its own fault: a function
+    /// call it wrote that does not parse or fit its declaration (Gemini
+    /// `MALFORMED_FUNCTION_CALL`), a call of a tool it was not offered (`UNEXPECTED_TOOL_CALL`),
+    /// or a stop for no stated reason (`OTHER`). Nothing of the response is kept. Sampling
+    /// again can succeed, so it is retryable: an [`Agent`](crate::Agent) sends the turn again
+    /// with a note telling the model what went wrong, within its retry policy.
+    #[error("the model's response failed ({reason}): {message}")]
+    ModelFailure {
+        /// The provider's reason, as sent (`MALFORMED_FUNCTION_CALL` …).
+        reason: String,
+        /// What went wrong, with the provider's own explanation when it gave one.
+        message: String,
+    },
 }
 
 /// Whether an in-stream error's type names a transient failure: Anthropic's and OpenAI's own
@@ -661,14 +675,16 @@ impl LlmError {
     ///
     /// Transient: connection failures, timeouts, 408/409/429/5xx/529 (unless the server said
     /// `x-should-retry: false`, or the quota is exhausted), in-stream overload and server errors,
-    /// and streams cut short or corrupted in transit. Everything else surfaces at once.
+    /// streams cut short or corrupted in transit, and a response the model failed
+    /// ([`ModelFailure`](LlmError::ModelFailure)). Everything else surfaces at once.
     pub fn is_retryable(&self) -> bool {
         match self {
             LlmError::Connect { .. }
             | LlmError::Timeout { .. }
             | LlmError::Incomplete { .. }
             | LlmError::Transport { .. }
-            | LlmError::Malformed { .. } => true,
+            | LlmError::Malformed { .. }
+            | LlmError::ModelFailure { .. } => true,
             LlmError::Api(api) => api.is_retryable(),
             LlmError::Stream { error_type, .. } => is_transient_error_type(error_type),
             LlmError::ContextOverflow(_)
@@ -676,6 +692,20 @@ impl LlmError {
             | LlmError::InvalidRequest { .. }
             | LlmError::Redirected { .. }
             | LlmError::UnexpectedContentType { .. } => false,
+        }
+    }
+
+    /// What to tell the model when its turn is sent again after this error: for a
+    /// [`ModelFailure`](LlmError::ModelFailure), which is the model's own doing, what went
+    /// wrong; `None` for the others (a transport or server failure is not the model's to fix).
+    pub(crate) fn note_for_model(&self) -> Option<String> {
+        match self {
+            LlmError::ModelFailure { reason, message } => Some(format!(
+                "[Your previous response could not be used and was discarded: {message} \
+                 ({reason}). Answer again: call only the functions you were given, with \
+                 arguments that are valid for their parameters, or answer in text.]"
+            )),
+            _ => None,
         }
     }
 

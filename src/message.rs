@@ -121,6 +121,14 @@ pub enum ContentBlock {
         /// tool messages.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<MediaSource>,
+        /// The result as structure, when the tool returned JSON
+        /// ([`ToolOutput::json`](crate::ToolOutput::json)); `content` is then its compact text.
+        /// Gemini gets it as the `functionResponse.response` object (a value that is not an
+        /// object as `{"result": value}`), Bedrock as a `json` block when it is an object; the
+        /// other formats take text and get `content`. Sent only while `content` is still its
+        /// text (a result cut down by compaction goes as the text it became).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        json: Option<Box<serde_json::Value>>,
     },
     /// An image (PNG, JPEG, GIF or WebP) in a user message. Build one with
     /// [`Image`](crate::Image), which checks the bytes.
@@ -172,6 +180,19 @@ impl ContentBlock {
             content: content.into(),
             is_error,
             images: Vec::new(),
+            json: None,
+        }
+    }
+
+    /// A successful tool result that is JSON: `content` is its compact text, and the formats
+    /// that take structure get the value itself (see [`ContentBlock::ToolResult`]'s `json`).
+    pub fn tool_result_json(tool_use_id: impl Into<String>, value: serde_json::Value) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: value.to_string(),
+            is_error: false,
+            images: Vec::new(),
+            json: Some(Box::new(value)),
         }
     }
 
@@ -187,8 +208,19 @@ impl ContentBlock {
             content: content.into(),
             is_error,
             images,
+            json: None,
         }
     }
+}
+
+/// The structured form of a tool result to send, when it has one that still matches its
+/// text: `json` while `content` is its compact JSON text (compaction or a hand edit that
+/// changed the text leaves the text to send).
+pub(crate) fn structured_result<'a>(
+    content: &str,
+    json: Option<&'a serde_json::Value>,
+) -> Option<&'a serde_json::Value> {
+    json.filter(|value| serde_json::to_string(value).ok().as_deref() == Some(content))
 }
 
 /// Where an image's or a document's bytes are.

@@ -54,9 +54,10 @@ fn error_variant(error: &LlmError) -> usize {
         LlmError::InvalidRequest { .. } => 9,
         LlmError::Redirected { .. } => 10,
         LlmError::UnexpectedContentType { .. } => 11,
+        LlmError::ModelFailure { .. } => 12,
     }
 }
-const ERROR_VARIANTS: usize = 12;
+const ERROR_VARIANTS: usize = 13;
 
 fn full_api_error() -> ApiError {
     let mut api = ApiError::new(529, "Overloaded");
@@ -142,6 +143,10 @@ fn errors() -> Vec<LlmError> {
         LlmError::UnexpectedContentType {
             content_type: "text/html".into(),
             body_start: "<!doctype html>\u{1F642}\"".into(),
+        },
+        LlmError::ModelFailure {
+            reason: "MALFORMED_FUNCTION_CALL".into(),
+            message: "the model wrote a malformed function call".into(),
         },
     ]
 }
@@ -509,6 +514,7 @@ fn llm_error() -> impl Strategy<Value = LlmError> {
                 body_start,
             }
         }),
+        (text(), text()).prop_map(|(reason, message)| LlmError::ModelFailure { reason, message }),
     ]
 }
 

@@ -1103,15 +1103,23 @@ fn golden_request() -> ModelRequest {
                     name: "read_file".into(),
                     input: json!({"path": "notes.txt"}),
                 },
+                ContentBlock::ToolUse {
+                    id: "tooluse_list_1".into(),
+                    name: "list_dir".into(),
+                    input: json!({"path": "."}),
+                },
             ],
         },
         Message {
             role: Role::User,
-            content: vec![ContentBlock::tool_result(
-                "tooluse_read_1",
-                "Buy milk.",
-                false,
-            )],
+            content: vec![
+                ContentBlock::tool_result("tooluse_read_1", "Buy milk.", false),
+                // A structured result: a `json` block.
+                ContentBlock::tool_result_json(
+                    "tooluse_list_1",
+                    json!({"entries": ["notes.txt"], "count": 1}),
+                ),
+            ],
         },
         Message::assistant("The notes say: buy milk."),
         Message::user("Thanks. Anything else?"),
@@ -1199,7 +1207,7 @@ async fn the_body_carries_every_setting_under_its_converse_name() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    assert_eq!(points, [(2, 1), (4, 1)]);
+    assert_eq!(points, [(2, 2), (4, 1)]);
 }
 
 #[tokio::test]
@@ -1430,5 +1438,53 @@ async fn blank_text_is_left_out_and_an_empty_result_says_so() {
     assert_eq!(
         body["messages"][2]["content"][0]["toolResult"]["content"],
         json!([{"text": "(no output)"}])
+    );
+}
+
+/// A tool's JSON object result goes to Converse as a `json` block; another JSON value, as
+/// its text.
+#[tokio::test]
+async fn a_json_tool_result_goes_as_a_json_block() {
+    let server = MockServer::start().await;
+    server.push(
+        ScriptedResponse::tool_call("tu-1", "stats", json!({})).then_tool_call(
+            "tu-2",
+            "primes",
+            json!({}),
+        ),
+    );
+    server.push(ScriptedResponse::text("done"));
+    let stats = agent_loop::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
+            json!({"mean": 2.5, "values": [2, 3]}),
+        ))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let primes = agent_loop::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(json!([2, 3, 5])))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let mut agent = Agent::builder(keyed(&server))
+        .tool(stats)
+        .tool(primes)
+        .build()
+        .unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "stats").await;
+    assert_eq!(outcome.final_text, "done");
+    assert!(server.history_violations().is_empty());
+    let body = &server.requests()[1].body;
+    let results: Vec<&Value> = body["messages"][2]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b.get("cachePoint").is_none())
+        .collect();
+    assert_eq!(
+        json!(results),
+        json!([
+            {"toolResult": {"toolUseId": "tu-1",
+                            "content": [{"json": {"mean": 2.5, "values": [2, 3]}}]}},
+            {"toolResult": {"toolUseId": "tu-2", "content": [{"text": "[2,3,5]"}]}}
+        ])
     );
 }

@@ -52,11 +52,13 @@ fn thoughts_and_a_trailing_signature() {
                 signature: String::new(),
             },
             ContentBlock::text("It is 42."),
-            // The signature of the last (empty) text part, kept to go back on it.
+            // The signature of the last (empty) text part, and that part, kept to go back
+            // as they came.
             ContentBlock::Thinking {
                 thinking: String::new(),
                 signature: "CiQB0e2Kb7sigTEXT==".into(),
             },
+            ContentBlock::text(""),
         ]
     );
     // Thoughts are billed as output.
@@ -261,10 +263,9 @@ fn every_documented_finish_reason_is_mapped() {
         ("SPII", StopReason::ContentFilter),
         ("IMAGE_SAFETY", StopReason::ContentFilter),
         ("LANGUAGE", other("LANGUAGE")),
-        ("MALFORMED_FUNCTION_CALL", other("MALFORMED_FUNCTION_CALL")),
-        ("UNEXPECTED_TOOL_CALL", other("UNEXPECTED_TOOL_CALL")),
+        // MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL and OTHER are errors (the model
+        // failed): `a_failed_call_is_a_retryable_error_not_a_stop`.
         ("TOO_MANY_TOOL_CALLS", other("TOO_MANY_TOOL_CALLS")),
-        ("OTHER", other("OTHER")),
         (
             "FINISH_REASON_UNSPECIFIED",
             other("FINISH_REASON_UNSPECIFIED"),
@@ -399,11 +400,23 @@ fn golden_request() -> ModelRequest {
                     name: "add".into(),
                     input: json!({"a": 2, "b": 3}),
                 },
+                ContentBlock::ToolUse {
+                    id: "fc-8e3b".into(),
+                    name: "describe_image".into(),
+                    input: json!({"detail": "low"}),
+                },
             ],
         },
         Message {
             role: Role::User,
-            content: vec![ContentBlock::tool_result("fc-7d2a", "5", false)],
+            content: vec![
+                ContentBlock::tool_result("fc-7d2a", "5", false),
+                // A structured result: the `response` object itself.
+                ContentBlock::tool_result_json(
+                    "fc-8e3b",
+                    json!({"colour": "red", "width": 1, "height": 1}),
+                ),
+            ],
         },
         Message::assistant("A red pixel, and 2 + 3 = 5."),
         Message::user("Thanks! Now multiply them."),
@@ -483,13 +496,19 @@ async fn the_request_body_in_detail() {
         json!([
             {"text": "The user wants a sum.", "thought": true},
             {"functionCall": {"id": "fc-7d2a", "name": "add", "args": {"a": 2, "b": 3}},
-             "thoughtSignature": "CiQB0e2Kb7sigCALL=="}
+             "thoughtSignature": "CiQB0e2Kb7sigCALL=="},
+            {"functionCall": {"id": "fc-8e3b", "name": "describe_image",
+                              "args": {"detail": "low"}}}
         ])
     );
     assert_eq!(
         contents[2]["parts"],
-        json!([{"functionResponse": {"id": "fc-7d2a", "name": "add",
-                                     "response": {"result": "5"}}}])
+        json!([
+            {"functionResponse": {"id": "fc-7d2a", "name": "add",
+                                  "response": {"result": "5"}}},
+            {"functionResponse": {"id": "fc-8e3b", "name": "describe_image",
+                                  "response": {"colour": "red", "width": 1, "height": 1}}}
+        ])
     );
     let declarations = &body["tools"][0]["functionDeclarations"];
     assert_eq!(declarations[0]["name"], "add");
@@ -1048,4 +1067,351 @@ fn whole_bodies_object_array_and_error() {
     assert!(matches!(error, LlmError::Stream { ref error_type, .. } if error_type == "INTERNAL"));
     assert!(decode_json(r#"{"candidates":[]}"#).is_err());
     assert!(decode_json("42").is_err());
+}
+
+// ----- thought signatures back on their parts (issue 42) ----------------------------------
+
+/// The assistant message a Gemini body decodes to, sent back in the next request (after the
+/// user's question, with an answer for each of its calls): that request's model content.
+fn resent_parts(body: &[u8], cuts: &[usize]) -> Option<Value> {
+    let response = decode_split(WireFormat::Gemini, body, cuts)
+        .result
+        .expect("the body decodes");
+    if response.message.content.is_empty() {
+        return None;
+    }
+    let calls: Vec<(String, String)> = response
+        .message
+        .tool_uses()
+        .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
+        .collect();
+    let mut messages = vec![Message::user("go"), response.message.clone()];
+    let mut after = Message::user("next");
+    if !calls.is_empty() {
+        after.content = calls
+            .iter()
+            .map(|(id, _)| ContentBlock::tool_result(id.clone(), "ok", false))
+            .collect();
+    }
+    messages.push(after);
+    let mut request = ModelRequest::new(messages);
+    let mut names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    request.tools = names
+        .iter()
+        .map(|name| ToolSpec {
+            name: (*name).to_owned(),
+            description: String::new(),
+            input_schema: json!({"type": "object",
+                                 "properties": {"x": {"type": "integer"}}}),
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sent = runtime.block_on(sent_body(&request));
+    let model = sent["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "model")
+        .map_or(json!([]), |c| c["parts"].clone());
+    Some(model)
+}
+
+#[test]
+fn a_signature_on_an_empty_text_part_stays_on_it() {
+    let body = concat!(
+        "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[",
+        "{\"text\":\"\",\"thoughtSignature\":\"sig1\"},",
+        "{\"functionCall\":{\"name\":\"add\",\"args\":{\"x\":1}}}",
+        "]},\"finishReason\":\"STOP\"}],\"responseId\":\"r\"}\r\n\r\n"
+    );
+    let parts = resent_parts(body.as_bytes(), &[]).unwrap();
+    assert_eq!(
+        parts,
+        json!([
+            {"text": "", "thoughtSignature": "sig1"},
+            {"functionCall": {"name": "add", "args": {"x": 1}}}
+        ])
+    );
+}
+
+/// One part of a generated Gemini response.
+#[derive(Debug, Clone, PartialEq)]
+enum GPart {
+    Text(String, Option<String>),
+    Thought(String, Option<String>),
+    Call(String, Value, Option<String>),
+}
+
+impl GPart {
+    fn to_json(&self) -> Value {
+        let (mut part, signature) = match self {
+            GPart::Text(text, s) => (json!({ "text": text }), s),
+            GPart::Thought(text, s) => (json!({"text": text, "thought": true}), s),
+            GPart::Call(name, args, s) => {
+                (json!({"functionCall": {"name": name, "args": args}}), s)
+            }
+        };
+        if let Some(signature) = signature {
+            part["thoughtSignature"] = json!(signature);
+        }
+        part
+    }
+
+    fn from_json(part: &Value) -> GPart {
+        let signature = part["thoughtSignature"].as_str().map(str::to_owned);
+        if let Some(call) = part.get("functionCall") {
+            return GPart::Call(
+                call["name"].as_str().unwrap().to_owned(),
+                call["args"].clone(),
+                signature,
+            );
+        }
+        let text = part["text"].as_str().expect("a text part").to_owned();
+        if part["thought"] == json!(true) {
+            GPart::Thought(text, signature)
+        } else {
+            GPart::Text(text, signature)
+        }
+    }
+
+    fn signed(&self) -> bool {
+        matches!(
+            self,
+            GPart::Text(_, Some(_)) | GPart::Thought(_, Some(_)) | GPart::Call(_, _, Some(_))
+        )
+    }
+}
+
+/// Parts as Gemini means them, whatever the streaming: unsigned empty text and thought parts
+/// carry nothing; consecutive unsigned text parts are one text; unsigned thought parts are
+/// one thought with the thought part after them (the part that closes the run carries its
+/// signature). Signed parts are never merged with what follows them.
+fn normalized(parts: &[GPart]) -> Vec<GPart> {
+    let mut out: Vec<GPart> = Vec::new();
+    for part in parts {
+        let empty_unsigned = match part {
+            GPart::Text(t, None) | GPart::Thought(t, None) => t.is_empty(),
+            _ => false,
+        };
+        if empty_unsigned {
+            continue;
+        }
+        match (out.last_mut(), part) {
+            (Some(GPart::Text(a, None)), GPart::Text(b, None)) => a.push_str(b),
+            (Some(GPart::Thought(a, None)), GPart::Thought(b, signature)) => {
+                a.push_str(b);
+                let merged = GPart::Thought(std::mem::take(a), signature.clone());
+                *out.last_mut().unwrap() = merged;
+            }
+            _ => out.push(part.clone()),
+        }
+    }
+    out
+}
+
+fn gpart() -> impl Strategy<Value = GPart> {
+    let text = prop_oneof![Just(String::new()), "[a-z ]{1,6}"];
+    let signature = prop::option::of("[A-Za-z0-9+/]{1,8}=?");
+    prop_oneof![
+        3 => (text.clone(), signature.clone()).prop_map(|(t, s)| GPart::Text(t, s)),
+        2 => (text, signature.clone()).prop_map(|(t, s)| GPart::Thought(t, s)),
+        2 => ("add|mul|look_up", any::<i8>(), signature)
+            .prop_map(|(n, x, s)| GPart::Call(n, json!({ "x": x }), s)),
+    ]
+}
+
+/// The SSE body of `parts` sent in chunks that end after the given part counts, the last
+/// one with `finishReason`.
+fn gemini_body(parts: &[GPart], ends: &[usize]) -> Vec<u8> {
+    let mut bounds: Vec<usize> = ends.iter().map(|e| e % (parts.len() + 1)).collect();
+    bounds.push(parts.len());
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut body = Vec::new();
+    let mut start = 0;
+    for (i, end) in bounds.iter().enumerate() {
+        let chunk: Vec<Value> = parts[start..*end].iter().map(GPart::to_json).collect();
+        let mut candidate = json!({"content": {"role": "model", "parts": chunk}, "index": 0});
+        if i + 1 == bounds.len() {
+            candidate["finishReason"] = json!("STOP");
+        }
+        let event = json!({"candidates": [candidate], "responseId": "r-1"});
+        body.extend_from_slice(format!("data: {event}\r\n\r\n").as_bytes());
+        start = *end;
+    }
+    body
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The differential check: any stream of text, empty text, thought and call parts, with and
+    /// without signatures, chunked into events and bytes at random, decoded, assembled and
+    /// sent back in the next request, gives back every part that carries something, and
+    /// every signature on the part it came with, in order.
+    #[test]
+    fn every_signature_goes_back_on_its_part(
+        parts in proptest::collection::vec(gpart(), 1..8),
+        ends in proptest::collection::vec(any::<usize>(), 0..4),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
+    ) {
+        let body = gemini_body(&parts, &ends);
+        let mut offsets: Vec<usize> = cuts.iter().map(|i| i.index(body.len() + 1)).collect();
+        offsets.sort_unstable();
+        let expected = normalized(&parts);
+        let Some(sent) = resent_parts(&body, &offsets) else {
+            prop_assert!(expected.is_empty(), "nothing came back of {:?}", parts);
+            return Ok(());
+        };
+        let sent: Vec<GPart> = sent.as_array().unwrap().iter().map(GPart::from_json).collect();
+        prop_assert_eq!(normalized(&sent), expected.clone());
+        let signatures = |p: &[GPart]| p.iter().filter(|p| p.signed()).count();
+        prop_assert_eq!(signatures(&sent), signatures(&parts));
+    }
+}
+
+// ----- a function call the model got wrong (issue 42) -------------------------------------
+
+/// A Gemini body that ends with `reason` and nothing usable.
+fn failed_body(reason: &str) -> Vec<u8> {
+    format!(
+        "data: {{\"candidates\":[{{\"content\":{{\"role\":\"model\",\"parts\":[]}},\
+         \"finishReason\":\"{reason}\",\"finishMessage\":\"Malformed function call: \
+         print(default_api.add(a=2, b=))\",\"index\":0}}],\"responseId\":\"r-bad\"}}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_failed_call_is_a_retryable_error_not_a_stop() {
+    for reason in ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "OTHER"] {
+        let decoded = decode(WireFormat::Gemini, &failed_body(reason));
+        let error = decoded.result.unwrap_err();
+        assert!(error.is_retryable(), "{reason}: {error:?}");
+        assert!(error.to_string().contains(reason), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_call_is_sent_again_with_a_note() {
+    let server = MockServer::start().await;
+    server.push(MockResponse::raw(
+        200,
+        "text/event-stream",
+        failed_body("MALFORMED_FUNCTION_CALL"),
+    ));
+    server.push(ScriptedResponse::text("2 + 3 = 5"));
+    let mut agent = Agent::builder(client(&server))
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (events, outcome) = common::agent::run(&mut agent, "add 2 and 3").await;
+    assert_eq!(outcome.termination, Termination::Completed, "{events:#?}");
+    assert_eq!(outcome.final_text, "2 + 3 = 5");
+    let retries: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Retry { error, .. } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    assert!(
+        retries[0].contains("MALFORMED_FUNCTION_CALL"),
+        "{retries:?}"
+    );
+    assert!(server.history_violations().is_empty());
+    common::agent::assert_valid(&agent);
+    // The turn went again with a note that names what went wrong.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let last = requests[1].body["contents"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "user");
+    let note = last["parts"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(note.contains("malformed"), "{note}");
+}
+
+#[tokio::test]
+async fn a_call_that_stays_malformed_ends_the_run_saying_so() {
+    let server = MockServer::start().await;
+    for _ in 0..12 {
+        server.push(MockResponse::raw(
+            200,
+            "text/event-stream",
+            failed_body("MALFORMED_FUNCTION_CALL"),
+        ));
+    }
+    let mut agent = Agent::builder(client(&server))
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "add 2 and 3").await;
+    match &outcome.termination {
+        Termination::Error(error) => {
+            let text = error.to_string();
+            assert!(text.contains("MALFORMED_FUNCTION_CALL"), "{text}");
+            assert!(text.contains("malformed"), "{text}");
+        }
+        other => panic!("not an error: {other:?}"),
+    }
+    common::agent::assert_valid(&agent);
+}
+
+// ----- structured tool results (issue 42) -------------------------------------------------
+
+#[tokio::test]
+async fn a_json_tool_result_goes_as_the_response_object() {
+    let server = MockServer::start().await;
+    server.push(
+        ScriptedResponse::tool_call("fc-1", "stats", json!({})).then_tool_call(
+            "fc-2",
+            "primes",
+            json!({}),
+        ),
+    );
+    server.push(ScriptedResponse::text("done"));
+    let stats = agent_loop::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
+            json!({"mean": 2.5, "values": [2, 3], "label": "x"}),
+        ))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let primes = agent_loop::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
+        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(json!([2, 3, 5])))
+    })
+    .input_schema(json!({"type": "object", "properties": {}}));
+    let mut agent = Agent::builder(client(&server))
+        .tool(stats)
+        .tool(primes)
+        .build()
+        .unwrap();
+    let (_, outcome) = common::agent::run(&mut agent, "stats").await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert!(server.history_violations().is_empty());
+    let body = &server.requests()[1].body;
+    assert_eq!(
+        body["contents"][2]["parts"],
+        json!([
+            {"functionResponse": {"id": "fc-1", "name": "stats",
+                                  "response": {"mean": 2.5, "values": [2, 3], "label": "x"}}},
+            {"functionResponse": {"id": "fc-2", "name": "primes",
+                                  "response": {"result": [2, 3, 5]}}}
+        ])
+    );
+    // The history keeps the text form for the formats that take only text.
+    let (content, _) = common::agent::result_in_history(&agent, "fc-2");
+    assert_eq!(content, "[2,3,5]");
 }

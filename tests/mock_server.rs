@@ -353,3 +353,99 @@ async fn the_server_stops_when_dropped() {
     }
     assert!(refused, "the listener is closed after drop");
 }
+
+/// A client pointed at a base URL that doubles the API's own path prefix gets the 404 the
+/// real API would give, naming the path, in the format's error shape; the script is not used.
+#[tokio::test]
+async fn a_path_the_real_api_does_not_serve_is_a_404() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("never"));
+    let url = server.url();
+    let none = RetryPolicy::none();
+    let clients: Vec<(Box<dyn LlmClient>, &str)> = vec![
+        (
+            Box::new(
+                agent_loop::GeminiClient::new("key")
+                    .base_url(format!("{url}/v1beta"))
+                    .model("gemini-test")
+                    .retry_policy(none.clone()),
+            ),
+            "/v1beta/v1beta/models/gemini-test:streamGenerateContent",
+        ),
+        (
+            Box::new(
+                agent_loop::GeminiClient::vertex("p", "us-central1", "token")
+                    .base_url(format!("{url}/v1"))
+                    .model("gemini-test")
+                    .retry_policy(none.clone()),
+            ),
+            "/v1/v1/projects/p/locations/us-central1",
+        ),
+        (
+            Box::new(
+                AnthropicClient::new("key")
+                    .base_url(format!("{}/v1", server.anthropic_base_url()))
+                    .model("m")
+                    .retry_policy(none.clone()),
+            ),
+            "/anthropic/v1/v1/messages",
+        ),
+        (
+            Box::new(
+                OpenAiClient::new("key")
+                    .base_url(format!("{}/v1", server.openai_base_url()))
+                    .model("m")
+                    .retry_policy(none.clone()),
+            ),
+            "/v1/v1/chat/completions",
+        ),
+        (
+            Box::new(
+                OpenAiClient::new("key")
+                    .base_url(format!("{}/v1", server.openai_base_url()))
+                    .model("m")
+                    .retry_policy(none.clone())
+                    .responses(),
+            ),
+            "/v1/v1/responses",
+        ),
+        (
+            Box::new(
+                agent_loop::OllamaClient::new()
+                    .base_url(format!("{url}/api"))
+                    .model("m")
+                    .retry_policy(none.clone()),
+            ),
+            "/api/api/chat",
+        ),
+        (
+            Box::new(
+                agent_loop::BedrockClient::new("us-east-1")
+                    .api_key("key")
+                    .base_url(format!("{url}/model/m"))
+                    .model("m")
+                    .retry_policy(none.clone()),
+            ),
+            "/model/m/model/m/converse-stream",
+        ),
+    ];
+    for (client, path) in clients {
+        let items = collect(client.as_ref(), &request("hi")).await;
+        match items.as_slice() {
+            [Err(LlmError::Api(api))] => {
+                assert_eq!(api.status, 404, "{path}: {api:?}");
+                assert!(api.message.contains(path), "{path}: {api:?}");
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+    assert_eq!(server.remaining(), 1, "no wrong path used the script");
+    // The right paths are still served.
+    let gemini = agent_loop::GeminiClient::new("key")
+        .base_url(url)
+        .model("gemini-test")
+        .retry_policy(none);
+    let items = collect(&gemini, &request("hi")).await;
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    assert_eq!(server.remaining(), 0);
+}

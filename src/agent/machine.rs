@@ -264,6 +264,8 @@ impl Early {
     }
 
     /// Takes the first result of a started call; gives back any other.
+    // The result is handed back as it came (moved, once per stray result), not boxed anew.
+    #[allow(clippy::result_large_err)]
     fn finish(&mut self, result: ToolCallResult) -> Result<(), ToolCallResult> {
         if !self.started_ids.contains(&result.id) || !self.done_ids.insert(result.id.clone()) {
             return Err(result);
@@ -1438,6 +1440,17 @@ impl AgentMachine {
             return self.finish(Termination::Error(Error::Llm(error)));
         };
         tracing::warn!(%error, attempt = self.attempt, ?delay, "model stream broke; re-sending the turn");
+        // A response the model got wrong goes again with a note saying what was wrong (one
+        // note: a repeated failure adds no other). It ends the last user message, so the
+        // history stays valid.
+        if let Some(note) = error.note_for_model() {
+            let noted = self.context.messages().last().is_some_and(|m| {
+                m.role == Role::User && m.content.last() == Some(&ContentBlock::text(&note))
+            });
+            if !noted {
+                self.context.push(Message::user(note));
+            }
+        }
         self.emit(AgentEvent::Retry {
             attempt: self.attempt,
             delay,

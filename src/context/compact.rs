@@ -385,6 +385,7 @@ fn elide_for_cache(message: &mut Message, names: &HashMap<String, String>) -> bo
         if let ContentBlock::ToolResult {
             tool_use_id,
             content,
+            json,
             ..
         } = block
         {
@@ -398,6 +399,7 @@ fn elide_for_cache(message: &mut Message, names: &HashMap<String, String>) -> bo
             );
             if placeholder.len() < content.len() {
                 *content = placeholder;
+                *json = None;
                 changed = true;
             }
         }
@@ -535,9 +537,11 @@ fn truncate_tool_outputs(cm: &mut ContextManager) {
         cm.modify(i, |message| {
             let mut changed = false;
             for block in &mut message.content {
-                if let ContentBlock::ToolResult { content, .. } = block {
+                if let ContentBlock::ToolResult { content, json, .. } = block {
                     if content.len() > cap {
                         *content = cut_middle(content, cap);
+                        // What is left is text: the structure no longer matches it.
+                        *json = None;
                         changed = true;
                     }
                 }
@@ -651,13 +655,14 @@ fn elide_old_tool_results(cm: &mut ContextManager, keep: usize, target: usize) {
 fn elide_results(message: &mut Message) -> bool {
     let mut changed = false;
     for block in &mut message.content {
-        if let ContentBlock::ToolResult { content, .. } = block {
+        if let ContentBlock::ToolResult { content, json, .. } = block {
             if content.starts_with(ELIDED_PREFIX) {
                 continue;
             }
             let placeholder = format!("{ELIDED_PREFIX}{} bytes]", content.len());
             if placeholder.len() < content.len() {
                 *content = placeholder;
+                *json = None;
                 changed = true;
             }
         }

@@ -56,6 +56,7 @@ pub(crate) fn media_conversation() -> Vec<Message> {
                     content: "two shots".into(),
                     is_error: false,
                     images: vec![png.clone(), png.clone()],
+                    json: None,
                 },
                 ContentBlock::tool_result("c2", "none", false),
             ],

@@ -137,8 +137,13 @@ impl ServerState {
 ///
 /// `POST` to any path ending in `/v1/messages` is answered in Anthropic SSE, to any path
 /// ending in `/chat/completions` in OpenAI Chat Completions SSE, to any path ending in
-/// `/responses` in OpenAI Responses SSE, each with the next scripted
-/// [`MockResponse`]. Every request is recorded ([`MockServer::requests`]) and its history
+/// `/responses` in OpenAI Responses SSE (likewise Gemini's `…/models/{model}:streamGenerateContent`,
+/// Bedrock's `…/model/{id}/converse-stream` and Ollama's `…/api/chat`), each with the next
+/// scripted [`MockResponse`]. A prefix before the API's path is allowed (a gateway's, or the
+/// mock's own `/anthropic`), but a path the real API would not serve there is answered `404`
+/// in the format's error shape, naming the path, without using the script: the API's path
+/// twice or nested (`/v1/v1/messages`, `/v1beta/v1beta/models/…`, from a base URL that already
+/// holds it), an empty segment, an unknown API version or Gemini method. Every request is recorded ([`MockServer::requests`]) and its history
 /// checked ([`MockServer::history_violations`]). What the real API refuses is answered `400`
 /// (`invalid_request_error`) without using the script: a history that breaks the invariant
 /// (a `tool_use` without its result, a repeated or empty tool-call id, …; see
@@ -455,21 +460,15 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         }
     };
     let route = request.path.split('?').next().unwrap_or_default();
-    let format = if route.ends_with("/v1/messages") {
-        Some(WireFormat::Anthropic)
-    } else if route.ends_with("/chat/completions") {
-        Some(WireFormat::OpenAiChat)
-    } else if route.ends_with("/responses") {
-        Some(WireFormat::OpenAiResponses)
-    } else if route.ends_with(":streamGenerateContent") || route.ends_with(":generateContent") {
-        Some(WireFormat::Gemini)
-    } else if route.ends_with("/converse-stream") || route.ends_with("/converse") {
-        Some(WireFormat::Bedrock)
-    } else if route.ends_with("/api/chat") {
-        Some(WireFormat::Ollama)
-    } else {
-        None
-    };
+    let endpoint = endpoint(route);
+    // A path that names a format's endpoint but that the real API does not serve (a base URL
+    // with the API's own path in it, say): a 404 in that format's error shape.
+    let unserved = endpoint
+        .filter(|(_, served)| !served)
+        .map(|(format, _)| format);
+    let format = endpoint
+        .filter(|(_, served)| *served)
+        .map(|(format, _)| format);
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     let response = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -541,6 +540,22 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
             None
         }
     };
+    if let Some(format) = unserved {
+        let response = MockResponse::status(404)
+            .error_type(match format {
+                WireFormat::Anthropic => "not_found_error",
+                WireFormat::Gemini => "NOT_FOUND",
+                WireFormat::Bedrock => "UnknownOperationException",
+                _ => "invalid_request_error",
+            })
+            .error_message(format!(
+                "MockServer: {} {} is not a path the real API serves (is the API's own path \
+                 in the base URL too?)",
+                request.method, request.path
+            ));
+        let _ = answer(socket, response.into_reply(format)).await;
+        return false;
+    }
     let (Some(format), Some(response)) = (format, response) else {
         let body = json!({"error": {"type": "not_found_error",
                                     "message": format!("MockServer: no route for {} {}", request.method, request.path)}});
@@ -567,6 +582,96 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         return false;
     }
     reusable
+}
+
+/// The wire format whose endpoint `route` (a path without its query) names, and whether the
+/// real API serves it there. A path may start with a prefix of the host's choosing (the mock's
+/// own `/anthropic`, a gateway's `/openai/v1`, …), but the API's own path must be whole and
+/// appear once: no segment repeated next to itself (`/v1/v1/…`, `/v1beta/v1beta/…`), no empty
+/// segment, and none of the API's own segments in the prefix.
+///
+/// - Anthropic: `{prefix}/v1/messages`;
+/// - OpenAI Chat Completions: `{prefix}/chat/completions`; Responses: `{prefix}/responses`;
+/// - Gemini: `{prefix}/{v1|v1beta|v1alpha}/models/{model}:{method}`, and Vertex AI's
+///   `{prefix}/{v1|v1beta1}/projects/{project}/locations/{location}/publishers/google/models/
+///   {model}:{method}` (or without the project and location), `{method}` being
+///   `streamGenerateContent` or `generateContent`;
+/// - Bedrock: `{prefix}/model/{modelId}/converse-stream` (or `/converse`);
+/// - Ollama: `{prefix}/api/chat`.
+fn endpoint(route: &str) -> Option<(WireFormat, bool)> {
+    let segments: Vec<&str> = route
+        .strip_prefix('/')
+        .unwrap_or(route)
+        .split('/')
+        .collect();
+    let well_formed = route.starts_with('/')
+        && segments.iter().all(|s| !s.is_empty())
+        && segments.windows(2).all(|w| w[0] != w[1]);
+    // The endpoint's segments at the end of the path; whether the prefix before them is free
+    // of `own` segments.
+    let ends = |tail: &[&str], own: &[&str]| -> Option<bool> {
+        let at = segments.len().checked_sub(tail.len())?;
+        (segments.get(at..)? == tail).then(|| {
+            segments
+                .get(..at)
+                .unwrap_or_default()
+                .iter()
+                .all(|s| !own.contains(s))
+        })
+    };
+    if let Some(prefix_ok) = ends(&["v1", "messages"], &["v1", "messages"]) {
+        return Some((WireFormat::Anthropic, well_formed && prefix_ok));
+    }
+    if let Some(prefix_ok) = ends(&["chat", "completions"], &["chat", "completions"]) {
+        return Some((WireFormat::OpenAiChat, well_formed && prefix_ok));
+    }
+    if let Some(prefix_ok) = ends(&["responses"], &["responses"]) {
+        return Some((WireFormat::OpenAiResponses, well_formed && prefix_ok));
+    }
+    if let Some(prefix_ok) = ends(&["api", "chat"], &["api", "chat"]) {
+        return Some((WireFormat::Ollama, well_formed && prefix_ok));
+    }
+    let last = segments.last().copied().unwrap_or_default();
+    if last.ends_with(":streamGenerateContent") || last.ends_with(":generateContent") {
+        return Some((WireFormat::Gemini, well_formed && gemini_serves(&segments)));
+    }
+    if matches!(last, "converse-stream" | "converse") {
+        let served = segments.len() >= 3
+            && segments[segments.len() - 3] == "model"
+            && !segments[..segments.len() - 3].contains(&"model");
+        return Some((WireFormat::Bedrock, well_formed && served));
+    }
+    None
+}
+
+/// Whether the Gemini API or Vertex AI serves a `…:{method}` path (see [`endpoint`]).
+fn gemini_serves(segments: &[&str]) -> bool {
+    const VERSIONS: [&str; 4] = ["v1", "v1beta", "v1alpha", "v1beta1"];
+    let Some((last, rest)) = segments.split_last() else {
+        return false;
+    };
+    let model = last.split(':').next().unwrap_or_default();
+    let method = last.rsplit(':').next().unwrap_or_default();
+    if model.is_empty() || !matches!(method, "streamGenerateContent" | "generateContent") {
+        return false;
+    }
+    // Where the API's own path starts: the last version segment.
+    let Some(at) = rest.iter().rposition(|s| VERSIONS.contains(s)) else {
+        return false;
+    };
+    let (prefix, path) = rest.split_at(at);
+    let own = |s: &&str| VERSIONS.contains(s) || matches!(*s, "models" | "projects" | "publishers");
+    if prefix.iter().any(own) {
+        return false;
+    }
+    match path {
+        // The Gemini API.
+        [version, "models"] => *version != "v1beta1",
+        // Vertex AI, with a project and location or without (express mode).
+        [version, "projects", _, "locations", _, "publishers", "google", "models"]
+        | [version, "publishers", "google", "models"] => matches!(*version, "v1" | "v1beta1"),
+        _ => false,
+    }
 }
 
 /// The answer when the script has none left: a 500 that says so, not to be retried.

@@ -123,6 +123,11 @@ pub struct ToolCallResult {
     /// Images the tool returned with its text.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<MediaSource>,
+    /// The result as structure, when the tool returned JSON
+    /// ([`ToolOutput::json`](crate::ToolOutput::json)): `content` is its compact text. Left
+    /// out of the serialized form when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<Box<serde_json::Value>>,
 }
 
 impl ToolCallResult {
@@ -141,6 +146,7 @@ impl ToolCallResult {
             is_error,
             duration,
             images: Vec::new(),
+            json: None,
         }
     }
 
@@ -151,7 +157,17 @@ impl ToolCallResult {
             content: self.content.clone(),
             is_error: self.is_error,
             images: self.images.clone(),
+            json: self.json.clone(),
         }
+    }
+
+    /// The same result as this JSON value: `content` becomes its compact text, and the
+    /// formats that take structure get the value (see
+    /// [`ContentBlock::ToolResult`](crate::ContentBlock::ToolResult)).
+    pub fn with_json(mut self, value: serde_json::Value) -> Self {
+        self.content = value.to_string();
+        self.json = Some(Box::new(value));
+        self
     }
 
     /// The same result with these images.

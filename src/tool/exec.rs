@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::call::{ExecOptions, Extension, Prepared, ToolCall, ToolCallResult};
 use super::plan::plan;
 use super::text::{cut, quote};
-use super::ToolContext;
+use super::{ToolContext, ToolOutput};
 
 /// The registry's limits that apply to a whole batch.
 #[derive(Debug, Clone, Copy)]
@@ -253,7 +253,13 @@ impl CallRun<'_> {
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();
         let name = quote(&self.call.name);
         let mut images = Vec::new();
+        let mut json = None;
         let (content, error) = match tokio::time::timeout(self.limit, future).await {
+            Ok(Ok(Ok(ToolOutput::Json(value)))) => {
+                let text = value.to_string();
+                json = Some(Box::new(value));
+                (text, None)
+            }
             Ok(Ok(Ok(output))) => {
                 let (text, output_images) = output.into_parts();
                 images = output_images;
@@ -276,14 +282,17 @@ impl CallRun<'_> {
         };
         let duration = start.elapsed();
         self.done.cancel();
+        // Output cut to the limit is text: its structure is gone.
+        if content.len() > self.max_output_bytes {
+            json = None;
+        }
         let content = truncate_middle(content, self.max_output_bytes);
         let is_error = error.is_some();
-        (
-            self.index,
+        let mut result =
             ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration)
-                .with_images(images),
-            error,
-        )
+                .with_images(images);
+        result.json = json;
+        (self.index, result, error)
     }
 }
 

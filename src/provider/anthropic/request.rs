@@ -249,6 +249,7 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
             content,
             is_error,
             images,
+            ..
         } => WireBlock::ToolResult {
             tool_use_id,
             content: if images.is_empty() {
@@ -369,6 +370,7 @@ fn decode_block(block: &Value) -> ContentBlock {
                     .collect(),
                 _ => Vec::new(),
             },
+            json: None,
         },
         Some("image") => match block
             .get("source")

@@ -16,7 +16,8 @@
 //! - Messages: consecutive messages of one role are merged (Converse requires alternation), a
 //!   user message's `toolResult`s come first, blank text blocks are dropped (Converse refuses
 //!   them) and so are messages left empty; a tool result with no text and no image says
-//!   `(no output)`. Thinking goes back as
+//!   `(no output)`, and a tool's JSON object result goes as a `json` block (other JSON values
+//!   as their text). Thinking goes back as
 //!   `reasoningContent.reasoningText {text, signature}`, redacted thinking as
 //!   `reasoningContent.redactedContent`; OpenAI reasoning items have no Converse form and are
 //!   left out.
@@ -41,7 +42,7 @@ use crate::error::LlmError;
 use crate::media::{source_dimensions, ImageFormat};
 #[cfg(any(test, feature = "testing"))]
 use crate::message::Message;
-use crate::message::{ContentBlock, MediaSource, Role};
+use crate::message::{structured_result, ContentBlock, MediaSource, Role};
 use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
 
 /// Bedrock's limit on one image: 3.75 MB of bytes (as base64: 4/3 of that).
@@ -402,10 +403,15 @@ fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
             content,
             is_error,
             images,
+            json,
+            ..
         } => {
             let mut parts = Vec::with_capacity(images.len() + 1);
-            if !content.trim().is_empty() {
-                parts.push(json!({"text": content}));
+            match structured_result(content, json.as_deref()) {
+                // A JSON object result goes as structure, a `json` block.
+                Some(object @ Value::Object(_)) => parts.push(json!({ "json": object })),
+                _ if !content.trim().is_empty() => parts.push(json!({"text": content})),
+                _ => {}
             }
             for source in images {
                 parts.push(json!({"image": image(source)?}));

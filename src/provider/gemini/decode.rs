@@ -16,11 +16,19 @@
 //!   without a response id). The encoder recognises that prefix and sends such ids back to
 //!   no one: results are matched by name and order, as Gemini does;
 //! - a `thoughtSignature` on a thought part is that thinking block's signature
-//!   ([`LlmEvent::SignatureDelta`]). On any other part (a function call, a text part, often
-//!   an empty text part in the last chunk) it becomes a thinking block of its own with empty
-//!   thinking and the signature, placed right before the part's block; the encoder puts such
-//!   a signature back on the part that follows it (or, when none does, on an empty text part),
-//!   so every signature goes back verbatim on the part it came with.
+//!   ([`LlmEvent::SignatureDelta`]), and closes the block: a later thought part starts another.
+//!   On any other part (a function call, a text part, often an empty text part in the last
+//!   chunk) it becomes a thinking block of its own with empty thinking and the signature (a
+//!   carrier), placed right before the part's block; the encoder puts such a signature back on
+//!   the part that follows it, so every signature goes back verbatim on the part it came with,
+//!   in its place. A signed text part is a text block of its own, closed at once (no later
+//!   text is merged into it), even when its text is empty: the assembler keeps an empty text
+//!   block right after a carrier. A signed thought part with no text and no unsigned thought
+//!   run to close is likewise a carrier and an empty thinking block.
+//!
+//! A `finishReason` of `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL` or `OTHER` is the
+//! model failing its turn, not a stop: the decoder reports the usage so far and fails with
+//! [`LlmError::ModelFailure`] (retryable; the agent sends the turn again with a note).
 //!
 //! `usageMetadata`: `input_tokens` is `promptTokenCount` (plus `toolUsePromptTokenCount`)
 //! minus `cachedContentTokenCount`, which is `cache_read_input_tokens` (the crate's meaning:
@@ -40,9 +48,10 @@ pub(crate) const GENERATED_ID_PREFIX: &str = "gemini_call_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
     Text,
-    /// A thinking block; `signed` once its signature arrived.
+    /// A thinking block; `signed` once its signature arrived, `text` once it has some.
     Thinking {
         signed: bool,
+        text: bool,
     },
 }
 
@@ -121,6 +130,14 @@ impl Decoder {
             self.part(part, out);
         }
         if let Some(reason) = candidate.finish_reason {
+            if let Some(error) = model_failure(&reason, candidate.finish_message.as_deref()) {
+                // What the failed response used still counts.
+                self.done = true;
+                if let Some(usage) = self.usage {
+                    out.push(LlmEvent::Usage(usage));
+                }
+                return Err(error);
+            }
             let reason = stop_reason(&reason, self.calls > 0);
             self.stop(reason, out);
         }
@@ -161,36 +178,85 @@ impl Decoder {
             return;
         };
         if part.thought == Some(true) {
+            self.thought(text, signature, out);
+            return;
+        }
+        let Some(signature) = signature else {
+            if text.is_empty() {
+                return;
+            }
             let index = match self.current {
-                Some((Open::Thinking { signed }, index)) if !(signed && signature.is_some()) => {
-                    index
-                }
-                _ => self.open(Open::Thinking { signed: false }, out),
+                Some((Open::Text, index)) => index,
+                _ => self.open(Open::Text, out),
             };
-            if !text.is_empty() || signature.is_none() {
-                out.push(LlmEvent::ThinkingDelta {
-                    index,
-                    thinking: text,
-                });
-            }
-            if let Some(signature) = signature {
-                out.push(LlmEvent::SignatureDelta { index, signature });
-                self.current = Some((Open::Thinking { signed: true }, index));
-            }
+            out.push(LlmEvent::TextDelta { index, text });
             return;
-        }
-        if let Some(signature) = signature {
-            self.close(out);
-            self.carrier(signature, out);
-        }
-        if text.is_empty() {
-            return;
-        }
-        let index = match self.current {
-            Some((Open::Text, index)) => index,
-            _ => self.open(Open::Text, out),
         };
+        // A signed text part is a text block of its own, even empty, after the carrier of
+        // its signature, and closed at once: no later text is merged into it.
+        self.close(out);
+        self.carrier(signature, out);
+        let index = self.take_index();
         out.push(LlmEvent::TextDelta { index, text });
+        out.push(LlmEvent::BlockStop { index });
+    }
+
+    /// A `thought: true` part: it continues the open thinking block unless that one is signed
+    /// (a signature closes its run of thought parts).
+    fn thought(&mut self, text: String, signature: Option<String>, out: &mut Vec<LlmEvent>) {
+        let open = match self.current {
+            Some((
+                Open::Thinking {
+                    signed: false,
+                    text,
+                },
+                index,
+            )) => Some((index, text)),
+            _ => None,
+        };
+        let had_text = open.is_some_and(|(_, text)| text);
+        if let Some(signature) = signature.as_ref().filter(|_| text.is_empty() && !had_text) {
+            // A signed thought with no text, and no thought text before it to sign: the
+            // signature travels on a carrier before an empty thinking block (the part itself),
+            // as for other parts (a thinking block with only a signature is a carrier).
+            self.close(out);
+            self.carrier(signature.clone(), out);
+            let index = self.take_index();
+            out.push(LlmEvent::ThinkingDelta {
+                index,
+                thinking: String::new(),
+            });
+            out.push(LlmEvent::BlockStop { index });
+            return;
+        }
+        let index = match open {
+            Some((index, _)) => index,
+            None => self.open(
+                Open::Thinking {
+                    signed: false,
+                    text: false,
+                },
+                out,
+            ),
+        };
+        let has_text = had_text || !text.is_empty();
+        if !text.is_empty() || signature.is_none() {
+            out.push(LlmEvent::ThinkingDelta {
+                index,
+                thinking: text,
+            });
+        }
+        let signed = signature.is_some();
+        if let Some(signature) = signature {
+            out.push(LlmEvent::SignatureDelta { index, signature });
+        }
+        self.current = Some((
+            Open::Thinking {
+                signed,
+                text: has_text,
+            },
+            index,
+        ));
     }
 
     fn take_index(&mut self) -> usize {
@@ -299,6 +365,32 @@ fn usage_of(meta: &UsageMetadata) -> Usage {
     }
 }
 
+/// The error for a `finishReason` that says the model failed its turn: a malformed function
+/// call, a call of a tool it was not offered, or `OTHER`. Such a response is not an answer
+/// (often it has no content at all); it is a [`LlmError::ModelFailure`], which is retried.
+fn model_failure(reason: &str, finish_message: Option<&str>) -> Option<LlmError> {
+    let what = match reason {
+        "MALFORMED_FUNCTION_CALL" => {
+            "the model wrote a malformed function call (its code or arguments do not parse, or \
+             do not fit the function's declaration)"
+        }
+        "UNEXPECTED_TOOL_CALL" => "the model called a tool that the request did not offer",
+        "OTHER" => "the model stopped for an unstated reason, without a usable answer",
+        _ => return None,
+    };
+    let message = match finish_message.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(said) => {
+            let said: String = said.chars().take(500).collect();
+            format!("{what}: {said}")
+        }
+        None => what.to_owned(),
+    };
+    Some(LlmError::ModelFailure {
+        reason: reason.to_owned(),
+        message,
+    })
+}
+
 /// Gemini's `finishReason` as a [`StopReason`]. `STOP` after function calls is
 /// [`StopReason::ToolUse`]; the safety-filter reasons are [`StopReason::ContentFilter`];
 /// reasons without a crate equivalent are kept as sent in [`StopReason::Other`].
@@ -317,8 +409,8 @@ pub(crate) fn stop_reason(reason: &str, has_calls: bool) -> StopReason {
         | "IMAGE_SAFETY"
         | "IMAGE_PROHIBITED_CONTENT"
         | "IMAGE_RECITATION" => StopReason::ContentFilter,
-        // LANGUAGE, MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS, OTHER,
-        // FINISH_REASON_UNSPECIFIED, and reasons added later.
+        // LANGUAGE, TOO_MANY_TOOL_CALLS, FINISH_REASON_UNSPECIFIED, and reasons added later
+        // (MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL and OTHER are errors: `model_failure`).
         other => StopReason::Other(other.to_owned()),
     }
 }

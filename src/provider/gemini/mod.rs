@@ -36,6 +36,12 @@ static VERTEX_SPEC: ProviderSpec = ProviderSpec {
 /// A Vertex AI access token: a fixed string, or a source asked for the current token before
 /// each request.
 ///
+/// It is a Google OAuth 2 access token for an account with access to the project (the Vertex
+/// AI User role), sent as `authorization: Bearer {token}`. For a person's own account,
+/// `gcloud auth print-access-token` prints one (`gcloud auth application-default
+/// print-access-token` for the application-default credentials); a service account gets one
+/// from Google's token endpoint or its host's metadata server.
+///
 /// A `String` or `&str` converts into a fixed token. Access tokens expire (after an hour, for
 /// Google's OAuth 2 tokens), so a long-running program passes a source instead: a closure
 /// that returns the current token, for example one that reads a token another task refreshes.
@@ -74,9 +80,14 @@ impl AccessToken {
     /// A token read from `source` before each request; an `Err` fails the request with
     /// [`LlmError::InvalidRequest`] carrying the message.
     ///
+    /// Here the token is read from a file that another process (a cron job running
+    /// `gcloud auth print-access-token`, a credentials sidecar) rewrites before it expires:
+    ///
     /// ```
     /// let token = agent_loop::AccessToken::refreshing(|| {
-    ///     std::env::var("VERTEX_ACCESS_TOKEN").map_err(|e| e.to_string())
+    ///     std::fs::read_to_string("/run/secrets/gcp-access-token")
+    ///         .map(|token| token.trim().to_owned())
+    ///         .map_err(|e| e.to_string())
     /// });
     /// let client = agent_loop::GeminiClient::vertex("my-project", "us-central1", token);
     /// # let _ = client;
@@ -178,14 +189,21 @@ enum Service {
 ///   `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `IMAGE_SAFETY` …) and a blocked
 ///   prompt (`promptFeedback.blockReason`, no candidate) are
 ///   [`ContentFilter`](crate::StopReason::ContentFilter), which ends an agent's run as
-///   refused; the others (`MALFORMED_FUNCTION_CALL`, `LANGUAGE`, `OTHER` …) are kept as sent
-///   in [`StopReason::Other`](crate::StopReason::Other).
+///   refused. `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL` and `OTHER` are the model
+///   failing its turn: the response fails with
+///   [`LlmError::ModelFailure`](crate::LlmError::ModelFailure) (its `finishMessage` in the
+///   message), which is retried, and which an [`Agent`](crate::Agent) answers by sending the
+///   turn again with a note to the model. The others (`LANGUAGE`, `TOO_MANY_TOOL_CALLS` …) are
+///   kept as sent in [`StopReason::Other`](crate::StopReason::Other).
 /// - Thought signatures: a `thoughtSignature` on a thought part is that
 ///   [`ContentBlock::Thinking`](crate::ContentBlock::Thinking)'s signature; on any other part
 ///   (a function call, a text part) it is kept as a `Thinking` block with empty text placed
-///   right before that part's block, and sent back on the part that follows it. Keep such
-///   blocks in the history, as the agent does, and every signature goes back verbatim where it
-///   came from.
+///   right before that part's block, and sent back on the part that follows it. A signed part
+///   with no text keeps a block of its own all the same (an empty
+///   [`Text`](crate::ContentBlock::Text) block, or an empty `Thinking` block for a thought
+///   part), so the signature goes back on that empty part, in its place, and not on the part
+///   after it. Keep such blocks in the history, as the agent does, and every signature goes
+///   back verbatim where it came from.
 /// - Call ids: a function call without an `id` gets `gemini_call_{responseId}_{n}`, stable and
 ///   unique within the response; such ids are never sent back.
 ///
@@ -251,6 +269,13 @@ impl GeminiClient {
     /// A Gemini API client configured from the environment: `GEMINI_API_KEY` (else
     /// `GOOGLE_API_KEY`; one is required), `GEMINI_BASE_URL` and `GEMINI_MODEL` (optional).
     ///
+    /// With `GOOGLE_GENAI_USE_VERTEXAI` set to `true` or `1` (Google's switch to Vertex AI, as
+    /// the google-genai SDKs read it), the environment asks for Vertex AI, which takes an
+    /// access token rather than an API key: this fails with [`Error::Config`] naming
+    /// `GOOGLE_GENAI_USE_VERTEXAI` and saying to build the client with
+    /// [`GeminiClient::vertex_from_env`], which reads the project and location from the same
+    /// environment and takes the token.
+    ///
     /// Fails with [`Error::Config`] naming the variable when no key is set.
     ///
     /// ```no_run
@@ -262,8 +287,65 @@ impl GeminiClient {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
+    /// A Vertex AI client configured from the environment as Google's SDKs read it:
+    /// `GOOGLE_CLOUD_PROJECT` (required) and `GOOGLE_CLOUD_LOCATION` (`us-central1`,
+    /// `europe-west4` …; default `global`, as in google-genai), and `GEMINI_MODEL` (optional),
+    /// authenticated with `token`: a fixed access token or an [`AccessToken::refreshing`]
+    /// source (see [`AccessToken`] for how to get one; `gcloud auth print-access-token` prints
+    /// one for your own account). `GOOGLE_GENAI_USE_VERTEXAI` is not needed here.
+    ///
+    /// Fails with [`Error::Config`] naming `GOOGLE_CLOUD_PROJECT` when it is not set.
+    ///
+    /// ```no_run
+    /// // GOOGLE_CLOUD_PROJECT=my-project GOOGLE_CLOUD_LOCATION=us-central1
+    /// let token = std::env::args().nth(1).unwrap_or_default(); // `gcloud auth print-access-token`
+    /// let client = agent_loop::GeminiClient::vertex_from_env(token)?.model("gemini-2.5-pro");
+    /// # let _ = client;
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
+    pub fn vertex_from_env(token: impl Into<AccessToken>) -> Result<Self, Error> {
+        Self::vertex_from_lookup(|name| std::env::var(name).ok(), token.into())
+    }
+
+    fn vertex_from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        token: AccessToken,
+    ) -> Result<Self, Error> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let project = get("GOOGLE_CLOUD_PROJECT").ok_or_else(|| {
+            Error::Config(ConfigError::Env {
+                variable: "GOOGLE_CLOUD_PROJECT",
+                message: "not set: export the id of the Google Cloud project to use Vertex AI in"
+                    .to_owned(),
+            })
+        })?;
+        let location = get("GOOGLE_CLOUD_LOCATION").unwrap_or_else(|| "global".to_owned());
+        let mut client = GeminiClient::vertex(project, location, token);
+        if let Some(model) = get("GEMINI_MODEL") {
+            client = client.model(model);
+        }
+        Ok(client)
+    }
+
     fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let vertex = get("GOOGLE_GENAI_USE_VERTEXAI")
+            .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1"));
+        if vertex {
+            return Err(Error::Config(ConfigError::Env {
+                variable: "GOOGLE_GENAI_USE_VERTEXAI",
+                message: "asks for Vertex AI, which takes an OAuth access token, not an API key: \
+                          build the client with GeminiClient::vertex_from_env(token) (it reads \
+                          GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION; \
+                          `gcloud auth print-access-token` prints a token), or unset the \
+                          variable to use the Gemini API with GEMINI_API_KEY"
+                    .to_owned(),
+            }));
+        }
         let key = get("GEMINI_API_KEY")
             .or_else(|| get("GOOGLE_API_KEY"))
             .ok_or_else(|| {
@@ -530,6 +612,70 @@ mod tests {
             "http://127.0.0.1:1/gemini/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
         );
         assert_eq!(request.headers["x-goog-api-key"], "AIza-secret");
+    }
+
+    #[test]
+    fn vertex_from_the_environment_as_google_names_it() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        // Google's switch to Vertex AI: from_env says how to get there, key or not.
+        for value in ["true", "TRUE", "1"] {
+            let pairs: &'static [(&str, &str)] = match value {
+                "true" => &[
+                    ("GOOGLE_GENAI_USE_VERTEXAI", "true"),
+                    ("GEMINI_API_KEY", "k"),
+                ],
+                "TRUE" => &[("GOOGLE_GENAI_USE_VERTEXAI", "TRUE")],
+                _ => &[("GOOGLE_GENAI_USE_VERTEXAI", "1")],
+            };
+            let err = GeminiClient::from_lookup(env(pairs)).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("GOOGLE_GENAI_USE_VERTEXAI"), "{text}");
+            assert!(text.contains("vertex_from_env"), "{text}");
+        }
+        // Off, the Gemini API as before.
+        let client = GeminiClient::from_lookup(env(&[
+            ("GOOGLE_GENAI_USE_VERTEXAI", "false"),
+            ("GEMINI_API_KEY", "AIza-k"),
+        ]))
+        .unwrap();
+        assert_eq!(client.provider_name(), "gcp.gemini");
+        // The project and location as Google's SDKs read them; the token given.
+        let client = GeminiClient::vertex_from_lookup(
+            env(&[
+                ("GOOGLE_CLOUD_PROJECT", " my-project "),
+                ("GOOGLE_CLOUD_LOCATION", "europe-west4"),
+                ("GEMINI_MODEL", "gemini-x"),
+            ]),
+            AccessToken::from("ya29.secret"),
+        )
+        .unwrap();
+        let request = client.build(&ModelRequest::default()).unwrap();
+        assert_eq!(
+            request.url,
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/my-project/locations/\
+             europe-west4/publishers/google/models/gemini-x:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(request.headers["authorization"], "Bearer ya29.secret");
+        // The location defaults to `global`, as in google-genai.
+        let client = GeminiClient::vertex_from_lookup(
+            env(&[("GOOGLE_CLOUD_PROJECT", "p")]),
+            AccessToken::from("t"),
+        )
+        .unwrap()
+        .model("g");
+        assert!(client
+            .url("g")
+            .unwrap()
+            .starts_with("https://aiplatform.googleapis.com/v1/projects/p/locations/global/"));
+        let err = GeminiClient::vertex_from_lookup(env(&[]), AccessToken::from("t")).unwrap_err();
+        assert!(err.to_string().contains("GOOGLE_CLOUD_PROJECT"), "{err}");
     }
 
     #[test]

@@ -14,14 +14,19 @@
 //! - `toolConfig.functionCallingConfig`: `mode` `AUTO` / `ANY` / `NONE`, and
 //!   `allowedFunctionNames: [name]` with `ANY` for a named tool; sent only with tools.
 //! - Tool calls are `functionCall {name, args, id}` parts and results `functionResponse {name,
-//!   id, response: {"result": text}}` (`{"error": text}` when the tool failed), the `id` sent
+//!   id, response: {"result": text}}` (`{"error": text}` when the tool failed; a JSON result
+//!   goes as structure: an object as the `response` itself, another value as
+//!   `{"result": value}`), the `id` sent
 //!   only when the model gave the call one (ids the decoder made up start with
 //!   `gemini_call_`), and never to Vertex AI (Google's SDKs refuse a `functionResponse.id` for
 //!   Vertex AI): Gemini then matches results to calls by name and order. Images a tool returned
 //!   follow the results as `inlineData` parts of the same content.
 //! - Thinking: a thinking block with text is a `{text, thought: true}` part with its
 //!   `thoughtSignature`; a thinking block with only a signature puts it on the next part of the
-//!   message (as the decoder found it), or on an empty text part when none follows.
+//!   message (as the decoder found it), or on an empty text part when none follows. The next
+//!   part may be an empty text block or an empty thinking block: the decoder's form of a
+//!   signature that came on an empty text part (`{"text": "", "thoughtSignature"}`) or an
+//!   empty thought part, which go back as such, in their place.
 //!   Redacted-thinking, OpenAI reasoning and unmodelled blocks have no Gemini form and are left
 //!   out.
 //! - Images (PNG, JPEG, WebP, HEIC, HEIF) and PDF documents: `inlineData {mimeType, data}`, or
@@ -42,7 +47,7 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use crate::error::LlmError;
-use crate::message::{ContentBlock, MediaSource, Message, Role};
+use crate::message::{structured_result, ContentBlock, MediaSource, Message, Role};
 use crate::provider::{ModelRequest, ToolChoice};
 
 use super::decode::GENERATED_ID_PREFIX;
@@ -268,13 +273,24 @@ fn parts(
     };
     for block in &message.content {
         match block {
-            ContentBlock::Text { text } if !text.is_empty() => {
+            ContentBlock::Text { text } if !text.is_empty() || pending.is_some() => {
                 push(&mut parts, &mut pending, json!({"text": text}));
             }
             ContentBlock::Thinking {
                 thinking,
                 signature,
             } => {
+                if thinking.is_empty() && signature.is_empty() {
+                    // The empty thought part a signature came on (the decoder's form).
+                    if pending.is_some() {
+                        push(
+                            &mut parts,
+                            &mut pending,
+                            json!({"text": "", "thought": true}),
+                        );
+                    }
+                    continue;
+                }
                 if thinking.is_empty() {
                     if !signature.is_empty() {
                         if let Some(earlier) = pending.replace(signature) {
@@ -308,6 +324,7 @@ fn parts(
                 content,
                 is_error,
                 images,
+                json,
                 ..
             } => {
                 let Some(name) = names.get(tool_use_id.as_str()) else {
@@ -316,8 +333,17 @@ fn parts(
                          conversation; Gemini needs the function's name"
                     )));
                 };
-                let key = if *is_error { "error" } else { "result" };
-                let mut response = json!({"name": name, "response": { key: content }});
+                let answer = match structured_result(content, json.as_deref()) {
+                    // `response` is an object: a JSON object result goes as it is, another
+                    // value under `result`.
+                    Some(object @ Value::Object(_)) if !*is_error => object.clone(),
+                    Some(value) if !*is_error => json!({ "result": value }),
+                    _ => {
+                        let key = if *is_error { "error" } else { "result" };
+                        json!({ key: content })
+                    }
+                };
+                let mut response = json!({"name": name, "response": answer});
                 if sent_id(tool_use_id, ids) {
                     response["id"] = Value::String(tool_use_id.clone());
                 }
@@ -474,16 +500,27 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                 };
                 let answer = response.get("response");
                 let error = answer.and_then(|r| r.get("error"));
+                let result = answer
+                    .and_then(Value::as_object)
+                    .filter(|map| map.len() == 1)
+                    .and_then(|map| map.get("result"));
                 let shown = |v: Option<&Value>| match v {
                     Some(Value::String(s)) => s.clone(),
                     Some(other) => other.to_string(),
                     None => String::new(),
                 };
-                blocks.push(ContentBlock::tool_result(
-                    id,
-                    shown(error.or_else(|| answer.and_then(|r| r.get("result")))),
-                    error.is_some(),
-                ));
+                blocks.push(match (error, result, answer) {
+                    (Some(error), _, _) => ContentBlock::tool_result(id, shown(Some(error)), true),
+                    (None, Some(Value::String(text)), _) => {
+                        ContentBlock::tool_result(id, text.clone(), false)
+                    }
+                    (None, Some(value), _) => ContentBlock::tool_result_json(id, value.clone()),
+                    // A structured result: the object itself.
+                    (None, None, Some(object)) => {
+                        ContentBlock::tool_result_json(id, object.clone())
+                    }
+                    (None, None, None) => ContentBlock::tool_result(id, String::new(), false),
+                });
             } else if let Some(t) = part.get("text").and_then(Value::as_str) {
                 if thought {
                     blocks.push(ContentBlock::Thinking {

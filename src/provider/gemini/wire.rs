@@ -33,6 +33,9 @@ pub(crate) struct Candidate {
     pub(crate) content: Option<Content>,
     #[serde(default)]
     pub(crate) finish_reason: Option<String>,
+    /// Why the model stopped, in words (sent with `MALFORMED_FUNCTION_CALL`, say).
+    #[serde(default)]
+    pub(crate) finish_message: Option<String>,
     #[serde(default)]
     pub(crate) index: Option<u64>,
 }

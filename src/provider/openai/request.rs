@@ -206,6 +206,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<ChatMessage<'a>>) -> Result<(), 
             content,
             is_error,
             images,
+            ..
         } = block
         {
             let content = if *is_error {

@@ -170,6 +170,7 @@ fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), Ll
             content,
             is_error,
             images,
+            ..
         } = block
         {
             let text = if *is_error {
@@ -368,6 +369,7 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                         content: text,
                         is_error,
                         images,
+                        json: None,
                     }],
                 )
             }
@@ -599,6 +601,7 @@ mod tests {
                     content: "here".into(),
                     is_error: false,
                     images: vec![png.clone()],
+                    json: None,
                 }],
             },
         ];
