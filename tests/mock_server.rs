@@ -449,3 +449,68 @@ async fn a_path_the_real_api_does_not_serve_is_a_404() {
     assert!(items.iter().all(Result::is_ok), "{items:?}");
     assert_eq!(server.remaining(), 0);
 }
+
+/// A scripted response that names no model answers as the model the request asked for, in
+/// every format that names one (the body's `model`, Gemini's path), so a run over the mock is
+/// priced at that model; one that names its own keeps it.
+#[tokio::test]
+async fn the_mock_names_the_model_the_request_asked_for() {
+    let server = MockServer::start().await;
+    let url = server.url();
+    let none = RetryPolicy::none();
+    let clients: Vec<Box<dyn LlmClient>> = vec![
+        Box::new(
+            AnthropicClient::new("key")
+                .base_url(server.anthropic_base_url())
+                .model("claude-asked")
+                .retry_policy(none.clone()),
+        ),
+        Box::new(
+            OpenAiClient::new("key")
+                .base_url(server.openai_base_url())
+                .model("gpt-asked")
+                .retry_policy(none.clone()),
+        ),
+        Box::new(
+            OpenAiClient::new("key")
+                .base_url(server.openai_base_url())
+                .model("gpt-asked")
+                .retry_policy(none.clone())
+                .responses(),
+        ),
+        Box::new(
+            agent_loop::GeminiClient::new("key")
+                .base_url(url.clone())
+                .model("gemini-asked")
+                .retry_policy(none.clone()),
+        ),
+        Box::new(
+            agent_loop::OllamaClient::new()
+                .base_url(url.clone())
+                .model("llama-asked")
+                .retry_policy(none.clone()),
+        ),
+        // (Bedrock's Converse stream names no model: a run over it is priced at the
+        // requested model by the agent itself.)
+    ];
+    for client in clients {
+        server.push(ScriptedResponse::text("hi"));
+        let items = collect(client.as_ref(), &request("hi")).await;
+        let named = items.iter().find_map(|item| match item {
+            Ok(LlmEvent::MessageStart { model, .. }) => Some(model.clone()),
+            _ => None,
+        });
+        assert_eq!(named.as_deref(), Some(client.model()), "{items:?}");
+    }
+    server.push(ScriptedResponse::text("hi").model("its-own"));
+    let anthropic = AnthropicClient::new("key")
+        .base_url(server.anthropic_base_url())
+        .model("claude-asked");
+    let items = collect(&anthropic, &request("hi")).await;
+    assert!(
+        items
+            .iter()
+            .any(|i| matches!(i, Ok(LlmEvent::MessageStart { model, .. }) if model == "its-own")),
+        "{items:?}"
+    );
+}

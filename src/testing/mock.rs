@@ -441,6 +441,19 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<ServerState>>) {
     while serve_one(&mut socket, &state).await {}
 }
 
+/// The model a request asks for: in the path for Gemini (`…/models/{model}:…`), else the
+/// body's `model` (Bedrock's stream names none).
+fn requested_model(format: WireFormat, route: &str, body: &Value) -> Option<String> {
+    match format {
+        WireFormat::Gemini => {
+            let (_, rest) = route.split_once("/models/")?;
+            let model = rest.split([':', '/']).next().unwrap_or(rest);
+            (!model.is_empty()).then(|| model.to_owned())
+        }
+        _ => body.get("model")?.as_str().map(str::to_owned),
+    }
+}
+
 /// Answers one request; true when the connection stays open for another.
 async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
     let request = match read_request(socket).await {
@@ -470,6 +483,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         .filter(|(_, served)| *served)
         .map(|(format, _)| format);
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let model = format.and_then(|format| requested_model(format, route, &body));
     let response = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let number = state.requests.len() + 1;
@@ -574,7 +588,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         .headers
         .iter()
         .any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
-    let reusable = answer(socket, response.into_reply(format))
+    let reusable = answer(socket, response.answering_for(model).into_reply(format))
         .await
         .unwrap_or(false);
     if reusable && client_closes {

@@ -393,6 +393,19 @@ pub(super) enum BodyEnd {
 
 impl MockResponse {
     /// What to send for this response to a request in `format`.
+    /// This answer to a request for `model`: a scripted response that names no model of
+    /// its own names that one, as a provider does.
+    pub(super) fn answering_for(mut self, model: Option<String>) -> Self {
+        if let (Kind::Stream(response) | Kind::Json(response), Some(model)) =
+            (&mut self.kind, model)
+        {
+            if response.model.is_none() {
+                response.model = Some(model);
+            }
+        }
+        self
+    }
+
     pub(super) fn into_reply(self, format: WireFormat) -> Reply {
         let MockResponse {
             kind,

@@ -61,12 +61,12 @@ use serde::Serialize;
 
 use crate::agent::{AgentEvent, PausedRun, Resolutions, WaitsFor};
 use crate::input::UserInput;
-use crate::message::{ContentBlock, Message, Role};
 
 /// What the refusal of an answer says when no paused run is there to take it.
 pub(crate) const NO_RUN_WAITS: &str = "no run waits for answers";
 
 /// What such a refusal adds for an agent with no session: where its pause would have been.
+#[cfg(feature = "axum")]
 pub(crate) const NO_SESSION_HINT: &str = "; this agent has no session store, so a paused \
     run lives only in the Agent value that ran it. A server that builds a new Agent for each \
     request (as a stateless AI SDK route does) must give it a session keyed by the chat's id, \
@@ -199,7 +199,9 @@ pub(crate) fn calls_denied(paused: &PausedRun) -> serde_json::Value {
 /// the batch that finished keeps its result, every other one (those that wait) gets
 /// [`NEW_MESSAGE_DENIAL`] as an error result. The agent restores it (which checks and
 /// repairs it as any restored history) and runs on the new message from there.
+#[cfg(feature = "axum")]
 pub(crate) fn left_behind(paused: &PausedRun) -> crate::context::Conversation {
+    use crate::message::{ContentBlock, Message, Role};
     let mut conversation = paused.conversation().clone();
     let results = &paused.state.results;
     let answers: Vec<ContentBlock> = paused
