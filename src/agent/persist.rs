@@ -208,17 +208,7 @@ pub(crate) async fn acquire(
     }
     for attempt in 0..2 {
         open(link, shared, context).await?;
-        let held = lock(shared).session_lease.clone();
-        if let Some(lease) = held {
-            if lease.holder != link.holder && lease.holds_at(session::now_ms()) {
-                return Err(SessionError::Busy {
-                    session: link.id.clone(),
-                    holder: lease.holder,
-                    until_ms: lease.until_ms,
-                }
-                .into());
-            }
-        }
+        not_held_by_another(link, shared)?;
         match save(link, shared, context, Tail::Renew).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_conflict() && attempt == 0 => {
@@ -229,6 +219,20 @@ pub(crate) async fn acquire(
         }
     }
     Ok(())
+}
+
+/// [`SessionError::Busy`] while another agent's lease, as last loaded, holds the session.
+fn not_held_by_another(link: &SessionLink, shared: &Mutex<Shared>) -> Result<(), SessionError> {
+    match lock(shared).session_lease.clone() {
+        Some(lease) if lease.holder != link.holder && lease.holds_at(session::now_ms()) => {
+            Err(SessionError::Busy {
+                session: link.id.clone(),
+                holder: lease.holder,
+                until_ms: lease.until_ms,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Appends what changed in `context` since it was last saved, then `tail`, in one append.
@@ -294,16 +298,7 @@ pub(crate) async fn claim(
             _ => return Err(already().into()),
         }
     };
-    if let Some(lease) = lock(shared).session_lease.clone() {
-        if lease.holder != link.holder && lease.holds_at(session::now_ms()) {
-            return Err(SessionError::Busy {
-                session: link.id.clone(),
-                holder: lease.holder,
-                until_ms: lease.until_ms,
-            }
-            .into());
-        }
-    }
+    not_held_by_another(link, shared)?;
     let resumed = SessionEntry::Resumed {
         pause: paused.id().to_owned(),
     };
