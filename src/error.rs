@@ -249,8 +249,10 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    /// A [`SessionError::Corrupt`]: entry `version` of `session` (0: the session's own row).
-    pub(crate) fn corrupt(session: &str, version: u64, message: impl Into<String>) -> Self {
+    /// A [`SessionError::Corrupt`]: entry `version` of `session` (0: the session's own row),
+    /// for a [`SessionStore`](crate::session::SessionStore) of your own that finds a row it
+    /// cannot read.
+    pub fn corrupt(session: &str, version: u64, message: impl Into<String>) -> Self {
         SessionError::Corrupt {
             session: session.to_owned(),
             version,

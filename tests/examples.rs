@@ -24,10 +24,6 @@ mod vision;
 mod structured_output;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/pause_resume.rs"]
-mod pause_resume;
-
-#[allow(dead_code, unreachable_pub)]
 #[path = "../examples/subagents.rs"]
 mod subagents;
 
@@ -384,48 +380,6 @@ async fn structured_output_extracts_the_invoice_after_one_correction() {
     assert_eq!(invoice.number, "INV-2041");
     assert_eq!(invoice.lines[0].quantity, 4);
     assert_eq!(invoice.currency, "EUR");
-}
-
-/// The pause_resume example's halves, on one SQLite file: the first pauses (the delete has
-/// not run), the second approves and finishes, a third finds nothing waiting; and a denial.
-#[tokio::test]
-async fn pause_resume_pauses_saves_and_resumes_from_the_file() {
-    for approve in [true, false] {
-        let db = std::env::temp_dir().join(format!(
-            "agent-loop-example-{}-{approve}.db",
-            std::process::id()
-        ));
-        let pause = pause_resume::pause_half(&db).await.unwrap();
-        assert!(pause.is_some_and(|id| id.contains("call_1")));
-        let answer = pause_resume::resume_half(&db, approve).await.unwrap();
-        // The scripted model answers the same either way; the history says what happened.
-        assert_eq!(answer, "Done: old.log is deleted.");
-        let store = agent_loop::session::SqliteStore::open(&db).await.unwrap();
-        let session = agent_loop::session::load(&store, "pause-resume-demo")
-            .await
-            .unwrap()
-            .unwrap();
-        let results = tool_results(&session.conversation.messages);
-        let expected = if approve {
-            (
-                "delete_file".to_owned(),
-                "deleted old.log".to_owned(),
-                false,
-            )
-        } else {
-            (
-                "delete_file".to_owned(),
-                "denied: the person said no".to_owned(),
-                true,
-            )
-        };
-        assert_eq!(results, [expected]);
-        assert_eq!(session.pause, None);
-        assert_eq!(pause_resume::resume_half(&db, approve).await.unwrap(), "");
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

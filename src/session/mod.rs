@@ -14,11 +14,11 @@
 //! got there first (compare-and-swap), so two writers never both win and nothing is lost
 //! or stored twice.
 //!
-//! Backends: [`MemoryStore`] (in-process, for tests), `SqliteStore` (cargo feature `sqlite`,
-//! the embedded default: a file path is all it needs) and `PostgresStore` (cargo feature
-//! `postgres`, for processes on several machines). A store of your own implements
-//! [`SessionStore`], and reads and writes entries with [`SessionEntry::encode`] and
-//! [`SessionEntry::decode`].
+//! Backends: [`MemoryStore`] here (in-process, for tests and one process that needs no
+//! restart); the SQL stores in the satellite crate `agent-loop-sql`: `SqliteStore` (the
+//! embedded default: a file path is all it needs) and `PostgresStore` (for processes on
+//! several machines). A store of your own implements [`SessionStore`], and reads and writes
+//! entries with [`SessionEntry::encode`] and [`SessionEntry::decode`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,17 +51,6 @@ use serde::{Deserialize, Serialize};
 use crate::context::Conversation;
 use crate::error::SessionError;
 use crate::message::Message;
-
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
-#[cfg(feature = "sqlite")]
-mod sqlite;
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
 
 /// The newest format of the entries this build writes and reads. Entries of the four first
 /// kinds are written in format 1; a [lease](SessionEntry::Lease) and its

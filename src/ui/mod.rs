@@ -36,12 +36,12 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_loop::session::{SessionStore, SqliteStore};
+//! use agent_loop::session::{MemoryStore, SessionStore};
 //! use agent_loop::{Agent, AnthropicClient};
 //!
 //! # async fn handler(body: &[u8], chat_id: &str) -> Result<(), Box<dyn std::error::Error>> {
-//! // Once per process:
-//! let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open("chats.db").await?);
+//! // Once per process (across processes: `agent_loop_sql::SqliteStore` or `PostgresStore`):
+//! let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
 //! // Per request: the same chat id finds the same conversation, and its pause.
 //! let mut agent = Agent::builder(AnthropicClient::from_env()?)
 //!     .require_approval("delete_file")
@@ -70,7 +70,7 @@ pub(crate) const NO_RUN_WAITS: &str = "no run waits for answers";
 pub(crate) const NO_SESSION_HINT: &str = "; this agent has no session store, so a paused \
     run lives only in the Agent value that ran it. A server that builds a new Agent for each \
     request (as a stateless AI SDK route does) must give it a session keyed by the chat's id, \
-    `AgentBuilder::session(store, chat_id)` with a `session::SqliteStore` or `PostgresStore`, \
+    `AgentBuilder::session(store, chat_id)` with a store of the `agent-loop-sql` crate, \
     where the next request finds the pause (see the docs of `agent_loop::ui`)";
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of

@@ -3,7 +3,6 @@
 
 pub mod agent;
 pub mod grammar;
-pub mod stores;
 pub mod ui;
 pub mod web;
 

@@ -24,7 +24,7 @@
 //! CREATE TABLE agent_loop_entries (
 //!     session_id TEXT NOT NULL REFERENCES agent_loop_sessions (id) ON DELETE CASCADE,
 //!     version    BIGINT NOT NULL,      -- 1, 2, … within the session
-//!     kind       TEXT NOT NULL,        -- conversation, messages, paused, resumed
+//!     kind       TEXT NOT NULL,        -- conversation, messages, paused, resumed, lease, released
 //!     format     INTEGER NOT NULL,     -- the entry format (ENTRY_FORMAT)
 //!     body       TEXT NOT NULL,        -- the entry as JSON, kept byte for byte
 //!     PRIMARY KEY (session_id, version)
@@ -66,9 +66,9 @@ use tokio::sync::Mutex;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::sql::{new_version, Rows};
-use super::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
-use crate::error::SessionError;
+use crate::sql::{new_version, Rows};
+use agent_loop::session::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
+use agent_loop::SessionError;
 
 /// The advisory lock migrations run under ("agent_lp" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6167_656e_745f_6c70;
@@ -98,7 +98,8 @@ const MIGRATIONS: &[&str] = &[
 /// machines sharing sessions.
 ///
 /// ```no_run
-/// use agent_loop::session::{PostgresStore, SessionEntry, SessionStore};
+/// use agent_loop::session::{SessionEntry, SessionStore};
+/// use agent_loop_sql::PostgresStore;
 /// use agent_loop::context::Conversation;
 ///
 /// # async fn run() -> Result<(), agent_loop::SessionError> {
@@ -156,7 +157,7 @@ impl PostgresStore {
     /// not parse, or a server that cannot be reached, is [`SessionError::Database`].
     ///
     /// ```no_run
-    /// use agent_loop::session::PostgresStore;
+    /// use agent_loop_sql::PostgresStore;
     ///
     /// # async fn run() -> Result<(), agent_loop::SessionError> {
     /// // Tables in the schema `agents` (which must exist) rather than in `public`.
@@ -182,7 +183,7 @@ impl PostgresStore {
     /// calling this. Brings the schema up to date, as `connect` does.
     ///
     /// ```no_run
-    /// use agent_loop::session::PostgresStore;
+    /// use agent_loop_sql::PostgresStore;
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let (client, connection) =
@@ -414,7 +415,11 @@ async fn current_version(
     row.map(|row| {
         let version: i64 = row.try_get(0).map_err(db)?;
         u64::try_from(version).map_err(|_| {
-            SessionError::corrupt(session, 0, format!("the session's version is {version}"))
+            agent_loop::SessionError::corrupt(
+                session,
+                0,
+                format!("the session's version is {version}"),
+            )
         })
     })
     .transpose()

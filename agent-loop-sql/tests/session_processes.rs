@@ -11,17 +11,18 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use agent_loop::session::{self, SessionStore, SqliteStore};
+use agent_loop::session::{self, SessionStore};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
     Agent, AgentEvent, ContextConfig, ContextManager, FnTool, Resolutions, RunOutcome,
     SessionError, Termination, ToolError,
 };
+use agent_loop_sql::SqliteStore;
 use futures::StreamExt;
 use serde_json::json;
 
 mod common;
-use common::agent::read_tool;
+use common::read_tool;
 use common::stores::{postgres_url, unique, TempFile};
 
 const ROLE: &str = "AGENT_LOOP_TEST_ROLE";
@@ -38,7 +39,7 @@ async fn open(spec: &str) -> Arc<dyn SessionStore> {
         )
     } else if let Some(url) = spec.strip_prefix("postgres:") {
         Arc::new(
-            agent_loop::session::PostgresStore::connect(url)
+            agent_loop_sql::PostgresStore::connect(url)
                 .await
                 .expect("the PostgreSQL server answers"),
         )

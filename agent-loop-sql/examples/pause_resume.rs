@@ -2,25 +2,26 @@
 //! SQLite and the process exits; a second process of the same binary loads it, approves,
 //! resumes and prints the answer.
 //!
-//! `cargo run --example pause_resume` runs both halves, each in its own process, with no API
+//! `cargo run -p agent-loop-sql --example pause_resume` runs both halves, each in its own process, with no API
 //! key (the loopback mock plays a scripted model; with `ANTHROPIC_API_KEY` or
 //! `OPENAI_API_KEY` a real model decides). Run the halves yourself:
 //!
 //! ```sh
-//! cargo run --example pause_resume -- pause  /tmp/agent.db
-//! cargo run --example pause_resume -- resume /tmp/agent.db          # approves
-//! cargo run --example pause_resume -- resume /tmp/agent.db deny     # or denies
+//! cargo run -p agent-loop-sql --example pause_resume -- pause  /tmp/agent.db
+//! cargo run -p agent-loop-sql --example pause_resume -- resume /tmp/agent.db          # approves
+//! cargo run -p agent-loop-sql --example pause_resume -- resume /tmp/agent.db deny     # or denies
 //! ```
 
+#[path = "../../examples/common/mod.rs"]
 mod common;
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_loop::session::SqliteStore;
 use agent_loop::testing::ScriptedResponse;
 use agent_loop::{Agent, AgentEvent, FnTool, Resolutions, RunOutcome, Termination, ToolError};
+use agent_loop_sql::SqliteStore;
 use futures::{Stream, StreamExt};
 use serde_json::json;
 

@@ -10,7 +10,7 @@
 //! ones. Before each measurement the undos' leftovers are cleared (PostgreSQL:
 //! `VACUUM`; SQLite: a WAL checkpoint), so no size pays for the one measured before it.
 //!
-//! Run: `cargo bench --features sqlite,postgres --bench session`. PostgreSQL is measured when
+//! Run: `cargo bench -p agent-loop-sql --features postgres --bench session`. PostgreSQL is measured when
 //! `AGENT_LOOP_POSTGRES_URL` names a server (`scripts/postgres-test-server start DIR` starts
 //! one); without it, SQLite only, and the bench says so.
 
@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_loop::context::Conversation;
-use agent_loop::session::{PostgresStore, SessionEntry, SessionStore, SqliteStore};
+use agent_loop::session::{SessionEntry, SessionStore};
 use agent_loop::Message;
+use agent_loop_sql::{PostgresStore, SqliteStore};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 

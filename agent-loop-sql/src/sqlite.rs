@@ -1,4 +1,4 @@
-//! [`SqliteStore`]: sessions in an SQLite file (cargo feature `sqlite`).
+//! [`SqliteStore`]: sessions in an SQLite file (cargo feature `sqlite`, on by default).
 //!
 //! SQLite is compiled into the crate (rusqlite's `bundled` build): no system library is
 //! needed. The file is opened in WAL mode with a busy timeout, so several processes can
@@ -21,7 +21,7 @@
 //! CREATE TABLE agent_loop_entries (
 //!     session_id TEXT NOT NULL REFERENCES agent_loop_sessions (id) ON DELETE CASCADE,
 //!     version    INTEGER NOT NULL,     -- 1, 2, … within the session
-//!     kind       TEXT NOT NULL,        -- conversation, messages, paused, resumed
+//!     kind       TEXT NOT NULL,        -- conversation, messages, paused, resumed, lease, released
 //!     format     INTEGER NOT NULL,     -- the entry format (ENTRY_FORMAT)
 //!     body       TEXT NOT NULL,        -- the entry as JSON
 //!     PRIMARY KEY (session_id, version)
@@ -59,9 +59,9 @@ use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use super::sql::{new_version, Rows};
-use super::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
-use crate::error::SessionError;
+use crate::sql::{new_version, Rows};
+use agent_loop::session::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
+use agent_loop::SessionError;
 
 /// How long a write waits for another connection's write to finish before it fails with
 /// `database is locked`.
@@ -95,7 +95,8 @@ const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 /// one machine. Several processes may open the same file.
 ///
 /// ```
-/// use agent_loop::session::{SessionEntry, SessionStore, SqliteStore};
+/// use agent_loop::session::{SessionEntry, SessionStore};
+/// use agent_loop_sql::SqliteStore;
 /// use agent_loop::context::Conversation;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -140,7 +141,8 @@ impl SqliteStore {
     /// tokio runtime (the file is opened on its blocking pool).
     ///
     /// ```
-    /// use agent_loop::session::{SessionStore, SqliteStore};
+    /// use agent_loop::session::SessionStore;
+    /// use agent_loop_sql::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::open(":memory:").await?;
@@ -293,8 +295,9 @@ fn load_blocking(
     let Some(version) = version else {
         return Ok(None);
     };
-    let version = version
-        .map_err(|why| SessionError::corrupt(session, 0, format!("the session's row: {why}")))?;
+    let version = version.map_err(|why| {
+        agent_loop::SessionError::corrupt(session, 0, format!("the session's row: {why}"))
+    })?;
     // Uses the partial index on conversation entries.
     let from = tx
         .prepare_cached(
@@ -308,7 +311,9 @@ fn load_blocking(
         })
         .map_err(db)?
         .transpose()
-        .map_err(|why| SessionError::corrupt(session, 0, format!("a conversation entry: {why}")))?
+        .map_err(|why| {
+            agent_loop::SessionError::corrupt(session, 0, format!("a conversation entry: {why}"))
+        })?
         .unwrap_or(1);
     let mut rows = Rows::new(session, version, from)?;
     let mut stmt = tx
@@ -319,11 +324,12 @@ fn load_blocking(
         .map_err(db)?;
     let mut query = stmt.query(rusqlite::params![session, from]).map_err(db)?;
     while let Some(row) = query.next().map_err(db)? {
-        let entry_version = integer(row.get_ref(0).map_err(db)?, "version")
-            .map_err(|why| SessionError::corrupt(session, 0, format!("an entry: {why}")))?;
+        let entry_version = integer(row.get_ref(0).map_err(db)?, "version").map_err(|why| {
+            agent_loop::SessionError::corrupt(session, 0, format!("an entry: {why}"))
+        })?;
         let version_u64 = u64::try_from(entry_version).unwrap_or(0);
         let format = integer(row.get_ref(1).map_err(db)?, "format")
-            .map_err(|why| SessionError::corrupt(session, version_u64, why))?;
+            .map_err(|why| agent_loop::SessionError::corrupt(session, version_u64, why))?;
         let body = text(row.get_ref(2).map_err(db)?, "body");
         rows.push(entry_version, format, body)?;
     }
@@ -347,11 +353,17 @@ fn append_blocking(
         })
         .map_err(db)?
         .transpose()
-        .map_err(|why| SessionError::corrupt(session, 0, format!("the session's row: {why}")))?;
+        .map_err(|why| {
+            agent_loop::SessionError::corrupt(session, 0, format!("the session's row: {why}"))
+        })?;
     let found = found
         .map(|v| {
             u64::try_from(v).map_err(|_| {
-                SessionError::corrupt(session, 0, format!("the session's version is {v}"))
+                agent_loop::SessionError::corrupt(
+                    session,
+                    0,
+                    format!("the session's version is {v}"),
+                )
             })
         })
         .transpose()?;
@@ -459,7 +471,7 @@ impl SessionStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::Conversation;
+    use agent_loop::context::Conversation;
 
     fn temp_path(name: &str) -> PathBuf {
         let nanos = std::time::SystemTime::now()

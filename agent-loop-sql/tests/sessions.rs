@@ -3,13 +3,13 @@
 //! temp file per test) and `PostgresStore` (a new schema per test, on the server
 //! `AGENT_LOOP_POSTGRES_URL` names).
 //!
-//! Run: `cargo test --features sqlite,postgres --test sessions`. Without
+//! Run: `cargo test -p agent-loop-sql --features postgres --test sessions`. Without
 //! `AGENT_LOOP_POSTGRES_URL` the PostgreSQL cases print `SKIPPED` and pass, except under CI
 //! (`CI` set), where they fail. A throwaway server:
 //!
 //! ```sh
 //! export AGENT_LOOP_POSTGRES_URL="$(scripts/postgres-test-server start /tmp/agent-loop-pg)"
-//! cargo test --features sqlite,postgres --test sessions
+//! cargo test -p agent-loop-sql --features postgres --test sessions
 //! scripts/postgres-test-server stop /tmp/agent-loop-pg
 //! ```
 //!
@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use agent_loop::context::Conversation;
 use agent_loop::session::{
-    self, MemoryStore, PostgresStore, SessionEntry, SessionStore, SqliteStore, StoredSession,
-    ENTRY_FORMAT,
+    self, MemoryStore, SessionEntry, SessionStore, StoredSession, ENTRY_FORMAT,
 };
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{ContentBlock, Message, Role, SessionError};
+use agent_loop_sql::{PostgresStore, SqliteStore};
 use serde_json::json;
 
 mod common;
@@ -916,7 +916,7 @@ impl Default for Gate {
 impl Gate {
     async fn pass(&self) {
         self.reached.notify_one();
-        let _ = self.open.acquire().await.expect("open").forget();
+        self.open.acquire().await.expect("open").forget();
     }
 }
 
