@@ -85,8 +85,6 @@ mod lines;
 pub mod mcp;
 pub mod media;
 mod message;
-#[cfg(feature = "otel")]
-pub mod otel;
 mod pricing;
 mod provider;
 #[cfg(test)]

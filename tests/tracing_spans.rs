@@ -118,9 +118,9 @@ fn runs_turns_model_calls_and_tool_calls_are_spans_with_usage_and_durations() {
     ] {
         assert!(has("chat", field), "chat lacks {field}: {seen:?}");
     }
-    // A string array: with the `otel` feature it goes to the OpenTelemetry span as an array
-    // (tests/otel.rs), not through `tracing`, which has none.
-    #[cfg(not(feature = "otel"))]
+    // A string array: with the `otel-attributes` feature it goes to the OpenTelemetry span as
+    // an array (agent-loop-otel/tests/otel.rs), not through `tracing`, which has none.
+    #[cfg(not(feature = "otel-attributes"))]
     assert!(has("chat", "gen_ai.response.finish_reasons"), "{seen:?}");
     for field in [
         "gen_ai.tool.name",

@@ -329,10 +329,11 @@ fn int(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-/// A string-array attribute: an array on the OpenTelemetry span (feature `otel`); for other
-/// subscribers, which have no arrays, its JSON text.
+/// A string-array attribute: an array on the OpenTelemetry span (feature `otel-attributes`,
+/// which the agent-loop-otel crate turns on); for other subscribers, which have no arrays,
+/// its JSON text.
 fn record_strings(span: &Span, field: &'static str, values: &[String]) {
-    #[cfg(feature = "otel")]
+    #[cfg(feature = "otel-attributes")]
     {
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let values = values.iter().cloned().map(Into::into).collect();
@@ -341,7 +342,7 @@ fn record_strings(span: &Span, field: &'static str, values: &[String]) {
             opentelemetry::Value::Array(opentelemetry::Array::String(values)),
         );
     }
-    #[cfg(not(feature = "otel"))]
+    #[cfg(not(feature = "otel-attributes"))]
     span.record(field, Value::from(values).to_string());
 }
 

@@ -1,20 +1,21 @@
 //! OpenTelemetry: an agent's run as GenAI spans (`invoke_agent`, `chat`, `execute_tool`).
 //!
-//! `cargo run --features otel --example observability` runs offline (the crate's loopback
+//! `cargo run -p agent-loop-otel --example observability` runs offline (the crate's loopback
 //! mock server plays the model; the first call is refused with a 529 and retried) and prints
 //! each span as it ends: its name, kind, parent and attributes. With
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` set (say `http://localhost:4318`, a collector or Jaeger),
-//! it exports them there over OTLP/HTTP instead, through `agent_loop::otel::init()`.
+//! it exports them there over OTLP/HTTP instead, through `agent_loop_otel::init()`.
 //! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` adds the messages to the spans.
 
+#[path = "../../examples/common/mod.rs"]
 mod common;
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use agent_loop::otel;
 use agent_loop::testing::{MockResponse, ScriptedResponse};
 use agent_loop::{Agent, FnTool, Jitter, RetryPolicy, ToolError};
+use agent_loop_otel as otel;
 use futures::StreamExt;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};

@@ -1,8 +1,8 @@
-//! OpenTelemetry export of the agent's spans (feature `otel`): OTLP over HTTP, protobuf.
+//! OpenTelemetry export of [`agent_loop`]'s spans: OTLP over HTTP, protobuf.
 //!
 //! The agent always reports its work as `tracing` spans shaped by OpenTelemetry's GenAI
 //! semantic conventions (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`; see
-//! the README's "Observability"). This module sends them to an OTLP collector: [`init`]
+//! the README's "Observability"). This crate sends them to an OTLP collector: [`init`]
 //! builds the exporter from the standard environment variables and installs a `tracing`
 //! subscriber that exports every span; [`OtelBuilder`] sets the endpoint and service name in
 //! code, and [`OtelGuard::layer`] gives the layer alone, to add to a subscriber of your own.
@@ -19,6 +19,8 @@
 //! Spans are exported in batches from a thread of the SDK's; [`OtelGuard::flush`] sends
 //! what is pending and waits, and dropping the guard (or [`OtelGuard::shutdown`]) flushes
 //! and stops the exporter.
+
+#![warn(missing_docs, unreachable_pub)]
 
 use std::collections::HashMap;
 use std::fmt;
@@ -71,9 +73,9 @@ pub struct OtelBuilder {
 /// Call it inside a tokio runtime or outside one; it starts no task.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), agent_loop::otel::OtelError> {
+/// # fn main() -> Result<(), agent_loop_otel::OtelError> {
 /// // OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 OTEL_SERVICE_NAME=my-agent
-/// let telemetry = agent_loop::otel::init()?;
+/// let telemetry = agent_loop_otel::init()?;
 /// // ... build agents and run them: their spans are exported in batches ...
 /// telemetry.shutdown()?; // sends what is left
 /// # Ok(())
@@ -87,7 +89,7 @@ pub fn init() -> Result<OtelGuard, OtelError> {
 /// a provider built by hand (another exporter, another processor).
 ///
 /// ```
-/// use agent_loop::otel;
+/// use agent_loop_otel as otel;
 /// use tracing_subscriber::layer::SubscriberExt;
 ///
 /// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();

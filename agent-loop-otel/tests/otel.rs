@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_loop::otel::{OtelBuilder, OtelGuard};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, FnTool, Jitter, RetryPolicy, Termination, ToolError, Usage,
 };
+use agent_loop_otel::{OtelBuilder, OtelGuard};
 use futures::StreamExt;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -609,7 +609,7 @@ fn child_exports_through_init() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let guard = agent_loop::otel::init().unwrap();
+    let guard = agent_loop_otel::init().unwrap();
     let client = ScriptedClient::new([ScriptedResponse::text("hi")]).with_model("env-model");
     let mut agent = Agent::builder(client).name("env-agent").build().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
