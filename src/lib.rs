@@ -81,8 +81,6 @@ mod error;
 mod eventstream;
 mod input;
 mod lines;
-#[cfg(feature = "mcp")]
-pub mod mcp;
 pub mod media;
 mod message;
 mod pricing;

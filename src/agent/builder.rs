@@ -170,8 +170,8 @@ impl AgentBuilder {
         self
     }
 
-    /// Adds a source of tools that can change while the agent runs (an MCP server's, see
-    /// `mcp_tools`). Its current tools are registered by [`build`](Self::build) (a name
+    /// Adds a source of tools that can change while the agent runs (an MCP server's: an
+    /// `agent_loop_mcp::McpConnection`). Its current tools are registered by [`build`](Self::build) (a name
     /// clash or a refused schema makes it fail). At the start of each run and at each turn
     /// boundary, a source that says it [changed](ToolSource::changed) is refreshed and the
     /// tools rebuilt (the builder's own, then every source's, in the order added), so the

@@ -53,8 +53,6 @@ pub use registry::ToolRegistry;
 pub(crate) use schema::check_name;
 pub use source::ToolSource;
 pub(crate) use source::ToolSources;
-#[cfg(feature = "mcp")]
-pub(crate) use text::quote;
 
 /// A tool the model can call, with a typed input.
 ///

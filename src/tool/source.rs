@@ -14,7 +14,7 @@ use super::ToolRegistry;
 use crate::error::Error;
 
 /// A set of tools that can change over time, such as an MCP server's
-/// (`mcp::McpConnection`, feature `mcp`). Give it to an agent with
+/// (`agent_loop_mcp::McpConnection`, in the agent-loop-mcp crate). Give it to an agent with
 /// [`AgentBuilder::tool_source`](crate::AgentBuilder::tool_source).
 ///
 /// ```

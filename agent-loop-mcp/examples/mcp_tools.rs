@@ -1,19 +1,20 @@
 //! An agent with the tools of an MCP server: the reference filesystem server
 //! (`@modelcontextprotocol/server-filesystem`), confined to a fresh temp directory.
 //!
-//! `cargo run --features mcp --example mcp_tools` works with no API key: the loopback mock
+//! `cargo run -p agent-loop-mcp --example mcp_tools` works with no API key: the loopback mock
 //! server plays a scripted model that lists the directory and reads a file through the real
 //! MCP server. With `ANTHROPIC_API_KEY` (or `OPENAI_API_KEY`) a real model decides. Needs
 //! Node.js; the server comes from `node_modules` (`npm ci` in the repository root) or else
 //! from `npx`.
 
+#[path = "../../examples/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;
 
-use agent_loop::mcp::McpServer;
 use agent_loop::testing::ScriptedResponse;
 use agent_loop::{Agent, Termination, Tool};
+use agent_loop_mcp::McpServer;
 use futures::StreamExt;
 use serde_json::json;
 
@@ -30,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(dir.join("readme.md"), "# Scratch space\n")?;
 
     // The filesystem server, allowed to touch `dir` only; its tools get the prefix `fs_`.
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let local = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
     let server = if local.exists() {
         McpServer::stdio("filesystem", "node").arg(local.display().to_string())
@@ -75,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut agent = Agent::builder(model.client.clone())
         .system("You help with the user's files. Use the fs_ tools; never guess a file's content.")
-        .mcp_tools(&files)
+        .tool_source(files.clone())
         .max_turns(8)
         .build()?;
     let mut events = agent.run(question);

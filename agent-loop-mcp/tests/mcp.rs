@@ -9,18 +9,18 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use agent_loop::mcp::{McpConnection, McpServer};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
     Access, Agent, AgentEvent, CancellationToken, ContentBlock, ExecOptions, MediaSource,
     RunOptions, Tool, ToolCall, ToolCallResult, ToolRegistry,
 };
+use agent_loop_mcp::{McpConnection, McpServer};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// The script to run with node, or `None` (after saying so) when the test must be skipped.
@@ -491,7 +491,7 @@ async fn a_schema_the_providers_reject_is_refused_naming_server_and_tool() {
         "{error}"
     );
     let built = Agent::builder(ScriptedClient::new([]))
-        .mcp_tools(&connection)
+        .tool_source(connection.clone())
         .build();
     let error = built.unwrap_err().to_string();
     assert!(error.contains("tool \"scalar_union\""), "{error}");
@@ -582,7 +582,7 @@ async fn an_agent_offers_the_tools_a_server_added_mid_run_from_the_next_turn() {
         ScriptedResponse::text("Done again."),
     ]);
     let mut agent = Agent::builder(client.clone())
-        .mcp_tools(&connection)
+        .tool_source(connection.clone())
         .build()
         .unwrap();
     assert!(!agent.tools().contains("late_tool"));
@@ -783,7 +783,7 @@ async fn an_agent_run_calls_an_mcp_tool_and_the_model_reads_the_real_result() {
         ScriptedResponse::text("The server said it back."),
     ]);
     let mut agent = Agent::builder(client.clone())
-        .mcp_tools(&connection)
+        .tool_source(connection.clone())
         .build()
         .unwrap();
     drop(connection); // the agent's tools keep the server running

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tool::Concurrency;
+use agent_loop::Concurrency;
 
 /// Filters tools by their name on the server.
 pub(crate) type Filter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -31,7 +31,7 @@ pub(crate) enum Transport {
 ///
 /// Two transports: a child process speaking MCP over its stdin and stdout
 /// ([`stdio`](Self::stdio)), and streamable HTTP ([`http`](Self::http)). The child's stderr
-/// goes to `tracing` (target `agent_loop::mcp::stderr`, level INFO), never to the terminal.
+/// goes to `tracing` (target `agent_loop_mcp::stderr`, level INFO), never to the terminal.
 #[derive(Clone)]
 pub struct McpServer {
     pub(crate) name: String,

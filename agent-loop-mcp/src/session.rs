@@ -25,8 +25,9 @@ use tokio::process::{Child, ChildStderr};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::server::{McpServer, Transport};
-use crate::error::{ConfigError, Error};
-use crate::tool::{quote, ToolError};
+use crate::convert::quote;
+use agent_loop::ToolError;
+use agent_loop::{ConfigError, Error};
 
 /// A stderr line longer than this is logged cut.
 const MAX_STDERR_LINE: usize = 8 * 1024;
@@ -157,22 +158,21 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
             Transport::Http { url, headers } => {
                 let mut custom = HashMap::new();
                 for (key, value) in headers {
-                    let key =
-                        reqwest::header::HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
-                            Error::Config(ConfigError::setting(
-                                "McpServer::header",
-                                format!("MCP server {name}: header name: {e}"),
-                            ))
-                        })?;
-                    let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
-                        Error::Config(ConfigError::setting(
-                            "McpServer::header",
-                            format!(
+                    let key = http::HeaderName::from_bytes(key.as_bytes()).map_err(|e| {
+                        Error::Config(ConfigError::Setting {
+                            setting: "McpServer::header",
+                            message: format!("MCP server {name}: header name: {e}"),
+                        })
+                    })?;
+                    let value = http::HeaderValue::from_str(value).map_err(|_| {
+                        Error::Config(ConfigError::Setting {
+                            setting: "McpServer::header",
+                            message: format!(
                                 "MCP server {name}: the value of header {} is not a valid header \
                                  value",
                                 quote(key.as_str())
                             ),
-                        ))
+                        })
                     })?;
                     custom.insert(key, value);
                 }
@@ -212,17 +212,17 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
     }
 }
 
-/// Sends each stderr line of the server to `tracing` (target `agent_loop::mcp::stderr`),
+/// Sends each stderr line of the server to `tracing` (target `agent_loop_mcp::stderr`),
 /// never to the terminal; long lines are cut.
 async fn forward_stderr(server: Arc<str>, stderr: ChildStderr) {
     let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
     while let Some(line) = lines.next().await {
         match line {
             Ok(line) => {
-                tracing::info!(target: "agent_loop::mcp::stderr", server = %server, "{line}")
+                tracing::info!(target: "agent_loop_mcp::stderr", server = %server, "{line}")
             }
             Err(LinesCodecError::MaxLineLengthExceeded) => {
-                tracing::info!(target: "agent_loop::mcp::stderr", server = %server, "[a stderr line over {MAX_STDERR_LINE} bytes was dropped]");
+                tracing::info!(target: "agent_loop_mcp::stderr", server = %server, "[a stderr line over {MAX_STDERR_LINE} bytes was dropped]");
             }
             Err(LinesCodecError::Io(_)) => break,
         }

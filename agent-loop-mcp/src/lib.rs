@@ -1,5 +1,5 @@
-//! Model Context Protocol tools (feature `mcp`): connect to an MCP server and give the agent
-//! its tools.
+//! Model Context Protocol tools for [`agent_loop`]: connect to an MCP server and give the
+//! agent its tools.
 //!
 //! ```text
 //!  McpServer::stdio(..) / ::http(..)  ──connect──►  McpConnection  (one live session; restarted
@@ -11,7 +11,7 @@
 //!                                                    │  name (prefixed, made provider-safe),
 //!                                                    │  description, inputSchema (the registry's
 //!                                                    ▼  schema rules; unions flattened)
-//!                                        ToolRegistry / AgentBuilder::mcp_tools
+//!                                        ToolRegistry / AgentBuilder::tool_source
 //!                                                    │
 //!  tools/call ◄── McpTool::call (progress token; progress → ToolProgress; dropped on cancel or
 //!                                timeout → notifications/cancelled)
@@ -23,8 +23,8 @@
 //! # Example
 //!
 //! ```no_run
-//! use agent_loop::mcp::McpServer;
 //! use agent_loop::{Agent, AnthropicClient};
+//! use agent_loop_mcp::McpServer;
 //!
 //! # async fn demo() -> Result<(), agent_loop::Error> {
 //! let files = McpServer::stdio("files", "npx")
@@ -33,12 +33,14 @@
 //!     .connect()
 //!     .await?;
 //! let agent = Agent::builder(AnthropicClient::from_env()?)
-//!     .mcp_tools(&files)
+//!     .tool_source(files)
 //!     .build()?;
 //! # let _ = agent;
 //! # Ok(())
 //! # }
 //! ```
+
+#![warn(missing_docs, unreachable_pub)]
 
 mod convert;
 mod server;
@@ -59,11 +61,9 @@ use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
-use crate::agent::AgentBuilder;
-use crate::error::{ConfigError, Error};
-use crate::tool::{
-    quote, Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource,
-};
+use agent_loop::{Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource};
+use agent_loop::{ConfigError, Error};
+use convert::quote;
 pub use server::McpServer;
 use session::{Handler, Session};
 
@@ -265,7 +265,7 @@ impl McpConnection {
     /// Whether the server said its tool list changed (`notifications/tools/list_changed`)
     /// since the last [`refresh`](Self::refresh). Tools already registered keep working
     /// (calls go by the server's name). An agent given the connection with
-    /// [`AgentBuilder::mcp_tools`] refreshes it between turns by itself (see
+    /// [`AgentBuilder::tool_source`](agent_loop::AgentBuilder::tool_source) refreshes it between turns by itself (see
     /// [`ToolSource`]); elsewhere, refresh and register the tools in a new registry.
     ///
     /// The flag is set as the notification is read, before any message the server sent
@@ -365,7 +365,7 @@ struct ToolInfo {
 /// tools (or a [`McpConnection`] clone) is alive.
 ///
 /// A call sends a progress token (the server's progress notifications become
-/// [`ToolProgress`](crate::ToolProgress) notes), and a call stopped by cancellation or its
+/// [`ToolProgress`](agent_loop::ToolProgress) notes), and a call stopped by cancellation or its
 /// timeout sends `notifications/cancelled`. Content maps as follows: text as text; an image
 /// is sent to the model as an image (see [`ToolOutput::with_images`]) and named in the text
 /// where it came (`[image: image/png, 1234 bytes]`); audio is named; an embedded text resource is
@@ -554,18 +554,6 @@ impl ToolSource for McpConnection {
 
     fn register(&self, registry: &mut ToolRegistry) -> Result<usize, Error> {
         McpConnection::register(self, registry)
-    }
-}
-
-impl AgentBuilder {
-    /// Adds the tools of an MCP server (see [`McpConnection::register`]) as a
-    /// [tool source](AgentBuilder::tool_source): when the server sends
-    /// `notifications/tools/list_changed`, the agent lists its tools again at the next turn
-    /// boundary and the model is offered the new set from the next request on. A name clash
-    /// or a schema the registry refuses makes [`build`](Self::build) fail, naming the server
-    /// and the tool (after a refresh: the failure is logged and the old tools stay).
-    pub fn mcp_tools(self, connection: &McpConnection) -> Self {
-        self.tool_source(connection.clone())
     }
 }
 

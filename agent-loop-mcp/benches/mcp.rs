@@ -1,12 +1,12 @@
 //! The cost of a tool call through a stdio MCP server against a native tool doing the same
 //! work (echo), both through `ToolRegistry::execute_one`, and the memory a connected server
-//! holds. `cargo bench --features mcp --bench mcp` (needs node and `npm ci`).
+//! holds. `cargo bench -p agent-loop-mcp --bench mcp` (needs node and `npm ci`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent_loop::mcp::McpServer;
 use agent_loop::{ExecOptions, FnTool, ToolCall, ToolError, ToolRegistry};
+use agent_loop_mcp::McpServer;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -54,7 +54,7 @@ fn rss_kib(pid: &str) -> Option<u64> {
 
 #[tokio::main]
 async fn main() {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     if !script.exists() {
         eprintln!(

@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::media::Image;
-use crate::tool::{ToolError, ToolOutput};
+use agent_loop::media::Image;
+use agent_loop::{ToolError, ToolOutput};
 
 /// Longest tool name both providers take.
 const MAX_NAME: usize = 64;
@@ -140,7 +140,7 @@ pub(crate) fn map_result(result: &Value) -> Mapped {
             }
             other => parts.push(format!(
                 "[content of unknown type {}, not shown]",
-                crate::tool::quote(other)
+                quote(other)
             )),
         }
     }
@@ -266,6 +266,21 @@ pub(crate) fn into_output(mapped: Mapped) -> Result<ToolOutput, ToolError> {
     } else {
         Ok(ToolOutput::with_images(text, valid))
     }
+}
+
+/// A name in double quotes, JSON-escaped and cut to 100 bytes (names from a server are
+/// untrusted text).
+pub(crate) fn quote(name: &str) -> String {
+    let mut quoted = Value::from(name).to_string();
+    if quoted.len() > 100 {
+        let mut end = 100;
+        while !quoted.is_char_boundary(end) {
+            end -= 1;
+        }
+        quoted.truncate(end);
+        quoted.push('…');
+    }
+    quoted
 }
 
 #[cfg(test)]
@@ -453,7 +468,10 @@ mod tests {
         #[test]
         fn names_always_pass_the_registry(prefix in ".{0,10}", name in ".{0,80}") {
             let name = tool_name(&prefix, &name);
-            prop_assert!(crate::tool::check_name(&name).is_ok(), "{}", name);
+            let tool = agent_loop::FnTool::new(name.clone(), "A tool.", |_: Value, _ctx| async {
+                Ok::<_, ToolError>("")
+            });
+            prop_assert!(agent_loop::ToolRegistry::new().register(tool).is_ok(), "{}", name);
         }
     }
 }
