@@ -1075,3 +1075,68 @@ async fn a_deferred_call_answered_with_an_error() {
         AgentEvent::ToolResult { content, is_error: true, .. } if content == "the form broke"
     ));
 }
+
+/// A run whose stream is dropped (a web client that went away, a Stop button) frees its
+/// session at once: its turn is saved cut short and answered, as a cancel's is, and its lease
+/// released, so another agent (a new one per request, say) can run on the session without
+/// waiting for the lease to run out.
+#[tokio::test]
+async fn a_dropped_run_releases_its_session() {
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let hang = FnTool::new(
+        "hang",
+        "Never returns.",
+        |_: serde_json::Value, _ctx| async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>("unreachable")
+        },
+    );
+    let mut first = Agent::builder(ScriptedClient::new([ScriptedResponse::tool_call(
+        "c1",
+        "hang",
+        json!({}),
+    )]))
+    .tool(hang)
+    .session(store.clone(), "chat-1")
+    .build()
+    .unwrap();
+    let mut events = first.run("Wait for it");
+    while let Some(event) = events.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            break;
+        }
+    }
+    let held = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert!(held.lease.is_some(), "the run holds its session");
+    drop(events);
+
+    // The release runs on a task of its own; wait for it (the timeout only bounds a failure).
+    let released = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let now = session::load(&*store, "chat-1").await.unwrap().unwrap();
+            if now.lease.is_none() {
+                return now;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the dropped run's lease is released");
+    assert_eq!(
+        released.conversation.messages.len(),
+        3,
+        "the cut turn, answered: {:?}",
+        released.conversation.messages
+    );
+
+    let client = ScriptedClient::new([ScriptedResponse::text("Here now.")]);
+    let mut second = Agent::builder(client)
+        .session(store.clone(), "chat-1")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(second.run("Still there?")).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    let stored = session::load(&*store, "chat-1").await.unwrap().unwrap();
+    assert_eq!(stored.conversation.messages, *second.messages());
+    assert_eq!(stored.conversation.messages.len(), 4);
+}

@@ -68,11 +68,21 @@ pub(super) struct Driver {
 
 impl Drop for Driver {
     /// The stream was dropped mid-run: cancel, so the history is left valid, and give it back.
+    /// With a session, the run's end is saved as a cancel's is, on a task of its own (a drop
+    /// cannot wait): the turn cut short, answered, and the lease released, so the session
+    /// is free at once (a web client that went away must not hold it until the lease runs
+    /// out).
     fn drop(&mut self) {
+        let running = self.machine.is_some();
         if let Some(machine) = self.machine.as_mut() {
             machine.handle(Input::Cancel, now());
         }
         self.give_back();
+        let session = self.session.take().filter(|_| running);
+        if let (Some(session), Ok(runtime)) = (session, tokio::runtime::Handle::try_current()) {
+            let shared = self.shared.clone();
+            runtime.spawn(session.release_dropped(shared));
+        }
     }
 }
 

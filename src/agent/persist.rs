@@ -153,6 +153,27 @@ impl RunSession {
     }
 }
 
+impl RunSession {
+    /// Saves the end of a run whose stream was dropped, from the conversation it gave back
+    /// (its turn cut short, answered), and releases its lease. Nothing when a save failed
+    /// already, or a new run took the conversation first (it saves and holds the session
+    /// itself).
+    pub(crate) async fn release_dropped(mut self, shared: Arc<Mutex<Shared>>) {
+        let Some(mut context) = lock(&shared).context.clone() else {
+            return;
+        };
+        if self
+            .save(&shared, &mut context, Tail::Release)
+            .await
+            .is_none()
+        {
+            if let Some(held) = lock(&shared).context.as_mut() {
+                held.mark_saved();
+            }
+        }
+    }
+}
+
 /// Loads the session into `context`, unless it is loaded already: its conversation (the
 /// agent keeps its own system prompt when the session has none) and the pause it waits in.
 pub(crate) async fn open(
