@@ -8,7 +8,7 @@
 //! - every format's decoder (Anthropic, Chat, Responses, Gemini, Bedrock, Ollama) on the same
 //!   content, beside the Anthropic decoder.
 //!
-//! Run: `cargo bench --bench wire`; results go to BENCHMARKS.md as ratios.
+//! Run: `cargo bench -p agent-loop-benches --bench wire`; results go to BENCHMARKS.md as ratios.
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -18,7 +18,7 @@
 //!   carrying a sub-agent's events up costs (a bounded channel, the lead's machine, its event
 //!   stream), per turn of the sub-agent.
 //!
-//! Run: `cargo bench --bench agent`; results go to BENCHMARKS.md.
+//! Run: `cargo bench -p agent-loop-benches --bench agent`; results go to BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;

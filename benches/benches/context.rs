@@ -1,7 +1,7 @@
 //! ContextManager costs: appending and counting turn by turn as the history grows (the per-turn
 //! cost must stay flat), and the tiktoken encoder's construction cost and throughput.
 //!
-//! Run: `cargo bench --bench context` (add `-- --quick` for a fast pass).
+//! Run: `cargo bench -p agent-loop-benches --bench context` (add `-- --quick` for a fast pass).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -130,7 +130,7 @@ fn tiktoken(c: &mut Criterion) {
                  When a tool fails, the error goes back to the model as a result it can read, \
                  and the loop goes on until the model is done or the budget runs out. "
         .repeat(500);
-    let code = include_str!("../src/context/mod.rs").repeat(4);
+    let code = include_str!("../../src/context/mod.rs").repeat(4);
     let cjk = "エージェントはファイルを読み、変更内容を決めて短いパッチを書きます。\
                工具失败时，错误会作为结果返回给模型，循环继续进行。"
         .repeat(1_000);

@@ -9,7 +9,7 @@
 //! completed, and the wall time of each, with the ratio to the paced run measured in the same
 //! process. Both wire formats. Takes about 25 s.
 //!
-//! `cargo bench --bench ratelimit`
+//! `cargo bench -p agent-loop-benches --bench ratelimit`
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! prose, code, CJK and a 1 MB JSON tool output. Before measuring, the bench checks that both
 //! count the same tokens on every text and prints the counts.
 //!
-//! Run: `cargo bench --bench tokens`; results go to BENCHMARKS.md as ratios.
+//! Run: `cargo bench -p agent-loop-benches --bench tokens`; results go to BENCHMARKS.md as ratios.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -13,13 +13,13 @@ use agent_loop::{TiktokenCounter, TokenCounter};
 use criterion::{criterion_group, Criterion, Throughput};
 use serde_json::json;
 
-/// The texts of `benches/context.rs`, built the same way so the figures compare.
+/// The texts of `benches/benches/context.rs`, built the same way so the figures compare.
 fn texts() -> Vec<(&'static str, String)> {
     let prose = "The agent reads the file, decides what to change, and writes a short patch. \
                  When a tool fails, the error goes back to the model as a result it can read, \
                  and the loop goes on until the model is done or the budget runs out. "
         .repeat(500);
-    let code = include_str!("../src/context/mod.rs").repeat(4);
+    let code = include_str!("../../src/context/mod.rs").repeat(4);
     let cjk = "エージェントはファイルを読み、変更内容を決めて短いパッチを書きます。\
                工具失败时，错误会作为结果返回给模型，循环继续进行。"
         .repeat(1_000);
@@ -54,7 +54,7 @@ const CONSTRUCT_ENV: &str = "AGENT_LOOP_BENCH_CONSTRUCT";
 /// measured the way a host pays it: first use in a fresh process. The bench re-runs its own
 /// binary with [`CONSTRUCT_ENV`] set, alternating the two encoders, and each child prints how
 /// long its first use took. The in-process criterion figure for `tiktoken_rs::o200k_base()`
-/// is in `benches/context.rs` (`tiktoken/o200k_construction`).
+/// is in `benches/benches/context.rs` (`tiktoken/o200k_construction`).
 fn construct_in_child(which: &str) -> Option<Duration> {
     let exe = std::env::current_exe().ok()?;
     let output = std::process::Command::new(exe)

@@ -1,0 +1,1 @@
+//! Nothing: the benchmarks are in `benches/` (`cargo bench -p agent-loop-benches`).
