@@ -184,8 +184,9 @@ pub enum SessionError {
     /// [`session::release_lease`](crate::session::release_lease).
     #[error(
         "session {session:?} is in use by another agent's run (holder {holder}, its lease \
-         runs until {until_ms} ms after the Unix epoch unless renewed): nothing was sent or \
-         written; try again when that run ends"
+         runs until {} unless renewed): nothing was sent or written; try again when that run \
+         ends",
+        http_date(*until_ms)
     )]
     Busy {
         /// The session.
@@ -246,6 +247,17 @@ pub enum SessionError {
     /// The database failed (connection, I/O, a query); the message is the driver's.
     #[error("database: {0}")]
     Database(String),
+}
+
+/// Milliseconds since the Unix epoch as an HTTP date (`Sun, 06 Dec 2026 04:05:42 GMT`).
+/// A time past year 9999 (which an HTTP date cannot say) stays a number.
+fn http_date(ms: u64) -> String {
+    /// 10000-01-01T00:00:00Z, in milliseconds since the Unix epoch.
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    if ms >= YEAR_10000_MS {
+        return format!("{ms} ms after the Unix epoch");
+    }
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 impl SessionError {
@@ -737,5 +749,27 @@ impl LlmError {
         LlmError::Incomplete {
             detail: detail.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod lease_time_tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_session_says_when_its_lease_runs_out_and_never_panics() {
+        let busy = |until_ms| SessionError::Busy {
+            session: "s".into(),
+            holder: "h".into(),
+            until_ms,
+        };
+        let said = busy(1_796_529_822_000).to_string();
+        assert!(said.contains("runs until Sun, 06 Dec 2026"), "{said}");
+        for until_ms in [0, 253_402_300_799_999, 253_402_300_800_000, u64::MAX] {
+            assert!(busy(until_ms).to_string().contains("in use"));
+        }
+        assert!(busy(u64::MAX)
+            .to_string()
+            .contains("ms after the Unix epoch"));
     }
 }
