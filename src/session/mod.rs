@@ -543,6 +543,17 @@ mod tests {
     }
 
     #[test]
+    fn leases_count_wall_clock_milliseconds() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let now = u128::from(now_ms());
+        // After 2023-11-14 (1.7e12 ms), and no earlier than the clock just read.
+        assert!(now >= before && now > 1_700_000_000_000, "{now} < {before}");
+    }
+
+    #[test]
     fn entries_that_do_not_fit_together_are_corrupt() {
         let no_start = StoredSession {
             version: 1,
