@@ -151,9 +151,7 @@ impl RunSession {
         self.failed = Some(error.clone());
         Some(error)
     }
-}
 
-impl RunSession {
     /// Saves the end of a run whose stream was dropped, from the conversation it gave back
     /// (its turn cut short, answered), and releases its lease. Nothing when a save failed
     /// already, or a new run took the conversation first (it saves and holds the session
