@@ -1237,3 +1237,34 @@ fn nested_events_of_a_call_started_early_are_taken_while_the_model_streams() {
         [AgentEvent::SubAgent { path, .. }] if path.to_string() == "worker#r1"
     ));
 }
+
+/// A driver puts the agent a kept handoff left in charge before the run starts: once, on a
+/// route the agent can follow, and never after the run started.
+#[test]
+fn start_in_charge_follows_a_known_route_once_and_only_before_the_run() {
+    let build = || {
+        let billing = Agent::builder(ScriptedClient::new([]))
+            .name("billing")
+            .system("You handle refunds.")
+            .build()
+            .unwrap();
+        Agent::builder(ScriptedClient::new([]))
+            .name("triage")
+            .system("You route.")
+            .handoff(agent_loop::Handoff::new(billing).keep())
+            .build_machine()
+            .unwrap()
+    };
+    let mut m = build();
+    assert!(!m.start_in_charge(&[5]), "no such handoff");
+    assert_eq!(m.config().name, "triage");
+    assert!(m.start_in_charge(&[0]));
+    assert_eq!(m.config().name, "billing");
+    assert_eq!(m.context().system(), Some("You handle refunds."));
+    assert_eq!(m.kept_route(), [0]);
+    assert!(!m.start_in_charge(&[0]), "in charge already");
+    let mut started = build();
+    started.start("go", Instant::now());
+    assert!(!started.start_in_charge(&[0]), "the run started");
+    assert_eq!(started.config().name, "triage");
+}

@@ -543,6 +543,33 @@ mod tests {
     }
 
     #[test]
+    fn a_host_ends_whatever_lease_holds_and_nothing_when_none_does() {
+        block_on(async {
+            let store = MemoryStore::new();
+            assert_eq!(
+                release_lease(&store, "s").await.unwrap(),
+                None,
+                "no session"
+            );
+            let first = SessionEntry::Conversation {
+                conversation: Conversation::default(),
+            };
+            store.append("s", 0, &[first]).await.unwrap();
+            assert_eq!(release_lease(&store, "s").await.unwrap(), None, "no lease");
+            assert_eq!(store.load("s").await.unwrap().unwrap().version, 1);
+            let lease = SessionEntry::Lease {
+                holder: "gone".into(),
+                until_ms: u64::MAX,
+            };
+            store.append("s", 1, &[lease]).await.unwrap();
+            let ended = release_lease(&store, "s").await.unwrap();
+            assert_eq!(ended.map(|l| l.holder).as_deref(), Some("gone"));
+            let now = load(&store, "s").await.unwrap().unwrap();
+            assert_eq!((now.version, now.lease), (3, None));
+        });
+    }
+
+    #[test]
     fn leases_count_wall_clock_milliseconds() {
         let before = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
