@@ -435,6 +435,33 @@ fn stream_error(error: WireError, data: &str) -> LlmError {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_model_failure_says_what_gemini_said_and_only_that() {
+        let message = |said: Option<&str>| match model_failure("MALFORMED_FUNCTION_CALL", said) {
+            Some(LlmError::ModelFailure { reason, message }) => {
+                assert_eq!(reason, "MALFORMED_FUNCTION_CALL");
+                message
+            }
+            other => panic!("{other:?}"),
+        };
+        let bare = message(None);
+        assert!(
+            bare.starts_with("the model wrote a malformed function call"),
+            "{bare}"
+        );
+        assert!(!bare.contains(": "), "{bare}");
+        assert_eq!(
+            message(Some("  ")),
+            bare,
+            "a blank finishMessage adds nothing"
+        );
+        let said = message(Some(" Malformed call: print(x "));
+        assert!(said.ends_with(": Malformed call: print(x"), "{said}");
+        let long = message(Some(&"x".repeat(2_000)));
+        assert_eq!(long.len(), bare.len() + 2 + 500, "cut at 500 characters");
+        assert!(model_failure("STOP", Some("fine")).is_none());
+    }
+
     fn decode(body: &str) -> Result<Vec<LlmEvent>, LlmError> {
         let mut decoder = crate::provider::WireDecoder::new(crate::provider::WireFormat::Gemini);
         let mut out = Vec::new();
