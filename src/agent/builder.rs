@@ -462,6 +462,8 @@ impl AgentBuilder {
     /// saved turn (default two minutes): how long a session stays held after its process
     /// died. Make it longer than a turn (a model call and its tools) takes; a lease that runs
     /// out under a turn lets another agent in, and this run then fails at its next save.
+    /// A lease is a wall-clock time: agents on several machines need their clocks in step
+    /// (NTP) to well within this length.
     pub fn session_lease(mut self, lease: Duration) -> Self {
         self.session_lease = Some(lease);
         if let Some(link) = self.session.as_mut() {
