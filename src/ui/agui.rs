@@ -1335,7 +1335,7 @@ struct Wire {
 ///
 /// - The client's `tools` (front-end tools) are not registered with the agent: the agent
 ///   runs the tools its server gave it. A front-end tool is a
-///   [deferred tool](crate::DeferredTool) on the server, whose result the client sends back
+///   [deferred tool](crate::tool::DeferredTool) on the server, whose result the client sends back
 ///   as a tool message or a `resume` entry.
 /// - `system`, `developer`, `reasoning` and `activity` messages are not part of the
 ///   history: the server's system prompt rules, and reasoning is the model's own.

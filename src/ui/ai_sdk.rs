@@ -17,7 +17,7 @@
 //! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
 //! assistant message: the run resumes, its stream continuing that same assistant message
 //! (denied calls end in `output-denied`). A tool the client runs itself (a
-//! [deferred](crate::DeferredTool) tool) is answered the same way, by the client's
+//! [deferred](crate::tool::DeferredTool) tool) is answered the same way, by the client's
 //! `addToolOutput`. A new user message instead of an answer denies the waiting calls and
 //! starts a new assistant message (or is refused:
 //! [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
