@@ -41,7 +41,8 @@ use serde_json::{json, Map, Value};
 use crate::error::LlmError;
 use crate::media::{source_dimensions, ImageFormat};
 #[cfg(any(test, feature = "testing"))]
-use crate::message::{structured_result, ContentBlock, MediaSource, Message, Role};
+use crate::message::Message;
+use crate::message::{structured_result, ContentBlock, MediaSource, Role};
 use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::{ModelRequest, ToolChoice};
 
