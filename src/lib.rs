@@ -65,7 +65,6 @@
 //! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
 //! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`]; media: [`Image`], [`Document`], [`MediaSource`], [`UserInput`] |
 //! | errors | [`Error`], [`ConfigError`], [`ContextError`], [`LlmError`], [`ToolError`] |
-//! | web front-ends | [`ui::agui`] (AG-UI 1.0), [`ui::ai_sdk`] (the AI SDK's UI message stream); `respond` handlers with feature `axum` |
 //! | testing (feature `testing`) | `testing::ScriptedClient`, `testing::MockServer` |
 //!
 //! The lower layers are sans-IO: plain structs fed with bytes or events, usable and testable
@@ -92,7 +91,6 @@ pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tool;
-pub mod ui;
 
 pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Fallback,
