@@ -14,14 +14,15 @@
 mod common;
 
 use agent_loop::testing::ScriptedResponse;
-use agent_loop::{Agent, FnTool, Termination, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, Termination, ToolError};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
 /// The calculator's input, as the model sees it (the JSON Schema is derived from this type).
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct CalcInput {
     /// An arithmetic expression with + - * / ^, parentheses and decimal numbers, e.g. "(2 + 3) * 4".
     expression: String,

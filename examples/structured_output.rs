@@ -22,8 +22,8 @@ pub const TEXT: &str = "Invoice INV-2041 from Acme Tools Ltd, dated 3 March 2026
                         hammers at 12.50 EUR each and 1 toolbox at 39.90 EUR. Total 89.90 EUR.";
 
 /// The record.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct Invoice {
     /// The invoice number, as written.
     pub number: String,
@@ -40,8 +40,8 @@ pub struct Invoice {
 }
 
 /// One line of an invoice.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct Line {
     /// What was sold.
     pub item: String,

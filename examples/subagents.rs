@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_loop::testing::ScriptedResponse;
-use agent_loop::{Agent, AgentEvent, FnTool, LlmClient, RunOutcome, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, LlmClient, RunOutcome, ToolError};
 use futures::StreamExt;
 use serde_json::{json, Value};
 

@@ -11,10 +11,10 @@ mod common;
 
 use std::sync::Arc;
 
+use agent_loop::media::Image;
 use agent_loop::testing::ScriptedResponse;
-use agent_loop::{
-    Agent, FnTool, Image, LlmClient, RunOptions, RunOutcome, ToolError, ToolOutput, UserInput,
-};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, LlmClient, RunOptions, RunOutcome, ToolError, ToolOutput, UserInput};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -36,8 +36,8 @@ pub fn script() -> Vec<ScriptedResponse> {
     ]
 }
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct ChartInput {
     /// The heights of the bars, left to right (at most 16).
     values: Vec<u32>,
@@ -65,7 +65,7 @@ pub fn build_agent(client: Arc<dyn LlmClient>) -> Result<Agent, agent_loop::Erro
 }
 
 /// The question with the flag attached.
-pub fn question() -> Result<UserInput, agent_loop::MediaError> {
+pub fn question() -> Result<UserInput, agent_loop::media::MediaError> {
     Ok(UserInput::text(QUESTION).image(Image::png(&flag())?))
 }
 

@@ -9,7 +9,8 @@ use crate::message::{ContentBlock, Message, Role};
 /// (`&str`, `String`) works as it is.
 ///
 /// ```
-/// use agent_loop::{Image, UserInput};
+/// use agent_loop::{UserInput};
+/// use agent_loop::media::Image;
 ///
 /// # let png = {
 /// #     let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
@@ -18,7 +19,7 @@ use crate::message::{ContentBlock, Message, Role};
 /// # };
 /// let input = UserInput::text("What is in this picture?").image(Image::png(&png)?);
 /// assert_eq!(input.into_message().content.len(), 2);
-/// # Ok::<(), agent_loop::MediaError>(())
+/// # Ok::<(), agent_loop::media::MediaError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UserInput {

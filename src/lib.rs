@@ -15,13 +15,14 @@
 //!
 //! ```
 //! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-//! use agent_loop::{Agent, AgentEvent, FnTool, Termination, ToolError};
+//! use agent_loop::{Agent, AgentEvent, Termination, ToolError};
+//! use agent_loop::tool::FnTool;
 //! use futures::StreamExt;
 //! use serde::Deserialize;
 //! use serde_json::json;
 //!
-//! #[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-//! #[schemars(crate = "agent_loop::schemars")]
+//! #[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+//! #[schemars(crate = "agent_loop::tool::schemars")]
 //! struct Add {
 //!     a: f64,
 //!     b: f64,
@@ -56,15 +57,16 @@
 //!
 //! ## Layers
 //!
-//! | layer | types |
+//! | room | what is there |
 //! |---|---|
-//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`RunError`], [`AgentHooks`], [`AgentHandle`]; agents that use agents: [`AgentTool`] ([`Agent::as_tool`]), [`Handoff`], [`AgentPath`]; sans-IO: [`machine::AgentMachine`], [`machine::Input`], [`machine::Action`] |
-//! | model access | [`LlmClient`], [`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`] ([`AccessToken`] for Vertex AI), [`OllamaClient`], `BedrockClient` (feature `bedrock`), [`RetryPolicy`], [`ModelRequest`] |
-//! | wire (sans-IO) | [`sse::SseDecoder`], [`WireDecoder`], [`LlmEvent`], [`StreamAssembler`], [`ModelResponse`] |
-//! | tools | [`Tool`], [`FnTool`], [`ToolRegistry`], [`ToolCall`], [`ToolCallResult`], [`ToolContext`], [`ToolOutput`] |
-//! | memory | [`ContextManager`], [`ContextConfig`], [`TokenCounter`], [`Summarizer`] |
-//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`]; media: [`Image`], [`Document`], [`MediaSource`], [`UserInput`] |
-//! | errors | [`Error`], [`ConfigError`], [`ContextError`], [`LlmError`], [`ToolError`] |
+//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`PausedRun`]; hooks, handles, sub-agents and handoffs in the same room; sans-IO: [`machine::AgentMachine`] |
+//! | [`provider`] | [`LlmClient`], [`RequestSettings`], the clients ([`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`], [`OllamaClient`], `BedrockClient` with feature `bedrock`), each format's own knobs under `provider::<format>`, retries and pacing under [`provider::transport`] |
+//! | [`wire`] (sans-IO) | [`wire::sse::SseDecoder`], [`wire::WireDecoder`], [`LlmEvent`], [`wire::StreamAssembler`], [`ModelResponse`] |
+//! | [`tool`] | [`Tool`], [`ToolRegistry`], [`ToolContext`], [`ToolOutput`], [`ToolError`]; [`tool::FnTool`], [`tool::ToolCall`], [`tool::ToolCallResult`], [`tool::ToolSource`] |
+//! | [`context`] | [`ContextManager`], [`context::ContextConfig`], [`context::TokenCounter`], [`context::Summarizer`] |
+//! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`], [`UserInput`]; images and documents in [`media`] |
+//! | [`session`], [`pricing`] | saved conversations ([`session::SessionStore`], [`session::MemoryStore`]); model prices and costs |
+//! | [`error`] | [`Error`] and [`LlmError`] here; their parts ([`error::ApiError`], [`error::ConfigError`] …) there |
 //! | testing (feature `testing`) | `testing::ScriptedClient`, `testing::MockServer` |
 //!
 //! The lower layers are sans-IO: plain structs fed with bytes or events, usable and testable
@@ -74,23 +76,20 @@
 #![deny(unsafe_code)]
 
 mod agent;
-mod assemble;
 pub mod context;
-mod error;
-mod eventstream;
+pub mod error;
 mod input;
-mod lines;
 pub mod media;
 mod message;
-mod pricing;
-mod provider;
+pub mod pricing;
+pub mod provider;
 #[cfg(test)]
 mod serde_tests;
 pub mod session;
-pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod tool;
+pub mod tool;
+pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Fallback,
@@ -110,40 +109,27 @@ pub mod machine {
         MachineParts, NestedEvent,
     };
 }
-pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
-pub use context::{
-    CharEstimateCounter, ContextConfig, ContextManager, Conversation, Summarizer, TiktokenCounter,
-    TokenCounter, Unsaved,
-};
-pub use error::{
-    ApiError, ConfigError, ContextError, Error, LlmError, ResumeError, SessionError, TimeoutKind,
-};
+pub use context::ContextManager;
+pub use error::{Error, LlmError};
 pub use input::UserInput;
-pub use media::{Document, Image, MediaError};
-pub use message::{ContentBlock, MediaSource, Message, Role, StopReason, ToolSpec, Usage};
-pub use pricing::{Cost, ModelPrice, Pricing, Usd};
-pub use provider::redirect_policy;
-pub use provider::{AccessToken, GeminiClient};
-pub use provider::{
-    AnthropicClient, CacheTtl, Jitter, LlmClient, LlmEvent, LlmStream, MaxTokensField,
-    ModelRequest, OpenAiClient, PromptCache, RequestSettings, RetryPolicy, StreamLimits,
-    ToolChoice, WireDecoder, WireFormat, MAX_CACHE_BREAKPOINTS,
-};
+pub use message::{ContentBlock, Message, Role, StopReason, Usage};
 #[cfg(feature = "bedrock")]
-pub use provider::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
-pub use provider::{OllamaClient, OllamaKeepAlive, OllamaThink};
-pub use provider::{Pace, Pacer, PacingLimits, Quota, RateLimiter, RateLimits};
-pub use tool::{
-    Access, Concurrency, DeferredTool, ExecOptions, FnTool, Tool, ToolCall, ToolCallResult,
-    ToolCatalog, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry, ToolSource,
+pub use provider::bedrock::BedrockClient;
+pub use provider::{
+    anthropic::AnthropicClient, gemini::GeminiClient, ollama::OllamaClient, openai::OpenAiClient,
+    LlmClient, RequestSettings,
 };
+pub use tool::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+pub use wire::{LlmEvent, ModelResponse};
 
 /// Entry points for the fuzz targets in `fuzz/`; built only with `--cfg fuzzing` (cargo-fuzz
 /// sets it). Not part of the public API.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod __fuzz {
-    use crate::{LlmError, ModelRequest, WireFormat};
+    use crate::provider::ModelRequest;
+    use crate::wire::WireFormat;
+    use crate::LlmError;
 
     /// The JSON body a client would send for `request` in `format` (model `fuzz-model` when the
     /// request names none).
@@ -165,13 +151,6 @@ pub mod __fuzz {
 
 /// The `#[async_trait]` attribute, for implementing [`Tool`] without a direct dependency.
 pub use async_trait::async_trait;
-/// The reqwest version whose `Client` [`AnthropicClient::http_client`] and
-/// [`OpenAiClient::http_client`] take.
-pub use reqwest;
-/// The schemars version whose `JsonSchema` tool inputs must derive.
-pub use schemars;
-/// The cancellation token of [`ExecOptions`] and [`ToolContext`].
-pub use tokio_util::sync::CancellationToken;
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

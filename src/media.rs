@@ -17,7 +17,9 @@ use std::fmt;
 
 use base64::Engine as _;
 
-use crate::message::{ContentBlock, MediaSource};
+pub use crate::error::MediaError;
+use crate::message::ContentBlock;
+pub use crate::message::MediaSource;
 
 /// The largest image or document accepted at all, in bytes (before base64): 32 MiB, the
 /// largest request Anthropic takes. Each provider's own, lower limits are checked when a
@@ -83,53 +85,10 @@ impl fmt::Display for ImageFormat {
     }
 }
 
-/// Why an image or document was refused.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MediaError {
-    /// The media type is not one the providers take.
-    #[error(
-        "unsupported media type `{0}`: images must be image/png, image/jpeg, image/gif or \
-         image/webp, documents application/pdf"
-    )]
-    UnsupportedMediaType(String),
-    /// The bytes are not the format they were said to be.
-    #[error("the bytes are not {claimed}: {}", found.map_or_else(|| "their header is not a known image format".to_owned(), |f| format!("their header says {f}")))]
-    Mismatch {
-        /// The media type given.
-        claimed: String,
-        /// The format the header shows, if any.
-        found: Option<&'static str>,
-    },
-    /// The header is too damaged to read the image's size from.
-    #[error("the {0} header is truncated or damaged: its width and height cannot be read")]
-    Unreadable(&'static str),
-    /// No bytes.
-    #[error("the file is empty")]
-    Empty,
-    /// Larger than a limit.
-    #[error("{what} is {size} bytes, over the limit of {limit}")]
-    TooLarge {
-        /// What was measured.
-        what: &'static str,
-        /// Its size in bytes.
-        size: usize,
-        /// The limit in bytes.
-        limit: usize,
-    },
-    /// Base64 text that does not decode.
-    #[error("the data is not valid base64: {0}")]
-    InvalidBase64(String),
-    /// A URL that is not `http://`, `https://` or a base64 `data:` URL.
-    #[error("`{0}` is not an http(s) URL or a base64 data: URL")]
-    InvalidUrl(String),
-}
-
 /// A checked image: its source, format and (for bytes) its size in pixels.
 ///
 /// ```
-/// use agent_loop::media::ImageFormat;
-/// use agent_loop::Image;
+/// use agent_loop::media::{ImageFormat, Image};
 ///
 /// // The smallest valid PNG header: 8-byte signature, IHDR of a 3×2 image.
 /// let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
@@ -142,7 +101,7 @@ pub enum MediaError {
 ///
 /// // Bytes that are not what they claim to be are refused.
 /// assert!(Image::from_bytes("image/jpeg", &png).is_err());
-/// # Ok::<(), agent_loop::MediaError>(())
+/// # Ok::<(), agent_loop::media::MediaError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
@@ -259,12 +218,12 @@ impl From<Image> for ContentBlock {
 /// A checked PDF document, with an optional title.
 ///
 /// ```
-/// use agent_loop::Document;
+/// use agent_loop::media::Document;
 ///
 /// let pdf = Document::pdf(b"%PDF-1.7\n1 0 obj << /Type /Page >> endobj\n%%EOF")?.title("Invoice");
 /// assert_eq!(pdf.pages(), Some(1));
 /// assert!(Document::pdf(b"not a pdf").is_err());
-/// # Ok::<(), agent_loop::MediaError>(())
+/// # Ok::<(), agent_loop::media::MediaError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Document {

@@ -2,7 +2,7 @@
 //!
 //! A conversation is a list of [`Message`]s, each a [`Role`] and a list of type-tagged
 //! [`ContentBlock`]s. The provider encoders translate it into each wire format; the stream
-//! decoders and the [`StreamAssembler`](crate::StreamAssembler) build it from responses.
+//! decoders and the [`StreamAssembler`](crate::wire::StreamAssembler) build it from responses.
 
 use serde::{Deserialize, Serialize};
 
@@ -131,13 +131,13 @@ pub enum ContentBlock {
         json: Option<Box<serde_json::Value>>,
     },
     /// An image (PNG, JPEG, GIF or WebP) in a user message. Build one with
-    /// [`Image`](crate::Image), which checks the bytes.
+    /// [`Image`](crate::media::Image), which checks the bytes.
     Image {
         /// Where the image is: its bytes (base64) or a URL.
         source: MediaSource,
     },
     /// A document (PDF) in a user message. Anthropic reads it natively; OpenAI Chat gets it as
-    /// a `file` part. Build one with [`Document`](crate::Document).
+    /// a `file` part. Build one with [`Document`](crate::media::Document).
     Document {
         /// Where the document is: its bytes (base64) or a URL.
         source: MediaSource,

@@ -23,7 +23,7 @@ const PICO: u64 = 1_000_000_000_000;
 /// An amount of US dollars, exact to the picodollar (10⁻¹² USD); adding saturates.
 ///
 /// ```
-/// use agent_loop::Usd;
+/// use agent_loop::pricing::Usd;
 ///
 /// let price = Usd::from_dollars(0.0375);
 /// assert_eq!(price.picodollars(), 37_500_000_000);
@@ -98,7 +98,8 @@ impl fmt::Display for Usd {
 /// What one model charges, in US dollars per million tokens of each kind.
 ///
 /// ```
-/// use agent_loop::{ModelPrice, Usage, Usd};
+/// use agent_loop::{Usage};
+/// use agent_loop::pricing::{ModelPrice, Usd};
 ///
 /// // $3 input, $15 output, $3.75 cache writes, $0.30 cache reads per million tokens.
 /// let price = ModelPrice::per_million(3.0, 15.0).cache(3.75, 0.30);
@@ -174,7 +175,8 @@ impl ModelPrice {
 /// had none. An unknown model's call is never counted as free.
 ///
 /// ```
-/// use agent_loop::{Cost, Pricing, Usage};
+/// use agent_loop::{Usage};
+/// use agent_loop::pricing::{Cost, Pricing};
 ///
 /// let usage = Usage { input_tokens: 1_000_000, output_tokens: 100_000, ..Usage::default() };
 /// let known = Pricing::snapshot().cost("claude-sonnet-4-5-20250929", &usage);
@@ -260,7 +262,7 @@ impl fmt::Display for Cost {
 /// as OpenRouter writes them (`anthropic/claude-sonnet-4.5` finds `claude-sonnet-4-5`).
 ///
 /// ```
-/// use agent_loop::{ModelPrice, Pricing};
+/// use agent_loop::pricing::{ModelPrice, Pricing};
 ///
 /// let pricing = Pricing::snapshot()
 ///     .with("my-fine-tune", ModelPrice::per_million(4.0, 16.0))

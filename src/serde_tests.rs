@@ -13,9 +13,10 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use crate::error::{ApiError, LlmError, TimeoutKind};
+use crate::error::{Quota, RateLimits};
 use crate::message::{MediaSource, StopReason, Usage};
-use crate::provider::{LlmEvent, Quota, RateLimits};
 use crate::tool::ToolCallResult;
+use crate::wire::LlmEvent;
 
 /// The position of `event`'s variant in [`EVENT_VARIANTS`]. The match has no wildcard: a new
 /// variant does not compile until it is given a number here and a sample in [`events`].

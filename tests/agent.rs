@@ -4,11 +4,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::error::ApiError;
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
+use agent_loop::tool::ToolCall;
 use agent_loop::{
-    Agent, AgentEvent, AgentHooks, ApiError, ContentBlock, FnTool, HookAction, LlmError,
-    ModelRequest, RetryPolicy, Role, StopReason, Termination, ToolCall, ToolDecision, ToolError,
-    Usage,
+    Agent, AgentEvent, AgentHooks, ContentBlock, HookAction, LlmError, Role, StopReason,
+    Termination, ToolDecision, ToolError, Usage,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -167,7 +171,7 @@ async fn max_turns_stops_and_can_ask_for_a_final_answer() {
     assert_eq!(outcome.final_text, "Final: done.");
     assert_eq!(
         client.last_request().unwrap().tool_choice,
-        agent_loop::ToolChoice::None
+        agent_loop::provider::ToolChoice::None
     );
     assert_valid(&agent);
 }
@@ -906,7 +910,7 @@ struct LateSource {
     refreshes: AtomicU32,
 }
 
-impl agent_loop::ToolSource for LateSource {
+impl agent_loop::tool::ToolSource for LateSource {
     fn changed(&self) -> bool {
         self.changed.load(Ordering::Acquire)
     }
@@ -959,7 +963,7 @@ async fn a_tool_source_that_changes_is_refreshed_between_turns() {
         )
     };
     struct Shared(Arc<LateSource>);
-    impl agent_loop::ToolSource for Shared {
+    impl agent_loop::tool::ToolSource for Shared {
         fn changed(&self) -> bool {
             self.0.changed()
         }

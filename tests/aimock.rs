@@ -16,9 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, BedrockClient, FnTool, GeminiClient, LlmClient, OllamaClient, Termination,
-    ToolError,
+    Agent, AgentEvent, BedrockClient, GeminiClient, LlmClient, OllamaClient, Termination, ToolError,
 };
 use futures::StreamExt;
 use serde::Deserialize;

@@ -2,10 +2,8 @@
 //! calls are invalid and why, what counts against `max_response_bytes`, where exactly the limits
 //! lie, and what the assembler reports before and after the message ends.
 
-use agent_loop::{
-    ContentBlock, InvalidToolCallReason, LlmError, LlmEvent, ModelResponse, StopReason,
-    StreamAssembler, StreamLimits,
-};
+use agent_loop::wire::{InvalidToolCallReason, StreamAssembler, StreamLimits};
+use agent_loop::{ContentBlock, LlmError, LlmEvent, ModelResponse, StopReason};
 use serde_json::{json, Value};
 
 fn call_start(index: usize, id: &str, name: &str) -> LlmEvent {

@@ -8,11 +8,17 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
+use agent_loop::media::MediaSource;
+use agent_loop::provider::cache::CacheTtl;
+use agent_loop::provider::cache::PromptCache;
+use agent_loop::provider::ModelRequest;
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
+use agent_loop::tool::ToolSpec;
+use agent_loop::wire::{WireDecoder, WireFormat};
 use agent_loop::{
-    Agent, AgentEvent, BedrockClient, CacheTtl, ContentBlock, LlmClient, LlmError, LlmEvent,
-    MediaSource, Message, ModelRequest, PromptCache, Role, StopReason, ToolChoice, ToolSpec, Usage,
-    WireDecoder, WireFormat,
+    Agent, AgentEvent, BedrockClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message, Role,
+    StopReason, Usage,
 };
 use common::agent::add_tool;
 use common::{decode, decode_split, fast_retries, fixture, Decoded};
@@ -1389,7 +1395,7 @@ async fn a_whole_json_answer_and_a_failure_after_content() {
 
 #[test]
 fn a_message_over_the_event_limit_is_refused_before_it_is_buffered() {
-    let mut limits = agent_loop::StreamLimits::default();
+    let mut limits = agent_loop::wire::StreamLimits::default();
     limits.max_event_bytes = 256;
     let big = text(0, &"x".repeat(1000));
     let mut decoder = WireDecoder::with_limits(WireFormat::Bedrock, limits);
@@ -1454,13 +1460,14 @@ async fn a_json_tool_result_goes_as_a_json_block() {
         ),
     );
     server.push(ScriptedResponse::text("done"));
-    let stats = agent_loop::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
-        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
-            json!({"mean": 2.5, "values": [2, 3]}),
-        ))
-    })
-    .input_schema(json!({"type": "object", "properties": {}}));
-    let primes = agent_loop::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
+    let stats =
+        agent_loop::tool::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
+            Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
+                json!({"mean": 2.5, "values": [2, 3]}),
+            ))
+        })
+        .input_schema(json!({"type": "object", "properties": {}}));
+    let primes = agent_loop::tool::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
         Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(json!([2, 3, 5])))
     })
     .input_schema(json!({"type": "object", "properties": {}}));

@@ -5,11 +5,16 @@
 
 use std::sync::Arc;
 
+use agent_loop::context::ContextConfig;
+use agent_loop::context::TokenCounter;
+use agent_loop::error::ApiError;
+use agent_loop::pricing::Usd;
+use agent_loop::pricing::{Cost, ModelPrice, Pricing};
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, ApiError, ContentBlock, ContextConfig, ContextManager, Cost, LlmError,
-    LlmEvent, Message, ModelPrice, Pricing, Role, Termination, TokenCounter, ToolChoice,
-    ToolRegistry, Usage, Usd,
+    Agent, AgentEvent, ContentBlock, ContextManager, LlmError, LlmEvent, Message, Role,
+    Termination, ToolRegistry, Usage,
 };
 use serde_json::json;
 
@@ -31,7 +36,7 @@ fn pricing() -> Pricing {
     Pricing::empty().with("m", ModelPrice::per_million(1.0, 2.0).cache(1.25, 0.10))
 }
 
-fn echo_specs() -> Vec<agent_loop::ToolSpec> {
+fn echo_specs() -> Vec<agent_loop::tool::ToolSpec> {
     let mut registry = ToolRegistry::new();
     registry.register(echo_tool()).unwrap();
     registry.specs()

@@ -12,10 +12,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use agent_loop::{
-    ContentBlock, ContextConfig, ContextManager, Message, Role, TiktokenCounter, TokenCounter,
-    ToolSpec, Usage,
-};
+use agent_loop::context::{ContextConfig, TiktokenCounter, TokenCounter};
+use agent_loop::tool::ToolSpec;
+use agent_loop::{ContentBlock, ContextManager, Message, Role, Usage};
 use serde_json::json;
 
 const TURNS: usize = 1_000;

@@ -3,11 +3,18 @@
 
 use std::time::Duration;
 
+use agent_loop::error::TimeoutKind;
+use agent_loop::provider::cache::CacheTtl;
+use agent_loop::provider::cache::PromptCache;
+use agent_loop::provider::transport::Jitter;
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ModelRequest;
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
+use agent_loop::tool::ToolSpec;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, CacheTtl, ContentBlock, Jitter, LlmClient, LlmError,
-    LlmEvent, Message, ModelRequest, OpenAiClient, PromptCache, RetryPolicy, Role, StopReason,
-    TimeoutKind, ToolChoice, ToolSpec,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message,
+    OpenAiClient, Role, StopReason,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -277,7 +284,8 @@ async fn openai_assistant_tool_calls_without_text_send_null_content() {
         .content
         .retain(|b| matches!(b, ContentBlock::ToolUse { .. }));
     request.tool_choice = ToolChoice::Tool("get_time".into());
-    let client = openai(&server).max_tokens_field(agent_loop::MaxTokensField::MaxCompletionTokens);
+    let client = openai(&server)
+        .max_tokens_field(agent_loop::provider::openai::MaxTokensField::MaxCompletionTokens);
     collect(&client, &request).await;
     let body = &server.requests()[0].body;
     assert_eq!(body["messages"][2]["content"], serde_json::Value::Null);
@@ -801,9 +809,9 @@ async fn recorded_requests_redact_keys_in_debug_output() {
 #[tokio::test]
 async fn a_reqwest_client_of_the_users_is_used_as_it_is() {
     let server = MockServer::start().await;
-    let mut headers = agent_loop::reqwest::header::HeaderMap::new();
+    let mut headers = agent_loop::provider::reqwest::header::HeaderMap::new();
     headers.insert("x-from-users-client", "yes".parse().unwrap());
-    let http = agent_loop::reqwest::Client::builder()
+    let http = agent_loop::provider::reqwest::Client::builder()
         .default_headers(headers)
         .build()
         .unwrap();
@@ -1060,7 +1068,7 @@ async fn the_mock_refuses_what_the_api_refuses_about_cache_control() {
     let post = |body: serde_json::Value| {
         let url = format!("{}/v1/messages", server.anthropic_base_url());
         async move {
-            agent_loop::reqwest::Client::new()
+            agent_loop::provider::reqwest::Client::new()
                 .post(url)
                 .json(&body)
                 .send()

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{ExecOptions, ToolCall, ToolCallResult, ToolRegistry};
+use agent_loop::tool::{ExecOptions, ToolCall, ToolCallResult};
+use agent_loop::ToolRegistry;
 use serde_json::{json, Value};
 use tools::{Bash, EditFile, ReadFile, Workspace, WriteFile};
 
@@ -373,7 +374,8 @@ async fn read_file_output_is_bounded() {
 
 #[test]
 fn tool_settings_follow_the_brief() {
-    use agent_loop::{Concurrency, Tool};
+    use agent_loop::tool::Concurrency;
+    use agent_loop::Tool;
     let tmp = TempDir::new("settings");
     let ws = Arc::new(Workspace::new(tmp.path()).unwrap());
     let bash = Bash::new(ws.clone());

@@ -6,13 +6,16 @@
 
 use std::time::Duration;
 
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{
     MockResponse, MockServer, ScriptedClient, ScriptedResponse, StreamPoint,
 };
+use agent_loop::tool::FnTool;
+use agent_loop::wire::{WireDecoder, WireFormat};
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, LlmClient, LlmError, LlmEvent,
-    Message, ModelRequest, OpenAiClient, RetryPolicy, StopReason, Termination, ToolError,
-    WireDecoder, WireFormat,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message,
+    OpenAiClient, StopReason, Termination, ToolError,
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -181,8 +184,8 @@ async fn a_users_own_client_with_the_crates_policy_is_as_safe() {
         302,
         format!("{}/v1/chat/completions", elsewhere.url()),
     ));
-    let http = agent_loop::reqwest::Client::builder()
-        .redirect(agent_loop::redirect_policy())
+    let http = agent_loop::provider::reqwest::Client::builder()
+        .redirect(agent_loop::provider::transport::redirect_policy())
         .build()
         .unwrap();
     let items = collect(&openai(&server).http_client(http)).await;
@@ -201,7 +204,8 @@ async fn a_users_own_client_that_follows_anyway_gets_no_answer_from_the_other_or
     ));
     // reqwest's default policy follows every redirect; the crate cannot stop that client
     // from sending its headers, but it does not use the answer.
-    let items = collect(&openai(&server).http_client(agent_loop::reqwest::Client::new())).await;
+    let items =
+        collect(&openai(&server).http_client(agent_loop::provider::reqwest::Client::new())).await;
     assert!(matches!(final_error(&items), LlmError::Redirected { .. }));
     assert_eq!(text_of(&items), "");
 }
@@ -287,8 +291,8 @@ async fn in_stream_errors_without_a_status_are_classified_by_type_name() {
 // ---------------------------------------------------------------------------------------------
 // 3. A whole JSON message in answer to a stream request; an unexpected content type.
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct Add {
     a: i64,
     b: i64,
@@ -846,7 +850,7 @@ async fn the_token_limit_field_follows_the_model_unless_set() {
     server.push(ScriptedResponse::text("ok"));
     let forced = openai(&server)
         .model("o3-mini")
-        .max_tokens_field(agent_loop::MaxTokensField::MaxTokens);
+        .max_tokens_field(agent_loop::provider::openai::MaxTokensField::MaxTokens);
     let _ = collect(&forced).await;
     let fields: Vec<(bool, bool)> = server
         .requests()
@@ -933,7 +937,7 @@ fn what_is_retryable_is_decided_in_one_place() {
     // They used to disagree: a 400 with `x-should-retry: true` was retryable to
     // LlmError::is_retryable and not to the retry policy.
     let api = |status: u16, should_retry: Option<bool>| {
-        let mut error = agent_loop::ApiError::new(status, "x");
+        let mut error = agent_loop::error::ApiError::new(status, "x");
         error.should_retry = should_retry;
         LlmError::Api(Box::new(error))
     };
@@ -1015,7 +1019,7 @@ async fn the_agent_marks_cache_breakpoints_and_reports_the_hit_ratio() {
 
 #[test]
 fn settings_the_api_would_refuse_fail_at_build() {
-    let mut cache = agent_loop::PromptCache::default();
+    let mut cache = agent_loop::provider::cache::PromptCache::default();
     cache.message_breakpoints = 9;
     let error = Agent::builder(ScriptedClient::new([]))
         .prompt_cache(Some(cache))
@@ -1024,7 +1028,7 @@ fn settings_the_api_would_refuse_fail_at_build() {
     assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");
 
     let error = Agent::builder(ScriptedClient::new([]))
-        .context_config(agent_loop::ContextConfig::default().compaction_target(0.99))
+        .context_config(agent_loop::context::ContextConfig::default().compaction_target(0.99))
         .build()
         .unwrap_err();
     assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");

@@ -9,7 +9,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use agent_loop::{InvalidToolCallReason, StopReason, WireFormat};
+use agent_loop::wire::{InvalidToolCallReason, WireFormat};
+use agent_loop::StopReason;
 use serde_json::{json, Value};
 
 fn transcripts_dir() -> Option<PathBuf> {

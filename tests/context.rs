@@ -4,10 +4,12 @@
 use std::sync::{Arc, Mutex};
 
 use agent_loop::context::CompactionStrategy;
+use agent_loop::context::{CharEstimateCounter, ContextConfig, Conversation};
+use agent_loop::context::{Summarizer, TiktokenCounter, TokenCounter};
+use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::{
-    CharEstimateCounter, ContentBlock, ContextConfig, ContextManager, Conversation, Error,
-    LlmClient, LlmEvent, LlmStream, LlmSummarizer, Message, ModelRequest, Role, StopReason,
-    Summarizer, TiktokenCounter, TokenCounter, Usage,
+    ContentBlock, ContextManager, Error, LlmClient, LlmEvent, LlmSummarizer, Message, Role,
+    StopReason, Usage,
 };
 use async_trait::async_trait;
 use proptest::prelude::*;

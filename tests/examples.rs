@@ -350,7 +350,7 @@ async fn vision_sends_the_flag_and_returns_the_chart_to_the_model() {
     assert_eq!(outcome.termination, Termination::Completed);
     assert!(outcome.final_text.contains("France"));
     let first = &client.requests()[0];
-    let image = agent_loop::Image::png(&vision::flag()).unwrap();
+    let image = agent_loop::media::Image::png(&vision::flag()).unwrap();
     assert_eq!(image.dimensions(), Some((96, 64)));
     assert!(first.messages[0]
         .content

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
+use agent_loop::error::ApiError;
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ApiError, Fallback, FallbackOn, LlmError, OpenAiClient,
-    RetryPolicy, Termination, ToolChoice,
+    Agent, AgentEvent, AnthropicClient, Fallback, FallbackOn, LlmError, OpenAiClient, Termination,
 };
 use serde_json::json;
 

@@ -23,12 +23,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use agent_loop::context::{CharEstimateCounter, ContextConfig};
+use agent_loop::error::TimeoutKind;
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
+use agent_loop::tool::FnTool;
+use agent_loop::wire::StreamLimits;
 use agent_loop::{
-    Agent, AgentBuilder, AgentEvent, AnthropicClient, CharEstimateCounter, ContentBlock,
-    ContextConfig, ContextManager, Error, FnTool, Jitter, LlmClient, LlmError, Message,
-    OpenAiClient, RetryPolicy, Role, RunOutcome, StreamLimits, Termination, TimeoutKind,
-    ToolContext, ToolError, ToolRegistry,
+    Agent, AgentBuilder, AgentEvent, AnthropicClient, ContentBlock, ContextManager, Error,
+    LlmClient, LlmError, Message, OpenAiClient, Role, RunOutcome, Termination, ToolContext,
+    ToolError, ToolRegistry,
 };
 use serde_json::json;
 

@@ -5,10 +5,15 @@
 
 mod common;
 
+use agent_loop::media::MediaSource;
+use agent_loop::provider::gemini::AccessToken;
+use agent_loop::provider::{ModelRequest, ToolChoice};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
+use agent_loop::tool::ToolSpec;
+use agent_loop::wire::WireFormat;
 use agent_loop::{
-    AccessToken, Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource,
-    Message, ModelRequest, Role, StopReason, Termination, ToolChoice, ToolSpec, Usage, WireFormat,
+    Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, Message, Role, StopReason,
+    Termination, Usage,
 };
 use common::agent::add_tool;
 use common::{decode, decode_split, fast_retries, fixture, Decoded};
@@ -68,7 +73,7 @@ fn thoughts_and_a_trailing_signature() {
 
 /// Decodes one body of `data:` chunks; the events, and whether the decoder says it is done.
 fn gemini_chunks(chunks: &[Value]) -> (Vec<LlmEvent>, bool) {
-    let mut decoder = agent_loop::WireDecoder::new(WireFormat::Gemini);
+    let mut decoder = agent_loop::wire::WireDecoder::new(WireFormat::Gemini);
     let mut events = Vec::new();
     for chunk in chunks {
         decoder
@@ -802,7 +807,7 @@ async fn errors_carry_google_status_and_never_the_key() {
     let closed = agent_loop::GeminiClient::new(KEY)
         .base_url("http://127.0.0.1:1")
         .model("m")
-        .retry_policy(agent_loop::RetryPolicy::none());
+        .retry_policy(agent_loop::provider::transport::RetryPolicy::none());
     let items: Vec<_> = closed
         .stream(&ModelRequest::new(vec![Message::user("hello")]))
         .collect()
@@ -908,7 +913,7 @@ async fn an_agent_round_trips_a_tool_call_with_its_signature() {
 async fn the_mock_refuses_what_gemini_refuses() {
     let server = MockServer::start().await;
     server.push(ScriptedResponse::text("never"));
-    let client = client(&server).retry_policy(agent_loop::RetryPolicy::none());
+    let client = client(&server).retry_policy(agent_loop::provider::transport::RetryPolicy::none());
     let mut request = ModelRequest::new(vec![Message::user("hi")]);
     request.tools = vec![ToolSpec {
         name: "9lives".into(),
@@ -962,9 +967,9 @@ fn wrong_types_and_oversize_events_are_clear_errors() {
         decode(WireFormat::Gemini, body).result,
         Err(LlmError::Malformed { .. })
     ));
-    let mut limits = agent_loop::StreamLimits::default();
+    let mut limits = agent_loop::wire::StreamLimits::default();
     limits.max_event_bytes = 64;
-    let mut decoder = agent_loop::WireDecoder::with_limits(WireFormat::Gemini, limits);
+    let mut decoder = agent_loop::wire::WireDecoder::with_limits(WireFormat::Gemini, limits);
     let big = format!(
         "data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":\"{}\"}}]}}}}]}}\n\n",
         "x".repeat(500)
@@ -1039,7 +1044,7 @@ async fn an_agent_retries_a_stream_cut_after_content() {
 fn whole_bodies_object_array_and_error() {
     let decode_json = |body: &str| {
         let mut events = Vec::new();
-        agent_loop::WireDecoder::new(WireFormat::Gemini)
+        agent_loop::wire::WireDecoder::new(WireFormat::Gemini)
             .decode_json(body.as_bytes(), &mut events)
             .map(|()| events)
     };
@@ -1383,13 +1388,14 @@ async fn a_json_tool_result_goes_as_the_response_object() {
         ),
     );
     server.push(ScriptedResponse::text("done"));
-    let stats = agent_loop::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
-        Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
-            json!({"mean": 2.5, "values": [2, 3], "label": "x"}),
-        ))
-    })
-    .input_schema(json!({"type": "object", "properties": {}}));
-    let primes = agent_loop::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
+    let stats =
+        agent_loop::tool::FnTool::new("stats", "Statistics.", |_: Value, _ctx| async move {
+            Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(
+                json!({"mean": 2.5, "values": [2, 3], "label": "x"}),
+            ))
+        })
+        .input_schema(json!({"type": "object", "properties": {}}));
+    let primes = agent_loop::tool::FnTool::new("primes", "Primes.", |_: Value, _ctx| async move {
         Ok::<_, agent_loop::ToolError>(agent_loop::ToolOutput::json(json!([2, 3, 5])))
     })
     .input_schema(json!({"type": "object", "properties": {}}));

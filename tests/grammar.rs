@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::context::Conversation;
 use agent_loop::testing::{history_violation, ScriptedClient, ScriptedResponse};
-use agent_loop::{
-    Agent, AgentEvent, Conversation, FnTool, LlmError, Message, Termination, ToolError,
-};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, LlmError, Message, Termination, ToolError};
 use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -120,9 +120,9 @@ async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<Agen
         .max_repeated_calls(50)
         .max_tool_failure_turns(50)
         .retry_policy(
-            agent_loop::RetryPolicy::default()
+            agent_loop::provider::transport::RetryPolicy::default()
                 .initial_backoff(Duration::from_millis(1))
-                .jitter(agent_loop::Jitter::None),
+                .jitter(agent_loop::provider::transport::Jitter::None),
         )
         .build()
         .unwrap();

@@ -3,12 +3,15 @@
 
 use std::time::{Duration, Instant};
 
+use agent_loop::context::{CharEstimateCounter, ContextConfig, Conversation};
 use agent_loop::machine::{Action, AgentMachine, Handled, Input};
+use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{history_violation, ScriptedClient};
+use agent_loop::tool::FnTool;
+use agent_loop::tool::{ToolCall, ToolCallResult, ToolProgress};
 use agent_loop::{
-    Agent, AgentEvent, CharEstimateCounter, ContextConfig, ContextManager, Conversation, FnTool,
-    LlmError, LlmEvent, Message, RetryPolicy, StopReason, Termination, ToolCall, ToolCallResult,
-    ToolDecision, ToolError, ToolProgress,
+    Agent, AgentEvent, ContextManager, LlmError, LlmEvent, Message, StopReason, Termination,
+    ToolDecision, ToolError,
 };
 use serde_json::{json, Value};
 
@@ -26,7 +29,7 @@ fn machine() -> AgentMachine {
         .retry_policy(
             RetryPolicy::default()
                 .initial_backoff(Duration::from_secs(2))
-                .jitter(agent_loop::Jitter::None),
+                .jitter(agent_loop::provider::transport::Jitter::None),
         )
         .build_machine()
         .unwrap()
@@ -308,7 +311,9 @@ fn compaction_asks_for_a_summary_as_a_step_and_goes_on_without_one() {
     );
     // The summary could not be had: compaction goes on without one (drops old turns).
     m.handle(
-        Input::Summary(Err(agent_loop::ContextError::Summary("down".into()).into())),
+        Input::Summary(Err(
+            agent_loop::error::ContextError::Summary("down".into()).into()
+        )),
         now,
     );
     let actions = drain(&mut m);
@@ -354,7 +359,7 @@ fn a_context_overflow_compacts_once_and_re_sends() {
     m.start("go", now);
     assert!(matches!(drain(&mut m).last(), Some(Action::CallModel(_))));
     let overflow = || {
-        LlmError::ContextOverflow(Box::new(agent_loop::ApiError::new(
+        LlmError::ContextOverflow(Box::new(agent_loop::error::ApiError::new(
             400,
             "prompt is too long",
         )))
@@ -575,7 +580,7 @@ fn until_turn_end(m: &mut AgentMachine) -> Vec<Action> {
     actions
 }
 
-fn tool_names(request: &agent_loop::ModelRequest) -> Vec<&str> {
+fn tool_names(request: &agent_loop::provider::ModelRequest) -> Vec<&str> {
     request.tools.iter().map(|t| t.name.as_str()).collect()
 }
 
@@ -708,11 +713,11 @@ fn machine_with(
     let builder = Agent::builder(ScriptedClient::new([]))
         .tool(act)
         .tool(look)
-        .retry_policy(RetryPolicy::default().jitter(agent_loop::Jitter::None));
+        .retry_policy(RetryPolicy::default().jitter(agent_loop::provider::transport::Jitter::None));
     configure(builder).build_machine().unwrap()
 }
 
-fn model_request(actions: &[Action]) -> Option<&agent_loop::ModelRequest> {
+fn model_request(actions: &[Action]) -> Option<&agent_loop::provider::ModelRequest> {
     actions.iter().find_map(|a| match a {
         Action::CallModel(request) => Some(request),
         _ => None,
@@ -737,7 +742,8 @@ fn act_turn(
 
 #[test]
 fn the_request_carries_the_agents_prompt_cache_settings() {
-    let cache = agent_loop::PromptCache::default().ttl(agent_loop::CacheTtl::OneHour);
+    let cache = agent_loop::provider::cache::PromptCache::default()
+        .ttl(agent_loop::provider::cache::CacheTtl::OneHour);
     let mut m = machine_with(|b| b.prompt_cache(Some(cache)));
     m.start("go", Instant::now());
     let actions = drain(&mut m);
@@ -864,7 +870,7 @@ fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
     drain(&mut m);
     let actions = act_turn(&mut m, call_events("c1", "act", "{}"), "c1", now);
     let request = model_request(&actions).expect("the final call");
-    assert_eq!(request.tool_choice, agent_loop::ToolChoice::None);
+    assert_eq!(request.tool_choice, agent_loop::provider::ToolChoice::None);
     // The model calls a read-only tool anyway: it is not started, early or late.
     let mut stream = call_events("r1", "look", "{}");
     stream.push(stop(StopReason::ToolUse));

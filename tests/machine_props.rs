@@ -24,12 +24,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use agent_loop::context::ContextConfig;
 use agent_loop::machine::{Action, AgentMachine, Handled, Input, MachineConfig};
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::history_violation;
+use agent_loop::tool::{ToolCallResult, ToolCatalog, ToolProgress, ToolSpec};
 use agent_loop::{
-    AgentEvent, ContextConfig, ContextManager, Jitter, LlmError, LlmEvent, PausedRun, Resolutions,
-    RetryPolicy, RunOptions, StopReason, StructuredOutput, Termination, ToolCallResult,
-    ToolCatalog, ToolDecision, ToolProgress, ToolSpec, Usage,
+    AgentEvent, ContextManager, LlmError, LlmEvent, PausedRun, Resolutions, RunOptions, StopReason,
+    StructuredOutput, Termination, ToolDecision, Usage,
 };
 use proptest::prelude::*;
 use serde_json::json;

@@ -10,12 +10,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use agent_loop::sse::{SseDecoder, SseLimits};
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{MockResponse, MockServer};
-use agent_loop::{
-    AnthropicClient, LlmClient, LlmError, LlmEvent, Message, ModelRequest, OpenAiClient,
-    RetryPolicy, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
-};
+use agent_loop::wire::sse::{SseDecoder, SseLimits};
+use agent_loop::wire::{StreamAssembler, StreamLimits, WireDecoder, WireFormat};
+use agent_loop::{AnthropicClient, LlmClient, LlmError, LlmEvent, Message, OpenAiClient};
 use futures::StreamExt;
 
 // ---------------------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     // The first token counter of the process builds the tokenizer on a background thread;
     // wait for it, so that its tables are not counted as this test's growth.
-    agent_loop::TiktokenCounter::warm_up();
+    agent_loop::context::TiktokenCounter::warm_up();
     guard
 }
 

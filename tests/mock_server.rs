@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{
     history_violation, MockResponse, MockServer, ScriptedClient, ScriptedResponse,
 };
 use agent_loop::{
-    AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message, ModelRequest,
-    OpenAiClient, RetryPolicy, Role, StopReason, Usage,
+    AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message, OpenAiClient, Role,
+    StopReason, Usage,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -321,7 +323,7 @@ async fn streams_are_chunked_and_byte_chunking_decodes() {
 #[tokio::test]
 async fn scripted_api_errors_become_statuses() {
     let server = MockServer::start().await;
-    let mut api = agent_loop::ApiError::new(429, "slow down");
+    let mut api = agent_loop::error::ApiError::new(429, "slow down");
     api.error_type = Some("rate_limit_error".into());
     api.retry_after = Some(Duration::from_millis(1));
     server.push(ScriptedResponse::error(LlmError::Api(Box::new(api))));

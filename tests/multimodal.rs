@@ -4,12 +4,15 @@
 //! compaction dropping old images first.
 
 use agent_loop::context::CompactionStrategy;
+use agent_loop::context::ContextConfig;
+use agent_loop::media::Document;
 use agent_loop::media::ImageTokenRule;
+use agent_loop::media::{Image, MediaError, MediaSource};
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AnthropicClient, ContentBlock, ContextConfig, ContextManager, Document, Error, FnTool,
-    Image, LlmError, MediaError, MediaSource, Message, OpenAiClient, Role, Termination, ToolError,
-    ToolOutput, UserInput,
+    Agent, AnthropicClient, ContentBlock, ContextManager, Error, LlmError, Message, OpenAiClient,
+    Role, Termination, ToolError, ToolOutput, UserInput,
 };
 use base64::Engine as _;
 use serde_json::{json, Value};

@@ -5,11 +5,16 @@
 
 mod common;
 
+use agent_loop::media::MediaSource;
+use agent_loop::provider::ollama::OllamaKeepAlive;
+use agent_loop::provider::ModelRequest;
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
+use agent_loop::tool::ToolSpec;
+use agent_loop::wire::{WireDecoder, WireFormat};
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource, Message,
-    ModelRequest, OllamaClient, OllamaKeepAlive, Role, StopReason, Termination, ToolChoice,
-    ToolSpec, Usage, WireDecoder, WireFormat,
+    Agent, AgentEvent, ContentBlock, LlmClient, LlmError, LlmEvent, Message, OllamaClient, Role,
+    StopReason, Termination, Usage,
 };
 use common::agent::add_tool;
 use common::{fast_retries, Decoded};
@@ -1046,7 +1051,7 @@ async fn call_ids_are_sent_only_when_asked() {
 
 #[test]
 fn an_oversize_line_is_refused_naming_the_limit() {
-    let mut limits = agent_loop::StreamLimits::default();
+    let mut limits = agent_loop::wire::StreamLimits::default();
     limits.max_line_bytes = 256;
     let mut decoder = WireDecoder::with_limits(WireFormat::Ollama, limits);
     let mut events = Vec::new();

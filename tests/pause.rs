@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::error::{ResumeError, SessionError};
 use agent_loop::session::{self, MemoryStore, SessionEntry, SessionStore};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::tool::ToolCall;
+use agent_loop::tool::{DeferredTool, FnTool};
 use agent_loop::{
-    Agent, AgentBuilder, AgentEvent, AgentHooks, DeferredTool, Error, FnTool, Message, PausedRun,
-    Resolutions, ResumeError, RunOptions, RunOutcome, SessionError, StructuredOutput, Termination,
-    ToolCall, ToolDecision, ToolError, WaitsFor,
+    Agent, AgentBuilder, AgentEvent, AgentHooks, Error, Message, PausedRun, Resolutions,
+    RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision, ToolError, WaitsFor,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -633,7 +635,7 @@ async fn a_session_replays_to_the_agents_conversation_through_compaction() {
         .tool(read)
         .no_summarizer()
         .context_config(
-            agent_loop::ContextConfig::default()
+            agent_loop::context::ContextConfig::default()
                 .context_window(6000)
                 .output_reserve(1000),
         )

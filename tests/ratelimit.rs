@@ -7,11 +7,9 @@ mod common;
 
 use std::time::Duration;
 
+use agent_loop::provider::transport::{PacingLimits, Quota, RateLimiter, RateLimits, RetryPolicy};
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, Error, LlmError, OpenAiClient, PacingLimits, Quota,
-    RateLimiter, RateLimits, RetryPolicy, Termination,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, Error, LlmError, OpenAiClient, Termination};
 use common::agent::{run, run_cancelling};
 use common::grammar::grammar_violation;
 

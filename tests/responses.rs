@@ -4,10 +4,8 @@
 
 mod common;
 
-use agent_loop::{
-    ContentBlock, InvalidToolCallReason, LlmError, LlmEvent, StopReason, StreamAssembler, Usage,
-    WireDecoder, WireFormat,
-};
+use agent_loop::wire::{InvalidToolCallReason, StreamAssembler, WireDecoder, WireFormat};
+use agent_loop::{ContentBlock, LlmError, LlmEvent, StopReason, Usage};
 use serde_json::{json, Value};
 
 const F: WireFormat = WireFormat::OpenAiResponses;

@@ -3,10 +3,13 @@
 
 mod common;
 
+use agent_loop::media::MediaSource;
+use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::tool::ToolSpec;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, MediaSource,
-    Message, ModelRequest, OpenAiClient, Role, StopReason, ToolSpec,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message,
+    OpenAiClient, Role, StopReason,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};

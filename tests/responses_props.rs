@@ -7,7 +7,8 @@
 
 mod common;
 
-use agent_loop::{ContentBlock, LlmError, StopReason, StreamLimits, WireDecoder, WireFormat};
+use agent_loop::wire::{StreamLimits, WireDecoder, WireFormat};
+use agent_loop::{ContentBlock, LlmError, StopReason};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{json, Value};
@@ -386,7 +387,7 @@ proptest! {
         if result.is_ok() {
             let _ = decoder.finish(&mut events);
         }
-        let mut assembler = agent_loop::StreamAssembler::with_limits(limits);
+        let mut assembler = agent_loop::wire::StreamAssembler::with_limits(limits);
         for event in &events {
             if assembler.push(event).is_err() {
                 break;

@@ -2,10 +2,13 @@
 //! both wire formats, validation errors fed back to the model, forced tool choice, the
 //! bounded retries and their typed termination.
 
+use agent_loop::error::ConfigError;
+use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ConfigError, ContentBlock, Error, FnTool, OpenAiClient,
-    RunError, RunOptions, StructuredOutput, Termination, ToolChoice, ToolError, UserInput,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, Error, OpenAiClient, RunError, RunOptions,
+    StructuredOutput, Termination, ToolError, UserInput,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};

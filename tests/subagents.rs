@@ -5,11 +5,14 @@
 
 use std::sync::Arc;
 
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::provider::ToolChoice;
+use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::testing::{history_violation, MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, FnTool, Handoff, HandoffFilter, LlmClient,
-    LlmStream, Message, ModelRequest, OpenAiClient, Resolutions, RetryPolicy, Role, Termination,
-    ToolChoice, ToolError, Usage,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, Handoff, HandoffFilter, LlmClient, Message,
+    OpenAiClient, Resolutions, Role, Termination, ToolError, Usage,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -838,7 +841,10 @@ async fn a_run_paused_after_a_sub_agent_keeps_what_it_used_when_resumed() {
         .unwrap();
         Agent::builder(lead)
             .tool(worker.as_tool("worker", "Finds things."))
-            .tool(agent_loop::DeferredTool::new("ask_user", "Asks the user."))
+            .tool(agent_loop::tool::DeferredTool::new(
+                "ask_user",
+                "Asks the user.",
+            ))
             .build()
             .unwrap()
     };

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_loop::schemars::JsonSchema;
-use agent_loop::{
-    async_trait, Access, CancellationToken, Concurrency, ConfigError, Error, ExecOptions, FnTool,
-    Tool, ToolCall, ToolCallResult, ToolContext, ToolError, ToolOutput, ToolProgress, ToolRegistry,
-};
+use agent_loop::error::ConfigError;
+use agent_loop::tool::schemars::JsonSchema;
+use agent_loop::tool::{Access, CancellationToken, Concurrency};
+use agent_loop::tool::{ExecOptions, FnTool, ToolCall, ToolCallResult, ToolProgress};
+use agent_loop::{async_trait, Error, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -1066,10 +1066,10 @@ async fn run_enum_tool_agent(
 
 #[tokio::test]
 async fn the_mock_server_refuses_tool_schemas_the_real_apis_refuse() {
+    use agent_loop::provider::ModelRequest;
     use agent_loop::testing::{MockServer, ScriptedResponse};
-    use agent_loop::{
-        AnthropicClient, LlmClient, LlmError, Message, ModelRequest, OpenAiClient, ToolSpec,
-    };
+    use agent_loop::tool::ToolSpec;
+    use agent_loop::{AnthropicClient, LlmClient, LlmError, Message, OpenAiClient};
 
     let server = MockServer::start().await;
     server.push(ScriptedResponse::text("kept for later"));

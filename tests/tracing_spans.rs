@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::{Agent, FnTool, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, ToolError};
 use futures::StreamExt;
 use serde_json::json;
 use tracing::field::{Field, Visit};

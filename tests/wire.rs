@@ -4,10 +4,10 @@
 
 mod common;
 
-use agent_loop::{
-    ContentBlock, InvalidToolCallReason, LlmError, LlmEvent, ModelResponse, StopReason,
-    StreamAssembler, StreamLimits, Usage, WireDecoder, WireFormat,
+use agent_loop::wire::{
+    InvalidToolCallReason, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
 };
+use agent_loop::{ContentBlock, LlmError, LlmEvent, ModelResponse, StopReason, Usage};
 use common::Decoded;
 use serde_json::{json, Value};
 

@@ -10,10 +10,9 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use agent_loop::sse::{SseDecoder, SseEvent, SseLimits};
-use agent_loop::{
-    ContentBlock, LlmError, LlmEvent, StreamAssembler, StreamLimits, WireDecoder, WireFormat,
-};
+use agent_loop::wire::sse::{SseDecoder, SseEvent, SseLimits};
+use agent_loop::wire::{StreamAssembler, StreamLimits, WireDecoder, WireFormat};
+use agent_loop::{ContentBlock, LlmError, LlmEvent};
 use common::Decoded;
 use proptest::prelude::*;
 use proptest::test_runner::Config;

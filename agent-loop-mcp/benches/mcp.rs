@@ -5,15 +5,16 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent_loop::{ExecOptions, FnTool, ToolCall, ToolError, ToolRegistry};
+use agent_loop::tool::{ExecOptions, FnTool, ToolCall};
+use agent_loop::{ToolError, ToolRegistry};
 use agent_loop_mcp::McpServer;
 use serde::Deserialize;
 use serde_json::json;
 
 const CALLS: usize = 1_000;
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct EchoInput {
     message: String,
 }

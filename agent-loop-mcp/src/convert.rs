@@ -468,7 +468,7 @@ mod tests {
         #[test]
         fn names_always_pass_the_registry(prefix in ".{0,10}", name in ".{0,80}") {
             let name = tool_name(&prefix, &name);
-            let tool = agent_loop::FnTool::new(name.clone(), "A tool.", |_: Value, _ctx| async {
+            let tool = agent_loop::tool::FnTool::new(name.clone(), "A tool.", |_: Value, _ctx| async {
                 Ok::<_, ToolError>("")
             });
             prop_assert!(agent_loop::ToolRegistry::new().register(tool).is_ok(), "{}", name);

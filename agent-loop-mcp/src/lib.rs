@@ -61,8 +61,10 @@ use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
-use agent_loop::{Concurrency, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSource};
-use agent_loop::{ConfigError, Error};
+use agent_loop::error::ConfigError;
+use agent_loop::tool::{Concurrency, ToolSource};
+use agent_loop::Error;
+use agent_loop::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use convert::quote;
 pub use server::McpServer;
 use session::{Handler, Session};
@@ -365,7 +367,7 @@ struct ToolInfo {
 /// tools (or a [`McpConnection`] clone) is alive.
 ///
 /// A call sends a progress token (the server's progress notifications become
-/// [`ToolProgress`](agent_loop::ToolProgress) notes), and a call stopped by cancellation or its
+/// [`ToolProgress`](agent_loop::tool::ToolProgress) notes), and a call stopped by cancellation or its
 /// timeout sends `notifications/cancelled`. Content maps as follows: text as text; an image
 /// is sent to the model as an image (see [`ToolOutput::with_images`]) and named in the text
 /// where it came (`[image: image/png, 1234 bytes]`); audio is named; an embedded text resource is

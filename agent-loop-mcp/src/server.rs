@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::Concurrency;
+use agent_loop::tool::Concurrency;
 
 /// Filters tools by their name on the server.
 pub(crate) type Filter = Arc<dyn Fn(&str) -> bool + Send + Sync>;

@@ -26,8 +26,9 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::server::{McpServer, Transport};
 use crate::convert::quote;
+use agent_loop::error::ConfigError;
+use agent_loop::Error;
 use agent_loop::ToolError;
-use agent_loop::{ConfigError, Error};
 
 /// A stderr line longer than this is logged cut.
 const MAX_STDERR_LINE: usize = 8 * 1024;

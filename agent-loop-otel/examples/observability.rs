@@ -13,8 +13,10 @@ mod common;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::{MockResponse, ScriptedResponse};
-use agent_loop::{Agent, FnTool, Jitter, RetryPolicy, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, ToolError};
 use agent_loop_otel as otel;
 use futures::StreamExt;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -23,8 +25,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct AddInput {
     /// The numbers to add.
     numbers: Vec<f64>,

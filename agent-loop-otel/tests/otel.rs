@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, FnTool, Jitter, RetryPolicy, Termination, ToolError, Usage,
-};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, AnthropicClient, Termination, ToolError, Usage};
 use agent_loop_otel::{OtelBuilder, OtelGuard};
 use futures::StreamExt;
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -533,7 +533,7 @@ fn a_move_to_a_fallback_model_is_an_event_of_the_run_span() {
         .build()
         .unwrap();
     let primary = ScriptedClient::new([ScriptedResponse::error(agent_loop::LlmError::Api(
-        Box::new(agent_loop::ApiError::new(529, "Overloaded")),
+        Box::new(agent_loop::error::ApiError::new(529, "Overloaded")),
     ))])
     .with_model("primary-model");
     let backup = ScriptedClient::new([ScriptedResponse::text("ok")]).with_model("backup-model");

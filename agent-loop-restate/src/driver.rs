@@ -8,11 +8,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agent_loop::context::Conversation;
+use agent_loop::context::Summarizer;
 use agent_loop::machine::{Action, AgentMachine, Input};
-use agent_loop::{
-    AgentEvent, AgentHooks, Conversation, LlmClient, Message, ModelRequest, Summarizer, ToolCall,
-    ToolDecision, ToolProgress,
-};
+use agent_loop::provider::ModelRequest;
+use agent_loop::tool::{ToolCall, ToolProgress};
+use agent_loop::{AgentEvent, AgentHooks, LlmClient, Message, ToolDecision};
 use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
@@ -114,7 +115,7 @@ pub(crate) fn sub_agent_result(id: &str, name: &str, report: &RunReport) -> Tool
         )
     };
     ToolStep {
-        result: agent_loop::ToolCallResult::new(id, name, content, is_error, Duration::ZERO),
+        result: agent_loop::tool::ToolCallResult::new(id, name, content, is_error, Duration::ZERO),
         input: None,
         progress: Vec::new(),
         usage: Some((report.input_tokens, report.output_tokens)),
@@ -379,7 +380,7 @@ impl<'a, J: Journal> Driver<'a, J> {
     async fn call_model(
         &mut self,
         machine: &AgentMachine,
-        request: agent_loop::ModelRequest,
+        request: agent_loop::provider::ModelRequest,
     ) -> Result<(), Stop> {
         let client = self.agent.client.clone();
         let hooks = self.hooks.clone().map(|hooks| (hooks, machine.turn()));
@@ -510,7 +511,7 @@ impl<'a, J: Journal> Driver<'a, J> {
             None => Err("no summarizer is configured".to_owned()),
             Some(summarizer) => self.journal.summary(summarizer, span).await?,
         };
-        let summary = summary.map_err(|e| agent_loop::ContextError::Summary(e).into());
+        let summary = summary.map_err(|e| agent_loop::error::ContextError::Summary(e).into());
         machine.handle(Input::Summary(summary), self.epoch);
         Ok(())
     }
@@ -535,7 +536,7 @@ impl<'a, J: Journal> Driver<'a, J> {
             }
             if self.agent.has_sub_agent(&call.name) {
                 let Some(task) = call.input["task"].as_str().map(str::to_owned) else {
-                    let error = agent_loop::ToolCallResult::new(
+                    let error = agent_loop::tool::ToolCallResult::new(
                         &call.id,
                         &call.name,
                         "a sub-agent call needs a task: {\"task\": \"…\"}",

@@ -88,12 +88,13 @@
 //! ```no_run
 //! use std::net::SocketAddr;
 //!
-//! use agent_loop::{AnthropicClient, FnTool, ToolCall, ToolError, ToolRegistry};
+//! use agent_loop::{AnthropicClient, ToolError, ToolRegistry};
+//! use agent_loop::tool::{FnTool, ToolCall};
 //! use agent_loop_restate::{ApprovalRequest, DurableAgent};
 //! use serde::Deserialize;
 //!
-//! #[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-//! #[schemars(crate = "agent_loop::schemars")]
+//! #[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+//! #[schemars(crate = "agent_loop::tool::schemars")]
 //! struct Deploy {
 //!     /// The environment to deploy to.
 //!     env: String,
@@ -158,7 +159,7 @@
 //! A model step's result is the response's events and the error that ended it, as the core's
 //! own serde forms ([`agent_loop::LlmEvent`], [`agent_loop::LlmError`]), with the hook's stop
 //! and the early calls' results when there are any; a tool step's is the
-//! [`agent_loop::ToolCallResult`] with the call's first progress notes. Replayed, each reads
+//! [`agent_loop::tool::ToolCallResult`] with the call's first progress notes. Replayed, each reads
 //! back equal to what the first run saw.
 //!
 //! The session's state: `messages` (the count), `system` and `message/{n}` (one JSON message
@@ -209,7 +210,7 @@
 //! Restate bounds one message (journal entry or state value). Each message of the
 //! conversation is its own state value, and a run reads the whole conversation when it
 //! starts: keep it well under the server's limits by giving the agent a context window
-//! ([`agent_loop::ContextConfig`]) so that the machine compacts before it grows past it; a
+//! ([`agent_loop::context::ContextConfig`]) so that the machine compacts before it grows past it; a
 //! run whose conversation would exceed [`DurableAgent::max_state_bytes`] ends with a clear
 //! error instead of failing in Restate. The progress log keeps a response's text one event per
 //! block, cut at 4 KiB, and a call's first 16 progress notes, cut at 1 KiB each: its growth

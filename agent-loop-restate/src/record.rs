@@ -5,10 +5,11 @@
 use std::mem::Discriminant;
 use std::sync::Arc;
 
-use agent_loop::{
-    AgentHooks, ExecOptions, HookAction, LlmClient, LlmError, LlmEvent, ModelRequest,
-    StreamAssembler, ToolCall, ToolCallResult, ToolRegistry,
-};
+use agent_loop::provider::ModelRequest;
+use agent_loop::tool::ExecOptions;
+use agent_loop::tool::{ToolCall, ToolCallResult};
+use agent_loop::wire::StreamAssembler;
+use agent_loop::{AgentHooks, HookAction, LlmClient, LlmError, LlmEvent, ToolRegistry};
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -286,7 +287,7 @@ fn delta(event: &mut LlmEvent) -> Option<(Discriminant<LlmEvent>, usize, &mut St
     }
 }
 
-/// A journaled value (a [`ModelStep`], a [`ToolCallResult`](agent_loop::ToolCallResult)): JSON,
+/// A journaled value (a [`ModelStep`], a [`ToolCallResult`](agent_loop::tool::ToolCallResult)): JSON,
 /// like Restate's `Json`, except that a record in the format of earlier builds of this crate is
 /// refused with an error naming the migration instead of serde's "missing field".
 pub(crate) struct Journaled<T>(pub T);
@@ -350,7 +351,9 @@ fn is_mirror_record(bytes: &[u8]) -> bool {
 mod tests {
     use std::time::Duration;
 
-    use agent_loop::{ApiError, StopReason, TimeoutKind, ToolCallResult};
+    use agent_loop::error::{ApiError, TimeoutKind};
+    use agent_loop::tool::ToolCallResult;
+    use agent_loop::StopReason;
     use serde_json::json;
 
     use super::*;
@@ -528,7 +531,8 @@ mod tests {
     }
 
     use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    use agent_loop::{FnTool, Message, ToolError};
+    use agent_loop::tool::FnTool;
+    use agent_loop::{Message, ToolError};
 
     /// Tools `look` (read-only) and `step` (not); the policy leaves `look` of label `ask` to a
     /// person.

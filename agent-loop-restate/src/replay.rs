@@ -52,7 +52,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{AgentHooks, Conversation, Message, Summarizer, ToolCall, ToolDecision};
+use agent_loop::context::{Conversation, Summarizer};
+use agent_loop::tool::ToolCall;
+use agent_loop::{AgentHooks, Message, ToolDecision};
 use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
@@ -302,8 +304,9 @@ fn sql_string(text: &str) -> Result<&str, ReplayError> {
 
 /// Rows of the admin API's SQL endpoint.
 async fn query(admin: &str, sql: &str) -> Result<Vec<Value>, ReplayError> {
-    let unreadable = |e: agent_loop::reqwest::Error| ReplayError::Unreadable(e.to_string());
-    let response = agent_loop::reqwest::Client::new()
+    let unreadable =
+        |e: agent_loop::provider::reqwest::Error| ReplayError::Unreadable(e.to_string());
+    let response = agent_loop::provider::reqwest::Client::new()
         .post(format!("{}/query", admin.trim_end_matches('/')))
         .header("accept", "application/json")
         .json(&serde_json::json!({ "query": sql }))

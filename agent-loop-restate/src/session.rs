@@ -5,10 +5,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::context::Summarizer;
+use agent_loop::context::{ContextConfig, Conversation};
 use agent_loop::machine::MachineParts;
+use agent_loop::tool::FnTool;
+use agent_loop::tool::ToolCall;
 use agent_loop::{
-    Agent, AgentBuilder, AgentHooks, ContextConfig, ContextManager, Conversation, FnTool,
-    LlmClient, Message, SubAgentTask, Summarizer, ToolCall, ToolDecision, ToolError, ToolRegistry,
+    Agent, AgentBuilder, AgentHooks, ContextManager, LlmClient, Message, SubAgentTask,
+    ToolDecision, ToolError, ToolRegistry,
 };
 use bytes::Bytes;
 use restate_sdk::context::RequestTarget;
@@ -307,7 +311,7 @@ impl DurableAgent {
     ///   call's step, and their results are journaled with it. Not with hooks (each call's
     ///   `before_tool` step comes first then).
     /// - [`require_approval`](AgentBuilder::require_approval) and
-    ///   [`DeferredTool`](agent_loop::DeferredTool)s pause an in-process run for
+    ///   [`DeferredTool`](agent_loop::tool::DeferredTool)s pause an in-process run for
     ///   [`Agent::resume`]; a durable run does not pause (it already outlives its process):
     ///   use the policy's [`ApprovalRequest::AskHuman`]. A run that pauses anyway ends, its
     ///   calls answered as interrupted.

@@ -3,8 +3,7 @@
 
 mod common;
 
-use agent_loop::testing::ScriptedResponse;
-use agent_loop::testing::{MockResponse, MockServer, StreamPoint};
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use common::*;
 use serde_json::json;
 
@@ -294,7 +293,7 @@ async fn restate_cancel_stops_the_run_and_leaves_a_valid_history() {
 
     let (_, state) = restate.call("s7", "state", None).await;
     assert_eq!(state["status"]["termination"], "cancelled");
-    let conversation: agent_loop::Conversation =
+    let conversation: agent_loop::context::Conversation =
         serde_json::from_value(state["conversation"].clone()).expect("conversation");
     assert_eq!(
         agent_loop::testing::history_violation(&conversation.messages),

@@ -8,7 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use agent_loop::testing::{MockServer, ScriptedResponse};
-use agent_loop::{Agent, AgentEvent, AnthropicClient, FnTool, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, AnthropicClient, ToolError};
 use common::*;
 use futures::StreamExt;
 use serde_json::json;

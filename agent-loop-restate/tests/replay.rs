@@ -53,7 +53,8 @@ async fn recorded_run_replays_without_a_server() {
     assert_eq!(report.turns, 3);
 
     // A policy that no longer asks a human before deploying: the run would not wait.
-    let no_approval = served_agent().approval(|_: &agent_loop::ToolCall| ApprovalRequest::Allow);
+    let no_approval =
+        served_agent().approval(|_: &agent_loop::tool::ToolCall| ApprovalRequest::Allow);
     let error = run.replay(&no_approval).await.unwrap_err();
     assert!(
         matches!(&error, ReplayError::Diverged { recorded, .. } if recorded.contains("approval/")),
@@ -103,7 +104,7 @@ async fn recorded_sub_agent_call_and_retry_replay() {
     // its retry, this one ends and saves.
     let impatient = served_agent().configure(|b| {
         b.system("You do tasks step by step with the tools.")
-            .retry_policy(agent_loop::RetryPolicy::default().max_retries(0))
+            .retry_policy(agent_loop::provider::transport::RetryPolicy::default().max_retries(0))
     });
     let error = recorded("retry").replay(&impatient).await.unwrap_err();
     // Two calls whose results came in the other order than the calls: fed as they came.

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_loop::testing::ScriptedResponse;
-use agent_loop::{Agent, AgentEvent, FnTool, Resolutions, RunOutcome, Termination, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, Resolutions, RunOutcome, Termination, ToolError};
 use agent_loop_sql::SqliteStore;
 use futures::{Stream, StreamExt};
 use serde_json::json;

@@ -67,8 +67,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::sql::{new_version, Rows};
+use agent_loop::error::SessionError;
 use agent_loop::session::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
-use agent_loop::SessionError;
 
 /// The advisory lock migrations run under ("agent_lp" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6167_656e_745f_6c70;
@@ -102,7 +102,7 @@ const MIGRATIONS: &[&str] = &[
 /// use agent_loop_sql::PostgresStore;
 /// use agent_loop::context::Conversation;
 ///
-/// # async fn run() -> Result<(), agent_loop::SessionError> {
+/// # async fn run() -> Result<(), agent_loop::error::SessionError> {
 /// let store = PostgresStore::connect("postgres://agent@db.internal/agents").await?;
 /// let first = SessionEntry::Conversation { conversation: Conversation::default() };
 /// let version = store.append("chat-1", 0, &[first]).await?;
@@ -159,7 +159,7 @@ impl PostgresStore {
     /// ```no_run
     /// use agent_loop_sql::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), agent_loop::SessionError> {
+    /// # async fn run() -> Result<(), agent_loop::error::SessionError> {
     /// // Tables in the schema `agents` (which must exist) rather than in `public`.
     /// let store = PostgresStore::connect(
     ///     "postgres://agent@127.0.0.1:5432/app?options=-c%20search_path%3Dagents",
@@ -415,7 +415,7 @@ async fn current_version(
     row.map(|row| {
         let version: i64 = row.try_get(0).map_err(db)?;
         u64::try_from(version).map_err(|_| {
-            agent_loop::SessionError::corrupt(
+            agent_loop::error::SessionError::corrupt(
                 session,
                 0,
                 format!("the session's version is {version}"),

@@ -1,8 +1,8 @@
 //! What the SQL stores share: reading a session's rows back into a [`StoredSession`], with
 //! every row checked (a bad row is [`SessionError::Corrupt`], never a panic).
 
+use agent_loop::error::SessionError;
 use agent_loop::session::{SessionEntry, StoredSession};
-use agent_loop::SessionError;
 
 /// Collects the rows of one session's `load`: its version, then its entries from the newest
 /// `conversation` one on, in order. Checks that they fit the session's version: no entry
@@ -20,7 +20,7 @@ impl<'a> Rows<'a> {
     /// entry, 1 when it has none).
     pub(super) fn new(session: &'a str, version: i64, from: i64) -> Result<Self, SessionError> {
         let version = u64::try_from(version).map_err(|_| {
-            agent_loop::SessionError::corrupt(
+            agent_loop::error::SessionError::corrupt(
                 session,
                 0,
                 format!("the session's version is negative ({version})"),
@@ -30,7 +30,7 @@ impl<'a> Rows<'a> {
             .ok()
             .filter(|&v| v >= 1)
             .ok_or_else(|| {
-                agent_loop::SessionError::corrupt(
+                agent_loop::error::SessionError::corrupt(
                     session,
                     0,
                     format!("an entry has version {from}"),
@@ -53,14 +53,14 @@ impl<'a> Rows<'a> {
         body: Result<&str, String>,
     ) -> Result<(), SessionError> {
         let Ok(version) = u64::try_from(version) else {
-            return Err(agent_loop::SessionError::corrupt(
+            return Err(agent_loop::error::SessionError::corrupt(
                 self.session,
                 0,
                 format!("an entry has version {version}"),
             ));
         };
         if version > self.version {
-            return Err(agent_loop::SessionError::corrupt(
+            return Err(agent_loop::error::SessionError::corrupt(
                 self.session,
                 version,
                 format!(
@@ -71,14 +71,14 @@ impl<'a> Rows<'a> {
             ));
         }
         if version != self.next {
-            return Err(agent_loop::SessionError::corrupt(
+            return Err(agent_loop::error::SessionError::corrupt(
                 self.session,
                 self.next,
                 "the entry is missing from the session's log",
             ));
         }
-        let body =
-            body.map_err(|why| agent_loop::SessionError::corrupt(self.session, version, why))?;
+        let body = body
+            .map_err(|why| agent_loop::error::SessionError::corrupt(self.session, version, why))?;
         let entry = SessionEntry::decode(self.session, version, format, body)?;
         self.entries.push((version, entry));
         self.next += 1;
@@ -90,7 +90,7 @@ impl<'a> Rows<'a> {
         // A session with entries must have them up to its version (the replay reports a
         // session with none at all).
         if !self.entries.is_empty() && self.next <= self.version {
-            return Err(agent_loop::SessionError::corrupt(
+            return Err(agent_loop::error::SessionError::corrupt(
                 self.session,
                 self.next,
                 "the entry is missing from the session's log",

@@ -60,8 +60,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::sql::{new_version, Rows};
+use agent_loop::error::SessionError;
 use agent_loop::session::{EncodedEntry, SessionEntry, SessionStore, StoredSession};
-use agent_loop::SessionError;
 
 /// How long a write waits for another connection's write to finish before it fails with
 /// `database is locked`.
@@ -115,7 +115,7 @@ const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 /// # for suffix in ["", "-wal", "-shm"] {
 /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
 /// # }
-/// # Ok::<(), agent_loop::SessionError>(())
+/// # Ok::<(), agent_loop::error::SessionError>(())
 /// # }).unwrap();
 /// ```
 #[derive(Clone)]
@@ -147,7 +147,7 @@ impl SqliteStore {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::open(":memory:").await?;
     /// assert_eq!(store.load("nothing-yet").await?, None);
-    /// # Ok::<(), agent_loop::SessionError>(())
+    /// # Ok::<(), agent_loop::error::SessionError>(())
     /// # }).unwrap();
     /// ```
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
@@ -296,7 +296,7 @@ fn load_blocking(
         return Ok(None);
     };
     let version = version.map_err(|why| {
-        agent_loop::SessionError::corrupt(session, 0, format!("the session's row: {why}"))
+        agent_loop::error::SessionError::corrupt(session, 0, format!("the session's row: {why}"))
     })?;
     // Uses the partial index on conversation entries.
     let from = tx
@@ -312,7 +312,11 @@ fn load_blocking(
         .map_err(db)?
         .transpose()
         .map_err(|why| {
-            agent_loop::SessionError::corrupt(session, 0, format!("a conversation entry: {why}"))
+            agent_loop::error::SessionError::corrupt(
+                session,
+                0,
+                format!("a conversation entry: {why}"),
+            )
         })?
         .unwrap_or(1);
     let mut rows = Rows::new(session, version, from)?;
@@ -325,11 +329,11 @@ fn load_blocking(
     let mut query = stmt.query(rusqlite::params![session, from]).map_err(db)?;
     while let Some(row) = query.next().map_err(db)? {
         let entry_version = integer(row.get_ref(0).map_err(db)?, "version").map_err(|why| {
-            agent_loop::SessionError::corrupt(session, 0, format!("an entry: {why}"))
+            agent_loop::error::SessionError::corrupt(session, 0, format!("an entry: {why}"))
         })?;
         let version_u64 = u64::try_from(entry_version).unwrap_or(0);
         let format = integer(row.get_ref(1).map_err(db)?, "format")
-            .map_err(|why| agent_loop::SessionError::corrupt(session, version_u64, why))?;
+            .map_err(|why| agent_loop::error::SessionError::corrupt(session, version_u64, why))?;
         let body = text(row.get_ref(2).map_err(db)?, "body");
         rows.push(entry_version, format, body)?;
     }
@@ -354,12 +358,16 @@ fn append_blocking(
         .map_err(db)?
         .transpose()
         .map_err(|why| {
-            agent_loop::SessionError::corrupt(session, 0, format!("the session's row: {why}"))
+            agent_loop::error::SessionError::corrupt(
+                session,
+                0,
+                format!("the session's row: {why}"),
+            )
         })?;
     let found = found
         .map(|v| {
             u64::try_from(v).map_err(|_| {
-                agent_loop::SessionError::corrupt(
+                agent_loop::error::SessionError::corrupt(
                     session,
                     0,
                     format!("the session's version is {v}"),

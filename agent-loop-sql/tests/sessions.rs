@@ -22,11 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_loop::context::Conversation;
+use agent_loop::error::SessionError;
 use agent_loop::session::{
     self, MemoryStore, SessionEntry, SessionStore, StoredSession, ENTRY_FORMAT,
 };
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::{ContentBlock, Message, Role, SessionError};
+use agent_loop::{ContentBlock, Message, Role};
 use agent_loop_sql::{PostgresStore, SqliteStore};
 use serde_json::json;
 
@@ -929,7 +930,10 @@ struct GatedModel {
 }
 
 impl agent_loop::LlmClient for GatedModel {
-    fn stream<'a>(&'a self, request: &'a agent_loop::ModelRequest) -> agent_loop::LlmStream<'a> {
+    fn stream<'a>(
+        &'a self,
+        request: &'a agent_loop::provider::ModelRequest,
+    ) -> agent_loop::provider::LlmStream<'a> {
         use futures::StreamExt;
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let hold_after = match (self.point, call) {
@@ -977,7 +981,7 @@ fn gated_agent(
 ) -> (agent_loop::Agent, ScriptedClient) {
     let script = ScriptedClient::new(first_writer_script());
     let tool_gate = (point == Point::MidTool).then(|| gate.clone());
-    let lookup = agent_loop::FnTool::new(
+    let lookup = agent_loop::tool::FnTool::new(
         "lookup",
         "Looks something up.",
         move |_: serde_json::Value, _ctx| {
@@ -1134,7 +1138,7 @@ async fn one_run_at_a_time(backend: &Backend) {
         assert_eq!(said(&last.conversation, "A's question"), 1, "{point:?}");
         assert_eq!(said(&last.conversation, "B's question"), 1, "{point:?}");
         assert_eq!(last.conversation.messages[6].text(), "B's question");
-        agent_loop::ContextManager::new(agent_loop::ContextConfig::default())
+        agent_loop::ContextManager::new(agent_loop::context::ContextConfig::default())
             .restore(last.conversation.clone())
             .unwrap_or_else(|e| panic!("{point:?}: {e}"));
     }
@@ -1203,7 +1207,7 @@ async fn an_overtaken_run_says_what_it_saved(backend: &Backend) {
             said(&last.conversation, "A's question"),
             saved_turns as usize + 1
         );
-        agent_loop::ContextManager::new(agent_loop::ContextConfig::default())
+        agent_loop::ContextManager::new(agent_loop::context::ContextConfig::default())
             .restore(last.conversation.clone())
             .unwrap_or_else(|e| panic!("{point:?}: {e}"));
     }

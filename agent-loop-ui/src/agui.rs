@@ -54,9 +54,10 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_loop::media::{Document, Image, MediaSource};
 use agent_loop::{
-    AgentEvent, AgentHandle, ContentBlock, Document, Error, Image, MediaSource, Message, PausedRun,
-    Resolution, Resolutions, Role, RunOutcome, Termination, Usage, UserInput, WaitsFor,
+    AgentEvent, AgentHandle, ContentBlock, Error, Message, PausedRun, Resolution, Resolutions,
+    Role, RunOutcome, Termination, Usage, UserInput, WaitsFor,
 };
 
 use super::{sse_frame, UiRequestError, UiTurn};
@@ -1340,7 +1341,7 @@ struct Wire {
 ///
 /// - The client's `tools` (front-end tools) are not registered with the agent: the agent
 ///   runs the tools its server gave it. A front-end tool is a
-///   [deferred tool](agent_loop::DeferredTool) on the server, whose result the client sends back
+///   [deferred tool](agent_loop::tool::DeferredTool) on the server, whose result the client sends back
 ///   as a tool message or a `resume` entry.
 /// - `system`, `developer`, `reasoning` and `activity` messages are not part of the
 ///   history: the server's system prompt rules, and reasoning is the model's own.

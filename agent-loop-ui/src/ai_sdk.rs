@@ -17,7 +17,7 @@
 //! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
 //! assistant message: the run resumes, its stream continuing that same assistant message
 //! (denied calls end in `output-denied`). A tool the client runs itself (a
-//! [deferred](agent_loop::DeferredTool) tool) is answered the same way, by the client's
+//! [deferred](agent_loop::tool::DeferredTool) tool) is answered the same way, by the client's
 //! `addToolOutput`. A new user message instead of an answer denies the waiting calls and
 //! starts a new assistant message (or is refused:
 //! [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
@@ -29,9 +29,10 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_loop::media::{Document, Image};
 use agent_loop::{
-    AgentEvent, ContentBlock, Document, Image, Message, PausedRun, Resolutions, Role, Termination,
-    UserInput, WaitsFor,
+    AgentEvent, ContentBlock, Message, PausedRun, Resolutions, Role, Termination, UserInput,
+    WaitsFor,
 };
 
 use super::{sse_frame, UiRequestError, UiTurn};

@@ -253,7 +253,7 @@ pub(crate) fn calls_denied(paused: &PausedRun) -> serde_json::Value {
 /// [`NEW_MESSAGE_DENIAL`] as an error result. The agent restores it (which checks and
 /// repairs it as any restored history) and runs on the new message from there.
 #[cfg(feature = "axum")]
-pub(crate) fn left_behind(paused: &PausedRun) -> agent_loop::Conversation {
+pub(crate) fn left_behind(paused: &PausedRun) -> agent_loop::context::Conversation {
     use agent_loop::{ContentBlock, Message, Role};
     let mut conversation = paused.conversation().clone();
     let finished = paused.finished();
@@ -347,7 +347,8 @@ pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json
 #[cfg(feature = "axum")]
 pub(crate) mod http {
     //! The axum side: how a request's turn starts, the SSE response, and the refusals.
-    use agent_loop::{Agent, Conversation, Error, Message, PausedRun, Resolutions};
+    use agent_loop::context::Conversation;
+    use agent_loop::{Agent, Error, Message, PausedRun, Resolutions};
     use axum::body::Body;
     use axum::http::{header, HeaderValue, StatusCode};
     use axum::response::Response;

@@ -8,11 +8,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::media::MediaSource;
+use agent_loop::pricing::Cost;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, Cost, FnTool, MediaSource, Message, PausedRun, Resolution,
-    Role, RunOutcome, StopReason, Termination, ToolError, Usage,
+    Agent, AgentEvent, ContentBlock, Message, PausedRun, Resolution, Role, RunOutcome, StopReason,
+    Termination, ToolError, Usage,
 };
 use agent_loop_ui::agui::{
     respond, respond_with, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput,
@@ -812,7 +815,7 @@ fn turns_with_a_paused_run() {
 async fn a_deferred_call_is_answered_by_a_resume_payload_or_a_tool_message() {
     let client = ScriptedClient::new([ScriptedResponse::tool_call("c5", "pick_color", json!({}))]);
     let mut agent = Agent::builder(client)
-        .tool(agent_loop::DeferredTool::new(
+        .tool(agent_loop::tool::DeferredTool::new(
             "pick_color",
             "The user picks a color.",
         ))
@@ -1075,7 +1078,7 @@ async fn http_agent_keeps_only_the_answer_that_was_not_voided_by_a_retry() {
 }
 
 async fn post_json(url: &str, body: Vec<u8>) -> (u16, String) {
-    let response = agent_loop::reqwest::Client::new()
+    let response = agent_loop::provider::reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
         .body(body)
@@ -1651,8 +1654,8 @@ fn each_stop_has_its_own_error_code() {
         (
             Termination::CostBudget {
                 spent: Cost::default(),
-                next_call: agent_loop::Usd::from_dollars(1.0),
-                budget: agent_loop::Usd::from_dollars(1.0),
+                next_call: agent_loop::pricing::Usd::from_dollars(1.0),
+                budget: agent_loop::pricing::Usd::from_dollars(1.0),
             },
             "cost_budget",
         ),

@@ -7,11 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::media::MediaSource;
+use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, FnTool, LlmError, MediaSource, PausedRun, Resolution,
-    Resolutions, RetryPolicy, Role, Termination, ToolError, UserInput,
+    Agent, AgentEvent, ContentBlock, LlmError, PausedRun, Resolution, Resolutions, Role,
+    Termination, ToolError, UserInput,
 };
 use agent_loop_ui::ai_sdk::{
     encode_stream, respond, respond_with, sse_body, ChatRequest, DataChunk, FinishReason,
@@ -401,7 +404,7 @@ async fn an_error_closes_the_parts_and_the_step_before_the_error_chunk() {
     let client =
         ScriptedClient::new([
             ScriptedResponse::text("Hal").then_fail(LlmError::Api(Box::new(
-                agent_loop::ApiError::new(401, "invalid x-api-key"),
+                agent_loop::error::ApiError::new(401, "invalid x-api-key"),
             ))),
         ]);
     let mut agent = Agent::builder(client).build().unwrap();
@@ -1128,7 +1131,7 @@ async fn after_an_error_the_ai_chat_keeps_the_message_with_its_parts_closed() {
     let client =
         ScriptedClient::new([
             ScriptedResponse::text("Half an answ").then_fail(LlmError::Api(Box::new(
-                agent_loop::ApiError::new(401, "invalid x-api-key"),
+                agent_loop::error::ApiError::new(401, "invalid x-api-key"),
             ))),
         ]);
     let seen = chat_round_trip(client, "none").await;
@@ -1225,7 +1228,7 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
     let client = approval_script();
     let store = Arc::new(MemoryStore::new());
     let url = format!("{}/chat", server(client.clone(), store.clone()).await);
-    let http = agent_loop::reqwest::Client::new();
+    let http = agent_loop::provider::reqwest::Client::new();
 
     // The first request pauses for the verdict.
     let response = http
@@ -1337,7 +1340,7 @@ async fn a_new_message_while_a_call_waits_denies_it_and_the_chat_goes_on() {
     ]);
     let store = Arc::new(MemoryStore::new());
     let url = format!("{}/chat", server(client.clone(), store.clone()).await);
-    let http = agent_loop::reqwest::Client::new();
+    let http = agent_loop::provider::reqwest::Client::new();
     let post = |body: Vec<u8>| http.post(&url).body(body).send();
 
     let paused = post(body(vec![user("u1", "Delete a.txt")])).await.unwrap();
@@ -1549,7 +1552,7 @@ async fn the_refuse_policy_answers_a_new_message_while_a_call_waits_with_a_400()
         "{}/chat",
         server_with(client.clone(), store.clone(), options).await
     );
-    let http = agent_loop::reqwest::Client::new();
+    let http = agent_loop::provider::reqwest::Client::new();
     let post = |body: Vec<u8>| http.post(&url).body(body).send();
 
     let paused = post(body(vec![user("u1", "Delete a.txt")])).await.unwrap();
@@ -1611,7 +1614,7 @@ fn real_ends() -> &'static Ends {
             };
             let failed = {
                 let client = ScriptedClient::new([ScriptedResponse::error(LlmError::Api(
-                    Box::new(agent_loop::ApiError::new(401, "invalid x-api-key")),
+                    Box::new(agent_loop::error::ApiError::new(401, "invalid x-api-key")),
                 ))]);
                 let mut agent = Agent::builder(client).build().unwrap();
                 last(run_events(&mut agent, "x").await)
@@ -1914,7 +1917,7 @@ fn a_step_closes_at_its_turns_end() {
         turn: 1,
         stop_reason: agent_loop::StopReason::EndTurn,
         usage,
-        cost: agent_loop::Cost::default(),
+        cost: agent_loop::pricing::Cost::default(),
     });
     assert_eq!(shows(&end), ["text-end text-1", "finish-step"]);
     assert!(!encoder.is_finished());
@@ -2053,7 +2056,7 @@ async fn a_verdict_does_not_answer_a_call_that_waits_for_its_result() {
         json!({"options": ["red", "blue"]}),
     )]);
     let mut agent = Agent::builder(client)
-        .tool(agent_loop::DeferredTool::new(
+        .tool(agent_loop::tool::DeferredTool::new(
             "pick_color",
             "The user picks a color.",
         ))
@@ -2169,7 +2172,7 @@ async fn a_stateless_server_runs_on_the_clients_history() {
         ]}),
         user("u2", "And now?"),
     ]);
-    let response = agent_loop::reqwest::Client::new()
+    let response = agent_loop::provider::reqwest::Client::new()
         .post(format!("{url}/chat"))
         .header("content-type", "application/json")
         .body(body)

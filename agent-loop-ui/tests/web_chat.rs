@@ -358,6 +358,6 @@ async fn the_server_serves_the_page_and_refuses_a_bad_body_with_a_400() {
     }
 }
 
-fn reqwest_client() -> agent_loop::reqwest::Client {
-    agent_loop::reqwest::Client::new()
+fn reqwest_client() -> agent_loop::provider::reqwest::Client {
+    agent_loop::provider::reqwest::Client::new()
 }

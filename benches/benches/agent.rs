@@ -27,10 +27,12 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use agent_loop::context::TiktokenCounter;
+use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, FnTool, LlmClient, LlmEvent, LlmStream, ModelRequest,
-    StopReason, TiktokenCounter, ToolError, Usage,
+    Agent, AgentEvent, AnthropicClient, LlmClient, LlmEvent, StopReason, ToolError, Usage,
 };
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -125,8 +127,8 @@ static ALLOCATOR: Counting = Counting;
 // ---------------------------------------------------------------------------------------------
 // The agent under test.
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct Step {
     /// Which step this is.
     n: u64,
@@ -494,7 +496,8 @@ fn wide_response(
     Vec<agent_loop::machine::Input>,
 ) {
     use agent_loop::machine::Input;
-    use agent_loop::{ToolCallResult, ToolDecision};
+    use agent_loop::tool::ToolCallResult;
+    use agent_loop::ToolDecision;
     let look = FnTool::new("look", "Looks.", |_: serde_json::Value, _ctx| async move {
         Ok::<_, ToolError>("unused")
     })

@@ -6,10 +6,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use agent_loop::{
-    CharEstimateCounter, ContentBlock, ContextConfig, ContextManager, Message, Role,
-    TiktokenCounter, TokenCounter,
-};
+use agent_loop::context::{CharEstimateCounter, ContextConfig, TiktokenCounter, TokenCounter};
+use agent_loop::{ContentBlock, ContextManager, Message, Role};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use serde_json::json;
 
@@ -182,12 +180,12 @@ fn image_tokens(c: &mut Criterion) {
     jpeg.resize(jpeg.len() + 0xEA60 - 2, 0x11);
     jpeg.extend_from_slice(&[0xFF, 0xC0, 0x00, 0x11, 0x08, 0x0B, 0xB8, 0x0F, 0xA0, 3]);
     jpeg.resize(3 * 1024 * 1024, 0x22);
-    let image = agent_loop::Image::jpeg(&jpeg).expect("a valid JPEG header");
+    let image = agent_loop::media::Image::jpeg(&jpeg).expect("a valid JPEG header");
     assert_eq!(image.dimensions(), Some((4000, 3000)));
     let message = agent_loop::UserInput::text("What is this?")
         .image(image.clone())
         .into_message();
-    let agent_loop::MediaSource::Base64 { data, .. } = image.source() else {
+    let agent_loop::media::MediaSource::Base64 { data, .. } = image.source() else {
         unreachable!()
     };
     let config = ContextConfig::for_model("claude-sonnet-4-5");

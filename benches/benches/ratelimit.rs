@@ -13,11 +13,9 @@
 
 use std::time::{Duration, Instant};
 
+use agent_loop::provider::transport::{PacingLimits, RateLimiter, RetryPolicy};
 use agent_loop::testing::{MockServer, ScriptedResponse};
-use agent_loop::{
-    Agent, AgentBuilder, AnthropicClient, OpenAiClient, PacingLimits, RateLimiter, RetryPolicy,
-    Termination,
-};
+use agent_loop::{Agent, AgentBuilder, AnthropicClient, OpenAiClient, Termination};
 use futures::StreamExt;
 
 const RUNS: usize = 50;

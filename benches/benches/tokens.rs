@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use agent_loop::{TiktokenCounter, TokenCounter};
+use agent_loop::context::{TiktokenCounter, TokenCounter};
 use criterion::{criterion_group, Criterion, Throughput};
 use serde_json::json;
 

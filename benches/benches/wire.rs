@@ -13,8 +13,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use agent_loop::sse::SseDecoder;
-use agent_loop::{LlmEvent, StreamAssembler, WireDecoder, WireFormat};
+use agent_loop::wire::sse::SseDecoder;
+use agent_loop::wire::{StreamAssembler, WireDecoder, WireFormat};
+use agent_loop::LlmEvent;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;

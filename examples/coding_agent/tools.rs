@@ -31,7 +31,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{async_trait, Concurrency, Tool, ToolContext, ToolError, ToolOutput};
+use agent_loop::tool::Concurrency;
+use agent_loop::{async_trait, Tool, ToolContext, ToolError, ToolOutput};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -294,8 +295,8 @@ impl HeadTail {
 // read_file
 
 /// `read_file`'s input.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct ReadFileInput {
     /// The file to read, relative to the working directory.
     pub path: String,
@@ -385,8 +386,8 @@ impl Tool for ReadFile {
 // write_file
 
 /// `write_file`'s input.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct WriteFileInput {
     /// The file to write, relative to the working directory. Missing folders are created.
     pub path: String,
@@ -456,8 +457,8 @@ impl Tool for WriteFile {
 // edit_file
 
 /// `edit_file`'s input.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct EditFileInput {
     /// The file to edit, relative to the working directory.
     pub path: String,
@@ -569,8 +570,8 @@ impl Tool for EditFile {
 // bash
 
 /// `bash`'s input.
-#[derive(Debug, Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Debug, Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct BashInput {
     /// The command line, run with `bash -c` in the working directory.
     pub command: String,

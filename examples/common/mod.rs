@@ -310,13 +310,13 @@ pub fn is_scripted(model: &Model) -> bool {
 /// The calculator tool of the examples: evaluates an arithmetic expression.
 pub fn calculator_tool() -> impl agent_loop::Tool {
     /// The calculator's input.
-    #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
-    #[schemars(crate = "agent_loop::schemars")]
+    #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
+    #[schemars(crate = "agent_loop::tool::schemars")]
     struct CalcInput {
         /// An arithmetic expression with + - * / ^, parentheses and decimal numbers, e.g. "(2 + 3) * 4".
         expression: String,
     }
-    agent_loop::FnTool::new(
+    agent_loop::tool::FnTool::new(
         "calculator",
         "Evaluates an arithmetic expression exactly as written and returns the number.",
         |input: CalcInput, _ctx| async move {
@@ -362,13 +362,13 @@ pub fn fake_weather(city: &str) -> (serde_json::Value, std::time::Duration) {
 /// (`tokio::time::sleep`, so tests with a paused clock do not wait).
 pub fn weather_tool() -> impl agent_loop::Tool {
     /// The weather tool's input.
-    #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
-    #[schemars(crate = "agent_loop::schemars")]
+    #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
+    #[schemars(crate = "agent_loop::tool::schemars")]
     struct WeatherInput {
         /// The city, e.g. "Paris".
         city: String,
     }
-    agent_loop::FnTool::new(
+    agent_loop::tool::FnTool::new(
         "get_weather",
         "Returns the current weather (temperature in °C and conditions) for a city.",
         |input: WeatherInput, ctx: agent_loop::ToolContext| async move {

@@ -5,7 +5,7 @@
 //! limits hold). Input layout: see `agent_loop_fuzz` (fuzz/src/lib.rs).
 #![no_main]
 
-use agent_loop::WireFormat;
+use agent_loop::wire::WireFormat;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| agent_loop_fuzz::wire_target(WireFormat::Gemini, data));

@@ -21,7 +21,10 @@
 #![no_main]
 
 use agent_loop::testing::history_violation;
-use agent_loop::{ContentBlock, Message, ModelRequest, Role, ToolChoice, ToolSpec, WireFormat};
+use agent_loop::{ContentBlock, Message, Role};
+use agent_loop::provider::{ModelRequest, ToolChoice};
+use agent_loop::tool::ToolSpec;
+use agent_loop::wire::WireFormat;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};

@@ -15,8 +15,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use agent_loop::sse::{SseDecoder, SseEvent, SseLimits};
-use agent_loop::{ContentBlock, InvalidToolCallReason, LlmError, LlmEvent, ModelResponse, StreamAssembler, StreamLimits, WireDecoder, WireFormat};
+use agent_loop::wire::sse::{SseDecoder, SseEvent, SseLimits};
+use agent_loop::{ContentBlock, LlmError, LlmEvent, ModelResponse};
+use agent_loop::wire::{InvalidToolCallReason, StreamAssembler, StreamLimits, WireDecoder, WireFormat};
 
 /// A fuzz input taken apart: the body and where to cut it.
 #[derive(Debug, Clone, PartialEq, Eq)]

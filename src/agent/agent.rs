@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use crate::context::{ContextConfig, ContextManager, Conversation, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::message::Message;
+use crate::provider::transport::RateLimiter;
 use crate::provider::LlmClient;
-use crate::provider::RateLimiter;
 use crate::tool::{ToolRegistry, ToolSources};
 
 use super::config::MachineConfig;
@@ -155,7 +155,7 @@ impl Agent {
     /// wrote to it.
     ///
     /// Fails with [`Error::Session`] when the store does (a corrupt entry, a database
-    /// error), with [`ConfigError::Setting`](crate::ConfigError::Setting) when the agent has
+    /// error), with [`ConfigError::Setting`](crate::error::ConfigError::Setting) when the agent has
     /// no session, and with [`Error::Busy`] while a run is in flight; the conversation is
     /// then unchanged.
     pub async fn load_session(&mut self) -> Result<Option<PausedRun>, Error> {

@@ -9,8 +9,10 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::pricing::{Pricing, Usd};
-use crate::provider::RateLimiter;
-use crate::provider::{LlmClient, PromptCache, RequestSettings, RetryPolicy, ToolChoice};
+use crate::provider::cache::PromptCache;
+use crate::provider::transport::RateLimiter;
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, RequestSettings, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
 
@@ -367,7 +369,7 @@ impl AgentBuilder {
     /// The policy for every retry of a model call in a run: a failure before any content (a
     /// 529, a reset connection) and a response that broke after it started (re-sent from the
     /// start of the turn while no tool of it has run). The agent owns these retries: its
-    /// requests ask the client for none ([`ModelRequest::retry`](crate::ModelRequest::retry)),
+    /// requests ask the client for none ([`ModelRequest::retry`](crate::provider::ModelRequest::retry)),
     /// so one policy and one count govern them, and each is an
     /// [`AgentEvent::Retry`](crate::AgentEvent::Retry). Default: the client's own
     /// [`LlmClient::retry_policy`](crate::LlmClient::retry_policy), else
@@ -443,13 +445,13 @@ impl AgentBuilder {
     ///
     /// One run at a time: a run holds its session with a lease from its start to its end,
     /// renewed with every turn it saves. Another agent that starts a run on the session
-    /// meanwhile is refused at once with [`SessionError::Busy`](crate::SessionError::Busy):
+    /// meanwhile is refused at once with [`SessionError::Busy`](crate::error::SessionError::Busy):
     /// nothing is sent to its model and nothing is written. A process that died leaves its
     /// lease until the lease runs out (two minutes after its last saved turn, by default:
     /// [`session_lease`](Self::session_lease)), or until a host ends it with
     /// [`session::release_lease`](crate::session::release_lease). Should two writers still
     /// meet (a lease that ran out under a long turn), compare-and-swap decides: the loser's
-    /// run ends with [`SessionError::RunOvertaken`](crate::SessionError::RunOvertaken),
+    /// run ends with [`SessionError::RunOvertaken`](crate::error::SessionError::RunOvertaken),
     /// which says which of its turns were saved; nothing is stored half or twice.
     pub fn session(mut self, store: Arc<dyn SessionStore>, id: impl Into<String>) -> Self {
         let mut link = SessionLink::new(store, id.into());

@@ -4,8 +4,11 @@ use std::sync::Arc;
 
 use crate::message::ToolSpec;
 use crate::pricing::{Pricing, Usd};
-use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
+use crate::provider::cache::PromptCache;
+use crate::provider::transport::RetryPolicy;
+use crate::provider::RequestSettings;
 use crate::tool::ToolCatalog;
+use crate::wire::StreamLimits;
 
 use super::fallback::FallbackTarget;
 use super::handoff::HandoffFilter;

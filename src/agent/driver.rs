@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{ContextManager, Summarizer};
 use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
-use crate::provider::{LlmClient, RateLimiter};
+use crate::provider::transport::RateLimiter;
+use crate::provider::LlmClient;
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
 use super::agent::Agent;

@@ -4,10 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::error::RateLimits;
 use crate::error::{ConfigError, Error};
 use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
-use crate::provider::RateLimits;
 
 use super::path::{AgentPath, SubAgentUsage};
 use super::pause::PausedRun;
@@ -157,7 +157,7 @@ pub enum AgentEvent {
         /// Usage of this turn's response.
         usage: Usage,
         /// What this turn's response cost, at the agent's
-        /// [`Pricing`](crate::Pricing) (failed attempts of the turn are in their
+        /// [`Pricing`](crate::pricing::Pricing) (failed attempts of the turn are in their
         /// [`Retry`](AgentEvent::Retry) events).
         cost: Cost,
     },
@@ -195,7 +195,7 @@ pub enum AgentEvent {
     /// The provider's rate-limit figures, from the head of a model response: inside a turn,
     /// before the response's content (like a [`Retry`](AgentEvent::Retry), it belongs to the
     /// attempt in progress). The latest is kept in [`RunOutcome::rate_limits`]; a refusal's
-    /// figures are in its [`ApiError::rate_limits`](crate::ApiError::rate_limits).
+    /// figures are in its [`ApiError::rate_limits`](crate::error::ApiError::rate_limits).
     RateLimits(RateLimits),
 }
 
@@ -215,7 +215,7 @@ pub struct RunOutcome {
     /// Of [`usage`](Self::usage), what the attempts that failed and were sent again (or
     /// ended the run) used: the cost of retries, reported apart so that it can be seen.
     pub failed_usage: Usage,
-    /// What the run cost, every model call of it at the agent's [`Pricing`](crate::Pricing),
+    /// What the run cost, every model call of it at the agent's [`Pricing`](crate::pricing::Pricing),
     /// failed attempts and sub-agents' runs included. Calls to a model with no known price
     /// are counted in [`Cost::unpriced_calls`], never as free.
     pub cost: Cost,

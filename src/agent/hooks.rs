@@ -39,7 +39,8 @@ pub enum HookAction {
 /// Hooks into the loop. Every method has a default that lets the loop go on.
 ///
 /// ```
-/// use agent_loop::{AgentHooks, ToolCall, ToolDecision};
+/// use agent_loop::{AgentHooks, ToolDecision};
+/// use agent_loop::tool::ToolCall;
 ///
 /// struct NoDeletes;
 ///

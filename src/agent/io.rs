@@ -9,8 +9,10 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::error::LlmError;
-use crate::provider::{LlmClient, LlmEvent, ModelRequest, RateLimiter};
+use crate::provider::transport::RateLimiter;
+use crate::provider::{LlmClient, ModelRequest};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
+use crate::wire::LlmEvent;
 
 use super::events::NestedEvent;
 

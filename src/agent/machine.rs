@@ -13,16 +13,17 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversation};
+use crate::error::RateLimits;
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
 use crate::pricing::Cost;
-use crate::provider::{
-    LlmEvent, ModelRequest, RateLimits, RequestSettings, RetryPolicy, ToolChoice,
-};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
+use crate::wire::LlmEvent;
+use crate::wire::{ModelResponse, StreamAssembler};
 
 use super::config::MachineConfig;
 use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
@@ -79,7 +80,7 @@ pub enum Input {
     /// abandoned and answered as cancelled): the driver cannot go on (a session it could
     /// not save). The run ends with [`Termination::Error`].
     Abort(Error),
-    /// The agent's tools changed (a [`ToolSource`](crate::ToolSource) such as an MCP server
+    /// The agent's tools changed (a [`ToolSource`](crate::tool::ToolSource) such as an MCP server
     /// added or removed some): this catalog ([`ToolRegistry::catalog`](crate::ToolRegistry::catalog))
     /// replaces the machine's. The next [`Action::CallModel`] lists these tools, and the
     /// machine judges calls by them from now on (read-only or not); the driver runs the calls
@@ -387,9 +388,8 @@ impl Batch {
 /// use std::time::Instant;
 /// use agent_loop::machine::{Action, Input};
 /// use agent_loop::testing::ScriptedClient;
-/// use agent_loop::{
-///     Agent, AgentEvent, FnTool, LlmEvent, StopReason, Termination, ToolCallResult, ToolError,
-/// };
+/// use agent_loop::{Agent, AgentEvent, LlmEvent, StopReason, Termination, ToolError};
+/// use agent_loop::tool::{FnTool, ToolCallResult};
 /// use serde_json::json;
 ///
 /// let add = FnTool::new("add", "Adds.", |x: serde_json::Value, _ctx| async move {
@@ -550,7 +550,9 @@ impl AgentMachine {
     /// ```
     /// use std::time::Instant;
     /// use agent_loop::machine::{Action, AgentMachine, MachineConfig};
-    /// use agent_loop::{ContextConfig, ContextManager, ToolCatalog};
+    /// use agent_loop::{ContextManager};
+    /// use agent_loop::context::ContextConfig;
+    /// use agent_loop::tool::ToolCatalog;
     ///
     /// let mut machine = AgentMachine::new(
     ///     MachineConfig::default(),

@@ -88,8 +88,8 @@ impl Agent {
     /// use agent_loop::Agent;
     /// use serde_json::json;
     ///
-    /// #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
-    /// #[schemars(crate = "agent_loop::schemars")] // so that you need no schemars dependency
+    /// #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
+    /// #[schemars(crate = "agent_loop::tool::schemars")] // so that you need no schemars dependency
     /// struct City { name: String, country: String }
     ///
     /// let client = ScriptedClient::new([ScriptedResponse::tool_call(

@@ -32,8 +32,8 @@ type Check = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 /// ```
 /// use agent_loop::StructuredOutput;
 ///
-/// #[derive(serde::Deserialize, agent_loop::schemars::JsonSchema)]
-/// #[schemars(crate = "agent_loop::schemars")] // so that you need no schemars dependency
+/// #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
+/// #[schemars(crate = "agent_loop::tool::schemars")] // so that you need no schemars dependency
 /// struct Contact {
 ///     name: String,
 ///     email: Option<String>,

@@ -21,7 +21,7 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 
 /// A run that stopped to wait for something from outside: a person's approval of a call
 /// ([`ToolDecision::Pause`], [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval)),
-/// or the result of a deferred tool ([`DeferredTool`](crate::DeferredTool), [`Tool::deferred`](crate::Tool::deferred)),
+/// or the result of a deferred tool ([`DeferredTool`](crate::tool::DeferredTool), [`Tool::deferred`](crate::Tool::deferred)),
 /// which comes from a person, a webhook or a UI.
 ///
 /// A run ends with [`Termination::Paused`](crate::Termination::Paused) carrying one. It is
@@ -39,7 +39,8 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::{Agent, AgentEvent, FnTool, Resolutions, Termination, ToolError};
+/// use agent_loop::{Agent, AgentEvent, Resolutions, Termination, ToolError};
+/// use agent_loop::tool::FnTool;
 /// use futures::StreamExt;
 /// use serde_json::json;
 ///

@@ -11,7 +11,8 @@ use futures::StreamExt;
 use crate::context::{cut_middle, Summarizer};
 use crate::error::{ContextError, Error, LlmError};
 use crate::message::{ContentBlock, Message, Role, StopReason};
-use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::provider::{LlmClient, ModelRequest};
+use crate::wire::LlmEvent;
 
 /// The default [`Summarizer`]: asks a model for the summary through any [`LlmClient`].
 ///

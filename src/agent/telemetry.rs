@@ -16,7 +16,8 @@ use tracing::Span;
 
 use crate::error::{Error, LlmError};
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
-use crate::provider::{LlmClient, LlmEvent, ModelRequest};
+use crate::provider::{LlmClient, ModelRequest};
+use crate::wire::LlmEvent;
 
 use super::config::MachineConfig;
 use super::events::{RunOutcome, Termination};

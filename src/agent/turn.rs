@@ -1,9 +1,9 @@
 //! The loop's decisions, without I/O: what a model response means for the run, and when the
 //! run must stop. `run.rs` asks; these functions answer.
 
-use crate::assemble::ModelResponse;
 use crate::message::StopReason;
 use crate::tool::{ToolCall, ToolCallResult};
+use crate::wire::ModelResponse;
 
 use super::events::Termination;
 
@@ -134,9 +134,9 @@ mod tests {
     use serde_json::json;
 
     fn response(stop: StopReason, blocks: Vec<ContentBlock>) -> ModelResponse {
-        let mut assembler = crate::assemble::StreamAssembler::new();
+        let mut assembler = crate::wire::StreamAssembler::new();
         assembler
-            .push(&crate::provider::LlmEvent::MessageStop { stop_reason: stop })
+            .push(&crate::wire::LlmEvent::MessageStop { stop_reason: stop })
             .unwrap();
         let mut r = assembler.finish().unwrap();
         r.message = Message {

@@ -15,7 +15,7 @@ use crate::media::ImageTokenRule;
 /// once the window is full (the behaviour before the water marks).
 ///
 /// ```
-/// use agent_loop::ContextConfig;
+/// use agent_loop::context::ContextConfig;
 ///
 /// let config = ContextConfig::for_model("claude-sonnet-4-5").output_reserve(8_000);
 /// assert_eq!(config.context_window, 200_000);

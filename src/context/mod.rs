@@ -91,7 +91,8 @@ impl Anchor {
 /// Token counts are cached per message, so a push costs time in proportion to what it adds.
 ///
 /// ```
-/// use agent_loop::{CharEstimateCounter, ContextConfig, ContextManager, Message, Usage};
+/// use agent_loop::{ContextManager, Message, Usage};
+/// use agent_loop::context::{CharEstimateCounter, ContextConfig};
 ///
 /// let mut context = ContextManager::new(ContextConfig::for_model("gpt-4o"))
 ///     .with_counter(CharEstimateCounter)
@@ -290,7 +291,7 @@ impl ContextManager {
         &self.messages
     }
 
-    /// The messages, shared rather than copied (for a [`ModelRequest`](crate::ModelRequest)).
+    /// The messages, shared rather than copied (for a [`ModelRequest`](crate::provider::ModelRequest)).
     pub(crate) fn shared_messages(&self) -> Arc<Vec<Message>> {
         Arc::clone(&self.messages)
     }
@@ -547,7 +548,8 @@ impl ContextManager {
     ///
     /// ```
     /// use agent_loop::context::CompactionStep;
-    /// use agent_loop::{CharEstimateCounter, ContextConfig, ContextManager, Message};
+    /// use agent_loop::{ContextManager, Message};
+    /// use agent_loop::context::{CharEstimateCounter, ContextConfig};
     ///
     /// let config = ContextConfig::default().context_window(2_000).output_reserve(500).keep_recent_turns(1);
     /// let mut cm = ContextManager::new(config).with_counter(CharEstimateCounter);

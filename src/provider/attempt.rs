@@ -20,10 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::header::HeaderMap;
 
-use crate::error::{ApiError, LlmError, TimeoutKind};
-use crate::provider::ratelimit::RateLimits;
+use crate::error::{ApiError, LlmError, RateLimits, TimeoutKind};
 use crate::provider::retry::RetryPolicy;
-use crate::provider::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
+use crate::wire::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
 /// The most bytes of an error response body that are read; the rest is discarded.
 const MAX_ERROR_BODY: usize = 64 << 10;
@@ -541,7 +540,7 @@ impl AttemptMachine {
             tracing::warn!(
                 %location,
                 "the HTTP client followed a redirect to another origin; set \
-                 `redirect(agent_loop::redirect_policy())` on it so that credentials never \
+                 `redirect(agent_loop::provider::transport::redirect_policy())` on it so that credentials never \
                  leave the base URL's origin"
             );
             return self.retry_or_fail(LlmError::Redirected { location }, now);

@@ -33,7 +33,7 @@ pub const MAX_CACHE_BREAKPOINTS: u32 = 4;
 /// [`str::parse`]: anything else is an [`Error::Config`], not a `400` from the server.
 ///
 /// ```
-/// use agent_loop::CacheTtl;
+/// use agent_loop::provider::cache::CacheTtl;
 ///
 /// assert_eq!("1h".parse::<CacheTtl>()?, CacheTtl::OneHour);
 /// assert!("10m".parse::<CacheTtl>().is_err());
@@ -96,14 +96,14 @@ impl FromStr for CacheTtl {
 /// Thinking and empty text blocks may not carry a breakpoint, so a message's breakpoint goes
 /// on its last block that may (text, tool call or tool result).
 ///
-/// The default, which [`ModelRequest::default`](crate::ModelRequest) uses, marks the last tool
+/// The default, which [`ModelRequest::default`](crate::provider::ModelRequest) uses, marks the last tool
 /// definition, the system prompt, and the last block of each of the two latest user messages
 /// (four breakpoints, the API's limit), with the 5-minute TTL. Set
-/// [`ModelRequest::prompt_cache`](crate::ModelRequest::prompt_cache) to `None` to send no
+/// [`ModelRequest::prompt_cache`](crate::provider::ModelRequest::prompt_cache) to `None` to send no
 /// breakpoint at all. OpenAI-compatible servers cache by themselves and ignore this.
 ///
 /// ```
-/// use agent_loop::{CacheTtl, PromptCache};
+/// use agent_loop::provider::cache::{CacheTtl, PromptCache};
 ///
 /// let cache = PromptCache::default().ttl(CacheTtl::OneHour).message_breakpoints(1);
 /// assert_eq!(cache.breakpoints(), 3);

@@ -40,7 +40,8 @@ use crate::error::{LlmError, TimeoutKind};
 pub(crate) use crate::provider::attempt::ProviderSpec;
 use crate::provider::attempt::{display_url, Action, AttemptConfig, AttemptMachine, ResponseHead};
 use crate::provider::retry::RetryPolicy;
-use crate::provider::{LlmEvent, LlmStream, StreamLimits};
+use crate::provider::LlmStream;
+use crate::wire::{LlmEvent, StreamLimits};
 
 /// A secret (an API key) that never shows in `Debug` output.
 #[derive(Clone, Default)]
@@ -374,8 +375,8 @@ async fn until<F: Future>(deadline: Option<std::time::Instant>, future: F) -> Op
 /// pass your own client with `http_client(..)`, build it with this policy:
 ///
 /// ```
-/// let http = agent_loop::reqwest::Client::builder()
-///     .redirect(agent_loop::redirect_policy())
+/// let http = agent_loop::provider::reqwest::Client::builder()
+///     .redirect(agent_loop::provider::transport::redirect_policy())
 ///     .build()
 ///     .expect("a client");
 /// let client = agent_loop::AnthropicClient::new("sk-…").http_client(http);
@@ -519,7 +520,7 @@ macro_rules! transport_setters {
         }
 
         /// Sends requests through this reqwest client (reqwest 0.12, re-exported as
-        /// [`agent_loop::reqwest`](crate::reqwest)) instead of one the crate builds: for a
+        /// [`agent_loop::provider::reqwest`](crate::provider::reqwest)) instead of one the crate builds: for a
         /// proxy, extra root certificates, or one connection pool shared with the rest of the
         /// application. Its own connect timeout applies, not
         /// [`connect_timeout`](Self::connect_timeout); the other timeouts, the retry policy
@@ -557,20 +558,20 @@ macro_rules! transport_setters {
             self
         }
 
-        /// Which failures are retried, and how (default [`RetryPolicy::default`](crate::RetryPolicy::default)).
-        pub fn retry_policy(mut self, policy: crate::provider::RetryPolicy) -> Self {
+        /// Which failures are retried, and how (default [`RetryPolicy::default`](crate::provider::transport::RetryPolicy::default)).
+        pub fn retry_policy(mut self, policy: crate::provider::transport::RetryPolicy) -> Self {
             self.transport.settings_mut().retry = policy;
             self
         }
 
-        /// Size limits on the streamed response (default [`StreamLimits::default`](crate::StreamLimits::default)).
-        pub fn stream_limits(mut self, limits: crate::provider::StreamLimits) -> Self {
+        /// Size limits on the streamed response (default [`StreamLimits::default`](crate::wire::StreamLimits::default)).
+        pub fn stream_limits(mut self, limits: crate::wire::StreamLimits) -> Self {
             self.transport.settings_mut().limits = limits;
             self
         }
 
         /// The configured retry policy.
-        pub fn get_retry_policy(&self) -> &crate::provider::RetryPolicy {
+        pub fn get_retry_policy(&self) -> &crate::provider::transport::RetryPolicy {
             &self.transport.settings().retry
         }
     };

@@ -1,6 +1,6 @@
 //! Each provider's documented limits on images and documents, checked by its encoder before
 //! a request is sent (a conversation can be built or restored from plain blocks, past
-//! [`Image`](crate::Image)'s own checks).
+//! [`Image`](crate::media::Image)'s own checks).
 
 use crate::media::{source_dimensions, ImageFormat, MAX_MEDIA_BYTES};
 use crate::message::MediaSource;

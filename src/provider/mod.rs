@@ -12,481 +12,43 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LlmError;
-use crate::eventstream::EventStreamDecoder;
-use crate::lines::LineDecoder;
-use crate::message::{Message, StopReason, ToolSpec, Usage};
-use crate::sse::{SseDecoder, SseLimits};
+use crate::message::{Message, ToolSpec};
+use crate::wire::{LlmEvent, StreamLimits};
+use cache::PromptCache;
+use retry::RetryPolicy;
 
-pub(crate) mod anthropic;
+pub mod anthropic;
 mod attempt;
-pub(crate) mod bedrock;
-mod cache;
+pub mod bedrock;
+pub mod cache;
+pub(crate) mod decoder;
 #[cfg(test)]
 pub(crate) mod fixtures;
-pub(crate) mod gemini;
+pub mod gemini;
 pub(crate) mod http;
 pub(crate) mod media_limits;
-pub(crate) mod ollama;
-pub(crate) mod openai;
+pub mod ollama;
+pub mod openai;
 pub(crate) mod pacing;
 pub(crate) mod ratelimit;
 pub(crate) mod responses;
 pub(crate) mod retry;
 mod settings;
 
-pub use anthropic::AnthropicClient;
-#[cfg(feature = "bedrock")]
-pub use bedrock::{AwsCredentials, AwsCredentialsProvider, BedrockClient};
-pub use cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
-pub use gemini::{AccessToken, GeminiClient};
-pub use http::redirect_policy;
-pub use ollama::{OllamaClient, OllamaKeepAlive, OllamaThink};
-pub use openai::{MaxTokensField, OpenAiClient};
-pub use pacing::{Pace, Pacer, PacingLimits, RateLimiter};
-pub use ratelimit::{Quota, RateLimits};
-pub use retry::{Jitter, RetryPolicy};
 pub use settings::RequestSettings;
 
-/// A provider's streaming wire format.
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WireFormat {
-    /// Anthropic Messages (`POST /v1/messages`, `stream: true`).
-    Anthropic,
-    /// OpenAI Chat Completions (`POST /chat/completions`, `stream: true`) and every
-    /// OpenAI-compatible server.
-    OpenAiChat,
-    /// OpenAI Responses (`POST /responses`, `stream: true`), with reasoning items carried
-    /// across tool turns; also served by compatible servers (LiteLLM, vLLM …).
-    OpenAiResponses,
-    /// Google Gemini (`POST …/models/{model}:streamGenerateContent?alt=sse`), on the Gemini
-    /// API and on Vertex AI.
-    Gemini,
-    /// Amazon Bedrock Converse (`POST /model/{modelId}/converse-stream`): the AWS binary event
-    /// stream (`application/vnd.amazon.eventstream`).
-    Bedrock,
-    /// Ollama's native chat API (`POST /api/chat`): newline-delimited JSON
-    /// (`application/x-ndjson`).
-    Ollama,
+/// How requests travel: retries and their backoff, pacing under a provider's rate limits,
+/// the limits a response reports, and the redirect policy of the HTTP client.
+pub mod transport {
+    pub use super::http::redirect_policy;
+    pub use super::pacing::{Pace, Pacer, PacingLimits, RateLimiter};
+    pub use super::retry::{Jitter, RetryPolicy};
+    pub use crate::error::{Quota, RateLimits};
 }
 
-impl WireFormat {
-    /// The content type of the format's streamed response body.
-    pub fn stream_content_type(self) -> &'static str {
-        match self {
-            WireFormat::Bedrock => "application/vnd.amazon.eventstream",
-            WireFormat::Ollama => "application/x-ndjson",
-            _ => "text/event-stream",
-        }
-    }
-}
-
-/// One provider-neutral event of a streamed model response.
-///
-/// `index` is the position of the content block in the response; events of several blocks can
-/// interleave (parallel tool calls), so consumers key on it, never on the tool call id.
-///
-/// # Serialized form
-///
-/// An object tagged with `type`, the variant's name in snake case (`message_start`,
-/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
-/// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
-/// `stop_sequence`, `message_stop`, `rate_limits`), beside the variant's fields. `Usage` carries the
-/// [`Usage`] fields inline and [`StopReason`] is its snake-case string. Read back, every event is equal to
-/// the one written, so a recorded response can be replayed into a
-/// [`StreamAssembler`](crate::StreamAssembler) or an agent machine:
-///
-/// ```
-/// use agent_loop::{LlmEvent, StopReason};
-///
-/// let events = vec![
-///     LlmEvent::TextDelta { index: 0, text: "Hi".into() },
-///     LlmEvent::MessageStop { stop_reason: StopReason::EndTurn },
-/// ];
-/// let json = serde_json::to_string(&events)?;
-/// assert_eq!(
-///     json,
-///     r#"[{"type":"text_delta","index":0,"text":"Hi"},{"type":"message_stop","stop_reason":"end_turn"}]"#
-/// );
-/// assert_eq!(serde_json::from_str::<Vec<LlmEvent>>(&json)?, events);
-/// # Ok::<(), serde_json::Error>(())
-/// ```
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum LlmEvent {
-    /// The response started.
-    MessageStart {
-        /// The provider's response id (may be empty).
-        id: String,
-        /// The model that answers.
-        model: String,
-    },
-    /// A piece of text for the text block at `index`.
-    TextDelta {
-        /// Block index.
-        index: usize,
-        /// The text.
-        text: String,
-    },
-    /// A piece of reasoning for the thinking block at `index`.
-    ThinkingDelta {
-        /// Block index.
-        index: usize,
-        /// The reasoning text.
-        thinking: String,
-    },
-    /// A piece of the signature of the thinking block at `index`.
-    SignatureDelta {
-        /// Block index.
-        index: usize,
-        /// The signature text.
-        signature: String,
-    },
-    /// A complete redacted-thinking block.
-    RedactedThinking {
-        /// Block index.
-        index: usize,
-        /// The opaque payload.
-        data: String,
-    },
-    /// A complete OpenAI Responses reasoning item at `index`. Replaces the summary text
-    /// streamed as [`LlmEvent::ThinkingDelta`]s for the same index, if any: the item is what
-    /// goes back to the model, as [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning).
-    Reasoning {
-        /// Block index.
-        index: usize,
-        /// The item id.
-        id: String,
-        /// The summary texts.
-        summary: Vec<String>,
-        /// The encrypted reasoning, when the server sent it (left out of the serialized form
-        /// when absent).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        encrypted_content: Option<String>,
-    },
-    /// A tool call starts at `index`.
-    ToolCallStart {
-        /// Block index.
-        index: usize,
-        /// The call id.
-        id: String,
-        /// The tool name.
-        name: String,
-    },
-    /// A fragment of the JSON arguments of the tool call (or opaque block) at `index`.
-    ToolCallDelta {
-        /// Block index.
-        index: usize,
-        /// The JSON fragment; fragments concatenate to the arguments.
-        partial_json: String,
-    },
-    /// A block the crate does not model starts at `index`, kept verbatim.
-    OtherBlock {
-        /// Block index.
-        index: usize,
-        /// The block's JSON, as sent in the stream.
-        block: serde_json::Value,
-    },
-    /// The block at `index` is complete.
-    BlockStop {
-        /// Block index.
-        index: usize,
-    },
-    /// The usage of this response so far (replaces earlier `Usage` events).
-    Usage(Usage),
-    /// The stop sequence that ended the response (Anthropic `stop_sequence`); comes right
-    /// before [`LlmEvent::MessageStop`] with [`StopReason::StopSequence`].
-    StopSequence {
-        /// The sequence, as the provider reported it.
-        sequence: String,
-    },
-    /// The response is complete.
-    MessageStop {
-        /// Why the model stopped.
-        stop_reason: StopReason,
-    },
-    /// The rate-limit figures of the response's head (`rate_limits`), when it carried any:
-    /// before the response's first content. Not content; the assembler ignores it. Boxed:
-    /// the figures are larger than any other event.
-    RateLimits(Box<RateLimits>),
-}
-
-impl LlmEvent {
-    /// Whether the event carries generated content (text, thinking or tool-argument deltas and
-    /// block starts). Idle timeouts are reset only by content events, never by pings.
-    pub fn is_content(&self) -> bool {
-        matches!(
-            self,
-            LlmEvent::TextDelta { .. }
-                | LlmEvent::ThinkingDelta { .. }
-                | LlmEvent::SignatureDelta { .. }
-                | LlmEvent::RedactedThinking { .. }
-                | LlmEvent::Reasoning { .. }
-                | LlmEvent::ToolCallStart { .. }
-                | LlmEvent::ToolCallDelta { .. }
-                | LlmEvent::OtherBlock { .. }
-        )
-    }
-}
-
-/// Limits on untrusted stream input. Every limit is in bytes.
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamLimits {
-    /// Longest SSE line (default 4 MiB).
-    pub max_line_bytes: usize,
-    /// Largest SSE event data (default 8 MiB), counted as decoded (see
-    /// [`SseLimits::max_event_bytes`](crate::sse::SseLimits::max_event_bytes)).
-    pub max_event_bytes: usize,
-    /// Largest arguments of one tool call (default 16 MiB).
-    pub max_tool_args_bytes: usize,
-    /// Largest text of one response, all blocks together (default 64 MiB).
-    pub max_response_bytes: usize,
-}
-
-impl Default for StreamLimits {
-    fn default() -> Self {
-        StreamLimits {
-            max_line_bytes: 4 << 20,
-            max_event_bytes: 8 << 20,
-            max_tool_args_bytes: 16 << 20,
-            max_response_bytes: 64 << 20,
-        }
-    }
-}
-
-impl StreamLimits {
-    pub(crate) fn sse(&self) -> SseLimits {
-        SseLimits {
-            max_line_bytes: self.max_line_bytes,
-            max_event_bytes: self.max_event_bytes,
-        }
-    }
-}
-
-/// The sans-IO decoder of one streamed response: SSE framing plus the provider's event format.
-///
-/// Feed it the body bytes in any chunking; it appends the completed [`LlmEvent`]s.
-///
-/// ```
-/// use agent_loop::{LlmEvent, WireDecoder, WireFormat};
-///
-/// let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
-///              data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
-///              data: [DONE]\n\n";
-/// let mut decoder = WireDecoder::new(WireFormat::OpenAiChat);
-/// let mut events = Vec::new();
-/// for chunk in body.chunks(7) {
-///     decoder.push(chunk, &mut events)?;
-/// }
-/// decoder.finish(&mut events)?;
-/// assert!(events.iter().any(|e| matches!(e, LlmEvent::TextDelta { text, .. } if text == "Hi")));
-/// assert!(matches!(events.last(), Some(LlmEvent::MessageStop { .. })));
-/// # Ok::<(), agent_loop::LlmError>(())
-/// ```
-#[derive(Debug)]
-pub struct WireDecoder {
-    framing: Framing,
-    inner: ProviderDecoder,
-    /// The first error; once set, every call returns it again.
-    error: Option<LlmError>,
-}
-
-/// How the body is cut into the provider's events.
-#[derive(Debug)]
-enum Framing {
-    /// Server-Sent Events (Anthropic, OpenAI, Gemini).
-    Sse(SseDecoder),
-    /// Newline-delimited JSON (Ollama): each line is one event's data.
-    Lines(LineDecoder),
-    /// The AWS binary event stream (Bedrock): each message is one event.
-    EventStream(EventStreamDecoder),
-}
-
-#[derive(Debug)]
-enum ProviderDecoder {
-    Anthropic(anthropic::decode::Decoder),
-    OpenAi(openai::decode::Decoder),
-    Responses(responses::decode::Decoder),
-    Gemini(gemini::decode::Decoder),
-    Bedrock(bedrock::decode::Decoder),
-    Ollama(ollama::decode::Decoder),
-}
-
-impl WireDecoder {
-    /// A decoder for `format` with the default [`StreamLimits`].
-    pub fn new(format: WireFormat) -> Self {
-        Self::with_limits(format, StreamLimits::default())
-    }
-
-    /// A decoder for `format` with the given limits.
-    pub fn with_limits(format: WireFormat, limits: StreamLimits) -> Self {
-        let inner = match format {
-            WireFormat::Anthropic => ProviderDecoder::Anthropic(anthropic::decode::Decoder::new()),
-            WireFormat::OpenAiChat => ProviderDecoder::OpenAi(openai::decode::Decoder::new()),
-            WireFormat::OpenAiResponses => {
-                ProviderDecoder::Responses(responses::decode::Decoder::new())
-            }
-            WireFormat::Gemini => ProviderDecoder::Gemini(gemini::decode::Decoder::new()),
-            WireFormat::Bedrock => ProviderDecoder::Bedrock(bedrock::decode::Decoder::new()),
-            WireFormat::Ollama => ProviderDecoder::Ollama(ollama::decode::Decoder::new()),
-        };
-        let framing = match format {
-            WireFormat::Bedrock => {
-                Framing::EventStream(EventStreamDecoder::new(limits.max_event_bytes))
-            }
-            WireFormat::Ollama => Framing::Lines(LineDecoder::new(limits.max_line_bytes)),
-            _ => Framing::Sse(SseDecoder::with_limits(limits.sse())),
-        };
-        WireDecoder {
-            framing,
-            inner,
-            error: None,
-        }
-    }
-
-    /// Decodes one chunk of the body, appending the events it completes. Never panics.
-    ///
-    /// After an error the decoder is spent: later calls return the same error.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        let WireDecoder { framing, inner, .. } = self;
-        let result = match framing {
-            Framing::Sse(sse) => {
-                sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out))
-            }
-            Framing::Lines(lines) => lines.push_with(chunk, |line| inner.on_event("", line, out)),
-            Framing::EventStream(messages) => {
-                messages.push_with(chunk, |event, data| inner.on_event(event, data, out))
-            }
-        };
-        self.remember(result)
-    }
-
-    fn remember(&mut self, result: Result<(), LlmError>) -> Result<(), LlmError> {
-        if let Err(e) = &result {
-            self.error = Some(e.clone());
-        }
-        result
-    }
-
-    /// Ends the body: dispatches a pending last event and errors if the stream ended before
-    /// the provider's end-of-message marker ([`LlmError::Incomplete`]).
-    pub fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        let WireDecoder { framing, inner, .. } = self;
-        // An event dispatched only because the body ended was cut off in transit when it does
-        // not parse: that is a truncated stream, not a malformed one.
-        let cut_off = |e| match e {
-            LlmError::Malformed { message } => {
-                LlmError::incomplete(format!("the body ended inside an event ({message})"))
-            }
-            other => other,
-        };
-        let result = match framing {
-            Framing::Sse(sse) => sse.finish_with(|event| {
-                inner
-                    .on_event(event.event, event.data, out)
-                    .map_err(cut_off)
-            }),
-            Framing::Lines(lines) => {
-                lines.finish_with(|line| inner.on_event("", line, out).map_err(cut_off))
-            }
-            Framing::EventStream(messages) => messages.finish(),
-        };
-        let result = result.and_then(|()| inner.finish(out));
-        self.remember(result)
-    }
-
-    /// Decodes a whole, non-streamed response body: the JSON message (Anthropic
-    /// `{"type":"message", …}`, OpenAI `{"object":"chat.completion", …}` or
-    /// `{"object":"response", …}`) that some servers and
-    /// proxies send in answer to a streaming request. Appends the same events a stream with
-    /// the same content gives, ending with [`LlmEvent::MessageStop`]. A body that is the
-    /// provider's error object gives the same error an in-stream error event would. Never
-    /// panics.
-    ///
-    /// ```
-    /// use agent_loop::{LlmEvent, StreamAssembler, WireDecoder, WireFormat};
-    ///
-    /// let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"m",
-    ///     "content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",
-    ///     "stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}"#;
-    /// let mut events = Vec::new();
-    /// WireDecoder::new(WireFormat::Anthropic).decode_json(body, &mut events)?;
-    /// let mut assembler = StreamAssembler::new();
-    /// for event in &events {
-    ///     assembler.push(event)?;
-    /// }
-    /// assert_eq!(assembler.finish()?.message.text(), "Hi");
-    /// # Ok::<(), agent_loop::LlmError>(())
-    /// ```
-    pub fn decode_json(&mut self, body: &[u8], out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        let result = match std::str::from_utf8(body) {
-            Err(e) => Err(LlmError::malformed(format!(
-                "the JSON response body is not UTF-8: {e}"
-            ))),
-            Ok(text) => match &mut self.inner {
-                ProviderDecoder::Anthropic(d) => d.decode_whole(text, out),
-                ProviderDecoder::OpenAi(d) => d.decode_whole(text, out),
-                ProviderDecoder::Responses(d) => d.decode_whole(text, out),
-                ProviderDecoder::Gemini(d) => d.decode_whole(text, out),
-                ProviderDecoder::Bedrock(d) => d.decode_whole(text, out),
-                ProviderDecoder::Ollama(d) => d.decode_whole(text, out),
-            },
-        };
-        self.remember(result)
-    }
-
-    /// Whether the provider's end-of-message marker has been seen.
-    pub fn is_done(&self) -> bool {
-        match &self.inner {
-            ProviderDecoder::Anthropic(d) => d.is_done(),
-            ProviderDecoder::OpenAi(d) => d.is_done(),
-            ProviderDecoder::Responses(d) => d.is_done(),
-            ProviderDecoder::Gemini(d) => d.is_done(),
-            ProviderDecoder::Bedrock(d) => d.is_done(),
-            ProviderDecoder::Ollama(d) => d.is_done(),
-        }
-    }
-}
-
-impl ProviderDecoder {
-    fn on_event(
-        &mut self,
-        event: &str,
-        data: &str,
-        out: &mut Vec<LlmEvent>,
-    ) -> Result<(), LlmError> {
-        match self {
-            ProviderDecoder::Anthropic(d) => d.on_event(event, data, out),
-            ProviderDecoder::OpenAi(d) => d.on_event(event, data, out),
-            ProviderDecoder::Responses(d) => d.on_event(event, data, out),
-            ProviderDecoder::Gemini(d) => d.on_event(event, data, out),
-            ProviderDecoder::Bedrock(d) => d.on_event(event, data, out),
-            ProviderDecoder::Ollama(d) => d.on_event(event, data, out),
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        match self {
-            ProviderDecoder::Anthropic(d) => d.finish(out),
-            ProviderDecoder::OpenAi(d) => d.finish(out),
-            ProviderDecoder::Responses(d) => d.finish(out),
-            ProviderDecoder::Gemini(d) => d.finish(out),
-            ProviderDecoder::Bedrock(d) => d.finish(out),
-            ProviderDecoder::Ollama(d) => d.finish(out),
-        }
-    }
-}
+/// The reqwest version whose `Client` the clients' `http_client` setters take (for example
+/// [`AnthropicClient::http_client`](crate::AnthropicClient::http_client)).
+pub use reqwest;
 
 /// Which tool the model must (or must not) call.
 #[non_exhaustive]
@@ -608,7 +170,8 @@ impl ModelRequest {
     /// a change to the request never changes the history).
     ///
     /// ```
-    /// use agent_loop::{Message, ModelRequest};
+    /// use agent_loop::{Message};
+    /// use agent_loop::provider::ModelRequest;
     ///
     /// let mut request = ModelRequest::new(vec![Message::user("Hi")]);
     /// request.messages_mut().push(Message::assistant("Hello"));

@@ -7,9 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::ratelimit::RateLimits;
-use super::LlmEvent;
 use crate::error::LlmError;
+use crate::error::RateLimits;
+use crate::wire::LlmEvent;
 
 /// The limits a [`RateLimiter`] keeps to: requests and tokens per period.
 ///
@@ -17,7 +17,7 @@ use crate::error::LlmError;
 /// providers state their limits in (requests per minute, tokens per minute).
 ///
 /// ```
-/// use agent_loop::PacingLimits;
+/// use agent_loop::provider::transport::PacingLimits;
 /// use std::time::Duration;
 ///
 /// let limits = PacingLimits::per_minute().requests(50).tokens(40_000);
@@ -130,7 +130,7 @@ pub enum Pace {
 /// the bucket is full, and empties it.
 ///
 /// ```
-/// use agent_loop::{Pace, Pacer, PacingLimits};
+/// use agent_loop::provider::transport::{Pace, Pacer, PacingLimits};
 /// use std::time::{Duration, Instant};
 ///
 /// let mut pacer = Pacer::new(PacingLimits::per(Duration::from_secs(10)).requests(2));
@@ -213,12 +213,12 @@ impl Pacer {
     /// with its limit, what is left (whole units) and when it is full again (to the
     /// millisecond, rounded up). What the mock server's headers say.
     #[cfg(any(test, feature = "testing"))]
-    pub(crate) fn quotas(&mut self, now: Instant) -> [Option<super::ratelimit::Quota>; 2] {
+    pub(crate) fn quotas(&mut self, now: Instant) -> [Option<crate::error::Quota>; 2] {
         self.advance(now);
         [&self.requests, &self.tokens].map(|bucket| {
             bucket.as_ref().map(|b| {
                 let empty = (b.capacity - b.level).max(0.0) / b.rate;
-                super::ratelimit::Quota {
+                crate::error::Quota {
                     limit: Some(b.capacity as u64),
                     remaining: Some((b.level + EPSILON).floor() as u64),
                     reset: Some(Duration::from_millis(
@@ -264,7 +264,8 @@ impl Pacer {
 /// the limiter does, or asks to wait (`retry-after`).
 ///
 /// ```no_run
-/// use agent_loop::{Agent, AnthropicClient, PacingLimits, RateLimiter};
+/// use agent_loop::{Agent, AnthropicClient};
+/// use agent_loop::provider::transport::{PacingLimits, RateLimiter};
 ///
 /// # fn demo() -> Result<(), agent_loop::Error> {
 /// let limiter = RateLimiter::new(PacingLimits::per_minute().requests(50).tokens(40_000));
@@ -316,7 +317,7 @@ impl RateLimiter {
     }
 
     /// Observes the figures an item of a model stream carries, if any: a response head's
-    /// ([`LlmEvent::RateLimits`]) or a refusal's ([`ApiError::rate_limits`](crate::ApiError::rate_limits)).
+    /// ([`LlmEvent::RateLimits`]) or a refusal's ([`ApiError::rate_limits`](crate::error::ApiError::rate_limits)).
     pub(crate) fn observe_response(&self, item: &Result<LlmEvent, LlmError>, now: Instant) {
         let limits = match item {
             Ok(LlmEvent::RateLimits(limits)) => &**limits,

@@ -42,12 +42,13 @@ pub enum Jitter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_loop::{LlmError, RetryPolicy};
+/// use agent_loop::{LlmError};
+/// use agent_loop::provider::transport::RetryPolicy;
 ///
 /// let policy = RetryPolicy::default()
 ///     .max_retries(5)
 ///     .initial_backoff(Duration::from_millis(200))
-///     .jitter(agent_loop::Jitter::None);
+///     .jitter(agent_loop::provider::transport::Jitter::None);
 /// let error = LlmError::Connect { message: "refused".into() };
 /// assert_eq!(policy.delay_for(1, &error), Some(Duration::from_millis(200)));
 /// assert_eq!(policy.delay_for(2, &error), Some(Duration::from_millis(400)));
@@ -137,7 +138,8 @@ impl RetryPolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use agent_loop::{Jitter, LlmError, RetryPolicy};
+    /// use agent_loop::{LlmError};
+    /// use agent_loop::provider::transport::{Jitter, RetryPolicy};
     ///
     /// let policy = RetryPolicy::default()
     ///     .initial_backoff(Duration::from_secs(1))

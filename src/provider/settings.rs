@@ -16,7 +16,8 @@ use crate::provider::{ModelRequest, ToolChoice};
 /// and each run call.
 ///
 /// ```
-/// use agent_loop::{RequestSettings, ToolChoice};
+/// use agent_loop::{RequestSettings};
+/// use agent_loop::provider::ToolChoice;
 ///
 /// let settings = RequestSettings::new()
 ///     .temperature(0.2)

@@ -6,10 +6,10 @@
 
 use serde_json::{json, Value};
 
-use crate::assemble::ModelResponse;
-use crate::eventstream::encode_message;
 use crate::message::{ContentBlock, StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::wire::eventstream::encode_message;
+use crate::wire::LlmEvent;
+use crate::wire::ModelResponse;
 
 use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;
@@ -414,8 +414,7 @@ pub(crate) fn rejection(body: &Value) -> Option<Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::WireDecoder;
-    use crate::provider::WireFormat;
+    use crate::wire::{WireDecoder, WireFormat};
 
     #[test]
     fn a_scripted_stream_decodes_to_its_events() {

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::assemble::ModelResponse;
 use crate::message::{ContentBlock, StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::wire::LlmEvent;
+use crate::wire::ModelResponse;
 
 use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;

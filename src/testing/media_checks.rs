@@ -28,7 +28,7 @@ use serde_json::Value;
 use super::tool_schemas::Rejection;
 use crate::media::ImageFormat;
 use crate::provider::media_limits::ANTHROPIC_MAX_IMAGE_BASE64;
-use crate::provider::WireFormat;
+use crate::wire::WireFormat;
 
 /// The first image or document block in `body` the provider refuses, described as it does.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {

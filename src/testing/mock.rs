@@ -17,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::{PacingLimits, WireFormat};
+use crate::provider::transport::PacingLimits;
+use crate::wire::WireFormat;
 
 use super::limit::MockLimit;
 use super::response::{BodyEnd, MockResponse, Reply};
@@ -290,7 +291,7 @@ impl MockServer {
     ///
     /// ```no_run
     /// use agent_loop::testing::MockServer;
-    /// use agent_loop::PacingLimits;
+    /// use agent_loop::provider::transport::PacingLimits;
     /// use std::time::Duration;
     ///
     /// # async fn demo() {

@@ -5,9 +5,9 @@
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
-use crate::assemble::ModelResponse;
 use crate::message::{ContentBlock, StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::wire::LlmEvent;
+use crate::wire::ModelResponse;
 
 use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;
@@ -336,8 +336,8 @@ fn message_rejection(i: usize, m: &Value) -> Option<Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{WireDecoder, WireFormat};
     use crate::testing::scripted::ScriptedResponse;
+    use crate::wire::{WireDecoder, WireFormat};
 
     fn decode(body: &[u8]) -> Result<Vec<LlmEvent>, crate::error::LlmError> {
         let mut decoder = WireDecoder::new(WireFormat::Ollama);

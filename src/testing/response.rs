@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::error::LlmError;
-use crate::provider::WireFormat;
+use crate::wire::WireFormat;
 
 use super::scripted::{Ending, ScriptedResponse};
 use super::sse::{self, Segment, SegmentKind, Tail};

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::{LlmClient, LlmEvent, LlmStream, ModelRequest};
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::LlmEvent;
 
 /// One scripted model response: content blocks, usage, stop reason, and how it ends.
 ///
@@ -515,7 +516,8 @@ pub(crate) enum Play {
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::{LlmClient, LlmEvent, Message, ModelRequest};
+/// use agent_loop::{LlmClient, LlmEvent, Message};
+/// use agent_loop::provider::ModelRequest;
 /// use futures::StreamExt;
 ///
 /// # tokio_test_block(async {

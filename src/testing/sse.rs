@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::{LlmEvent, WireFormat};
+use crate::wire::{LlmEvent, WireFormat};
 
 use super::scripted::{Ending, ScriptedResponse, Step};
 pub(crate) use super::segment::{Segment, SegmentKind};
@@ -758,7 +758,7 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::WireDecoder;
+    use crate::wire::WireDecoder;
     use serde_json::json;
 
     fn decode(format: WireFormat, segments: &[Segment]) -> Result<Vec<LlmEvent>, LlmError> {

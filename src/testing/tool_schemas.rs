@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use crate::provider::WireFormat;
+use crate::wire::WireFormat;
 
 /// A request the real API would refuse: its error type, code and message.
 #[derive(Debug, Clone, PartialEq, Eq)]

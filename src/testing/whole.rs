@@ -6,9 +6,9 @@
 
 use serde_json::{json, Value};
 
-use crate::assemble::{ModelResponse, StreamAssembler};
 use crate::message::{ContentBlock, StopReason};
-use crate::provider::{WireDecoder, WireFormat};
+use crate::wire::{ModelResponse, StreamAssembler};
+use crate::wire::{WireDecoder, WireFormat};
 
 use super::scripted::ScriptedResponse;
 use super::sse;

@@ -96,7 +96,7 @@ impl ToolCall {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_loop::ToolCallResult;
+/// use agent_loop::tool::ToolCallResult;
 ///
 /// let result = ToolCallResult::new("call_1", "add", "3", false, Duration::from_millis(12));
 /// let json = serde_json::to_string(&result)?;

@@ -11,7 +11,7 @@ use crate::message::ToolSpec;
 /// catalog of a registry.
 ///
 /// ```
-/// use agent_loop::{ToolCatalog, ToolSpec};
+/// use agent_loop::tool::{ToolCatalog, ToolSpec};
 /// use serde_json::json;
 ///
 /// let catalog = ToolCatalog::new().tool(

@@ -11,7 +11,8 @@ use super::{Tool, ToolContext, ToolError, ToolOutput};
 /// the results ([`Resolutions::result`](crate::Resolutions::result)).
 ///
 /// ```
-/// use agent_loop::{DeferredTool, Tool};
+/// use agent_loop::{Tool};
+/// use agent_loop::tool::DeferredTool;
 /// use serde_json::json;
 ///
 /// let ask = DeferredTool::new("ask_user", "Asks the user a question and returns the answer.")

@@ -402,7 +402,7 @@ mod tests {
     async fn the_tool_span_records_the_duration_in_milliseconds() {
         #[derive(serde::Deserialize, schemars::JsonSchema)]
         struct Empty {}
-        let wait = crate::FnTool::new("wait", "Waits.", |_: Empty, _ctx| async move {
+        let wait = crate::tool::FnTool::new("wait", "Waits.", |_: Empty, _ctx| async move {
             tokio::time::sleep(Duration::from_millis(250)).await;
             Ok("done")
         });

@@ -14,12 +14,13 @@ use super::{schema, Concurrency, Tool, ToolContext, ToolError, ToolOutput};
 /// schema the model sees) is the closure's first argument.
 ///
 /// ```
-/// use agent_loop::schemars::JsonSchema;
-/// use agent_loop::{FnTool, ToolError, ToolRegistry};
+/// use agent_loop::tool::schemars::JsonSchema;
+/// use agent_loop::{ToolError, ToolRegistry};
+/// use agent_loop::tool::FnTool;
 /// use serde::Deserialize;
 ///
 /// #[derive(Deserialize, JsonSchema)]
-/// #[schemars(crate = "agent_loop::schemars")]
+/// #[schemars(crate = "agent_loop::tool::schemars")]
 /// struct Shout {
 ///     /// The text to shout.
 ///     text: String,

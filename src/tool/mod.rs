@@ -23,7 +23,6 @@
 mod call;
 mod catalog;
 mod deferred;
-mod error;
 mod exec;
 mod flatten;
 mod fn_tool;
@@ -38,21 +37,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::media::Image;
 use crate::message::MediaSource;
 
+pub use crate::error::ToolError;
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use catalog::ToolCatalog;
 pub use deferred::DeferredTool;
-pub use error::ToolError;
 pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency};
 pub use registry::ToolRegistry;
 pub(crate) use schema::check_name;
 pub use source::ToolSource;
+
+pub use crate::message::ToolSpec;
+/// The schemars version whose `JsonSchema` tool inputs must derive.
+pub use schemars;
 pub(crate) use source::ToolSources;
+/// The cancellation token of [`ExecOptions`] and [`ToolContext`].
+pub use tokio_util::sync::CancellationToken;
 
 /// A tool the model can call, with a typed input.
 ///
@@ -67,15 +71,14 @@ pub(crate) use source::ToolSources;
 /// # Example
 ///
 /// ```
-/// use agent_loop::schemars::JsonSchema;
-/// use agent_loop::{
-///     async_trait, ExecOptions, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolRegistry,
-/// };
+/// use agent_loop::tool::schemars::JsonSchema;
+/// use agent_loop::{async_trait, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+/// use agent_loop::tool::{ExecOptions, ToolCall};
 /// use serde::Deserialize;
 ///
 /// /// Arguments of the `add` tool.
 /// #[derive(Deserialize, JsonSchema)]
-/// #[schemars(crate = "agent_loop::schemars")] // needed without a schemars dependency of your own
+/// #[schemars(crate = "agent_loop::tool::schemars")] // needed without a schemars dependency of your own
 /// struct AddInput {
 ///     /// The first addend.
 ///     a: f64,
@@ -144,8 +147,8 @@ pub trait Tool: Send + Sync + 'static {
     /// refused at registration: wrap it in a struct field.
     ///
     /// Without a `schemars` dependency of your own, derive it as
-    /// `#[derive(agent_loop::schemars::JsonSchema)]` with
-    /// `#[schemars(crate = "agent_loop::schemars")]`; without that attribute the derive fails
+    /// `#[derive(agent_loop::tool::schemars::JsonSchema)]` with
+    /// `#[schemars(crate = "agent_loop::tool::schemars")]`; without that attribute the derive fails
     /// with "cannot find module or crate `schemars`" (older compilers: "failed to resolve: use
     /// of undeclared crate or module `schemars`").
     type Input: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
@@ -213,7 +216,8 @@ pub trait Tool: Send + Sync + 'static {
 /// tool messages carry text only, in a user message right after the tool results.
 ///
 /// ```
-/// use agent_loop::{Image, ToolOutput};
+/// use agent_loop::{ToolOutput};
+/// use agent_loop::media::Image;
 ///
 /// # let png = {
 /// #     let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
@@ -223,7 +227,7 @@ pub trait Tool: Send + Sync + 'static {
 /// let chart = Image::png(&png)?;
 /// let output = ToolOutput::with_images("the chart of March", vec![chart]);
 /// assert_eq!(output.images().len(), 1);
-/// # Ok::<(), agent_loop::MediaError>(())
+/// # Ok::<(), agent_loop::media::MediaError>(())
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]

@@ -401,7 +401,7 @@ impl fmt::Debug for ToolRegistry {
 mod tests {
     use super::*;
     use crate::message::ContentBlock;
-    use crate::FnTool;
+    use crate::tool::FnTool;
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]
     struct Path {

@@ -20,7 +20,8 @@ use crate::error::Error;
 /// ```
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// use futures::future::BoxFuture;
-/// use agent_loop::{Error, FnTool, ToolError, ToolRegistry, ToolSource};
+/// use agent_loop::{Error, ToolError, ToolRegistry};
+/// use agent_loop::tool::{FnTool, ToolSource};
 ///
 /// /// A source whose one tool appears once `ready` is set.
 /// #[derive(Default)]

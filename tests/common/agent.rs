@@ -1,7 +1,8 @@
 //! Helpers for the tests that run an [`Agent`] (tests/agent.rs, tests/faults.rs).
 
 use agent_loop::testing::history_violation;
-use agent_loop::{Agent, AgentEvent, ContentBlock, FnTool, RunOutcome, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::{Agent, AgentEvent, ContentBlock, RunOutcome, ToolError};
 use futures::StreamExt;
 use serde::Deserialize;
 

@@ -5,10 +5,9 @@ pub mod agent;
 pub mod grammar;
 pub mod web;
 
-use agent_loop::{
-    Jitter, LlmError, LlmEvent, ModelResponse, RetryPolicy, StreamAssembler, WireDecoder,
-    WireFormat,
-};
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
+use agent_loop::wire::{StreamAssembler, WireDecoder, WireFormat};
+use agent_loop::{LlmError, LlmEvent, ModelResponse};
 
 /// Retries at once (1 ms, no jitter): for tests of what is retried, not of how long it waits.
 pub fn fast_retries() -> RetryPolicy {

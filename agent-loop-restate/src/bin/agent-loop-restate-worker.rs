@@ -22,12 +22,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_loop::{AnthropicClient, FnTool, ToolContext, ToolError, ToolRegistry};
+use agent_loop::tool::FnTool;
+use agent_loop::{AnthropicClient, ToolContext, ToolError, ToolRegistry};
 use agent_loop_restate::{ApprovalRequest, DurableAgent};
 use serde::Deserialize;
 
-#[derive(Deserialize, agent_loop::schemars::JsonSchema)]
-#[schemars(crate = "agent_loop::schemars")]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 struct Step {
     /// A label for the step.
     label: String,
@@ -120,7 +121,7 @@ pub fn demo_agent(
                 None => b,
             }
         })
-        .approval(|call: &agent_loop::ToolCall| {
+        .approval(|call: &agent_loop::tool::ToolCall| {
             if call.name == "deploy" {
                 ApprovalRequest::AskHuman
             } else {

@@ -3,7 +3,8 @@
 
 pub mod stores;
 
-use agent_loop::{FnTool, ToolError};
+use agent_loop::tool::FnTool;
+use agent_loop::ToolError;
 
 /// A read-only tool `read` that answers "hello".
 pub fn read_tool() -> impl agent_loop::Tool {

@@ -4,7 +4,8 @@
 pub mod ui;
 pub mod web;
 
-use agent_loop::{Agent, AgentEvent, Jitter, RetryPolicy, RunOutcome};
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
+use agent_loop::{Agent, AgentEvent, RunOutcome};
 use futures::StreamExt;
 
 /// Retries at once (1 ms, no jitter): for tests of what is retried, not of how long it waits.

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use agent_loop::{AgentEvent, Cost, StopReason, Usage};
+use agent_loop::pricing::Cost;
+use agent_loop::{AgentEvent, StopReason, Usage};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -13,7 +13,8 @@ use serde_json::value::RawValue;
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::{CowStr, LlmEvent};
+use crate::provider::CowStr;
+use crate::wire::LlmEvent;
 
 /// Every Anthropic stream event in one flat shape; which fields are set depends on `type`.
 #[derive(Deserialize)]

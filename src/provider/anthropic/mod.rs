@@ -5,7 +5,9 @@ pub(crate) mod request;
 
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+pub(crate) fn fuzz_encode(
+    request: &crate::provider::ModelRequest,
+) -> Result<Vec<u8>, crate::LlmError> {
     request::encode(request, "fuzz-model")
 }
 mod wire;
@@ -16,7 +18,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::{StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_VERSION: &str = "2023-06-01";
@@ -32,7 +36,8 @@ static SPEC: ProviderSpec = ProviderSpec {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use agent_loop::{AnthropicClient, RetryPolicy};
+/// use agent_loop::{AnthropicClient};
+/// use agent_loop::provider::transport::RetryPolicy;
 ///
 /// let client = AnthropicClient::new("sk-ant-…")
 ///     .model("claude-sonnet-4-5")
@@ -44,14 +49,14 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// Sends `x-api-key` (marked sensitive; the key never appears in `Debug` output or errors),
 /// `anthropic-version: 2023-06-01`, `content-type: application/json` and
 /// `accept: text/event-stream`. Used on its own, it retries transient failures before any
-/// content arrived per its [`RetryPolicy`](crate::RetryPolicy) (logged at INFO); under an
+/// content arrived per its [`RetryPolicy`] (logged at INFO); under an
 /// [`Agent`](crate::Agent) the agent decides and counts every retry itself, with the same
 /// policy, and reports each as an `AgentEvent::Retry` (see [`ModelRequest::retry`]).
 ///
 /// The events of an attempt that fails before any content are held back, so after a retry the
 /// response starts cleanly (one `MessageStart` per successful attempt). After the first
 /// content event nothing is re-sent: a later failure is the stream's error, and the caller
-/// decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
+/// decides (see [`RetryPolicy::delay_for`](crate::provider::transport::RetryPolicy::delay_for)).
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 120 s between content events (pings do not count), no total limit.

@@ -20,10 +20,10 @@ use serde_json::Value;
 
 use crate::error::LlmError;
 #[cfg(any(test, feature = "testing"))]
-use crate::message::Message;
-use crate::message::{ContentBlock, MediaSource, Role};
+use crate::message::{ContentBlock, MediaSource, Message, Role};
+use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
+use crate::provider::{ModelRequest, ToolChoice};
 
 use super::wire::{
     MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireChoice, WireMessage,

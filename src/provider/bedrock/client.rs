@@ -13,7 +13,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::{StreamLimits, WireFormat};
 
 use super::request;
 
@@ -46,7 +48,7 @@ impl fmt::Debug for Hidden {
 /// and never the secret key or the session token.
 ///
 /// ```
-/// use agent_loop::AwsCredentials;
+/// use agent_loop::provider::bedrock::AwsCredentials;
 ///
 /// let credentials = AwsCredentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG", None);
 /// assert_eq!(credentials.access_key_id(), "AKIDEXAMPLE");
@@ -104,7 +106,8 @@ impl fmt::Debug for AwsCredentials {
 ///
 /// ```
 /// use std::sync::{Arc, RwLock};
-/// use agent_loop::{AwsCredentials, AwsCredentialsProvider, BedrockClient, LlmError};
+/// use agent_loop::{BedrockClient, LlmError};
+/// use agent_loop::provider::bedrock::{AwsCredentials, AwsCredentialsProvider};
 ///
 /// #[derive(Debug)]
 /// struct Renewed(RwLock<AwsCredentials>);
@@ -146,7 +149,8 @@ enum Auth {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use agent_loop::{BedrockClient, RetryPolicy};
+/// use agent_loop::{BedrockClient};
+/// use agent_loop::provider::transport::RetryPolicy;
 ///
 /// let client = BedrockClient::new("us-east-1")
 ///     .model("us.anthropic.claude-sonnet-4-5-20250929-v1:0")

@@ -28,7 +28,8 @@ use serde_json::value::RawValue;
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::{CowStr, LlmEvent};
+use crate::provider::CowStr;
+use crate::wire::LlmEvent;
 
 /// The most bytes of redacted reasoning held for one block (the default response limit).
 const MAX_REDACTED_BYTES: usize = 64 << 20;

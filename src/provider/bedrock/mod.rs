@@ -1,5 +1,5 @@
 //! Amazon Bedrock Converse: request encoding, stream decoding (over the AWS event stream of
-//! `crate::eventstream`) and, behind the cargo feature `bedrock`, the client with its SigV4
+//! `crate::wire::eventstream`) and, behind the cargo feature `bedrock`, the client with its SigV4
 //! signing.
 
 #[cfg(feature = "bedrock")]

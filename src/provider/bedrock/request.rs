@@ -41,9 +41,9 @@ use serde_json::{json, Map, Value};
 use crate::error::LlmError;
 use crate::media::{source_dimensions, ImageFormat};
 #[cfg(any(test, feature = "testing"))]
-use crate::message::Message;
-use crate::message::{structured_result, ContentBlock, MediaSource, Role};
-use crate::provider::{CacheTtl, ModelRequest, PromptCache, ToolChoice, MAX_CACHE_BREAKPOINTS};
+use crate::message::{structured_result, ContentBlock, MediaSource, Message, Role};
+use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
+use crate::provider::{ModelRequest, ToolChoice};
 
 /// Bedrock's limit on one image: 3.75 MB of bytes (as base64: 4/3 of that).
 pub(crate) const MAX_IMAGE_BASE64: usize = 3_750_000 / 3 * 4 + 4;

@@ -38,7 +38,7 @@
 
 use crate::error::LlmError;
 use crate::message::{StopReason, Usage};
-use crate::provider::LlmEvent;
+use crate::wire::LlmEvent;
 
 use super::wire::{Chunk, Part, UsageMetadata, WireError};
 
@@ -463,7 +463,7 @@ mod tests {
     }
 
     fn decode(body: &str) -> Result<Vec<LlmEvent>, LlmError> {
-        let mut decoder = crate::provider::WireDecoder::new(crate::provider::WireFormat::Gemini);
+        let mut decoder = crate::wire::WireDecoder::new(crate::wire::WireFormat::Gemini);
         let mut out = Vec::new();
         decoder.push(body.as_bytes(), &mut out)?;
         decoder.finish(&mut out)?;

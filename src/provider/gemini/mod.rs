@@ -13,7 +13,9 @@ use reqwest::header::HeaderMap;
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::{StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 
@@ -52,7 +54,8 @@ static VERTEX_SPEC: ProviderSpec = ProviderSpec {
 ///
 /// ```
 /// use std::sync::{Arc, RwLock};
-/// use agent_loop::{AccessToken, GeminiClient};
+/// use agent_loop::{GeminiClient};
+/// use agent_loop::provider::gemini::AccessToken;
 ///
 /// // A fixed token:
 /// let client = GeminiClient::vertex("my-project", "us-central1", "ya29.…");
@@ -84,7 +87,7 @@ impl AccessToken {
     /// `gcloud auth print-access-token`, a credentials sidecar) rewrites before it expires:
     ///
     /// ```
-    /// let token = agent_loop::AccessToken::refreshing(|| {
+    /// let token = agent_loop::provider::gemini::AccessToken::refreshing(|| {
     ///     std::fs::read_to_string("/run/secrets/gcp-access-token")
     ///         .map(|token| token.trim().to_owned())
     ///         .map_err(|e| e.to_string())
@@ -157,7 +160,8 @@ enum Service {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use agent_loop::{GeminiClient, RetryPolicy};
+/// use agent_loop::{GeminiClient};
+/// use agent_loop::provider::transport::RetryPolicy;
 ///
 /// let client = GeminiClient::new("AIza…")
 ///     .model("gemini-2.5-flash")
@@ -191,7 +195,7 @@ enum Service {
 ///   [`ContentFilter`](crate::StopReason::ContentFilter), which ends an agent's run as
 ///   refused. `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL` and `OTHER` are the model
 ///   failing its turn: the response fails with
-///   [`LlmError::ModelFailure`](crate::LlmError::ModelFailure) (its `finishMessage` in the
+///   [`LlmError::ModelFailure`] (its `finishMessage` in the
 ///   message), which is retried, and which an [`Agent`](crate::Agent) answers by sending the
 ///   turn again with a note to the model. The others (`LANGUAGE`, `TOO_MANY_TOOL_CALLS` …) are
 ///   kept as sent in [`StopReason::Other`](crate::StopReason::Other).

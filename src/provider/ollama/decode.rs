@@ -31,7 +31,8 @@ use serde_json::value::RawValue;
 
 use crate::error::{ApiError, LlmError};
 use crate::message::{StopReason, Usage};
-use crate::provider::{CowStr, LlmEvent};
+use crate::provider::CowStr;
+use crate::wire::LlmEvent;
 
 /// The most tool calls one response may carry; beyond it the stream is refused.
 const MAX_TOOL_CALLS: usize = 1024;
@@ -372,14 +373,14 @@ pub(crate) fn stream_error(
     if let Some(status) = status {
         let mut api = ApiError::new(status, message);
         api.error_type = error_type;
-        return if super::is_context_overflow(&api) {
+        return if is_context_overflow(&api) {
             LlmError::ContextOverflow(Box::new(api))
         } else {
             LlmError::Api(Box::new(api))
         };
     }
     let overflow = ApiError::new(400, message.clone());
-    if error_type.is_none() && super::is_context_overflow(&overflow) {
+    if error_type.is_none() && is_context_overflow(&overflow) {
         return LlmError::ContextOverflow(Box::new(overflow));
     }
     let error_type = error_type.unwrap_or_else(|| classify(&message).to_owned());
@@ -405,6 +406,25 @@ fn classify(message: &str) -> &'static str {
     } else {
         "server_error"
     }
+}
+
+/// Ollama refuses a prompt longer than the context with a 400 "the input length exceeds the
+/// context length" or "the prompt is longer than the context length …" (and, when it cannot
+/// truncate, "input exceeds maximum context length").
+pub(crate) fn is_context_overflow(error: &ApiError) -> bool {
+    if !(400..500).contains(&error.status) {
+        return false;
+    }
+    let message = error.message.to_ascii_lowercase();
+    [
+        "exceeds the context length",
+        "longer than the context length",
+        "exceeds maximum context length",
+        "context window",
+        "maximum context length",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
 }
 
 #[cfg(test)]

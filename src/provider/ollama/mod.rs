@@ -5,9 +5,13 @@ pub(crate) mod decode;
 pub(crate) mod request;
 mod wire;
 
+pub(crate) use decode::is_context_overflow;
+
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+pub(crate) fn fuzz_encode(
+    request: &crate::provider::ModelRequest,
+) -> Result<Vec<u8>, crate::LlmError> {
     request::encode(request, "fuzz-model", &request::EncodeOptions::default())
 }
 
@@ -18,7 +22,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::{StreamLimits, WireFormat};
 
 use request::EncodeOptions;
 
@@ -37,7 +43,7 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// Whether (and how hard) a thinking model thinks: Ollama's `think`, a boolean or a level.
 ///
 /// ```
-/// use agent_loop::OllamaThink;
+/// use agent_loop::provider::ollama::OllamaThink;
 ///
 /// assert_eq!(OllamaThink::from(true), OllamaThink::Enabled(true));
 /// assert_eq!(OllamaThink::from("high"), OllamaThink::Level("high".into()));
@@ -74,7 +80,7 @@ impl From<String> for OllamaThink {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_loop::OllamaKeepAlive;
+/// use agent_loop::provider::ollama::OllamaKeepAlive;
 ///
 /// let ten_minutes = OllamaKeepAlive::from(Duration::from_secs(600)); // sent as 600
 /// let text = OllamaKeepAlive::from("10m");                           // sent as "10m"
@@ -126,7 +132,8 @@ impl OllamaKeepAlive {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use agent_loop::{OllamaClient, OllamaKeepAlive};
+/// use agent_loop::{OllamaClient};
+/// use agent_loop::provider::ollama::OllamaKeepAlive;
 ///
 /// let local = OllamaClient::new()
 ///     .model("qwen3:8b")
@@ -265,7 +272,8 @@ impl OllamaClient {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use agent_loop::{OllamaClient, OllamaKeepAlive};
+    /// use agent_loop::{OllamaClient};
+    /// use agent_loop::provider::ollama::OllamaKeepAlive;
     ///
     /// let for_an_hour = OllamaClient::new().keep_alive(Duration::from_secs(3600));
     /// let as_text = OllamaClient::new().keep_alive("1h");
@@ -472,25 +480,6 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
         }
         _ => false,
     }
-}
-
-/// Ollama refuses a prompt longer than the context with a 400 "the input length exceeds the
-/// context length" or "the prompt is longer than the context length …" (and, when it cannot
-/// truncate, "input exceeds maximum context length").
-pub(crate) fn is_context_overflow(error: &ApiError) -> bool {
-    if !(400..500).contains(&error.status) {
-        return false;
-    }
-    let message = error.message.to_ascii_lowercase();
-    [
-        "exceeds the context length",
-        "longer than the context length",
-        "exceeds maximum context length",
-        "context window",
-        "maximum context length",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
 }
 
 #[cfg(test)]

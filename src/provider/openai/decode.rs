@@ -19,7 +19,8 @@ use serde::Deserialize;
 
 use crate::error::{ApiError, LlmError};
 use crate::message::{StopReason, Usage};
-use crate::provider::{CowStr, LlmEvent};
+use crate::provider::CowStr;
+use crate::wire::LlmEvent;
 
 /// The most tool calls one response may open; beyond it the stream is refused.
 const MAX_TOOL_CALLS: usize = 1024;
@@ -522,7 +523,7 @@ pub(crate) fn stream_error(error: &serde_json::Value) -> LlmError {
         let mut api = ApiError::new(status, message);
         api.error_type = text("type");
         api.code = text("code");
-        return if super::is_context_overflow(&api) {
+        return if is_context_overflow(&api) {
             LlmError::ContextOverflow(Box::new(api))
         } else {
             LlmError::Api(Box::new(api))
@@ -535,4 +536,26 @@ pub(crate) fn stream_error(error: &serde_json::Value) -> LlmError {
         error_type,
         message,
     }
+}
+
+/// OpenAI says `code: context_length_exceeded`; compatible servers say "maximum context
+/// length" in the message.
+pub(crate) fn is_context_overflow(error: &ApiError) -> bool {
+    if error.code.as_deref() == Some("context_length_exceeded")
+        || error.error_type.as_deref() == Some("context_length_exceeded")
+    {
+        return true;
+    }
+    if !(400..500).contains(&error.status) {
+        return false;
+    }
+    let message = error.message.to_ascii_lowercase();
+    [
+        "maximum context length",
+        "context_length_exceeded",
+        "context window",
+        "prompt is too long",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
 }

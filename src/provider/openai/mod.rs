@@ -6,10 +6,14 @@ pub(crate) mod request;
 
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+pub(crate) fn fuzz_encode(
+    request: &crate::provider::ModelRequest,
+) -> Result<Vec<u8>, crate::LlmError> {
     request::encode(request, "fuzz-model", MaxTokensField::default(), true)
 }
 mod wire;
+
+pub(crate) use decode::is_context_overflow;
 
 use std::time::Duration;
 
@@ -18,7 +22,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use crate::error::{ApiError, ConfigError, Error, LlmError};
 use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
 use crate::provider::responses::{self, ResponsesOptions};
-use crate::provider::{LlmClient, LlmStream, ModelRequest, RetryPolicy, StreamLimits, WireFormat};
+use crate::provider::transport::RetryPolicy;
+use crate::provider::{LlmClient, LlmStream, ModelRequest};
+use crate::wire::{StreamLimits, WireFormat};
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -58,7 +64,8 @@ pub enum MaxTokensField {
 /// Responses API (`POST {base_url}/responses`).
 ///
 /// ```no_run
-/// use agent_loop::{MaxTokensField, OpenAiClient};
+/// use agent_loop::{OpenAiClient};
+/// use agent_loop::provider::openai::MaxTokensField;
 ///
 /// let openai = OpenAiClient::new("sk-…").model("gpt-4.1")
 ///     .max_tokens_field(MaxTokensField::MaxCompletionTokens);
@@ -73,11 +80,11 @@ pub enum MaxTokensField {
 /// content prefixed by `Error: `, since Chat Completions has no error flag.
 ///
 /// Used on its own, it retries a transient failure before any content per its
-/// [`RetryPolicy`](crate::RetryPolicy) (logged at INFO); under an [`Agent`](crate::Agent) the
-/// agent owns every retry (see [`ModelRequest::retry`](crate::ModelRequest::retry)). The events
+/// [`RetryPolicy`] (logged at INFO); under an [`Agent`](crate::Agent) the
+/// agent owns every retry (see [`ModelRequest::retry`](crate::provider::ModelRequest::retry)). The events
 /// of an attempt that fails before any content are held back, so after a retry the response
 /// starts cleanly (one `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
-/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`](crate::RetryPolicy::delay_for)).
+/// later failure is the stream's error, and the caller decides (see [`RetryPolicy::delay_for`](crate::provider::transport::RetryPolicy::delay_for)).
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 300 s between content events (reasoning models think silently before they write), no total
@@ -105,7 +112,7 @@ impl MaxTokensField {
     /// OpenAI's reasoning models, `max_tokens` otherwise.
     ///
     /// ```
-    /// use agent_loop::MaxTokensField;
+    /// use agent_loop::provider::openai::MaxTokensField;
     ///
     /// assert_eq!(MaxTokensField::for_model("o3-mini"), MaxTokensField::MaxCompletionTokens);
     /// assert_eq!(MaxTokensField::for_model("gpt-5.1"), MaxTokensField::MaxCompletionTokens);
@@ -446,28 +453,6 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
             None => false,
         },
     }
-}
-
-/// OpenAI says `code: context_length_exceeded`; compatible servers say "maximum context
-/// length" in the message.
-pub(crate) fn is_context_overflow(error: &ApiError) -> bool {
-    if error.code.as_deref() == Some("context_length_exceeded")
-        || error.error_type.as_deref() == Some("context_length_exceeded")
-    {
-        return true;
-    }
-    if !(400..500).contains(&error.status) {
-        return false;
-    }
-    let message = error.message.to_ascii_lowercase();
-    [
-        "maximum context length",
-        "context_length_exceeded",
-        "context window",
-        "prompt is too long",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
 }
 
 #[cfg(test)]

@@ -42,7 +42,8 @@ use serde::Deserialize;
 
 use crate::error::{ApiError, LlmError};
 use crate::message::{StopReason, Usage};
-use crate::provider::{CowStr, LlmEvent};
+use crate::provider::CowStr;
+use crate::wire::LlmEvent;
 
 /// The most output items one response may have; beyond it the stream is refused.
 const MAX_ITEMS: u64 = 4096;

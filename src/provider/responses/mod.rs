@@ -9,7 +9,9 @@ mod wire;
 
 /// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
 #[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(request: &crate::ModelRequest) -> Result<Vec<u8>, crate::LlmError> {
+pub(crate) fn fuzz_encode(
+    request: &crate::provider::ModelRequest,
+) -> Result<Vec<u8>, crate::LlmError> {
     request::encode(request, "fuzz-model", &ResponsesOptions::default())
 }
 

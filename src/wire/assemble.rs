@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
-use crate::provider::{LlmEvent, StreamLimits};
+use crate::wire::{LlmEvent, StreamLimits};
 
 /// One complete model response.
 #[non_exhaustive]
@@ -149,7 +149,8 @@ struct Slot {
 /// `max_tokens`) is listed there as incomplete and is never executed.
 ///
 /// ```
-/// use agent_loop::{LlmEvent, StopReason, StreamAssembler};
+/// use agent_loop::{LlmEvent, StopReason};
+/// use agent_loop::wire::StreamAssembler;
 ///
 /// let mut assembler = StreamAssembler::new();
 /// for event in [

@@ -90,7 +90,7 @@ const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 /// The incremental SSE decoder.
 ///
 /// ```
-/// use agent_loop::sse::SseDecoder;
+/// use agent_loop::wire::sse::SseDecoder;
 ///
 /// let mut decoder = SseDecoder::new();
 /// let mut events = Vec::new();

@@ -2,7 +2,7 @@
 //!
 //! [`Error`] is the one error at the crate root. [`LlmError`] is everything that can go wrong
 //! while talking to a model (transport, HTTP status, stream decoding, limits);
-//! [`ToolError`](crate::ToolError) is a tool's own failure.
+//! [`ToolError`] is a tool's own failure.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -10,8 +10,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::provider::RateLimits;
-use crate::tool::ToolError;
+pub(crate) mod media;
+pub(crate) mod rate_limits;
+pub(crate) mod tool;
+
+pub use media::MediaError;
+pub use rate_limits::{Quota, RateLimits};
+pub use tool::ToolError;
 
 /// The crate's error: every fallible public function returns it or one of the errors inside it.
 ///
@@ -38,7 +43,7 @@ pub enum Error {
     /// An image or document was refused before anything was sent (unknown media type, bytes
     /// that are not the image they claim to be, over a size limit).
     #[error("invalid media: {0}")]
-    Media(#[from] crate::media::MediaError),
+    Media(#[from] MediaError),
     /// A run of this agent is in flight: wait for its stream to end (or drop it) before
     /// starting another run or changing the conversation.
     #[error(
@@ -59,7 +64,8 @@ pub enum Error {
 /// A configuration that cannot work, naming what to change. Retrying does not help.
 ///
 /// ```
-/// use agent_loop::{ConfigError, Error, RequestSettings};
+/// use agent_loop::{Error, RequestSettings};
+/// use agent_loop::error::ConfigError;
 ///
 /// let err = RequestSettings::new().temperature(7.0).validate().unwrap_err();
 /// assert!(matches!(err, Error::Config(ConfigError::Setting { setting: "temperature", .. })));
@@ -151,7 +157,7 @@ pub enum ContextError {
 /// What went wrong with a [session store](crate::session::SessionStore).
 ///
 /// ```
-/// use agent_loop::SessionError;
+/// use agent_loop::error::SessionError;
 ///
 /// let err = SessionError::Conflict { session: "chat-1".into(), expected: 3, found: Some(4) };
 /// assert!(err.is_conflict());
@@ -374,7 +380,7 @@ impl fmt::Display for TimeoutKind {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_loop::ApiError;
+/// use agent_loop::error::ApiError;
 ///
 /// let mut error = ApiError::new(529, "Overloaded");
 /// error.error_type = Some("overloaded_error".into());
@@ -439,7 +445,7 @@ impl ApiError {
     /// can (the request itself is wrong), whatever the server says; otherwise
     /// `x-should-retry` when the server sent it, else 408, 409, 429 (but not an exhausted
     /// quota), 5xx and 529. This is the one place the crate decides it: the clients, the
-    /// [`RetryPolicy`](crate::RetryPolicy) and the agent all ask here.
+    /// [`RetryPolicy`](crate::provider::transport::RetryPolicy) and the agent all ask here.
     pub fn is_retryable(&self) -> bool {
         if matches!(self.status, 400 | 401 | 403 | 404 | 413 | 422) {
             return false;
@@ -487,7 +493,8 @@ impl fmt::Display for ApiError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_loop::{LlmError, TimeoutKind};
+/// use agent_loop::{LlmError};
+/// use agent_loop::error::TimeoutKind;
 ///
 /// let error = LlmError::Timeout { kind: TimeoutKind::Idle, after: Duration::from_secs(30) };
 /// let json = serde_json::to_string(&error)?;
