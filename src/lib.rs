@@ -67,7 +67,6 @@
 //! | conversation | [`Message`], [`ContentBlock`], [`Role`], [`StopReason`], [`Usage`], [`UserInput`]; images and documents in [`media`] |
 //! | [`session`], [`pricing`] | saved conversations ([`session::SessionStore`], [`session::MemoryStore`]); model prices and costs |
 //! | [`error`] | [`Error`] and [`LlmError`] here; their parts ([`error::ApiError`], [`error::ConfigError`] …) there |
-//! | web front-ends | [`ui::agui`] (AG-UI 1.0), [`ui::ai_sdk`] (the AI SDK's UI message stream); `respond` handlers with feature `axum` |
 //! | testing (feature `testing`) | `testing::ScriptedClient`, `testing::MockServer` |
 //!
 //! The lower layers are sans-IO: plain structs fed with bytes or events, usable and testable
@@ -90,7 +89,6 @@ pub mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tool;
-pub mod ui;
 pub mod wire;
 
 pub use agent::{

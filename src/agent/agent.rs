@@ -139,6 +139,15 @@ impl Agent {
         lock(&self.shared).paused.clone()
     }
 
+    /// Whether the agent keeps its conversation in a session store
+    /// ([`AgentBuilder::session`](crate::AgentBuilder::session)): then its paused run is in
+    /// the store, where [`Agent::load_session`] finds it (from another process too), and not
+    /// only in this value's [`Agent::paused`]. A web handler that builds an agent per request
+    /// asks this to know where a pause is kept.
+    pub fn has_session(&self) -> bool {
+        self.session.is_some()
+    }
+
     /// Loads the agent's [session](crate::AgentBuilder::session) from its store, replacing
     /// the conversation the agent holds, and gives the paused run it waits in, if any
     /// (resume it with [`Agent::resume`]). A run loads the session by itself when it was not

@@ -117,6 +117,16 @@ impl PausedRun {
         }
     }
 
+    /// The results of the paused response's calls that were answered before the run paused
+    /// (calls that ran, or were refused, before the pause), in the model's order; the calls
+    /// that wait ([`pending`](PausedRun::pending)) have none. For a host that leaves the
+    /// pause behind instead of resuming it: these calls keep their results, the waiting ones
+    /// get an answer of the host's (a denial) in the conversation it
+    /// [restores](crate::Agent::restore).
+    pub fn finished(&self) -> Vec<ToolCallResult> {
+        self.state.results.iter().flatten().cloned().collect()
+    }
+
     /// The conversation, up to the response whose calls wait.
     pub fn conversation(&self) -> &Conversation {
         &self.conversation

@@ -3,7 +3,6 @@
 
 pub mod agent;
 pub mod grammar;
-pub mod ui;
 pub mod web;
 
 use agent_loop::provider::transport::{Jitter, RetryPolicy};

@@ -1,4 +1,4 @@
-// The client side of tests/ui_agui.rs, with the real AG-UI packages (@ag-ui/core,
+// The client side of tests/agui.rs, with the real AG-UI packages (@ag-ui/core,
 // @ag-ui/client). Prints one JSON object on stdout for the Rust test to assert.
 //
 //   node tests/js/agui-client.mjs raw <url> <body-json>

@@ -1,4 +1,4 @@
-//! Strategies for the UI protocols' property tests (tests/ui_agui.rs, tests/ui_ai_sdk.rs).
+//! Strategies for the UI protocols' property tests (tests/agui.rs, tests/ai_sdk.rs).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! AG-UI 1.0 (`ui::agui`): the encoder's sequences, the request's parsing, and the real
+//! AG-UI 1.0 (`agent_loop_ui::agui`): the encoder's sequences, the request's parsing, and the real
 //! clients (`@ag-ui/core`'s schemas, `@ag-ui/client`'s `HttpAgent`) against `respond` served
 //! on loopback with a session.
 
@@ -13,15 +13,15 @@ use agent_loop::pricing::Cost;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::ui::agui::{
-    respond, respond_with, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput,
-    RunFinishedOutcome,
-};
-use agent_loop::ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, Message, PausedRun, Resolution, Role, RunOutcome, StopReason,
     Termination, ToolError, Usage,
 };
+use agent_loop_ui::agui::{
+    respond, respond_with, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput,
+    RunFinishedOutcome,
+};
+use agent_loop_ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;

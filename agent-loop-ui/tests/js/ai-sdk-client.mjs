@@ -1,4 +1,4 @@
-// The client side of tests/ui_ai_sdk.rs: the `ai` package's own code reads the server's UI
+// The client side of tests/ai_sdk.rs: the `ai` package's own code reads the server's UI
 // message stream, and the script prints what it saw as one JSON object on stdout.
 //
 //   node tests/js/ai-sdk-client.mjs read <url>

@@ -54,21 +54,20 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{sse_frame, UiRequestError, UiTurn};
-use crate::agent::{
-    AgentEvent, AgentHandle, PausedRun, Resolution, Resolutions, RunOutcome, Termination, WaitsFor,
+use agent_loop::media::{Document, Image, MediaSource};
+use agent_loop::{
+    AgentEvent, AgentHandle, ContentBlock, Error, Message, PausedRun, Resolution, Resolutions,
+    Role, RunOutcome, Termination, Usage, UserInput, WaitsFor,
 };
-use crate::error::Error;
-use crate::input::UserInput;
-use crate::media::{Document, Image};
-use crate::message::{ContentBlock, MediaSource, Message, Role, Usage};
+
+use super::{sse_frame, UiRequestError, UiTurn};
 
 /// One AG-UI event, as `@ag-ui/core` 1.0 defines it (the subset this crate sends): JSON with
 /// a `type` tag in SCREAMING_SNAKE_CASE and camelCase fields; optional fields are left out
 /// when `None`.
 ///
 /// ```
-/// use agent_loop::ui::agui::AgUiEvent;
+/// use agent_loop_ui::agui::AgUiEvent;
 ///
 /// let event = AgUiEvent::TextMessageContent {
 ///     message_id: "run-1:t1".into(),
@@ -528,7 +527,7 @@ struct ClientIds {
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::ui::agui::{AgUiEncoder, AgUiEvent};
+/// use agent_loop_ui::agui::{AgUiEncoder, AgUiEvent};
 /// use agent_loop::{Agent, AgentEvent};
 /// use futures::StreamExt;
 ///
@@ -806,47 +805,43 @@ impl AgUiEncoder {
                 self.step = Some(step_name.clone());
                 out.push(AgUiEvent::StepStarted { step_name });
             }
-            AgentEvent::TextDelta { text } => {
-                if !text.is_empty() {
-                    self.open_message();
-                    if !self.text_open {
-                        self.text_open = true;
-                        out.push(AgUiEvent::TextMessageStart {
-                            message_id: self.message_id(),
-                            role: assistant(),
-                        });
-                    }
-                    if let Some(message) = self.streamed.last_mut() {
-                        message.text.push_str(text);
-                    }
-                    out.push(AgUiEvent::TextMessageContent {
+            AgentEvent::TextDelta { text } if !text.is_empty() => {
+                self.open_message();
+                if !self.text_open {
+                    self.text_open = true;
+                    out.push(AgUiEvent::TextMessageStart {
                         message_id: self.message_id(),
-                        delta: text.clone(),
+                        role: assistant(),
                     });
                 }
+                if let Some(message) = self.streamed.last_mut() {
+                    message.text.push_str(text);
+                }
+                out.push(AgUiEvent::TextMessageContent {
+                    message_id: self.message_id(),
+                    delta: text.clone(),
+                });
             }
-            AgentEvent::ThinkingDelta { text } => {
-                if !text.is_empty() {
-                    if self.reasoning.is_none() {
-                        self.close_text(&mut out);
-                        self.open_message();
-                        self.reasoning_count += 1;
-                        let id = reasoning_id(&self.message_id(), self.reasoning_count);
-                        self.reasoning = Some(id.clone());
-                        out.push(AgUiEvent::ReasoningStart {
-                            message_id: id.clone(),
-                        });
-                        out.push(AgUiEvent::ReasoningMessageStart {
-                            message_id: id,
-                            role: "reasoning".to_owned(),
-                        });
-                    }
-                    if let Some(id) = &self.reasoning {
-                        out.push(AgUiEvent::ReasoningMessageContent {
-                            message_id: id.clone(),
-                            delta: text.clone(),
-                        });
-                    }
+            AgentEvent::ThinkingDelta { text } if !text.is_empty() => {
+                if self.reasoning.is_none() {
+                    self.close_text(&mut out);
+                    self.open_message();
+                    self.reasoning_count += 1;
+                    let id = reasoning_id(&self.message_id(), self.reasoning_count);
+                    self.reasoning = Some(id.clone());
+                    out.push(AgUiEvent::ReasoningStart {
+                        message_id: id.clone(),
+                    });
+                    out.push(AgUiEvent::ReasoningMessageStart {
+                        message_id: id,
+                        role: "reasoning".to_owned(),
+                    });
+                }
+                if let Some(id) = &self.reasoning {
+                    out.push(AgUiEvent::ReasoningMessageContent {
+                        message_id: id.clone(),
+                        delta: text.clone(),
+                    });
                 }
             }
             AgentEvent::ToolCallStart { id, name } => {
@@ -927,6 +922,9 @@ impl AgUiEncoder {
                 out.push(self.terminal(outcome));
                 self.finished = true;
             }
+            // A kind of event newer than this encoder (`AgentEvent` is non-exhaustive):
+            // nothing AG-UI shows.
+            _ => {}
         }
         out
     }
@@ -1030,13 +1028,15 @@ impl AgUiEncoder {
                             ContentBlock::Text { text } => {
                                 parts.push(AgUiContentPart::Text { text: text.clone() })
                             }
-                            ContentBlock::Image { source } => parts.push(AgUiContentPart::Image {
-                                source: to_source(source),
-                            }),
+                            ContentBlock::Image { source } => {
+                                if let Some(source) = to_source(source) {
+                                    parts.push(AgUiContentPart::Image { source })
+                                }
+                            }
                             ContentBlock::Document { source, .. } => {
-                                parts.push(AgUiContentPart::Document {
-                                    source: to_source(source),
-                                })
+                                if let Some(source) = to_source(source) {
+                                    parts.push(AgUiContentPart::Document { source })
+                                }
                             }
                             _ => {}
                         }
@@ -1108,6 +1108,8 @@ impl AgUiEncoder {
                         tool_calls: calls,
                     });
                 }
+                // A role newer than this encoder (`Role` is non-exhaustive): not in the snapshot.
+                _ => {}
             }
         }
         AgUiEvent::MessagesSnapshot { messages: out }
@@ -1162,8 +1164,10 @@ fn unique(id: String, used: &mut HashSet<String>, fallback: impl FnOnce() -> Str
     id
 }
 
-fn to_source(source: &MediaSource) -> AgUiSource {
-    match source {
+/// AG-UI's source of a medium; `None` for a kind of source AG-UI has no form for (the
+/// part is left out of the snapshot).
+fn to_source(source: &MediaSource) -> Option<AgUiSource> {
+    Some(match source {
         MediaSource::Base64 { media_type, data } => AgUiSource::Data {
             value: data.clone(),
             mime_type: media_type.clone(),
@@ -1172,7 +1176,8 @@ fn to_source(source: &MediaSource) -> AgUiSource {
             value: url.clone(),
             mime_type: None,
         },
-    }
+        _ => return None,
+    })
 }
 
 /// `CUSTOM` `agent_loop.{name}` of an event about the run itself ([`super::run_status`]).
@@ -1255,6 +1260,7 @@ fn error_code(error: &Error) -> &'static str {
         Error::Busy => "busy",
         Error::Session(_) => "session",
         Error::Resume(_) => "resume",
+        _ => "error",
     }
 }
 
@@ -1335,15 +1341,15 @@ struct Wire {
 ///
 /// - The client's `tools` (front-end tools) are not registered with the agent: the agent
 ///   runs the tools its server gave it. A front-end tool is a
-///   [deferred tool](crate::tool::DeferredTool) on the server, whose result the client sends back
+///   [deferred tool](agent_loop::tool::DeferredTool) on the server, whose result the client sends back
 ///   as a tool message or a `resume` entry.
 /// - `system`, `developer`, `reasoning` and `activity` messages are not part of the
 ///   history: the server's system prompt rules, and reasoning is the model's own.
 /// - `state`, `context` and `forwardedProps` are not read.
 ///
 /// ```
-/// use agent_loop::ui::agui::RunAgentInput;
-/// use agent_loop::ui::UiTurn;
+/// use agent_loop_ui::agui::RunAgentInput;
+/// use agent_loop_ui::UiTurn;
 ///
 /// let body = br#"{"threadId": "t", "runId": "r1", "messages": [
 ///     {"id": "u1", "role": "user", "content": "What is 2 + 2?"},
@@ -1353,7 +1359,7 @@ struct Wire {
 /// let request = RunAgentInput::from_slice(body)?;
 /// assert_eq!(request.history()?.len(), 2);
 /// assert!(matches!(request.turn(None)?, UiTurn::Run(_)));
-/// # Ok::<(), agent_loop::ui::UiRequestError>(())
+/// # Ok::<(), agent_loop_ui::UiRequestError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunAgentInput {
@@ -1875,7 +1881,7 @@ pub fn sse_body(
 /// Dropping the response's body (the client aborted the request, or went away) drops the
 /// run's stream, which cancels the run.
 #[cfg(feature = "axum")]
-pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
+pub async fn respond(agent: &mut agent_loop::Agent, body: &[u8]) -> axum::response::Response {
     respond_with(agent, body, &super::RespondOptions::default()).await
 }
 
@@ -1883,7 +1889,7 @@ pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::R
 /// ([`RespondOptions::while_paused`](super::RespondOptions::while_paused)).
 #[cfg(feature = "axum")]
 pub async fn respond_with(
-    agent: &mut crate::Agent,
+    agent: &mut agent_loop::Agent,
     body: &[u8],
     options: &super::RespondOptions,
 ) -> axum::response::Response {

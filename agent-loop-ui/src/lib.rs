@@ -1,4 +1,5 @@
-//! Runs streamed to web front-ends, in the two protocols they speak:
+//! Web front-ends for [`agent_loop`]: an agent's runs streamed to a browser, in the two
+//! protocols front-ends speak:
 //!
 //! - [`agui`]: [AG-UI](https://docs.ag-ui.com) 1.0 (`@ag-ui/core`, `@ag-ui/client`, used by
 //!   CopilotKit and others): `RunAgentInput` in, AG-UI events out;
@@ -13,21 +14,22 @@
 //!    ([`UiTurn`]);
 //! 2. an encoder, a small sans-IO state machine from [`AgentEvent`]s to the
 //!    protocol's events (no clock, no randomness: ids are made from the request's);
-//! 3. the SSE body ([`sse_frame`]); with the feature `axum`, a whole handler:
-//!    [`agui::respond`] and [`ai_sdk::respond`] take an [`Agent`](crate::Agent) and a request body and give
-//!    the response, a 400 for a bad body.
+//! 3. the SSE body ([`sse_frame`]); with the feature `axum` (on by default), a whole
+//!    handler: [`agui::respond`] and [`ai_sdk::respond`] take an [`Agent`](agent_loop::Agent)
+//!    and a request body and give the response, a 400 for a bad body. A host on another web
+//!    framework turns the default features off and keeps the request types and encoders.
 //!
 //! Approvals use the agent's pauses: a tool in
-//! [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval) (or a hook's
-//! [`ToolDecision::Pause`](crate::ToolDecision::Pause)) ends the run paused; the front-end
+//! [`AgentBuilder::require_approval`](agent_loop::AgentBuilder::require_approval) (or a hook's
+//! [`ToolDecision::Pause`](agent_loop::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
-//! which resumes the run ([`Agent::resume`](crate::Agent::resume)). With a [session](crate::AgentBuilder::session)
+//! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). With a [session](agent_loop::AgentBuilder::session)
 //! the paused run is kept in the store, so the next request may reach another process. A
 //! person who types a new message instead of answering does not wedge the chat: by default
 //! the waiting calls are denied and the run goes on with the message
 //! ([`NewMessageWhilePaused`], set with [`RespondOptions`] and `respond_with`).
 //!
-//! A verdict finds its run where the pause is kept: in the [`Agent`](crate::Agent) value
+//! A verdict finds its run where the pause is kept: in the [`Agent`](agent_loop::Agent) value
 //! that ran it, or in its session store. A server that builds a new `Agent` for each request
 //! (as the AI SDK's own stateless route handlers do) must give it a session, keyed by the
 //! chat's id, or the approval is refused (400) for want of a run to resume. The client's
@@ -47,20 +49,71 @@
 //!     .require_approval("delete_file")
 //!     .session(store.clone(), chat_id)
 //!     .build()?;
-//! let response = agent_loop::ui::ai_sdk::respond(&mut agent, body).await;
+//! let response = agent_loop_ui::ai_sdk::respond(&mut agent, body).await;
 //! # let _ = response;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # A chat server
+//!
+//! One axum route for `useChat`, each chat its own session, so any process that shares the
+//! store can answer the chat's next request ([`agui::respond`] is the same for AG-UI, the
+//! thread's id naming the session):
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agent_loop::session::{MemoryStore, SessionStore};
+//! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+//! use agent_loop::{Agent, LlmClient};
+//! use agent_loop_ui::ai_sdk;
+//! use axum::body::Bytes;
+//! use axum::extract::State;
+//! use axum::http::StatusCode;
+//! use axum::response::{IntoResponse, Response};
+//! use axum::routing::post;
+//! use axum::Router;
+//!
+//! #[derive(Clone)]
+//! struct App {
+//!     model: Arc<dyn LlmClient>,
+//!     sessions: Arc<dyn SessionStore>,
+//! }
+//!
+//! /// `POST /api/chat`, what `useChat` calls: the chat's id names its session.
+//! async fn chat(State(app): State<App>, body: Bytes) -> Response {
+//!     let chat = match ai_sdk::ChatRequest::from_slice(&body) {
+//!         Ok(request) => request.id().to_owned(),
+//!         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+//!     };
+//!     let agent = Agent::builder(app.model.clone())
+//!         .system("Be brief.")
+//!         .session(app.sessions.clone(), chat)
+//!         .build();
+//!     match agent {
+//!         Ok(mut agent) => ai_sdk::respond(&mut agent, &body).await,
+//!         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+//!     }
+//! }
+//!
+//! let app = App {
+//!     model: Arc::new(ScriptedClient::new([ScriptedResponse::text("Hello!")])),
+//!     sessions: Arc::new(MemoryStore::new()),
+//! };
+//! let router: Router = Router::new().route("/api/chat", post(chat)).with_state(app);
+//! // axum::serve(tokio::net::TcpListener::bind("127.0.0.1:3000").await?, router).await?;
+//! # drop(router);
+//! ```
+
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod agui;
 pub mod ai_sdk;
 
+use agent_loop::{AgentEvent, PausedRun, Resolutions, UserInput, WaitsFor};
 use bytes::Bytes;
 use serde::Serialize;
-
-use crate::agent::{AgentEvent, PausedRun, Resolutions, WaitsFor};
-use crate::input::UserInput;
 
 /// What the refusal of an answer says when no paused run is there to take it.
 pub(crate) const NO_RUN_WAITS: &str = "no run waits for answers";
@@ -71,7 +124,7 @@ pub(crate) const NO_SESSION_HINT: &str = "; this agent has no session store, so 
     run lives only in the Agent value that ran it. A server that builds a new Agent for each \
     request (as a stateless AI SDK route does) must give it a session keyed by the chat's id, \
     `AgentBuilder::session(store, chat_id)` with a store of the `agent-loop-sql` crate, \
-    where the next request finds the pause (see the docs of `agent_loop::ui`)";
+    where the next request finds the pause (see the docs of `agent_loop_ui`)";
 
 /// Why a request body cannot become a run: answer it with a 400 and this message. Nothing of
 /// the agent or its session has changed.
@@ -121,7 +174,7 @@ pub const NEW_MESSAGE_DENIAL: &str =
 /// result) and the request gives none ([`UiTurn::RunLeavingPause`]).
 ///
 /// ```
-/// use agent_loop::ui::{NewMessageWhilePaused, RespondOptions};
+/// use agent_loop_ui::{NewMessageWhilePaused, RespondOptions};
 ///
 /// // A chat: typing instead of clicking Approve denies the waiting calls and goes on.
 /// assert_eq!(RespondOptions::default().new_message_while_paused(), NewMessageWhilePaused::DenyAndContinue);
@@ -200,21 +253,22 @@ pub(crate) fn calls_denied(paused: &PausedRun) -> serde_json::Value {
 /// [`NEW_MESSAGE_DENIAL`] as an error result. The agent restores it (which checks and
 /// repairs it as any restored history) and runs on the new message from there.
 #[cfg(feature = "axum")]
-pub(crate) fn left_behind(paused: &PausedRun) -> crate::context::Conversation {
-    use crate::message::{ContentBlock, Message, Role};
+pub(crate) fn left_behind(paused: &PausedRun) -> agent_loop::context::Conversation {
+    use agent_loop::{ContentBlock, Message, Role};
     let mut conversation = paused.conversation().clone();
-    let results = &paused.state.results;
-    let answers: Vec<ContentBlock> = paused
-        .calls()
-        .into_iter()
-        .enumerate()
-        .map(
-            |(i, (id, _, _))| match results.get(i).and_then(Option::as_ref) {
-                Some(result) if result.id == id => result.to_block(),
-                _ => ContentBlock::tool_result(id, NEW_MESSAGE_DENIAL, true),
-            },
-        )
-        .collect();
+    let finished = paused.finished();
+    let answers: Vec<ContentBlock> = conversation
+        .messages
+        .last()
+        .map(|m| {
+            m.tool_uses()
+                .map(|(id, _, _)| match finished.iter().find(|r| r.id == id) {
+                    Some(result) => result.to_block(),
+                    None => ContentBlock::tool_result(id, NEW_MESSAGE_DENIAL, true),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     if !answers.is_empty() {
         conversation.messages.push(Message {
             role: Role::User,
@@ -222,6 +276,17 @@ pub(crate) fn left_behind(paused: &PausedRun) -> crate::context::Conversation {
         });
     }
     conversation
+}
+
+/// The ids of the calls of the response `paused` paused in (answered or waiting), in the
+/// model's order.
+pub(crate) fn paused_call_ids(paused: &PausedRun) -> Vec<String> {
+    paused
+        .conversation()
+        .messages
+        .last()
+        .map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()).collect())
+        .unwrap_or_default()
 }
 
 /// One Server-Sent Event carrying `event` as JSON: `data: {…}\n\n`. JSON never contains a raw
@@ -282,6 +347,8 @@ pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json
 #[cfg(feature = "axum")]
 pub(crate) mod http {
     //! The axum side: how a request's turn starts, the SSE response, and the refusals.
+    use agent_loop::context::Conversation;
+    use agent_loop::{Agent, Error, Message, PausedRun, Resolutions};
     use axum::body::Body;
     use axum::http::{header, HeaderValue, StatusCode};
     use axum::response::Response;
@@ -289,10 +356,6 @@ pub(crate) mod http {
     use futures::{Stream, StreamExt};
 
     use super::{NewMessageWhilePaused, RespondOptions, UiRequestError, UiTurn};
-    use crate::agent::{Agent, PausedRun, Resolutions};
-    use crate::context::Conversation;
-    use crate::error::Error;
-    use crate::message::Message;
 
     /// What a protocol's request gives the shared start of a turn.
     pub(crate) trait UiRequest {
@@ -332,16 +395,16 @@ pub(crate) mod http {
         request: &impl UiRequest,
         options: &RespondOptions,
     ) -> Result<
-        Started<impl futures::Stream<Item = crate::agent::AgentEvent> + Send + 'static>,
+        Started<impl futures::Stream<Item = agent_loop::AgentEvent> + Send + 'static>,
         StartError,
     > {
-        let paused = if agent.session.is_some() {
+        let paused = if agent.has_session() {
             agent.load_session().await.map_err(StartError::Agent)?
         } else {
             agent.paused()
         };
         let turn = request.turn(paused.as_ref()).map_err(|e| {
-            let lost = e.message().contains(super::NO_RUN_WAITS) && agent.session.is_none();
+            let lost = e.message().contains(super::NO_RUN_WAITS) && !agent.has_session();
             StartError::Request(match lost {
                 true => UiRequestError::new(format!("{}{}", e.message(), super::NO_SESSION_HINT)),
                 false => e,

@@ -17,7 +17,7 @@
 //! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
 //! assistant message: the run resumes, its stream continuing that same assistant message
 //! (denied calls end in `output-denied`). A tool the client runs itself (a
-//! [deferred](crate::tool::DeferredTool) tool) is answered the same way, by the client's
+//! [deferred](agent_loop::tool::DeferredTool) tool) is answered the same way, by the client's
 //! `addToolOutput`. A new user message instead of an answer denies the waiting calls and
 //! starts a new assistant message (or is refused:
 //! [`NewMessageWhilePaused`](super::NewMessageWhilePaused)).
@@ -29,11 +29,13 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_loop::media::{Document, Image};
+use agent_loop::{
+    AgentEvent, ContentBlock, Message, PausedRun, Resolutions, Role, Termination, UserInput,
+    WaitsFor,
+};
+
 use super::{sse_frame, UiRequestError, UiTurn};
-use crate::agent::{AgentEvent, PausedRun, Resolutions, Termination, WaitsFor};
-use crate::input::UserInput;
-use crate::media::{Document, Image};
-use crate::message::{ContentBlock, Message, Role};
 
 /// The header that marks a response as a UI message stream, and its value.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
@@ -49,7 +51,7 @@ pub const DEFAULT_DENIAL: &str = "The user denied this tool call.";
 /// `messageMetadata`, …), as the client does.
 ///
 /// ```
-/// use agent_loop::ui::ai_sdk::{DataChunk, UiMessageChunk};
+/// use agent_loop_ui::ai_sdk::{DataChunk, UiMessageChunk};
 /// use serde_json::json;
 ///
 /// let chunk = UiMessageChunk::ToolInputAvailable {
@@ -356,7 +358,7 @@ struct CallState {
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::ui::ai_sdk::{FinishReason, UiMessageChunk, UiStreamEncoder};
+/// use agent_loop_ui::ai_sdk::{FinishReason, UiMessageChunk, UiStreamEncoder};
 /// use agent_loop::{Agent, AgentEvent};
 /// use futures::StreamExt;
 ///
@@ -422,7 +424,7 @@ impl UiStreamEncoder {
     pub fn resuming(mut self, paused: &PausedRun, answers: &Resolutions) -> Self {
         self.resumed = true;
         self.step_open = true;
-        for (id, _, _) in paused.calls() {
+        for id in super::paused_call_ids(paused) {
             self.calls.insert(
                 id,
                 CallState {
@@ -433,7 +435,7 @@ impl UiStreamEncoder {
         }
         self.denied = answers
             .iter()
-            .filter(|(_, r)| matches!(r, crate::agent::Resolution::Deny { .. }))
+            .filter(|(_, r)| matches!(r, agent_loop::Resolution::Deny { .. }))
             .map(|(id, _)| id.to_owned())
             .collect();
         self
@@ -865,8 +867,8 @@ struct UiMessage {
 /// take them back.
 ///
 /// ```
-/// use agent_loop::ui::ai_sdk::ChatRequest;
-/// use agent_loop::ui::UiTurn;
+/// use agent_loop_ui::ai_sdk::ChatRequest;
+/// use agent_loop_ui::UiTurn;
 /// use agent_loop::UserInput;
 ///
 /// let body = br#"{"id": "chat-1", "trigger": "submit-message", "messages": [
@@ -884,7 +886,7 @@ struct UiMessage {
 ///
 /// let bad = ChatRequest::from_slice(br#"{"id": "chat-1"}"#).unwrap_err();
 /// assert!(bad.message().contains("messages"));
-/// # Ok::<(), agent_loop::ui::UiRequestError>(())
+/// # Ok::<(), agent_loop_ui::UiRequestError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
@@ -960,8 +962,8 @@ impl ChatRequest {
     /// history. System messages and reasoning parts are skipped.
     ///
     /// The results are what the client holds: what the stream sent it, which
-    /// [`AgentBuilder::event_content_limit`](crate::AgentBuilder::event_content_limit) may
-    /// have shortened. An agent with a [session](crate::AgentBuilder::session) keeps its own
+    /// [`AgentBuilder::event_content_limit`](agent_loop::AgentBuilder::event_content_limit) may
+    /// have shortened. An agent with a [session](agent_loop::AgentBuilder::session) keeps its own
     /// conversation, whole, and does not read this.
     pub fn history(&self) -> Result<Vec<Message>, UiRequestError> {
         let end = self
@@ -1410,7 +1412,7 @@ pub fn sse_body(
 /// Dropping the response's body (the client aborted the fetch, or went away) drops the run's
 /// stream, which cancels the run.
 #[cfg(feature = "axum")]
-pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::Response {
+pub async fn respond(agent: &mut agent_loop::Agent, body: &[u8]) -> axum::response::Response {
     respond_with(agent, body, &super::RespondOptions::default()).await
 }
 
@@ -1418,7 +1420,7 @@ pub async fn respond(agent: &mut crate::Agent, body: &[u8]) -> axum::response::R
 /// ([`RespondOptions::while_paused`](super::RespondOptions::while_paused)).
 #[cfg(feature = "axum")]
 pub async fn respond_with(
-    agent: &mut crate::Agent,
+    agent: &mut agent_loop::Agent,
     body: &[u8],
     options: &super::RespondOptions,
 ) -> axum::response::Response {

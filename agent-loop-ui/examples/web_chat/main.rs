@@ -2,23 +2,23 @@
 //! small HTML/JS page (no build step, no CDN) and the agent's endpoints.
 //!
 //! ```sh
-//! cargo run --example web_chat                 # http://127.0.0.1:3000, a scripted model
-//! cargo run --example web_chat -- --port 0     # any free port (printed on the first line)
+//! cargo run -p agent-loop-ui --example web_chat               # http://127.0.0.1:3000, a scripted model
+//! cargo run -p agent-loop-ui --example web_chat -- --port 0   # any free port (printed on the first line)
 //! ```
 //!
 //! - `POST /api/chat` speaks the Vercel AI SDK's UI message stream (what `useChat` sends and
-//!   reads), through [`agent_loop::ui::ai_sdk::respond`]; the page uses it.
+//!   reads), through [`agent_loop_ui::ai_sdk::respond`]; the page uses it.
 //! - `GET /api/chat/{id}` gives the chat's conversation as the AI SDK's `UIMessage`s, from
 //!   its session: the page loads it on start, so a reload keeps the chat (the page keeps
 //!   only the chat's id, in `sessionStorage`).
 //! - `POST /agui` speaks AG-UI 1.0 (what `@ag-ui/client`'s `HttpAgent` and CopilotKit send
-//!   and read), through [`agent_loop::ui::agui::respond`], for the same agent.
+//!   and read), through [`agent_loop_ui::agui::respond`], for the same agent.
 //!
 //! The page streams the answer and the model's reasoning, shows each tool call with its
 //! arguments as they stream, and shows approve and deny buttons for `delete_file`, which
 //! needs a person's approval: the run pauses, the paused run waits in the session store, and
 //! the button's request resumes it. Typing a message instead of answering denies the waiting
-//! call and goes on (the library's default, [`agent_loop::ui::NewMessageWhilePaused`]). The
+//! call and goes on (the library's default, [`agent_loop_ui::NewMessageWhilePaused`]). The
 //! Stop button aborts the request, which drops the run's stream: the run is cancelled. Each
 //! chat is a session (its id is the chat's), so any number of tabs can chat at once.
 //!
@@ -31,7 +31,7 @@
 //! `ANTHROPIC_API_KEY` (or `OPENAI_API_KEY`, or a `--gemini`, `--bedrock`, `--ollama` flag and
 //! its variables) a real model decides, with the same tools over a pretend folder.
 
-#[path = "../common/mod.rs"]
+#[path = "../../../examples/common/mod.rs"]
 mod common;
 
 use std::error::Error;
@@ -42,10 +42,10 @@ use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::session::{MemoryStore, SessionStore};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::ui::{agui, ai_sdk};
 use agent_loop::{
     Agent, AnthropicClient, ContentBlock, LlmClient, Message, PausedRun, Role, ToolError, WaitsFor,
 };
+use agent_loop_ui::{agui, ai_sdk};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -181,7 +181,7 @@ fn ui_messages(messages: &[Message], paused: Option<&PausedRun>) -> Vec<Value> {
     let denials = [
         PAGE_DENIAL,
         ai_sdk::DEFAULT_DENIAL,
-        agent_loop::ui::NEW_MESSAGE_DENIAL,
+        agent_loop_ui::NEW_MESSAGE_DENIAL,
     ];
     let mut out: Vec<Value> = Vec::new();
     for (i, message) in messages.iter().enumerate() {

@@ -1,4 +1,4 @@
-//! The AI SDK UI message stream (`agent_loop::ui::ai_sdk`): the encoder's chunk sequences for
+//! The AI SDK UI message stream (`agent_loop_ui::ai_sdk`): the encoder's chunk sequences for
 //! real runs, the request parser, the stream's invariants over any events (proptest), and the
 //! `ai` package's own client reading `respond` over loopback (tests/js/ai-sdk-client.mjs).
 
@@ -12,15 +12,15 @@ use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::ui::ai_sdk::{
-    encode_stream, respond, respond_with, sse_body, ChatRequest, DataChunk, FinishReason,
-    UiMessageChunk, UiStreamEncoder, DEFAULT_DENIAL, STREAM_HEADER,
-};
-use agent_loop::ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, LlmError, PausedRun, Resolution, Resolutions, Role,
     Termination, ToolError, UserInput,
 };
+use agent_loop_ui::ai_sdk::{
+    encode_stream, respond, respond_with, sse_body, ChatRequest, DataChunk, FinishReason,
+    UiMessageChunk, UiStreamEncoder, DEFAULT_DENIAL, STREAM_HEADER,
+};
+use agent_loop_ui::{NewMessageWhilePaused, RespondOptions, UiTurn};
 use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -434,7 +434,7 @@ async fn an_error_closes_the_parts_and_the_step_before_the_error_chunk() {
 async fn a_cancelled_run_ends_in_abort() {
     let client = ScriptedClient::new([ScriptedResponse::text("Partial answ").then_stall()]);
     let mut agent = Agent::builder(client).build().unwrap();
-    let (events, _) = common::agent::run_cancelling(&mut agent, "long question", |event| {
+    let (events, _) = common::run_cancelling(&mut agent, "long question", |event| {
         matches!(event, AgentEvent::TextDelta { .. })
     })
     .await;
@@ -1521,7 +1521,7 @@ async fn a_new_message_keeps_the_result_of_a_call_that_finished_before_the_pause
             ("c0".to_owned(), "hi means a greeting".to_owned(), false),
             (
                 "c1".to_owned(),
-                agent_loop::ui::NEW_MESSAGE_DENIAL.to_owned(),
+                agent_loop_ui::NEW_MESSAGE_DENIAL.to_owned(),
                 true
             ),
         ]
