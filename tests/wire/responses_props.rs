@@ -5,7 +5,7 @@
 //! to exactly their content under any chunking; fixtures re-chunked at random change nothing;
 //! arbitrary and mutated bodies never panic.
 
-mod common;
+use crate::common;
 
 use agent_loop::wire::{StreamLimits, WireDecoder, WireFormat};
 use agent_loop::{ContentBlock, LlmError, StopReason};

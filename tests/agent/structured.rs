@@ -13,7 +13,7 @@ use agent_loop::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::fast_retries;
 
 #[derive(Debug, PartialEq, Deserialize, schemars::JsonSchema)]

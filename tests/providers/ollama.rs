@@ -3,7 +3,7 @@
 //! the request body (against tests/golden/ollama_request.json), and `OllamaClient` against the
 //! loopback `MockServer`, alone and under an `Agent`.
 
-mod common;
+use crate::common;
 
 use agent_loop::media::MediaSource;
 use agent_loop::provider::ollama::OllamaKeepAlive;

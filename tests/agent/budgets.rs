@@ -18,7 +18,7 @@ use agent_loop::{
 };
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::agent::{echo_tool, run};
 
 /// Counts one token per byte: the tests' estimates are exact and easy to follow.

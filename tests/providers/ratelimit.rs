@@ -3,7 +3,7 @@
 //! `RateLimiter` paces runs so that a server enforcing the same limit refuses none, and a
 //! cancelled run stops waiting for its turn.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

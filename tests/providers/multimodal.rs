@@ -17,7 +17,7 @@ use agent_loop::{
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::agent::run_input;
 use common::fast_retries;
 

@@ -36,7 +36,7 @@ use agent_loop::{
 use proptest::prelude::*;
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::grammar::grammar_violation;
 
 /// More steps than any run of these scripts needs: a run still going after them hangs.

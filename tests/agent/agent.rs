@@ -17,7 +17,7 @@ use agent_loop::{
 use futures::StreamExt;
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::agent::{add_tool, assert_valid, echo_tool, run, run_cancelling};
 
 fn failing_tool() -> impl agent_loop::Tool {

@@ -2,7 +2,7 @@
 //! tests/fixtures/responses/, written from OpenAI's streaming event reference), the mapping to
 //! the crate's response, errors and truncation.
 
-mod common;
+use crate::common;
 
 use agent_loop::wire::{InvalidToolCallReason, StreamAssembler, WireDecoder, WireFormat};
 use agent_loop::{ContentBlock, LlmError, LlmEvent, StopReason, Usage};

@@ -14,7 +14,7 @@ use agent_loop::{
 };
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::agent::{echo_tool, run};
 use common::grammar::grammar_violation;
 

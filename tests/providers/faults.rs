@@ -36,7 +36,7 @@ use agent_loop::{
 };
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::agent::{
     assert_valid, echo_tool, result_event, result_in_history, run, run_cancelling,
 };

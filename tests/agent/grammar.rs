@@ -21,7 +21,7 @@ use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::grammar::grammar_violation;
 
 /// What a scripted tool call does.

@@ -19,7 +19,7 @@ use agent_loop::{
 use futures::StreamExt;
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::fast_retries;
 
 const KEY: &str = "sk-test-0123456789-secret";

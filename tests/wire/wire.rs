@@ -2,7 +2,7 @@
 //! file in `tests/fixtures/`, and every way a stream can fail (truncation, garbage, invalid
 //! JSON, error events, oversize input, illegal block transitions) ending in a clear error.
 
-mod common;
+use crate::common;
 
 use agent_loop::wire::{
     InvalidToolCallReason, StreamAssembler, StreamLimits, WireDecoder, WireFormat,

@@ -1,7 +1,7 @@
 //! The OpenAI Responses client (`OpenAiClient::responses()`) over loopback HTTP against the
 //! crate's `MockServer`, and the agent loop running on it unchanged.
 
-mod common;
+use crate::common;
 
 use agent_loop::media::MediaSource;
 use agent_loop::provider::ModelRequest;

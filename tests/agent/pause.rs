@@ -20,7 +20,7 @@ use agent_loop::{
 use futures::StreamExt;
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::agent::read_tool;
 use common::grammar::grammar_violation;
 

@@ -4,7 +4,7 @@
 //! and `BedrockClient` against the loopback `MockServer`: answers, a tool round trip through
 //! an `Agent`, retries, errors, secrets, SigV4 and bearer headers.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

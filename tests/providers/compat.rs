@@ -21,7 +21,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::fast_retries;
 
 const KEY: &str = "sk-compat-0123456789-secret";

@@ -17,7 +17,7 @@ use agent_loop::{
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::agent::result_in_history;
 use common::grammar::grammar_violation;
 

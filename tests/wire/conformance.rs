@@ -5,7 +5,7 @@
 //! copied into the repository. Where we differ from the SDK on purpose, the difference is
 //! written down in `expected_from_sdk`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@
 //! With `CI` set, a missing `node` or package fails the test; elsewhere the test says on
 //! stderr what it skipped and why.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -12,7 +12,7 @@ use agent_loop::{
 };
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::fast_retries;
 
 fn tool() -> impl agent_loop::Tool {

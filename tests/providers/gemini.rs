@@ -3,7 +3,7 @@
 //! golden file), and `GeminiClient` against the loopback mock server, alone and under an
 //! `Agent`.
 
-mod common;
+use crate::common;
 
 use agent_loop::media::MediaSource;
 use agent_loop::provider::gemini::AccessToken;

@@ -3,7 +3,7 @@
 #![cfg(unix)]
 
 #[allow(unreachable_pub)]
-#[path = "../examples/coding_agent/tools.rs"]
+#[path = "../../examples/coding_agent/tools.rs"]
 mod tools;
 
 use std::path::{Path, PathBuf};

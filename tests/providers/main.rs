@@ -1,0 +1,22 @@
+//! Each client over loopback HTTP: request bodies, streaming, retries and faults, rate
+//! limits, the mock server itself, media, settings, and the OpenAI-compatible servers.
+//!
+//! One test binary for the area (one link instead of one per file); each module is one
+//! former test file, run alone with `cargo test --test providers <module>::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod aimock;
+mod bedrock;
+mod clients;
+mod compat;
+mod faults;
+mod gemini;
+mod mock_server;
+mod multimodal;
+mod ollama;
+mod ratelimit;
+mod responses;
+mod responses_client;
+mod settings;
