@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the golden request bodies in tests/golden/ key by key against the official SDKs.
 
-The Rust tests (tests/gemini.rs, tests/bedrock.rs, tests/ollama.rs) assert that our encoders
+The Rust tests (tests/providers/gemini.rs, tests/providers/bedrock.rs, tests/providers/ollama.rs) assert that our encoders
 produce exactly tests/golden/<format>_request.json. This script checks that those bodies are
 what the providers' own SDKs would send, field by field:
 

@@ -1104,7 +1104,7 @@ fn answered_call_ids_are_remembered_for_the_first_65536_calls_of_a_run() {
 
 #[test]
 fn a_response_cut_off_after_an_early_call_answers_it_with_its_own_result() {
-    // Found by tests/machine_props.rs: a read-only call started early, then the response hit
+    // Found by tests/agent/machine_props.rs: a read-only call started early, then the response hit
     // max_tokens. The call was announced but never got its ToolResult event, and the history
     // said "not run" for a call that ran.
     let now = Instant::now();

@@ -1,4 +1,4 @@
-//! Helpers for the tests that run an [`Agent`] (tests/agent.rs, tests/faults.rs).
+//! Helpers for the tests that run an [`Agent`] (tests/agent/agent.rs, tests/providers/faults.rs).
 
 use agent_loop::testing::history_violation;
 use agent_loop::tool::FnTool;

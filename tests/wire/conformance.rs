@@ -29,7 +29,7 @@ fn transcripts() -> Option<Vec<(String, Vec<u8>, Value)>> {
         if path.extension().is_some_and(|e| e == "sse") {
             let name = path.file_stem()?.to_string_lossy().into_owned();
             if name.starts_with("openai_responses_") {
-                // Responses transcripts are checked by tests/responses.rs.
+                // Responses transcripts are checked by tests/providers/responses.rs.
                 continue;
             }
             let body = std::fs::read(&path).ok()?;
