@@ -156,3 +156,53 @@ pub use async_trait::async_trait;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide/), compiled as doctests: one item per page.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/README.md")]
+pub struct GuideIndexDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/getting-started.md")]
+pub struct GuideGettingStartedDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/tools.md")]
+pub struct GuideToolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/events.md")]
+pub struct GuideEventsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/structured-output.md")]
+pub struct GuideStructuredOutputDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/requests.md")]
+pub struct GuideRequestsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/providers.md")]
+pub struct GuideProvidersDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/cost-and-rate-limits.md")]
+pub struct GuideCostAndRateLimitsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/context.md")]
+pub struct GuideContextDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/sub-agents.md")]
+pub struct GuideSubAgentsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/sessions.md")]
+pub struct GuideSessionsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/web-front-ends.md")]
+pub struct GuideWebFrontEndsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/durability.md")]
+pub struct GuideDurabilityDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/observability.md")]
+pub struct GuideObservabilityDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/testing.md")]
+pub struct GuideTestingDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/contributing.md")]
+pub struct GuideContributingDoctests;
