@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation-tests the Rust files a change touched, with cargo-mutants and the test selection
 # in .cargo/mutants.toml. Not part of .ci/run: run it before sending a change to a module
-# that decides (see "Contributing" in README.md).
+# that decides (see "Mutation testing" in docs/guide/contributing.md).
 #
 #   scripts/mutants-changed.sh                 files changed since main (committed or not)
 #   scripts/mutants-changed.sh BASE            files changed since BASE (a branch, tag or commit)
