@@ -2,7 +2,7 @@
 //!
 //! The agent always reports its work as `tracing` spans shaped by OpenTelemetry's GenAI
 //! semantic conventions (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`; see
-//! the README's "Observability"). This crate sends them to an OTLP collector: [`init`]
+//! docs/guide/observability.md). This crate sends them to an OTLP collector: [`init`]
 //! builds the exporter from the standard environment variables and installs a `tracing`
 //! subscriber that exports every span; [`OtelBuilder`] sets the endpoint and service name in
 //! code, and [`OtelGuard::layer`] gives the layer alone, to add to a subscriber of your own.

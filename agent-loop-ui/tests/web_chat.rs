@@ -4,7 +4,8 @@
 //!
 //! Under CI (`CI` set) a missing browser, `node` or npm package fails the test; elsewhere the
 //! test says on stderr what it skipped and why. `AGENT_LOOP_SCREENSHOT=path.png` saves a
-//! screenshot of the page waiting for approval (the README's).
+//! screenshot of the page waiting for approval (docs/web_chat.png, shown in
+//! docs/guide/web-front-ends.md).
 #![allow(clippy::duplicate_mod)]
 
 mod common;
