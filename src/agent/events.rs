@@ -9,8 +9,8 @@ use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
 use crate::provider::RateLimits;
 
+use super::machine::pause::PausedRun;
 use super::path::{AgentPath, SubAgentUsage};
-use super::pause::PausedRun;
 
 /// The stop reason of the `TurnEnd` of a turn that was cut short.
 pub(crate) const INTERRUPTED_STOP: &str = "interrupted";

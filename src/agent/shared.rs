@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use crate::context::{ContextManager, Conversation};
 
-use super::pause::PausedRun;
+use super::machine::pause::PausedRun;
 
 /// The conversation as the agent, its handles and a run in flight share it.
 ///

@@ -1,8 +1,8 @@
 //! The run's counters and the limits they are held to: turns, retries of a turn,
 //! continuations, pauses, the final call, and the repeat and failure trackers.
 
+use super::turn::{FailureTracker, RepeatTracker};
 use crate::agent::events::Termination;
-use crate::agent::turn::{FailureTracker, RepeatTracker};
 
 /// What the machine counts over a run, each against a limit of its
 /// [`MachineConfig`](crate::machine::MachineConfig) (the machine compares; this part counts).

@@ -10,6 +10,19 @@
 //!
 //! See [`AgentMachine`] for its states.
 
+// What the machine reads and makes: its settings, the pure decisions of a turn, the
+// structured answer, sub-agents' runs, a paused run, spend and budgets, handoffs, and what a
+// sub-agent call decides.
+pub(super) mod config;
+pub(super) mod delegate;
+pub(super) mod handoff;
+pub(super) mod nested;
+pub(super) mod output;
+pub(super) mod pause;
+pub(super) mod spend;
+pub(super) mod turn;
+
+// The machine's own state, in owned parts.
 mod attempt;
 mod batch;
 mod counters;
@@ -32,17 +45,17 @@ use crate::pricing::Cost;
 use crate::provider::{LlmEvent, ModelRequest, RequestSettings, RetryPolicy, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
-use super::config::MachineConfig;
-use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
-use super::handoff::{self, HandoffFilter};
-use super::hooks::ToolDecision;
-use super::nested::NestedRuns;
-use super::output::{RunOptions, StructuredOutput};
-use super::pause::{
+use self::config::MachineConfig;
+use self::handoff::HandoffFilter;
+use self::nested::NestedRuns;
+use self::output::{RunOptions, StructuredOutput};
+use self::pause::{
     PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
 };
-use super::spend::{self, Budget, Estimate, Spent, Verdict};
-use super::turn::{self, FailureTracker, Next, RepeatTracker};
+use self::spend::{Budget, Estimate, Spent, Verdict};
+use self::turn::{FailureTracker, Next, RepeatTracker};
+use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
+use crate::agent::hooks::ToolDecision;
 
 use attempt::{Attempt, Early};
 use batch::Batch;
@@ -135,7 +148,7 @@ pub struct MachineParts {
     /// The hooks, when the builder was given some: ask `before_model_call` on each
     /// [`Action::CallModel`] and `before_tool` on each call of an [`Action::Approve`].
     /// `None`: every call is allowed and every model call goes on.
-    pub hooks: Option<std::sync::Arc<dyn super::hooks::AgentHooks>>,
+    pub hooks: Option<std::sync::Arc<dyn crate::agent::hooks::AgentHooks>>,
     /// What answers [`Action::Summarize`]; `None` when the agent has none (answer
     /// [`Input::Summary`] with an error then).
     pub summarizer: Option<std::sync::Arc<dyn crate::context::Summarizer>>,
@@ -2011,7 +2024,7 @@ impl AgentMachine {
     }
 
     /// The agent in charge becomes `target`: its settings and tools.
-    fn switch(&mut self, target: super::config::HandoffTarget) {
+    fn switch(&mut self, target: self::config::HandoffTarget) {
         let mut specs = target.tools.specs().to_vec();
         specs.extend(target.config.handoffs.iter().map(|h| h.tool.clone()));
         self.context.set_tools(&specs);

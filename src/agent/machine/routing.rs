@@ -4,7 +4,7 @@
 use crate::error::LlmError;
 use crate::message::ToolSpec;
 
-use crate::agent::config::HandoffTarget;
+use super::config::HandoffTarget;
 use crate::agent::fallback::FallbackTarget;
 
 /// Where the run is among its agents' handoffs and fallbacks.

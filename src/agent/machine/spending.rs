@@ -5,7 +5,7 @@ use crate::message::Usage;
 use crate::pricing::Cost;
 use crate::provider::RateLimits;
 
-use crate::agent::spend::Spent;
+use super::spend::Spent;
 
 /// What a run spent, as its attempts end.
 #[derive(Debug, Default)]

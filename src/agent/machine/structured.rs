@@ -4,8 +4,8 @@
 use crate::assemble::ModelResponse;
 use crate::error::ResumeError;
 
-use crate::agent::output::StructuredOutput;
-use crate::agent::pause::OutputState;
+use super::output::StructuredOutput;
+use super::pause::OutputState;
 
 /// The structured answer of a run ([`RunOptions::output`](crate::RunOptions::output)).
 #[derive(Debug, Default)]

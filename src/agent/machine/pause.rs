@@ -13,8 +13,8 @@ use crate::pricing::Cost;
 use crate::provider::RequestSettings;
 use crate::tool::ToolCallResult;
 
-use super::hooks::ToolDecision;
-use super::path::SubAgentUsage;
+use crate::agent::hooks::ToolDecision;
+use crate::agent::path::SubAgentUsage;
 
 /// The format of the paused runs this build writes and reads.
 pub(crate) const PAUSE_FORMAT: u32 = 1;

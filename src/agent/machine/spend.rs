@@ -8,7 +8,7 @@ use crate::message::Usage;
 use crate::pricing::{Cost, Usd};
 
 use super::config::MachineConfig;
-use super::events::{RunOutcome, Termination};
+use crate::agent::events::{RunOutcome, Termination};
 
 /// Usage and cost, with the part of each that failed attempts spent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

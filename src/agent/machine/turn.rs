@@ -5,7 +5,7 @@ use crate::assemble::ModelResponse;
 use crate::message::StopReason;
 use crate::tool::{ToolCall, ToolCallResult};
 
-use super::events::Termination;
+use crate::agent::events::Termination;
 
 /// What the loop does after a response.
 #[derive(Debug, Clone, PartialEq)]

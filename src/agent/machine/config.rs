@@ -7,8 +7,8 @@ use crate::pricing::{Pricing, Usd};
 use crate::provider::{PromptCache, RequestSettings, RetryPolicy, StreamLimits};
 use crate::tool::ToolCatalog;
 
-use super::fallback::FallbackTarget;
 use super::handoff::HandoffFilter;
+use crate::agent::fallback::FallbackTarget;
 
 /// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
 /// and a driver of its own builds one for [`AgentMachine::new`](crate::machine::AgentMachine::new).
