@@ -1,5 +1,6 @@
 //! [`Agent`]: a model client, tools, and the conversation it holds. Building one is
-//! `builder.rs`'s, running one `run.rs`'s.
+//! `builder.rs`'s, running one `driver/run.rs`'s. And `Member`: an agent a conversation can
+//! be handed to, as the driver needs it.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -12,11 +13,10 @@ use crate::provider::RateLimiter;
 use crate::tool::{ToolRegistry, ToolSources};
 
 use super::driver::persist::{self, SessionLink};
-use super::handle::AgentHandle;
+use super::handle::{lock, AgentHandle, Shared};
 use super::hooks::AgentHooks;
 use super::machine::config::MachineConfig;
 use super::machine::pause::PausedRun;
-use super::shared::{lock, Shared};
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
 ///

@@ -18,11 +18,10 @@ use super::agent::Agent;
 use super::driver::persist::SessionLink;
 use super::driver::summarizer::LlmSummarizer;
 use super::fallback::Fallback;
-use super::handle::AgentHandle;
+use super::handle::{lock, AgentHandle, Shared};
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::config::MachineConfig;
 use super::machine::{AgentMachine, MachineParts};
-use super::shared::{lock, Shared};
 use super::team::{Handoff, DEFAULT_MAX_DEPTH};
 
 impl Agent {

@@ -6,10 +6,17 @@
 //! back and repeats until the model answers without tools or a limit stops it. The last event
 //! of every run is [`AgentEvent::Finished`] with the [`RunOutcome`].
 //!
-//! Every decision of the loop lives in [`AgentMachine`] (`machine.rs`), a sans-IO state
-//! machine with a few pure helpers in `turn.rs`; `run.rs` is the tokio driver that carries
-//! out the machine's actions (model calls, hooks, tools, timers, compaction) and feeds back
-//! what happened.
+//! The folder has three rooms, cut by concept:
+//!
+//! - `machine/`: every decision of the loop, in [`AgentMachine`], a sans-IO state machine
+//!   made of owned parts (its counters, answer text, structured answer, call ids, spending,
+//!   routing, calls in flight), with what it reads and makes (its config, the pure decisions
+//!   of a turn, a paused run, budgets, handoff filters). It imports nothing async and nothing
+//!   from `driver/` (`tests/architecture.rs` checks).
+//! - `driver/`: the tokio driver that carries out the machine's actions (model calls, hooks,
+//!   tools, timers, compaction, the session) and feeds back what happened.
+//! - the facade, here: [`Agent`], [`AgentBuilder`], the events, hooks, handle, and agents
+//!   that use agents ([`AgentTool`], [`Handoff`]).
 
 // The `Agent` type's own file: named for what it holds, as the other files are.
 #[allow(clippy::module_inception)]
@@ -22,7 +29,6 @@ mod handle;
 mod hooks;
 mod machine;
 mod path;
-mod shared;
 mod team;
 
 pub use agent::Agent;

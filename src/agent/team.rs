@@ -1,10 +1,10 @@
 //! Agents that use agents, on the driver's side: an agent as a tool ([`AgentTool`], from
 //! [`Agent::as_tool`]), whose run's events go up to the caller's machine; the agents a
 //! conversation can be handed to ([`Handoff`]), kept as the parts the driver switches to
-//! (`member.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
+//! (`Member`, in `agent.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
 //!
 //! The decisions are the machine's: it reports the nested events and rolls their usage up
-//! (`nested.rs`), and it decides when a handoff happens (`handoff.rs`).
+//! (`machine/nested.rs`), and it decides when a handoff happens (`machine/handoff.rs`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -23,12 +23,11 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 use super::agent::Agent;
 use super::agent::Member;
 use super::events::{AgentEvent, NestedEvent};
-use super::handle::AgentHandle;
+use super::handle::{AgentHandle, Shared};
 use super::machine::delegate;
 use super::machine::handoff::HandoffFilter;
 use super::machine::spend::Budget;
 use super::path::{AgentPath, PathStep};
-use super::shared::Shared;
 
 /// How deep sub-agents may nest by default ([`AgentBuilder::max_depth`](crate::AgentBuilder::max_depth)).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;

@@ -23,11 +23,10 @@ use super::telemetry::Telemetry;
 use crate::agent::agent::Agent;
 use crate::agent::agent::Member;
 use crate::agent::events::{AgentEvent, RunOutcome, Termination};
-use crate::agent::handle::AgentHandle;
+use crate::agent::handle::{lock, AgentHandle, Shared};
 use crate::agent::hooks::{AgentHooks, HookAction};
 use crate::agent::machine::config::MachineConfig;
 use crate::agent::machine::{Action, AgentMachine, Input};
-use crate::agent::shared::{lock, Shared};
 use crate::agent::team::SubAgentLink;
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.

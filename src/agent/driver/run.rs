@@ -19,9 +19,9 @@ use super::start::Start;
 use super::telemetry;
 use crate::agent::agent::Agent;
 use crate::agent::events::{AgentEvent, RunOutcome, Termination};
+use crate::agent::handle::lock;
 use crate::agent::machine::output::RunOptions;
 use crate::agent::machine::pause::{PausedRun, Resolutions};
-use crate::agent::shared::lock;
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host

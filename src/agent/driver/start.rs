@@ -11,11 +11,11 @@ use crate::input::UserInput;
 use crate::tool::ToolCatalog;
 
 use super::persist::{self, SessionLink};
+use crate::agent::handle::{lock, Shared};
 use crate::agent::machine::config::MachineConfig;
 use crate::agent::machine::output::RunOptions;
 use crate::agent::machine::pause::{PausedRun, Resolutions};
 use crate::agent::machine::AgentMachine;
-use crate::agent::shared::{lock, Shared};
 
 /// How a run starts: on new input, or from a pause.
 pub(crate) enum Start {

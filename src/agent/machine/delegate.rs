@@ -1,6 +1,6 @@
 //! What a call of an agent used as a tool ([`AgentTool`](crate::AgentTool)) decides: how deep
 //! it runs (or that it may not), and what it answers from how the agent's run ended. Pure
-//! functions; `team.rs` runs the agent.
+//! functions; `../team.rs` runs the agent.
 
 use crate::tool::{ToolError, ToolOutput};
 
@@ -29,10 +29,7 @@ pub(crate) fn depth(
 
 /// What a call of the agent `name` answers, from how its run ended: the final text when it
 /// completed, else an error saying why there is none.
-pub(crate) fn answer(
-    name: &str,
-    outcome: Option<RunOutcome>,
-) -> Result<ToolOutput, ToolError> {
+pub(crate) fn answer(name: &str, outcome: Option<RunOutcome>) -> Result<ToolOutput, ToolError> {
     let Some(outcome) = outcome else {
         return Err(ToolError::new(format!(
             "the agent `{name}` ended without an outcome"

@@ -1,6 +1,6 @@
 //! A run that paused to wait for something from outside (a person's approval, a deferred
 //! tool's result), as data: [`PausedRun`], and what the host answers it with:
-//! [`Resolutions`]. The machine makes and takes them (`machine.rs`); this file is their shape.
+//! [`Resolutions`]. The machine makes and takes them (`mod.rs`); this file is their shape.
 
 use std::collections::BTreeMap;
 

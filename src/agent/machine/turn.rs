@@ -1,5 +1,5 @@
 //! The loop's decisions, without I/O: what a model response means for the run, and when the
-//! run must stop. `run.rs` asks; these functions answer.
+//! run must stop. The machine (`mod.rs`) asks; these functions answer.
 
 use crate::assemble::ModelResponse;
 use crate::message::StopReason;
