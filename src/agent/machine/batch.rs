@@ -4,7 +4,10 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::assemble::ModelResponse;
+use crate::message::Message;
 use crate::tool::{ToolCall, ToolCallResult};
+
+use super::pause::PauseState;
 
 use crate::agent::events::Termination;
 use crate::agent::hooks::ToolDecision;
@@ -68,6 +71,26 @@ impl Batch {
         }
     }
 
+    /// The paused batch of `state`, over the response `message` (the conversation's last)
+    /// and its `calls` (checked against it: [`PausedRun::check`](super::pause::PausedRun::check)).
+    pub(super) fn resumed(message: Message, calls: Vec<ToolCall>, state: &PauseState) -> Batch {
+        let response = ModelResponse {
+            message,
+            stop_reason: state.stop_reason.clone(),
+            stop_sequence: None,
+            usage: state.response_usage,
+            id: String::new(),
+            model: String::new(),
+            invalid_tool_calls: Vec::new(),
+        };
+        let mut batch = Batch::new(response, calls);
+        batch.handoff = state.handoff;
+        batch.results = state.results.clone();
+        batch.announced = state.announced.clone();
+        batch.unanswered = batch.results.iter().filter(|r| r.is_none()).count();
+        batch
+    }
+
     /// The position of the call with this id.
     pub(super) fn position(&self, id: &str) -> Option<usize> {
         self.positions.get(id).copied()
@@ -85,7 +108,7 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Message, StopReason, Usage};
+    use crate::message::{StopReason, Usage};
     use std::time::Duration;
 
     #[test]

@@ -2,17 +2,22 @@
 
 use std::collections::HashSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::message::Message;
 
 /// Every tool-call id the conversation has used, so that a model repeating an id (or giving
-/// none) gets a fresh one.
-#[derive(Debug, Default)]
+/// none) gets a fresh one. A paused run keeps the renaming's count (serde: `renamed_ids`);
+/// the ids used are the conversation's, read again when it resumes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct CallIds {
     /// The ids of the calls in the conversation's responses taken so far (a response's own
     /// ids join once the response is taken whole; a failed attempt's never do).
+    #[serde(skip)]
     pub(super) used: HashSet<String>,
     /// Ids given in place of repeated or empty ones so far: the next one's number. Only
     /// grows, so a fresh id is never given twice in a run (a paused run keeps it).
+    #[serde(rename = "renamed_ids")]
     pub(super) renamed: u64,
 }
 
@@ -54,6 +59,21 @@ impl CallIds {
         };
         response.insert(id.clone());
         id
+    }
+
+    /// What a paused run keeps: the renaming's count.
+    pub(super) fn paused(&self) -> CallIds {
+        CallIds {
+            renamed: self.renamed,
+            ..CallIds::default()
+        }
+    }
+
+    /// The ids of a paused run's conversation, `messages`, with its renaming's count.
+    pub(super) fn resumed(paused: &CallIds, messages: &[Message]) -> CallIds {
+        let mut ids = paused.paused();
+        ids.reset(messages);
+        ids
     }
 
     /// A response was taken whole: its ids are the conversation's.

@@ -33,7 +33,7 @@ mod spending;
 mod structured;
 mod text;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::assemble::{ModelResponse, StreamAssembler};
@@ -49,11 +49,9 @@ use self::config::MachineConfig;
 use self::handoff::HandoffFilter;
 use self::nested::NestedRuns;
 use self::output::{RunOptions, StructuredOutput};
-use self::pause::{
-    PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
-};
-use self::spend::{Budget, Estimate, Spent, Verdict};
-use self::turn::{FailureTracker, Next, RepeatTracker};
+use self::pause::{PauseState, PausedRun, Resolution, Resolutions, Waiting, PAUSE_FORMAT};
+use self::spend::{Budget, Estimate, Verdict};
+use self::turn::Next;
 use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
 use crate::agent::hooks::ToolDecision;
 
@@ -382,6 +380,10 @@ pub struct AgentMachine {
     settings: RequestSettings,
     /// The turn, retry, continuation and pause counts, and the final call.
     counters: Counters,
+    /// Why the final call is made when a budget (not the turn limit) asked for it: how the
+    /// run ends after it. Only set with `counters.final_call`; not kept by a pause (a resumed
+    /// final call ends as the turn limit ends it).
+    final_cause: Option<Termination>,
     /// The answer text so far, and the attempt in flight's.
     text: AnswerText,
     /// The structured answer asked for, and how it goes.
@@ -431,6 +433,7 @@ impl AgentMachine {
             out: VecDeque::new(),
             settings: RequestSettings::default(),
             counters: Counters::default(),
+            final_cause: None,
             text: AnswerText::default(),
             answer: Answer::default(),
             ids: CallIds::default(),
@@ -463,99 +466,30 @@ impl AgentMachine {
         options: RunOptions,
         now: Instant,
     ) -> Result<AgentMachine, ResumeError> {
-        paused.check_format()?;
+        // The paused run, deserialized already, is checked against this agent and the answers.
+        let calls = paused.check(resolutions, &tools)?;
         let state = &paused.state;
-        let calls: Vec<ToolCall> = paused
-            .calls()
-            .into_iter()
-            .map(|(id, name, input)| ToolCall::new(id, name, input))
-            .collect();
-        let n = calls.len();
-        let waiting: Vec<usize> = match &state.waiting {
-            Waiting::Approval { verdicts } => verdicts.iter().map(|&(i, _)| i).collect(),
-            Waiting::Results { calls } => calls.clone(),
-        };
-        let mut seen = HashSet::with_capacity(waiting.len());
-        if n == 0
-            || state.results.len() != n
-            || state.announced.len() != n
-            // A call waiting twice would be counted twice: the batch could never pause or end.
-            || waiting
-                .iter()
-                .any(|&i| i >= n || state.results[i].is_some() || !seen.insert(i))
-        {
-            return Err(ResumeError::Damaged(
-                "its calls do not match the conversation's last response".to_owned(),
-            ));
-        }
-        let pending = paused.pending();
-        for (id, resolution) in resolutions.iter() {
-            let Some(call) = pending.iter().find(|p| p.id == id) else {
-                let waiting: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
-                return Err(ResumeError::UnknownCall {
-                    id: id.to_owned(),
-                    waiting: waiting.join(", "),
-                });
-            };
-            let approved = *resolution == Resolution::Approve;
-            let had = state.tools.contains(&call.name);
-            if approved
-                && call.waits_for == WaitsFor::Approval
-                && had
-                && !tools.contains(&call.name)
-            {
-                return Err(ResumeError::MissingTool {
-                    id: call.id.clone(),
-                    tool: call.name.clone(),
-                });
-            }
-        }
         let answer = Answer::resumed(state.output.as_ref(), options.output)?;
 
         // The agent in charge when it paused: the handoffs taken, in order.
-        let mut config = config;
-        let mut routing = Routing::default();
-        for &index in &state.route {
-            let Some(target) = config.handoffs.get(index).cloned() else {
-                return Err(ResumeError::Damaged(
-                    "it was handed to an agent this one cannot hand to".to_owned(),
-                ));
-            };
-            routing.retire(&config.handoffs);
-            routing.keep = target.keep;
-            config = target.config;
-        }
-        if !state.route.is_empty() {
-            routing.keep_root_system(context.system());
-        }
-        routing.route = state.route.clone();
+        let Some((config, routing)) =
+            Routing::resumed(&state.routing.route, config, context.system())
+        else {
+            return Err(ResumeError::Damaged(
+                "it was handed to an agent this one cannot hand to".to_owned(),
+            ));
+        };
         context.restore_paused(paused.conversation.clone());
         let mut machine = AgentMachine::new(config, context, tools);
         machine.routing = routing;
         machine.nested = NestedRuns::restore(state.sub_agents.clone());
         machine.now = Some(now);
-        machine.counters = Counters {
-            turns: state.turn,
-            open_turn: Some(state.turn),
-            pauses: state.pauses,
-            repeats: RepeatTracker::from_state(state.repeats.clone()),
-            failures: FailureTracker::from_state(state.failures),
-            continuations: state.continuations,
-            final_call: state.final_call,
-            ..Counters::default()
-        };
-        machine.spending.spent = Spent {
-            usage: state.usage,
-            failed_usage: state.failed_usage,
-            cost: state.cost,
-            failed_cost: state.failed_cost,
-        };
-        machine.spending.turn_cost = state.response_cost;
-        machine.text.final_text = state.final_text.clone();
+        machine.counters = Counters::resumed(&state.counters);
+        machine.spending = state.spending.paused();
+        machine.text = state.text.paused();
+        machine.ids = CallIds::resumed(&state.ids, machine.context.messages());
         machine.settings = options.settings.over(&state.settings);
         machine.answer = answer;
-        machine.ids.reset(machine.context.messages());
-        machine.ids.renamed = state.renamed_ids;
 
         let message = machine
             .context
@@ -563,20 +497,7 @@ impl AgentMachine {
             .last()
             .cloned()
             .unwrap_or_else(|| Message::assistant(""));
-        let response = ModelResponse {
-            message,
-            stop_reason: state.stop_reason.clone(),
-            stop_sequence: None,
-            usage: state.response_usage,
-            id: String::new(),
-            model: String::new(),
-            invalid_tool_calls: Vec::new(),
-        };
-        let mut batch = Box::new(Batch::new(response, calls));
-        batch.handoff = state.handoff;
-        batch.results = state.results.clone();
-        batch.announced = state.announced.clone();
-        batch.unanswered = batch.results.iter().filter(|r| r.is_none()).count();
+        let mut batch = Box::new(Batch::resumed(message, calls, state));
         for result in batch.results.iter().flatten() {
             machine.in_flight.answer(&result.id);
         }
@@ -843,7 +764,7 @@ impl AgentMachine {
             if (self.config.final_answer_at_max_turns || self.answer.asked.is_some())
                 && !self.counters.final_call
             {
-                self.counters.make_final(None);
+                self.counters.make_final();
             } else {
                 return self.finish(Termination::MaxTurns);
             }
@@ -872,8 +793,8 @@ impl AgentMachine {
             Verdict::Stop(stop) => Some(stop),
             Verdict::Last(limit) => {
                 let forced = self.config.final_answer_at_budget || self.answer.asked.is_some();
-                if forced {
-                    self.counters.make_final(Some(limit));
+                if forced && self.counters.make_final() {
+                    self.final_cause = Some(limit);
                 }
                 None
             }
@@ -970,6 +891,12 @@ impl AgentMachine {
     /// What the run's budgets have left (for its sub-agents' runs).
     pub(crate) fn budget_left(&self) -> Budget {
         Budget::left(&self.config, &self.spending.spent)
+    }
+
+    /// How the run ends after its final call: the budget that asked for it, else the turn
+    /// limit.
+    fn final_termination(&self) -> Termination {
+        self.final_cause.clone().unwrap_or(Termination::MaxTurns)
     }
 
     fn build_request(&self) -> ModelRequest {
@@ -1291,7 +1218,7 @@ impl AgentMachine {
         if self.counters.final_call && !self.answer.called_in(&response) {
             self.answer_unrun(&response, early, "not run: the turn limit was reached");
             self.end_turn(&response);
-            let termination = self.counters.final_termination();
+            let termination = self.final_termination();
             return self.finish(termination);
         }
         let continuations_left = self.counters.continuations < self.config.max_continuations;
@@ -1469,7 +1396,7 @@ impl AgentMachine {
         }
         self.answer_output_calls(&mut batch, &invalid);
         if self.counters.final_call && batch.stop.is_none() {
-            batch.stop = Some(self.counters.final_termination());
+            batch.stop = Some(self.final_termination());
         }
         if batch.stop.is_some() {
             // The run ends with this batch: the other calls are not run.
@@ -1656,28 +1583,19 @@ impl AgentMachine {
         let state = PauseState {
             format: PAUSE_FORMAT,
             id: format!("t{}-p{}-{first}", self.counters.turns, self.counters.pauses),
-            turn: self.counters.turns,
-            pauses: self.counters.pauses,
-            usage: self.spending.spent.usage,
-            failed_usage: self.spending.spent.failed_usage,
-            cost: self.spending.spent.cost,
-            failed_cost: self.spending.spent.failed_cost,
-            final_text: self.text.final_text.clone(),
-            repeats: self.counters.repeats.state(),
-            failures: self.counters.failures.state(),
-            continuations: self.counters.continuations,
-            final_call: self.counters.final_call,
-            renamed_ids: self.ids.renamed,
+            counters: self.counters.paused(),
+            spending: self.spending.paused(),
+            text: self.text.paused(),
+            ids: self.ids.paused(),
+            routing: self.routing.paused(),
             settings: self.settings.clone(),
             output,
             stop_reason: response.stop_reason.clone(),
             response_usage: response.usage,
-            response_cost: self.spending.turn_cost,
             results,
             announced,
             waiting,
             tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
-            route: self.routing.route.clone(),
             handoff,
             sub_agents: self.nested.finished().to_vec(),
         };

@@ -1,8 +1,11 @@
 //! The run's answer text: what the outcome's `final_text` will be, and what the attempt in
 //! flight has streamed so far.
 
-/// The answer text of a run.
-#[derive(Debug, Default)]
+use serde::{Deserialize, Serialize};
+
+/// The answer text of a run. A paused run keeps the answer so far (serde: `final_text`);
+/// nothing streams while a run is paused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct AnswerText {
     /// The answer so far: the last response's text that had any (or that had no calls),
     /// with the continuations of a response cut off by `max_tokens` appended to it. Taken
@@ -11,9 +14,11 @@ pub(super) struct AnswerText {
     /// The text streamed by the attempt in flight: empty between attempts (cleared when a
     /// call is sent, when its response is taken and when it fails), kept, marked, when a
     /// cancel cuts it short.
+    #[serde(skip)]
     pub(super) partial: String,
     /// The next response continues the last one (which `max_tokens` cut off): its text is
     /// appended to `final_text`, not put in its place. Only for that next response.
+    #[serde(skip)]
     pub(super) continuing: bool,
 }
 
@@ -29,6 +34,14 @@ impl AnswerText {
         }
         self.continuing = false;
         self.partial.clear();
+    }
+
+    /// What a paused run keeps: the answer so far.
+    pub(super) fn paused(&self) -> AnswerText {
+        AnswerText {
+            final_text: self.final_text.clone(),
+            ..AnswerText::default()
+        }
     }
 
     /// Takes the text streamed by the attempt in flight, leaving none.
