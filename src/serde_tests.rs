@@ -12,8 +12,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::error::{ApiError, LlmError, TimeoutKind};
-use crate::error::{Quota, RateLimits};
+use crate::error::{ApiError, LlmError, TimeoutKind, Quota, RateLimits};
 use crate::message::{MediaSource, StopReason, Usage};
 use crate::tool::ToolCallResult;
 use crate::wire::LlmEvent;

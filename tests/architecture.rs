@@ -1,5 +1,6 @@
 //! The shape of the source tree, checked (ARCHITECTURE.md): no import circles among the files
-//! of `src/`, sans-IO machines that touch no clock or runtime, small async drivers.
+//! of `src/`, sans-IO machines that touch no clock or runtime, and an agent machine's room
+//! (`src/agent/machine/`) that imports nothing from its driver's (`src/agent/driver/`).
 //!
 //! The module graph is read from the source: every `use` declaration and every `crate::…` /
 //! `super::…` path in code (comments, strings and `#[cfg(test)] mod` blocks left out), each
@@ -529,7 +530,7 @@ fn the_checker_sees_a_circle() {
             .position(|f| f.path == p)
             .unwrap_or_else(|| panic!("{p}"))
     };
-    let machine = index("src/agent/machine.rs");
+    let machine = index("src/agent/machine/mod.rs");
     assert!(edges[machine].contains(&index("src/wire/assemble.rs")));
     assert!(edges[machine].contains(&index("src/agent/events.rs")));
 }
@@ -537,80 +538,89 @@ fn the_checker_sees_a_circle() {
 #[test]
 fn the_machines_decide_without_a_clock_or_a_runtime() {
     let graph = Graph::new();
-    for path in [
-        "src/agent/machine.rs",
-        "src/agent/nested.rs",
-        "src/agent/turn.rs",
-        "src/provider/attempt.rs",
-    ] {
-        let file = graph
-            .files
-            .iter()
-            .find(|f| f.path == path)
-            .unwrap_or_else(|| panic!("{path}"));
+    let machine_room = |path: &str| path.starts_with("src/agent/machine/");
+    let checked: Vec<&SourceFile> = graph
+        .files
+        .iter()
+        .filter(|f| machine_room(&f.path) || f.path == "src/provider/attempt.rs")
+        .collect();
+    assert!(
+        checked.len() > 2,
+        "the agent machine's room src/agent/machine/ and the attempt machine"
+    );
+    for file in checked {
+        let path = &file.path;
         for forbidden in [
             "async ",
             ".await",
+            "async_trait",
             "Instant::now",
             "SystemTime::now",
             "tokio",
+            "futures",
         ] {
             assert!(
                 !file.code.contains(forbidden),
                 "{path} uses {forbidden:?}: the machine takes time and I/O from its driver"
             );
         }
+        // The HTTP attempt machine reads reqwest's header and URL types; the agent's reads
+        // no HTTP at all.
+        if machine_room(path) {
+            for forbidden in ["reqwest", "driver::"] {
+                assert!(
+                    !file.code.contains(forbidden),
+                    "{path} names {forbidden:?}: the agent machine's room knows no HTTP and no driver"
+                );
+            }
+        }
     }
-    // The machine reads the plain-data files of the agent, never the driver's.
+    // The agent machine's room imports nothing from the driver's room (nor the facade's
+    // async files that use it).
     let edges = graph.edges();
-    let machine = graph
-        .files
-        .iter()
-        .position(|f| f.path == "src/agent/machine.rs")
-        .expect("the machine");
-    for &dep in &edges[machine] {
-        let path = &graph.files[dep].path;
-        assert!(
-            ![
-                "src/agent/run.rs",
-                "src/agent/driver.rs",
-                "src/agent/io.rs",
-                "src/agent/agent.rs",
-                "src/agent/builder.rs",
-                "src/agent/oneshot.rs",
-                "src/agent/mod.rs",
-            ]
-            .contains(&path.as_str()),
-            "machine.rs imports from {path}, a driver's file"
-        );
+    for (f, file) in graph.files.iter().enumerate() {
+        if !machine_room(&file.path) {
+            continue;
+        }
+        for &dep in &edges[f] {
+            let path = &graph.files[dep].path;
+            assert!(
+                !path.starts_with("src/agent/driver/")
+                    && ![
+                        "src/agent/agent.rs",
+                        "src/agent/builder.rs",
+                        "src/agent/team.rs",
+                        "src/agent/handle.rs",
+                        "src/agent/mod.rs",
+                    ]
+                    .contains(&path.as_str()),
+                "{} imports from {path}: the machine's room imports nothing from the driver's",
+                file.path
+            );
+        }
     }
 }
 
 #[test]
-fn async_files_under_src_agent_stay_small() {
+fn the_checker_sees_a_machine_file_that_imports_the_driver() {
+    // The rule above reads imports as the circle check does: a path into the driver's room
+    // resolves to its file.
     let graph = Graph::new();
-    let lines = |path: &str| {
-        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
-            .expect("readable")
-            .lines()
-            .count()
-    };
-    let machine = lines("src/agent/machine.rs");
-    for file in graph
+    let machine = graph
         .files
         .iter()
-        .filter(|f| f.path.starts_with("src/agent/"))
-    {
-        if !(file.code.contains("async ") || file.code.contains(".await")) {
-            continue;
-        }
-        let n = lines(&file.path);
-        assert!(
-            n <= 400 && n < machine,
-            "{} is async and has {n} lines: at most 400, and fewer than the machine's {machine}",
-            file.path
-        );
-    }
+        .position(|f| f.path == "src/agent/machine/mod.rs")
+        .expect("the machine");
+    let io = graph
+        .files
+        .iter()
+        .position(|f| f.path == "src/agent/driver/io.rs")
+        .expect("the driver's io");
+    let path: Vec<String> = ["crate", "agent", "driver", "io", "Io"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(graph.resolve(machine, &path, 0), Some(io));
 }
 
 /// A file's room: the top-level module it belongs to (`src/provider/openai/mod.rs` is in

@@ -1,5 +1,6 @@
 //! [`Agent`]: a model client, tools, and the conversation it holds. Building one is
-//! `builder.rs`'s, running one `run.rs`'s.
+//! `builder.rs`'s, running one `driver/run.rs`'s. And `Member`: an agent a conversation can
+//! be handed to, as the driver needs it.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -11,13 +12,11 @@ use crate::provider::transport::RateLimiter;
 use crate::provider::LlmClient;
 use crate::tool::{ToolRegistry, ToolSources};
 
-use super::config::MachineConfig;
-use super::handle::AgentHandle;
+use super::driver::persist::{self, SessionLink};
+use super::handle::{lock, AgentHandle, Shared};
 use super::hooks::AgentHooks;
-use super::member::Member;
-use super::pause::PausedRun;
-use super::persist::{self, SessionLink};
-use super::shared::{lock, Shared};
+use super::machine::config::MachineConfig;
+use super::machine::pause::PausedRun;
 
 /// An LLM agent: a model client, tools, and the conversation it holds.
 ///
@@ -240,5 +239,30 @@ impl Agent {
             .model
             .clone()
             .unwrap_or_else(|| self.client.model().to_owned())
+    }
+}
+
+/// An agent's parts that a run switches to when the conversation is handed to it.
+pub(crate) struct Member {
+    pub(crate) client: Arc<dyn LlmClient>,
+    pub(crate) sources: ToolSources,
+    pub(crate) hooks: Arc<dyn AgentHooks>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
+    /// Its own handoffs, in the order of its config's.
+    pub(crate) team: Arc<Vec<Member>>,
+    /// Its fallbacks' clients, in the order of its config's.
+    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
+}
+
+impl Member {
+    /// The member at `route` (indexes into each level's handoffs) below `team`.
+    pub(crate) fn find<'a>(team: &'a Arc<Vec<Member>>, route: &[usize]) -> Option<&'a Member> {
+        let (&first, rest) = route.split_first()?;
+        let member = team.get(first)?;
+        if rest.is_empty() {
+            Some(member)
+        } else {
+            Member::find(&member.team, rest)
+        }
     }
 }

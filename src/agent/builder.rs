@@ -10,21 +10,19 @@ use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
 use crate::pricing::{Pricing, Usd};
 use crate::provider::cache::PromptCache;
-use crate::provider::transport::RateLimiter;
-use crate::provider::transport::RetryPolicy;
+use crate::provider::transport::{RateLimiter, RetryPolicy};
 use crate::provider::{LlmClient, RequestSettings, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
 
 use super::agent::Agent;
-use super::config::MachineConfig;
+use super::driver::persist::SessionLink;
+use super::driver::summarizer::LlmSummarizer;
 use super::fallback::Fallback;
-use super::handle::AgentHandle;
+use super::handle::{lock, AgentHandle, Shared};
 use super::hooks::{AgentHooks, NoHooks};
+use super::machine::config::MachineConfig;
 use super::machine::{AgentMachine, MachineParts};
-use super::persist::SessionLink;
-use super::shared::{lock, Shared};
-use super::summarizer::LlmSummarizer;
 use super::team::{Handoff, DEFAULT_MAX_DEPTH};
 
 impl Agent {

@@ -4,13 +4,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::RateLimits;
-use crate::error::{ConfigError, Error};
+use crate::error::{RateLimits, ConfigError, Error};
 use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
 
+use super::machine::pause::PausedRun;
 use super::path::{AgentPath, SubAgentUsage};
-use super::pause::PausedRun;
 
 /// The stop reason of the `TurnEnd` of a turn that was cut short.
 pub(crate) const INTERRUPTED_STOP: &str = "interrupted";

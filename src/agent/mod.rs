@@ -6,53 +6,42 @@
 //! back and repeats until the model answers without tools or a limit stops it. The last event
 //! of every run is [`AgentEvent::Finished`] with the [`RunOutcome`].
 //!
-//! Every decision of the loop lives in [`AgentMachine`] (`machine.rs`), a sans-IO state
-//! machine with a few pure helpers in `turn.rs`; `run.rs` is the tokio driver that carries
-//! out the machine's actions (model calls, hooks, tools, timers, compaction) and feeds back
-//! what happened.
+//! The folder has three rooms, cut by concept:
+//!
+//! - `machine/`: every decision of the loop, in [`AgentMachine`], a sans-IO state machine
+//!   made of owned parts (its counters, answer text, structured answer, call ids, spending,
+//!   routing, calls in flight), with what it reads and makes (its config, the pure decisions
+//!   of a turn, a paused run, budgets, handoff filters). It imports nothing async and nothing
+//!   from `driver/` (`tests/architecture.rs` checks).
+//! - `driver/`: the tokio driver that carries out the machine's actions (model calls, hooks,
+//!   tools, timers, compaction, the session) and feeds back what happened.
+//! - the facade, here: [`Agent`], [`AgentBuilder`], the events, hooks, handle, and agents
+//!   that use agents ([`AgentTool`], [`Handoff`]).
 
 // The `Agent` type's own file: named for what it holds, as the other files are.
 #[allow(clippy::module_inception)]
 mod agent;
 mod builder;
-mod config;
-mod delegate;
 mod driver;
 mod events;
 mod fallback;
 mod handle;
-mod handoff;
 mod hooks;
-mod io;
 mod machine;
-mod member;
-mod nested;
-mod oneshot;
-mod output;
-mod parts;
 mod path;
-mod pause;
-mod persist;
-mod run;
-mod shared;
-mod spend;
-mod start;
-mod summarizer;
 mod team;
-mod telemetry;
-mod turn;
 
 pub use agent::Agent;
 pub use builder::AgentBuilder;
-pub use config::{HandoffTarget, MachineConfig};
+pub use driver::summarizer::LlmSummarizer;
 pub use events::{AgentEvent, NestedEvent, RunError, RunOutcome, Termination};
 pub use fallback::{Fallback, FallbackOn, FallbackTarget};
 pub use handle::AgentHandle;
-pub use handoff::{HandoffFilter, HandoffFilterFn};
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
+pub use machine::config::{HandoffTarget, MachineConfig};
+pub use machine::handoff::{HandoffFilter, HandoffFilterFn};
+pub use machine::output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
+pub use machine::pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};
 pub use machine::{Action, AgentMachine, Handled, Input, MachineParts};
-pub use output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use path::{AgentPath, PathStep, SubAgentUsage};
-pub use pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};
-pub use summarizer::LlmSummarizer;
 pub use team::{AgentTool, Handoff, SubAgentTask, DEFAULT_MAX_DEPTH};

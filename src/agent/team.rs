@@ -1,10 +1,10 @@
 //! Agents that use agents, on the driver's side: an agent as a tool ([`AgentTool`], from
 //! [`Agent::as_tool`]), whose run's events go up to the caller's machine; the agents a
 //! conversation can be handed to ([`Handoff`]), kept as the parts the driver switches to
-//! (`member.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
+//! (`Member`, in `agent.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
 //!
 //! The decisions are the machine's: it reports the nested events and rolls their usage up
-//! (`nested.rs`), and it decides when a handoff happens (`handoff.rs`).
+//! (`machine/nested.rs`), and it decides when a handoff happens (`machine/handoff.rs`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -21,14 +21,13 @@ use crate::context::Conversation;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::agent::Agent;
-use super::delegate;
+use super::agent::Member;
 use super::events::{AgentEvent, NestedEvent};
-use super::handle::AgentHandle;
-use super::handoff::HandoffFilter;
-use super::member::Member;
+use super::handle::{AgentHandle, Shared};
+use super::machine::delegate;
+use super::machine::handoff::HandoffFilter;
+use super::machine::spend::Budget;
 use super::path::{AgentPath, PathStep};
-use super::shared::Shared;
-use super::spend::Budget;
 
 /// How deep sub-agents may nest by default ([`AgentBuilder::max_depth`](crate::AgentBuilder::max_depth)).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
@@ -133,16 +132,16 @@ impl Handoff {
     }
 
     /// The machine's view of the target and the driver's parts.
-    pub(crate) fn into_parts(self) -> (super::config::HandoffTarget, Member) {
+    pub(crate) fn into_parts(self) -> (super::machine::config::HandoffTarget, Member) {
         let agent = self.agent;
-        let target = super::config::HandoffTarget::new(
+        let target = super::machine::config::HandoffTarget::new(
             agent.machine_config(),
             agent.sources.current().catalog(),
             agent.context().system().map(str::to_owned),
             self.description.as_deref(),
         )
         .filter(self.filter);
-        let target = super::config::HandoffTarget {
+        let target = super::machine::config::HandoffTarget {
             keep: self.keep,
             ..target
         };

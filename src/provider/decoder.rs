@@ -13,8 +13,7 @@ use crate::wire::{LlmEvent, StreamLimits, WireFormat};
 ///
 /// ```
 /// use agent_loop::{LlmEvent};
-/// use agent_loop::wire::WireDecoder;
-/// use agent_loop::wire::WireFormat;
+/// use agent_loop::wire::{WireDecoder, WireFormat};
 ///
 /// let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
 ///              data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
@@ -161,9 +160,7 @@ impl WireDecoder {
     ///
     /// ```
     /// use agent_loop::{LlmEvent};
-    /// use agent_loop::wire::StreamAssembler;
-    /// use agent_loop::wire::WireDecoder;
-    /// use agent_loop::wire::WireFormat;
+    /// use agent_loop::wire::{StreamAssembler, WireDecoder, WireFormat};
     ///
     /// let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"m",
     ///     "content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",

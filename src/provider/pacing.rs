@@ -7,8 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::LlmError;
-use crate::error::RateLimits;
+use crate::error::{LlmError, RateLimits};
 use crate::wire::LlmEvent;
 
 /// The limits a [`RateLimiter`] keeps to: requests and tokens per period.

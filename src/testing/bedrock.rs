@@ -8,8 +8,7 @@ use serde_json::{json, Value};
 
 use crate::message::{ContentBlock, StopReason, Usage};
 use crate::wire::eventstream::encode_message;
-use crate::wire::LlmEvent;
-use crate::wire::ModelResponse;
+use crate::wire::{LlmEvent, ModelResponse};
 
 use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;

@@ -8,8 +8,7 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use crate::message::{ContentBlock, StopReason, Usage};
-use crate::wire::LlmEvent;
-use crate::wire::ModelResponse;
+use crate::wire::{LlmEvent, ModelResponse};
 
 use super::segment::{Segment, SegmentKind};
 use super::tool_schemas::Rejection;

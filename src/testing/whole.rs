@@ -7,8 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::message::{ContentBlock, StopReason};
-use crate::wire::{ModelResponse, StreamAssembler};
-use crate::wire::{WireDecoder, WireFormat};
+use crate::wire::{ModelResponse, StreamAssembler, WireDecoder, WireFormat};
 
 use super::scripted::ScriptedResponse;
 use super::sse;

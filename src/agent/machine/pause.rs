@@ -1,20 +1,24 @@
 //! A run that paused to wait for something from outside (a person's approval, a deferred
 //! tool's result), as data: [`PausedRun`], and what the host answers it with:
-//! [`Resolutions`]. The machine makes and takes them (`machine.rs`); this file is their shape.
+//! [`Resolutions`]. The machine makes and takes them (`mod.rs`); this file is their shape.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::context::Conversation;
 use crate::error::ResumeError;
 use crate::message::{StopReason, Usage};
-use crate::pricing::Cost;
 use crate::provider::RequestSettings;
-use crate::tool::ToolCallResult;
+use crate::tool::{ToolCall, ToolCallResult, ToolCatalog};
 
-use super::hooks::ToolDecision;
-use super::path::SubAgentUsage;
+use super::counters::Counters;
+use super::ids::CallIds;
+use super::routing::Routing;
+use super::spending::Spending;
+use super::text::AnswerText;
+use crate::agent::hooks::ToolDecision;
+use crate::agent::path::SubAgentUsage;
 
 /// The format of the paused runs this build writes and reads.
 pub(crate) const PAUSE_FORMAT: u32 = 1;
@@ -86,7 +90,7 @@ impl PausedRun {
     /// Where the agent in charge is among the handoffs (empty: the agent the run started
     /// with).
     pub(crate) fn route(&self) -> &[usize] {
-        &self.state.route
+        &self.state.routing.route
     }
 
     /// The calls that wait, in the model's order.
@@ -134,12 +138,12 @@ impl PausedRun {
 
     /// The turn the run paused in (1 for the first).
     pub fn turn(&self) -> u32 {
-        self.state.turn
+        self.state.counters.turns
     }
 
     /// The tokens the run used before it paused.
     pub fn usage(&self) -> Usage {
-        self.state.usage
+        self.state.spending.spent.usage
     }
 
     /// The calls of the response the run paused in: id, name, input.
@@ -179,6 +183,66 @@ impl PausedRun {
             conversation,
             state,
         })
+    }
+
+    /// Checks a paused run (deserialized from elsewhere) before it resumes with `resolutions`
+    /// over `tools`: its format; that its batch matches the conversation's last response
+    /// (each call with a result slot and an announced flag, each waiting call once and
+    /// unanswered); that each answer is for a waiting call; and that no approved call's tool
+    /// was lost since the pause. Gives the batch's calls.
+    pub(crate) fn check(
+        &self,
+        resolutions: &Resolutions,
+        tools: &ToolCatalog,
+    ) -> Result<Vec<ToolCall>, ResumeError> {
+        self.check_format()?;
+        let state = &self.state;
+        let calls: Vec<ToolCall> = self
+            .calls()
+            .into_iter()
+            .map(|(id, name, input)| ToolCall::new(id, name, input))
+            .collect();
+        let n = calls.len();
+        let waiting: Vec<usize> = match &state.waiting {
+            Waiting::Approval { verdicts } => verdicts.iter().map(|&(i, _)| i).collect(),
+            Waiting::Results { calls } => calls.clone(),
+        };
+        let mut seen = HashSet::with_capacity(waiting.len());
+        if n == 0
+            || state.results.len() != n
+            || state.announced.len() != n
+            // A call waiting twice would be counted twice: the batch could never pause or end.
+            || waiting
+                .iter()
+                .any(|&i| i >= n || state.results[i].is_some() || !seen.insert(i))
+        {
+            return Err(ResumeError::Damaged(
+                "its calls do not match the conversation's last response".to_owned(),
+            ));
+        }
+        let pending = self.pending();
+        for (id, resolution) in resolutions.iter() {
+            let Some(call) = pending.iter().find(|p| p.id == id) else {
+                let waiting: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
+                return Err(ResumeError::UnknownCall {
+                    id: id.to_owned(),
+                    waiting: waiting.join(", "),
+                });
+            };
+            let approved = *resolution == Resolution::Approve;
+            let had = state.tools.contains(&call.name);
+            if approved
+                && call.waits_for == WaitsFor::Approval
+                && had
+                && !tools.contains(&call.name)
+            {
+                return Err(ResumeError::MissingTool {
+                    id: call.id.clone(),
+                    tool: call.name.clone(),
+                });
+            }
+        }
+        Ok(calls)
     }
 
     /// Checks the format (a paused run deserialized from elsewhere).
@@ -344,39 +408,36 @@ impl Resolutions {
     }
 }
 
-/// Everything the machine needs to go on from a pause, besides the conversation.
+/// Everything the machine needs to go on from a pause, besides the conversation: the
+/// machine's own parts, each as a pause keeps it (its `paused()` form), and the paused
+/// batch. The parts are flattened, so the JSON is the one format 1 always had: a session
+/// written before the parts existed reads the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PauseState {
     pub(crate) format: u32,
     pub(crate) id: String,
-    /// The open turn (the run's turn count).
-    pub(crate) turn: u32,
-    /// Pauses of this run so far, this one included.
-    pub(crate) pauses: u32,
-    pub(crate) usage: Usage,
-    pub(crate) failed_usage: Usage,
-    /// What the run cost so far, and the failed attempts' part (absent before costs were
-    /// kept: zero).
-    #[serde(default)]
-    pub(crate) cost: Cost,
-    #[serde(default)]
-    pub(crate) failed_cost: Cost,
-    pub(crate) final_text: String,
-    /// The repeated-call tracker: the last signature and its count.
-    pub(crate) repeats: (Option<String>, u32),
-    /// Consecutive turns whose every call failed.
-    pub(crate) failures: u32,
-    pub(crate) continuations: u32,
-    pub(crate) final_call: bool,
-    pub(crate) renamed_ids: u64,
+    /// The run's counts: the open turn (`turn`), pauses (this one included), continuations,
+    /// the final call, the repeat and failure trackers.
+    #[serde(flatten)]
+    pub(super) counters: Counters,
+    /// What the run spent, and the open turn's response cost (for its `TurnEnd`).
+    #[serde(flatten)]
+    pub(super) spending: Spending,
+    /// The answer so far.
+    #[serde(flatten)]
+    pub(super) text: AnswerText,
+    /// The renaming of repeated call ids so far.
+    #[serde(flatten)]
+    pub(super) ids: CallIds,
+    /// The handoffs taken before the pause: where the agent in charge is.
+    #[serde(flatten)]
+    pub(super) routing: Routing,
     pub(crate) settings: RequestSettings,
+    /// The structured answer asked for, and how it went so far.
     pub(crate) output: Option<OutputState>,
     /// The paused response's stop reason and usage (for its `TurnEnd`).
     pub(crate) stop_reason: StopReason,
     pub(crate) response_usage: Usage,
-    /// The paused response's cost (for its `TurnEnd`).
-    #[serde(default)]
-    pub(crate) response_cost: Cost,
     /// Each call's result so far, in the model's order.
     pub(crate) results: Vec<Option<ToolCallResult>>,
     /// Whether each call's `ToolCall` event was emitted.
@@ -386,9 +447,6 @@ pub(crate) struct PauseState {
     /// unknown when approved; one of a tool it had and lost is refused).
     #[serde(default)]
     pub(crate) tools: Vec<String>,
-    /// The handoffs taken before the pause: where the agent in charge is.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) route: Vec<usize>,
     /// The handoff a call of the waiting batch asked for, applied when the batch completes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) handoff: Option<usize>,
@@ -424,6 +482,77 @@ pub(crate) struct OutputState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A paused run's state as format 1 wrote it before the machine's parts existed: every
+    /// key of the old hand-written `PauseState`.
+    fn format_1() -> serde_json::Value {
+        serde_json::json!({
+            "format": 1,
+            "id": "t3-p2-c1",
+            "turn": 3,
+            "pauses": 2,
+            "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0},
+            "failed_usage": {"input_tokens": 1, "output_tokens": 0, "cache_read_input_tokens": 0,
+                             "cache_creation_input_tokens": 0},
+            "cost": serde_json::to_value(crate::pricing::Cost::default()).unwrap(),
+            "failed_cost": serde_json::to_value(crate::pricing::Cost::default()).unwrap(),
+            "final_text": "so far",
+            "repeats": ["sig", 2],
+            "failures": 1,
+            "continuations": 1,
+            "final_call": true,
+            "renamed_ids": 7,
+            "settings": serde_json::to_value(RequestSettings::default()).unwrap(),
+            "output": null,
+            "stop_reason": "tool_use",
+            "response_usage": {"input_tokens": 4, "output_tokens": 2,
+                               "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+            "response_cost": serde_json::to_value(crate::pricing::Cost::default()).unwrap(),
+            "results": [null],
+            "announced": [true],
+            "waiting": {"type": "approval", "verdicts": [[0, null]]},
+            "tools": ["delete"],
+            "route": [1],
+            "handoff": 0
+        })
+    }
+
+    #[test]
+    fn a_format_1_state_reads_into_the_parts_and_writes_back_the_same() {
+        let old = format_1();
+        let state: PauseState = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(state.counters.turns, 3);
+        assert_eq!(state.counters.pauses, 2);
+        assert_eq!(state.counters.continuations, 1);
+        assert!(state.counters.final_call);
+        assert_eq!(state.spending.spent.usage.input_tokens, 10);
+        assert_eq!(state.spending.spent.failed_usage.input_tokens, 1);
+        assert_eq!(state.text.final_text, "so far");
+        assert_eq!(state.ids.renamed, 7);
+        assert_eq!(state.routing.route, [1]);
+        assert_eq!(serde_json::to_value(&state).unwrap(), old);
+    }
+
+    #[test]
+    fn a_state_without_costs_or_a_route_reads_with_none() {
+        let mut old = format_1();
+        let map = old.as_object_mut().unwrap();
+        for key in [
+            "cost",
+            "failed_cost",
+            "response_cost",
+            "route",
+            "tools",
+            "handoff",
+        ] {
+            map.remove(key);
+        }
+        let state: PauseState = serde_json::from_value(old).unwrap();
+        assert_eq!(state.spending.turn_cost, crate::pricing::Cost::default());
+        assert!(state.routing.route.is_empty());
+        assert!(state.tools.is_empty());
+    }
 
     #[test]
     fn resolutions_count_their_answers_and_a_later_one_replaces_an_earlier() {

@@ -20,8 +20,8 @@ use crate::context::ContextManager;
 use crate::error::{Error, ResumeError, SessionError};
 use crate::session::{self, SessionEntry, SessionStore};
 
-use super::pause::PausedRun;
-use super::shared::{lock, Shared};
+use crate::agent::handle::{lock, Shared};
+use crate::agent::machine::pause::PausedRun;
 
 /// How long a run's lease on its session lasts unless renewed (each saved turn renews it):
 /// how long a session stays held after its process died.

@@ -17,50 +17,48 @@ use crate::provider::transport::RateLimiter;
 use crate::provider::LlmClient;
 use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
 
-use super::agent::Agent;
-use super::config::MachineConfig;
-use super::events::{AgentEvent, RunOutcome, Termination};
-use super::handle::AgentHandle;
-use super::hooks::{AgentHooks, HookAction};
 use super::io::Io;
-use super::machine::{Action, AgentMachine, Input};
-use super::member::Member;
 use super::persist::{RunSession, Tail};
-use super::shared::{lock, Shared};
 use super::start::{self, Start};
-use super::team::SubAgentLink;
 use super::telemetry::Telemetry;
+use crate::agent::agent::{Agent, Member};
+use crate::agent::events::{AgentEvent, RunOutcome, Termination};
+use crate::agent::handle::{lock, AgentHandle, Shared};
+use crate::agent::hooks::{AgentHooks, HookAction};
+use crate::agent::machine::config::MachineConfig;
+use crate::agent::machine::{Action, AgentMachine, Input};
+use crate::agent::team::SubAgentLink;
 
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
-pub(super) struct Driver {
+pub(crate) struct Driver {
     /// The run's spans (`invoke_agent`, and `chat` per model call).
     telemetry: Telemetry,
     /// `Some` until the conversation goes back to the agent.
-    pub(super) machine: Option<AgentMachine>,
+    pub(crate) machine: Option<AgentMachine>,
     /// The conversation until the machine is built (after the session is loaded).
     context: Option<ContextManager>,
     config: MachineConfig,
     session: Option<RunSession>,
-    pub(super) client: Arc<dyn LlmClient>,
+    pub(crate) client: Arc<dyn LlmClient>,
     /// The tools calls run with: always the machine's.
-    pub(super) tools: ToolRegistry,
+    pub(crate) tools: ToolRegistry,
     /// Where new tools come from between turns.
-    pub(super) sources: ToolSources,
-    pub(super) hooks: Arc<dyn AgentHooks>,
-    pub(super) summarizer: Option<Arc<dyn Summarizer>>,
+    pub(crate) sources: ToolSources,
+    pub(crate) hooks: Arc<dyn AgentHooks>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     handle: AgentHandle,
     shared: Arc<Mutex<Shared>>,
-    pub(super) cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     tx: mpsc::Sender<AgentEvent>,
     /// How many messages the published view holds (0: publish everything next time).
     published: usize,
     /// Whether the machine was told of the cancel, or of the stop request.
-    pub(super) told_cancel: bool,
-    pub(super) told_stop: bool,
+    pub(crate) told_cancel: bool,
+    pub(crate) told_stop: bool,
     /// The agents the conversation can be handed to.
-    pub(super) team: Arc<Vec<Member>>,
+    pub(crate) team: Arc<Vec<Member>>,
     /// The fallbacks' clients of the agent in charge.
-    pub(super) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
+    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
@@ -94,7 +92,7 @@ fn now() -> Instant {
 
 impl Driver {
     /// A driver for `agent`'s run of `machine`, reporting on `tx`.
-    pub(super) fn new(
+    pub(crate) fn new(
         agent: &Agent,
         context: ContextManager,
         tools: ToolRegistry,
@@ -153,13 +151,13 @@ impl Driver {
     }
 
     /// Feeds one input to the machine.
-    pub(super) fn tell(&mut self, input: Input) {
+    pub(crate) fn tell(&mut self, input: Input) {
         if let Some(machine) = self.machine.as_mut() {
             machine.handle(input, now());
         }
     }
 
-    pub(super) async fn drive(mut self, start: Start) {
+    pub(crate) async fn drive(mut self, start: Start) {
         // Sources that changed since the last run (or during it, after its last turn).
         if self.sources.changed() {
             if let Some(tools) = self.sources.refresh().await {
@@ -395,5 +393,55 @@ impl Driver {
         self.telemetry.finish(&outcome);
         tracing::info!(termination = %outcome.termination, turns = outcome.turns, "agent run finished");
         self.emit(AgentEvent::Finished(outcome)).await;
+    }
+}
+
+// The driver's parts that change while a run goes on: its tools, when a tool source
+// changed between turns, and its client, tools and hooks, when the conversation is handed to
+// another agent; its client, when the run moves to a fallback model.
+impl Driver {
+    /// Between turns: when a tool source changed, refreshes it and gives the machine (and
+    /// the tool runner) the rebuilt registry. One atomic load per source when none changed;
+    /// nothing once the run is over or stopping. A cancel during the refresh cancels the run at once.
+    pub(crate) async fn refresh_tools(&mut self) {
+        let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
+        // A run told to stop after this turn needs no new tools.
+        if over || self.told_stop || !self.sources.changed() {
+            return;
+        }
+        let refreshed = tokio::select! {
+            _ = self.cancel.cancelled(), if !self.told_cancel => {
+                self.told_cancel = true;
+                return self.tell(Input::Cancel);
+            }
+            refreshed = self.sources.refresh() => refreshed,
+        };
+        if let Some(tools) = refreshed {
+            tracing::debug!(tools = tools.len(), "the agent's tools changed");
+            self.tell(Input::ToolsChanged(tools.catalog()));
+            self.tools = tools;
+        }
+    }
+
+    /// From now on, the model calls and tools are those of the agent at `route` (see
+    /// [`Action::Handoff`](crate::agent::machine::Action::Handoff)); an unknown route changes nothing.
+    pub(crate) fn hand_off(&mut self, route: &[usize]) {
+        if let Some(member) = Member::find(&self.team, route) {
+            self.client = member.client.clone();
+            self.sources = member.sources.clone();
+            self.tools = member.sources.current();
+            self.hooks = member.hooks.clone();
+            self.summarizer = member.summarizer.clone();
+            self.fallbacks = member.fallbacks.clone();
+        }
+    }
+
+    /// From now on, the model calls go to the fallback at `index` of the agent in charge
+    /// (see [`Action::Fallback`](crate::agent::machine::Action::Fallback)); an unknown one changes
+    /// nothing.
+    pub(crate) fn fall_back(&mut self, index: usize) {
+        if let Some(client) = self.fallbacks.get(index) {
+            self.client = client.clone();
+        }
     }
 }

@@ -1,44 +1,15 @@
 //! What a run spends and may spend: its usage and cost (the failed attempts' part apart), and
 //! the budget check before each model call, against what that call could cost at most.
 
-use std::ops::AddAssign;
-
 use crate::error::{ConfigError, Error};
-use crate::message::Usage;
-use crate::pricing::{Cost, Usd};
+
+use crate::pricing::Usd;
 
 use super::config::MachineConfig;
-use super::events::{RunOutcome, Termination};
-
-/// Usage and cost, with the part of each that failed attempts spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Spent {
-    pub(crate) usage: Usage,
-    pub(crate) failed_usage: Usage,
-    pub(crate) cost: Cost,
-    pub(crate) failed_cost: Cost,
-}
+pub(crate) use super::spending::Spent;
+use crate::agent::events::{RunOutcome, Termination};
 
 impl Spent {
-    /// A model call that gave its response.
-    pub(crate) fn call(usage: Usage, cost: Cost) -> Spent {
-        Spent {
-            usage,
-            cost,
-            ..Spent::default()
-        }
-    }
-
-    /// A model call that failed (and was sent again, or ended the run).
-    pub(crate) fn failed(usage: Usage, cost: Cost) -> Spent {
-        Spent {
-            usage,
-            failed_usage: usage,
-            cost,
-            failed_cost: cost,
-        }
-    }
-
     /// What a run's outcome says it spent.
     pub(crate) fn of(outcome: &RunOutcome) -> Spent {
         Spent {
@@ -55,15 +26,6 @@ impl Spent {
         outcome.failed_usage = self.failed_usage;
         outcome.cost = self.cost;
         outcome.failed_cost = self.failed_cost;
-    }
-}
-
-impl AddAssign for Spent {
-    fn add_assign(&mut self, other: Spent) {
-        self.usage += other.usage;
-        self.failed_usage += other.failed_usage;
-        self.cost += other.cost;
-        self.failed_cost += other.failed_cost;
     }
 }
 
@@ -217,7 +179,8 @@ fn fits(used: u64, next: u64, budget: u64) -> Fit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pricing::{ModelPrice, Pricing};
+    use crate::message::Usage;
+    use crate::pricing::{Cost, ModelPrice, Pricing};
     use std::sync::Arc;
 
     fn config(tokens: Option<u64>, dollars: Option<f64>) -> MachineConfig {

@@ -1,4 +1,4 @@
-//! The model-backed [`Summarizer`]: the driver's tool for [`Action::Summarize`](super::Action::Summarize).
+//! The model-backed [`Summarizer`]: the driver's tool for [`Action::Summarize`](crate::agent::Action::Summarize).
 //!
 //! Compaction itself (in `context/`) never calls a model: it asks for a summary as a step.
 //! This summarizer answers that step by asking a model, so it lives beside the driver.

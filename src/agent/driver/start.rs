@@ -10,15 +10,15 @@ use crate::error::Error;
 use crate::input::UserInput;
 use crate::tool::ToolCatalog;
 
-use super::config::MachineConfig;
-use super::machine::AgentMachine;
-use super::output::RunOptions;
-use super::pause::{PausedRun, Resolutions};
 use super::persist::{self, SessionLink};
-use super::shared::{lock, Shared};
+use crate::agent::handle::{lock, Shared};
+use crate::agent::machine::config::MachineConfig;
+use crate::agent::machine::output::RunOptions;
+use crate::agent::machine::pause::{PausedRun, Resolutions};
+use crate::agent::machine::AgentMachine;
 
 /// How a run starts: on new input, or from a pause.
-pub(super) enum Start {
+pub(crate) enum Start {
     Run {
         input: UserInput,
         options: RunOptions,
@@ -31,7 +31,7 @@ pub(super) enum Start {
 }
 
 /// The run's machine over `context`; on failure, the error and the conversation as it was.
-pub(super) async fn machine(
+pub(crate) async fn machine(
     start: Start,
     mut context: ContextManager,
     config: MachineConfig,

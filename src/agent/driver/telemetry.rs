@@ -19,16 +19,16 @@ use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::provider::{LlmClient, ModelRequest};
 use crate::wire::LlmEvent;
 
-use super::config::MachineConfig;
-use super::events::{RunOutcome, Termination};
+use crate::agent::events::{RunOutcome, Termination};
+use crate::agent::machine::config::MachineConfig;
 
 /// The environment variable that turns content capture on (`true`), as the conventions name it.
 const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
 /// What a run's driver tells its spans.
-pub(super) struct Telemetry {
+pub(crate) struct Telemetry {
     /// The run's `invoke_agent` span: the parent of its `chat` and `execute_tool` spans.
-    pub(super) run: Span,
+    pub(crate) run: Span,
     /// The `chat` span of the model call in progress.
     chat: Span,
     /// Whether content is recorded.
@@ -66,7 +66,7 @@ impl Part {
 }
 
 /// The run's span: `invoke_agent {name}`, a child of the span current where the run starts.
-pub(super) fn run_span(config: &MachineConfig, client: &dyn LlmClient) -> Span {
+pub(crate) fn run_span(config: &MachineConfig, client: &dyn LlmClient) -> Span {
     let span = tracing::info_span!(
         "invoke_agent",
         otel.name = format!("invoke_agent {}", config.name),
@@ -91,7 +91,7 @@ pub(super) fn run_span(config: &MachineConfig, client: &dyn LlmClient) -> Span {
 }
 
 impl Telemetry {
-    pub(super) fn new(run: Span, config: &MachineConfig) -> Self {
+    pub(crate) fn new(run: Span, config: &MachineConfig) -> Self {
         Telemetry {
             run,
             chat: Span::none(),
@@ -104,12 +104,12 @@ impl Telemetry {
     }
 
     /// Whether tool calls record their arguments and results.
-    pub(super) fn content(&self) -> bool {
+    pub(crate) fn content(&self) -> bool {
         self.content
     }
 
     /// A model call starts: its `chat {model}` span, which the call runs in.
-    pub(super) fn call_model(
+    pub(crate) fn call_model(
         &mut self,
         request: &ModelRequest,
         client: &dyn LlmClient,
@@ -179,7 +179,7 @@ impl Telemetry {
     }
 
     /// One event of the model's stream.
-    pub(super) fn model_event(&mut self, event: &LlmEvent) {
+    pub(crate) fn model_event(&mut self, event: &LlmEvent) {
         let span = &self.chat;
         match event {
             LlmEvent::MessageStart { id, model } => {
@@ -244,7 +244,7 @@ impl Telemetry {
     }
 
     /// The model call failed: `error.type` and an error status on its span, which ends.
-    pub(super) fn model_failed(&mut self, error: &LlmError) {
+    pub(crate) fn model_failed(&mut self, error: &LlmError) {
         self.chat
             .record("error.type", llm_error_type(error).as_str());
         self.chat.record("otel.status_code", "error");
@@ -253,7 +253,7 @@ impl Telemetry {
 
     /// The model's stream ended: its span ends (with the usage, when the stream was cut short
     /// before its `MessageStop`).
-    pub(super) fn model_done(&mut self) {
+    pub(crate) fn model_done(&mut self) {
         if let Some(usage) = self.usage.take() {
             record_usage(&self.chat, &usage);
         }
@@ -262,7 +262,7 @@ impl Telemetry {
 
     /// The run moved to a fallback model: an event on the run's span (the failed call's
     /// span has its `error.type`; the next `chat` span names the new model).
-    pub(super) fn fallback(&self, from: &str, to: &str) {
+    pub(crate) fn fallback(&self, from: &str, to: &str) {
         tracing::warn!(
             parent: &self.run,
             gen_ai.fallback.from = from,
@@ -272,7 +272,7 @@ impl Telemetry {
     }
 
     /// The run is over: its usage and how it ended.
-    pub(super) fn finish(&self, outcome: &RunOutcome) {
+    pub(crate) fn finish(&self, outcome: &RunOutcome) {
         let span = &self.run;
         span.record("turns", i64::from(outcome.turns));
         record_usage(span, &outcome.usage);

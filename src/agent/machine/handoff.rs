@@ -1,7 +1,7 @@
 //! Handoffs, as the machine sees them: the tool the model calls to hand the conversation to
 //! another agent ([`handoff_tool`]), the note that answers it, and the [`HandoffFilter`] that
 //! decides what history the new agent sees. Plain data and pure functions; the agents
-//! themselves are the driver's (`team.rs`).
+//! themselves are the driver's (`../team.rs`).
 
 use std::fmt;
 use std::sync::Arc;

@@ -10,8 +10,8 @@ use crate::provider::RequestSettings;
 use crate::tool::ToolCatalog;
 use crate::wire::StreamLimits;
 
-use super::fallback::FallbackTarget;
 use super::handoff::HandoffFilter;
+use crate::agent::fallback::FallbackTarget;
 
 /// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
 /// and a driver of its own builds one for [`AgentMachine::new`](crate::machine::AgentMachine::new).

@@ -14,31 +14,31 @@ use crate::provider::{LlmClient, ModelRequest};
 use crate::tool::{ExecOptions, ToolCall, ToolCallResult, ToolProgress, ToolRegistry};
 use crate::wire::LlmEvent;
 
-use super::events::NestedEvent;
+use crate::agent::events::NestedEvent;
 
 /// What one item of the model's stream says.
-pub(super) type ModelItem = Option<Result<LlmEvent, LlmError>>;
+pub(crate) type ModelItem = Option<Result<LlmEvent, LlmError>>;
 
 /// What runs outside the machine on its behalf, and the channels it reports through.
-pub(super) struct Io {
-    pub(super) progress_tx: mpsc::Sender<ToolProgress>,
-    pub(super) progress_rx: mpsc::Receiver<ToolProgress>,
+pub(crate) struct Io {
+    pub(crate) progress_tx: mpsc::Sender<ToolProgress>,
+    pub(crate) progress_rx: mpsc::Receiver<ToolProgress>,
     /// Sub-agents' events, from the calls that run agents; bounded, and their senders wait.
-    pub(super) nested_tx: mpsc::Sender<NestedEvent>,
-    pub(super) nested_rx: mpsc::Receiver<NestedEvent>,
-    pub(super) results_tx: mpsc::UnboundedSender<ToolCallResult>,
-    pub(super) results_rx: mpsc::UnboundedReceiver<ToolCallResult>,
+    pub(crate) nested_tx: mpsc::Sender<NestedEvent>,
+    pub(crate) nested_rx: mpsc::Receiver<NestedEvent>,
+    pub(crate) results_tx: mpsc::UnboundedSender<ToolCallResult>,
+    pub(crate) results_rx: mpsc::UnboundedReceiver<ToolCallResult>,
     /// The model call in flight: it forwards the response's items into `model_rx`.
-    pub(super) model: Option<BoxFuture<'static, ()>>,
-    pub(super) model_rx: mpsc::Receiver<ModelItem>,
+    pub(crate) model: Option<BoxFuture<'static, ()>>,
+    pub(crate) model_rx: mpsc::Receiver<ModelItem>,
     /// Whether the machine still listens to `model_rx`.
-    pub(super) model_live: bool,
+    pub(crate) model_live: bool,
     /// Running tool batches; each sends its results into `results_tx`.
-    pub(super) tools: FuturesUnordered<BoxFuture<'static, ()>>,
+    pub(crate) tools: FuturesUnordered<BoxFuture<'static, ()>>,
 }
 
 impl Io {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let (progress_tx, progress_rx) = mpsc::channel(64);
         let (nested_tx, nested_rx) = mpsc::channel(64);
         let (results_tx, results_rx) = mpsc::unbounded_channel();
@@ -61,7 +61,7 @@ impl Io {
     /// abandoned response ever does. With a limiter (and the context's token count), the call
     /// first waits for its turn, and the limiter hears the response's rate-limit figures;
     /// stopping the call ends the wait.
-    pub(super) fn call_model(
+    pub(crate) fn call_model(
         &mut self,
         client: Arc<dyn LlmClient>,
         request: ModelRequest,
@@ -92,12 +92,12 @@ impl Io {
         ));
     }
 
-    pub(super) fn stop_model(&mut self) {
+    pub(crate) fn stop_model(&mut self) {
         self.model = None;
         self.model_live = false;
     }
 
-    pub(super) fn run_tools(
+    pub(crate) fn run_tools(
         &mut self,
         registry: ToolRegistry,
         calls: Vec<ToolCall>,

@@ -10,38 +10,65 @@
 //!
 //! See [`AgentMachine`] for its states.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+// What the machine reads and makes: its settings, the pure decisions of a turn, the
+// structured answer, sub-agents' runs, a paused run, spend and budgets, handoffs, and what a
+// sub-agent call decides.
+pub(super) mod config;
+pub(super) mod delegate;
+pub(super) mod handoff;
+pub(super) mod nested;
+pub(super) mod output;
+pub(super) mod pause;
+pub(super) mod spend;
+pub(super) mod turn;
+
+// The machine's own state, in owned parts.
+mod attempt;
+mod batch;
+mod counters;
+mod ids;
+mod in_flight;
+mod routing;
+mod spending;
+mod structured;
+mod text;
+
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::wire::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversation};
-use crate::error::RateLimits;
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
-use crate::message::{ContentBlock, Message, Role, StopReason, ToolSpec, Usage};
+use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::pricing::Cost;
-use crate::provider::transport::RetryPolicy;
 use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
-use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
+use crate::provider::transport::RetryPolicy;
 use crate::wire::LlmEvent;
-use crate::wire::{ModelResponse, StreamAssembler};
+use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 
-use super::config::MachineConfig;
-use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
-use super::handoff::{self, HandoffFilter};
-use super::hooks::ToolDecision;
-use super::nested::NestedRuns;
-use super::output::{RunOptions, StructuredOutput};
-use super::pause::{
-    OutputState, PauseState, PausedRun, Resolution, Resolutions, Waiting, WaitsFor, PAUSE_FORMAT,
-};
-use super::spend::{self, Budget, Estimate, Spent, Verdict};
-use super::turn::{self, FailureTracker, Next, RepeatTracker};
+use self::config::MachineConfig;
+use self::handoff::HandoffFilter;
+use self::nested::NestedRuns;
+use self::output::{RunOptions, StructuredOutput};
+use self::pause::{PauseState, PausedRun, Resolution, Resolutions, Waiting, PAUSE_FORMAT};
+use self::spend::{Budget, Estimate, Verdict};
+use self::turn::Next;
+use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
+use crate::agent::hooks::ToolDecision;
+
+use attempt::{Attempt, Early};
+use batch::Batch;
+use counters::Counters;
+use ids::CallIds;
+use in_flight::InFlight;
+use routing::Routing;
+use spending::Spending;
+use structured::Answer;
+use text::AnswerText;
 
 /// Marker appended to answer text that a cancellation cut short.
 const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
-/// The most answered call ids remembered per run to filter late progress; beyond it, late
-/// progress of older calls is no longer filtered (memory stays bounded).
-const MAX_ANSWERED: usize = 65_536;
 /// The most tool-call block ids remembered per response (for `ToolInputDelta` events).
 const MAX_BLOCK_IDS: usize = 4096;
 
@@ -121,7 +148,7 @@ pub struct MachineParts {
     /// The hooks, when the builder was given some: ask `before_model_call` on each
     /// [`Action::CallModel`] and `before_tool` on each call of an [`Action::Approve`].
     /// `None`: every call is allowed and every model call goes on.
-    pub hooks: Option<std::sync::Arc<dyn super::hooks::AgentHooks>>,
+    pub hooks: Option<std::sync::Arc<dyn crate::agent::hooks::AgentHooks>>,
     /// What answers [`Action::Summarize`]; `None` when the agent has none (answer
     /// [`Input::Summary`] with an error then).
     pub summarizer: Option<std::sync::Arc<dyn crate::context::Summarizer>>,
@@ -222,135 +249,6 @@ enum State {
     NextTurn,
     /// The run is over.
     Finished,
-}
-
-/// One attempt at a model response.
-#[derive(Debug)]
-struct Attempt {
-    assembler: StreamAssembler,
-    content_seen: bool,
-    usage: Usage,
-    /// The model the response says answers (empty until it says).
-    model: String,
-    /// Block index → tool call id, for `ToolInputDelta` events.
-    ids: HashMap<usize, String>,
-    early: Early,
-    /// Calls waiting for the hook's verdict before starting early.
-    approving: Vec<ToolCall>,
-    /// The tool-call ids this response has used so far (after renaming).
-    call_ids: HashSet<String>,
-}
-
-/// Read-only calls started while the model was still streaming.
-#[derive(Debug, Default)]
-struct Early {
-    /// Id and name of each call started (its `ToolCall` emitted).
-    started: Vec<(String, String)>,
-    /// The ids in `started`.
-    started_ids: HashSet<String>,
-    /// Their results so far, one per call (a second result of a call is ignored).
-    done: Vec<ToolCallResult>,
-    /// The ids in `done`.
-    done_ids: HashSet<String>,
-    /// Whether the response asked for a call that is not read-only: calls after it wait for
-    /// the end of the message.
-    blocked: bool,
-}
-
-impl Early {
-    /// Notes that `call` started.
-    fn start(&mut self, call: &ToolCall) {
-        self.started_ids.insert(call.id.clone());
-        self.started.push((call.id.clone(), call.name.clone()));
-    }
-
-    /// Takes the first result of a started call; gives back any other.
-    // The result is handed back as it came (moved, once per stray result), not boxed anew.
-    #[allow(clippy::result_large_err)]
-    fn finish(&mut self, result: ToolCallResult) -> Result<(), ToolCallResult> {
-        if !self.started_ids.contains(&result.id) || !self.done_ids.insert(result.id.clone()) {
-            return Err(result);
-        }
-        self.done.push(result);
-        Ok(())
-    }
-
-    fn running(&self) -> usize {
-        self.started.len().saturating_sub(self.done.len())
-    }
-}
-
-/// A response's calls on their way to results.
-#[derive(Debug)]
-struct Batch {
-    response: ModelResponse,
-    calls: Vec<ToolCall>,
-    results: Vec<Option<ToolCallResult>>,
-    /// Whether each call's `ToolCall` was emitted.
-    announced: Vec<bool>,
-    /// Calls waiting for the hook's verdict (positions in `calls`).
-    approving: Vec<usize>,
-    /// Calls allowed to run and not yet started (positions), held while early read-only
-    /// calls still run and these have side effects.
-    held: Vec<usize>,
-    /// Whether any held call has side effects.
-    held_side_effects: bool,
-    /// Calls started early that are still running (positions).
-    early_pending: HashSet<usize>,
-    stop: Option<Termination>,
-    /// Each call id's position in `calls` (ids are unique: the machine renames repeated
-    /// ones as they arrive), so a result finds its call without a scan: a response may hold
-    /// very many calls.
-    positions: HashMap<String, usize>,
-    /// Calls without a result yet.
-    unanswered: usize,
-    /// The verdicts on the calls asked about, when some wait for a person (`None`): the
-    /// batch pauses once its early calls are done, and nothing else of it runs.
-    paused_verdicts: Option<Vec<(usize, Option<ToolDecision>)>>,
-    /// Allowed calls of deferred tools (positions): their results come from outside.
-    outside: Vec<usize>,
-    /// The handoff one of the calls asked for (its index in the config's handoffs): it
-    /// applies once the batch is complete.
-    handoff: Option<usize>,
-}
-
-impl Batch {
-    fn new(response: ModelResponse, calls: Vec<ToolCall>) -> Batch {
-        let n = calls.len();
-        let mut positions = HashMap::with_capacity(n);
-        for (i, call) in calls.iter().enumerate() {
-            positions.entry(call.id.clone()).or_insert(i);
-        }
-        Batch {
-            results: vec![None; n],
-            announced: vec![false; n],
-            approving: Vec::new(),
-            held: Vec::new(),
-            held_side_effects: false,
-            early_pending: HashSet::new(),
-            stop: None,
-            positions,
-            unanswered: n,
-            paused_verdicts: None,
-            outside: Vec::new(),
-            handoff: None,
-            calls,
-            response,
-        }
-    }
-
-    /// The position of the call with this id.
-    fn position(&self, id: &str) -> Option<usize> {
-        self.positions.get(id).copied()
-    }
-
-    /// Records call `i`'s result (the first one given; callers check it has none).
-    fn set_result(&mut self, i: usize, result: ToolCallResult) {
-        if self.results[i].is_none() {
-            self.unanswered -= 1;
-        }
-        self.results[i] = Some(result);
-    }
 }
 
 /// The agent loop as a sans-IO state machine. Build one with
@@ -469,76 +367,42 @@ impl Batch {
 /// ```
 #[derive(Debug)]
 pub struct AgentMachine {
+    /// The settings of the agent in charge (after a handoff, the new agent's; after a
+    /// fallback, with its model).
     config: MachineConfig,
+    /// The conversation: valid for every provider between inputs (see `finish`).
     context: ContextManager,
+    /// What the model may call (the agent in charge's tools).
     tools: ToolCatalog,
     state: State,
+    /// The actions not yet polled, in order.
     out: VecDeque<Action>,
-    turns: u32,
-    /// What the run used and cost, the failed attempts' part apart.
-    spent: Spent,
-    final_text: String,
-    /// Answer text streamed in the current attempt.
-    partial_text: String,
-    repeats: RepeatTracker,
-    failures: FailureTracker,
-    continuations: u32,
-    continuing: bool,
-    final_call: bool,
-    /// Why the final call is made when a budget (not the turn limit) asked for it: how the
-    /// run ends after it.
-    final_cause: Option<Termination>,
-    /// What the turn's response cost, for its `TurnEnd`.
-    turn_cost: Cost,
-    /// Retries of this turn so far: the client's (before content) and the agent's (after).
-    attempt: u32,
-    compacted_for_overflow: bool,
-    stop_after_turn: bool,
-    /// The turn started and not yet ended.
-    open_turn: Option<u32>,
-    /// Calls whose `ToolResult` was emitted: their late progress is dropped.
-    answered: HashSet<String>,
     /// This run's request settings (the run's over the builder's).
     settings: RequestSettings,
-    /// The typed final answer asked for.
-    output: Option<StructuredOutput>,
-    /// Wrong (or missing) final answers so far.
-    output_failures: u32,
-    /// The next call must be to the answer tool.
-    force_output: bool,
-    /// The accepted final answer.
-    output_value: Option<serde_json::Value>,
-    /// Every tool-call id the conversation has used, so that a model repeating an id (or
-    /// giving none) gets a fresh one (see [`AgentMachine::unique_call_id`]).
-    call_ids: HashSet<String>,
-    /// Ids given in place of repeated or empty ones so far: the next one's number.
-    renamed_ids: u64,
-    /// Pauses of this run so far (a resumed run counts its earlier ones).
-    pauses: u32,
+    /// The turn, retry, continuation and pause counts, and the final call.
+    counters: Counters,
+    /// Why the final call is made when a budget (not the turn limit) asked for it: how the
+    /// run ends after it. Only set with `counters.final_call`; not kept by a pause (a resumed
+    /// final call ends as the turn limit ends it).
+    final_cause: Option<Termination>,
+    /// The answer text so far, and the attempt in flight's.
+    text: AnswerText,
+    /// The structured answer asked for, and how it goes.
+    answer: Answer,
+    /// The tool-call ids of the conversation, and the renaming of repeated ones.
+    ids: CallIds,
+    /// What the run spent, and the turn's cost.
+    spending: Spending,
+    /// Which agent and which model have the run.
+    routing: Routing,
+    /// When the calls started, and which are answered.
+    in_flight: InFlight,
     /// Sub-agents' runs under this run's calls.
     nested: NestedRuns,
-    /// The handoffs taken so far: where the agent in charge is among the handoffs.
-    route: Vec<usize>,
-    /// Whether the agent in charge stays in charge after the run (its handoff was kept).
-    keep_route: bool,
-    /// How many of the agent in charge's fallbacks the run has moved through (the next
-    /// one's index).
-    fallback: usize,
-    /// The handoff tools of agents handed from: kept defined (never callable) when the agent
-    /// in charge has no tools, since the history refers to them.
-    retired: Vec<ToolSpec>,
-    /// The system prompt of the agent the run started with, once a handoff replaced it: the
-    /// conversation gets it back when the run ends (the next run starts with that agent).
-    root_system: Option<Option<String>>,
     /// The instant of the input being handled (the latest given).
     now: Option<Instant>,
-    /// When each call of the turn that the driver was told to run started, by id: a call
-    /// answered without its result (cancelled, abandoned) reports how long it ran.
-    started: HashMap<String, Instant>,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
-    /// The latest rate-limit figures a response reported.
-    rate_limits: Option<Box<RateLimits>>,
 }
 
 impl AgentMachine {
@@ -570,40 +434,18 @@ impl AgentMachine {
             tools,
             state: State::Idle,
             out: VecDeque::new(),
-            turns: 0,
-            spent: Spent::default(),
-            final_text: String::new(),
-            partial_text: String::new(),
-            repeats: RepeatTracker::default(),
-            failures: FailureTracker::default(),
-            continuations: 0,
-            continuing: false,
-            final_call: false,
-            final_cause: None,
-            turn_cost: Cost::default(),
-            attempt: 0,
-            compacted_for_overflow: false,
-            stop_after_turn: false,
-            open_turn: None,
-            answered: HashSet::new(),
             settings: RequestSettings::default(),
-            output: None,
-            output_failures: 0,
-            force_output: false,
-            output_value: None,
-            call_ids: HashSet::new(),
-            renamed_ids: 0,
-            pauses: 0,
+            counters: Counters::default(),
+            final_cause: None,
+            text: AnswerText::default(),
+            answer: Answer::default(),
+            ids: CallIds::default(),
+            spending: Spending::default(),
+            routing: Routing::default(),
+            in_flight: InFlight::default(),
             nested: NestedRuns::default(),
-            route: Vec::new(),
-            keep_route: false,
-            fallback: 0,
-            retired: Vec::new(),
-            root_system: None,
             now: None,
-            started: HashMap::new(),
             ignored: None,
-            rate_limits: None,
         }
     }
 
@@ -627,133 +469,30 @@ impl AgentMachine {
         options: RunOptions,
         now: Instant,
     ) -> Result<AgentMachine, ResumeError> {
-        paused.check_format()?;
+        // The paused run, deserialized already, is checked against this agent and the answers.
+        let calls = paused.check(resolutions, &tools)?;
         let state = &paused.state;
-        let calls: Vec<ToolCall> = paused
-            .calls()
-            .into_iter()
-            .map(|(id, name, input)| ToolCall::new(id, name, input))
-            .collect();
-        let n = calls.len();
-        let waiting: Vec<usize> = match &state.waiting {
-            Waiting::Approval { verdicts } => verdicts.iter().map(|&(i, _)| i).collect(),
-            Waiting::Results { calls } => calls.clone(),
-        };
-        let mut seen = HashSet::with_capacity(waiting.len());
-        if n == 0
-            || state.results.len() != n
-            || state.announced.len() != n
-            // A call waiting twice would be counted twice: the batch could never pause or end.
-            || waiting
-                .iter()
-                .any(|&i| i >= n || state.results[i].is_some() || !seen.insert(i))
-        {
-            return Err(ResumeError::Damaged(
-                "its calls do not match the conversation's last response".to_owned(),
-            ));
-        }
-        let pending = paused.pending();
-        for (id, resolution) in resolutions.iter() {
-            let Some(call) = pending.iter().find(|p| p.id == id) else {
-                let waiting: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
-                return Err(ResumeError::UnknownCall {
-                    id: id.to_owned(),
-                    waiting: waiting.join(", "),
-                });
-            };
-            let approved = *resolution == Resolution::Approve;
-            let had = state.tools.contains(&call.name);
-            if approved
-                && call.waits_for == WaitsFor::Approval
-                && had
-                && !tools.contains(&call.name)
-            {
-                return Err(ResumeError::MissingTool {
-                    id: call.id.clone(),
-                    tool: call.name.clone(),
-                });
-            }
-        }
-        let output = match (&state.output, options.output) {
-            (None, None) => None,
-            (Some(saved), Some(given)) if given.tool_name() == saved.name => Some(given),
-            (Some(saved), None) => Some(
-                StructuredOutput::from_schema(saved.schema.clone())
-                    .and_then(|o| o.name(saved.name.clone()))
-                    .map(|o| {
-                        o.description(saved.description.clone())
-                            .max_retries(saved.max_retries)
-                    })
-                    .map_err(|e| {
-                        ResumeError::Output(format!("the paused run's answer tool: {e}"))
-                    })?,
-            ),
-            (Some(saved), Some(given)) => {
-                return Err(ResumeError::Output(format!(
-                    "the paused run asked for a structured answer from the tool {:?}, not {:?}",
-                    saved.name,
-                    given.tool_name()
-                )))
-            }
-            (None, Some(_)) => {
-                return Err(ResumeError::Output(
-                    "the paused run asked for no structured answer: resume it without one"
-                        .to_owned(),
-                ))
-            }
-        };
+        let answer = Answer::resumed(state.output.as_ref(), options.output)?;
 
         // The agent in charge when it paused: the handoffs taken, in order.
-        let mut config = config;
-        let mut retired = Vec::new();
-        let mut keep_route = false;
-        for &index in &state.route {
-            let Some(target) = config.handoffs.get(index).cloned() else {
-                return Err(ResumeError::Damaged(
-                    "it was handed to an agent this one cannot hand to".to_owned(),
-                ));
-            };
-            retired.extend(config.handoffs.iter().map(|h| h.tool.clone()));
-            keep_route = target.keep;
-            config = target.config;
-        }
-        let root_system = (!state.route.is_empty()).then(|| context.system().map(str::to_owned));
+        let Some((config, routing)) =
+            Routing::resumed(&state.routing.route, config, context.system())
+        else {
+            return Err(ResumeError::Damaged(
+                "it was handed to an agent this one cannot hand to".to_owned(),
+            ));
+        };
         context.restore_paused(paused.conversation.clone());
         let mut machine = AgentMachine::new(config, context, tools);
-        machine.root_system = root_system;
-        machine.route = state.route.clone();
-        machine.retired = retired;
-        machine.keep_route = keep_route;
+        machine.routing = routing;
         machine.nested = NestedRuns::restore(state.sub_agents.clone());
         machine.now = Some(now);
-        machine.turns = state.turn;
-        machine.open_turn = Some(state.turn);
-        machine.pauses = state.pauses;
-        machine.spent = Spent {
-            usage: state.usage,
-            failed_usage: state.failed_usage,
-            cost: state.cost,
-            failed_cost: state.failed_cost,
-        };
-        machine.turn_cost = state.response_cost;
-        machine.final_text = state.final_text.clone();
-        machine.repeats = RepeatTracker::from_state(state.repeats.clone());
-        machine.failures = FailureTracker::from_state(state.failures);
-        machine.continuations = state.continuations;
-        machine.final_call = state.final_call;
-        machine.renamed_ids = state.renamed_ids;
+        machine.counters = Counters::resumed(&state.counters);
+        machine.spending = state.spending.paused();
+        machine.text = state.text.paused();
+        machine.ids = CallIds::resumed(&state.ids, machine.context.messages());
         machine.settings = options.settings.over(&state.settings);
-        if let Some(saved) = &state.output {
-            machine.output_failures = saved.failures;
-            machine.force_output = saved.force;
-        }
-        machine.output = output;
-        machine.call_ids = machine
-            .context
-            .messages()
-            .iter()
-            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
-            .collect();
+        machine.answer = answer;
 
         let message = machine
             .context
@@ -761,22 +500,9 @@ impl AgentMachine {
             .last()
             .cloned()
             .unwrap_or_else(|| Message::assistant(""));
-        let response = ModelResponse {
-            message,
-            stop_reason: state.stop_reason.clone(),
-            stop_sequence: None,
-            usage: state.response_usage,
-            id: String::new(),
-            model: String::new(),
-            invalid_tool_calls: Vec::new(),
-        };
-        let mut batch = Box::new(Batch::new(response, calls));
-        batch.handoff = state.handoff;
-        batch.results = state.results.clone();
-        batch.announced = state.announced.clone();
-        batch.unanswered = batch.results.iter().filter(|r| r.is_none()).count();
+        let mut batch = Box::new(Batch::resumed(message, calls, state));
         for result in batch.results.iter().flatten() {
-            machine.answered.insert(result.id.clone());
+            machine.in_flight.answer(&result.id);
         }
         machine.state = match &state.waiting {
             Waiting::Approval { verdicts } => {
@@ -853,15 +579,10 @@ impl AgentMachine {
             return;
         }
         self.settings = settings;
-        self.output = options.output;
+        self.answer.asked = options.output;
         self.context.repair();
         self.context.push(input.into().into_message());
-        self.call_ids = self
-            .context
-            .messages()
-            .iter()
-            .flat_map(|m| m.tool_uses().map(|(id, _, _)| id.to_owned()))
-            .collect();
+        self.ids.reset(self.context.messages());
         self.state = State::NextTurn;
     }
 
@@ -939,7 +660,7 @@ impl AgentMachine {
 
     /// The turn in progress (1 for the first), 0 before the first.
     pub fn turn(&self) -> u32 {
-        self.turns
+        self.counters.turns
     }
 
     /// Takes one input, at `now`. An input that comes too late or out of place (a result of
@@ -952,7 +673,7 @@ impl AgentMachine {
         match input {
             Input::Cancel => self.cancel(Termination::Cancelled),
             Input::Abort(error) => self.cancel(Termination::Error(error)),
-            Input::StopAfterTurn => self.stop_after_turn = true,
+            Input::StopAfterTurn => self.counters.stop_after_turn = true,
             Input::ToolProgress(progress) => self.progress(progress),
             Input::Nested(nested) => self.nested_event(nested),
             Input::ToolsChanged(tools) => self.set_tools(tools),
@@ -1018,7 +739,7 @@ impl AgentMachine {
             self.ignored = Some("tools changed after the run ended");
             return;
         }
-        if let Some(output) = &self.output {
+        if let Some(output) = &self.answer.asked {
             if tools.contains(output.tool_name()) {
                 tracing::warn!(
                     tool = output.tool_name(),
@@ -1039,13 +760,14 @@ impl AgentMachine {
     }
 
     fn begin_turn(&mut self) -> State {
-        if self.turns > 0 && self.stop_after_turn {
+        if self.counters.turns > 0 && self.counters.stop_after_turn {
             return self.finish(Termination::Cancelled);
         }
-        if self.turns >= self.config.max_turns {
-            if (self.config.final_answer_at_max_turns || self.output.is_some()) && !self.final_call
+        if self.counters.turns >= self.config.max_turns {
+            if (self.config.final_answer_at_max_turns || self.answer.asked.is_some())
+                && !self.counters.final_call
             {
-                self.final_call = true;
+                self.counters.make_final();
             } else {
                 return self.finish(Termination::MaxTurns);
             }
@@ -1058,11 +780,8 @@ impl AgentMachine {
                 return self.finish(stop);
             }
         }
-        self.turns += 1;
-        self.attempt = 0;
-        self.compacted_for_overflow = false;
-        self.emit(AgentEvent::TurnStart { turn: self.turns });
-        self.open_turn = Some(self.turns);
+        let turn = self.counters.begin_turn();
+        self.emit(AgentEvent::TurnStart { turn });
         if compacting {
             return self.compact(false);
         }
@@ -1076,9 +795,8 @@ impl AgentMachine {
             Verdict::Go => None,
             Verdict::Stop(stop) => Some(stop),
             Verdict::Last(limit) => {
-                let forced = self.config.final_answer_at_budget || self.output.is_some();
-                if forced && !self.final_call {
-                    self.final_call = true;
+                let forced = self.config.final_answer_at_budget || self.answer.asked.is_some();
+                if forced && self.counters.make_final() {
                     self.final_cause = Some(limit);
                 }
                 None
@@ -1170,12 +888,12 @@ impl AgentMachine {
             input,
             u64::from(self.config.max_tokens),
         );
-        spend::check(&self.config, &self.spent, &next)
+        spend::check(&self.config, &self.spending.spent, &next)
     }
 
     /// What the run's budgets have left (for its sub-agents' runs).
     pub(crate) fn budget_left(&self) -> Budget {
-        Budget::left(&self.config, &self.spent)
+        Budget::left(&self.config, &self.spending.spent)
     }
 
     /// How the run ends after its final call: the budget that asked for it, else the turn
@@ -1188,14 +906,14 @@ impl AgentMachine {
         let config = &self.config;
         let mut tools = self.tools.specs().to_vec();
         tools.extend(config.handoffs.iter().map(|h| h.tool.clone()));
-        if let Some(output) = &self.output {
+        if let Some(output) = &self.answer.asked {
             tools.push(output.spec.clone());
         }
         // A history with tool calls needs tools defined (Anthropic, Bedrock): an agent
         // without tools, handed a conversation with a handoff call, keeps that tool defined.
-        let retired = tools.is_empty() && !self.retired.is_empty();
+        let retired = tools.is_empty() && !self.routing.retired.is_empty();
         if retired {
-            tools = self.retired.clone();
+            tools = self.routing.retired.clone();
         }
         let mut request = ModelRequest {
             // Shared with the context, not copied: a turn costs the same at any length.
@@ -1214,12 +932,12 @@ impl AgentMachine {
         // Anthropic refuses a forced tool choice with extended thinking on; there the
         // model is only told (in the history) to call the answer tool.
         let can_force = config.thinking_budget.is_none();
-        match &self.output {
-            Some(output) if (self.final_call || self.force_output) && can_force => {
+        match &self.answer.asked {
+            Some(output) if (self.counters.final_call || self.answer.force) && can_force => {
                 request.tool_choice = ToolChoice::Tool(output.spec.name.clone());
             }
             // Tools stay defined (the history refers to them) but may not be called.
-            _ if self.final_call || retired => request.tool_choice = ToolChoice::None,
+            _ if self.counters.final_call || retired => request.tool_choice = ToolChoice::None,
             _ => {}
         }
         request
@@ -1229,46 +947,11 @@ impl AgentMachine {
         if cfg!(debug_assertions) {
             self.context.debug_assert_valid();
         }
-        self.partial_text.clear();
+        self.text.partial.clear();
         self.out.push_back(Action::CallModel(self.build_request()));
-        State::ModelCall(Box::new(Attempt {
-            assembler: StreamAssembler::with_limits(self.config.stream_limits),
-            content_seen: false,
-            usage: Usage::default(),
-            model: String::new(),
-            ids: HashMap::new(),
-            early: Early::default(),
-            approving: Vec::new(),
-            call_ids: HashSet::new(),
-        }))
-    }
-
-    /// The id a tool call of this response goes by: the model's own, unless it is empty or
-    /// already taken (earlier in the conversation, or earlier in this response), in which
-    /// case a fresh one (`call_N` for an empty id, `<id>_N` for a repeated one). Models and
-    /// compatible servers do repeat ids (some number the calls of each turn from 0) and some
-    /// proxies send empty ones; a repeated id would make the history invalid for every
-    /// provider, and two calls of one response with the same id could not be told apart.
-    /// The renamed id is the call's id everywhere from then on (events, the tool's
-    /// [`ToolCall`], its result, the history), so results match their calls.
-    fn unique_call_id(&mut self, attempt: &mut Attempt, id: String) -> String {
-        let taken = |id: &str| self.call_ids.contains(id) || attempt.call_ids.contains(id);
-        let id = if !id.is_empty() && !taken(&id) {
-            id
-        } else {
-            let base = if id.is_empty() { "call" } else { id.as_str() };
-            let fresh = loop {
-                self.renamed_ids += 1;
-                let candidate = format!("{base}_{}", self.renamed_ids);
-                if !taken(&candidate) {
-                    break candidate;
-                }
-            };
-            tracing::debug!(from = %id, to = %fresh, "renamed a repeated or empty tool-call id");
-            fresh
-        };
-        attempt.call_ids.insert(id.clone());
-        id
+        State::ModelCall(Box::new(Attempt::new(StreamAssembler::with_limits(
+            self.config.stream_limits,
+        ))))
     }
 
     // ----- the model's response ------------------------------------------------------
@@ -1280,7 +963,7 @@ impl AgentMachine {
                 let event = match event {
                     LlmEvent::ToolCallStart { index, id, name } => LlmEvent::ToolCallStart {
                         index,
-                        id: self.unique_call_id(&mut attempt, id),
+                        id: self.ids.unique(&mut attempt.call_ids, id),
                         name,
                     },
                     event => event,
@@ -1291,7 +974,7 @@ impl AgentMachine {
                 }
                 match event {
                     LlmEvent::TextDelta { text, .. } if !text.is_empty() => {
-                        self.partial_text.push_str(&text);
+                        self.text.partial.push_str(&text);
                         self.emit(AgentEvent::TextDelta { text });
                     }
                     LlmEvent::ThinkingDelta { thinking, .. } if !thinking.is_empty() => {
@@ -1324,7 +1007,7 @@ impl AgentMachine {
                     }
                     LlmEvent::RateLimits(limits) => {
                         self.emit(AgentEvent::RateLimits(*limits));
-                        self.rate_limits = Some(limits);
+                        self.spending.rate_limits = Some(limits);
                     }
                     _ => {}
                 }
@@ -1365,7 +1048,7 @@ impl AgentMachine {
     /// A read-only call whose arguments are complete starts while the model still streams
     /// (after the hook allows it), unless a side-effecting call came before it.
     fn maybe_start_early(&mut self, attempt: &mut Attempt, index: usize) {
-        if !self.config.early_read_only_tools || self.final_call || attempt.early.blocked {
+        if !self.config.early_read_only_tools || self.counters.final_call || attempt.early.blocked {
             return;
         }
         let Some((id, name, input)) = attempt.assembler.completed_tool_call(index) else {
@@ -1393,21 +1076,18 @@ impl AgentMachine {
         match assembler.finish() {
             Ok(response) => {
                 let cost = self.cost_of(&response.model, &usage);
-                self.spent += Spent::call(usage, cost);
-                self.turn_cost = cost;
-                self.call_ids.extend(call_ids);
+                self.spending.response(usage, cost);
+                self.ids.take(call_ids);
                 self.on_response(response, early)
             }
             Err(error) => self.attempt_failed(
                 Box::new(Attempt {
-                    assembler: StreamAssembler::new(),
                     content_seen,
                     usage,
                     model,
-                    ids: HashMap::new(),
                     early,
-                    approving: Vec::new(),
                     call_ids,
+                    ..Attempt::new(StreamAssembler::new())
                 }),
                 error,
             ),
@@ -1418,30 +1098,30 @@ impl AgentMachine {
     /// a backoff when it broke after content and retries remain, else end the run.
     fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError) -> State {
         let cost = self.cost_of(&attempt.model, &attempt.usage);
-        self.spent += Spent::failed(attempt.usage, cost);
+        self.spending.failed(attempt.usage, cost);
         self.abandon_early(
             attempt.early,
             "not run: the model's response broke off; it is requested again",
         );
-        self.partial_text.clear();
+        self.text.partial.clear();
         if self.takes_fallback(&error, false) {
             return self.fall_back(&error);
         }
-        if matches!(error, LlmError::ContextOverflow(_)) && !self.compacted_for_overflow {
-            self.compacted_for_overflow = true;
+        if matches!(error, LlmError::ContextOverflow(_)) && !self.counters.compacted_for_overflow {
+            self.counters.compacted_for_overflow = true;
             return self.compact(true);
         }
         // The machine owns every retry of a run, before content or after (its requests ask
         // the client for none): one policy, one count, one `Retry` event each.
-        self.attempt += 1;
-        let delay = self.config.retry.delay_for(self.attempt, &error);
+        let retry = self.counters.retry();
+        let delay = self.config.retry.delay_for(retry, &error);
         let Some(delay) = delay else {
             if self.takes_fallback(&error, true) {
                 return self.fall_back(&error);
             }
             return self.finish(Termination::Error(Error::Llm(error)));
         };
-        tracing::warn!(%error, attempt = self.attempt, ?delay, "model stream broke; re-sending the turn");
+        tracing::warn!(%error, attempt = retry, ?delay, "model stream broke; re-sending the turn");
         // A response the model got wrong goes again with a note saying what was wrong (one
         // note: a repeated failure adds no other). It ends the last user message, so the
         // history stays valid.
@@ -1454,7 +1134,7 @@ impl AgentMachine {
             }
         }
         self.emit(AgentEvent::Retry {
-            attempt: self.attempt,
+            attempt: retry,
             delay,
             error: error.to_string(),
             usage: attempt.usage,
@@ -1473,19 +1153,19 @@ impl AgentMachine {
 
     /// Whether the next fallback is for `error` (at once, or once `retries_spent`).
     fn takes_fallback(&self, error: &LlmError, retries_spent: bool) -> bool {
-        self.config
-            .fallbacks
-            .get(self.fallback)
-            .is_some_and(|next| next.takes(error, retries_spent))
+        self.routing
+            .takes_fallback(&self.config.fallbacks, error, retries_spent)
     }
 
     /// Moves the run to the next fallback model and sends the turn again, at once.
     fn fall_back(&mut self, error: &LlmError) -> State {
-        let index = self.fallback;
-        let Some(target) = self.config.fallbacks.get(index).cloned() else {
+        let Some((index, target)) = self
+            .routing
+            .next_fallback(&self.config.fallbacks)
+            .map(|(index, target)| (index, target.clone()))
+        else {
             return self.finish(Termination::Error(Error::Llm(error.clone())));
         };
-        self.fallback += 1;
         let from = self.asked_model().to_owned();
         let to = target.name().to_owned();
         tracing::warn!(%error, %from, %to, "the model failed; moving to the fallback");
@@ -1497,8 +1177,7 @@ impl AgentMachine {
         self.out.push_back(Action::Fallback { index, from, to });
         self.config.model = target.model;
         self.config.client_model = target.client_model;
-        self.attempt = 0;
-        self.compacted_for_overflow = false;
+        self.counters.reset_attempts();
         if let Some(stop) = self.budget_gate() {
             return self.finish(stop);
         }
@@ -1533,26 +1212,19 @@ impl AgentMachine {
     fn on_response(&mut self, response: ModelResponse, early: Early) -> State {
         let sent = self.context.len();
         self.context.record_usage(&response.usage, sent);
-        self.partial_text.clear();
         if !response.message.content.is_empty() {
             self.context.push(response.message.clone());
         }
-        let text = response.text();
         let has_calls = response.message.tool_uses().next().is_some();
-        if self.continuing {
-            self.final_text.push_str(&text);
-        } else if !text.is_empty() || !has_calls {
-            self.final_text = text;
-        }
-        self.continuing = false;
+        self.text.response(response.text(), has_calls);
 
-        if self.final_call && !self.has_output_call(&response) {
+        if self.counters.final_call && !self.answer.called_in(&response) {
             self.answer_unrun(&response, early, "not run: the turn limit was reached");
             self.end_turn(&response);
             let termination = self.final_termination();
             return self.finish(termination);
         }
-        let continuations_left = self.continuations < self.config.max_continuations;
+        let continuations_left = self.counters.continuations < self.config.max_continuations;
         match turn::after_response(&response, continuations_left) {
             // A completed response has no calls; without an answer tool this finishes.
             Next::Stop(Termination::Completed) => {
@@ -1578,7 +1250,7 @@ impl AgentMachine {
                 State::NextTurn
             }
             Next::Continue => {
-                self.continuations += 1;
+                self.counters.continuations += 1;
                 if has_calls {
                     self.answer_unrun(
                         &response,
@@ -1587,7 +1259,7 @@ impl AgentMachine {
                          call was complete; make smaller calls",
                     );
                 } else {
-                    self.continuing = true;
+                    self.text.continuing = true;
                     self.context.push(Message::user(
                         "Continue exactly where you stopped, without repeating anything.",
                     ));
@@ -1624,9 +1296,9 @@ impl AgentMachine {
     /// Ends the turn of `response` with `stop_reason` (the response's, or
     /// [`INTERRUPTED_STOP`] for a turn cut short after its response came).
     fn end_turn_as(&mut self, response: &ModelResponse, stop_reason: StopReason) {
-        self.started.clear();
-        if let Some(turn) = self.open_turn.take() {
-            let cost = std::mem::take(&mut self.turn_cost);
+        self.in_flight.end_turn();
+        if let Some(turn) = self.counters.end_turn() {
+            let cost = self.spending.take_turn_cost();
             self.emit(AgentEvent::TurnEnd {
                 turn,
                 stop_reason,
@@ -1638,21 +1310,14 @@ impl AgentMachine {
 
     /// Tells the driver to run `calls`, noting when they started.
     fn run_tools(&mut self, calls: Vec<ToolCall>) {
-        if let Some(now) = self.now {
-            for call in &calls {
-                self.started.insert(call.id.clone(), now);
-            }
-        }
+        self.in_flight.start(&calls, self.now);
         self.out.push_back(Action::RunTools(calls));
     }
 
     /// How long the call `id` has run: from its start to the input being handled (zero for
     /// a call that never started).
     fn ran_for(&self, id: &str) -> Duration {
-        match (self.started.get(id), self.now) {
-            (Some(&start), Some(now)) => now.saturating_duration_since(start),
-            _ => Duration::ZERO,
-        }
+        self.in_flight.ran_for(id, self.now)
     }
 
     // ----- tools ---------------------------------------------------------------------
@@ -1670,8 +1335,8 @@ impl AgentMachine {
 
         // Calls of the answer tool are not repeats to stop: a wrong answer has its own count
         // of retries and ends with `InvalidOutput`, carrying the answer and what is wrong.
-        let answer_tool = self.output.as_ref().map(|o| o.spec.name.as_str());
-        let times = self.repeats.observe(
+        let answer_tool = self.answer.tool_name();
+        let times = self.counters.repeats.observe(
             batch
                 .calls
                 .iter()
@@ -1733,7 +1398,7 @@ impl AgentMachine {
             });
         }
         self.answer_output_calls(&mut batch, &invalid);
-        if self.final_call && batch.stop.is_none() {
+        if self.counters.final_call && batch.stop.is_none() {
             batch.stop = Some(self.final_termination());
         }
         if batch.stop.is_some() {
@@ -1916,40 +1581,24 @@ impl AgentMachine {
         }
         .and_then(|i| calls.get(i))
         .map_or("", |call| call.id.as_str());
-        self.pauses += 1;
-        let output = self.output.as_ref().map(|output| OutputState {
-            name: output.spec.name.clone(),
-            description: output.spec.description.clone(),
-            schema: output.spec.input_schema.clone(),
-            max_retries: output.max_retries,
-            failures: self.output_failures,
-            force: self.force_output,
-        });
+        self.counters.pauses += 1;
+        let output = self.answer.paused();
         let state = PauseState {
             format: PAUSE_FORMAT,
-            id: format!("t{}-p{}-{first}", self.turns, self.pauses),
-            turn: self.turns,
-            pauses: self.pauses,
-            usage: self.spent.usage,
-            failed_usage: self.spent.failed_usage,
-            cost: self.spent.cost,
-            failed_cost: self.spent.failed_cost,
-            final_text: self.final_text.clone(),
-            repeats: self.repeats.state(),
-            failures: self.failures.state(),
-            continuations: self.continuations,
-            final_call: self.final_call,
-            renamed_ids: self.renamed_ids,
+            id: format!("t{}-p{}-{first}", self.counters.turns, self.counters.pauses),
+            counters: self.counters.paused(),
+            spending: self.spending.paused(),
+            text: self.text.paused(),
+            ids: self.ids.paused(),
+            routing: self.routing.paused(),
             settings: self.settings.clone(),
             output,
             stop_reason: response.stop_reason.clone(),
             response_usage: response.usage,
-            response_cost: self.turn_cost,
             results,
             announced,
             waiting,
             tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
-            route: self.route.clone(),
             handoff,
             sub_agents: self.nested.finished().to_vec(),
         };
@@ -1958,7 +1607,7 @@ impl AgentMachine {
             state,
         };
         // The turn goes on when the run resumes: it does not end here.
-        self.open_turn = None;
+        self.counters.open_turn = None;
         self.finish(Termination::Paused(Box::new(paused)))
     }
 
@@ -1998,8 +1647,8 @@ impl AgentMachine {
             .map(|(r, call)| r.unwrap_or_else(|| error_result(call, "cancelled")))
             .collect();
         // Wrong final answers have their own count (see `answer_output_calls`).
-        let answer_tool = self.output.as_ref().map(|o| o.spec.name.as_str());
-        let all_failed = self.failures.observe(
+        let answer_tool = self.answer.tool_name();
+        let all_failed = self.counters.failures.observe(
             results
                 .iter()
                 .filter(|r| Some(r.name.as_str()) != answer_tool),
@@ -2048,31 +1697,20 @@ impl AgentMachine {
 
     // ----- structured output ---------------------------------------------------------
 
-    fn has_output_call(&self, response: &ModelResponse) -> bool {
-        self.output.as_ref().is_some_and(|output| {
-            response
-                .message
-                .tool_uses()
-                .any(|(_, name, _)| name == output.spec.name)
-        })
-    }
-
     /// The model answered in text where a call of the answer tool was asked for: it is told
     /// so and made to call it, or, out of retries, the run ends.
     fn missing_output(&mut self, response: &ModelResponse) -> State {
-        let Some(output) = &self.output else {
+        let Some(output) = &self.answer.asked else {
             return self.finish(Termination::Completed);
         };
         let name = output.spec.name.clone();
-        self.output_failures += 1;
-        if self.output_failures > output.max_retries {
+        if self.answer.reject() {
             let raw = serde_json::Value::String(response.text());
             return self.finish(Termination::InvalidOutput {
                 raw,
                 error: format!("the model answered in text without calling {name}"),
             });
         }
-        self.force_output = true;
         self.context.push(Message::user(format!(
             "Give your final answer by calling the {name} tool with it."
         )));
@@ -2087,7 +1725,7 @@ impl AgentMachine {
         batch: &mut Batch,
         invalid: &HashMap<String, (String, String)>,
     ) {
-        let Some(output) = self.output.clone() else {
+        let Some(output) = self.answer.asked.clone() else {
             return;
         };
         for i in 0..batch.calls.len() {
@@ -2104,13 +1742,12 @@ impl AgentMachine {
             };
             match verdict {
                 Ok(()) => {
-                    self.output_value = Some(batch.calls[i].input.clone());
-                    self.force_output = false;
+                    self.answer.accept(batch.calls[i].input.clone());
                     self.answer_with(batch, i, "Final answer received.", false);
                     batch.stop = Some(Termination::Completed);
                 }
                 Err(why) => {
-                    self.output_failures += 1;
+                    let spent = self.answer.reject();
                     self.answer(
                         batch,
                         i,
@@ -2119,13 +1756,11 @@ impl AgentMachine {
                             output.spec.name
                         ),
                     );
-                    if self.output_failures > output.max_retries {
+                    if spent {
                         batch.stop = Some(Termination::InvalidOutput {
                             raw: batch.calls[i].input.clone(),
                             error: why,
                         });
-                    } else {
-                        self.force_output = true;
                     }
                 }
             }
@@ -2143,16 +1778,14 @@ impl AgentMachine {
     fn emit_result(&mut self, result: &ToolCallResult) {
         // What is left open of the call's sub-agents' runs closes before its result.
         let (closing, spent) = self.nested.close_under(&result.id);
-        self.spent += spent;
+        self.spending.spent += spent;
         for nested in closing {
             self.emit(AgentEvent::SubAgent {
                 path: nested.path,
                 event: Box::new(nested.event),
             });
         }
-        if self.answered.len() < MAX_ANSWERED {
-            self.answered.insert(result.id.clone());
-        }
+        self.in_flight.answer(&result.id);
         self.emit(AgentEvent::ToolResult {
             id: result.id.clone(),
             name: result.name.clone(),
@@ -2164,7 +1797,7 @@ impl AgentMachine {
 
     /// A tool's progress, unless its call is already answered.
     fn progress(&mut self, progress: ToolProgress) {
-        if matches!(self.state, State::Finished) || self.answered.contains(&progress.call_id) {
+        if matches!(self.state, State::Finished) || self.in_flight.is_answered(&progress.call_id) {
             self.ignored = Some("progress of a call already answered, or after the run");
             return;
         }
@@ -2189,12 +1822,12 @@ impl AgentMachine {
             State::ModelCall(attempt) => attempt.early.started_ids.contains(call_id),
             _ => false,
         };
-        if !runs || self.answered.contains(call_id) {
+        if !runs || self.in_flight.is_answered(call_id) {
             self.ignored = Some("a nested event of no running call");
             return;
         }
         if let Some(spent) = self.nested.observe(&path, &event) {
-            self.spent += spent;
+            self.spending.spent += spent;
         }
         self.emit(AgentEvent::SubAgent {
             path,
@@ -2244,9 +1877,7 @@ impl AgentMachine {
             return Ok(());
         };
         let to = target.config.name.clone();
-        if self.root_system.is_none() {
-            self.root_system = Some(self.context.system().map(str::to_owned));
-        }
+        self.routing.keep_root_system(self.context.system());
         if matches!(target.filter, HandoffFilter::All) {
             self.context.set_system(target.system.clone());
         } else {
@@ -2265,14 +1896,12 @@ impl AgentMachine {
             from,
             to: to.clone(),
         });
-        self.retired
-            .extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
-        self.route.push(index);
-        self.keep_route = target.keep;
+        self.routing
+            .hand_off(&self.config.handoffs, index, target.keep);
         self.switch(target);
         self.out.push_back(Action::Handoff {
             to,
-            route: self.route.clone(),
+            route: self.routing.route.clone(),
         });
         Ok(())
     }
@@ -2283,7 +1912,7 @@ impl AgentMachine {
     /// conversation gets the agent's own prompt back when the run ends. Returns `false`, and
     /// changes nothing, for a route this agent cannot follow or once the run started.
     pub fn start_in_charge(&mut self, route: &[usize]) -> bool {
-        if !matches!(self.state, State::Idle) || !self.route.is_empty() {
+        if !matches!(self.state, State::Idle) || !self.routing.route.is_empty() {
             return false;
         }
         let mut config = &self.config;
@@ -2298,30 +1927,25 @@ impl AgentMachine {
         let Some(last) = targets.last() else {
             return true;
         };
-        self.root_system = Some(self.context.system().map(str::to_owned));
+        self.routing.keep_root_system(self.context.system());
         self.context.set_system(last.system.clone());
-        self.keep_route = last.keep;
+        self.routing.keep = last.keep;
         for target in targets {
-            self.retired
-                .extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
+            self.routing.retire(&self.config.handoffs);
             self.switch(target);
         }
-        self.route = route.to_vec();
+        self.routing.route = route.to_vec();
         true
     }
 
     /// The route to the agent in charge when the run ended, if its handoff was
     /// [kept](crate::Handoff::keep) (empty otherwise): where the agent's next run starts.
     pub fn kept_route(&self) -> &[usize] {
-        if self.keep_route {
-            &self.route
-        } else {
-            &[]
-        }
+        self.routing.kept()
     }
 
     /// The agent in charge becomes `target`: its settings and tools.
-    fn switch(&mut self, target: super::config::HandoffTarget) {
+    fn switch(&mut self, target: self::config::HandoffTarget) {
         let mut specs = target.tools.specs().to_vec();
         specs.extend(target.config.handoffs.iter().map(|h| h.tool.clone()));
         self.context.set_tools(&specs);
@@ -2331,7 +1955,7 @@ impl AgentMachine {
         // The run's budgets hold whichever agent has the conversation.
         spend::keep_budgets(&self.config, &mut config);
         self.config = config;
-        self.fallback = 0;
+        self.routing.fallback = 0;
     }
 
     // ----- the end -------------------------------------------------------------------
@@ -2348,7 +1972,7 @@ impl AgentMachine {
             State::ModelCall(attempt) => {
                 self.out.push_back(Action::StopModel);
                 let cost = self.cost_of(&attempt.model, &attempt.usage);
-                self.spent += Spent::failed(attempt.usage, cost);
+                self.spending.failed(attempt.usage, cost);
                 self.abandon_early(attempt.early, "cancelled");
             }
             State::Approving(mut batch) | State::RunningTools(mut batch) => {
@@ -2379,7 +2003,7 @@ impl AgentMachine {
 
     /// Keeps answer text that was cut short, marked, as the assistant's message.
     fn keep_interrupted_text(&mut self) {
-        let text = std::mem::take(&mut self.partial_text);
+        let text = self.text.take_partial();
         if text.trim().is_empty() {
             return;
         }
@@ -2395,7 +2019,7 @@ impl AgentMachine {
     }
 
     fn finish(&mut self, termination: Termination) -> State {
-        if let Some(turn) = self.open_turn.take() {
+        if let Some(turn) = self.counters.open_turn.take() {
             // A turn cut short (cancelled, failed, stopped by a hook) still ends.
             self.emit(AgentEvent::TurnEnd {
                 turn,
@@ -2404,23 +2028,23 @@ impl AgentMachine {
                 cost: Cost::default(),
             });
         }
-        self.partial_text.clear();
+        self.text.partial.clear();
         // A paused run's calls stay unanswered: the paused run (and a session) keeps them as
         // they are; `into_context` answers them for a run that leaves the pause behind.
         if !matches!(termination, Termination::Paused(_)) {
             self.context.repair();
         }
         // A handoff lasts for the run: the agent's next run starts with its own prompt.
-        if let Some(system) = self.root_system.take() {
+        if let Some(system) = self.routing.root_system.take() {
             self.context.set_system(system);
         }
         let mut outcome = RunOutcome::ended(termination);
-        outcome.final_text = std::mem::take(&mut self.final_text);
-        outcome.turns = self.turns;
-        self.spent.write_to(&mut outcome);
-        outcome.output = self.output_value.take();
+        outcome.final_text = std::mem::take(&mut self.text.final_text);
+        outcome.turns = self.counters.turns;
+        self.spending.spent.write_to(&mut outcome);
+        outcome.output = self.answer.value.take();
         outcome.sub_agents = self.nested.finished().to_vec();
-        outcome.rate_limits = self.rate_limits.take();
+        outcome.rate_limits = self.spending.rate_limits.take();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
     }

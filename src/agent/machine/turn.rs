@@ -1,11 +1,10 @@
 //! The loop's decisions, without I/O: what a model response means for the run, and when the
-//! run must stop. `run.rs` asks; these functions answer.
+//! run must stop. The machine (`mod.rs`) asks; these functions answer.
 
-use crate::message::StopReason;
-use crate::tool::{ToolCall, ToolCallResult};
 use crate::wire::ModelResponse;
+use crate::message::StopReason;
 
-use super::events::Termination;
+use crate::agent::events::Termination;
 
 /// What the loop does after a response.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,80 +40,6 @@ pub(crate) fn after_response(response: &ModelResponse, continuations_left: bool)
     }
 }
 
-/// Counts how many turns in a row asked for exactly the same calls.
-#[derive(Debug, Default)]
-pub(crate) struct RepeatTracker {
-    last: Option<String>,
-    count: u32,
-}
-
-impl RepeatTracker {
-    /// The tracker as data (a paused run keeps it): the last signature and its count.
-    pub(crate) fn state(&self) -> (Option<String>, u32) {
-        (self.last.clone(), self.count)
-    }
-
-    /// A tracker from [`state`](Self::state).
-    pub(crate) fn from_state((last, count): (Option<String>, u32)) -> Self {
-        RepeatTracker { last, count }
-    }
-
-    /// Records a turn's calls; returns how many consecutive turns (this one included) made
-    /// the same calls with the same inputs. A turn with no calls to count breaks the run
-    /// (and counts 0).
-    pub(crate) fn observe<'a>(&mut self, calls: impl Iterator<Item = &'a ToolCall>) -> u32 {
-        // serde_json maps are ordered by key, so equal inputs serialize equally.
-        let signature: Vec<(&str, &serde_json::Value)> =
-            calls.map(|c| (c.name.as_str(), &c.input)).collect();
-        if signature.is_empty() {
-            self.last = None;
-            self.count = 0;
-            return 0;
-        }
-        let signature = serde_json::to_string(&signature).unwrap_or_default();
-        if self.last.as_deref() == Some(signature.as_str()) {
-            self.count += 1;
-        } else {
-            self.last = Some(signature);
-            self.count = 1;
-        }
-        self.count
-    }
-}
-
-/// Counts consecutive turns in which every tool call failed.
-#[derive(Debug, Default)]
-pub(crate) struct FailureTracker {
-    turns: u32,
-}
-
-impl FailureTracker {
-    /// The count so far (a paused run keeps it).
-    pub(crate) fn state(&self) -> u32 {
-        self.turns
-    }
-
-    /// A tracker from [`state`](Self::state).
-    pub(crate) fn from_state(turns: u32) -> Self {
-        FailureTracker { turns }
-    }
-
-    /// Records a turn's results; returns the number of consecutive all-failed turns.
-    pub(crate) fn observe<'a>(&mut self, results: impl Iterator<Item = &'a ToolCallResult>) -> u32 {
-        let (mut any, mut all_failed) = (false, true);
-        for result in results {
-            any = true;
-            all_failed &= result.is_error;
-        }
-        if any && all_failed {
-            self.turns += 1;
-        } else {
-            self.turns = 0;
-        }
-        self.turns
-    }
-}
-
 /// Shortens a tool result for an event, on a character boundary, saying how much was cut.
 pub(crate) fn display_content(content: &str, limit: usize) -> String {
     if content.len() <= limit {
@@ -130,7 +55,9 @@ pub(crate) fn display_content(content: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::machine::counters::RepeatTracker;
     use crate::message::{ContentBlock, Message, Role};
+    use crate::tool::ToolCall;
     use serde_json::json;
 
     fn response(stop: StopReason, blocks: Vec<ContentBlock>) -> ModelResponse {

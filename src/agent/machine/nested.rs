@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::message::{StopReason, Usage};
 
-use super::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
-use super::path::{AgentPath, SubAgentUsage};
 use super::spend::Spent;
+use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
+use crate::agent::path::{AgentPath, SubAgentUsage};
 use crate::pricing::Cost;
 
 /// The most nested runs open at once that a run keeps track of; beyond it, new ones are

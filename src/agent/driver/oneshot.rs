@@ -5,9 +5,9 @@ use futures::StreamExt;
 use crate::error::LlmError;
 use crate::input::UserInput;
 
-use super::agent::Agent;
-use super::events::{AgentEvent, RunError, RunOutcome, Termination};
-use super::output::{RunOptions, StructuredOutput};
+use crate::agent::agent::Agent;
+use crate::agent::events::{AgentEvent, RunError, RunOutcome, Termination};
+use crate::agent::machine::output::{RunOptions, StructuredOutput};
 
 impl Agent {
     /// Runs the whole loop on `input` and returns how it ended; the events are dropped.

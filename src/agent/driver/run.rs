@@ -14,14 +14,14 @@ use crate::context::ContextManager;
 use crate::error::{Error, ResumeError};
 use crate::input::UserInput;
 
-use super::agent::Agent;
 use super::driver::Driver;
-use super::events::{AgentEvent, RunOutcome, Termination};
-use super::output::RunOptions;
-use super::pause::{PausedRun, Resolutions};
-use super::shared::lock;
 use super::start::Start;
 use super::telemetry;
+use crate::agent::agent::Agent;
+use crate::agent::events::{AgentEvent, RunOutcome, Termination};
+use crate::agent::handle::lock;
+use crate::agent::machine::output::RunOptions;
+use crate::agent::machine::pause::{PausedRun, Resolutions};
 
 /// Events buffered between the driver and the consumer; the driver waits when it is full.
 /// One: the run never gets ahead of what the host has seen, so a cancel or stop the host

@@ -1,16 +1,16 @@
 //! What a call of an agent used as a tool ([`AgentTool`](crate::AgentTool)) decides: how deep
 //! it runs (or that it may not), and what it answers from how the agent's run ended. Pure
-//! functions; `team.rs` runs the agent.
+//! functions; `../team.rs` runs the agent.
 
 use crate::tool::{ToolError, ToolOutput};
 
-use super::events::{RunOutcome, Termination};
+use crate::agent::events::{RunOutcome, Termination};
 
 /// The depth a call of the agent `name` would run at, and the limit below it: its caller's
 /// depth plus one (`caller`: its depth and limit; `None` for a run the host started), under
 /// the lower of the caller's limit and the agent's own. Past the limit, the error the call
 /// is answered with.
-pub(super) fn depth(
+pub(crate) fn depth(
     name: &str,
     caller: Option<(u32, u32)>,
     own_limit: u32,
@@ -29,7 +29,7 @@ pub(super) fn depth(
 
 /// What a call of the agent `name` answers, from how its run ended: the final text when it
 /// completed, else an error saying why there is none.
-pub(super) fn answer(name: &str, outcome: Option<RunOutcome>) -> Result<ToolOutput, ToolError> {
+pub(crate) fn answer(name: &str, outcome: Option<RunOutcome>) -> Result<ToolOutput, ToolError> {
     let Some(outcome) = outcome else {
         return Err(ToolError::new(format!(
             "the agent `{name}` ended without an outcome"
