@@ -10,7 +10,7 @@
 //!   a spinner (on stderr, only when stdin and stderr are terminals) fills the wait for the
 //!   first token; token usage is printed after each answer.
 //! - Ctrl-C while an answer streams cancels that answer (the agent's
-//!   [`AgentHandle::cancel`](agent_loop::AgentHandle::cancel)) and returns to the prompt; the
+//!   [`AgentHandle::cancel`](agent_loop::agent::AgentHandle::cancel)) and returns to the prompt; the
 //!   conversation stays valid. Ctrl-C at the prompt asks for a second one, which exits.
 //!   `/exit`, `/quit` or end of input (Ctrl-D) exit too; `/clear` forgets the conversation.
 //! - With no key, the loopback mock server plays three scripted answers, whatever you type:

@@ -12,8 +12,9 @@ mod common;
 
 use std::sync::Arc;
 
+use agent_loop::agent::{RunOptions, StructuredOutput};
 use agent_loop::testing::ScriptedResponse;
-use agent_loop::{Agent, LlmClient, RunOptions, RunOutcome, StructuredOutput};
+use agent_loop::{Agent, LlmClient, RunOutcome};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -138,7 +138,8 @@ pub fn build_lead(clients: Clients) -> Result<Agent, agent_loop::Error> {
         .system("You write short, friendly day plans from what the specialists found.")
         .build()?;
     lead.handoff(
-        agent_loop::Handoff::new(editor).description("Hand over to the editor to write the plan."),
+        agent_loop::agent::Handoff::new(editor)
+            .description("Hand over to the editor to write the plan."),
     )
     .build()
 }

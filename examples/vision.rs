@@ -11,10 +11,11 @@ mod common;
 
 use std::sync::Arc;
 
+use agent_loop::agent::RunOptions;
 use agent_loop::media::Image;
 use agent_loop::testing::ScriptedResponse;
 use agent_loop::tool::FnTool;
-use agent_loop::{Agent, LlmClient, RunOptions, RunOutcome, ToolError, ToolOutput, UserInput};
+use agent_loop::{Agent, LlmClient, RunOutcome, ToolError, ToolOutput, UserInput};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -59,7 +59,7 @@
 //!
 //! | room | what is there |
 //! |---|---|
-//! | the loop | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`PausedRun`]; hooks, handles, sub-agents and handoffs in the same room; sans-IO: [`machine::AgentMachine`] |
+//! | [`agent`] | [`Agent`], [`AgentBuilder`], [`AgentEvent`], [`RunOutcome`], [`Termination`], [`PausedRun`]; hooks, handles, sub-agents and handoffs in the same room; sans-IO: [`agent::machine::AgentMachine`] |
 //! | [`provider`] | [`LlmClient`], [`RequestSettings`], the clients ([`AnthropicClient`], [`OpenAiClient`], [`GeminiClient`], [`OllamaClient`], `BedrockClient` with feature `bedrock`), each format's own knobs under `provider::<format>`, retries and pacing under [`provider::transport`] |
 //! | [`wire`] (sans-IO) | [`wire::sse::SseDecoder`], [`wire::WireDecoder`], [`LlmEvent`], [`wire::StreamAssembler`], [`ModelResponse`] |
 //! | [`tool`] | [`Tool`], [`ToolRegistry`], [`ToolContext`], [`ToolOutput`], [`ToolError`]; [`tool::FnTool`], [`tool::ToolCall`], [`tool::ToolCallResult`], [`tool::ToolSource`] |
@@ -75,7 +75,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
 
-mod agent;
+pub mod agent;
 pub mod context;
 pub mod error;
 mod input;
@@ -91,24 +91,7 @@ pub mod testing;
 pub mod tool;
 pub mod wire;
 
-pub use agent::{
-    Agent, AgentBuilder, AgentEvent, AgentHandle, AgentHooks, AgentPath, AgentTool, Fallback,
-    FallbackOn, Handoff, HandoffFilter, HandoffFilterFn, HookAction, LlmSummarizer, PathStep,
-    PausedRun, PendingCall, Resolution, Resolutions, RunError, RunOptions, RunOutcome,
-    StructuredOutput, SubAgentTask, SubAgentUsage, Termination, ToolDecision, WaitsFor,
-    DEFAULT_MAX_DEPTH, DEFAULT_OUTPUT_TOOL,
-};
-
-/// The loop as a sans-IO state machine, for drivers of its own (a durable engine, a test, a
-/// runtime other than tokio): [`AgentMachine`](machine::AgentMachine) takes
-/// [`Input`](machine::Input)s and gives [`Action`](machine::Action)s, reads no clock and does no
-/// I/O. [`Agent::run`] is its tokio driver.
-pub mod machine {
-    pub use crate::agent::{
-        Action, AgentMachine, FallbackTarget, Handled, HandoffTarget, Input, MachineConfig,
-        MachineParts, NestedEvent,
-    };
-}
+pub use agent::{Agent, AgentBuilder, AgentEvent, PausedRun, RunOutcome, Termination};
 pub use context::ContextManager;
 pub use error::{Error, LlmError};
 pub use input::UserInput;

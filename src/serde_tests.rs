@@ -12,7 +12,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::error::{ApiError, LlmError, TimeoutKind, Quota, RateLimits};
+use crate::error::{ApiError, LlmError, Quota, RateLimits, TimeoutKind};
 use crate::message::{MediaSource, StopReason, Usage};
 use crate::tool::ToolCallResult;
 use crate::wire::LlmEvent;

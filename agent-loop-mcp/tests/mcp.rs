@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use agent_loop::agent::RunOptions;
 use agent_loop::media::MediaSource;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::tool::{Access, CancellationToken, ExecOptions};
-use agent_loop::tool::{ToolCall, ToolCallResult};
-use agent_loop::{Agent, AgentEvent, ContentBlock, RunOptions, Tool, ToolRegistry};
+use agent_loop::tool::{Access, CancellationToken, ExecOptions, ToolCall, ToolCallResult};
+use agent_loop::{Agent, AgentEvent, ContentBlock, Tool, ToolRegistry};
 use agent_loop_mcp::{McpConnection, McpServer};
 use futures::StreamExt;
 use serde_json::json;

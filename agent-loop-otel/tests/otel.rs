@@ -539,7 +539,7 @@ fn a_move_to_a_fallback_model_is_an_event_of_the_run_span() {
     let backup = ScriptedClient::new([ScriptedResponse::text("ok")]).with_model("backup-model");
     let mut agent = Agent::builder(primary)
         .name("lead")
-        .fallback(agent_loop::Fallback::new(backup))
+        .fallback(agent_loop::agent::Fallback::new(backup))
         .build()
         .unwrap();
     run_exported(&guard, &mut agent, "go");

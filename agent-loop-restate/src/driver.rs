@@ -8,12 +8,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_loop::context::Conversation;
-use agent_loop::context::Summarizer;
-use agent_loop::machine::{Action, AgentMachine, Input};
+use agent_loop::agent::machine::{Action, AgentMachine, Input};
+use agent_loop::agent::{AgentHooks, ToolDecision};
+use agent_loop::context::{Conversation, Summarizer};
 use agent_loop::provider::ModelRequest;
 use agent_loop::tool::{ToolCall, ToolProgress};
-use agent_loop::{AgentEvent, AgentHooks, LlmClient, Message, ToolDecision};
+use agent_loop::{AgentEvent, LlmClient, Message};
 use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};

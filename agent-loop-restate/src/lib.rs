@@ -1,7 +1,7 @@
 //! Durable [`agent_loop`] runs on [Restate](https://restate.dev): a run survives the crash of
 //! the process that drives it, and sessions spread over as many worker processes as needed.
 //!
-//! The agent core is a sans-IO machine ([`agent_loop::machine::AgentMachine`]): it says what to do
+//! The agent core is a sans-IO machine ([`agent_loop::agent::machine::AgentMachine`]): it says what to do
 //! (call the model, run these tools, wait) and is told what happened. This crate is a driver
 //! for it whose every action is a step in Restate's journal:
 //!
@@ -21,7 +21,7 @@
 //!   (so the core's in-process pause, `AgentBuilder::require_approval`, `DeferredTool` and
 //!   `Agent::resume`, is not used here: a durable run already outlives its process; give the
 //!   [`DurableAgent`] an approval policy, or have the `before_tool` hook answer
-//!   [`ToolDecision::Pause`](agent_loop::ToolDecision::Pause). A run that pauses anyway
+//!   [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause). A run that pauses anyway
 //!   ends, paused calls answered as interrupted);
 //! - the conversation is the virtual object's state, one value per message, and each turn
 //!   end saves only what the turn changed (its new messages), so storage grows with the

@@ -5,11 +5,11 @@
 use std::mem::Discriminant;
 use std::sync::Arc;
 
+use agent_loop::agent::{AgentHooks, HookAction};
 use agent_loop::provider::ModelRequest;
-use agent_loop::tool::ExecOptions;
-use agent_loop::tool::{ToolCall, ToolCallResult};
+use agent_loop::tool::{ExecOptions, ToolCall, ToolCallResult};
 use agent_loop::wire::StreamAssembler;
-use agent_loop::{AgentHooks, HookAction, LlmClient, LlmError, LlmEvent, ToolRegistry};
+use agent_loop::{LlmClient, LlmError, LlmEvent, ToolRegistry};
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;

@@ -52,9 +52,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::{AgentHooks, ToolDecision};
 use agent_loop::context::{Conversation, Summarizer};
 use agent_loop::tool::ToolCall;
-use agent_loop::{AgentHooks, Message, ToolDecision};
+use agent_loop::Message;
 use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};

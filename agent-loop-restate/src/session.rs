@@ -5,14 +5,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::context::Summarizer;
-use agent_loop::context::{ContextConfig, Conversation};
-use agent_loop::machine::MachineParts;
-use agent_loop::tool::FnTool;
-use agent_loop::tool::ToolCall;
+use agent_loop::agent::machine::MachineParts;
+use agent_loop::agent::{AgentHooks, SubAgentTask, ToolDecision};
+use agent_loop::context::{ContextConfig, Conversation, Summarizer};
+use agent_loop::tool::{FnTool, ToolCall};
 use agent_loop::{
-    Agent, AgentBuilder, AgentHooks, ContextManager, LlmClient, Message, SubAgentTask,
-    ToolDecision, ToolError, ToolRegistry,
+    Agent, AgentBuilder, ContextManager, LlmClient, Message, ToolError, ToolRegistry,
 };
 use bytes::Bytes;
 use restate_sdk::context::RequestTarget;

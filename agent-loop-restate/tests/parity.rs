@@ -9,16 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::context::ContextConfig;
-use agent_loop::context::Summarizer;
+use agent_loop::agent::{AgentHooks, HookAction, ToolDecision};
+use agent_loop::context::{ContextConfig, Summarizer};
 use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{MockServer, ScriptedResponse};
-use agent_loop::tool::FnTool;
-use agent_loop::tool::ToolCall;
-use agent_loop::{
-    AgentHooks, AnthropicClient, Error, HookAction, Message, ToolContext, ToolDecision, ToolError,
-    ToolRegistry,
-};
+use agent_loop::tool::{FnTool, ToolCall};
+use agent_loop::{AnthropicClient, Error, Message, ToolContext, ToolError, ToolRegistry};
 use agent_loop_restate::replay::RecordedRun;
 use agent_loop_restate::DurableAgent;
 use common::*;

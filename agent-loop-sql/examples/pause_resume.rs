@@ -19,9 +19,10 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agent_loop::agent::Resolutions;
 use agent_loop::testing::ScriptedResponse;
 use agent_loop::tool::FnTool;
-use agent_loop::{Agent, AgentEvent, Resolutions, RunOutcome, Termination, ToolError};
+use agent_loop::{Agent, AgentEvent, RunOutcome, Termination, ToolError};
 use agent_loop_sql::SqliteStore;
 use futures::{Stream, StreamExt};
 use serde_json::json;

@@ -11,14 +11,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use agent_loop::agent::Resolutions;
 use agent_loop::context::ContextConfig;
 use agent_loop::error::SessionError;
 use agent_loop::session::{self, SessionStore};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::{
-    Agent, AgentEvent, ContextManager, Resolutions, RunOutcome, Termination, ToolError,
-};
+use agent_loop::{Agent, AgentEvent, ContextManager, RunOutcome, Termination, ToolError};
 use agent_loop_sql::SqliteStore;
 use futures::StreamExt;
 use serde_json::json;

@@ -54,10 +54,11 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_loop::agent::{AgentHandle, Resolution, Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image, MediaSource};
 use agent_loop::{
-    AgentEvent, AgentHandle, ContentBlock, Error, Message, PausedRun, Resolution, Resolutions,
-    Role, RunOutcome, Termination, Usage, UserInput, WaitsFor,
+    AgentEvent, ContentBlock, Error, Message, PausedRun, Role, RunOutcome, Termination, Usage,
+    UserInput,
 };
 
 use super::{sse_frame, UiRequestError, UiTurn};

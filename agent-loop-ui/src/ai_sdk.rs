@@ -29,11 +29,9 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_loop::agent::{Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image};
-use agent_loop::{
-    AgentEvent, ContentBlock, Message, PausedRun, Resolutions, Role, Termination, UserInput,
-    WaitsFor,
-};
+use agent_loop::{AgentEvent, ContentBlock, Message, PausedRun, Role, Termination, UserInput};
 
 use super::{sse_frame, UiRequestError, UiTurn};
 
@@ -435,7 +433,7 @@ impl UiStreamEncoder {
         }
         self.denied = answers
             .iter()
-            .filter(|(_, r)| matches!(r, agent_loop::Resolution::Deny { .. }))
+            .filter(|(_, r)| matches!(r, agent_loop::agent::Resolution::Deny { .. }))
             .map(|(id, _)| id.to_owned())
             .collect();
         self

@@ -21,7 +21,7 @@
 //!
 //! Approvals use the agent's pauses: a tool in
 //! [`AgentBuilder::require_approval`](agent_loop::AgentBuilder::require_approval) (or a hook's
-//! [`ToolDecision::Pause`](agent_loop::ToolDecision::Pause)) ends the run paused; the front-end
+//! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
 //! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). With a [session](agent_loop::AgentBuilder::session)
 //! the paused run is kept in the store, so the next request may reach another process. A
@@ -111,7 +111,8 @@
 pub mod agui;
 pub mod ai_sdk;
 
-use agent_loop::{AgentEvent, PausedRun, Resolutions, UserInput, WaitsFor};
+use agent_loop::agent::{Resolutions, WaitsFor};
+use agent_loop::{AgentEvent, PausedRun, UserInput};
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -347,8 +348,9 @@ pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json
 #[cfg(feature = "axum")]
 pub(crate) mod http {
     //! The axum side: how a request's turn starts, the SSE response, and the refusals.
+    use agent_loop::agent::Resolutions;
     use agent_loop::context::Conversation;
-    use agent_loop::{Agent, Error, Message, PausedRun, Resolutions};
+    use agent_loop::{Agent, Error, Message, PausedRun};
     use axum::body::Body;
     use axum::http::{header, HeaderValue, StatusCode};
     use axum::response::Response;

@@ -8,14 +8,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::Resolution;
 use agent_loop::media::MediaSource;
 use agent_loop::pricing::Cost;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, Message, PausedRun, Resolution, Role, RunOutcome, StopReason,
-    Termination, ToolError, Usage,
+    Agent, AgentEvent, ContentBlock, Message, PausedRun, Role, RunOutcome, StopReason, Termination,
+    ToolError, Usage,
 };
 use agent_loop_ui::agui::{
     respond, respond_with, AgUiContent, AgUiEncoder, AgUiEvent, AgUiMessage, RunAgentInput,
@@ -437,7 +438,7 @@ fn a_pause_for_approval_and_its_resumption() {
         .unwrap();
     let resumed: Vec<AgentEvent> = rt.block_on(
         agent
-            .resume(&paused, agent_loop::Resolutions::new().approve("c9"))
+            .resume(&paused, agent_loop::agent::Resolutions::new().approve("c9"))
             .collect(),
     );
     let out = encode_all(
@@ -1697,7 +1698,7 @@ fn each_stop_has_its_own_error_code() {
 /// custom events with their path; its text does not (it is not the parent's answer).
 #[test]
 fn a_sub_agents_steps_are_custom_events_and_its_text_is_not_streamed() {
-    let path: agent_loop::AgentPath = serde_json::from_value(json!([
+    let path: agent_loop::agent::AgentPath = serde_json::from_value(json!([
         {"call_id": "c1", "agent": "researcher"}
     ]))
     .expect("a path of one step");

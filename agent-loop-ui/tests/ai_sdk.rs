@@ -7,14 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::{Resolution, Resolutions};
 use agent_loop::media::MediaSource;
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::session::MemoryStore;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, ContentBlock, LlmError, PausedRun, Resolution, Resolutions, Role,
-    Termination, ToolError, UserInput,
+    Agent, AgentEvent, ContentBlock, LlmError, PausedRun, Role, Termination, ToolError, UserInput,
 };
 use agent_loop_ui::ai_sdk::{
     encode_stream, respond, respond_with, sse_body, ChatRequest, DataChunk, FinishReason,

@@ -492,12 +492,12 @@ fn concurrent(c: &mut Criterion) {
 fn wide_response(
     calls: usize,
 ) -> (
-    agent_loop::machine::AgentMachine,
-    Vec<agent_loop::machine::Input>,
+    agent_loop::agent::machine::AgentMachine,
+    Vec<agent_loop::agent::machine::Input>,
 ) {
-    use agent_loop::machine::Input;
+    use agent_loop::agent::machine::Input;
+    use agent_loop::agent::ToolDecision;
     use agent_loop::tool::ToolCallResult;
-    use agent_loop::ToolDecision;
     let look = FnTool::new("look", "Looks.", |_: serde_json::Value, _ctx| async move {
         Ok::<_, ToolError>("unused")
     })
@@ -535,8 +535,8 @@ fn wide_response(
 
 /// Runs the machine over the inputs: the number of actions it produced.
 fn run_machine(
-    mut m: agent_loop::machine::AgentMachine,
-    inputs: Vec<agent_loop::machine::Input>,
+    mut m: agent_loop::agent::machine::AgentMachine,
+    inputs: Vec<agent_loop::agent::machine::Input>,
 ) -> usize {
     let now = Instant::now();
     m.start("Look at everything.", now);

@@ -182,7 +182,7 @@ impl Agent {
     }
 
     /// The name of the agent in charge of the next run: this agent's own name, or, after a
-    /// run that handed the conversation over with [`Handoff::keep`](crate::Handoff::keep),
+    /// run that handed the conversation over with [`Handoff::keep`](crate::agent::Handoff::keep),
     /// that agent's. (A handoff without `keep` lasts for its run only.)
     pub fn in_charge(&self) -> String {
         let route = lock(&self.shared).route.clone();
@@ -197,7 +197,7 @@ impl Agent {
     }
 
     /// Hands the conversation back to this agent: the next run starts with it in charge,
-    /// whatever a [kept](crate::Handoff::keep) handoff left. Refused with [`Error::Busy`]
+    /// whatever a [kept](crate::agent::Handoff::keep) handoff left. Refused with [`Error::Busy`]
     /// while a run is in flight.
     pub fn take_back(&mut self) -> Result<(), Error> {
         let mut shared = lock(&self.shared);

@@ -109,7 +109,8 @@ impl AgentBuilder {
     ///
     /// ```
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    /// use agent_loop::{Agent, AgentEvent, HandoffFilter, Handoff};
+    /// use agent_loop::{Agent, AgentEvent};
+    /// use agent_loop::agent::{HandoffFilter, Handoff};
     /// use futures::StreamExt;
     /// use serde_json::json;
     ///
@@ -290,7 +291,8 @@ impl AgentBuilder {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    /// use agent_loop::{Agent, RunError, Termination};
+    /// use agent_loop::{Agent, Termination};
+    /// use agent_loop::agent::RunError;
     ///
     /// let client = ScriptedClient::new([ScriptedResponse::text("Hi")]);
     /// // max_tokens alone (1,000) is more than the budget: no call is made.
@@ -487,7 +489,7 @@ impl AgentBuilder {
 
     /// Builds the loop as a sans-IO [`AgentMachine`] instead of an [`Agent`]: for a host
     /// that drives it from its own runtime or a durable-execution engine, carrying out its
-    /// [`Action`](crate::machine::Action)s itself (the client given to [`Agent::builder`] only names the model and
+    /// [`Action`](crate::agent::machine::Action)s itself (the client given to [`Agent::builder`] only names the model and
     /// its limits then; hooks and the summarizer are the driver's to apply).
     pub fn build_machine(self) -> Result<AgentMachine, Error> {
         let agent = self.build()?;

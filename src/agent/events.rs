@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{RateLimits, ConfigError, Error};
+use crate::error::{ConfigError, Error, RateLimits};
 use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
 
@@ -59,7 +59,7 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// - A [`Handoff`](AgentEvent::Handoff) comes between turns: after the `TurnEnd` of the turn
 ///   whose call asked for it (that turn was the old agent's), before the next `TurnStart`
 ///   (the new agent's). `run := (turn Handoff?)* Finished`.
-/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) (or
+/// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::agent::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///
 /// New variants and new fields may come: match with a `_` arm and with `..` in each variant
@@ -220,7 +220,7 @@ pub struct RunOutcome {
     pub cost: Cost,
     /// Of [`cost`](Self::cost), what the attempts that failed cost.
     pub failed_cost: Cost,
-    /// The structured answer, when one was asked for ([`RunOptions::output`](crate::RunOptions::output)) and given.
+    /// The structured answer, when one was asked for ([`RunOptions::output`](crate::agent::RunOptions::output)) and given.
     pub output: Option<serde_json::Value>,
     /// What each sub-agent run used, at every depth, in the order they finished (each one's
     /// usage is part of [`usage`](Self::usage) already).
@@ -290,7 +290,7 @@ pub enum Termination {
     /// The answer was cut off by `max_tokens` and no continuation was left.
     MaxTokens,
     /// The model gave no valid structured answer within the retries allowed
-    /// ([`StructuredOutput::max_retries`](crate::StructuredOutput::max_retries)).
+    /// ([`StructuredOutput::max_retries`](crate::agent::StructuredOutput::max_retries)).
     InvalidOutput {
         /// The last answer: the answer tool's input, or the model's text when it answered in
         /// text.
@@ -363,7 +363,8 @@ impl PartialEq for Termination {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::{Agent, RunError, Termination};
+/// use agent_loop::{Agent, Termination};
+/// use agent_loop::agent::RunError;
 /// use serde_json::json;
 ///
 /// let client = ScriptedClient::new([ScriptedResponse::tool_call("c1", "echo", json!({}))]);
@@ -515,7 +516,7 @@ impl fmt::Display for Termination {
 }
 
 /// An event of a sub-agent's run on its way up: what a tool that runs an agent sends its
-/// caller's machine ([`Input::Nested`](crate::machine::Input::Nested)). `path` starts with
+/// caller's machine ([`Input::Nested`](crate::agent::machine::Input::Nested)). `path` starts with
 /// the step of the call that runs the sub-agent.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]

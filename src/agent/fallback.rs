@@ -67,7 +67,8 @@ impl FallbackOn {
 ///
 /// ```
 /// use agent_loop::testing::ScriptedClient;
-/// use agent_loop::{Agent, Fallback, FallbackOn};
+/// use agent_loop::{Agent};
+/// use agent_loop::agent::{Fallback, FallbackOn};
 ///
 /// let primary = ScriptedClient::new([]).with_model("claude-sonnet-4-5");
 /// let backup = ScriptedClient::new([]).with_model("gpt-4.1");

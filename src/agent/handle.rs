@@ -131,7 +131,7 @@ pub(crate) struct Shared {
     /// this agent wrote: its own write ends any lease it was allowed to pass).
     pub(crate) session_lease: Option<crate::session::Lease>,
     /// The handoffs to the agent in charge, kept from the last run
-    /// ([`Handoff::keep`](crate::Handoff::keep)): where the next run starts (empty: the
+    /// ([`Handoff::keep`](crate::agent::Handoff::keep)): where the next run starts (empty: the
     /// agent itself).
     pub(crate) route: Vec<usize>,
 }

@@ -39,7 +39,7 @@ pub enum HookAction {
 /// Hooks into the loop. Every method has a default that lets the loop go on.
 ///
 /// ```
-/// use agent_loop::{AgentHooks, ToolDecision};
+/// use agent_loop::agent::{AgentHooks, ToolDecision};
 /// use agent_loop::tool::ToolCall;
 ///
 /// struct NoDeletes;

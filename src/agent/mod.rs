@@ -2,13 +2,13 @@
 //! [`AgentEvent`]s.
 //!
 //! [`Agent::run`] sends the conversation to the model, forwards the streamed text as it
-//! arrives, runs the tools the model asks for through the [`ToolRegistry`], feeds the results
+//! arrives, runs the tools the model asks for through the [`ToolRegistry`](crate::ToolRegistry), feeds the results
 //! back and repeats until the model answers without tools or a limit stops it. The last event
 //! of every run is [`AgentEvent::Finished`] with the [`RunOutcome`].
 //!
 //! The folder has three rooms, cut by concept:
 //!
-//! - `machine/`: every decision of the loop, in [`AgentMachine`], a sans-IO state machine
+//! - `machine/`: every decision of the loop, in [`AgentMachine`](machine::AgentMachine), a sans-IO state machine
 //!   made of owned parts (its counters, answer text, structured answer, call ids, spending,
 //!   routing, calls in flight), with what it reads and makes (its config, the pure decisions
 //!   of a turn, a paused run, budgets, handoff filters). It imports nothing async and nothing
@@ -27,7 +27,7 @@ mod events;
 mod fallback;
 mod handle;
 mod hooks;
-mod machine;
+pub mod machine;
 mod path;
 mod team;
 
@@ -35,13 +35,11 @@ pub use agent::Agent;
 pub use builder::AgentBuilder;
 pub use driver::summarizer::LlmSummarizer;
 pub use events::{AgentEvent, NestedEvent, RunError, RunOutcome, Termination};
-pub use fallback::{Fallback, FallbackOn, FallbackTarget};
+pub use fallback::{Fallback, FallbackOn};
 pub use handle::AgentHandle;
 pub use hooks::{AgentHooks, HookAction, ToolDecision};
-pub use machine::config::{HandoffTarget, MachineConfig};
 pub use machine::handoff::{HandoffFilter, HandoffFilterFn};
 pub use machine::output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use machine::pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};
-pub use machine::{Action, AgentMachine, Handled, Input, MachineParts};
 pub use path::{AgentPath, PathStep, SubAgentUsage};
 pub use team::{AgentTool, Handoff, SubAgentTask, DEFAULT_MAX_DEPTH};

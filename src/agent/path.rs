@@ -34,7 +34,7 @@ impl PathStep {
 /// run the event belongs to, outermost first. Displayed as `agent#call/agent#call`.
 ///
 /// ```
-/// use agent_loop::{AgentPath, PathStep};
+/// use agent_loop::agent::{AgentPath, PathStep};
 ///
 /// let path = AgentPath::from(vec![PathStep::new("researcher", "call_1"), PathStep::new("critic", "c7")]);
 /// assert_eq!(path.depth(), 2);

@@ -88,7 +88,8 @@ impl Handoff {
     ///
     /// ```
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    /// use agent_loop::{Agent, Handoff};
+    /// use agent_loop::{Agent};
+    /// use agent_loop::agent::Handoff;
     /// use serde_json::json;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

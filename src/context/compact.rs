@@ -51,7 +51,7 @@ use crate::message::{ContentBlock, Message, Role};
 /// Turns a span of old messages into a summary that replaces them.
 ///
 /// The span always starts at the beginning of the history and ends just before a turn start;
-/// it may begin with the summary of an earlier compaction. [`LlmSummarizer`](crate::LlmSummarizer) asks a model;
+/// it may begin with the summary of an earlier compaction. [`LlmSummarizer`](crate::agent::LlmSummarizer) asks a model;
 /// implement this trait to summarize some other way (or to record calls in tests).
 #[async_trait]
 pub trait Summarizer: Send + Sync {

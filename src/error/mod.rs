@@ -21,7 +21,7 @@ pub use tool::ToolError;
 /// The crate's error: every fallible public function returns it or one of the errors inside it.
 ///
 /// The one-shot calls ([`Agent::prompt`](crate::Agent::prompt) and the like) return a
-/// [`RunError`](crate::RunError), which holds this error or the outcome of a run that ended
+/// [`RunError`](crate::agent::RunError), which holds this error or the outcome of a run that ended
 /// without an answer.
 #[non_exhaustive]
 #[derive(Debug, Clone, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! [`RequestSettings`]: the sampling and request settings an agent applies to every model
-//! call (on the builder) or to one run (through [`RunOptions`](crate::RunOptions)).
+//! call (on the builder) or to one run (through [`RunOptions`](crate::agent::RunOptions)).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -8,7 +8,7 @@ use super::{Tool, ToolContext, ToolError, ToolOutput};
 /// sees it as any tool (name, description, input schema); a run with calls of it pauses,
 /// ending with [`Termination::Paused`](crate::Termination::Paused), once the response's
 /// other calls are answered, and [`Agent::resume`](crate::Agent::resume) continues it with
-/// the results ([`Resolutions::result`](crate::Resolutions::result)).
+/// the results ([`Resolutions::result`](crate::agent::Resolutions::result)).
 ///
 /// ```
 /// use agent_loop::{Tool};

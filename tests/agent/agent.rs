@@ -4,15 +4,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::{AgentHooks, HookAction, ToolDecision};
 use agent_loop::error::ApiError;
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::tool::FnTool;
-use agent_loop::tool::ToolCall;
+use agent_loop::tool::{FnTool, ToolCall};
 use agent_loop::{
-    Agent, AgentEvent, AgentHooks, ContentBlock, HookAction, LlmError, Role, StopReason,
-    Termination, ToolDecision, ToolError, Usage,
+    Agent, AgentEvent, ContentBlock, LlmError, Role, StopReason, Termination, ToolError, Usage,
 };
 use futures::StreamExt;
 use serde_json::json;

@@ -5,11 +5,9 @@
 
 use std::sync::Arc;
 
-use agent_loop::context::ContextConfig;
-use agent_loop::context::TokenCounter;
+use agent_loop::context::{ContextConfig, TokenCounter};
 use agent_loop::error::ApiError;
-use agent_loop::pricing::Usd;
-use agent_loop::pricing::{Cost, ModelPrice, Pricing};
+use agent_loop::pricing::{Cost, ModelPrice, Pricing, Usd};
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::{

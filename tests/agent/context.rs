@@ -3,13 +3,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use agent_loop::context::CompactionStrategy;
-use agent_loop::context::{CharEstimateCounter, ContextConfig, Conversation};
-use agent_loop::context::{Summarizer, TiktokenCounter, TokenCounter};
+use agent_loop::agent::LlmSummarizer;
+use agent_loop::context::{
+    CharEstimateCounter, CompactionStrategy, ContextConfig, Conversation, Summarizer,
+    TiktokenCounter, TokenCounter,
+};
 use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::{
-    ContentBlock, ContextManager, Error, LlmClient, LlmEvent, LlmSummarizer, Message, Role,
-    StopReason, Usage,
+    ContentBlock, ContextManager, Error, LlmClient, LlmEvent, Message, Role, StopReason, Usage,
 };
 use async_trait::async_trait;
 use proptest::prelude::*;

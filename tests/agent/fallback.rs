@@ -5,13 +5,12 @@
 
 use std::sync::Arc;
 
+use agent_loop::agent::{Fallback, FallbackOn};
 use agent_loop::error::ApiError;
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, Fallback, FallbackOn, LlmError, OpenAiClient, Termination,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, LlmError, OpenAiClient, Termination};
 use serde_json::json;
 
 use crate::common;

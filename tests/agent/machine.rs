@@ -3,15 +3,15 @@
 
 use std::time::{Duration, Instant};
 
+use agent_loop::agent::machine::{Action, AgentMachine, Handled, Input};
+use agent_loop::agent::ToolDecision;
 use agent_loop::context::{CharEstimateCounter, ContextConfig, Conversation};
-use agent_loop::machine::{Action, AgentMachine, Handled, Input};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{history_violation, ScriptedClient};
-use agent_loop::tool::FnTool;
-use agent_loop::tool::{ToolCall, ToolCallResult, ToolProgress};
+use agent_loop::tool::{FnTool, ToolCall, ToolCallResult, ToolProgress};
 use agent_loop::{
     Agent, AgentEvent, ContextManager, LlmError, LlmEvent, Message, StopReason, Termination,
-    ToolDecision, ToolError,
+    ToolError,
 };
 use serde_json::{json, Value};
 
@@ -1026,8 +1026,9 @@ fn a_second_result_for_an_answered_call_is_ignored() {
 fn a_final_answer_beside_an_early_call_still_running_waits_for_its_real_result() {
     let now = Instant::now();
     let mut m = machine();
-    let options = agent_loop::RunOptions::new()
-        .output(agent_loop::StructuredOutput::from_schema(json!({"type": "object"})).unwrap());
+    let options = agent_loop::agent::RunOptions::new().output(
+        agent_loop::agent::StructuredOutput::from_schema(json!({"type": "object"})).unwrap(),
+    );
     m.start_with("go", options, now);
     drain(&mut m);
     // A read-only call completes mid-stream and starts early.
@@ -1157,8 +1158,8 @@ fn a_response_cut_off_after_an_early_call_answers_it_with_its_own_result() {
 
 /// A sub-agent's event of call `id` (a path one step down).
 fn nested(id: &str, event: AgentEvent) -> Input {
-    Input::Nested(agent_loop::machine::NestedEvent::new(
-        agent_loop::AgentPath::from(vec![agent_loop::PathStep::new("worker", id)]),
+    Input::Nested(agent_loop::agent::NestedEvent::new(
+        agent_loop::agent::AgentPath::from(vec![agent_loop::agent::PathStep::new("worker", id)]),
         event,
     ))
 }
@@ -1257,7 +1258,7 @@ fn start_in_charge_follows_a_known_route_once_and_only_before_the_run() {
         Agent::builder(ScriptedClient::new([]))
             .name("triage")
             .system("You route.")
-            .handoff(agent_loop::Handoff::new(billing).keep())
+            .handoff(agent_loop::agent::Handoff::new(billing).keep())
             .build_machine()
             .unwrap()
     };

@@ -24,14 +24,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use agent_loop::agent::machine::{Action, AgentMachine, Handled, Input, MachineConfig};
+use agent_loop::agent::{Resolutions, RunOptions, StructuredOutput, ToolDecision};
 use agent_loop::context::ContextConfig;
-use agent_loop::machine::{Action, AgentMachine, Handled, Input, MachineConfig};
 use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::history_violation;
 use agent_loop::tool::{ToolCallResult, ToolCatalog, ToolProgress, ToolSpec};
 use agent_loop::{
-    AgentEvent, ContextManager, LlmError, LlmEvent, PausedRun, Resolutions, RunOptions, StopReason,
-    StructuredOutput, Termination, ToolDecision, Usage,
+    AgentEvent, ContextManager, LlmError, LlmEvent, PausedRun, StopReason, Termination, Usage,
 };
 use proptest::prelude::*;
 use serde_json::json;

@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::{
+    AgentHooks, Resolutions, RunOptions, StructuredOutput, ToolDecision, WaitsFor,
+};
 use agent_loop::error::{ResumeError, SessionError};
 use agent_loop::session::{self, MemoryStore, SessionEntry, SessionStore};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::tool::ToolCall;
-use agent_loop::tool::{DeferredTool, FnTool};
+use agent_loop::tool::{DeferredTool, FnTool, ToolCall};
 use agent_loop::{
-    Agent, AgentBuilder, AgentEvent, AgentHooks, Error, Message, PausedRun, Resolutions,
-    RunOptions, RunOutcome, StructuredOutput, Termination, ToolDecision, ToolError, WaitsFor,
+    Agent, AgentBuilder, AgentEvent, Error, Message, PausedRun, RunOutcome, Termination, ToolError,
 };
 use futures::StreamExt;
 use serde_json::json;

@@ -2,13 +2,14 @@
 //! both wire formats, validation errors fed back to the model, forced tool choice, the
 //! bounded retries and their typed termination.
 
+use agent_loop::agent::{RunError, RunOptions, StructuredOutput};
 use agent_loop::error::ConfigError;
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, Error, OpenAiClient, RunError, RunOptions,
-    StructuredOutput, Termination, ToolError, UserInput,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, Error, OpenAiClient, Termination, ToolError,
+    UserInput,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
+use agent_loop::agent::{Handoff, HandoffFilter, Resolutions};
 use agent_loop::provider::transport::RetryPolicy;
-use agent_loop::provider::ToolChoice;
-use agent_loop::provider::{LlmStream, ModelRequest};
+use agent_loop::provider::{LlmStream, ModelRequest, ToolChoice};
 use agent_loop::testing::{history_violation, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, Handoff, HandoffFilter, LlmClient, Message,
-    OpenAiClient, Resolutions, Role, Termination, ToolError, Usage,
+    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, Message, OpenAiClient, Role,
+    Termination, ToolError, Usage,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};

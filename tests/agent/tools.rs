@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use agent_loop::error::ConfigError;
 use agent_loop::tool::schemars::JsonSchema;
-use agent_loop::tool::{Access, CancellationToken, Concurrency};
-use agent_loop::tool::{ExecOptions, FnTool, ToolCall, ToolCallResult, ToolProgress};
+use agent_loop::tool::{
+    Access, CancellationToken, Concurrency, ExecOptions, FnTool, ToolCall, ToolCallResult,
+    ToolProgress,
+};
 use agent_loop::{async_trait, Error, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use futures::StreamExt;
 use serde::Deserialize;

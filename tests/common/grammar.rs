@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use agent_loop::{AgentEvent, PathStep, Termination};
+use agent_loop::agent::PathStep;
+use agent_loop::{AgentEvent, Termination};
 
 /// Checks `events` against the grammar, at every level of nesting; returns the first
 /// violation.

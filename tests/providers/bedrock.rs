@@ -9,10 +9,8 @@ use crate::common;
 use std::time::{Duration, SystemTime};
 
 use agent_loop::media::MediaSource;
-use agent_loop::provider::cache::CacheTtl;
-use agent_loop::provider::cache::PromptCache;
-use agent_loop::provider::ModelRequest;
-use agent_loop::provider::ToolChoice;
+use agent_loop::provider::cache::{CacheTtl, PromptCache};
+use agent_loop::provider::{ModelRequest, ToolChoice};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::tool::ToolSpec;
 use agent_loop::wire::{WireDecoder, WireFormat};

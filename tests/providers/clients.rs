@@ -4,12 +4,9 @@
 use std::time::Duration;
 
 use agent_loop::error::TimeoutKind;
-use agent_loop::provider::cache::CacheTtl;
-use agent_loop::provider::cache::PromptCache;
-use agent_loop::provider::transport::Jitter;
-use agent_loop::provider::transport::RetryPolicy;
-use agent_loop::provider::ModelRequest;
-use agent_loop::provider::ToolChoice;
+use agent_loop::provider::cache::{CacheTtl, PromptCache};
+use agent_loop::provider::transport::{Jitter, RetryPolicy};
+use agent_loop::provider::{ModelRequest, ToolChoice};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::tool::ToolSpec;
 use agent_loop::{

@@ -3,11 +3,8 @@
 //! real APIs refuse), tool results with images, snapshot and restore, token counting, and
 //! compaction dropping old images first.
 
-use agent_loop::context::CompactionStrategy;
-use agent_loop::context::ContextConfig;
-use agent_loop::media::Document;
-use agent_loop::media::ImageTokenRule;
-use agent_loop::media::{Image, MediaError, MediaSource};
+use agent_loop::context::{CompactionStrategy, ContextConfig};
+use agent_loop::media::{Document, Image, ImageTokenRule, MediaError, MediaSource};
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{

@@ -7,8 +7,7 @@ use crate::common;
 
 use agent_loop::media::MediaSource;
 use agent_loop::provider::ollama::OllamaKeepAlive;
-use agent_loop::provider::ModelRequest;
-use agent_loop::provider::ToolChoice;
+use agent_loop::provider::{ModelRequest, ToolChoice};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse, StreamPoint};
 use agent_loop::tool::ToolSpec;
 use agent_loop::wire::{WireDecoder, WireFormat};

@@ -2,13 +2,14 @@
 //! temperature, top_p, stop sequences, tool choice, parallel tool calls, the end-user id and
 //! provider-specific body fields (which may not clash with the crate's own).
 
+use agent_loop::agent::RunOptions;
 use agent_loop::error::ConfigError;
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
     Agent, AgentBuilder, AnthropicClient, Error, LlmError, OpenAiClient, RequestSettings,
-    RunOptions, Termination, ToolError,
+    Termination, ToolError,
 };
 use serde_json::{json, Value};
 

@@ -38,12 +38,13 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::WaitsFor;
 use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::session::{MemoryStore, SessionStore};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::tool::FnTool;
 use agent_loop::{
-    Agent, AnthropicClient, ContentBlock, LlmClient, Message, PausedRun, Role, ToolError, WaitsFor,
+    Agent, AnthropicClient, ContentBlock, LlmClient, Message, PausedRun, Role, ToolError,
 };
 use agent_loop_ui::{agui, ai_sdk};
 use axum::body::Bytes;

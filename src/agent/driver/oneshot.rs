@@ -16,7 +16,8 @@ impl Agent {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    /// use agent_loop::{Agent, RunOptions};
+    /// use agent_loop::{Agent};
+    /// use agent_loop::agent::RunOptions;
     ///
     /// let client = ScriptedClient::new([ScriptedResponse::text("Paris.")]);
     /// let mut agent = Agent::builder(client).build()?;

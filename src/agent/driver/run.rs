@@ -36,7 +36,7 @@ impl Agent {
     /// always ends with [`AgentEvent::Finished`]. It owns what the run needs (`Send +
     /// 'static`), so it can be handed to `tokio::spawn`; the conversation comes back to the
     /// agent when the run ends. While it runs, [`Agent::snapshot`] and
-    /// [`AgentHandle::snapshot`](crate::AgentHandle::snapshot) give the conversation as of the last turn boundary.
+    /// [`AgentHandle::snapshot`](crate::agent::AgentHandle::snapshot) give the conversation as of the last turn boundary.
     ///
     /// One run at a time: a `run` started while another is in flight yields only
     /// `Finished` with a [`Termination::Error`] saying so, and leaves the conversation alone.

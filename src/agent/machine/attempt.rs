@@ -2,9 +2,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::wire::StreamAssembler;
 use crate::message::Usage;
 use crate::tool::{ToolCall, ToolCallResult};
+use crate::wire::StreamAssembler;
 
 /// One attempt at a model response.
 #[derive(Debug)]

@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::wire::ModelResponse;
 use crate::message::Message;
 use crate::tool::{ToolCall, ToolCallResult};
+use crate::wire::ModelResponse;
 
 use super::pause::PauseState;
 

@@ -14,10 +14,10 @@ use super::handoff::HandoffFilter;
 use crate::agent::fallback::FallbackTarget;
 
 /// Every setting of a run's machine; [`AgentBuilder`](crate::AgentBuilder)'s setters fill it,
-/// and a driver of its own builds one for [`AgentMachine::new`](crate::machine::AgentMachine::new).
+/// and a driver of its own builds one for [`AgentMachine::new`](crate::agent::machine::AgentMachine::new).
 ///
 /// ```
-/// use agent_loop::machine::MachineConfig;
+/// use agent_loop::agent::machine::MachineConfig;
 ///
 /// let mut config = MachineConfig::default();
 /// config.max_turns = 5;
@@ -69,7 +69,7 @@ pub struct MachineConfig {
     pub prompt_cache: Option<PromptCache>,
     /// The limits the model's stream is assembled within (the client's).
     pub stream_limits: StreamLimits,
-    /// Whether the driver can summarize (answer [`Action::Summarize`](crate::machine::Action::Summarize));
+    /// Whether the driver can summarize (answer [`Action::Summarize`](crate::agent::machine::Action::Summarize));
     /// without it compaction never asks for a summary.
     pub summarizer: bool,
     /// Tools whose calls wait for a person's approval: the run pauses
@@ -82,7 +82,7 @@ pub struct MachineConfig {
     /// target ([`HandoffTarget::tool`]).
     pub handoffs: Vec<HandoffTarget>,
     /// The models a run moves to, in order, when its model fails in a chosen way
-    /// ([`Action::Fallback`](crate::machine::Action::Fallback) tells the driver which).
+    /// ([`Action::Fallback`](crate::agent::machine::Action::Fallback) tells the driver which).
     pub fallbacks: Vec<FallbackTarget>,
     /// Whether the run's spans carry content: the messages sent and received, the system
     /// prompt, tool arguments and results (default `false`: they are user data). The
@@ -108,7 +108,7 @@ pub struct HandoffTarget {
     /// What history it sees.
     pub filter: HandoffFilter,
     /// Whether the conversation stays with it after the run: the agent's next runs start
-    /// with it in charge ([`Handoff::keep`](crate::Handoff::keep)).
+    /// with it in charge ([`Handoff::keep`](crate::agent::Handoff::keep)).
     pub keep: bool,
 }
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::tool::{ToolCall, ToolCallResult};
 
 /// What the machine counts over a run, each against a limit of its
-/// [`MachineConfig`](crate::machine::MachineConfig) (the machine compares; this part counts).
+/// [`MachineConfig`](crate::agent::machine::MachineConfig) (the machine compares; this part counts).
 ///
 /// A paused run keeps the run's counts (serde: `turn`, `pauses`, `continuations`,
 /// `final_call`, `repeats`, `failures`); the turn's own (retries, the overflow compaction, the

@@ -1,4 +1,4 @@
-//! What a call of an agent used as a tool ([`AgentTool`](crate::AgentTool)) decides: how deep
+//! What a call of an agent used as a tool ([`AgentTool`](crate::agent::AgentTool)) decides: how deep
 //! it runs (or that it may not), and what it answers from how the agent's run ended. Pure
 //! functions; `../team.rs` runs the agent.
 

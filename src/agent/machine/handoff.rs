@@ -16,13 +16,14 @@ pub(crate) const HANDED_OVER: &str = "The conversation was handed over to you: c
 pub type HandoffFilterFn = dyn Fn(&[Message]) -> Vec<Message> + Send + Sync;
 
 /// What history the agent a conversation is handed to sees
-/// ([`Handoff::input_filter`](crate::Handoff::input_filter)).
+/// ([`Handoff::input_filter`](crate::agent::Handoff::input_filter)).
 ///
 /// The filtered history replaces the conversation from the handoff on: the agent's
 /// [`messages`](crate::Agent::messages) are what the new agent saw and said.
 ///
 /// ```
-/// use agent_loop::{HandoffFilter, Message, Role};
+/// use agent_loop::{Message, Role};
+/// use agent_loop::agent::HandoffFilter;
 ///
 /// // From the user's last question on: that question, the handoff call and its answer.
 /// let from_last_question = HandoffFilter::custom(|messages: &[Message]| {

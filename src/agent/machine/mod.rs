@@ -22,6 +22,9 @@ pub(super) mod pause;
 pub(super) mod spend;
 pub(super) mod turn;
 
+pub use self::config::{HandoffTarget, MachineConfig};
+pub use crate::agent::fallback::FallbackTarget;
+
 // The machine's own state, in owned parts.
 mod attempt;
 mod batch;
@@ -36,18 +39,17 @@ mod text;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::wire::{ModelResponse, StreamAssembler};
 use crate::context::{CompactionReport, CompactionStep, ContextManager, Conversation};
 use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::pricing::Cost;
-use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
 use crate::provider::transport::RetryPolicy;
-use crate::wire::LlmEvent;
+use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
+use crate::wire::LlmEvent;
+use crate::wire::{ModelResponse, StreamAssembler};
 
-use self::config::MachineConfig;
 use self::handoff::HandoffFilter;
 use self::nested::NestedRuns;
 use self::output::{RunOptions, StructuredOutput};
@@ -284,7 +286,7 @@ enum State {
 ///
 /// ```
 /// use std::time::Instant;
-/// use agent_loop::machine::{Action, Input};
+/// use agent_loop::agent::machine::{Action, Input};
 /// use agent_loop::testing::ScriptedClient;
 /// use agent_loop::{Agent, AgentEvent, LlmEvent, StopReason, Termination, ToolError};
 /// use agent_loop::tool::{FnTool, ToolCallResult};
@@ -339,7 +341,7 @@ enum State {
 ///         }
 ///         Action::StopModel => stream = Vec::new().into_iter(),
 ///         Action::Approve(calls) => {
-///             let verdicts = calls.iter().map(|_| agent_loop::ToolDecision::Allow).collect();
+///             let verdicts = calls.iter().map(|_| agent_loop::agent::ToolDecision::Allow).collect();
 ///             waiting.push_back(Input::Approved(verdicts));
 ///         }
 ///         Action::RunTools(calls) => {
@@ -413,7 +415,7 @@ impl AgentMachine {
     ///
     /// ```
     /// use std::time::Instant;
-    /// use agent_loop::machine::{Action, AgentMachine, MachineConfig};
+    /// use agent_loop::agent::machine::{Action, AgentMachine, MachineConfig};
     /// use agent_loop::{ContextManager};
     /// use agent_loop::context::ContextConfig;
     /// use agent_loop::tool::ToolCatalog;
@@ -1907,7 +1909,7 @@ impl AgentMachine {
     }
 
     /// Puts the agent at `route` in charge before the run starts: the handoffs an earlier
-    /// run took and [kept](crate::Handoff::keep), each the index of a handoff of the agent
+    /// run took and [kept](crate::agent::Handoff::keep), each the index of a handoff of the agent
     /// before it. Its system prompt, settings and tools apply from the first turn; the
     /// conversation gets the agent's own prompt back when the run ends. Returns `false`, and
     /// changes nothing, for a route this agent cannot follow or once the run started.
@@ -1939,7 +1941,7 @@ impl AgentMachine {
     }
 
     /// The route to the agent in charge when the run ended, if its handoff was
-    /// [kept](crate::Handoff::keep) (empty otherwise): where the agent's next run starts.
+    /// [kept](crate::agent::Handoff::keep) (empty otherwise): where the agent's next run starts.
     pub fn kept_route(&self) -> &[usize] {
         self.routing.kept()
     }

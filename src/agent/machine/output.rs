@@ -30,7 +30,7 @@ type Check = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 /// the answer is checked.
 ///
 /// ```
-/// use agent_loop::StructuredOutput;
+/// use agent_loop::agent::StructuredOutput;
 ///
 /// #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
 /// #[schemars(crate = "agent_loop::tool::schemars")] // so that you need no schemars dependency
@@ -139,7 +139,8 @@ impl StructuredOutput {
 /// Options for one run: request settings over the agent's, and a structured answer.
 ///
 /// ```
-/// use agent_loop::{RequestSettings, RunOptions};
+/// use agent_loop::{RequestSettings};
+/// use agent_loop::agent::RunOptions;
 ///
 /// let options = RunOptions::new().settings(RequestSettings::new().temperature(0.0));
 /// # let _ = options;

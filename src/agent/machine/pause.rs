@@ -43,7 +43,8 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-/// use agent_loop::{Agent, AgentEvent, Resolutions, Termination, ToolError};
+/// use agent_loop::{Agent, AgentEvent, Termination, ToolError};
+/// use agent_loop::agent::Resolutions;
 /// use agent_loop::tool::FnTool;
 /// use futures::StreamExt;
 /// use serde_json::json;
@@ -289,9 +290,9 @@ pub enum WaitsFor {
 /// them in a request body.
 ///
 /// ```
-/// use agent_loop::Resolutions;
+/// use agent_loop::agent::Resolutions;
 ///
-/// use agent_loop::Resolution;
+/// use agent_loop::agent::Resolution;
 ///
 /// assert!(Resolutions::new().is_empty());
 /// let answers = Resolutions::new()

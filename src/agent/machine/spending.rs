@@ -5,9 +5,9 @@ use std::ops::AddAssign;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::RateLimits;
 use crate::message::Usage;
 use crate::pricing::Cost;
-use crate::error::RateLimits;
 
 /// Usage and cost, with the part of each that failed attempts spent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

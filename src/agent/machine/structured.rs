@@ -1,13 +1,13 @@
 //! The run's structured answer: the answer tool asked for, its wrong answers so far, whether
 //! the next call is forced to it, and the answer accepted.
 
-use crate::wire::ModelResponse;
 use crate::error::ResumeError;
+use crate::wire::ModelResponse;
 
 use super::output::StructuredOutput;
 use super::pause::OutputState;
 
-/// The structured answer of a run ([`RunOptions::output`](crate::RunOptions::output)).
+/// The structured answer of a run ([`RunOptions::output`](crate::agent::RunOptions::output)).
 #[derive(Debug, Default)]
 pub(super) struct Answer {
     /// The typed final answer asked for; `None`: the run answers in text, and the other

@@ -1,8 +1,8 @@
 //! The loop's decisions, without I/O: what a model response means for the run, and when the
 //! run must stop. The machine (`mod.rs`) asks; these functions answer.
 
-use crate::wire::ModelResponse;
 use crate::message::StopReason;
+use crate::wire::ModelResponse;
 
 use crate::agent::events::Termination;
 
