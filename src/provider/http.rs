@@ -414,6 +414,12 @@ impl std::error::Error for CrossOriginRedirect {}
 
 /// Maps a reqwest send error to the crate's error. The URL is named (without its query) where
 /// it tells the user what to fix: a refused connection, a redirect.
+/// Whether `url` asks for TLS.
+fn is_https(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+}
+
 fn transport_error(
     error: reqwest::Error,
     url: &str,
@@ -422,6 +428,16 @@ fn transport_error(
 ) -> LlmError {
     let message = error_chain(&error);
     let shown = reqwest::Url::parse(url).map_or_else(|_| url.to_owned(), |u| display_url(&u));
+    if !cfg!(feature = "rustls") && is_https(url) {
+        return LlmError::InvalidRequest {
+            message: format!(
+                "{shown} is an https URL, and agent-loop was built without TLS: turn on its \
+                 `rustls` feature (on by default), or pass a reqwest client with TLS to \
+                 `http_client` ({})",
+                error_chain(&error.without_url())
+            ),
+        };
+    }
     if error.is_redirect() {
         let mut source = std::error::Error::source(&error);
         while let Some(cause) = source {
@@ -600,5 +616,41 @@ mod tests {
             "http://h/x/v1/messages"
         );
         assert_eq!(join_url("http://h", "/chat"), "http://h/chat");
+    }
+
+    #[test]
+    fn https_is_told_by_its_scheme_in_any_case() {
+        assert!(is_https("https://api.anthropic.com/v1/messages"));
+        assert!(is_https("HTTPS://h"));
+        assert!(!is_https("http://127.0.0.1:8080"));
+        assert!(!is_https("https:/"));
+        assert!(!is_https(""));
+    }
+
+    /// Without the `rustls` feature (`cargo test --lib --no-default-features`), an https URL
+    /// fails at once with the feature named, not as a retryable connection error.
+    #[cfg(not(feature = "rustls"))]
+    #[test]
+    fn an_https_url_without_tls_names_the_feature() {
+        use futures::StreamExt;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let client = crate::AnthropicClient::new("key")
+            .base_url("https://127.0.0.1:9")
+            .model("m");
+        let request = crate::provider::ModelRequest::default();
+        let first = runtime.block_on(async {
+            let mut stream = crate::LlmClient::stream(&client, &request);
+            stream.next().await
+        });
+        match first {
+            Some(Err(LlmError::InvalidRequest { message })) => {
+                assert!(message.contains("`rustls` feature"), "{message}");
+                assert!(message.contains("https://127.0.0.1:9"), "{message}");
+            }
+            other => panic!("expected an InvalidRequest naming the feature, got {other:?}"),
+        }
     }
 }
