@@ -3,6 +3,20 @@
 //! [`Error`] is the one error at the crate root. [`LlmError`] is everything that can go wrong
 //! while talking to a model (transport, HTTP status, stream decoding, limits);
 //! [`ToolError`] is a tool's own failure.
+//!
+//! # Which failure shape you meet, and where
+//!
+//! A run reports a failure in one of three shapes, one per way of running it:
+//!
+//! | you call | a failure arrives as | holds |
+//! |---|---|---|
+//! | anything that returns `Result` before a run starts ([`AgentBuilder::build`](crate::AgentBuilder::build), a client's `from_env`, [`ToolRegistry::register`](crate::ToolRegistry::register), a session store) | [`Error`] | what went wrong; nothing ran |
+//! | [`Agent::run`](crate::Agent::run) (the event stream) | [`Termination::Error`](crate::Termination::Error) in the last event's [`RunOutcome`](crate::RunOutcome) | the same [`Error`], beside everything the run did before it (history, usage, cost) |
+//! | a one-shot call ([`Agent::prompt`](crate::Agent::prompt) and the like) | [`RunError`](crate::agent::RunError) | [`RunError::Failed`](crate::agent::RunError::Failed) with the [`Error`], or [`RunError::Stopped`](crate::agent::RunError::Stopped) with the whole outcome of a run that ended without an answer (a limit, a budget, a cancel) |
+//!
+//! So there is one error, [`Error`]; the other two are where a run puts it so that nothing the
+//! run produced is lost. A tool's [`ToolError`] never ends a run: it becomes an `is_error`
+//! result the model reads.
 
 use std::borrow::Cow;
 use std::fmt;
