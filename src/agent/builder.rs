@@ -630,9 +630,9 @@ impl AgentBuilder {
         })
     }
 
-    /// Records message content on the run's tracing spans (see the guide's
-    /// observability page, `docs/guide/observability.md`): `gen_ai.input.messages`, `gen_ai.output.messages` and
-    /// `gen_ai.system_instructions` on each `chat` span, `gen_ai.tool.call.arguments` and
+    /// Records message content on the run's tracing spans (see the guide's observability
+    /// page, `docs/guide/observability.md`): `gen_ai.input.messages`,
+    /// `gen_ai.output.messages` and `gen_ai.system_instructions` on each `chat` span, `gen_ai.tool.call.arguments` and
     /// `gen_ai.tool.call.result` on each `execute_tool` span. Off by default: they hold user
     /// data. `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` turns it on too.
     pub fn trace_content(mut self, on: bool) -> Self {
