@@ -113,4 +113,20 @@ mod tests {
         );
         assert_eq!(ids.unique(&mut next, "c".into()), "c");
     }
+
+    #[test]
+    fn a_pause_keeps_the_renaming_count_and_forgets_the_ids() {
+        // The ids come back from the conversation on resume (`reset`); the count must not,
+        // or a resumed run could give a fresh id a pre-pause one already had.
+        let mut ids = CallIds::default();
+        let mut response = HashSet::new();
+        assert_eq!(ids.unique(&mut response, String::new()), "call_1");
+        assert_eq!(ids.unique(&mut response, String::new()), "call_2");
+        ids.take(response);
+        let paused = ids.paused();
+        assert_eq!(paused.renamed, 2);
+        assert!(paused.used.is_empty());
+        let stored = serde_json::to_value(&paused).expect("serializable");
+        assert_eq!(stored, json!({"renamed_ids": 2}));
+    }
 }
