@@ -107,7 +107,8 @@ pub fn read_tool() -> impl agent_loop::Tool {
 }
 
 /// The input of [`echo_tool`].
-#[derive(Deserialize, schemars::JsonSchema)]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct EchoInput {
     /// The text to echo.
     pub text: String,
@@ -121,7 +122,8 @@ pub fn echo_tool() -> impl agent_loop::Tool {
 }
 
 /// The input of [`add_tool`].
-#[derive(Deserialize, schemars::JsonSchema)]
+#[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
+#[schemars(crate = "agent_loop::tool::schemars")]
 pub struct AddInput {
     /// The first addend.
     pub a: i64,

@@ -6,7 +6,13 @@ use std::process::{Command, Stdio};
 /// Why the Node.js tests cannot run here (`node` or the pinned packages missing), if they
 /// cannot. `package` is a path under node_modules/ the script needs.
 fn node_problem(package: &str) -> Option<String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The packages are the workspace's: in this crate's folder for the core, in the folder
+    // above for a satellite crate that includes these helpers.
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = [crate_dir.clone(), crate_dir.join("..")]
+        .into_iter()
+        .find(|dir| dir.join("node_modules").is_dir())
+        .unwrap_or(crate_dir);
     let node = Command::new("node")
         .arg("--version")
         .stdout(Stdio::null())

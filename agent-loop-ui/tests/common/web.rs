@@ -20,41 +20,7 @@ pub async fn serve(router: axum::Router) -> String {
     format!("http://{addr}")
 }
 
-/// Why the Node.js tests cannot run here (`node` or the pinned packages missing), if they
-/// cannot. `package` is a path under node_modules/ the script needs.
-fn node_problem(package: &str) -> Option<String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let node = Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !node {
-        return Some("`node` is not on PATH".to_owned());
-    }
-    let path = root.join("node_modules").join(package);
-    if !path.exists() {
-        return Some(format!("{} is missing (run `npm ci`)", path.display()));
-    }
-    None
-}
-
-/// Whether the Node.js test `what` can run; under CI a missing `node` or package fails the
-/// test, elsewhere it says loudly on stderr what it skips and why.
-pub fn node_available(what: &str, package: &str) -> bool {
-    let Some(problem) = node_problem(package) else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{what} needs node and the pinned npm packages under CI: {problem}");
-    }
-    eprintln!(
-        "\n!!! SKIPPED {what}: {problem}. Install Node.js and run `npm ci` in the repository \
-         root to run it.\n"
-    );
-    false
-}
+pub use super::shared::web::node_available;
 
 /// Runs `node tests/js/{script} {args…}` (in agent-loop-ui/; node finds the packages in the
 /// repository root's node_modules, a parent folder) and gives its standard output parsed as
