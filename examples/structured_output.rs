@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use agent_loop::agent::{RunOptions, StructuredOutput};
 use agent_loop::testing::ScriptedResponse;
+use agent_loop::RequestSettings;
 use agent_loop::{Agent, LlmClient, RunOutcome};
 use serde::Deserialize;
 use serde_json::json;
@@ -76,7 +77,7 @@ pub fn script() -> Vec<ScriptedResponse> {
 pub fn build_agent(client: Arc<dyn LlmClient>) -> Result<Agent, agent_loop::Error> {
     Agent::builder(client)
         .system("You extract records from documents exactly as written.")
-        .temperature(0.0)
+        .settings(RequestSettings::new().temperature(0.0))
         .max_turns(4)
         .build()
 }

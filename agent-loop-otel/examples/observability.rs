@@ -13,6 +13,7 @@ mod common;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::{MockResponse, ScriptedResponse};
 use agent_loop::tool::FnTool;
@@ -103,10 +104,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .name("adder")
         .system("You add numbers with the add tool.")
         .tool(add)
-        .retry_policy(
-            RetryPolicy::default()
-                .initial_backoff(Duration::from_millis(10))
-                .jitter(Jitter::None),
+        .policy(
+            RunPolicy::new().retry(
+                RetryPolicy::default()
+                    .initial_backoff(Duration::from_millis(10))
+                    .jitter(Jitter::None),
+            ),
         )
         .build()?;
     let mut events = std::pin::pin!(agent.run("What is 1.5 + 2.5 + 38?"));

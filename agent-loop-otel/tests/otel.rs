@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
+use agent_loop::RequestSettings;
 use agent_loop::{Agent, AgentEvent, AnthropicClient, Termination, ToolError, Usage};
 use agent_loop_otel::{OtelBuilder, OtelGuard};
 use futures::StreamExt;
@@ -265,11 +267,14 @@ fn calculator(server: &MockServer, content: bool) -> Agent {
         .name("calculator")
         .system("You add numbers.")
         .tool(add_tool())
-        .max_tokens(256)
-        .temperature(0.3)
-        .top_p(0.9)
-        .stop_sequences(["END"])
-        .retry_policy(quick_retries())
+        .settings(
+            RequestSettings::new()
+                .max_tokens(256)
+                .temperature(0.3)
+                .top_p(0.9)
+                .stop_sequences(["END"]),
+        )
+        .policy(RunPolicy::new().retry(quick_retries()))
         .trace_content(content)
         .build()
         .unwrap()

@@ -256,7 +256,7 @@ impl<'a, J: Journal> Driver<'a, J> {
         let driver = Driver {
             journal,
             agent,
-            early: parts.machine.config().early_read_only_tools && parts.hooks.is_none(),
+            early: parts.machine.config().policy.early_read_only_tools && parts.hooks.is_none(),
             hooks: parts.hooks,
             summarizer: parts.summarizer,
             session,
@@ -321,6 +321,9 @@ impl<'a, J: Journal> Driver<'a, J> {
                 Action::Approve(calls) => self.approve(&mut machine, calls).await,
                 Action::RunTools(calls) => self.run_tools(&mut machine, calls).await,
                 Action::Summarize(span) => self.summarize(&mut machine, span).await,
+                // Restate's journal keeps every step of the run already, and a replay
+                // rebuilds the turn; the session's state is written once, at the run's end.
+                Action::Checkpoint => Ok(()),
                 Action::Finish(outcome) => {
                     let termination = outcome.termination.to_string();
                     let report = RunReport {

@@ -18,7 +18,7 @@
 //!   compaction's summary call;
 //! - a backoff before re-sending a turn is a durable `ctx.sleep`;
 //! - an approval a human must give is a Restate awakeable, which may be resolved days later
-//!   (so the core's in-process pause, `AgentBuilder::require_approval`, `DeferredTool` and
+//!   (so the core's in-process pause, `RunPolicy::require_approval`, `DeferredTool` and
 //!   `Agent::resume`, is not used here: a durable run already outlives its process; give the
 //!   [`DurableAgent`] an approval policy, or have the `before_tool` hook answer
 //!   [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause). A run that pauses anyway

@@ -63,7 +63,7 @@ pub(crate) struct ToolStep {
     pub usage: Option<(u64, u64)>,
 }
 
-/// What starts read-only calls while the model streams (`AgentBuilder::early_read_only_tools`):
+/// What starts read-only calls while the model streams (`RunPolicy::early_read_only_tools`):
 /// the tools, the approval policy (only calls it allows start early) and the session.
 pub(crate) struct EarlyCalls {
     pub tools: ToolRegistry,

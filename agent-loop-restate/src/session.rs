@@ -304,11 +304,11 @@ impl DurableAgent {
     ///   policy's [`ApprovalRequest::AskHuman`] does.
     /// - the [`summarizer`](AgentBuilder::summarizer) (by default the agent's own model):
     ///   compaction's summary call is a journaled step.
-    /// - [`early_read_only_tools`](AgentBuilder::early_read_only_tools) (on by default):
+    /// - [`early_read_only_tools`](agent_loop::agent::RunPolicy::early_read_only_tools) (on by default):
     ///   read-only calls the policy allows start while the response streams, inside the model
     ///   call's step, and their results are journaled with it. Not with hooks (each call's
     ///   `before_tool` step comes first then).
-    /// - [`require_approval`](AgentBuilder::require_approval) and
+    /// - [`require_approval`](agent_loop::agent::RunPolicy::require_approval) and
     ///   [`DeferredTool`](agent_loop::tool::DeferredTool)s pause an in-process run for
     ///   [`Agent::resume`]; a durable run does not pause (it already outlives its process):
     ///   use the policy's [`ApprovalRequest::AskHuman`]. A run that pauses anyway ends, its

@@ -207,12 +207,12 @@ async fn compaction_summarizes_in_a_journaled_step() {
     let counted = calls.clone();
     let Some((restate, mock)) = setup("summary", move |client| {
         DurableAgent::new(client, ToolRegistry::new()).configure(move |b| {
-            b.context_config(
+            b.context(agent_loop::ContextManager::new(
                 ContextConfig::default()
                     .context_window(3000)
                     .output_reserve(500)
                     .keep_recent_turns(1),
-            )
+            ))
             .summarizer(Fixed(counted.clone()))
         })
     })
@@ -276,12 +276,12 @@ async fn compaction_summarizes_in_a_journaled_step() {
         .expect("the journal");
     let counted = calls.clone();
     let agent = DurableAgent::new(mock_client(&mock), ToolRegistry::new()).configure(move |b| {
-        b.context_config(
+        b.context(agent_loop::ContextManager::new(
             ContextConfig::default()
                 .context_window(3000)
                 .output_reserve(500)
                 .keep_recent_turns(1),
-        )
+        ))
         .summarizer(Fixed(counted.clone()))
     });
     recorded.replay(&agent).await.expect("the same decisions");

@@ -12,6 +12,7 @@ mod worker;
 
 use std::path::{Path, PathBuf};
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::AnthropicClient;
 use agent_loop_restate::replay::{RecordedRun, ReplayError};
@@ -104,7 +105,10 @@ async fn recorded_sub_agent_call_and_retry_replay() {
     // its retry, this one ends and saves.
     let impatient = served_agent().configure(|b| {
         b.system("You do tasks step by step with the tools.")
-            .retry_policy(agent_loop::provider::transport::RetryPolicy::default().max_retries(0))
+            .policy(
+                RunPolicy::new()
+                    .retry(agent_loop::provider::transport::RetryPolicy::default().max_retries(0)),
+            )
     });
     let error = recorded("retry").replay(&impatient).await.unwrap_err();
     // Two calls whose results came in the other order than the calls: fed as they came.

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_loop::agent::Resolutions;
+use agent_loop::agent::RunPolicy;
 use agent_loop::testing::ScriptedResponse;
 use agent_loop::tool::FnTool;
 use agent_loop::{Agent, AgentEvent, RunOutcome, Termination, ToolError};
@@ -93,7 +94,7 @@ async fn agent(
     let agent = Agent::builder(model.client.clone())
         .system("You are a careful file assistant.")
         .tool(delete)
-        .require_approval("delete_file")
+        .policy(RunPolicy::new().require_approval("delete_file"))
         .session(store, SESSION)
         .build()?;
     Ok((agent, model))

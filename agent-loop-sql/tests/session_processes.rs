@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use agent_loop::agent::Resolutions;
+use agent_loop::agent::RunPolicy;
 use agent_loop::context::ContextConfig;
 use agent_loop::error::SessionError;
 use agent_loop::session::{self, SessionStore};
@@ -82,7 +83,7 @@ fn builder(client: ScriptedClient) -> agent_loop::AgentBuilder {
         .tool(read)
         .tool(delete)
         .tool(block)
-        .early_read_only_tools(false)
+        .policy(RunPolicy::new().early_read_only_tools(false))
 }
 
 async fn finish(stream: impl futures::Stream<Item = AgentEvent>) -> RunOutcome {
@@ -109,7 +110,11 @@ async fn child_process() {
         "pause" => {
             let client = ScriptedClient::new(script());
             let mut agent = builder(client)
-                .require_approval("delete")
+                .policy(
+                    RunPolicy::new()
+                        .early_read_only_tools(false)
+                        .require_approval("delete"),
+                )
                 .session(store, id)
                 .build()
                 .unwrap();
@@ -123,7 +128,11 @@ async fn child_process() {
             // The model's first answer was given in the other process.
             let client = ScriptedClient::new(script().split_off(1));
             let mut agent = builder(client)
-                .require_approval("delete")
+                .policy(
+                    RunPolicy::new()
+                        .early_read_only_tools(false)
+                        .require_approval("delete"),
+                )
                 .session(store, id)
                 .build()
                 .unwrap();

@@ -960,7 +960,7 @@ impl ChatRequest {
     /// history. System messages and reasoning parts are skipped.
     ///
     /// The results are what the client holds: what the stream sent it, which
-    /// [`AgentBuilder::event_content_limit`](agent_loop::AgentBuilder::event_content_limit) may
+    /// [`RunPolicy::event_content_limit`](agent_loop::agent::RunPolicy::event_content_limit) may
     /// have shortened. An agent with a [session](agent_loop::AgentBuilder::session) keeps its own
     /// conversation, whole, and does not read this.
     pub fn history(&self) -> Result<Vec<Message>, UiRequestError> {

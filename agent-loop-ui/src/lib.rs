@@ -20,7 +20,7 @@
 //!    framework turns the default features off and keeps the request types and encoders.
 //!
 //! Approvals use the agent's pauses: a tool in
-//! [`AgentBuilder::require_approval`](agent_loop::AgentBuilder::require_approval) (or a hook's
+//! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
 //! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). With a [session](agent_loop::AgentBuilder::session)
@@ -38,6 +38,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
+//! use agent_loop::agent::RunPolicy;
 //! use agent_loop::session::{MemoryStore, SessionStore};
 //! use agent_loop::{Agent, AnthropicClient};
 //!
@@ -46,7 +47,7 @@
 //! let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
 //! // Per request: the same chat id finds the same conversation, and its pause.
 //! let mut agent = Agent::builder(AnthropicClient::from_env()?)
-//!     .require_approval("delete_file")
+//!     .policy(RunPolicy::new().require_approval("delete_file"))
 //!     .session(store.clone(), chat_id)
 //!     .build()?;
 //! let response = agent_loop_ui::ai_sdk::respond(&mut agent, body).await;

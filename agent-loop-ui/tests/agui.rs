@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_loop::agent::Resolution;
+use agent_loop::agent::RunPolicy;
 use agent_loop::media::MediaSource;
 use agent_loop::pricing::Cost;
 use agent_loop::session::MemoryStore;
@@ -51,7 +52,7 @@ fn agent(client: &ScriptedClient) -> Agent {
     Agent::builder(client.clone())
         .tool(weather_tool())
         .tool(delete_tool())
-        .require_approval("delete")
+        .policy(RunPolicy::new().require_approval("delete"))
         .build()
         .expect("the agent builds")
 }
@@ -883,8 +884,11 @@ impl App {
         Agent::builder(self.client.clone())
             .tool(weather_tool())
             .tool(delete_tool())
-            .require_approval("delete")
-            .retry_policy(common::fast_retries())
+            .policy(
+                RunPolicy::new()
+                    .require_approval("delete")
+                    .retry(common::fast_retries()),
+            )
             .session(self.store.clone(), thread)
             .build()
             .expect("the agent builds")

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::{Resolution, Resolutions};
 use agent_loop::media::MediaSource;
 use agent_loop::provider::transport::RetryPolicy;
@@ -261,7 +262,10 @@ async fn a_retry_mid_text_closes_the_voided_part_and_the_new_text_is_a_new_part(
         ScriptedResponse::text("Hello!"),
     ]);
     let mut agent = Agent::builder(client)
-        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(1)))
+        .policy(
+            RunPolicy::new()
+                .retry(RetryPolicy::default().initial_backoff(Duration::from_millis(1))),
+        )
         .build()
         .unwrap();
     let events = run_events(&mut agent, "hi").await;
@@ -304,7 +308,7 @@ async fn a_retry_mid_text_closes_the_voided_part_and_the_new_text_is_a_new_part(
 fn approval_agent(client: ScriptedClient) -> Agent {
     Agent::builder(client)
         .tool(delete_tool())
-        .require_approval("delete")
+        .policy(RunPolicy::new().require_approval("delete"))
         .build()
         .unwrap()
 }
@@ -1035,7 +1039,7 @@ async fn serve_chat(
                 let mut agent = Agent::builder(client)
                     .tool(delete_tool())
                     .tool(lookup_tool())
-                    .require_approval("delete")
+                    .policy(RunPolicy::new().require_approval("delete"))
                     .session(store, "chat")
                     .build()
                     .expect("the agent builds");
@@ -1267,7 +1271,7 @@ async fn a_bad_body_gets_a_400_and_the_paused_run_stays_resumable() {
     // The paused run is still in the session.
     let mut agent_in_session = Agent::builder(client.clone())
         .tool(delete_tool())
-        .require_approval("delete")
+        .policy(RunPolicy::new().require_approval("delete"))
         .session(store.clone(), "chat")
         .build()
         .unwrap();
@@ -1407,7 +1411,7 @@ async fn a_new_message_while_a_call_waits_denies_it_and_the_chat_goes_on() {
     // The session waits for nothing, and the old verdict is refused (the call never runs).
     let mut agent_in_session = Agent::builder(client.clone())
         .tool(delete_tool())
-        .require_approval("delete")
+        .policy(RunPolicy::new().require_approval("delete"))
         .session(store.clone(), "chat")
         .build()
         .unwrap();
@@ -1464,7 +1468,7 @@ async fn a_new_message_keeps_the_result_of_a_call_that_finished_before_the_pause
     let mut agent = Agent::builder(client.clone())
         .tool(lookup_tool_read_only())
         .tool(delete_tool())
-        .require_approval("delete")
+        .policy(RunPolicy::new().require_approval("delete"))
         .build()
         .unwrap();
     let first = respond(
@@ -2223,7 +2227,7 @@ async fn an_approval_to_an_agent_without_a_session_says_a_session_store_is_neede
     let with_session = |client: ScriptedClient| {
         Agent::builder(client)
             .tool(delete_tool())
-            .require_approval("delete")
+            .policy(RunPolicy::new().require_approval("delete"))
             .session(store.clone(), "chat-1")
             .build()
             .unwrap()

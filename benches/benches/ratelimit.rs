@@ -13,8 +13,10 @@
 
 use std::time::{Duration, Instant};
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::provider::transport::{PacingLimits, RateLimiter, RetryPolicy};
 use agent_loop::testing::{MockServer, ScriptedResponse};
+use agent_loop::RequestSettings;
 use agent_loop::{Agent, AgentBuilder, AnthropicClient, OpenAiClient, Termination};
 use futures::StreamExt;
 
@@ -60,9 +62,9 @@ async fn measure(
     }
     let start = Instant::now();
     let runs = (0..RUNS).map(|_| {
-        let mut b = builder(format, &server).max_tokens(100);
+        let mut b = builder(format, &server).settings(RequestSettings::new().max_tokens(100));
         if let Some(retry) = &retry {
-            b = b.retry_policy(retry.clone());
+            b = b.policy(RunPolicy::new().retry(retry.clone()));
         }
         if let Some(limiter) = &limiter {
             b = b.rate_limiter(limiter.clone());

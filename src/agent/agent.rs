@@ -1,6 +1,6 @@
 //! [`Agent`]: a model client, tools, and the conversation it holds. Building one is
-//! `builder.rs`'s, running one `driver/run.rs`'s. And `Member`: an agent a conversation can
-//! be handed to, as the driver needs it.
+//! `builder.rs`'s, running one `driver/run.rs`'s. And [`Parts`]: what an agent is made of
+//! beside its settings, the one type an agent, a handoff target and a run's driver hold.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -37,23 +37,16 @@ use super::machine::pause::PausedRun;
 /// # }).unwrap();
 /// ```
 pub struct Agent {
-    pub(crate) client: Arc<dyn LlmClient>,
+    /// The client, tool sources, hooks, summarizer, handoff targets and fallbacks.
+    pub(crate) parts: Parts,
     /// The tools as built.
     pub(crate) tools: ToolRegistry,
-    /// The builder's own tools and the tool sources, with the newest registry.
-    pub(crate) sources: ToolSources,
     pub(crate) config: MachineConfig,
-    pub(crate) hooks: Arc<dyn AgentHooks>,
-    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) handle: AgentHandle,
     /// The session store the conversation is kept in, if any.
     pub(crate) session: Option<SessionLink>,
     /// The conversation, shared with the run in flight (if any) and with the handles.
     pub(crate) shared: Arc<Mutex<Shared>>,
-    /// The agents the conversation can be handed to, in the order of `config.handoffs`.
-    pub(crate) team: Arc<Vec<Member>>,
-    /// The fallbacks' clients, in the order of `config.fallbacks`.
-    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
     /// How deep its runs are: 0 for an agent the host runs, more for a sub-agent's.
     pub(crate) depth: u32,
     /// How deep sub-agents below its runs may go.
@@ -70,7 +63,7 @@ impl fmt::Debug for Agent {
             .field("messages", &self.messages().len())
             .field("running", &self.is_running())
             .field("name", &self.config.name)
-            .field("max_turns", &self.config.max_turns)
+            .field("max_turns", &self.config.policy.max_turns)
             .finish_non_exhaustive()
     }
 }
@@ -219,6 +212,17 @@ impl Agent {
         &self.tools
     }
 
+    /// The model knobs every run starts from ([`AgentBuilder::settings`](crate::AgentBuilder::settings)).
+    pub fn settings(&self) -> &crate::provider::RequestSettings {
+        &self.config.settings
+    }
+
+    /// The loop's policy, as built ([`AgentBuilder::policy`](crate::AgentBuilder::policy),
+    /// with the client's retry policy where none was given).
+    pub fn policy(&self) -> &super::RunPolicy {
+        &self.config.policy
+    }
+
     /// A handle to cancel runs and read the conversation from elsewhere.
     pub fn handle(&self) -> AgentHandle {
         self.handle.clone()
@@ -228,41 +232,46 @@ impl Agent {
     /// whether a summarizer is there.
     pub(crate) fn machine_config(&self) -> MachineConfig {
         let mut config = self.config.clone();
-        config.stream_limits = self.client.stream_limits();
-        config.summarizer = self.summarizer.is_some();
-        config.client_model = self.client.model().to_owned();
+        config.stream_limits = self.parts.client.stream_limits();
+        config.summarizer = self.parts.summarizer.is_some();
+        config.client_model = self.parts.client.model().to_owned();
         config
     }
 
     fn model_name(&self) -> String {
         self.config
+            .settings
             .model
             .clone()
-            .unwrap_or_else(|| self.client.model().to_owned())
+            .unwrap_or_else(|| self.parts.client.model().to_owned())
     }
 }
 
-/// An agent's parts that a run switches to when the conversation is handed to it.
-pub(crate) struct Member {
+/// What an agent is made of beside its settings ([`MachineConfig`]): the one set of parts
+/// an [`Agent`] holds, each agent it can hand the conversation to holds (in `team`), and a
+/// run's driver holds and switches (to a handoff target's parts, or to a fallback's client).
+#[derive(Clone)]
+pub(crate) struct Parts {
     pub(crate) client: Arc<dyn LlmClient>,
+    /// The builder's own tools and the tool sources, with the newest registry.
     pub(crate) sources: ToolSources,
     pub(crate) hooks: Arc<dyn AgentHooks>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
-    /// Its own handoffs, in the order of its config's.
-    pub(crate) team: Arc<Vec<Member>>,
-    /// Its fallbacks' clients, in the order of its config's.
+    /// The agents the conversation can be handed to, in the order of the config's handoffs.
+    pub(crate) team: Arc<Vec<Parts>>,
+    /// The fallbacks' clients, in the order of the config's fallbacks.
     pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
 }
 
-impl Member {
-    /// The member at `route` (indexes into each level's handoffs) below `team`.
-    pub(crate) fn find<'a>(team: &'a Arc<Vec<Member>>, route: &[usize]) -> Option<&'a Member> {
+impl Parts {
+    /// The parts at `route` (indexes into each level's handoffs) below `team`.
+    pub(crate) fn find<'a>(team: &'a Arc<Vec<Parts>>, route: &[usize]) -> Option<&'a Parts> {
         let (&first, rest) = route.split_first()?;
         let member = team.get(first)?;
         if rest.is_empty() {
             Some(member)
         } else {
-            Member::find(&member.team, rest)
+            Parts::find(&member.team, rest)
         }
     }
 }

@@ -2,28 +2,26 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ContextConfig, ContextManager, Summarizer};
 use crate::error::{ConfigError, Error};
-use crate::pricing::{Pricing, Usd};
-use crate::provider::cache::PromptCache;
-use crate::provider::transport::{RateLimiter, RetryPolicy};
+use crate::provider::transport::RateLimiter;
 use crate::provider::{LlmClient, RequestSettings, ToolChoice};
 use crate::session::SessionStore;
 use crate::tool::{check_name, Tool, ToolRegistry, ToolSource, ToolSources};
 
-use super::agent::Agent;
+use super::agent::{Agent, Parts};
 use super::driver::persist::SessionLink;
 use super::driver::summarizer::LlmSummarizer;
 use super::fallback::Fallback;
 use super::handle::{lock, AgentHandle, Shared};
 use super::hooks::{AgentHooks, NoHooks};
 use super::machine::config::MachineConfig;
+use super::machine::policy::RunPolicy;
 use super::machine::{AgentMachine, MachineParts};
-use super::team::{Handoff, DEFAULT_MAX_DEPTH};
+use super::team::Handoff;
 
 impl Agent {
     /// Starts building an agent around a model client.
@@ -40,22 +38,19 @@ pub struct AgentBuilder {
     tool_errors: Vec<Error>,
     system: Option<String>,
     context: Option<ContextManager>,
-    context_config: Option<ContextConfig>,
     config: MachineConfig,
-    /// The retry policy set on the builder (else the client's).
-    retry: Option<RetryPolicy>,
     hooks: Arc<dyn AgentHooks>,
     /// Whether [`hooks`](Self::hooks) was called (a driver may skip asking the default ones).
     hooks_set: bool,
-    summarizer: Option<Option<Arc<dyn Summarizer>>>,
+    summarizer: Option<Arc<dyn Summarizer>>,
     cancel: CancellationToken,
-    session: Option<SessionLink>,
-    session_lease: Option<Duration>,
+    session: Option<(Arc<dyn SessionStore>, String)>,
     handoffs: Vec<Handoff>,
     /// The fallbacks' clients, in the order of `config.fallbacks`.
     fallbacks: Vec<Arc<dyn LlmClient>>,
-    max_depth: u32,
     limiter: Option<RateLimiter>,
+    /// [`max_turns`](Self::max_turns), over the policy's whatever the order.
+    max_turns: Option<u32>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -76,19 +71,16 @@ impl AgentBuilder {
             tool_errors: Vec::new(),
             system: None,
             context: None,
-            context_config: None,
             config: MachineConfig::default(),
-            retry: None,
             hooks: Arc::new(NoHooks),
             hooks_set: false,
             summarizer: None,
             cancel: CancellationToken::new(),
             session: None,
-            session_lease: None,
             handoffs: Vec::new(),
             fallbacks: Vec::new(),
-            max_depth: DEFAULT_MAX_DEPTH,
             limiter: None,
+            max_turns: None,
         }
     }
 
@@ -149,14 +141,6 @@ impl AgentBuilder {
         self
     }
 
-    /// How many levels of sub-agents ([`Agent::as_tool`]) may run below this agent's runs
-    /// (default [`DEFAULT_MAX_DEPTH`]); a call past it is answered with an error saying so.
-    /// A sub-agent keeps the lowest limit of the agents above it.
-    pub fn max_depth(mut self, depth: u32) -> Self {
-        self.max_depth = depth;
-        self
-    }
-
     /// The system prompt.
     pub fn system(mut self, system: impl Into<String>) -> Self {
         self.system = Some(system.into());
@@ -190,250 +174,72 @@ impl AgentBuilder {
         self
     }
 
-    /// The model name, overriding the client's.
-    pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.config.model = Some(model.into());
-        self
-    }
-
-    /// Most tokens per response (default 8192).
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.config.max_tokens = max_tokens;
-        self
-    }
-
-    /// Sampling temperature (0.0 to 2.0; checked by [`build`](Self::build)).
-    pub fn temperature(mut self, temperature: f32) -> Self {
-        self.config.settings.temperature = Some(temperature);
-        self
-    }
-
-    /// Nucleus sampling (above 0.0, at most 1.0; checked by [`build`](Self::build)).
-    pub fn top_p(mut self, top_p: f32) -> Self {
-        self.config.settings.top_p = Some(top_p);
-        self
-    }
-
-    /// Sequences that stop generation.
-    pub fn stop_sequences<S: Into<String>>(mut self, stops: impl IntoIterator<Item = S>) -> Self {
-        self.config.settings.stop_sequences = Some(stops.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Which tool the model must (or must not) call on every turn (default
-    /// [`ToolChoice::Auto`]). A named tool must be one of the agent's.
-    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
-        self.config.settings.tool_choice = Some(choice);
-        self
-    }
-
-    /// Whether the model may call several tools in one response (default: the provider's,
-    /// which is yes).
-    pub fn parallel_tool_calls(mut self, parallel: bool) -> Self {
-        self.config.settings.parallel_tool_calls = Some(parallel);
-        self
-    }
-
-    /// An id of the end user, for the provider's abuse monitoring.
-    pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.config.settings.user = Some(user.into());
-        self
-    }
-
-    /// A provider-specific body field (`top_k`, `reasoning_effort`, `service_tier` …). A
-    /// field the crate sends itself is refused when the request is encoded, naming it.
-    pub fn extra_body(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
-        self.config.settings.extra.insert(key.into(), value);
-        self
-    }
-
-    /// All request settings at once (replacing those set before).
+    /// The model knobs of every request: the model, output length (default 8192 tokens),
+    /// sampling, stop sequences, tool choice, thinking, prompt caching (default on) and
+    /// provider-specific fields, replacing those set before. Checked by
+    /// [`build`](Self::build); a named tool choice must be one of the agent's.
+    ///
+    /// ```
+    /// use agent_loop::testing::ScriptedClient;
+    /// use agent_loop::{Agent, RequestSettings};
+    ///
+    /// let agent = Agent::builder(ScriptedClient::new([]))
+    ///     .settings(RequestSettings::new().model("claude-sonnet-4-5").max_tokens(2_048).temperature(0.2))
+    ///     .build()?;
+    /// assert!(Agent::builder(ScriptedClient::new([]))
+    ///     .settings(RequestSettings::new().temperature(3.0))
+    ///     .build()
+    ///     .is_err());
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
     pub fn settings(mut self, settings: RequestSettings) -> Self {
-        let max_tokens = settings.max_tokens;
         self.config.settings = settings;
-        if let Some(n) = max_tokens {
-            self.config.max_tokens = n;
-        }
         self
     }
 
-    /// Anthropic extended thinking with this token budget.
-    pub fn thinking_budget(mut self, tokens: u32) -> Self {
-        self.config.thinking_budget = Some(tokens);
+    /// The loop's policy: turns, budgets, failure and repeat limits, continuations, retries,
+    /// approvals, early tools, sub-agent depth, the session lease ([`RunPolicy`]), replacing
+    /// the one set before. A [`max_turns`](Self::max_turns) given on the builder holds over
+    /// the policy's, before or after it.
+    pub fn policy(mut self, policy: RunPolicy) -> Self {
+        self.config.policy = policy;
         self
     }
 
-    /// Most model turns per run (default 50).
+    /// Most model turns per run (default 50; 0 counts as 1): the one limit nearly every
+    /// agent sets, so it has a setter of its own. It holds over the
+    /// [`policy`](Self::policy)'s [`max_turns`](RunPolicy::max_turns), whichever comes first.
+    ///
+    /// ```
+    /// use agent_loop::agent::RunPolicy;
+    /// use agent_loop::testing::ScriptedClient;
+    /// use agent_loop::Agent;
+    ///
+    /// let agent = Agent::builder(ScriptedClient::new([]))
+    ///     .max_turns(3)
+    ///     .policy(RunPolicy::new().token_budget(10_000))
+    ///     .build()?;
+    /// assert_eq!(agent.policy().max_turns, 3);
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
     pub fn max_turns(mut self, turns: u32) -> Self {
-        self.config.max_turns = turns.max(1);
+        self.max_turns = Some(turns.max(1));
         self
     }
 
-    /// Stop after this many consecutive turns in which every tool call failed (default 3).
-    pub fn max_tool_failure_turns(mut self, turns: u32) -> Self {
-        self.config.max_tool_failure_turns = turns.max(1);
-        self
-    }
-
-    /// Stop when the model asks for the same calls with the same input this many times in a
-    /// row (default 3); the repeated calls are answered with an error, not run.
-    pub fn max_repeated_calls(mut self, times: u32) -> Self {
-        self.config.max_repeated_calls = times.max(2);
-        self
-    }
-
-    /// Caps a run's tokens (input and output, every model call, failed attempts and
-    /// sub-agents' runs included). Checked **before** each model call against the most it
-    /// could use (its counted request plus `max_tokens`): a call that could cross the budget
-    /// is not made, and the run ends with [`Termination::TokenBudget`](crate::Termination::TokenBudget) and the figures.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-    /// use agent_loop::{Agent, Termination};
-    /// use agent_loop::agent::RunError;
-    ///
-    /// let client = ScriptedClient::new([ScriptedResponse::text("Hi")]);
-    /// // max_tokens alone (1,000) is more than the budget: no call is made.
-    /// let mut agent = Agent::builder(client).max_tokens(1_000).token_budget(500).build()?;
-    /// match agent.prompt("Hello").await {
-    ///     Err(RunError::Stopped(outcome)) => {
-    ///         assert!(matches!(outcome.termination, Termination::TokenBudget { used: 0, budget: 500, .. }));
-    ///         assert_eq!(outcome.turns, 0);
-    ///     }
-    ///     other => panic!("{other:?}"),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn token_budget(mut self, tokens: u64) -> Self {
-        self.config.token_budget = Some(tokens);
-        self
-    }
-
-    /// Caps what a run may cost, in US dollars, at the agent's [`pricing`](Self::pricing)
-    /// (failed attempts and sub-agents' runs included). Checked **before** each model call
-    /// against the most it could cost (its counted request at the input price, or the
-    /// cache-write price when dearer, plus `max_tokens` at the output price): a call that
-    /// could cross the budget is not made, and the run ends with
-    /// [`Termination::CostBudget`](crate::Termination::CostBudget) and the figures. A model with no known price cannot be
-    /// kept within a budget: `build` refuses it, and a run that would call one (after a
-    /// handoff) ends with an error saying so.
-    ///
-    /// A call is priced at the model its response names when that model has a price (a
-    /// dated snapshot of the one asked for), else at the price of the model the request
-    /// asked for: a response naming a model with no known price (a proxy's alias such as
-    /// OpenRouter's `anthropic/claude-sonnet-4.5` when unlisted, a test double) still
-    /// counts at the requested model's price, so a budget never stops counting. Names are
-    /// matched leniently: a provider prefix (`anthropic/…`, `openai/…`), Bedrock's
-    /// inference-profile and vendor prefixes and version suffix
-    /// (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`), dated snapshots, and dots in
-    /// version numbers (`claude-sonnet-4.5`) all find the model's price.
-    pub fn cost_budget(mut self, dollars: f64) -> Self {
-        self.config.cost_budget = Some(Usd::from_dollars(dollars));
-        self
-    }
-
-    /// When only one more model call fits the token or cost budget, make it with tools off,
-    /// for a final answer (as [`final_answer_at_max_turns`](Self::final_answer_at_max_turns)
-    /// does at the turn limit); the run then ends with the budget's termination. Off by
-    /// default: the run ends before the first call that does not fit.
-    pub fn final_answer_at_budget(mut self, enabled: bool) -> Self {
-        self.config.final_answer_at_budget = enabled;
-        self
-    }
-
-    /// The prices model calls are costed at (default [`Pricing::snapshot`]): costs in
-    /// [`AgentEvent::TurnEnd`](crate::AgentEvent::TurnEnd), [`AgentEvent::Retry`](crate::AgentEvent::Retry)
-    /// and [`RunOutcome::cost`](crate::RunOutcome::cost), and the
-    /// [`cost_budget`](Self::cost_budget) check.
-    pub fn pricing(mut self, pricing: Pricing) -> Self {
-        self.config.pricing = Arc::new(pricing);
-        self
-    }
-
-    /// At the turn limit, make one last model call with tools disabled for a final answer
-    /// instead of stopping bare (default off).
-    pub fn final_answer_at_max_turns(mut self, enabled: bool) -> Self {
-        self.config.final_answer_at_max_turns = enabled;
-        self
-    }
-
-    /// How many times a text answer cut off by `max_tokens` is continued (default 0).
-    pub fn max_continuations(mut self, times: u32) -> Self {
-        self.config.max_continuations = times;
-        self
-    }
-
-    /// The policy for every retry of a model call in a run: a failure before any content (a
-    /// 529, a reset connection) and a response that broke after it started (re-sent from the
-    /// start of the turn while no tool of it has run). The agent owns these retries: its
-    /// requests ask the client for none ([`ModelRequest::retry`](crate::provider::ModelRequest::retry)),
-    /// so one policy and one count govern them, and each is an
-    /// [`AgentEvent::Retry`](crate::AgentEvent::Retry). Default: the client's own
-    /// [`LlmClient::retry_policy`](crate::LlmClient::retry_policy), else
-    /// `RetryPolicy::default()`.
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.retry = Some(policy);
-        self
-    }
-
-    /// Tool results in [`AgentEvent::ToolResult`](crate::AgentEvent::ToolResult) are cut to this many bytes (default 4096);
-    /// the history keeps the full result.
-    pub fn event_content_limit(mut self, bytes: usize) -> Self {
-        self.config.event_content_limit = bytes;
-        self
-    }
-
-    /// Whether read-only tools start as soon as their arguments are complete, while the
-    /// model is still streaming (default on).
-    pub fn early_read_only_tools(mut self, enabled: bool) -> Self {
-        self.config.early_read_only_tools = enabled;
-        self
-    }
-
-    /// Prompt-cache breakpoints on every request (default on, five-minute TTL: the tools,
-    /// the system prompt and the two latest user messages are marked, so each turn reads the
-    /// conversation so far from the provider's cache). `None` sends none. Anthropic needs
-    /// them to cache at all; OpenAI caches by itself and ignores them. An invalid setting
-    /// (more breakpoints than the API allows) fails [`build`](Self::build).
-    pub fn prompt_cache(mut self, cache: Option<PromptCache>) -> Self {
-        self.config.prompt_cache = cache;
-        self
-    }
-
-    /// Context window settings (default: looked up from the model name).
-    pub fn context_config(mut self, config: ContextConfig) -> Self {
-        self.context_config = Some(config);
-        self
-    }
-
-    /// Starts from this context (a restored conversation, a custom token counter).
+    /// Starts from this context: a restored conversation, a custom token counter, or other
+    /// window settings (default: an empty context with
+    /// [`ContextConfig::for_model`](crate::context::ContextConfig::for_model) of the model).
     pub fn context(mut self, context: ContextManager) -> Self {
         self.context = Some(context);
         self
     }
 
-    /// The summarizer used by compaction (default: the agent's own client).
+    /// The summarizer used by compaction (default: the agent's own client). Compaction that
+    /// never calls a model is a setting of the context:
+    /// [`ContextConfig::summarize`](crate::context::ContextConfig::summarize).
     pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
-        self.summarizer = Some(Some(Arc::new(summarizer)));
-        self
-    }
-
-    /// Compaction never calls a model: it elides and drops old turns instead.
-    pub fn no_summarizer(mut self) -> Self {
-        self.summarizer = Some(None);
-        self
-    }
-
-    /// Calls of the tool `name` wait for a person's approval: the run pauses before they
-    /// run, ending with [`Termination::Paused`](crate::Termination::Paused), and
-    /// [`Agent::resume`](crate::Agent::resume) continues it with the verdict, in this process
-    /// or another. The `before_tool` hook is still asked first: its denial denies at once.
-    /// Call it once per tool.
-    pub fn require_approval(mut self, name: impl Into<String>) -> Self {
-        self.config.require_approval.push(name.into());
+        self.summarizer = Some(Arc::new(summarizer));
         self
     }
 
@@ -448,29 +254,13 @@ impl AgentBuilder {
     /// meanwhile is refused at once with [`SessionError::Busy`](crate::error::SessionError::Busy):
     /// nothing is sent to its model and nothing is written. A process that died leaves its
     /// lease until the lease runs out (two minutes after its last saved turn, by default:
-    /// [`session_lease`](Self::session_lease)), or until a host ends it with
+    /// [`RunPolicy::session_lease`]), or until a host ends it with
     /// [`session::release_lease`](crate::session::release_lease). Should two writers still
     /// meet (a lease that ran out under a long turn), compare-and-swap decides: the loser's
     /// run ends with [`SessionError::RunOvertaken`](crate::error::SessionError::RunOvertaken),
     /// which says which of its turns were saved; nothing is stored half or twice.
     pub fn session(mut self, store: Arc<dyn SessionStore>, id: impl Into<String>) -> Self {
-        let mut link = SessionLink::new(store, id.into());
-        link.lease = self.session_lease.unwrap_or(link.lease);
-        self.session = Some(link);
-        self
-    }
-
-    /// How long a run's lease on its [session](Self::session) lasts past its start and each
-    /// saved turn (default two minutes): how long a session stays held after its process
-    /// died. Make it longer than a turn (a model call and its tools) takes; a lease that runs
-    /// out under a turn lets another agent in, and this run then fails at its next save.
-    /// A lease is a wall-clock time: agents on several machines need their clocks in step
-    /// (NTP) to well within this length.
-    pub fn session_lease(mut self, lease: Duration) -> Self {
-        self.session_lease = Some(lease);
-        if let Some(link) = self.session.as_mut() {
-            link.lease = lease;
-        }
+        self.session = Some((store, id.into()));
         self
     }
 
@@ -497,7 +287,7 @@ impl AgentBuilder {
         Ok(AgentMachine::new(
             agent.machine_config(),
             context,
-            agent.sources.current().catalog(),
+            agent.parts.sources.current().catalog(),
         ))
     }
 
@@ -513,12 +303,12 @@ impl AgentBuilder {
         let machine = AgentMachine::new(
             agent.machine_config(),
             context,
-            agent.sources.current().catalog(),
+            agent.parts.sources.current().catalog(),
         );
         Ok(MachineParts {
             machine,
-            hooks: hooks_set.then(|| agent.hooks.clone()),
-            summarizer: agent.summarizer.clone(),
+            hooks: hooks_set.then(|| agent.parts.hooks.clone()),
+            summarizer: agent.parts.summarizer.clone(),
         })
     }
 
@@ -527,20 +317,16 @@ impl AgentBuilder {
         if let Some(e) = self.tool_errors.into_iter().next() {
             return Err(e);
         }
-        self.config.retry = self
-            .retry
-            .take()
-            .or_else(|| self.client.retry_policy())
-            .unwrap_or_default();
-        if let Some(cache) = &self.config.prompt_cache {
-            cache.validate()?;
+        if let Some(turns) = self.max_turns {
+            self.config.policy.max_turns = turns;
         }
-        if let Some(config) = &self.context_config {
-            config.validate()?;
+        if self.config.policy.retry.is_none() {
+            self.config.policy.retry = Some(self.client.retry_policy().unwrap_or_default());
         }
         self.config.settings.validate()?;
-        if self.config.max_tokens == 0 {
-            return Err(ConfigError::setting("max_tokens", "must be at least 1").into());
+        self.config.policy.validate()?;
+        if let Some(context) = &self.context {
+            context.config().validate()?;
         }
         let sources = ToolSources::new(self.tools, self.sources)?;
         let tools = sources.current();
@@ -555,26 +341,21 @@ impl AgentBuilder {
         }
         let model = self
             .config
+            .settings
             .model
             .clone()
             .unwrap_or_else(|| self.client.model().to_owned());
-        if self.config.cost_budget.is_some() && self.config.pricing.price(&model).is_none() {
+        let policy = &self.config.policy;
+        if policy.cost_budget.is_some() && policy.pricing.price(&model).is_none() {
             return Err(ConfigError::setting(
                 "cost_budget",
-                format!("no price is known for the model {model:?}, so its calls cannot be kept within a budget: give its price (AgentBuilder::pricing)"),
+                format!("no price is known for the model {model:?}, so its calls cannot be kept within a budget: give its price (RunPolicy::pricing)"),
             )
             .into());
         }
-        let mut context = match (self.context, self.context_config) {
-            (Some(mut ctx), Some(cfg)) => {
-                ctx.set_config(cfg);
-                ctx
-            }
-            (Some(ctx), None) => ctx,
-            (None, cfg) => {
-                ContextManager::new(cfg.unwrap_or_else(|| ContextConfig::for_model(&model)))
-            }
-        };
+        let mut context = self
+            .context
+            .unwrap_or_else(|| ContextManager::new(ContextConfig::for_model(&model)));
         if self.system.is_some() {
             context.set_system(self.system);
         }
@@ -607,25 +388,34 @@ impl AgentBuilder {
             specs.extend(self.config.handoffs.iter().map(|h| h.tool.clone()));
             context.set_tools(&specs);
         }
-        let summarizer = match self.summarizer {
-            Some(choice) => choice,
-            None => Some(Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>),
+        let summarizer = if !context.config().summarize {
+            None
+        } else {
+            Some(self.summarizer.unwrap_or_else(|| {
+                Arc::new(LlmSummarizer::new(self.client.clone())) as Arc<dyn Summarizer>
+            }))
         };
+        let session = self
+            .session
+            .map(|(store, id)| SessionLink::new(store, id, self.config.policy.session_lease));
+        let max_depth = self.config.policy.max_depth;
         let shared = Arc::new(Mutex::new(Shared::new(context)));
         Ok(Agent {
-            client: self.client,
+            parts: Parts {
+                client: self.client,
+                sources,
+                hooks: self.hooks,
+                summarizer,
+                team: Arc::new(team),
+                fallbacks: Arc::new(self.fallbacks),
+            },
             tools,
-            sources,
             config: self.config,
-            hooks: self.hooks,
-            summarizer,
             handle: AgentHandle::new(self.cancel, shared.clone()),
-            session: self.session,
+            session,
             shared,
-            team: Arc::new(team),
-            fallbacks: Arc::new(self.fallbacks),
             depth: 0,
-            max_depth: self.max_depth,
+            max_depth,
             limiter: self.limiter,
         })
     }

@@ -119,7 +119,7 @@ pub enum AgentEvent {
         id: String,
         /// The tool name.
         name: String,
-        /// The result text (at most [`AgentBuilder::event_content_limit`](crate::AgentBuilder::event_content_limit) bytes).
+        /// The result text (at most [`RunPolicy::event_content_limit`](crate::agent::RunPolicy::event_content_limit) bytes).
         content: String,
         /// Whether the call failed.
         is_error: bool,
@@ -243,9 +243,9 @@ pub enum Termination {
     MaxTurns,
     /// The run was cancelled (by the token, the handle, or by dropping the stream).
     Cancelled,
-    /// The token budget ([`AgentBuilder::token_budget`](crate::AgentBuilder::token_budget))
+    /// The token budget ([`RunPolicy::token_budget`](crate::agent::RunPolicy::token_budget))
     /// would not hold the next model call: the run ends before it (or, with
-    /// [`AgentBuilder::final_answer_at_budget`](crate::AgentBuilder::final_answer_at_budget),
+    /// [`RunPolicy::final_answer_at_budget`](crate::agent::RunPolicy::final_answer_at_budget),
     /// after the last call that fits, made for a final answer).
     TokenBudget {
         /// Tokens used by the run so far (when the check was made).
@@ -255,7 +255,7 @@ pub enum Termination {
         /// The budget.
         budget: u64,
     },
-    /// The cost budget ([`AgentBuilder::cost_budget`](crate::AgentBuilder::cost_budget))
+    /// The cost budget ([`RunPolicy::cost_budget`](crate::agent::RunPolicy::cost_budget))
     /// would not hold the next model call: the run ends before it (or after the last call
     /// that fits, as with [`TokenBudget`](Termination::TokenBudget)).
     CostBudget {

@@ -41,5 +41,6 @@ pub use hooks::{AgentHooks, HookAction, ToolDecision};
 pub use machine::handoff::{HandoffFilter, HandoffFilterFn};
 pub use machine::output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use machine::pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};
+pub use machine::policy::{RunPolicy, DEFAULT_MAX_DEPTH};
 pub use path::{AgentPath, PathStep, SubAgentUsage};
-pub use team::{AgentTool, Handoff, SubAgentTask, DEFAULT_MAX_DEPTH};
+pub use team::{AgentTool, Handoff, SubAgentTask};

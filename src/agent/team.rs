@@ -1,7 +1,7 @@
 //! Agents that use agents, on the driver's side: an agent as a tool ([`AgentTool`], from
 //! [`Agent::as_tool`]), whose run's events go up to the caller's machine; the agents a
 //! conversation can be handed to ([`Handoff`]), kept as the parts the driver switches to
-//! (`Member`, in `agent.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
+//! (`Parts`, in `agent.rs`); and the link a run hands its tool calls ([`SubAgentLink`]).
 //!
 //! The decisions are the machine's: it reports the nested events and rolls their usage up
 //! (`machine/nested.rs`), and it decides when a handoff happens (`machine/handoff.rs`).
@@ -21,16 +21,13 @@ use crate::context::Conversation;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::agent::Agent;
-use super::agent::Member;
+use super::agent::Parts;
 use super::events::{AgentEvent, NestedEvent};
 use super::handle::{AgentHandle, Shared};
 use super::machine::delegate;
 use super::machine::handoff::HandoffFilter;
 use super::machine::spend::Budget;
 use super::path::{AgentPath, PathStep};
-
-/// How deep sub-agents may nest by default ([`AgentBuilder::max_depth`](crate::AgentBuilder::max_depth)).
-pub const DEFAULT_MAX_DEPTH: u32 = 4;
 
 /// The longest a sub-agent's run may take by default ([`AgentTool::timeout`]).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -133,11 +130,11 @@ impl Handoff {
     }
 
     /// The machine's view of the target and the driver's parts.
-    pub(crate) fn into_parts(self) -> (super::machine::config::HandoffTarget, Member) {
+    pub(crate) fn into_parts(self) -> (super::machine::config::HandoffTarget, Parts) {
         let agent = self.agent;
         let target = super::machine::config::HandoffTarget::new(
             agent.machine_config(),
-            agent.sources.current().catalog(),
+            agent.parts.sources.current().catalog(),
             agent.context().system().map(str::to_owned),
             self.description.as_deref(),
         )
@@ -146,15 +143,7 @@ impl Handoff {
             keep: self.keep,
             ..target
         };
-        let member = Member {
-            client: agent.client,
-            sources: agent.sources,
-            hooks: agent.hooks,
-            summarizer: agent.summarizer,
-            team: agent.team,
-            fallbacks: agent.fallbacks,
-        };
-        (target, member)
+        (target, agent.parts)
     }
 }
 
@@ -190,7 +179,7 @@ pub struct SubAgentTask {
 /// - Several calls in one response run concurrently, each on its own conversation; their
 ///   results come back in the model's order.
 /// - Cancelling the caller's run cancels the sub-agent's; a call past the
-///   [depth limit](crate::AgentBuilder::max_depth) is answered with an error.
+///   [depth limit](crate::agent::RunPolicy::max_depth) is answered with an error.
 /// - A run that ends without an answer (a limit, a refusal, an error) is an error result
 ///   saying why; a sub-agent's run that pauses (for an approval or a deferred tool) is too:
 ///   pauses inside sub-agents are not supported.
@@ -281,17 +270,12 @@ impl Agent {
     fn fresh(&self, depth: u32, max_depth: u32, cancel: CancellationToken) -> Agent {
         let shared = Arc::new(Mutex::new(Shared::new(self.context())));
         Agent {
-            client: self.client.clone(),
+            parts: self.parts.clone(),
             tools: self.tools.clone(),
-            sources: self.sources.clone(),
             config: self.config.clone(),
-            hooks: self.hooks.clone(),
-            summarizer: self.summarizer.clone(),
             handle: AgentHandle::new(cancel, shared.clone()),
             session: None,
             shared,
-            team: self.team.clone(),
-            fallbacks: self.fallbacks.clone(),
             depth,
             max_depth,
             limiter: self.limiter.clone(),

@@ -54,6 +54,11 @@ pub struct ContextConfig {
     /// How an image's tokens are estimated (default [`ImageTokenRule::Larger`];
     /// [`for_model`](Self::for_model) picks the provider's rule by model name).
     pub image_tokens: ImageTokenRule,
+    /// Whether an agent's compaction may ask a model for a summary of the turns it drops
+    /// (default `true`; the agent's client writes it unless
+    /// [`AgentBuilder::summarizer`](crate::AgentBuilder::summarizer) names another). With
+    /// `false`, compaction never calls a model: it elides and drops old turns instead.
+    pub summarize: bool,
 }
 
 impl Default for ContextConfig {
@@ -68,6 +73,7 @@ impl Default for ContextConfig {
             keep_recent_turns: 4,
             tool_output_cap: 16 * 1024,
             image_tokens: ImageTokenRule::Larger,
+            summarize: true,
         }
     }
 }
@@ -125,6 +131,23 @@ impl ContextConfig {
     /// Sets how image tokens are estimated.
     pub fn image_tokens(mut self, rule: ImageTokenRule) -> Self {
         self.image_tokens = rule;
+        self
+    }
+
+    /// Sets whether compaction may ask a model for a summary (default `true`); `false`
+    /// elides and drops old turns without a model call.
+    ///
+    /// ```
+    /// use agent_loop::context::{ContextConfig, ContextManager};
+    /// use agent_loop::testing::ScriptedClient;
+    /// use agent_loop::Agent;
+    ///
+    /// let context = ContextManager::new(ContextConfig::for_model("gpt-4o").summarize(false));
+    /// let agent = Agent::builder(ScriptedClient::new([])).context(context).build()?;
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
+    pub fn summarize(mut self, on: bool) -> Self {
+        self.summarize = on;
         self
     }
 

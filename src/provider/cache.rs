@@ -40,12 +40,16 @@ pub const MAX_CACHE_BREAKPOINTS: u32 = 4;
 /// # Ok::<(), agent_loop::Error>(())
 /// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum CacheTtl {
     /// Five minutes (`{"type": "ephemeral"}`).
     #[default]
+    #[serde(rename = "5m")]
     FiveMinutes,
     /// One hour (`{"type": "ephemeral", "ttl": "1h"}`).
+    #[serde(rename = "1h")]
     OneHour,
 }
 
@@ -112,7 +116,8 @@ impl FromStr for CacheTtl {
 /// # Ok::<(), agent_loop::Error>(())
 /// ```
 #[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PromptCache {
     /// How long the cached prefix lives (default five minutes).
     pub ttl: CacheTtl,
@@ -138,6 +143,22 @@ impl Default for PromptCache {
 }
 
 impl PromptCache {
+    /// No breakpoint anywhere: the provider caches only what it caches by itself.
+    ///
+    /// ```
+    /// use agent_loop::provider::cache::PromptCache;
+    ///
+    /// assert_eq!(PromptCache::off().breakpoints(), 0);
+    /// ```
+    pub fn off() -> Self {
+        PromptCache {
+            ttl: CacheTtl::FiveMinutes,
+            tools: false,
+            system: false,
+            message_breakpoints: 0,
+        }
+    }
+
     /// Sets the TTL.
     pub fn ttl(mut self, ttl: CacheTtl) -> Self {
         self.ttl = ttl;

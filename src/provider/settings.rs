@@ -5,10 +5,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Error};
+use crate::provider::cache::PromptCache;
 use crate::provider::{ModelRequest, ToolChoice};
 
-/// Sampling and request settings: temperature, top-p, output length, stop sequences, tool
-/// choice, parallel tool calls, an end-user id, and provider-specific body fields.
+/// Every model knob in one place: the model, temperature, top-p, output length, stop
+/// sequences, tool choice, parallel tool calls, an end-user id, extended thinking, prompt
+/// caching, and provider-specific body fields. An agent takes them from
+/// [`AgentBuilder::settings`](crate::AgentBuilder::settings), a run from
+/// [`RunOptions::settings`](crate::agent::RunOptions::settings).
 ///
 /// Every field is optional; a set field overrides the one below it (per-run settings over the
 /// builder's, the builder's over the request defaults). Ranges are checked by
@@ -20,6 +24,8 @@ use crate::provider::{ModelRequest, ToolChoice};
 /// use agent_loop::provider::ToolChoice;
 ///
 /// let settings = RequestSettings::new()
+///     .model("claude-sonnet-4-5")
+///     .max_tokens(2_048)
 ///     .temperature(0.2)
 ///     .top_p(0.9)
 ///     .stop_sequences(["END"])
@@ -34,6 +40,9 @@ use crate::provider::{ModelRequest, ToolChoice};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RequestSettings {
+    /// The model asked for; `None` leaves it to the client (its
+    /// [`model`](crate::LlmClient::model)).
+    pub model: Option<String>,
     /// Sampling temperature, 0.0 to 2.0 (Anthropic takes up to 1.0).
     pub temperature: Option<f32>,
     /// Nucleus sampling, above 0.0 and at most 1.0.
@@ -48,6 +57,13 @@ pub struct RequestSettings {
     pub parallel_tool_calls: Option<bool>,
     /// An id for the end user (Anthropic `metadata.user_id`, OpenAI `user`).
     pub user: Option<String>,
+    /// Extended thinking with this token budget (Anthropic `thinking`, Gemini
+    /// `thinkingBudget`, Bedrock's Claude models); `None` leaves thinking off.
+    pub thinking_budget: Option<u32>,
+    /// Prompt-cache breakpoints (Anthropic `cache_control`); `None` keeps the default, which
+    /// an agent sends on every request ([`PromptCache::default`]: the tools, the system prompt
+    /// and the two latest user messages, five-minute TTL). [`PromptCache::off`] sends none.
+    pub prompt_cache: Option<PromptCache>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -58,6 +74,24 @@ impl RequestSettings {
     /// No settings: the defaults.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the model, over the client's.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Turns on extended thinking with this token budget.
+    pub fn thinking_budget(mut self, tokens: u32) -> Self {
+        self.thinking_budget = Some(tokens);
+        self
+    }
+
+    /// Sets where prompt-cache breakpoints go ([`PromptCache::off`]: nowhere).
+    pub fn prompt_cache(mut self, cache: PromptCache) -> Self {
+        self.prompt_cache = Some(cache);
+        self
     }
 
     /// Sets the temperature.
@@ -109,9 +143,16 @@ impl RequestSettings {
     }
 
     /// Checks the ranges: temperature 0.0–2.0, top-p in (0.0, 1.0], max tokens ≥ 1, stop
-    /// sequences non-empty, a named tool choice non-empty, all numbers finite.
+    /// sequences non-empty, a named tool choice non-empty, a model name non-empty, at most
+    /// four cache breakpoints, all numbers finite.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |setting, message: String| Err(ConfigError::setting(setting, message).into());
+        if self.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return bad("model", "the model name is empty".to_owned());
+        }
+        if let Some(cache) = &self.prompt_cache {
+            cache.validate()?;
+        }
         if let Some(t) = self.temperature {
             if !t.is_finite() || !(0.0..=2.0).contains(&t) {
                 return bad(
@@ -153,6 +194,9 @@ impl RequestSettings {
         let mut extra = base.extra.clone();
         extra.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         RequestSettings {
+            model: self.model.clone().or_else(|| base.model.clone()),
+            thinking_budget: self.thinking_budget.or(base.thinking_budget),
+            prompt_cache: self.prompt_cache.or(base.prompt_cache),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),
@@ -172,6 +216,15 @@ impl RequestSettings {
 
     /// Writes the set fields into `request`.
     pub fn apply(&self, request: &mut ModelRequest) {
+        if let Some(model) = &self.model {
+            request.model = Some(model.clone());
+        }
+        if let Some(tokens) = self.thinking_budget {
+            request.thinking_budget = Some(tokens);
+        }
+        if let Some(cache) = self.prompt_cache {
+            request.prompt_cache = (cache.breakpoints() > 0).then_some(cache);
+        }
         if let Some(t) = self.temperature {
             request.temperature = Some(t);
         }
@@ -291,5 +344,52 @@ mod tests {
         assert_eq!(request.tool_choice, ToolChoice::None);
         assert_eq!(request.stop_sequences, ["x"]);
         assert_eq!(request.top_p, Some(0.5));
+    }
+
+    #[test]
+    fn the_model_thinking_and_cache_go_over_and_into_the_request() {
+        let base = RequestSettings::new()
+            .model("base-model")
+            .thinking_budget(1_000)
+            .prompt_cache(PromptCache::default().message_breakpoints(1));
+        let run = RequestSettings::new().model("run-model");
+        let both = run.over(&base);
+        assert_eq!(both.model.as_deref(), Some("run-model"));
+        assert_eq!(both.thinking_budget, Some(1_000));
+        let mut request = ModelRequest::default();
+        both.apply(&mut request);
+        assert_eq!(request.model.as_deref(), Some("run-model"));
+        assert_eq!(request.thinking_budget, Some(1_000));
+        assert_eq!(request.prompt_cache.map(|c| c.breakpoints()), Some(3));
+        // Unset fields leave the request's as they are; `off` sends no breakpoint.
+        RequestSettings::new().apply(&mut request);
+        assert_eq!(request.model.as_deref(), Some("run-model"));
+        assert!(request.prompt_cache.is_some());
+        RequestSettings::new()
+            .prompt_cache(PromptCache::off())
+            .apply(&mut request);
+        assert_eq!(request.prompt_cache, None);
+        // Round trip through JSON (a paused run keeps its settings).
+        let text = serde_json::to_string(&both).unwrap();
+        assert_eq!(
+            serde_json::from_str::<RequestSettings>(&text).unwrap(),
+            both
+        );
+        assert!(text.contains(r#""ttl":"5m""#), "{text}");
+    }
+
+    #[test]
+    fn an_empty_model_and_too_many_breakpoints_are_refused() {
+        for bad in [
+            RequestSettings::new().model(" "),
+            RequestSettings::new().prompt_cache(PromptCache::default().message_breakpoints(3)),
+        ] {
+            assert!(matches!(bad.validate(), Err(Error::Config(_))), "{bad:?}");
+        }
+        RequestSettings::new()
+            .model("m")
+            .prompt_cache(PromptCache::off())
+            .validate()
+            .unwrap();
     }
 }

@@ -4,12 +4,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::{AgentHooks, HookAction, ToolDecision};
 use agent_loop::error::ApiError;
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::provider::ModelRequest;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::{FnTool, ToolCall};
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, LlmError, Role, StopReason, Termination, ToolError, Usage,
 };
@@ -68,7 +70,7 @@ async fn a_multi_tool_run_emits_the_exact_event_sequence() {
     let mut agent = Agent::builder(client.clone())
         .system("You add.")
         .tool(add_tool())
-        .early_read_only_tools(false)
+        .policy(RunPolicy::new().early_read_only_tools(false))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "Add 1+2 and 3+4").await;
@@ -162,7 +164,7 @@ async fn max_turns_stops_and_can_ask_for_a_final_answer() {
     let mut agent = Agent::builder(client.clone())
         .tool(echo_tool())
         .max_turns(1)
-        .final_answer_at_max_turns(true)
+        .policy(RunPolicy::new().final_answer_at_max_turns(true))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -190,7 +192,7 @@ async fn repeated_identical_calls_stop_the_run_without_running_the_last_one() {
     let client = ScriptedClient::new([same("1"), same("2"), same("3")]);
     let mut agent = Agent::builder(client)
         .tool(tool)
-        .max_repeated_calls(3)
+        .policy(RunPolicy::new().max_repeated_calls(3))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "look").await;
@@ -230,8 +232,11 @@ async fn a_repeated_read_only_call_started_early_is_announced_once() {
     let client = ScriptedClient::new([same("1"), same("2"), same("3")]);
     let mut agent = Agent::builder(client)
         .tool(tool)
-        .max_repeated_calls(3)
-        .early_read_only_tools(true)
+        .policy(
+            RunPolicy::new()
+                .max_repeated_calls(3)
+                .early_read_only_tools(true),
+        )
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "look").await;
@@ -255,7 +260,7 @@ async fn consecutive_all_failed_turns_stop_the_run_and_failures_reach_the_model(
     );
     let mut agent = Agent::builder(client.clone())
         .tool(failing_tool())
-        .max_tool_failure_turns(3)
+        .policy(RunPolicy::new().max_tool_failure_turns(3))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "try").await;
@@ -410,8 +415,8 @@ async fn the_token_budget_stops_the_run() {
     ]);
     let mut agent = Agent::builder(client)
         .tool(add_tool())
-        .token_budget(1000)
-        .max_tokens(50)
+        .policy(RunPolicy::new().token_budget(1000))
+        .settings(RequestSettings::new().max_tokens(50))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -460,7 +465,10 @@ async fn a_cut_off_answer_is_continued_when_asked() {
         ScriptedResponse::text("Once upon").stop_reason(StopReason::MaxTokens),
         ScriptedResponse::text(" a time."),
     ]);
-    let mut agent = Agent::builder(client).max_continuations(1).build().unwrap();
+    let mut agent = Agent::builder(client)
+        .policy(RunPolicy::new().max_continuations(1))
+        .build()
+        .unwrap();
     let (_, outcome) = run(&mut agent, "story").await;
     assert_eq!(outcome.termination, Termination::Completed);
     assert_eq!(outcome.final_text, "Once upon a time.");
@@ -477,7 +485,10 @@ async fn a_stream_broken_after_content_is_retried_from_the_start_of_the_turn() {
         ScriptedResponse::text("Hello!"),
     ]);
     let mut agent = Agent::builder(client.clone())
-        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(100)))
+        .policy(
+            RunPolicy::new()
+                .retry(RetryPolicy::default().initial_backoff(Duration::from_millis(100))),
+        )
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "hi").await;
@@ -506,10 +517,12 @@ async fn a_stream_broken_with_retries_exhausted_ends_in_an_error() {
     };
     let client = ScriptedClient::new([broken(), broken()]);
     let mut agent = Agent::builder(client)
-        .retry_policy(
-            RetryPolicy::default()
-                .max_retries(1)
-                .initial_backoff(Duration::from_millis(1)),
+        .policy(
+            RunPolicy::new().retry(
+                RetryPolicy::default()
+                    .max_retries(1)
+                    .initial_backoff(Duration::from_millis(1)),
+            ),
         )
         .build()
         .unwrap();
@@ -542,7 +555,9 @@ async fn a_context_overflow_compacts_harder_and_retries_once() {
     let client = ScriptedClient::new(script);
     let mut agent = Agent::builder(client.clone())
         .tool(echo_tool())
-        .no_summarizer()
+        .context(agent_loop::ContextManager::new(
+            agent_loop::context::ContextConfig::default().summarize(false),
+        ))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;
@@ -734,7 +749,10 @@ async fn usage_counts_failed_attempts_too() {
         ScriptedResponse::text("Hello").usage_tokens(10, 2),
     ]);
     let mut agent = Agent::builder(client)
-        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(1)))
+        .policy(
+            RunPolicy::new()
+                .retry(RetryPolicy::default().initial_backoff(Duration::from_millis(1))),
+        )
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "hi").await;

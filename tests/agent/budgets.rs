@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::context::{ContextConfig, TokenCounter};
 use agent_loop::error::ApiError;
 use agent_loop::pricing::{Cost, ModelPrice, Pricing, Usd};
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, ContentBlock, ContextManager, LlmError, LlmEvent, Message, Role,
     Termination, ToolRegistry, Usage,
@@ -60,12 +62,17 @@ fn dollars(d: f64) -> Cost {
     cost
 }
 
+/// The policy every agent here starts from: the test prices.
+fn policy() -> RunPolicy {
+    RunPolicy::new().pricing(pricing())
+}
+
 fn builder(client: Arc<ScriptedClient>) -> agent_loop::AgentBuilder {
     Agent::builder(client)
-        .pricing(pricing())
+        .policy(policy())
         .context(context())
         .tool(echo_tool())
-        .max_tokens(100)
+        .settings(RequestSettings::new().max_tokens(100))
 }
 
 fn turn_costs(events: &[AgentEvent]) -> Vec<Cost> {
@@ -122,7 +129,7 @@ async fn a_failed_attempt_is_costed_apart() {
             .usage(usage(1_000, 10, 0, 0)),
     ]));
     let mut agent = builder(client)
-        .retry_policy(common::fast_retries())
+        .policy(policy().retry(common::fast_retries()))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;
@@ -189,7 +196,10 @@ async fn a_response_naming_an_unpriced_model_counts_at_the_requested_price() {
         ])
         .with_model("m"),
     );
-    let mut agent = builder(client.clone()).cost_budget(0.05).build().unwrap();
+    let mut agent = builder(client.clone())
+        .policy(policy().cost_budget(0.05))
+        .build()
+        .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;
     // Two calls fit in $0.05: the third could cost $0.025 more (its 20,000-token history at
     // the cache-write price, and its max_tokens) with $0.0404 spent. Priced as free, all
@@ -225,7 +235,7 @@ async fn the_token_budget_stops_the_run_before_a_call_that_could_cross_it() {
         .model("m")
         .usage_tokens(5, 5)]));
     let mut agent = builder(client.clone())
-        .token_budget(tokens + 100)
+        .policy(policy().token_budget(tokens + 100))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -235,7 +245,7 @@ async fn the_token_budget_stops_the_run_before_a_call_that_could_cross_it() {
     // One token less: nothing is sent.
     let client = Arc::new(ScriptedClient::new([ScriptedResponse::text("hi")]));
     let mut agent = builder(client.clone())
-        .token_budget(tokens + 99)
+        .policy(policy().token_budget(tokens + 99))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;
@@ -283,7 +293,7 @@ async fn the_token_budget_counts_what_the_run_used_and_the_next_request() {
     // Room for exactly the second call.
     let client = script();
     let mut agent = builder(client.clone())
-        .token_budget(300 + second)
+        .policy(policy().token_budget(300 + second))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -293,7 +303,7 @@ async fn the_token_budget_counts_what_the_run_used_and_the_next_request() {
     // A token short: the run ends after the first call, with the figures.
     let client = script();
     let mut agent = builder(client.clone())
-        .token_budget(300 + second - 1)
+        .policy(policy().token_budget(300 + second - 1))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;
@@ -324,7 +334,7 @@ async fn the_cost_budget_stops_the_run_before_a_call_that_could_cross_it() {
             .with_model("m"),
     );
     let mut agent = builder(client.clone())
-        .cost_budget(most.dollars())
+        .policy(policy().cost_budget(most.dollars()))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -334,7 +344,7 @@ async fn the_cost_budget_stops_the_run_before_a_call_that_could_cross_it() {
     let budget = most.saturating_sub(Usd::from_picodollars(1_000_000));
     let client = Arc::new(ScriptedClient::new([ScriptedResponse::text("hi")]).with_model("m"));
     let mut agent = builder(client.clone())
-        .cost_budget(budget.dollars())
+        .policy(policy().cost_budget(budget.dollars()))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -364,8 +374,11 @@ async fn at_the_budget_the_last_call_that_fits_can_be_a_final_answer() {
             .usage_tokens(1, 1),
     ]));
     let mut agent = builder(client.clone())
-        .token_budget(2 * (tokens + 100) + 60)
-        .final_answer_at_budget(true)
+        .policy(
+            policy()
+                .token_budget(2 * (tokens + 100) + 60)
+                .final_answer_at_budget(true),
+        )
         .build()
         .unwrap();
     let (_, outcome) = run(&mut agent, "go").await;
@@ -385,15 +398,13 @@ async fn at_the_budget_the_last_call_that_fits_can_be_a_final_answer() {
 fn a_cost_budget_needs_a_price_for_the_model() {
     let client = ScriptedClient::new([]).with_model("mystery");
     let error = Agent::builder(client)
-        .pricing(pricing())
-        .cost_budget(1.0)
+        .policy(RunPolicy::new().pricing(pricing()).cost_budget(1.0))
         .build()
         .expect_err("refused");
     assert!(error.to_string().contains("\"mystery\""), "{error}");
     let client = ScriptedClient::new([]).with_model("m-2026");
     assert!(Agent::builder(client)
-        .pricing(pricing())
-        .cost_budget(1.0)
+        .policy(RunPolicy::new().pricing(pricing()).cost_budget(1.0))
         .build()
         .is_ok());
 }
@@ -404,7 +415,7 @@ async fn a_sub_agent_run_cost_rolls_up_into_the_caller() {
         .model("m")
         .usage_tokens(1_000, 0)]))
     .name("researcher")
-    .pricing(pricing())
+    .policy(RunPolicy::new().pricing(pricing()))
     .build()
     .unwrap();
     let client = Arc::new(ScriptedClient::new([
@@ -416,7 +427,7 @@ async fn a_sub_agent_run_cost_rolls_up_into_the_caller() {
             .usage_tokens(3_000, 0),
     ]));
     let mut agent = Agent::builder(client)
-        .pricing(pricing())
+        .policy(RunPolicy::new().pricing(pricing()))
         .tool(inner.as_tool("research", "Researches."))
         .build()
         .unwrap();
@@ -433,8 +444,8 @@ async fn a_sub_agent_may_spend_only_what_its_caller_has_left() {
     // than its first call could use left, it makes no call.
     let inner = Agent::builder(inner_client.clone())
         .name("researcher")
-        .max_tokens(5_000)
-        .token_budget(1_000_000)
+        .settings(RequestSettings::new().max_tokens(5_000))
+        .policy(RunPolicy::new().token_budget(1_000_000))
         .build()
         .unwrap();
     let client = Arc::new(ScriptedClient::new([
@@ -442,8 +453,8 @@ async fn a_sub_agent_may_spend_only_what_its_caller_has_left() {
         ScriptedResponse::text("done").usage_tokens(1, 1),
     ]));
     let mut agent = Agent::builder(client)
-        .max_tokens(100)
-        .token_budget(4_000)
+        .settings(RequestSettings::new().max_tokens(100))
+        .policy(RunPolicy::new().token_budget(4_000))
         .tool(inner.as_tool("research", "Researches."))
         .build()
         .unwrap();

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::{Fallback, FallbackOn};
 use agent_loop::error::ApiError;
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedClient, ScriptedResponse};
+use agent_loop::RequestSettings;
 use agent_loop::{Agent, AgentEvent, AnthropicClient, LlmError, OpenAiClient, Termination};
 use serde_json::json;
 
@@ -62,7 +64,7 @@ async fn an_overloaded_model_moves_the_run_to_another_provider_at_once() {
         .model("gpt-4.1");
     let mut agent = Agent::builder(primary)
         .tool(echo_tool())
-        .retry_policy(fast())
+        .policy(RunPolicy::new().retry(fast()))
         .fallback(Fallback::new(backup))
         .build()
         .unwrap();
@@ -106,8 +108,8 @@ async fn server_errors_move_the_run_once_the_retries_are_spent() {
         ScriptedClient::new([ScriptedResponse::text("backup answer")]).with_model("backup"),
     );
     let mut agent = Agent::builder(primary.clone())
-        .model("primary")
-        .retry_policy(fast())
+        .settings(RequestSettings::new().model("primary"))
+        .policy(RunPolicy::new().retry(fast()))
         .fallback(Fallback::new(backup.clone()))
         .build()
         .unwrap();
@@ -131,7 +133,7 @@ async fn a_context_overflow_moves_to_a_larger_model_instead_of_compacting() {
     let primary = Arc::new(ScriptedClient::new([ScriptedResponse::error(overflow)]));
     let large = Arc::new(ScriptedClient::new([ScriptedResponse::text("read it all")]));
     let mut agent = Agent::builder(primary.clone())
-        .model("small")
+        .settings(RequestSettings::new().model("small"))
         .fallback(
             Fallback::new(large.clone())
                 .model("large")
@@ -162,7 +164,7 @@ async fn fallbacks_are_tried_in_order_and_the_run_fails_when_they_all_do() {
     let c =
         Arc::new(ScriptedClient::new([overloaded(), overloaded(), overloaded()]).with_model("c"));
     let mut agent = Agent::builder(a)
-        .retry_policy(fast())
+        .policy(RunPolicy::new().retry(fast()))
         .fallback(Fallback::new(b))
         .fallback(Fallback::new(c.clone()))
         .build()
@@ -202,7 +204,7 @@ async fn failures_not_chosen_never_move_the_run() {
             })));
         let backup = Arc::new(ScriptedClient::new([ScriptedResponse::text("never")]));
         let mut agent = Agent::builder(primary)
-            .retry_policy(fast())
+            .policy(RunPolicy::new().retry(fast()))
             .fallback(Fallback::new(backup.clone()).on(on))
             .build()
             .unwrap();

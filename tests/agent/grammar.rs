@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::context::Conversation;
 use agent_loop::testing::{history_violation, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
@@ -117,12 +118,15 @@ async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<Agen
         .tool(tool(true))
         .tool(tool(false))
         .max_turns(20)
-        .max_repeated_calls(50)
-        .max_tool_failure_turns(50)
-        .retry_policy(
-            agent_loop::provider::transport::RetryPolicy::default()
-                .initial_backoff(Duration::from_millis(1))
-                .jitter(agent_loop::provider::transport::Jitter::None),
+        .policy(
+            RunPolicy::new()
+                .max_repeated_calls(50)
+                .max_tool_failure_turns(50)
+                .retry(
+                    agent_loop::provider::transport::RetryPolicy::default()
+                        .initial_backoff(Duration::from_millis(1))
+                        .jitter(agent_loop::provider::transport::Jitter::None),
+                ),
         )
         .build()
         .unwrap();
@@ -235,8 +239,11 @@ async fn play_nested(
     let helper = Agent::builder(ScriptedClient::new(responses(&inner)))
         .tool(tool(true))
         .tool(tool(false))
-        .max_repeated_calls(50)
-        .max_tool_failure_turns(50)
+        .policy(
+            RunPolicy::new()
+                .max_repeated_calls(50)
+                .max_tool_failure_turns(50),
+        )
         .build()
         .unwrap()
         .as_tool("helper", "Does a task.");
@@ -244,8 +251,11 @@ async fn play_nested(
         .tool(tool(true))
         .tool(tool(false))
         .tool(helper)
-        .max_repeated_calls(50)
-        .max_tool_failure_turns(50)
+        .policy(
+            RunPolicy::new()
+                .max_repeated_calls(50)
+                .max_tool_failure_turns(50),
+        )
         .build()
         .unwrap();
     drive(agent, cancel_after).await

@@ -4,11 +4,13 @@
 use std::time::{Duration, Instant};
 
 use agent_loop::agent::machine::{Action, AgentMachine, Handled, Input};
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::ToolDecision;
 use agent_loop::context::{CharEstimateCounter, ContextConfig, Conversation};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{history_violation, ScriptedClient};
 use agent_loop::tool::{FnTool, ToolCall, ToolCallResult, ToolProgress};
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, ContextManager, LlmError, LlmEvent, Message, StopReason, Termination,
     ToolError,
@@ -26,10 +28,12 @@ fn machine() -> AgentMachine {
     Agent::builder(ScriptedClient::new([]))
         .tool(tool)
         .tool(look)
-        .retry_policy(
-            RetryPolicy::default()
-                .initial_backoff(Duration::from_secs(2))
-                .jitter(agent_loop::provider::transport::Jitter::None),
+        .policy(
+            RunPolicy::new().retry(
+                RetryPolicy::default()
+                    .initial_backoff(Duration::from_secs(2))
+                    .jitter(agent_loop::provider::transport::Jitter::None),
+            ),
         )
         .build_machine()
         .unwrap()
@@ -269,7 +273,8 @@ fn crowded(window: u32, summarizer: bool) -> AgentMachine {
         ContextConfig::default()
             .context_window(window)
             .output_reserve(500)
-            .keep_recent_turns(1),
+            .keep_recent_turns(1)
+            .summarize(summarizer),
     )
     .with_counter(CharEstimateCounter);
     let mut messages = Vec::new();
@@ -284,13 +289,10 @@ fn crowded(window: u32, summarizer: bool) -> AgentMachine {
         )));
     }
     context.restore(Conversation::new(None, messages)).unwrap();
-    let builder = Agent::builder(ScriptedClient::new([])).context(context);
-    let builder = if summarizer {
-        builder
-    } else {
-        builder.no_summarizer()
-    };
-    builder.build_machine().unwrap()
+    Agent::builder(ScriptedClient::new([]))
+        .context(context)
+        .build_machine()
+        .unwrap()
 }
 
 #[test]
@@ -710,10 +712,13 @@ fn machine_with(
         Ok::<_, ToolError>("unused")
     })
     .read_only(true);
-    let builder = Agent::builder(ScriptedClient::new([]))
-        .tool(act)
-        .tool(look)
-        .retry_policy(RetryPolicy::default().jitter(agent_loop::provider::transport::Jitter::None));
+    let builder =
+        Agent::builder(ScriptedClient::new([]))
+            .tool(act)
+            .tool(look)
+            .policy(RunPolicy::new().retry(
+                RetryPolicy::default().jitter(agent_loop::provider::transport::Jitter::None),
+            ));
     configure(builder).build_machine().unwrap()
 }
 
@@ -744,7 +749,7 @@ fn act_turn(
 fn the_request_carries_the_agents_prompt_cache_settings() {
     let cache = agent_loop::provider::cache::PromptCache::default()
         .ttl(agent_loop::provider::cache::CacheTtl::OneHour);
-    let mut m = machine_with(|b| b.prompt_cache(Some(cache)));
+    let mut m = machine_with(|b| b.settings(RequestSettings::new().prompt_cache(cache)));
     m.start("go", Instant::now());
     let actions = drain(&mut m);
     assert_eq!(model_request(&actions).unwrap().prompt_cache, Some(cache));
@@ -865,7 +870,10 @@ fn the_machines_requests_ask_the_client_for_no_retries() {
 #[test]
 fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
     let now = Instant::now();
-    let mut m = machine_with(|b| b.max_turns(1).final_answer_at_max_turns(true));
+    let mut m = machine_with(|b| {
+        b.max_turns(1)
+            .policy(RunPolicy::new().final_answer_at_max_turns(true))
+    });
     m.start("go", now);
     drain(&mut m);
     let actions = act_turn(&mut m, call_events("c1", "act", "{}"), "c1", now);
@@ -900,7 +908,7 @@ fn the_final_call_at_the_turn_limit_starts_no_tool_early() {
 #[test]
 fn cut_off_answers_are_continued_up_to_the_limit() {
     let now = Instant::now();
-    let mut m = machine_with(|b| b.max_continuations(1));
+    let mut m = machine_with(|b| b.policy(RunPolicy::new().max_continuations(1)));
     m.start("go", now);
     drain(&mut m);
     let cut = |text: &str| {

@@ -288,15 +288,17 @@ fn inputs(response: &Response) -> VecDeque<Input> {
 /// The machine's settings for `setup`.
 fn config(setup: &Setup) -> MachineConfig {
     let mut config = MachineConfig::default();
-    config.max_turns = setup.max_turns;
-    config.early_read_only_tools = setup.early;
-    config.final_answer_at_max_turns = setup.final_answer;
-    config.max_continuations = setup.continuations;
-    config.retry = RetryPolicy::default()
-        .initial_backoff(Duration::from_secs(1))
-        .jitter(Jitter::None);
+    config.policy.max_turns = setup.max_turns;
+    config.policy.early_read_only_tools = setup.early;
+    config.policy.final_answer_at_max_turns = setup.final_answer;
+    config.policy.max_continuations = setup.continuations;
+    config.policy.retry = Some(
+        RetryPolicy::default()
+            .initial_backoff(Duration::from_secs(1))
+            .jitter(Jitter::None),
+    );
     if setup.approval {
-        config.require_approval = vec!["act".to_owned()];
+        config.policy.require_approval = vec!["act".to_owned()];
     }
     config
 }
@@ -350,12 +352,20 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
     let mut waiting: VecDeque<Input> = VecDeque::new();
     let mut events: Vec<AgentEvent> = Vec::new();
     let mut requests = 0usize;
+    let mut checkpoint_violation = None;
 
     for step in 0..MAX_STEPS {
         if world.cancel_at == Some(step) {
             m.handle(Input::Cancel, now);
         }
         if let Some(action) = m.poll() {
+            if !matches!(action, Action::Finish(_)) {
+                if let Some(violation) = checkpoint_violation.take() {
+                    return Err(TestCaseError::fail(format!(
+                        "a checkpoint's history is invalid: {violation}"
+                    )));
+                }
+            }
             match action {
                 Action::Emit(event) => events.push(event),
                 Action::CallModel(request) => {
@@ -392,7 +402,23 @@ fn play(setup: &Setup, script: &[Response], world: &World) -> Result<(), TestCas
                 }
                 Action::AbortTools => running.clear(),
                 Action::Summarize(_) => waiting.push_back(Input::Summary(Ok("summary".to_owned()))),
+                Action::Checkpoint => {
+                    // The machine asks for a save only where a turn ended, and the history
+                    // there is what a store may keep: valid (a pausing run's waiting calls
+                    // excepted, which the paused run carries).
+                    prop_assert!(
+                        matches!(events.last(), Some(AgentEvent::TurnEnd { .. })),
+                        "a checkpoint not right after a TurnEnd: {events:#?}"
+                    );
+                    checkpoint_violation = history_violation(m.context().messages());
+                }
                 Action::Finish(outcome) => {
+                    let pausing = matches!(outcome.termination, Termination::Paused(_));
+                    if let (Some(violation), false) = (checkpoint_violation.take(), pausing) {
+                        return Err(TestCaseError::fail(format!(
+                            "a checkpoint's history is invalid: {violation}"
+                        )));
+                    }
                     events.push(AgentEvent::Finished(outcome));
                     if let Some(violation) = grammar_violation(&events) {
                         return Err(TestCaseError::fail(format!(

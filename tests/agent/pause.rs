@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::{
     AgentHooks, Resolutions, RunOptions, StructuredOutput, ToolDecision, WaitsFor,
 };
@@ -53,7 +54,7 @@ fn builder(client: ScriptedClient, deletes: Arc<AtomicUsize>) -> AgentBuilder {
     Agent::builder(client)
         .tool(read)
         .tool(delete)
-        .early_read_only_tools(false)
+        .policy(RunPolicy::new().early_read_only_tools(false))
 }
 
 async fn collect(stream: impl futures::Stream<Item = AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
@@ -116,7 +117,11 @@ async fn an_approval_pause_resumed_elsewhere_gives_the_events_and_history_of_an_
     // The same run, paused for the person.
     let client = ScriptedClient::new(script());
     let mut first = builder(client.clone(), deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (before, outcome) = collect(first.run("Delete a.txt")).await;
@@ -146,7 +151,11 @@ async fn an_approval_pause_resumed_elsewhere_gives_the_events_and_history_of_an_
 
     // Another agent, as another process would build it, from the paused run's JSON.
     let mut second = builder(client.clone(), deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (after, resumed) =
@@ -240,7 +249,11 @@ async fn a_pause_is_resumed_once_and_bad_resolutions_change_nothing() {
     let deletes = Arc::new(AtomicUsize::new(0));
     let client = ScriptedClient::new(script());
     let mut agent = builder(client, deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (_, outcome) = collect(agent.run("Delete a.txt")).await;
@@ -280,7 +293,11 @@ async fn a_pause_is_resumed_once_and_bad_resolutions_change_nothing() {
 async fn approving_a_tool_the_agent_no_longer_has_is_refused_clearly() {
     let deletes = Arc::new(AtomicUsize::new(0));
     let mut agent = builder(ScriptedClient::new(script()), deletes)
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (_, outcome) = collect(agent.run("Delete a.txt")).await;
@@ -382,7 +399,11 @@ async fn a_new_run_leaves_a_pause_behind_with_a_valid_history() {
     script[1] = ScriptedResponse::text("OK, something else.");
     let client = ScriptedClient::new(script);
     let mut agent = builder(client.clone(), deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (_, outcome) = collect(agent.run("Delete a.txt")).await;
@@ -426,7 +447,11 @@ async fn a_typed_answer_survives_a_pause() {
         ScriptedResponse::tool_call("c3", "final_answer", json!({"ok": true})),
     ]);
     let mut agent = builder(client, Arc::new(AtomicUsize::new(0)))
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let options = || RunOptions::new().output(StructuredOutput::of::<Verdict>().unwrap());
@@ -487,7 +512,11 @@ fn session_agent(
 ) -> Agent {
     builder(client, deletes)
         .session(store, "chat-1")
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap()
 }
@@ -634,12 +663,12 @@ async fn a_session_replays_to_the_agents_conversation_through_compaction() {
     .read_only(true);
     let mut agent = Agent::builder(client)
         .tool(read)
-        .no_summarizer()
-        .context_config(
+        .context(agent_loop::ContextManager::new(
             agent_loop::context::ContextConfig::default()
                 .context_window(6000)
-                .output_reserve(1000),
-        )
+                .output_reserve(1000)
+                .summarize(false),
+        ))
         .session(store.clone(), "chat-1")
         .build()
         .unwrap();
@@ -790,7 +819,11 @@ async fn a_stored_conversation_no_provider_accepts_is_a_clear_error() {
 async fn a_paused_run_that_does_not_hold_together_is_refused() {
     let deletes = Arc::new(AtomicUsize::new(0));
     let mut agent = builder(ScriptedClient::new(script()), deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (_, outcome) = collect(agent.run("Delete a.txt")).await;
@@ -869,8 +902,11 @@ async fn a_read_only_tool_that_needs_approval_does_not_start_early() {
     ]);
     let mut agent = Agent::builder(client)
         .tool(read)
-        .early_read_only_tools(true)
-        .require_approval("read")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(true)
+                .require_approval("read"),
+        )
         .build()
         .unwrap();
     let (events, outcome) = collect(agent.run("Read the secret")).await;
@@ -920,7 +956,11 @@ async fn a_paused_run_says_its_turn_and_a_newer_format_is_refused() {
     ]);
     let deletes = Arc::new(AtomicUsize::new(0));
     let mut agent = builder(client, deletes.clone())
-        .require_approval("delete")
+        .policy(
+            RunPolicy::new()
+                .early_read_only_tools(false)
+                .require_approval("delete"),
+        )
         .build()
         .unwrap();
     let (_, outcome) = collect(agent.run("Read, then delete")).await;

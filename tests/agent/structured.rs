@@ -7,6 +7,7 @@ use agent_loop::error::ConfigError;
 use agent_loop::provider::ToolChoice;
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, ContentBlock, Error, OpenAiClient, Termination, ToolError,
     UserInput,
@@ -241,7 +242,7 @@ async fn with_extended_thinking_the_tool_is_not_forced() {
         ScriptedResponse::tool_call("c1", "final_answer", json!({"name": "Ada", "age": 3})),
     ]);
     let mut agent = Agent::builder(client.clone())
-        .thinking_budget(1024)
+        .settings(RequestSettings::new().thinking_budget(1024))
         .build()
         .unwrap();
     let outcome = agent.run_to_end("?", contact_options()).await;

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::{Handoff, HandoffFilter, Resolutions};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::provider::{LlmStream, ModelRequest, ToolChoice};
 use agent_loop::testing::{history_violation, MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, Message, OpenAiClient, Role,
     Termination, ToolError, Usage,
@@ -223,7 +225,7 @@ async fn a_call_past_the_depth_limit_is_answered_with_an_error_saying_so() {
         ScriptedResponse::text("done"),
     ]))
     .tool(middle.as_tool("middle", "The middle agent."))
-    .max_depth(1)
+    .policy(RunPolicy::new().max_depth(1))
     .build()
     .unwrap();
     let events = run(&mut lead, "Go as deep as you can.").await;
@@ -537,7 +539,7 @@ async fn a_handoff_gives_the_next_turn_to_the_target_and_both_providers_accept_t
         let billing = Agent::builder(client("billing-model"))
             .name("billing")
             .system("You handle refunds.")
-            .temperature(0.1)
+            .settings(RequestSettings::new().temperature(0.1))
             .tool(answering("refund", "refunded"))
             .build()
             .unwrap();
@@ -784,7 +786,7 @@ async fn a_run_paused_after_a_handoff_resumes_with_the_agent_it_was_handed_to() 
             .name("billing")
             .system("You handle refunds.")
             .tool(answering("refund", "refunded"))
-            .require_approval("refund")
+            .policy(RunPolicy::new().require_approval("refund"))
             .build()
             .unwrap();
         Agent::builder(triage)
@@ -918,7 +920,7 @@ async fn a_run_paused_without_a_handoff_resumes_with_the_agent_itself() {
         Agent::builder(triage)
             .name("triage")
             .tool(answering("lookup", "found"))
-            .require_approval("lookup")
+            .policy(RunPolicy::new().require_approval("lookup"))
             .handoff(billing)
             .build()
             .unwrap()

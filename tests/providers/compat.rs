@@ -13,6 +13,7 @@ use agent_loop::testing::{
 };
 use agent_loop::tool::FnTool;
 use agent_loop::wire::{WireDecoder, WireFormat};
+use agent_loop::RequestSettings;
 use agent_loop::{
     Agent, AgentEvent, AnthropicClient, ContentBlock, LlmClient, LlmError, LlmEvent, Message,
     OpenAiClient, StopReason, Termination, ToolError,
@@ -1007,7 +1008,9 @@ async fn the_agent_marks_cache_breakpoints_and_reports_the_hit_ratio() {
     server.push(ScriptedResponse::text("hi"));
     let mut agent = Agent::builder(anthropic(&server))
         .system("You add.")
-        .prompt_cache(None)
+        .settings(
+            RequestSettings::new().prompt_cache(agent_loop::provider::cache::PromptCache::off()),
+        )
         .build()
         .unwrap();
     let _: Vec<AgentEvent> = agent.run("hello").collect().await;
@@ -1022,13 +1025,15 @@ fn settings_the_api_would_refuse_fail_at_build() {
     let mut cache = agent_loop::provider::cache::PromptCache::default();
     cache.message_breakpoints = 9;
     let error = Agent::builder(ScriptedClient::new([]))
-        .prompt_cache(Some(cache))
+        .settings(RequestSettings::new().prompt_cache(cache))
         .build()
         .unwrap_err();
     assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");
 
     let error = Agent::builder(ScriptedClient::new([]))
-        .context_config(agent_loop::context::ContextConfig::default().compaction_target(0.99))
+        .context(agent_loop::ContextManager::new(
+            agent_loop::context::ContextConfig::default().compaction_target(0.99),
+        ))
         .build()
         .unwrap_err();
     assert!(matches!(error, agent_loop::Error::Config(_)), "{error}");

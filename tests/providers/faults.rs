@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::context::{CharEstimateCounter, ContextConfig};
 use agent_loop::error::TimeoutKind;
 use agent_loop::provider::transport::{Jitter, RetryPolicy};
@@ -1323,7 +1324,7 @@ async fn repeated_tool_call(format: Format) {
     }
     let mut agent = builder(client(format, &server))
         .tool(counting_tool("count", runs.clone()))
-        .max_repeated_calls(3)
+        .policy(RunPolicy::new().max_repeated_calls(3))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut agent, "go").await;

@@ -4,6 +4,8 @@
 //! cancelled run stops waiting for its turn.
 
 use crate::common;
+use agent_loop::agent::RunPolicy;
+use agent_loop::RequestSettings;
 
 use std::time::Duration;
 
@@ -63,7 +65,10 @@ async fn headers_become_an_event_with_exact_figures(format: Format) {
     let server = MockServer::start().await;
     server.rate_limit(PacingLimits::per_minute().requests(60).tokens(600_000));
     server.push(ScriptedResponse::text("Hello!"));
-    let mut agent = agent(format, &server).max_tokens(1000).build().unwrap();
+    let mut agent = agent(format, &server)
+        .settings(RequestSettings::new().max_tokens(1000))
+        .build()
+        .unwrap();
     let (events, outcome) = run(&mut agent, "hi").await;
     assert_eq!(outcome.termination, Termination::Completed);
     assert_eq!(grammar_violation(&events), None);
@@ -121,13 +126,13 @@ async fn a_refusal_keeps_its_figures(format: Format) {
     server.push(ScriptedResponse::text("never"));
     let no_retry = RetryPolicy::none();
     let mut first = agent(format, &server)
-        .retry_policy(no_retry.clone())
+        .policy(RunPolicy::new().retry(no_retry.clone()))
         .build()
         .unwrap();
     let (_, outcome) = run(&mut first, "hi").await;
     assert_eq!(outcome.termination, Termination::Completed);
     let mut second = agent(format, &server)
-        .retry_policy(no_retry)
+        .policy(RunPolicy::new().retry(no_retry))
         .build()
         .unwrap();
     let (events, outcome) = run(&mut second, "hi").await;
@@ -170,7 +175,7 @@ async fn run_many(
     limiter: Option<&RateLimiter>,
 ) -> Vec<Termination> {
     let runs = (0..n).map(|_| {
-        let mut builder = agent(format, server).max_tokens(100);
+        let mut builder = agent(format, server).settings(RequestSettings::new().max_tokens(100));
         if let Some(limiter) = limiter {
             builder = builder.rate_limiter(limiter.clone());
         }

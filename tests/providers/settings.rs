@@ -23,15 +23,16 @@ fn tool() -> impl agent_loop::Tool {
 }
 
 fn configured(builder: AgentBuilder) -> AgentBuilder {
-    builder
-        .tool(tool())
-        .temperature(0.3)
-        .top_p(0.9)
-        .stop_sequences(["END"])
-        .tool_choice(ToolChoice::Tool("lookup".into()))
-        .parallel_tool_calls(false)
-        .user("user-42")
-        .extra_body("top_k", json!(40))
+    builder.tool(tool()).settings(
+        RequestSettings::new()
+            .temperature(0.3)
+            .top_p(0.9)
+            .stop_sequences(["END"])
+            .tool_choice(ToolChoice::Tool("lookup".into()))
+            .parallel_tool_calls(false)
+            .user("user-42")
+            .extra("top_k", json!(40)),
+    )
 }
 
 #[tokio::test]
@@ -88,7 +89,7 @@ async fn openai_gets_no_parallel_tool_calls_without_tools() {
         .base_url(server.openai_base_url())
         .model("gpt-test");
     let mut agent = Agent::builder(client)
-        .parallel_tool_calls(true)
+        .settings(RequestSettings::new().parallel_tool_calls(true))
         .build()
         .unwrap();
     agent.prompt("hi").await.unwrap();
@@ -102,9 +103,12 @@ async fn openai_gets_no_parallel_tool_calls_without_tools() {
 async fn per_run_settings_override_the_builders_for_that_run_only() {
     let client = ScriptedClient::new([ScriptedResponse::text("a"), ScriptedResponse::text("b")]);
     let mut agent = Agent::builder(client.clone())
-        .model("model-of-the-builder")
-        .temperature(0.7)
-        .user("builder")
+        .settings(
+            RequestSettings::new()
+                .model("model-of-the-builder")
+                .temperature(0.7)
+                .user("builder"),
+        )
         .build()
         .unwrap();
     let options = RunOptions::new().settings(
@@ -134,17 +138,26 @@ fn build_checks_the_ranges_and_the_named_tool() {
     let client = || ScriptedClient::new([]);
     for (err, needle) in [
         (
-            build(Agent::builder(client()).temperature(2.5)),
+            build(Agent::builder(client()).settings(RequestSettings::new().temperature(2.5))),
             "temperature",
         ),
-        (build(Agent::builder(client()).top_p(0.0)), "top_p"),
-        (build(Agent::builder(client()).max_tokens(0)), "max_tokens"),
         (
-            build(Agent::builder(client()).stop_sequences([""])),
+            build(Agent::builder(client()).settings(RequestSettings::new().top_p(0.0))),
+            "top_p",
+        ),
+        (
+            build(Agent::builder(client()).settings(RequestSettings::new().max_tokens(0))),
+            "max_tokens",
+        ),
+        (
+            build(Agent::builder(client()).settings(RequestSettings::new().stop_sequences([""]))),
             "stop sequence",
         ),
         (
-            build(Agent::builder(client()).tool_choice(ToolChoice::Tool("nope".into()))),
+            build(
+                Agent::builder(client())
+                    .settings(RequestSettings::new().tool_choice(ToolChoice::Tool("nope".into()))),
+            ),
             "nope",
         ),
         (
@@ -194,7 +207,10 @@ async fn an_extra_field_that_clashes_with_the_crates_own_is_an_error_naming_it()
         };
         // `max_tokens` is always sent; an extra field the crate does not send this time
         // (`temperature` unset) goes through.
-        let mut agent = builder.extra_body("max_tokens", json!(1)).build().unwrap();
+        let mut agent = builder
+            .settings(RequestSettings::new().extra("max_tokens", json!(1)))
+            .build()
+            .unwrap();
         let outcome = agent.run_to_end("hi", RunOptions::new()).await;
         match &outcome.termination {
             Termination::Error(Error::Llm(LlmError::InvalidRequest { message })) => {

@@ -38,6 +38,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_loop::agent::RunPolicy;
 use agent_loop::agent::WaitsFor;
 use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::session::{MemoryStore, SessionStore};
@@ -314,7 +315,7 @@ impl App {
             )
             .tool(list_files())
             .tool(delete_file())
-            .require_approval("delete_file")
+            .policy(RunPolicy::new().require_approval("delete_file"))
             .session(self.sessions.clone(), chat)
             .build()
     }

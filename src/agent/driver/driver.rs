@@ -10,21 +10,20 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{ContextManager, Summarizer};
+use crate::context::ContextManager;
 use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
 use crate::provider::transport::RateLimiter;
-use crate::provider::LlmClient;
-use crate::tool::{ExecOptions, ToolRegistry, ToolSources};
+use crate::tool::{ExecOptions, ToolRegistry};
 
 use super::io::Io;
 use super::persist::{RunSession, Tail};
 use super::start::{self, Start};
 use super::telemetry::Telemetry;
-use crate::agent::agent::{Agent, Member};
+use crate::agent::agent::{Agent, Parts};
 use crate::agent::events::{AgentEvent, RunOutcome, Termination};
 use crate::agent::handle::{lock, AgentHandle, Shared};
-use crate::agent::hooks::{AgentHooks, HookAction};
+use crate::agent::hooks::HookAction;
 use crate::agent::machine::config::MachineConfig;
 use crate::agent::machine::{Action, AgentMachine, Input};
 use crate::agent::team::SubAgentLink;
@@ -39,13 +38,12 @@ pub(crate) struct Driver {
     context: Option<ContextManager>,
     config: MachineConfig,
     session: Option<RunSession>,
-    pub(crate) client: Arc<dyn LlmClient>,
+    /// The parts of the agent in charge (the client, after a fallback, the fallback's):
+    /// where new tools come from between turns, the hooks, the summarizer, its handoff
+    /// targets' parts and its fallbacks' clients.
+    pub(crate) parts: Parts,
     /// The tools calls run with: always the machine's.
     pub(crate) tools: ToolRegistry,
-    /// Where new tools come from between turns.
-    pub(crate) sources: ToolSources,
-    pub(crate) hooks: Arc<dyn AgentHooks>,
-    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     handle: AgentHandle,
     shared: Arc<Mutex<Shared>>,
     pub(crate) cancel: CancellationToken,
@@ -55,10 +53,6 @@ pub(crate) struct Driver {
     /// Whether the machine was told of the cancel, or of the stop request.
     pub(crate) told_cancel: bool,
     pub(crate) told_stop: bool,
-    /// The agents the conversation can be handed to.
-    pub(crate) team: Arc<Vec<Member>>,
-    /// The fallbacks' clients of the agent in charge.
-    pub(crate) fallbacks: Arc<Vec<Arc<dyn LlmClient>>>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
@@ -105,11 +99,8 @@ impl Driver {
             context: Some(context),
             config: agent.machine_config(),
             session: agent.session.clone().map(RunSession::new),
-            client: agent.client.clone(),
+            parts: agent.parts.clone(),
             tools,
-            sources: agent.sources.clone(),
-            hooks: agent.hooks.clone(),
-            summarizer: agent.summarizer.clone(),
             handle: agent.handle.clone(),
             shared: agent.shared.clone(),
             cancel: agent.handle.token(),
@@ -117,8 +108,6 @@ impl Driver {
             published: 0,
             told_cancel: false,
             told_stop: false,
-            team: agent.team.clone(),
-            fallbacks: agent.fallbacks.clone(),
             depth: agent.depth,
             max_depth: agent.max_depth,
             limiter: agent.limiter.clone(),
@@ -159,8 +148,8 @@ impl Driver {
 
     pub(crate) async fn drive(mut self, start: Start) {
         // Sources that changed since the last run (or during it, after its last turn).
-        if self.sources.changed() {
-            if let Some(tools) = self.sources.refresh().await {
+        if self.parts.sources.changed() {
+            if let Some(tools) = self.parts.sources.refresh().await {
                 self.tools = tools;
             }
         }
@@ -233,13 +222,15 @@ impl Driver {
             Action::Emit(event) => self.report(event).await,
             Action::CallModel(mut request) => {
                 let turn = self.machine.as_ref().map_or(0, AgentMachine::turn);
-                match self.hooks.before_model_call(&mut request, turn).await {
+                match self.parts.hooks.before_model_call(&mut request, turn).await {
                     HookAction::Stop(reason) => self.tell(Input::HookStopped(reason)),
                     HookAction::Continue => {
-                        let span = self.telemetry.call_model(&request, &*self.client, turn);
+                        let span = self
+                            .telemetry
+                            .call_model(&request, &*self.parts.client, turn);
                         let tokens = self.machine.as_ref().map(|m| m.context().token_count());
                         let pace = self.limiter.clone().zip(tokens);
-                        io.call_model(self.client.clone(), request, span, pace);
+                        io.call_model(self.parts.client.clone(), request, span, pace);
                     }
                 }
             }
@@ -247,7 +238,7 @@ impl Driver {
             Action::Approve(calls) => {
                 let mut verdicts = Vec::with_capacity(calls.len());
                 for call in &calls {
-                    verdicts.push(self.hooks.before_tool(call).await);
+                    verdicts.push(self.parts.hooks.before_tool(call).await);
                 }
                 self.tell(Input::Approved(verdicts));
             }
@@ -272,6 +263,9 @@ impl Driver {
                 self.fall_back(index);
             }
             Action::Summarize(span) => self.summarize(span).await,
+            Action::Checkpoint => {
+                self.save(Tail::Renew).await;
+            }
             Action::Finish(outcome) => {
                 self.finish(outcome).await;
                 return ControlFlow::Break(());
@@ -291,7 +285,6 @@ impl Driver {
         self.emit(event).await;
         if turn_end {
             self.publish();
-            self.save(Tail::Renew).await;
         }
         if !self.told_cancel && self.cancel.is_cancelled() {
             self.told_cancel = true;
@@ -356,7 +349,7 @@ impl Driver {
 
     /// Asks the summarizer for a summary of `span`, unless the run is cancelled meanwhile.
     async fn summarize(&mut self, span: Vec<Message>) {
-        let summary = match &self.summarizer {
+        let summary = match &self.parts.summarizer {
             None => Err(ContextError::Summary("no summarizer is configured".to_owned()).into()),
             Some(summarizer) => {
                 tokio::select! {
@@ -406,7 +399,7 @@ impl Driver {
     pub(crate) async fn refresh_tools(&mut self) {
         let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
         // A run told to stop after this turn needs no new tools.
-        if over || self.told_stop || !self.sources.changed() {
+        if over || self.told_stop || !self.parts.sources.changed() {
             return;
         }
         let refreshed = tokio::select! {
@@ -414,7 +407,7 @@ impl Driver {
                 self.told_cancel = true;
                 return self.tell(Input::Cancel);
             }
-            refreshed = self.sources.refresh() => refreshed,
+            refreshed = self.parts.sources.refresh() => refreshed,
         };
         if let Some(tools) = refreshed {
             tracing::debug!(tools = tools.len(), "the agent's tools changed");
@@ -426,13 +419,9 @@ impl Driver {
     /// From now on, the model calls and tools are those of the agent at `route` (see
     /// [`Action::Handoff`](crate::agent::machine::Action::Handoff)); an unknown route changes nothing.
     pub(crate) fn hand_off(&mut self, route: &[usize]) {
-        if let Some(member) = Member::find(&self.team, route) {
-            self.client = member.client.clone();
-            self.sources = member.sources.clone();
+        if let Some(member) = Parts::find(&self.parts.team, route) {
             self.tools = member.sources.current();
-            self.hooks = member.hooks.clone();
-            self.summarizer = member.summarizer.clone();
-            self.fallbacks = member.fallbacks.clone();
+            self.parts = member.clone();
         }
     }
 
@@ -440,8 +429,8 @@ impl Driver {
     /// (see [`Action::Fallback`](crate::agent::machine::Action::Fallback)); an unknown one changes
     /// nothing.
     pub(crate) fn fall_back(&mut self, index: usize) {
-        if let Some(client) = self.fallbacks.get(index) {
-            self.client = client.clone();
+        if let Some(client) = self.parts.fallbacks.get(index) {
+            self.parts.client = client.clone();
         }
     }
 }

@@ -23,10 +23,6 @@ use crate::session::{self, SessionEntry, SessionStore};
 use crate::agent::handle::{lock, Shared};
 use crate::agent::machine::pause::PausedRun;
 
-/// How long a run's lease on its session lasts unless renewed (each saved turn renews it):
-/// how long a session stays held after its process died.
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(120);
-
 /// The store an agent keeps its conversation in, and the session's id.
 #[derive(Clone)]
 pub(crate) struct SessionLink {
@@ -39,8 +35,8 @@ pub(crate) struct SessionLink {
 }
 
 impl SessionLink {
-    /// A link to session `id` in `store`, for a new agent.
-    pub(crate) fn new(store: Arc<dyn SessionStore>, id: String) -> Self {
+    /// A link to session `id` in `store`, for a new agent whose lease lasts `lease`.
+    pub(crate) fn new(store: Arc<dyn SessionStore>, id: String, lease: Duration) -> Self {
         static AGENTS: AtomicU64 = AtomicU64::new(0);
         let holder = format!(
             "{}-{}-{}",
@@ -52,7 +48,7 @@ impl SessionLink {
             store,
             id,
             holder,
-            lease: DEFAULT_LEASE,
+            lease,
         }
     }
 

@@ -114,8 +114,8 @@ impl Agent {
                 };
             }
         };
-        let span = telemetry::run_span(&self.config, &*self.client);
-        let tools = self.sources.current();
+        let span = telemetry::run_span(&self.config, &*self.parts.client);
+        let tools = self.parts.sources.current();
         let driver = Driver::new(self, context, tools, span.clone(), tx)
             .drive(start)
             .instrument(span);

@@ -85,7 +85,11 @@ pub(crate) fn run_span(config: &MachineConfig, client: &dyn LlmClient) -> Span {
         termination = Empty,
     );
     record_nonempty(&span, "gen_ai.provider.name", client.provider_name());
-    let model = config.model.as_deref().unwrap_or_else(|| client.model());
+    let model = config
+        .settings
+        .model
+        .as_deref()
+        .unwrap_or_else(|| client.model());
     record_nonempty(&span, "gen_ai.request.model", model);
     span
 }

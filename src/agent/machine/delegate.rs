@@ -20,7 +20,7 @@ pub(crate) fn depth(
     if depth > max_depth {
         return Err(ToolError::new(format!(
             "not run: the agent `{name}` would run {depth} levels below the run the host \
-             started, past the limit of {max_depth} (AgentBuilder::max_depth); do the task \
+             started, past the limit of {max_depth} (RunPolicy::max_depth); do the task \
              without it"
         )));
     }

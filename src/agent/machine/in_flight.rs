@@ -22,22 +22,19 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
-    /// Notes that `calls` start at `now` (no time known: they will report none).
-    pub(super) fn start(&mut self, calls: &[ToolCall], now: Option<Instant>) {
-        if let Some(now) = now {
-            for call in calls {
-                self.started.insert(call.id.clone(), now);
-            }
+    /// Notes that `calls` start at `now`.
+    pub(super) fn start(&mut self, calls: &[ToolCall], now: Instant) {
+        for call in calls {
+            self.started.insert(call.id.clone(), now);
         }
     }
 
     /// How long the call `id` has run at `now`: from its start (zero for a call that never
-    /// started, or with no time known).
-    pub(super) fn ran_for(&self, id: &str, now: Option<Instant>) -> Duration {
-        match (self.started.get(id), now) {
-            (Some(&start), Some(now)) => now.saturating_duration_since(start),
-            _ => Duration::ZERO,
-        }
+    /// started).
+    pub(super) fn ran_for(&self, id: &str, now: Instant) -> Duration {
+        self.started.get(id).map_or(Duration::ZERO, |&start| {
+            now.saturating_duration_since(start)
+        })
     }
 
     /// Notes that the call `id` was answered (its `ToolResult` emitted).
@@ -67,13 +64,17 @@ mod tests {
         let mut calls = InFlight::default();
         let t0 = Instant::now();
         let call = ToolCall::new("c1", "t", serde_json::json!({}));
-        calls.start(std::slice::from_ref(&call), Some(t0));
+        calls.start(std::slice::from_ref(&call), t0);
         let later = t0 + Duration::from_secs(2);
-        assert_eq!(calls.ran_for("c1", Some(later)), Duration::from_secs(2));
-        assert_eq!(calls.ran_for("c2", Some(later)), Duration::ZERO);
-        assert_eq!(calls.ran_for("c1", None), Duration::ZERO);
+        assert_eq!(calls.ran_for("c1", later), Duration::from_secs(2));
+        assert_eq!(calls.ran_for("c2", later), Duration::ZERO);
+        // A clock that went backwards gives zero, not a panic.
+        assert_eq!(
+            calls.ran_for("c1", t0 - Duration::from_secs(1).min(t0.elapsed())),
+            Duration::ZERO
+        );
         calls.end_turn();
-        assert_eq!(calls.ran_for("c1", Some(later)), Duration::ZERO);
+        assert_eq!(calls.ran_for("c1", later), Duration::ZERO);
     }
 
     #[test]

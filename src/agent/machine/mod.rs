@@ -19,10 +19,12 @@ pub(super) mod handoff;
 pub(super) mod nested;
 pub(super) mod output;
 pub(super) mod pause;
+pub(crate) mod policy;
 pub(super) mod spend;
 pub(super) mod turn;
 
-pub use self::config::{HandoffTarget, MachineConfig};
+pub use self::config::{HandoffTarget, MachineConfig, DEFAULT_MAX_TOKENS};
+pub use self::policy::RunPolicy;
 pub use crate::agent::fallback::FallbackTarget;
 
 // The machine's own state, in owned parts.
@@ -44,6 +46,7 @@ use crate::error::{ConfigError, Error, LlmError, ResumeError};
 use crate::input::UserInput;
 use crate::message::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::pricing::Cost;
+use crate::provider::cache::PromptCache;
 use crate::provider::transport::RetryPolicy;
 use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
@@ -224,6 +227,11 @@ pub enum Action {
     /// Summarize these messages (the oldest turns, which compaction replaces with the
     /// summary); answer with [`Input::Summary`].
     Summarize(Vec<Message>),
+    /// A turn has ended whole (right after its [`AgentEvent::TurnEnd`]): the conversation
+    /// is valid here (every call answered), so a driver that keeps it in a store saves it
+    /// now. The machine says where to save; a driver never decides it from the events.
+    /// A driver without a store (or one whose journal already keeps each step) does nothing.
+    Checkpoint,
     /// The run is over; this is the last action. The conversation is left valid
     /// ([`AgentMachine::into_context`]). The driver reports
     /// [`AgentEvent::Finished`] with this outcome once it has released what the run held.
@@ -356,6 +364,8 @@ enum State {
 ///         Action::AbortTools => {}
 ///         // A real driver asks a model for a summary of these messages.
 ///         Action::Summarize(_messages) => waiting.push_back(Input::Summary(Ok("…".into()))),
+///         // A turn ended whole: a driver with a session store saves the conversation here.
+///         Action::Checkpoint => {}
 ///         Action::Finish(outcome) => break outcome,
 ///         // `Action` is non-exhaustive: a newer action this driver does not know.
 ///         other => unimplemented!("{other:?}"),
@@ -401,8 +411,6 @@ pub struct AgentMachine {
     in_flight: InFlight,
     /// Sub-agents' runs under this run's calls.
     nested: NestedRuns,
-    /// The instant of the input being handled (the latest given).
-    now: Option<Instant>,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
 }
@@ -446,7 +454,6 @@ impl AgentMachine {
             routing: Routing::default(),
             in_flight: InFlight::default(),
             nested: NestedRuns::default(),
-            now: None,
             ignored: None,
         }
     }
@@ -488,7 +495,6 @@ impl AgentMachine {
         let mut machine = AgentMachine::new(config, context, tools);
         machine.routing = routing;
         machine.nested = NestedRuns::restore(state.sub_agents.clone());
-        machine.now = Some(now);
         machine.counters = Counters::resumed(&state.counters);
         machine.spending = state.spending.paused();
         machine.text = state.text.paused();
@@ -520,7 +526,7 @@ impl AgentMachine {
                             }
                             // The host ran it: its result answers it.
                             Some(Resolution::Result { content, is_error }) => {
-                                machine.answer_with(&mut batch, i, content, *is_error);
+                                machine.answer_with(&mut batch, i, content, *is_error, now);
                                 continue;
                             }
                             None => None,
@@ -533,28 +539,28 @@ impl AgentMachine {
                     .any(|(_, v)| matches!(v, Some(ToolDecision::Stop(_))));
                 if !stops && decided.iter().any(|(_, v)| v.is_none()) {
                     batch.paused_verdicts = Some(decided);
-                    machine.launch(batch)
+                    machine.launch(batch, now)
                 } else {
                     let decided = decided
                         .into_iter()
                         .map(|(i, v)| (i, v.unwrap_or(ToolDecision::Pause)))
                         .collect();
-                    machine.apply_verdicts(batch, decided)
+                    machine.apply_verdicts(batch, decided, now)
                 }
             }
             Waiting::Results { calls: waiting } => {
                 for &i in waiting {
                     match resolutions.get(&batch.calls[i].id) {
                         Some(Resolution::Result { content, is_error }) => {
-                            machine.answer_with(&mut batch, i, content, *is_error);
+                            machine.answer_with(&mut batch, i, content, *is_error, now);
                         }
                         Some(Resolution::Deny { reason }) => {
-                            machine.answer(&mut batch, i, &format!("denied: {reason}"));
+                            machine.answer(&mut batch, i, &format!("denied: {reason}"), now);
                         }
                         _ => batch.outside.push(i),
                     }
                 }
-                machine.launch(batch)
+                machine.launch(batch, now)
             }
         };
         Ok(machine)
@@ -571,10 +577,12 @@ impl AgentMachine {
     /// named like one of the agent's tools, a forced tool the agent does not have) end the run
     /// at once with [`Termination::Error`], before the input is added.
     pub fn start_with(&mut self, input: impl Into<UserInput>, options: RunOptions, now: Instant) {
+        // Nothing at the start waits on the clock (the first turn starts at the next poll);
+        // the instant is taken so that every input to the machine comes with its time.
+        let _ = now;
         if !matches!(self.state, State::Idle) {
             return;
         }
-        self.now = Some(now);
         let settings = options.settings.over(&self.config.settings);
         if let Err(e) = self.check_options(&settings, options.output.as_ref()) {
             self.finish(Termination::Error(e));
@@ -670,11 +678,10 @@ impl AgentMachine {
     /// run ended) changes nothing and is reported as [`Handled::Ignored`] (and logged at
     /// debug level), never silently dropped.
     pub fn handle(&mut self, input: Input, now: Instant) -> Handled {
-        self.now = Some(now);
         self.ignored = None;
         match input {
-            Input::Cancel => self.cancel(Termination::Cancelled),
-            Input::Abort(error) => self.cancel(Termination::Error(error)),
+            Input::Cancel => self.cancel(Termination::Cancelled, now),
+            Input::Abort(error) => self.cancel(Termination::Error(error), now),
             Input::StopAfterTurn => self.counters.stop_after_turn = true,
             Input::ToolProgress(progress) => self.progress(progress),
             Input::Nested(nested) => self.nested_event(nested),
@@ -682,13 +689,13 @@ impl AgentMachine {
             input => {
                 let state = std::mem::replace(&mut self.state, State::Finished);
                 self.state = match (state, input) {
-                    (State::ModelCall(attempt), input) => self.on_model(attempt, input),
+                    (State::ModelCall(attempt), input) => self.on_model(attempt, input, now),
                     (State::Summarizing, Input::Summary(summary)) => self.on_summary(summary),
                     (State::Approving(batch), Input::Approved(verdicts)) => {
-                        self.on_approved(batch, verdicts)
+                        self.on_approved(batch, verdicts, now)
                     }
                     (State::RunningTools(batch), Input::ToolDone(result)) => {
-                        self.on_tool_done(batch, result)
+                        self.on_tool_done(batch, result, now)
                     }
                     (state, input) => {
                         self.ignore(&input, "the machine does not wait for it now");
@@ -716,7 +723,6 @@ impl AgentMachine {
     /// [`poll_timeout`](Self::poll_timeout)), or with no timer set, it changes nothing and is
     /// reported as [`Handled::Ignored`].
     pub fn handle_timeout(&mut self, now: Instant) -> Handled {
-        self.now = Some(now);
         match self.state {
             State::Backoff(until) if now >= until => {
                 self.state = self.call_model();
@@ -765,8 +771,8 @@ impl AgentMachine {
         if self.counters.turns > 0 && self.counters.stop_after_turn {
             return self.finish(Termination::Cancelled);
         }
-        if self.counters.turns >= self.config.max_turns {
-            if (self.config.final_answer_at_max_turns || self.answer.asked.is_some())
+        if self.counters.turns >= self.config.policy.max_turns {
+            if (self.config.policy.final_answer_at_max_turns || self.answer.asked.is_some())
                 && !self.counters.final_call
             {
                 self.counters.make_final();
@@ -797,7 +803,8 @@ impl AgentMachine {
             Verdict::Go => None,
             Verdict::Stop(stop) => Some(stop),
             Verdict::Last(limit) => {
-                let forced = self.config.final_answer_at_budget || self.answer.asked.is_some();
+                let forced =
+                    self.config.policy.final_answer_at_budget || self.answer.asked.is_some();
                 if forced && self.counters.make_final() {
                     self.final_cause = Some(limit);
                 }
@@ -854,11 +861,12 @@ impl AgentMachine {
         self.call_model_within_budget()
     }
 
-    /// The model the requests ask for: the config's, else the client's own.
+    /// The model the requests ask for: the run's settings', else the client's own.
     fn asked_model(&self) -> &str {
-        self.config
+        self.settings
             .model
             .as_deref()
+            .or(self.config.settings.model.as_deref())
             .unwrap_or(&self.config.client_model)
     }
 
@@ -867,7 +875,7 @@ impl AgentMachine {
     /// proxy's alias, a test double's) never makes a call free: a budget never stops
     /// counting.
     fn cost_of(&self, named: &str, usage: &Usage) -> Cost {
-        let pricing = &self.config.pricing;
+        let pricing = &self.config.policy.pricing;
         let model = if pricing.price(named).is_some() {
             named
         } else {
@@ -879,7 +887,7 @@ impl AgentMachine {
     /// What the budgets say of the next model call: its counted request and `max_tokens`,
     /// at the prices of the model it asks for.
     fn budget_verdict(&self) -> Verdict {
-        if self.config.token_budget.is_none() && self.config.cost_budget.is_none() {
+        if self.config.policy.token_budget.is_none() && self.config.policy.cost_budget.is_none() {
             return Verdict::Go;
         }
         let model = self.asked_model();
@@ -888,7 +896,7 @@ impl AgentMachine {
             &self.config,
             model,
             input,
-            u64::from(self.config.max_tokens),
+            u64::from(self.settings.max_tokens.unwrap_or(self.config.max_tokens())),
         );
         spend::check(&self.config, &self.spending.spent, &next)
     }
@@ -920,20 +928,19 @@ impl AgentMachine {
         let mut request = ModelRequest {
             // Shared with the context, not copied: a turn costs the same at any length.
             messages: self.context.shared_messages(),
-            model: config.model.clone(),
             system: self.context.system().map(str::to_owned),
             tools,
-            max_tokens: config.max_tokens,
-            thinking_budget: config.thinking_budget,
-            prompt_cache: config.prompt_cache,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            prompt_cache: Some(PromptCache::default()),
             // The machine decides and counts every retry of the run (`attempt_failed`).
             retry: Some(RetryPolicy::none()),
             ..ModelRequest::default()
         };
+        // The run's settings are the agent's with the run's options over them.
         self.settings.apply(&mut request);
         // Anthropic refuses a forced tool choice with extended thinking on; there the
         // model is only told (in the history) to call the answer tool.
-        let can_force = config.thinking_budget.is_none();
+        let can_force = request.thinking_budget.is_none();
         match &self.answer.asked {
             Some(output) if (self.counters.final_call || self.answer.force) && can_force => {
                 request.tool_choice = ToolChoice::Tool(output.spec.name.clone());
@@ -958,7 +965,7 @@ impl AgentMachine {
 
     // ----- the model's response ------------------------------------------------------
 
-    fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input) -> State {
+    fn on_model(&mut self, mut attempt: Box<Attempt>, input: Input, now: Instant) -> State {
         match input {
             Input::ModelEvent(event) => {
                 attempt.content_seen |= event.is_content();
@@ -972,7 +979,7 @@ impl AgentMachine {
                 };
                 if let Err(error) = attempt.assembler.push(&event) {
                     self.out.push_back(Action::StopModel);
-                    return self.attempt_failed(attempt, error);
+                    return self.attempt_failed(attempt, error, now);
                 }
                 match event {
                     LlmEvent::TextDelta { text, .. } if !text.is_empty() => {
@@ -1005,7 +1012,7 @@ impl AgentMachine {
                     LlmEvent::MessageStart { model, .. } => attempt.model = model,
                     LlmEvent::MessageStop { .. } => {
                         self.out.push_back(Action::StopModel);
-                        return self.attempt_ended(attempt);
+                        return self.attempt_ended(attempt, now);
                     }
                     LlmEvent::RateLimits(limits) => {
                         self.emit(AgentEvent::RateLimits(*limits));
@@ -1015,8 +1022,8 @@ impl AgentMachine {
                 }
                 State::ModelCall(attempt)
             }
-            Input::ModelEnded(Ok(())) => self.attempt_ended(attempt),
-            Input::ModelEnded(Err(error)) => self.attempt_failed(attempt, error),
+            Input::ModelEnded(Ok(())) => self.attempt_ended(attempt, now),
+            Input::ModelEnded(Err(error)) => self.attempt_failed(attempt, error, now),
             Input::HookStopped(reason) => self.finish(Termination::StoppedByHook { reason }),
             Input::Approved(verdicts) => {
                 let calls = std::mem::take(&mut attempt.approving);
@@ -1026,7 +1033,7 @@ impl AgentMachine {
                     if verdict == ToolDecision::Allow && !self.needs_approval(&call.name) {
                         self.emit_call(&call);
                         attempt.early.start(&call);
-                        self.run_tools(vec![call]);
+                        self.run_tools(vec![call], now);
                     }
                 }
                 State::ModelCall(attempt)
@@ -1050,7 +1057,10 @@ impl AgentMachine {
     /// A read-only call whose arguments are complete starts while the model still streams
     /// (after the hook allows it), unless a side-effecting call came before it.
     fn maybe_start_early(&mut self, attempt: &mut Attempt, index: usize) {
-        if !self.config.early_read_only_tools || self.counters.final_call || attempt.early.blocked {
+        if !self.config.policy.early_read_only_tools
+            || self.counters.final_call
+            || attempt.early.blocked
+        {
             return;
         }
         let Some((id, name, input)) = attempt.assembler.completed_tool_call(index) else {
@@ -1065,7 +1075,7 @@ impl AgentMachine {
     }
 
     /// The response stream ended (cleanly, or after `MessageStop`).
-    fn attempt_ended(&mut self, attempt: Box<Attempt>) -> State {
+    fn attempt_ended(&mut self, attempt: Box<Attempt>, now: Instant) -> State {
         let Attempt {
             assembler,
             content_seen,
@@ -1080,7 +1090,7 @@ impl AgentMachine {
                 let cost = self.cost_of(&response.model, &usage);
                 self.spending.response(usage, cost);
                 self.ids.take(call_ids);
-                self.on_response(response, early)
+                self.on_response(response, early, now)
             }
             Err(error) => self.attempt_failed(
                 Box::new(Attempt {
@@ -1092,18 +1102,20 @@ impl AgentMachine {
                     ..Attempt::new(StreamAssembler::new())
                 }),
                 error,
+                now,
             ),
         }
     }
 
     /// The attempt failed: compact and re-send on an overflow (once per turn), re-send after
     /// a backoff when it broke after content and retries remain, else end the run.
-    fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError) -> State {
+    fn attempt_failed(&mut self, attempt: Box<Attempt>, error: LlmError, now: Instant) -> State {
         let cost = self.cost_of(&attempt.model, &attempt.usage);
         self.spending.failed(attempt.usage, cost);
         self.abandon_early(
             attempt.early,
             "not run: the model's response broke off; it is requested again",
+            now,
         );
         self.text.partial.clear();
         if self.takes_fallback(&error, false) {
@@ -1116,7 +1128,10 @@ impl AgentMachine {
         // The machine owns every retry of a run, before content or after (its requests ask
         // the client for none): one policy, one count, one `Retry` event each.
         let retry = self.counters.retry();
-        let delay = self.config.retry.delay_for(retry, &error);
+        let delay = match &self.config.policy.retry {
+            Some(policy) => policy.delay_for(retry, &error),
+            None => RetryPolicy::default().delay_for(retry, &error),
+        };
         let Some(delay) = delay else {
             if self.takes_fallback(&error, true) {
                 return self.fall_back(&error);
@@ -1146,11 +1161,7 @@ impl AgentMachine {
         if let Some(stop) = self.budget_gate() {
             return self.finish(stop);
         }
-        // `now` is the instant of the input being handled (set by every `handle`).
-        match self.now {
-            Some(now) => State::Backoff(now + delay),
-            None => self.call_model(),
-        }
+        State::Backoff(now + delay)
     }
 
     /// Whether the next fallback is for `error` (at once, or once `retries_spent`).
@@ -1177,7 +1188,8 @@ impl AgentMachine {
             error: error.to_string(),
         });
         self.out.push_back(Action::Fallback { index, from, to });
-        self.config.model = target.model;
+        self.settings.model.clone_from(&target.model);
+        self.config.settings.model = target.model;
         self.config.client_model = target.client_model;
         self.counters.reset_attempts();
         if let Some(stop) = self.budget_gate() {
@@ -1188,7 +1200,12 @@ impl AgentMachine {
 
     /// Answers each call started early of an abandoned attempt: its result if it finished,
     /// else `why`; the ones still running are abandoned. Returns the results given, by id.
-    fn abandon_early(&mut self, early: Early, why: &str) -> HashMap<String, ToolCallResult> {
+    fn abandon_early(
+        &mut self,
+        early: Early,
+        why: &str,
+        now: Instant,
+    ) -> HashMap<String, ToolCallResult> {
         if early.running() > 0 {
             self.out.push_back(Action::AbortTools);
         }
@@ -1201,7 +1218,7 @@ impl AgentMachine {
             let result = match done.remove(&id) {
                 Some(result) => result,
                 None => {
-                    let ran_for = self.ran_for(&id);
+                    let ran_for = self.in_flight.ran_for(&id, now);
                     ToolCallResult::new(id, name, why, true, ran_for)
                 }
             };
@@ -1211,7 +1228,7 @@ impl AgentMachine {
         given
     }
 
-    fn on_response(&mut self, response: ModelResponse, early: Early) -> State {
+    fn on_response(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
         let sent = self.context.len();
         self.context.record_usage(&response.usage, sent);
         if !response.message.content.is_empty() {
@@ -1221,12 +1238,12 @@ impl AgentMachine {
         self.text.response(response.text(), has_calls);
 
         if self.counters.final_call && !self.answer.called_in(&response) {
-            self.answer_unrun(&response, early, "not run: the turn limit was reached");
+            self.answer_unrun(&response, early, "not run: the turn limit was reached", now);
             self.end_turn(&response);
             let termination = self.final_termination();
             return self.finish(termination);
         }
-        let continuations_left = self.counters.continuations < self.config.max_continuations;
+        let continuations_left = self.counters.continuations < self.config.policy.max_continuations;
         match turn::after_response(&response, continuations_left) {
             // A completed response has no calls; without an answer tool this finishes.
             Next::Stop(Termination::Completed) => {
@@ -1238,6 +1255,7 @@ impl AgentMachine {
                     &response,
                     early,
                     "not run: the response was cut off or refused",
+                    now,
                 );
                 self.end_turn(&response);
                 self.finish(termination)
@@ -1247,6 +1265,7 @@ impl AgentMachine {
                     &response,
                     early,
                     "not run: the response was paused; it is continued",
+                    now,
                 );
                 self.end_turn(&response);
                 State::NextTurn
@@ -1259,6 +1278,7 @@ impl AgentMachine {
                         early,
                         "not run: your response was cut off by the max_tokens limit before this \
                          call was complete; make smaller calls",
+                        now,
                     );
                 } else {
                     self.text.continuing = true;
@@ -1269,15 +1289,15 @@ impl AgentMachine {
                 self.end_turn(&response);
                 State::NextTurn
             }
-            Next::RunTools => self.start_batch(response, early),
+            Next::RunTools => self.start_batch(response, early, now),
         }
     }
 
     /// Answers every tool call of a response that will not run, so the history stays valid:
     /// a call started early keeps the result it has (or, still running, is abandoned and
     /// answered with `why`, like the rest).
-    fn answer_unrun(&mut self, response: &ModelResponse, early: Early, why: &str) {
-        let mut early = self.abandon_early(early, why);
+    fn answer_unrun(&mut self, response: &ModelResponse, early: Early, why: &str, now: Instant) {
+        let mut early = self.abandon_early(early, why, now);
         let results: Vec<ContentBlock> = response
             .message
             .tool_uses()
@@ -1301,7 +1321,7 @@ impl AgentMachine {
         self.in_flight.end_turn();
         if let Some(turn) = self.counters.end_turn() {
             let cost = self.spending.take_turn_cost();
-            self.emit(AgentEvent::TurnEnd {
+            self.end_turn_event(AgentEvent::TurnEnd {
                 turn,
                 stop_reason,
                 usage: response.usage,
@@ -1310,23 +1330,23 @@ impl AgentMachine {
         }
     }
 
-    /// Tells the driver to run `calls`, noting when they started.
-    fn run_tools(&mut self, calls: Vec<ToolCall>) {
-        self.in_flight.start(&calls, self.now);
-        self.out.push_back(Action::RunTools(calls));
+    /// Reports a turn's end, and asks the driver to save the conversation there.
+    fn end_turn_event(&mut self, event: AgentEvent) {
+        self.emit(event);
+        self.out.push_back(Action::Checkpoint);
     }
 
-    /// How long the call `id` has run: from its start to the input being handled (zero for
-    /// a call that never started).
-    fn ran_for(&self, id: &str) -> Duration {
-        self.in_flight.ran_for(id, self.now)
+    /// Tells the driver to run `calls`, noting when they started.
+    fn run_tools(&mut self, calls: Vec<ToolCall>, now: Instant) {
+        self.in_flight.start(&calls, now);
+        self.out.push_back(Action::RunTools(calls));
     }
 
     // ----- tools ---------------------------------------------------------------------
 
     /// A response's calls: repeated ones stop the run, invalid ones are answered at once, the
     /// rest go to the hook (all but those started early).
-    fn start_batch(&mut self, response: ModelResponse, early: Early) -> State {
+    fn start_batch(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
         let calls: Vec<ToolCall> = response
             .message
             .tool_uses()
@@ -1344,7 +1364,7 @@ impl AgentMachine {
                 .iter()
                 .filter(|call| Some(call.name.as_str()) != answer_tool),
         );
-        if times >= self.config.max_repeated_calls {
+        if times >= self.config.policy.max_repeated_calls {
             let name = batch
                 .calls
                 .first()
@@ -1356,14 +1376,14 @@ impl AgentMachine {
             );
             // A call started early was announced already: it keeps the result it has, or,
             // still running, is abandoned and answered like the rest.
-            let mut early = self.abandon_early(early, &message);
+            let mut early = self.abandon_early(early, &message, now);
             for i in 0..n {
                 match early.remove(&batch.calls[i].id) {
                     Some(result) => {
                         batch.announced[i] = true;
                         batch.set_result(i, result);
                     }
-                    None => self.answer(&mut batch, i, &message),
+                    None => self.answer(&mut batch, i, &message, now),
                 }
             }
             batch.stop = Some(Termination::RepeatedToolCall { name, times });
@@ -1399,7 +1419,7 @@ impl AgentMachine {
                 (call.reason.to_string(), raw)
             });
         }
-        self.answer_output_calls(&mut batch, &invalid);
+        self.answer_output_calls(&mut batch, &invalid, now);
         if self.counters.final_call && batch.stop.is_none() {
             batch.stop = Some(self.final_termination());
         }
@@ -1407,11 +1427,16 @@ impl AgentMachine {
             // The run ends with this batch: the other calls are not run.
             for i in 0..n {
                 if !batch.announced[i] && batch.results[i].is_none() {
-                    self.answer(&mut batch, i, "not run: the run ended with this response");
+                    self.answer(
+                        &mut batch,
+                        i,
+                        "not run: the run ended with this response",
+                        now,
+                    );
                 }
             }
         }
-        self.answer_handoffs(&mut batch);
+        self.answer_handoffs(&mut batch, now);
 
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
@@ -1422,13 +1447,13 @@ impl AgentMachine {
                     "invalid arguments for tool \"{}\": {reason}; received: {raw}",
                     batch.calls[i].name
                 );
-                self.answer(&mut batch, i, &message);
+                self.answer(&mut batch, i, &message, now);
                 continue;
             }
             batch.approving.push(i);
         }
         if batch.approving.is_empty() {
-            return self.launch(batch);
+            return self.launch(batch, now);
         }
         let calls = batch
             .approving
@@ -1439,7 +1464,12 @@ impl AgentMachine {
         State::Approving(batch)
     }
 
-    fn on_approved(&mut self, mut batch: Box<Batch>, verdicts: Vec<ToolDecision>) -> State {
+    fn on_approved(
+        &mut self,
+        mut batch: Box<Batch>,
+        verdicts: Vec<ToolDecision>,
+        now: Instant,
+    ) -> State {
         let positions = std::mem::take(&mut batch.approving);
         let mut verdicts = verdicts.into_iter();
         let verdicts: Vec<(usize, ToolDecision)> = positions
@@ -1471,14 +1501,18 @@ impl AgentMachine {
                     .map(|(i, v)| (i, (v != ToolDecision::Pause).then_some(v)))
                     .collect(),
             );
-            return self.launch(batch);
+            return self.launch(batch, now);
         }
-        self.apply_verdicts(batch, verdicts)
+        self.apply_verdicts(batch, verdicts, now)
     }
 
     /// Whether calls of the tool `name` wait for a person's approval.
     fn needs_approval(&self, name: &str) -> bool {
-        self.config.require_approval.iter().any(|n| n == name)
+        self.config
+            .policy
+            .require_approval
+            .iter()
+            .any(|n| n == name)
     }
 
     /// Answers the denied calls, announces the allowed ones and starts them.
@@ -1486,6 +1520,7 @@ impl AgentMachine {
         &mut self,
         mut batch: Box<Batch>,
         verdicts: Vec<(usize, ToolDecision)>,
+        now: Instant,
     ) -> State {
         let mut allowed = Vec::new();
         for (i, verdict) in verdicts {
@@ -1493,10 +1528,10 @@ impl AgentMachine {
                 // A pause beside a stop: stopped with the rest.
                 ToolDecision::Allow | ToolDecision::Pause => allowed.push(i),
                 ToolDecision::Deny(reason) => {
-                    self.answer(&mut batch, i, &format!("denied: {reason}"))
+                    self.answer(&mut batch, i, &format!("denied: {reason}"), now)
                 }
                 ToolDecision::Stop(reason) => {
-                    self.answer(&mut batch, i, &format!("not run: {reason}"));
+                    self.answer(&mut batch, i, &format!("not run: {reason}"), now);
                     batch
                         .stop
                         .get_or_insert(Termination::StoppedByHook { reason });
@@ -1506,7 +1541,7 @@ impl AgentMachine {
         // A stopping hook stops the whole batch: nothing else of it runs.
         if batch.stop.is_some() {
             for i in allowed.drain(..) {
-                self.answer(&mut batch, i, "not run: the run was stopped");
+                self.answer(&mut batch, i, "not run: the run was stopped", now);
             }
         }
         for &i in &allowed {
@@ -1520,12 +1555,12 @@ impl AgentMachine {
             .iter()
             .any(|&i| !self.tools.is_read_only(&batch.calls[i].name));
         batch.held = allowed;
-        self.launch(batch)
+        self.launch(batch, now)
     }
 
     /// Starts the allowed calls: after the early read-only calls still running when any of
     /// them has side effects (they may touch the same resource).
-    fn launch(&mut self, mut batch: Box<Batch>) -> State {
+    fn launch(&mut self, mut batch: Box<Batch>, now: Instant) -> State {
         if batch.paused_verdicts.is_none()
             && (!batch.held_side_effects || batch.early_pending.is_empty())
         {
@@ -1539,7 +1574,7 @@ impl AgentMachine {
                 }
             }
             if !calls.is_empty() {
-                self.run_tools(calls);
+                self.run_tools(calls, now);
             }
         }
         if batch.unanswered == 0 {
@@ -1613,7 +1648,12 @@ impl AgentMachine {
         self.finish(Termination::Paused(Box::new(paused)))
     }
 
-    fn on_tool_done(&mut self, mut batch: Box<Batch>, result: ToolCallResult) -> State {
+    fn on_tool_done(
+        &mut self,
+        mut batch: Box<Batch>,
+        result: ToolCallResult,
+        now: Instant,
+    ) -> State {
         let Some(i) = batch
             .position(&result.id)
             .filter(|&i| batch.results[i].is_none() && batch.announced[i])
@@ -1629,7 +1669,7 @@ impl AgentMachine {
         batch.early_pending.remove(&i);
         // Starts the held calls once no early call is left, and completes the batch when
         // every call is answered.
-        self.launch(batch)
+        self.launch(batch, now)
     }
 
     /// Every call is answered: the results go into the history, the turn ends, and the run
@@ -1667,7 +1707,7 @@ impl AgentMachine {
         if let Some(stop) = stop {
             return self.finish(stop);
         }
-        if all_failed >= self.config.max_tool_failure_turns {
+        if all_failed >= self.config.policy.max_tool_failure_turns {
             return self.finish(Termination::ToolFailures { turns: all_failed });
         }
         State::NextTurn
@@ -1675,11 +1715,18 @@ impl AgentMachine {
 
     /// Answers call `i` of the batch itself (not run): its `ToolCall`, if not announced yet,
     /// then an error result.
-    fn answer(&mut self, batch: &mut Batch, i: usize, message: &str) {
-        self.answer_with(batch, i, message, true);
+    fn answer(&mut self, batch: &mut Batch, i: usize, message: &str, now: Instant) {
+        self.answer_with(batch, i, message, true, now);
     }
 
-    fn answer_with(&mut self, batch: &mut Batch, i: usize, message: &str, is_error: bool) {
+    fn answer_with(
+        &mut self,
+        batch: &mut Batch,
+        i: usize,
+        message: &str,
+        is_error: bool,
+        now: Instant,
+    ) {
         let call = batch.calls[i].clone();
         if !batch.announced[i] {
             batch.announced[i] = true;
@@ -1691,7 +1738,7 @@ impl AgentMachine {
             call.name.clone(),
             message,
             is_error,
-            self.ran_for(&call.id),
+            self.in_flight.ran_for(&call.id, now),
         );
         self.emit_result(&result);
         batch.set_result(i, result);
@@ -1726,6 +1773,7 @@ impl AgentMachine {
         &mut self,
         batch: &mut Batch,
         invalid: &HashMap<String, (String, String)>,
+        now: Instant,
     ) {
         let Some(output) = self.answer.asked.clone() else {
             return;
@@ -1735,7 +1783,7 @@ impl AgentMachine {
                 continue;
             }
             if batch.stop.is_some() {
-                self.answer(batch, i, "not run: the final answer was already given");
+                self.answer(batch, i, "not run: the final answer was already given", now);
                 continue;
             }
             let verdict = match invalid.get(&batch.calls[i].id) {
@@ -1745,7 +1793,7 @@ impl AgentMachine {
             match verdict {
                 Ok(()) => {
                     self.answer.accept(batch.calls[i].input.clone());
-                    self.answer_with(batch, i, "Final answer received.", false);
+                    self.answer_with(batch, i, "Final answer received.", false, now);
                     batch.stop = Some(Termination::Completed);
                 }
                 Err(why) => {
@@ -1757,6 +1805,7 @@ impl AgentMachine {
                             "invalid final answer: {why}. Call {} again with a corrected answer.",
                             output.spec.name
                         ),
+                        now,
                     );
                     if spent {
                         batch.stop = Some(Termination::InvalidOutput {
@@ -1791,7 +1840,7 @@ impl AgentMachine {
         self.emit(AgentEvent::ToolResult {
             id: result.id.clone(),
             name: result.name.clone(),
-            content: turn::display_content(&result.content, self.config.event_content_limit),
+            content: turn::display_content(&result.content, self.config.policy.event_content_limit),
             is_error: result.is_error,
             duration: result.duration,
         });
@@ -1841,7 +1890,7 @@ impl AgentMachine {
 
     /// Answers the calls of handoff tools (not run by the driver): the first hands the
     /// conversation over once the batch is complete; any other is refused.
-    fn answer_handoffs(&mut self, batch: &mut Batch) {
+    fn answer_handoffs(&mut self, batch: &mut Batch, now: Instant) {
         for i in 0..batch.calls.len() {
             if batch.announced[i] || batch.results[i].is_some() {
                 continue;
@@ -1858,7 +1907,7 @@ impl AgentMachine {
             match batch.handoff {
                 None => {
                     batch.handoff = Some(target);
-                    self.answer_with(batch, i, &handoff::handed_to(&to), false);
+                    self.answer_with(batch, i, &handoff::handed_to(&to), false, now);
                 }
                 Some(first) => {
                     let first = self.config.handoffs[first].config.name.clone();
@@ -1866,7 +1915,7 @@ impl AgentMachine {
                         "not done: the conversation is handed to {first} already (one handoff \
                          per response)"
                     );
-                    self.answer(batch, i, &message);
+                    self.answer(batch, i, &message, now);
                 }
             }
         }
@@ -1964,7 +2013,7 @@ impl AgentMachine {
 
     /// Stops at once: calls in flight are answered as cancelled (in events and history),
     /// answer text cut short is kept, marked.
-    fn cancel(&mut self, termination: Termination) {
+    fn cancel(&mut self, termination: Termination, now: Instant) {
         let state = std::mem::replace(&mut self.state, State::Finished);
         match state {
             State::Finished => {
@@ -1975,14 +2024,14 @@ impl AgentMachine {
                 self.out.push_back(Action::StopModel);
                 let cost = self.cost_of(&attempt.model, &attempt.usage);
                 self.spending.failed(attempt.usage, cost);
-                self.abandon_early(attempt.early, "cancelled");
+                self.abandon_early(attempt.early, "cancelled", now);
             }
             State::Approving(mut batch) | State::RunningTools(mut batch) => {
                 self.out.push_back(Action::AbortTools);
                 batch.held.clear();
                 for i in 0..batch.calls.len() {
                     if batch.results[i].is_none() {
-                        self.answer(&mut batch, i, "cancelled");
+                        self.answer(&mut batch, i, "cancelled", now);
                     }
                 }
                 let Batch {
@@ -2023,7 +2072,7 @@ impl AgentMachine {
     fn finish(&mut self, termination: Termination) -> State {
         if let Some(turn) = self.counters.open_turn.take() {
             // A turn cut short (cancelled, failed, stopped by a hook) still ends.
-            self.emit(AgentEvent::TurnEnd {
+            self.end_turn_event(AgentEvent::TurnEnd {
                 turn,
                 stop_reason: StopReason::Other(INTERRUPTED_STOP.to_owned()),
                 usage: Usage::default(),

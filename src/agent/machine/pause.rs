@@ -24,7 +24,7 @@ use crate::agent::path::SubAgentUsage;
 pub(crate) const PAUSE_FORMAT: u32 = 1;
 
 /// A run that stopped to wait for something from outside: a person's approval of a call
-/// ([`ToolDecision::Pause`], [`AgentBuilder::require_approval`](crate::AgentBuilder::require_approval)),
+/// ([`ToolDecision::Pause`], [`RunPolicy::require_approval`](crate::agent::RunPolicy::require_approval)),
 /// or the result of a deferred tool ([`DeferredTool`](crate::tool::DeferredTool), [`Tool::deferred`](crate::Tool::deferred)),
 /// which comes from a person, a webhook or a UI.
 ///
@@ -44,7 +44,7 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 /// use agent_loop::{Agent, AgentEvent, Termination, ToolError};
-/// use agent_loop::agent::Resolutions;
+/// use agent_loop::agent::{Resolutions, RunPolicy};
 /// use agent_loop::tool::FnTool;
 /// use futures::StreamExt;
 /// use serde_json::json;
@@ -57,7 +57,10 @@ pub(crate) const PAUSE_FORMAT: u32 = 1;
 ///     ScriptedResponse::tool_call("c1", "delete", json!({"path": "a.txt"})),
 ///     ScriptedResponse::text("Done."),
 /// ]);
-/// let mut agent = Agent::builder(client).tool(delete).require_approval("delete").build()?;
+/// let mut agent = Agent::builder(client)
+///     .tool(delete)
+///     .policy(RunPolicy::new().require_approval("delete"))
+///     .build()?;
 ///
 /// let events: Vec<AgentEvent> = agent.run("Delete a.txt").collect().await;
 /// let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };

@@ -51,6 +51,7 @@ impl Estimate {
             model: model.to_owned(),
             tokens: input_tokens.saturating_add(max_tokens),
             cost: config
+                .policy
                 .pricing
                 .price(model)
                 .map(|price| price.most(input_tokens, max_tokens)),
@@ -74,7 +75,7 @@ pub(crate) enum Verdict {
 /// `cost_budget`): a call that could cross one is never started.
 pub(crate) fn check(config: &MachineConfig, spent: &Spent, next: &Estimate) -> Verdict {
     let mut last = None;
-    if let Some(budget) = config.token_budget {
+    if let Some(budget) = config.policy.token_budget {
         let used = spent.usage.total_tokens();
         let limit = Termination::TokenBudget {
             used,
@@ -87,12 +88,12 @@ pub(crate) fn check(config: &MachineConfig, spent: &Spent, next: &Estimate) -> V
             Fit::Twice => {}
         }
     }
-    if let Some(budget) = config.cost_budget {
+    if let Some(budget) = config.policy.cost_budget {
         let Some(next_call) = next.cost else {
             return Verdict::Stop(Termination::Error(Error::Config(ConfigError::setting(
                 "cost_budget",
                 format!(
-                    "no price is known for the model {:?}, so a call to it cannot be kept within the budget: give its price (AgentBuilder::pricing)",
+                    "no price is known for the model {:?}, so a call to it cannot be kept within the budget: give its price (RunPolicy::pricing)",
                     next.model
                 ),
             ))));
@@ -131,16 +132,20 @@ impl Budget {
     pub(crate) fn left(config: &MachineConfig, spent: &Spent) -> Budget {
         Budget {
             tokens: config
+                .policy
                 .token_budget
                 .map(|b| b.saturating_sub(spent.usage.total_tokens())),
-            cost: config.cost_budget.map(|b| b.saturating_sub(spent.cost.usd)),
+            cost: config
+                .policy
+                .cost_budget
+                .map(|b| b.saturating_sub(spent.cost.usd)),
         }
     }
 
     /// Caps `config`'s budgets (a sub-agent's) at what is left.
     pub(crate) fn bound(&self, config: &mut MachineConfig) {
-        config.token_budget = tighter(config.token_budget, self.tokens);
-        config.cost_budget = tighter(config.cost_budget, self.cost);
+        config.policy.token_budget = tighter(config.policy.token_budget, self.tokens);
+        config.policy.cost_budget = tighter(config.policy.cost_budget, self.cost);
     }
 }
 
@@ -154,6 +159,7 @@ fn tighter<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
 /// Gives `to` (the settings of the agent a conversation is handed to) the tighter of its
 /// budgets and `from`'s: a run's budgets hold whichever agent has it.
 pub(crate) fn keep_budgets(from: &MachineConfig, to: &mut MachineConfig) {
+    let (from, to) = (&from.policy, &mut to.policy);
     to.token_budget = tighter(from.token_budget, to.token_budget);
     to.cost_budget = tighter(from.cost_budget, to.cost_budget);
     to.final_answer_at_budget |= from.final_answer_at_budget;
@@ -184,12 +190,12 @@ mod tests {
     use std::sync::Arc;
 
     fn config(tokens: Option<u64>, dollars: Option<f64>) -> MachineConfig {
-        MachineConfig {
-            token_budget: tokens,
-            cost_budget: dollars.map(Usd::from_dollars),
-            pricing: Arc::new(Pricing::empty().with("m", ModelPrice::per_million(1.0, 2.0))),
-            ..MachineConfig::default()
-        }
+        let mut config = MachineConfig::default();
+        config.policy.token_budget = tokens;
+        config.policy.cost_budget = dollars.map(Usd::from_dollars);
+        config.policy.pricing =
+            Arc::new(Pricing::empty().with("m", ModelPrice::per_million(1.0, 2.0)));
+        config
     }
 
     fn spent(tokens: u64, dollars: f64) -> Spent {
@@ -293,31 +299,31 @@ mod tests {
         let mut to = config(Some(50), Some(2.0));
         keep_budgets(&from, &mut to);
         assert_eq!(
-            (to.token_budget, to.cost_budget),
+            (to.policy.token_budget, to.policy.cost_budget),
             (Some(50), Some(Usd::from_dollars(2.0)))
         );
         let mut to = config(None, None);
         keep_budgets(&config(Some(100), Some(1.0)), &mut to);
         assert_eq!(
-            (to.token_budget, to.cost_budget),
+            (to.policy.token_budget, to.policy.cost_budget),
             (Some(100), Some(Usd::from_dollars(1.0)))
         );
         let mut to = config(Some(500), Some(3.0));
         keep_budgets(&config(Some(100), Some(1.0)), &mut to);
         assert_eq!(
-            (to.token_budget, to.cost_budget),
+            (to.policy.token_budget, to.policy.cost_budget),
             (Some(100), Some(Usd::from_dollars(1.0)))
         );
         // Asking for a final answer at the budget holds too, whichever agent asked.
         let mut from = config(Some(100), None);
-        from.final_answer_at_budget = true;
+        from.policy.final_answer_at_budget = true;
         let mut to = config(None, None);
         keep_budgets(&from, &mut to);
-        assert!(to.final_answer_at_budget);
+        assert!(to.policy.final_answer_at_budget);
         let mut to = config(None, None);
-        to.final_answer_at_budget = true;
+        to.policy.final_answer_at_budget = true;
         keep_budgets(&config(None, None), &mut to);
-        assert!(to.final_answer_at_budget);
+        assert!(to.policy.final_answer_at_budget);
     }
 
     #[test]
@@ -328,14 +334,17 @@ mod tests {
         let mut sub = config(Some(500), None);
         left.bound(&mut sub);
         assert_eq!(
-            (sub.token_budget, sub.cost_budget),
+            (sub.policy.token_budget, sub.policy.cost_budget),
             (Some(500), Some(Usd::from_dollars(0.75)))
         );
         let over = Budget::left(&config(Some(100), None), &spent(300, 0.0));
         assert_eq!((over.tokens, over.cost), (Some(0), None));
         let mut sub = config(None, None);
         Budget::default().bound(&mut sub);
-        assert_eq!((sub.token_budget, sub.cost_budget), (None, None));
+        assert_eq!(
+            (sub.policy.token_budget, sub.policy.cost_budget),
+            (None, None)
+        );
     }
 
     #[test]
