@@ -25,8 +25,12 @@ struct Counting;
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Every byte ever allocated (growth by realloc included): what a piece of work allocates
+/// is the difference before and after it.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 fn grew(bytes: usize) {
+    TOTAL.fetch_add(bytes, Ordering::Relaxed);
     let now = CURRENT.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -694,4 +698,104 @@ fn events_before_content_are_not_held_without_bound() {
         }
     });
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A turn allocates what it adds, not a copy of the history
+
+/// A client that answers from prebuilt responses and keeps nothing of the requests, as a
+/// real client does once a response has ended: turn `i` of `turns` calls the tool `step`,
+/// the last answers in text.
+struct Replay {
+    turns: Mutex<std::collections::VecDeque<Vec<LlmEvent>>>,
+}
+
+impl Replay {
+    fn new(turns: usize) -> Self {
+        let script = (1..=turns)
+            .map(|i| {
+                let mut events = Vec::new();
+                let stop_reason = if i < turns {
+                    events.push(LlmEvent::ToolCallStart {
+                        index: 0,
+                        id: format!("call_{i:05}"),
+                        name: "step".into(),
+                    });
+                    events.push(LlmEvent::ToolCallDelta {
+                        index: 0,
+                        partial_json: format!("{{\"n\":{i}}}"),
+                    });
+                    agent_loop::StopReason::ToolUse
+                } else {
+                    events.push(LlmEvent::TextDelta {
+                        index: 0,
+                        text: "Done.".into(),
+                    });
+                    agent_loop::StopReason::EndTurn
+                };
+                events.push(LlmEvent::BlockStop { index: 0 });
+                events.push(LlmEvent::MessageStop { stop_reason });
+                events
+            })
+            .collect();
+        Replay {
+            turns: Mutex::new(script),
+        }
+    }
+}
+
+impl LlmClient for Replay {
+    fn stream<'a>(&'a self, _request: &'a ModelRequest) -> agent_loop::provider::LlmStream<'a> {
+        let events = self
+            .turns
+            .lock()
+            .map(|mut turns| turns.pop_front().unwrap_or_default())
+            .unwrap_or_default();
+        Box::pin(futures::stream::iter(events.into_iter().map(Ok)))
+    }
+}
+
+/// Bytes allocated by a run of `turns` turns (a tool call each, then text), per turn.
+fn allocated_per_turn(turns: usize) -> usize {
+    use agent_loop::context::{CharEstimateCounter, ContextConfig};
+    use agent_loop::tool::FnTool;
+    use agent_loop::{Agent, ContextManager, ToolError};
+
+    // Results of 4 KiB make a copy of the history cost far more than what the machine's
+    // debug-build history check allocates (a set of the call ids, also linear).
+    let step = FnTool::new("step", "Does a step.", |_: serde_json::Value, _ctx| async {
+        Ok::<_, ToolError>("x".repeat(4096))
+    });
+    // A window no run here fills: compaction would bound the history.
+    let context = ContextManager::new(ContextConfig::default().context_window(100_000_000))
+        .with_counter(CharEstimateCounter);
+    let mut agent = Agent::builder(Replay::new(turns))
+        .tool(step)
+        .context(context)
+        .max_turns(turns as u32 + 1)
+        .build()
+        .expect("an agent");
+    let before = TOTAL.load(Ordering::Relaxed);
+    let outcome = block_on(agent.run_to_end("Go.", agent_loop::agent::RunOptions::new()));
+    let bytes = TOTAL.load(Ordering::Relaxed) - before;
+    assert_eq!(outcome.turns as usize, turns, "{outcome:?}");
+    eprintln!("{turns} turns: {} bytes a turn", bytes / turns);
+    bytes / turns
+}
+
+/// A turn costs what it adds: the bytes a turn allocates do not grow with the history. A
+/// copy of the history per turn (the model call's request still holding it when the answer is
+/// appended) made a turn at 400 turns allocate seven times one at 40.
+#[test]
+fn a_turn_allocates_the_same_at_any_history_length() {
+    let _serial = serial();
+    let short = allocated_per_turn(40);
+    let long = allocated_per_turn(400);
+    // A debug build checks the whole history before each call (a set of its call ids): a
+    // few dozen bytes per earlier turn, so 40 turns' worth at 400 turns stays under 2x. A
+    // copy of the history is 7x here.
+    assert!(
+        long < 2 * short,
+        "a turn allocates {long} bytes at 400 turns, {short} at 40"
+    );
 }

@@ -15,6 +15,7 @@ use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
 use crate::provider::transport::RateLimiter;
 use crate::tool::{ExecOptions, ToolRegistry};
+use crate::wire::LlmEvent;
 
 use super::io::Io;
 use super::persist::{RunSession, Tail};
@@ -316,6 +317,14 @@ impl Driver {
             item = io.model_rx.recv(), if io.model_live => Some(match item {
                 Some(Some(Ok(event))) => {
                     self.telemetry.model_event(&event);
+                    if matches!(event, LlmEvent::MessageStop { .. }) {
+                        // The machine ends the attempt at `MessageStop` and stops the
+                        // model (`Action::StopModel`). Dropping the call first frees its
+                        // request, whose history the machine is about to append to: with
+                        // the request gone, the append is in place instead of a copy of
+                        // the whole history (which made a turn cost grow with the history).
+                        io.stop_model();
+                    }
                     Input::ModelEvent(event)
                 }
                 Some(Some(Err(error))) => {
