@@ -356,6 +356,11 @@ impl AgentBuilder {
         let mut context = self
             .context
             .unwrap_or_else(|| ContextManager::new(ContextConfig::for_model(&model)));
+        let policy = &self.config.policy;
+        if policy.token_budget.is_some() || policy.cost_budget.is_some() {
+            // A budget decides before the first call: count that call exactly.
+            context.count_exactly();
+        }
         if self.system.is_some() {
             context.set_system(self.system);
         }

@@ -129,6 +129,12 @@ pub struct ContextManager {
     /// Invariant: `anchor.len <= messages.len()`, and `anchor.est_now` is the estimate of the
     /// system prompt, tools and the first `anchor.len` messages.
     anchor: Option<Anchor>,
+    /// Whether tokens are still estimated ([`tokens::LazyEstimate`]) until the conversation
+    /// grows past [`exact_from`](Self::exact_from): the default counter's way of not building
+    /// the tokenizer (tens of megabytes) for a conversation that never comes near the window.
+    lazy: bool,
+    /// The tool definitions while `lazy`, to count them again exactly at the switch.
+    lazy_tools: Vec<ToolSpec>,
     /// A compaction waiting for its summary ([`ContextManager::finish_compaction`]).
     pending: Option<compact::Pending>,
     /// What changed since [`mark_saved`](Self::mark_saved), for a session store.
@@ -173,11 +179,30 @@ impl Default for ContextManager {
 }
 
 impl ContextManager {
-    /// An empty conversation with this budget, counting tokens with [`TiktokenCounter`].
+    /// An empty conversation with this budget, counting tokens with [`TiktokenCounter`] once
+    /// the conversation passes a quarter of the compaction threshold, and estimating them
+    /// (a byte count, on the high side for prose and code) before that: the tokenizer is
+    /// built only for a conversation that grows that far, or after
+    /// [`count_exactly`](Self::count_exactly). What decides something is exact either way:
+    /// compaction starts past the threshold, and after each response the count stands on
+    /// the provider's own figure ([`record_usage`](Self::record_usage)).
+    ///
+    /// ```
+    /// use agent_loop::context::ContextConfig;
+    /// use agent_loop::ContextManager;
+    ///
+    /// let mut context = ContextManager::new(ContextConfig::for_model("gpt-4o"));
+    /// context.push_user_text("Hello");
+    /// assert!(!context.counts_exactly());
+    /// context.count_exactly();
+    /// assert!(context.counts_exactly());
+    /// ```
     pub fn new(config: ContextConfig) -> Self {
         ContextManager {
             config,
-            counter: Arc::new(TiktokenCounter::new()),
+            counter: Arc::new(tokens::LazyEstimate),
+            lazy: true,
+            lazy_tools: Vec::new(),
             system: None,
             messages: Arc::default(),
             counts: Vec::new(),
@@ -197,6 +222,8 @@ impl ContextManager {
     /// [`set_tools`](Self::set_tools) after this, not before).
     pub fn with_counter(mut self, counter: impl TokenCounter + 'static) -> Self {
         self.counter = Arc::new(counter);
+        self.lazy = false;
+        self.lazy_tools = Vec::new();
         self.recount_all();
         self
     }
@@ -216,6 +243,7 @@ impl ContextManager {
         let old = std::mem::replace(&mut self.system_tokens, new);
         self.system = system;
         self.adjust_anchor_prefix(old, new);
+        self.count_exactly_if_grown();
     }
 
     /// The system prompt.
@@ -225,6 +253,9 @@ impl ContextManager {
 
     /// Counts the tool definitions sent with every request into the token count.
     pub fn set_tools(&mut self, tools: &[ToolSpec]) {
+        if self.lazy {
+            self.lazy_tools = tools.to_vec();
+        }
         let mut new = 0;
         for tool in tools {
             new += tokens::TOOL_BLOCK_OVERHEAD
@@ -234,6 +265,74 @@ impl ContextManager {
         }
         let old = std::mem::replace(&mut self.tools_tokens, new);
         self.adjust_anchor_prefix(old, new);
+        self.count_exactly_if_grown();
+    }
+
+    /// Whether tokens are counted by the counter itself (exactly, for the default one), not
+    /// estimated: after [`with_counter`](Self::with_counter), after
+    /// [`count_exactly`](Self::count_exactly), or once the conversation passed a quarter of
+    /// the compaction threshold.
+    pub fn counts_exactly(&self) -> bool {
+        !self.lazy
+    }
+
+    /// Counts with the exact tokenizer from now on, counting what is held again (the
+    /// provider's last figure is kept). An agent with a token or cost budget does this at
+    /// build, so that its budget checks use exact counts from the first call.
+    pub fn count_exactly(&mut self) {
+        if !self.lazy {
+            return;
+        }
+        self.lazy = false;
+        self.counter = Arc::new(TiktokenCounter::new());
+        let anchor = self.anchor.take();
+        let tools = std::mem::take(&mut self.lazy_tools);
+        self.recount_all();
+        self.set_tools(&tools);
+        if let Some(a) = anchor {
+            // The provider's figure stays; our estimate of its prefix is rescaled so the
+            // ratio of real to estimated tokens holds as it did.
+            let now = self.system_tokens
+                + self.tools_tokens
+                + self
+                    .counts
+                    .get(..a.len)
+                    .unwrap_or_default()
+                    .iter()
+                    .sum::<usize>();
+            let at_record = (a.est_at_record as u128)
+                .saturating_mul(now as u128)
+                .checked_div(a.est_now as u128)
+                .and_then(|v| usize::try_from(v).ok())
+                .unwrap_or(now);
+            if now > 0 && at_record > 0 {
+                self.anchor = Some(Anchor {
+                    len: a.len,
+                    real: a.real,
+                    est_at_record: at_record,
+                    est_now: now,
+                });
+            }
+        }
+    }
+
+    /// Where the default counter stops estimating: a quarter of the compaction threshold.
+    fn exact_from(&self) -> usize {
+        self.config.threshold_tokens() / 4
+    }
+
+    /// Switches to exact counts once the estimate passes [`exact_from`](Self::exact_from),
+    /// starting the tokenizer's build in the background at half that.
+    fn count_exactly_if_grown(&mut self) {
+        if !self.lazy {
+            return;
+        }
+        let estimate = self.estimated_tokens();
+        if estimate >= self.exact_from() {
+            self.count_exactly();
+        } else if estimate >= self.exact_from() / 2 {
+            TiktokenCounter::new();
+        }
     }
 
     /// The budget.
@@ -271,6 +370,7 @@ impl ContextManager {
                 self.total += count;
             }
         }
+        self.count_exactly_if_grown();
     }
 
     /// Appends a user message with one text block (merged into a trailing user message).
@@ -439,6 +539,7 @@ impl ContextManager {
             from: 0,
             whole: true,
         };
+        self.count_exactly_if_grown();
         Ok(repaired)
     }
 
@@ -463,6 +564,7 @@ impl ContextManager {
             from: self.messages.len(),
             whole: true,
         };
+        self.count_exactly_if_grown();
     }
 
     /// Notes that the conversation last restored ([`restore_paused`](Self::restore_paused))
@@ -738,6 +840,72 @@ mod tests {
 
     fn manager() -> ContextManager {
         ContextManager::new(ContextConfig::default()).with_counter(CharEstimateCounter)
+    }
+
+    #[test]
+    fn the_default_counter_estimates_until_a_quarter_of_the_threshold_then_counts_exactly() {
+        // A 10,000-token window: the threshold is 85% of (10,000 - 1,000), 7,650; exact
+        // counting starts at 1,912 estimated tokens.
+        let config = ContextConfig::default()
+            .context_window(10_000)
+            .output_reserve(1_000);
+        let mut cm = ContextManager::new(config.clone());
+        let tool = ToolSpec {
+            name: "look".into(),
+            description: "Looks.".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+        };
+        cm.set_tools(std::slice::from_ref(&tool));
+        cm.push_user_text("hello there");
+        assert!(!cm.counts_exactly());
+        // Estimated as bytes/3 (and the message overhead).
+        assert_eq!(cm.counts[0], tokens::MESSAGE_OVERHEAD + 11usize.div_ceil(3));
+        cm.push(Message::assistant("hi"));
+        let usage = Usage {
+            input_tokens: 40,
+            ..Usage::default()
+        };
+        cm.record_usage(&usage, 1);
+        let anchored = cm.token_count();
+        // Past a quarter of the threshold: every count is the tokenizer's now.
+        cm.push_user_text("word ".repeat(1_200));
+        assert!(cm.counts_exactly());
+        let mut exact = ContextManager::new(config).with_counter(TiktokenCounter::new());
+        exact.set_tools(std::slice::from_ref(&tool));
+        exact.push_user_text("hello there");
+        exact.push(Message::assistant("hi"));
+        exact.push_user_text("word ".repeat(1_200));
+        assert_eq!(cm.counts, exact.counts);
+        assert_eq!(cm.tools_tokens, exact.tools_tokens);
+        assert_eq!(cm.estimated_tokens(), exact.estimated_tokens());
+        // The provider's figure for the first message still stands under the new counts.
+        let a = cm.anchor.expect("the anchor is kept");
+        assert_eq!((a.len, a.real, a.tokens()), (1, 40, 40));
+        assert!(cm.token_count() > anchored);
+    }
+
+    #[test]
+    fn a_counter_given_or_asked_for_counts_from_the_start() {
+        let mut cm = ContextManager::default();
+        cm.push_user_text("hello there");
+        cm.count_exactly();
+        assert!(cm.counts_exactly());
+        assert_eq!(
+            cm.counts[0],
+            tokens::message_tokens(
+                &TiktokenCounter::new(),
+                cm.config.image_tokens,
+                &cm.messages[0]
+            )
+        );
+        let cm = ContextManager::default().with_counter(CharEstimateCounter);
+        assert!(cm.counts_exactly());
+        // The switch never happens below a quarter of the threshold.
+        let mut lazy = ContextManager::new(ContextConfig::default());
+        lazy.push_user_text("x".repeat(3 * (lazy.exact_from() - 10)));
+        assert!(!lazy.counts_exactly(), "{}", lazy.estimated_tokens());
+        lazy.push_user_text("x".repeat(60));
+        assert!(lazy.counts_exactly(), "{}", lazy.estimated_tokens());
     }
 
     #[test]

@@ -180,6 +180,19 @@ impl TokenCounter for CharEstimateCounter {
     }
 }
 
+/// The default counter's estimate before it counts exactly: one token per three bytes,
+/// rounded up: on the high side for prose and code (3.5–4.5 bytes a token), about right for
+/// CJK text (three bytes a character, about a token each). See
+/// [`ContextManager::new`](crate::ContextManager::new).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LazyEstimate;
+
+impl TokenCounter for LazyEstimate {
+    fn count(&self, text: &str) -> usize {
+        text.len().div_ceil(3)
+    }
+}
+
 /// Fixed tokens every message costs beyond its content (role markers, separators).
 pub(crate) const MESSAGE_OVERHEAD: usize = 4;
 /// Fixed tokens a tool call or tool result block costs beyond its text (ids, framing).

@@ -442,8 +442,12 @@ fn tiktoken_counts_o200k_tokens() {
     assert!(counter.count(&" ".repeat(200_000)) > 0);
     assert!(counter.count(&"a".repeat(200_000)) > 0);
 
+    // A new context estimates (bytes/3) until it grows or is asked to count exactly.
     let mut cm = ContextManager::new(ContextConfig::default());
     cm.push_user_text("hello world");
+    assert!(!cm.counts_exactly());
+    assert_eq!(cm.estimated_tokens(), 4 + 4);
+    cm.count_exactly();
     assert_eq!(
         cm.estimated_tokens(),
         2 + 4,
