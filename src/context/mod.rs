@@ -881,6 +881,9 @@ mod tests {
         // The provider's figure for the first message still stands under the new counts.
         let a = cm.anchor.expect("the anchor is kept");
         assert_eq!((a.len, a.real, a.tokens()), (1, 40, 40));
+        let prefix = cm.system_tokens + cm.tools_tokens + cm.counts[0];
+        assert_eq!(a.est_now, prefix);
+        assert_eq!(cm.token_count(), 40 + cm.estimated_tokens() - prefix);
         assert!(cm.token_count() > anchored);
     }
 

@@ -320,6 +320,43 @@ mod tests {
     }
 
     #[test]
+    fn each_setter_sets_its_field() {
+        let retry = RetryPolicy::default().max_retries(7);
+        let p = RunPolicy::new()
+            .max_turns(9)
+            .final_answer_at_max_turns(true)
+            .max_tool_failure_turns(4)
+            .max_repeated_calls(5)
+            .token_budget(1_000)
+            .cost_budget(0.5)
+            .final_answer_at_budget(true)
+            .pricing(Pricing::empty())
+            .max_continuations(2)
+            .retry(retry.clone())
+            .require_approval("a")
+            .require_approval("b")
+            .early_read_only_tools(false)
+            .event_content_limit(10)
+            .max_depth(1)
+            .session_lease(Duration::from_secs(5));
+        assert_eq!(
+            (p.max_turns, p.max_tool_failure_turns, p.max_repeated_calls),
+            (9, 4, 5)
+        );
+        assert!(p.final_answer_at_max_turns && p.final_answer_at_budget);
+        assert_eq!(p.token_budget, Some(1_000));
+        assert_eq!(p.cost_budget, Some(Usd::from_dollars(0.5)));
+        assert!(p.pricing.price("claude-sonnet-4-5").is_none());
+        assert_eq!(p.max_continuations, 2);
+        assert_eq!(p.retry, Some(retry));
+        assert_eq!(p.require_approval, ["a", "b"]);
+        assert!(!p.early_read_only_tools);
+        assert_eq!((p.event_content_limit, p.max_depth), (10, 1));
+        assert_eq!(p.session_lease, Duration::from_secs(5));
+        p.validate().unwrap();
+    }
+
+    #[test]
     fn defaults() {
         let p = RunPolicy::default();
         assert_eq!(
