@@ -305,14 +305,13 @@ impl ContextManager {
                 .checked_div(a.est_now as u128)
                 .and_then(|v| usize::try_from(v).ok())
                 .unwrap_or(now);
-            if now > 0 && at_record > 0 {
-                self.anchor = Some(Anchor {
-                    len: a.len,
-                    real: a.real,
-                    est_at_record: at_record,
-                    est_now: now,
-                });
-            }
+            self.anchor = Some(Anchor {
+                len: a.len,
+                real: a.real,
+                // Never 0: `Anchor::tokens` divides by it.
+                est_at_record: at_record.max(1),
+                est_now: now,
+            });
         }
     }
 
@@ -330,7 +329,16 @@ impl ContextManager {
         let estimate = self.estimated_tokens();
         if estimate >= self.exact_from() {
             self.count_exactly();
-        } else if estimate >= self.exact_from() / 2 {
+        } else {
+            self.prepare_tokenizer(estimate);
+        }
+    }
+
+    /// Starts building the tokenizer in the background once the estimate is half way to the
+    /// switch, so that the switch does not wait for it. It changes when the tables are ready,
+    /// never a count.
+    fn prepare_tokenizer(&self, estimate: usize) {
+        if estimate >= self.exact_from() / 2 {
             TiktokenCounter::new();
         }
     }
