@@ -280,6 +280,7 @@ fn recorded_responses_decode_at_their_chunk_boundaries() {
         let format = match cassette.endpoint {
             Endpoint::OpenAi => WireFormat::OpenAiChat,
             Endpoint::Anthropic => WireFormat::Anthropic,
+            Endpoint::Responses => WireFormat::OpenAiResponses,
         };
         for (i, exchange) in cassette.exchanges.iter().enumerate() {
             if exchange.status != 200 || !exchange.content_type.starts_with("text/event-stream") {
@@ -328,6 +329,13 @@ async fn recorded_runs_replay_through_the_clients() {
                     .model(MODEL)
                     .retry_policy(retries()),
             ),
+            Endpoint::Responses => Box::new(
+                OpenAiClient::new("")
+                    .base_url(server.openai_base_url())
+                    .model(MODEL)
+                    .retry_policy(retries())
+                    .responses(),
+            ),
         };
         let (mut agent, input) = scenario(&cassette.scenario, client);
         let (_, outcome) = run_checked(&mut agent, input, None).await;
@@ -372,7 +380,7 @@ async fn the_servers_http_500_is_a_clear_error_on_both_endpoints() {
             BODY,
         ));
         let client: Box<dyn LlmClient> = match endpoint {
-            Endpoint::OpenAi => Box::new(
+            Endpoint::OpenAi | Endpoint::Responses => Box::new(
                 OpenAiClient::new("")
                     .base_url(server.openai_base_url())
                     .model(MODEL)

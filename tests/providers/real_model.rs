@@ -1,6 +1,7 @@
 //! A real model: llama.cpp's `llama-server` with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), started
 //! by `scripts/real-model-server start`, through the public API on both of its endpoints:
-//! `/v1/chat/completions` (`OpenAiClient`) and `/v1/messages` (`AnthropicClient`).
+//! `/v1/chat/completions` (`OpenAiClient`) and `/v1/messages` (`AnthropicClient`); and a round
+//! trip on `/v1/responses` (`OpenAiClient::responses`), which this build serves too.
 //!
 //! The server's URL comes from `AGENT_LOOP_REAL_MODEL_URL`. Without it, each test prints a
 //! loud skip line and passes, except in CI (`CI` set), where it fails.
@@ -78,6 +79,8 @@ pub(crate) enum Endpoint {
     OpenAi,
     /// `/v1/messages`.
     Anthropic,
+    /// `/v1/responses` (`OpenAiClient::responses`).
+    Responses,
 }
 
 impl Endpoint {
@@ -85,6 +88,7 @@ impl Endpoint {
         match self {
             Endpoint::OpenAi => "openai",
             Endpoint::Anthropic => "anthropic",
+            Endpoint::Responses => "responses",
         }
     }
 }
@@ -108,6 +112,13 @@ fn client(url: &str, endpoint: Endpoint) -> Box<dyn LlmClient> {
                 .base_url(url)
                 .model(MODEL)
                 .retry_policy(retries()),
+        ),
+        Endpoint::Responses => Box::new(
+            OpenAiClient::new("")
+                .base_url(format!("{url}/v1"))
+                .model(MODEL)
+                .retry_policy(retries())
+                .responses(),
         ),
     }
 }
@@ -543,4 +554,25 @@ async fn parse_failure_is_a_clear_error() {
             );
         }
     }
+}
+
+/// The same round trip on `/v1/responses`, which this build serves too: the call arrives as
+/// a `function_call` item, the result goes back as its output, and the run ends as a loop may.
+#[tokio::test]
+async fn tool_round_trip_on_responses() {
+    let Some(url) = server_url("tool_round_trip_on_responses") else {
+        return;
+    };
+    let _turn = SERVER.lock().await;
+    let (_, events, outcome) = live(&url, "tool_round_trip", Endpoint::Responses, None).await;
+    assert_calls_well_formed(&events, &["add"]);
+    let results = results(&events);
+    assert!(!results.is_empty(), "no tool call\n{events:#?}");
+    assert!(
+        results
+            .iter()
+            .all(|(_, name, failed)| name == "add" && !failed),
+        "{events:#?}"
+    );
+    assert_ended_normally(&outcome, &events);
 }
