@@ -1,5 +1,6 @@
 //! Each client over loopback HTTP: request bodies, streaming, retries and faults, rate
-//! limits, the mock server itself, media, settings, and the OpenAI-compatible servers.
+//! limits, the mock server itself, media, settings, the OpenAI-compatible servers, and a real
+//! model (llama.cpp, when `AGENT_LOOP_REAL_MODEL_URL` is set).
 //!
 //! One test binary for the area (one link instead of one per file); each module is one
 //! former test file, run alone with `cargo test --test providers <module>::`.
@@ -9,6 +10,7 @@ mod common;
 
 mod aimock;
 mod bedrock;
+mod cassettes;
 mod clients;
 mod compat;
 mod faults;
@@ -17,6 +19,7 @@ mod mock_server;
 mod multimodal;
 mod ollama;
 mod ratelimit;
+mod real_model;
 mod responses;
 mod responses_client;
 mod settings;

@@ -197,6 +197,20 @@ impl Decoder {
         data: &str,
         out: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmError> {
+        // llama.cpp's `/v1/messages` sends an error (its tool-call parser failing on the
+        // model's output, say) as `event: error` with the fields at the top level:
+        // `{"code":500,"message":…,"type":"server_error"}`. It is read as the OpenAI-style
+        // error it is (a status in `code`): as an Anthropic event its string `message` made the
+        // server's error a "malformed stream" that hid what the server said.
+        if event == "error" {
+            if let Ok(value) = serde_json::from_str::<serde_json::Value>(data) {
+                let anthropic_shape = value.get("error").is_some()
+                    || value.get("type").and_then(serde_json::Value::as_str) == Some("error");
+                if !anthropic_shape {
+                    return Err(crate::provider::openai::decode::stream_error(&value));
+                }
+            }
+        }
         let parsed: Event<'_> = serde_json::from_str(data).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in Anthropic `{event}` event: {e}"))
         })?;
@@ -624,6 +638,79 @@ mod tests {
         let mut out = Vec::new();
         Decoder::new().parse_event("content_block_delta", data, &mut out)?;
         Ok(out)
+    }
+
+    /// Decodes an SSE body in one piece: the events, and the first error.
+    fn decode_body(body: &str) -> (Vec<LlmEvent>, Option<LlmError>) {
+        let mut decoder = crate::wire::WireDecoder::new(crate::wire::WireFormat::Anthropic);
+        let mut out = Vec::new();
+        let error = decoder
+            .push(body.as_bytes(), &mut out)
+            .and_then(|()| decoder.finish(&mut out))
+            .err();
+        (out, error)
+    }
+
+    /// Observed from llama.cpp b11434's `/v1/messages` (Qwen2.5-Coder-1.5B, tools declared,
+    /// prose with `{`): its tool-call parser fails mid-stream and the error comes as
+    /// `event: error` with the fields at the top level, then the body ends.
+    #[test]
+    fn a_llama_cpp_error_event_is_the_servers_error_not_a_malformed_stream() {
+        let body = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"id":"chatcmpl-QoxKoK2IG36uyNiCHis8PX6FJFPQxZGk","type":"message","role":"assistant","content":[],"model":"qwen.gguf","stop_reason":null,"stop_sequence":null,"usage":{"cache_read_input_tokens":224,"input_tokens":1,"output_tokens":0}}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"The"}}"#,
+            "\n\nevent: error\n",
+            r#"data: {"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}"#,
+            "\n\n",
+        );
+        let (events, error) = decode_body(body);
+        assert!(matches!(events.last(), Some(LlmEvent::TextDelta { text, .. }) if text == "The"));
+        let Some(LlmError::Api(api)) = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(api.status, 500);
+        assert_eq!(api.error_type.as_deref(), Some("server_error"));
+        assert!(api.message.contains("peg-native format"), "{}", api.message);
+    }
+
+    /// Observed from the same server: a `tool_use` block starts with no `input` field, its
+    /// input comes in `input_json_delta` fragments.
+    #[test]
+    fn a_llama_cpp_tool_use_start_without_input_takes_its_input_from_the_deltas() {
+        let body = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"id":"chatcmpl-m17U","type":"message","role":"assistant","content":[],"model":"qwen.gguf","stop_reason":null,"stop_sequence":null,"usage":{"cache_read_input_tokens":175,"input_tokens":1,"output_tokens":0}}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"J7UJu7Dzl0mW9qY45h0axecWR5hK6NGx","name":"weather"}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Paris\"}"}}"#,
+            "\n\nevent: content_block_stop\n",
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            "\n\nevent: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":16}}"#,
+            "\n\nevent: message_stop\n",
+            r#"data: {"type":"message_stop"}"#,
+            "\n\n",
+        );
+        let (events, error) = decode_body(body);
+        assert!(error.is_none(), "{error:?}");
+        let mut assembler = crate::wire::StreamAssembler::new();
+        for event in &events {
+            assembler.push(event).unwrap();
+        }
+        let response = assembler.finish().unwrap();
+        assert_eq!(
+            response.message.content,
+            vec![crate::message::ContentBlock::ToolUse {
+                id: "J7UJu7Dzl0mW9qY45h0axecWR5hK6NGx".into(),
+                name: "weather".into(),
+                input: serde_json::json!({"city": "Paris"}),
+            }]
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ struct Event<'a> {
     ty: Option<CowStr<'a>>,
     #[serde(default)]
     output_index: Option<u64>,
+    /// The item a delta or part event belongs to (read when `output_index` is missing).
+    #[serde(borrow, default)]
+    item_id: Option<CowStr<'a>>,
     #[serde(default)]
     content_index: Option<u64>,
     #[serde(default)]
@@ -267,6 +270,9 @@ pub(crate) struct Decoder {
     next_block: usize,
     /// Output items by `output_index`. Invariant: `items.len() <= MAX_ITEMS`.
     items: Vec<Option<ItemState>>,
+    /// Item ids and the index each was given, for servers that send no `output_index`
+    /// (llama.cpp). Bounded with `items`.
+    item_ids: Vec<(String, u64)>,
 }
 
 impl Decoder {
@@ -291,7 +297,7 @@ impl Decoder {
             // Some proxies end with the Chat Completions marker; the final event decides.
             return Ok(());
         }
-        let ev: Event<'_> = match serde_json::from_str(data) {
+        let mut ev: Event<'_> = match serde_json::from_str(data) {
             Ok(ev) => ev,
             Err(e) => {
                 // An event of a type the decoder does not read may use the field names it
@@ -327,6 +333,10 @@ impl Decoder {
             return Ok(());
         }
         self.start(ev.response.as_ref(), out);
+        if ev.output_index.is_none() {
+            let index = self.index_without_output_index(ty, &ev);
+            ev.output_index = index;
+        }
         match ty {
             "response.output_item.added" => self.item_added(&ev, out),
             "response.output_item.done" => self.item_done(&ev, out),
@@ -451,6 +461,34 @@ impl Decoder {
         let block = self.next_block;
         self.next_block += 1;
         block
+    }
+
+    /// The index of an item event that has no `output_index` (llama.cpp's `/v1/responses`
+    /// sends none): the index its item id was given; else, for a new item, the next one;
+    /// else the last item. `None` when there is no item to give it to.
+    fn index_without_output_index(&mut self, ty: &str, ev: &Event<'_>) -> Option<u64> {
+        let id = ev
+            .item
+            .as_ref()
+            .and_then(|item| item.id.as_ref())
+            .or(ev.item_id.as_ref())
+            .map(CowStr::as_str);
+        if let Some(known) = id.and_then(|id| self.item_ids.iter().find(|(i, _)| i == id)) {
+            return Some(known.1);
+        }
+        let index = if ty == "response.output_item.added"
+            || (ty == "response.output_item.done" && ev.item.is_some())
+        {
+            self.items.len() as u64
+        } else {
+            (self.items.len() as u64).checked_sub(1)?
+        };
+        if let Some(id) = id {
+            if self.item_ids.len() < MAX_ITEMS as usize {
+                self.item_ids.push((id.to_owned(), index));
+            }
+        }
+        Some(index)
     }
 
     /// The slot of `output_index`, growing the table (bounded by [`MAX_ITEMS`]).
@@ -877,6 +915,7 @@ impl<'a> Event<'a> {
         Event {
             ty: None,
             output_index: None,
+            item_id: None,
             content_index: None,
             summary_index: None,
             delta: None,
@@ -1010,4 +1049,49 @@ pub(crate) fn stream_error(error: &serde_json::Value) -> LlmError {
         return LlmError::ContextOverflow(Box::new(api));
     }
     crate::provider::openai::decode::stream_error(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::message::ContentBlock;
+    use crate::wire::{StreamAssembler, WireDecoder, WireFormat};
+
+    /// Observed from llama.cpp b11434's `/v1/responses` (Qwen2.5-Coder-1.5B, a forced tool
+    /// call): no `output_index` and no `sequence_number` on any event; the deltas name their
+    /// item by `item_id`. (The final event is cut to the fields read here.)
+    #[test]
+    fn llama_cpp_item_events_without_output_index_are_placed_by_item_id() {
+        let body = concat!(
+            "event: response.created\n",
+            r#"data: {"type":"response.created","response":{"id":"resp_oCso","object":"response","status":"in_progress"}}"#,
+            "\n\nevent: response.output_item.added\n",
+            r#"data: {"type":"response.output_item.added","item":{"id":"fc_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","arguments":"","call_id":"call_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","name":"add","type":"function_call","status":"in_progress"}}"#,
+            "\n\nevent: response.function_call_arguments.delta\n",
+            r#"data: {"type":"response.function_call_arguments.delta","delta":"{\"a\": 1","item_id":"fc_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy"}"#,
+            "\n\nevent: response.function_call_arguments.delta\n",
+            r#"data: {"type":"response.function_call_arguments.delta","delta":"7, \"b\": 25}","item_id":"fc_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy"}"#,
+            "\n\nevent: response.output_item.done\n",
+            r#"data: {"type":"response.output_item.done","item":{"id":"fc_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","type":"function_call","status":"completed","arguments":"{\"a\": 17, \"b\": 25}","call_id":"call_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","name":"add"}}"#,
+            "\n\nevent: response.completed\n",
+            r#"data: {"type":"response.completed","response":{"id":"resp_oCso","object":"response","status":"completed","model":"qwen2.5-coder-1.5b-instruct","output":[{"id":"fc_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","type":"function_call","status":"completed","arguments":"{\"a\": 17, \"b\": 25}","call_id":"call_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy","name":"add"}]}}"#,
+            "\n\n",
+        );
+        let mut decoder = WireDecoder::new(WireFormat::OpenAiResponses);
+        let mut events = Vec::new();
+        decoder.push(body.as_bytes(), &mut events).unwrap();
+        decoder.finish(&mut events).unwrap();
+        let mut assembler = StreamAssembler::new();
+        for event in &events {
+            assembler.push(event).unwrap();
+        }
+        let response = assembler.finish().unwrap();
+        assert_eq!(
+            response.message.content,
+            vec![ContentBlock::ToolUse {
+                id: "call_parq0OYjpYVFK3SEkOruUvRyxNzg6BIy".into(),
+                name: "add".into(),
+                input: serde_json::json!({"a": 17, "b": 25}),
+            }]
+        );
+    }
 }
