@@ -397,12 +397,20 @@ impl DurableAgent {
         stored: Option<Conversation>,
         saved: bool,
     ) -> Result<MachineParts, TerminalError> {
-        let builder = Agent::builder(self.client.clone()).tools(self.tools.clone());
-        let mut builder = (self.configure)(builder);
+        let new_builder = || Agent::builder(self.client.clone()).tools(self.tools.clone());
+        let mut builder = (self.configure)(new_builder());
         let mut repaired = 0;
         let stored_system = stored.as_ref().and_then(|c| c.system.clone());
         if let Some(conversation) = stored {
-            let mut context = ContextManager::new(ContextConfig::for_model(self.client.model()));
+            // The stored conversation goes into the context the configuration gives (its
+            // window, its counter), not a default one: an agent built once as configured
+            // lends its context.
+            let mut context = (self.configure)(new_builder())
+                .build()
+                .map(|agent| agent.context())
+                .unwrap_or_else(|_| {
+                    ContextManager::new(ContextConfig::for_model(self.client.model()))
+                });
             repaired = context
                 .restore(conversation)
                 .map_err(|e| TerminalError::new(format!("the saved conversation: {e}")))?;
