@@ -272,7 +272,7 @@ pub(crate) struct Decoder {
     items: Vec<Option<ItemState>>,
     /// Item ids and the index each was given, for servers that send no `output_index`
     /// (llama.cpp). Bounded with `items`.
-    item_ids: Vec<(String, u64)>,
+    item_ids: std::collections::HashMap<String, u64>,
 }
 
 impl Decoder {
@@ -473,8 +473,8 @@ impl Decoder {
             .and_then(|item| item.id.as_ref())
             .or(ev.item_id.as_ref())
             .map(CowStr::as_str);
-        if let Some(known) = id.and_then(|id| self.item_ids.iter().find(|(i, _)| i == id)) {
-            return Some(known.1);
+        if let Some(&known) = id.and_then(|id| self.item_ids.get(id)) {
+            return Some(known);
         }
         let index = if ty == "response.output_item.added"
             || (ty == "response.output_item.done" && ev.item.is_some())
@@ -485,7 +485,7 @@ impl Decoder {
         };
         if let Some(id) = id {
             if self.item_ids.len() < MAX_ITEMS as usize {
-                self.item_ids.push((id.to_owned(), index));
+                self.item_ids.insert(id.to_owned(), index);
             }
         }
         Some(index)
