@@ -21,19 +21,14 @@
 //! Run: `cargo bench -p agent-loop-benches --bench agent`; results go to BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agent_loop::context::TiktokenCounter;
-use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::testing::{MockServer, ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, LlmClient, LlmEvent, StopReason, ToolError, Usage,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, LlmClient, LlmEvent, StopReason, ToolError};
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
@@ -186,64 +181,9 @@ async fn run_to_end(agent: &mut Agent, input: &str) -> Option<(u32, bool)> {
     tokio::task::unconstrained(drain(agent, input)).await
 }
 
-/// A client that replays prebuilt event lists, one per request, and records nothing: the
-/// lower bound of what a client costs the loop.
-#[derive(Debug)]
-struct ReplayClient {
-    turns: Mutex<VecDeque<Vec<LlmEvent>>>,
-}
-
-impl ReplayClient {
-    fn new(turns: usize) -> Self {
-        let mut script = VecDeque::with_capacity(turns);
-        for i in 1..=turns {
-            let mut events = vec![LlmEvent::MessageStart {
-                id: format!("msg_{i}"),
-                model: "replay".into(),
-            }];
-            let stop_reason = if i < turns {
-                events.push(LlmEvent::ToolCallStart {
-                    index: 0,
-                    id: format!("call_{i:05}"),
-                    name: "step".into(),
-                });
-                events.push(LlmEvent::ToolCallDelta {
-                    index: 0,
-                    partial_json: format!("{{\"n\":{i}}}"),
-                });
-                StopReason::ToolUse
-            } else {
-                events.push(LlmEvent::TextDelta {
-                    index: 0,
-                    text: "All steps are done.".into(),
-                });
-                StopReason::EndTurn
-            };
-            events.push(LlmEvent::BlockStop { index: 0 });
-            events.push(LlmEvent::Usage(Usage {
-                input_tokens: 400 + 30 * i as u64,
-                output_tokens: 20,
-                ..Usage::default()
-            }));
-            events.push(LlmEvent::MessageStop { stop_reason });
-            script.push_back(events);
-        }
-        ReplayClient {
-            turns: Mutex::new(script),
-        }
-    }
-}
-
-impl LlmClient for ReplayClient {
-    fn stream<'a>(&'a self, _request: &'a ModelRequest) -> LlmStream<'a> {
-        let events = self
-            .turns
-            .lock()
-            .map(|mut t| t.pop_front().unwrap_or_default())
-            .unwrap_or_default();
-        Box::pin(futures::stream::iter(events.into_iter().map(Ok)))
-    }
-}
+#[path = "../replay.rs"]
+mod replay;
+use replay::ReplayClient;
 
 // ---------------------------------------------------------------------------------------------
 // (a) per-turn overhead, in process.

@@ -8,67 +8,13 @@
 //! /usr/bin/time -f "%M KiB" target/release/examples/per_turn 10 1                # peak RSS
 //! ```
 
-use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::tool::FnTool;
-use agent_loop::{Agent, AgentEvent, LlmClient, LlmEvent, StopReason, ToolError, Usage};
+use agent_loop::{Agent, AgentEvent, ToolError};
 use futures::StreamExt;
-use std::collections::VecDeque;
-use std::sync::Mutex;
 
-#[derive(Debug)]
-struct ReplayClient {
-    turns: Mutex<VecDeque<Vec<LlmEvent>>>,
-}
-impl ReplayClient {
-    fn new(turns: usize) -> Self {
-        let mut script = VecDeque::new();
-        for i in 1..=turns {
-            let mut events = vec![LlmEvent::MessageStart {
-                id: format!("msg_{i}"),
-                model: "replay".into(),
-            }];
-            let stop_reason = if i < turns {
-                events.push(LlmEvent::ToolCallStart {
-                    index: 0,
-                    id: format!("call_{i:05}"),
-                    name: "step".into(),
-                });
-                events.push(LlmEvent::ToolCallDelta {
-                    index: 0,
-                    partial_json: format!("{{\"n\":{i}}}"),
-                });
-                StopReason::ToolUse
-            } else {
-                events.push(LlmEvent::TextDelta {
-                    index: 0,
-                    text: "All steps are done.".into(),
-                });
-                StopReason::EndTurn
-            };
-            events.push(LlmEvent::BlockStop { index: 0 });
-            events.push(LlmEvent::Usage(Usage {
-                input_tokens: 400 + 30 * i as u64,
-                output_tokens: 20,
-                ..Usage::default()
-            }));
-            events.push(LlmEvent::MessageStop { stop_reason });
-            script.push_back(events);
-        }
-        ReplayClient {
-            turns: Mutex::new(script),
-        }
-    }
-}
-impl LlmClient for ReplayClient {
-    fn stream<'a>(&'a self, _request: &'a ModelRequest) -> LlmStream<'a> {
-        let events = self
-            .turns
-            .lock()
-            .map(|mut t| t.pop_front().unwrap_or_default())
-            .unwrap_or_default();
-        Box::pin(futures::stream::iter(events.into_iter().map(Ok)))
-    }
-}
+#[path = "../replay.rs"]
+mod replay;
+use replay::ReplayClient;
 
 fn main() {
     let turns: usize = std::env::args()
