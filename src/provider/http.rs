@@ -490,6 +490,19 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// Merges `extra` into the top level of the encoded body and serializes it. A key the body
 /// already has is a clash, refused with an error naming it: neither value silently wins.
+/// The JSON bytes of `body` with `extra`'s fields merged in at the top level. With no extra
+/// fields (the common case) the body is written straight to bytes, not built as a `Value`
+/// tree first: for a long history that tree cost more than the bytes themselves.
+pub(crate) fn body_bytes<T: serde::Serialize>(
+    body: &T,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<u8>, LlmError> {
+    if extra.is_empty() {
+        return serde_json::to_vec(body).map_err(encode_error);
+    }
+    merge_extra(serde_json::to_value(body).map_err(encode_error)?, extra)
+}
+
 pub(crate) fn merge_extra(
     mut body: serde_json::Value,
     extra: &serde_json::Map<String, serde_json::Value>,
@@ -497,20 +510,29 @@ pub(crate) fn merge_extra(
     if let serde_json::Value::Object(map) = &mut body {
         for (key, value) in extra {
             if map.contains_key(key) {
-                return Err(LlmError::InvalidRequest {
-                    message: format!(
-                        "the extra body field `{key}` clashes with a field the crate sends in \
-                         this request; set it through its typed setting (ModelRequest / \
-                         RequestSettings) instead"
-                    ),
-                });
+                return Err(extra_clash(key));
             }
             map.insert(key.clone(), value.clone());
         }
     }
-    serde_json::to_vec(&body).map_err(|e| LlmError::InvalidRequest {
+    serde_json::to_vec(&body).map_err(encode_error)
+}
+
+/// An extra body field that is one the crate sends itself.
+pub(crate) fn extra_clash(key: &str) -> LlmError {
+    LlmError::InvalidRequest {
+        message: format!(
+            "the extra body field `{key}` clashes with a field the crate sends in this request; \
+             set it through its typed setting (ModelRequest / RequestSettings) instead"
+        ),
+    }
+}
+
+/// A request body serde could not write.
+pub(crate) fn encode_error(e: serde_json::Error) -> LlmError {
+    LlmError::InvalidRequest {
         message: format!("could not encode the request: {e}"),
-    })
+    }
 }
 
 /// Joins a base URL (trailing slashes trimmed) and a path. A query on the base URL (Azure

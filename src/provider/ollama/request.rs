@@ -141,9 +141,7 @@ pub(crate) fn encode(
         options,
         keep_alive: settings.keep_alive.clone(),
     };
-    let value = serde_json::to_value(&body)
-        .map_err(|e| invalid(format!("could not encode the request: {e}")))?;
-    crate::provider::http::merge_extra(value, &request.extra)
+    crate::provider::http::body_bytes(&body, &request.extra)
 }
 
 /// An `f32` setting as the decimal it was written as (`0.1`, not `0.10000000149011612`).

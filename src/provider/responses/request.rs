@@ -121,10 +121,7 @@ pub(crate) fn encode(
         },
         stream: true,
     };
-    let value = serde_json::to_value(&body).map_err(|e| LlmError::InvalidRequest {
-        message: format!("could not encode the request: {e}"),
-    })?;
-    crate::provider::http::merge_extra(value, &request.extra)
+    crate::provider::http::body_bytes(&body, &request.extra)
 }
 
 fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
