@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p agent-loop-benches --example per_turn -- 1000 3
 //! WARM=1 cargo run --release -p agent-loop-benches --example per_turn -- 10 300  # tokenizer built first
+//! HTTP=1 cargo run --release -p agent-loop-benches --example per_turn -- 1000 3  # OpenAiClient over loopback
 //! /usr/bin/time -f "%M KiB" target/release/examples/per_turn 10 1                # peak RSS
 //! ```
 
@@ -15,6 +16,9 @@ use futures::StreamExt;
 #[path = "../replay.rs"]
 mod replay;
 use replay::ReplayClient;
+#[path = "../loopback.rs"]
+mod loopback;
+use loopback::LoopbackServer;
 
 fn main() {
     let turns: usize = std::env::args()
@@ -32,12 +36,27 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // Over HTTP: an OpenAiClient against a server that only skips the requests it reads.
+    let http = std::env::var_os("HTTP").is_some().then(|| {
+        let server = rt.block_on(LoopbackServer::start());
+        let client = agent_loop::OpenAiClient::new("k")
+            .base_url(server.base_url())
+            .model("m");
+        (server, client)
+    });
     let t0 = std::time::Instant::now();
     for _ in 0..reps {
         let step = FnTool::new("step", "Does a step.", |_: serde_json::Value, _ctx| async {
             Ok::<_, ToolError>("ok")
         });
-        let mut agent = Agent::builder(ReplayClient::new(turns))
+        let builder = match &http {
+            Some((server, client)) => {
+                server.push_run(turns);
+                Agent::builder(client.clone())
+            }
+            None => Agent::builder(ReplayClient::new(turns)),
+        };
+        let mut agent = builder
             .tool(step)
             .max_turns(turns as u32 + 1)
             .build()

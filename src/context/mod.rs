@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::message::{ContentBlock, Message, Role, ToolSpec, Usage};
+use crate::provider::encoded::{EncodedHistory, EncodedRef};
 
 mod compact;
 mod config;
@@ -140,6 +141,10 @@ pub struct ContextManager {
     /// What changed since [`mark_saved`](Self::mark_saved), for a session store.
     /// Invariant: `unsaved.from <= messages.len()`.
     unsaved: Unsaved,
+    /// The messages as the last request's wire format encoded them.
+    /// Invariant: told of every change to `messages` but an append
+    /// ([`EncodedHistory::changed_from`]), so its entries are those of `messages` as they are.
+    encoded: EncodedHistory,
 }
 
 /// What of a [`ContextManager`] changed since it was last
@@ -215,6 +220,7 @@ impl ContextManager {
                 from: 0,
                 whole: true,
             },
+            encoded: EncodedHistory::default(),
         }
     }
 
@@ -404,6 +410,14 @@ impl ContextManager {
         Arc::clone(&self.messages)
     }
 
+    /// The messages for a request, shared, with the link to their encoded bytes: a client
+    /// encodes only the messages its format has not encoded before.
+    pub(crate) fn request_messages(&self) -> (Arc<Vec<Message>>, EncodedRef) {
+        let messages = Arc::clone(&self.messages);
+        let encoded = self.encoded.for_request(&messages);
+        (messages, encoded)
+    }
+
     /// The number of messages.
     pub fn len(&self) -> usize {
         self.messages.len()
@@ -543,6 +557,7 @@ impl ContextManager {
             .collect();
         self.total = self.counts.iter().sum();
         self.messages = Arc::new(messages);
+        self.encoded.changed_from(0);
         self.unsaved = Unsaved {
             from: 0,
             whole: true,
@@ -565,6 +580,7 @@ impl ContextManager {
             .collect();
         self.total = self.counts.iter().sum();
         self.messages = Arc::new(conversation.messages);
+        self.encoded.changed_from(0);
         // Whole, unless the caller knows the session holds it
         // ([`restored_is_saved`](Self::restored_is_saved)); what changes after this is
         // tracked from its end.
@@ -764,6 +780,7 @@ impl ContextManager {
         if !f(message) {
             return;
         }
+        self.encoded.changed_from(i);
         self.unsaved.from = self.unsaved.from.min(i);
         let new = tokens::message_tokens(&*self.counter, self.config.image_tokens, message);
         let old = std::mem::replace(&mut self.counts[i], new);
@@ -798,6 +815,7 @@ impl ContextManager {
         }
         self.total = self.total - removed + added;
         self.unsaved.from = self.unsaved.from.min(range.start);
+        self.encoded.changed_from(range.start);
         self.counts.splice(range.clone(), new_counts);
         Arc::make_mut(&mut self.messages).splice(range, replacement);
     }

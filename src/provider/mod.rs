@@ -22,6 +22,7 @@ mod attempt;
 pub mod bedrock;
 pub mod cache;
 pub(crate) mod decoder;
+pub(crate) mod encoded;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod gemini;
@@ -133,6 +134,9 @@ pub struct ModelRequest {
     /// `Some(RetryPolicy::none())`, because it decides and counts every retry of a run itself
     /// (with the same policy type), and reports each as an `AgentEvent::Retry`.
     pub retry: Option<RetryPolicy>,
+    /// The conversation's cache of encoded messages, when the request was built from one
+    /// (by the agent): a client copies what it holds instead of encoding those messages again.
+    pub(crate) encoded: encoded::EncodedRef,
 }
 
 impl Default for ModelRequest {
@@ -153,6 +157,7 @@ impl Default for ModelRequest {
             extra: serde_json::Map::new(),
             prompt_cache: Some(PromptCache::default()),
             retry: None,
+            encoded: encoded::EncodedRef::default(),
         }
     }
 }
@@ -178,6 +183,7 @@ impl ModelRequest {
     /// assert_eq!(request.messages.len(), 2);
     /// ```
     pub fn messages_mut(&mut self) -> &mut Vec<Message> {
+        self.encoded = encoded::EncodedRef::default();
         Arc::make_mut(&mut self.messages)
     }
 }

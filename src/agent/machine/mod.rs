@@ -925,9 +925,12 @@ impl AgentMachine {
         if retired {
             tools = self.routing.retired.clone();
         }
+        let (messages, encoded) = self.context.request_messages();
         let mut request = ModelRequest {
-            // Shared with the context, not copied: a turn costs the same at any length.
-            messages: self.context.shared_messages(),
+            // Shared with the context, not copied, and linked to the bytes the client's
+            // format already wrote for them: a turn costs what it adds.
+            messages,
+            encoded,
             system: self.context.system().map(str::to_owned),
             tools,
             max_tokens: DEFAULT_MAX_TOKENS,

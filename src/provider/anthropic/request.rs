@@ -19,12 +19,10 @@
 use serde_json::Value;
 
 use crate::error::LlmError;
-#[cfg(any(test, feature = "testing"))]
-use crate::message::Message;
-use crate::message::{ContentBlock, MediaSource, Role};
+use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{ModelRequest, ToolChoice};
+use crate::provider::{http, ModelRequest, ToolChoice};
 
 use super::wire::{
     MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireChoice, WireMessage,
@@ -77,12 +75,13 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         (Some(text), _) => Some(WireSystem::Text(text)),
         (None, _) => None,
     };
-    let mut messages = messages(request)?;
-    if let (Some(cache), Some(control)) = (&cache, control) {
-        let verbatim = verbatim_breakpoints(&messages);
-        let room = MAX_CACHE_BREAKPOINTS.saturating_sub(placed + verbatim);
-        mark_latest_user_messages(&mut messages, cache.message_breakpoints.min(room), control);
+    if request.extra.contains_key("messages") {
+        return Err(http::extra_clash("messages"));
     }
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"messages":["#);
+    write_messages(request, cache.as_ref().zip(control), placed, &mut out)?;
+    out.extend_from_slice(b"],");
     let tool_choice = (!tools.is_empty()).then(|| {
         let choice = match &request.tool_choice {
             ToolChoice::Auto => WireChoice::Auto,
@@ -104,7 +103,6 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         model,
         max_tokens: request.max_tokens,
         system,
-        messages,
         tools,
         tool_choice,
         temperature: request.temperature,
@@ -120,10 +118,148 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         }),
         stream: true,
     };
-    let value = serde_json::to_value(&body).map_err(|e| LlmError::InvalidRequest {
-        message: format!("could not encode the request: {e}"),
-    })?;
-    crate::provider::http::merge_extra(value, &request.extra)
+    let rest = http::body_bytes(&body, &request.extra)?;
+    // `rest` is an object with at least `model`: its fields follow `messages`.
+    out.extend_from_slice(rest.get(1..).unwrap_or_default());
+    Ok(out)
+}
+
+/// The cache of encoded messages' key for this format.
+const ENCODED_KEY: u32 = 3;
+
+/// Writes the items of the `messages` list. When each message is a wire message of its own
+/// (no two neighbours of one role, none left empty) and no unmodelled block carries a
+/// breakpoint, the messages up to the first one that gets a breakpoint come from the
+/// conversation's cache of encoded messages, and only the rest are encoded; otherwise every
+/// message is encoded here.
+fn write_messages(
+    request: &ModelRequest,
+    cache: Option<(&PromptCache, WireCacheControl)>,
+    placed: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), LlmError> {
+    let room = MAX_CACHE_BREAKPOINTS.saturating_sub(placed);
+    fn write(
+        out: &mut Vec<u8>,
+        after_item: &mut bool,
+        message: &WireMessage<'_>,
+    ) -> Result<(), LlmError> {
+        if std::mem::replace(after_item, true) {
+            out.push(b',');
+        }
+        serde_json::to_writer(out, message).map_err(http::encode_error)
+    }
+    if !one_to_one(&request.messages) {
+        let mut messages = messages(&request.messages)?;
+        if let Some((cache, control)) = cache {
+            let verbatim = verbatim_breakpoints(&messages);
+            let count = cache.message_breakpoints.min(room.saturating_sub(verbatim));
+            mark_latest_user_messages(&mut messages, count, control);
+        }
+        let mut after_item = false;
+        for message in &messages {
+            write(out, &mut after_item, message)?;
+        }
+        return Ok(());
+    }
+    let count = cache.map_or(0, |(c, _)| c.message_breakpoints.min(room));
+    let tail = first_marked(&request.messages, count);
+    let wrote = request.encoded.write_messages(
+        &request.messages,
+        tail,
+        ENCODED_KEY,
+        false,
+        out,
+        |message, buf| {
+            for m in messages(std::slice::from_ref(message))? {
+                serde_json::to_writer(&mut *buf, &m).map_err(http::encode_error)?;
+            }
+            Ok(())
+        },
+    )?;
+    let mut after_item = wrote;
+    let mut messages = messages(request.messages.get(tail..).unwrap_or_default())?;
+    if let Some((_, control)) = cache {
+        mark_latest_user_messages(&mut messages, count, control);
+    }
+    for message in &messages {
+        write(out, &mut after_item, message)?;
+    }
+    Ok(())
+}
+
+/// The `messages` list as it is without the conversation's cache: every message encoded,
+/// merged, and the breakpoints placed over the whole list (the reference the cached path is
+/// checked against).
+#[cfg(test)]
+pub(crate) fn plain_messages(request: &ModelRequest, _: u32) -> serde_json::Value {
+    let Some(cache) = request.prompt_cache else {
+        return serde_json::to_value(messages(&request.messages).unwrap()).unwrap();
+    };
+    let placed = u32::from(cache.tools && !request.tools.is_empty())
+        + u32::from(cache.system && request.system.as_deref().is_some_and(|s| !s.is_empty()));
+    let mut messages = messages(&request.messages).unwrap();
+    let verbatim = verbatim_breakpoints(&messages);
+    let room = MAX_CACHE_BREAKPOINTS.saturating_sub(placed + verbatim);
+    mark_latest_user_messages(
+        &mut messages,
+        cache.message_breakpoints.min(room),
+        cache_control(cache.ttl),
+    );
+    serde_json::to_value(messages).unwrap()
+}
+
+/// Whether each message is a wire message of its own: it sends a block, its role differs
+/// from the one before, and no unmodelled block of it carries a breakpoint of its own.
+fn one_to_one(messages: &[Message]) -> bool {
+    let mut last = None;
+    messages.iter().all(|m| {
+        let role = matches!(m.role, Role::Assistant);
+        let alternates = last != Some(role);
+        last = Some(role);
+        alternates
+            && m.content.iter().any(sends)
+            && !m
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::Other(v) if v.get("cache_control").is_some()))
+    })
+}
+
+/// Whether `block` is sent (empty text and Responses reasoning are not).
+fn sends(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Text { text } => !text.is_empty(),
+        ContentBlock::Reasoning { .. } => false,
+        _ => true,
+    }
+}
+
+/// The index of the earliest of the `count` latest user messages that take a breakpoint
+/// ([`mark_latest_user_messages`]: those with a block that may carry one), or the length
+/// when none does. Only for a history of [`one_to_one`] messages.
+fn first_marked(messages: &[Message], count: u32) -> usize {
+    let mut left = count;
+    let mut first = messages.len();
+    for (i, message) in messages.iter().enumerate().rev() {
+        if left == 0 {
+            break;
+        }
+        let markable = message.role != Role::Assistant
+            && message.content.iter().any(|b| match b {
+                ContentBlock::Text { text } => !text.is_empty(),
+                ContentBlock::ToolUse { .. }
+                | ContentBlock::ToolResult { .. }
+                | ContentBlock::Image { .. }
+                | ContentBlock::Document { .. } => true,
+                _ => false,
+            });
+        if markable {
+            first = i;
+            left -= 1;
+        }
+    }
+    first
 }
 
 fn cache_control(ttl: CacheTtl) -> WireCacheControl {
@@ -177,9 +313,9 @@ fn mark_latest_user_messages(
     }
 }
 
-fn messages(request: &ModelRequest) -> Result<Vec<WireMessage<'_>>, LlmError> {
-    let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
-    for message in request.messages.iter() {
+fn messages(messages: &[Message]) -> Result<Vec<WireMessage<'_>>, LlmError> {
+    let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
+    for message in messages {
         let role = match message.role {
             Role::Assistant => "assistant",
             _ => "user",

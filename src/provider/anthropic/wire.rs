@@ -11,7 +11,8 @@ pub(crate) struct MessagesRequest<'a> {
     pub(crate) max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) system: Option<WireSystem<'a>>,
-    pub(crate) messages: Vec<WireMessage<'a>>,
+    // `messages` is not here: `request::encode` writes it first, from the bytes the
+    // conversation's earlier requests already encoded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]

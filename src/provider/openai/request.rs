@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{ModelRequest, ToolChoice};
+use crate::provider::{http, ModelRequest, ToolChoice};
 
 use super::wire::{
     ChatContent, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ContentPart, FilePart,
@@ -51,22 +51,47 @@ pub(crate) fn encode(
                 .to_owned(),
         });
     }
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(ChatMessage {
+    if request.extra.contains_key("messages") {
+        return Err(http::extra_clash("messages"));
+    }
+    // `"messages":[…]` first, each message's bytes copied from the conversation's cache when
+    // an earlier request of this format wrote them, the rest of the body after it.
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"messages":["#);
+    let system = request.system.as_deref().filter(|s| !s.is_empty());
+    if let Some(system) = system {
+        let message = ChatMessage {
             role: "system",
             content: ChatContent::Text(system.to_owned()),
             tool_calls: Vec::new(),
             tool_call_id: None,
             thinking_blocks: Vec::new(),
-        });
+        };
+        serde_json::to_writer(&mut out, &message).map_err(http::encode_error)?;
     }
-    for message in request.messages.iter() {
-        match message.role {
-            Role::Assistant => assistant(message, thinking_blocks, &mut messages),
-            _ => user(message, &mut messages)?,
-        }
-    }
+    let key = if thinking_blocks { 2 } else { 1 };
+    request.encoded.write_messages(
+        &request.messages,
+        request.messages.len(),
+        key,
+        system.is_some(),
+        &mut out,
+        |message, buf| {
+            let mut wire = Vec::with_capacity(1);
+            match message.role {
+                Role::Assistant => assistant(message, thinking_blocks, &mut wire),
+                _ => user(message, &mut wire)?,
+            }
+            for (i, m) in wire.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                serde_json::to_writer(&mut *buf, m).map_err(http::encode_error)?;
+            }
+            Ok(())
+        },
+    )?;
+    out.extend_from_slice(b"],");
     let tools: Vec<ChatTool<'_>> = request
         .tools
         .iter()
@@ -93,7 +118,6 @@ pub(crate) fn encode(
     };
     let body = ChatRequest {
         model,
-        messages,
         max_tokens,
         max_completion_tokens,
         // OpenAI refuses `parallel_tool_calls` without tools.
@@ -109,10 +133,10 @@ pub(crate) fn encode(
             include_usage: true,
         },
     };
-    let value = serde_json::to_value(&body).map_err(|e| LlmError::InvalidRequest {
-        message: format!("could not encode the request: {e}"),
-    })?;
-    crate::provider::http::merge_extra(value, &request.extra)
+    let rest = http::body_bytes(&body, &request.extra)?;
+    // `rest` is an object with at least `model`: its fields follow `messages`.
+    out.extend_from_slice(rest.get(1..).unwrap_or_default());
+    Ok(out)
 }
 
 fn joined_text(message: &Message) -> Option<String> {

@@ -7,8 +7,9 @@ use crate::message::MediaSource;
 /// The body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatRequest<'a> {
+    // `messages` is not here: `request::encode` writes it first, from the bytes the
+    // conversation's earlier requests already encoded.
     pub(crate) model: &'a str,
-    pub(crate) messages: Vec<ChatMessage<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
