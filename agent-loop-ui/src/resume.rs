@@ -269,6 +269,8 @@ mod live {
         changed: watch::Sender<()>,
         /// How many clients follow the run.
         watchers: watch::Sender<usize>,
+        /// Cancels the run.
+        handle: AgentHandle,
     }
 
     struct RunState {
@@ -361,6 +363,19 @@ mod live {
             }
         }
 
+        /// Cancels the run kept under `key` (a Stop button: with resumable streams, a client
+        /// that goes away no longer stops its run), as [`AgentHandle::cancel`] does: it ends
+        /// with its `Finished`, kept for its clients. False when no run is going there.
+        pub fn cancel(&self, key: &str) -> bool {
+            match self.run(key) {
+                Some(run) if !lock(&run.state).finished => {
+                    run.handle.cancel();
+                    true
+                }
+                _ => false,
+            }
+        }
+
         fn run(&self, key: &str) -> Option<Arc<Run>> {
             lock(&self.inner.runs).get(key).cloned()
         }
@@ -398,6 +413,7 @@ mod live {
                 }),
                 changed: watch::channel(()).0,
                 watchers: watch::channel(0).0,
+                handle,
             });
             {
                 let mut runs = lock(&self.inner.runs);
@@ -415,7 +431,7 @@ mod live {
                 }
             }
             let first = follow(run.clone(), 0);
-            tokio::spawn(pump(run, frames, handle, self.inner.grace));
+            tokio::spawn(pump(run, frames, self.inner.grace));
             first
         }
 
@@ -446,7 +462,6 @@ mod live {
     async fn pump(
         run: Arc<Run>,
         frames: impl Stream<Item = Bytes> + Send + 'static,
-        handle: AgentHandle,
         grace: Duration,
     ) {
         let mut frames = std::pin::pin!(frames);
@@ -465,7 +480,7 @@ mod live {
                 _ = &mut abandoned, if !cancelled => {
                     // The run ends as a cancelled run does, with its `Finished`, kept for a
                     // client that comes back.
-                    handle.cancel();
+                    run.handle.cancel();
                     cancelled = true;
                 }
             }
