@@ -469,3 +469,160 @@ async fn a_reconnect_past_the_buffer_is_refused_with_410() {
     .await;
     assert_eq!(tail, all[all.len() - 3..].to_vec());
 }
+
+/// Waits until a client follows the run (it reconnected).
+async fn until_watched(streams: &RunStreams, key: &str) {
+    while streams.watchers(key) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The `ai` package's own chat client, come back mid-answer (`resumeStream()`, what
+/// `useChat({ resume: true })` calls on mount): it GETs the reconnect route with no id, is
+/// given the run from its start, then the live rest, and holds the whole answer once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_packages_chat_resumes_a_running_stream() {
+    if !common::web::node_available("the AI SDK resume test", "ai") {
+        return;
+    }
+    let (model, gate) = Gated::new();
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/api/chat"))
+            .json(&chat_body("c4", "Say hello"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    gate.send(start()).unwrap();
+    gate.send(text("Hello")).unwrap();
+    live.until("Hello").await;
+    drop(live);
+    until_unwatched(&streams, "c4").await;
+    let api = format!("{url}/api/chat");
+    let client = tokio::spawn(async move {
+        common::web::node_json("ai-sdk-client.mjs", &["resume", &api, "c4"]).await
+    });
+    until_watched(&streams, "c4").await;
+    gate.send(text(", world")).unwrap();
+    for event in end() {
+        gate.send(event).unwrap();
+    }
+    let seen = client.await.unwrap();
+    assert_eq!(seen["error"], Value::Null, "{seen:#}");
+    assert_eq!(seen["status"], "ready", "{seen:#}");
+    let messages = seen["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{seen:#}");
+    assert_eq!(messages[0]["role"], "assistant");
+    let texts: Vec<&str> = messages[0]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["Hello, world"], "{seen:#}");
+}
+
+/// `@ag-ui/client`'s `HttpAgent` sending the run's request again (its connection was lost):
+/// it is given the run from its start, then the live rest, which its own checks
+/// (`verifyEvents`) take as one valid run; no second run starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_that_sends_its_run_again_follows_it() {
+    if !common::web::node_available("the AG-UI reconnect test", "@ag-ui/client") {
+        return;
+    }
+    let (model, gate) = Gated::new();
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/agui"))
+            .json(&agui_body("t5", "r5", "Say hello"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    gate.send(start()).unwrap();
+    gate.send(text("Hello")).unwrap();
+    live.until("Hello").await;
+    drop(live);
+    until_unwatched(&streams, "t5").await;
+    let endpoint = format!("{url}/agui");
+    let client = tokio::spawn(async move {
+        common::web::node_json(
+            "agui-client.mjs",
+            &["again", &endpoint, "t5", "r5", "Say hello"],
+        )
+        .await
+    });
+    until_watched(&streams, "t5").await;
+    gate.send(text(", world")).unwrap();
+    for event in end() {
+        gate.send(event).unwrap();
+    }
+    let seen = client.await.unwrap();
+    let types = strings(&seen["events"]);
+    assert_eq!(
+        types.first().map(String::as_str),
+        Some("RUN_STARTED"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        types.last().map(String::as_str),
+        Some("RUN_FINISHED"),
+        "{seen:#}"
+    );
+    assert_eq!(types.iter().filter(|t| *t == "RUN_STARTED").count(), 1);
+    let answer: Vec<&Value> = seen["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(answer.len(), 1, "{seen:#}");
+    assert_eq!(answer[0]["content"], "Hello, world", "{seen:#}");
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `RunStreams::cancel` (a Stop button) ends a running run at once, as a cancelled run
+/// ends; its client gets that end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_kept_run() {
+    let (model, gate) = Gated::new();
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/api/chat"))
+            .json(&chat_body("c6", "Say hello"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    gate.send(start()).unwrap();
+    gate.send(text("Hello")).unwrap();
+    live.until("Hello").await;
+    assert!(streams.cancel("c6"));
+    let rest = live.rest().await;
+    assert_eq!(rest.last().unwrap().data, "[DONE]");
+    assert!(
+        rest.iter().any(|f| f.data.contains("\"abort\"")),
+        "{rest:?}"
+    );
+    assert!(!streams.is_live("c6"));
+    assert!(!streams.cancel("c6"), "nothing to cancel once over");
+    assert!(gate.is_closed(), "the model's stream was dropped");
+}
