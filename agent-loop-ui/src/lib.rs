@@ -19,6 +19,12 @@
 //!    and a request body and give the response, a 400 for a bad body. A host on another web
 //!    framework turns the default features off and keeps the request types and encoders.
 //!
+//! Streams survive a reconnect: every frame carries its id (`id: 7`), and with
+//! [`RespondOptions::resumable`] (feature `axum`) each run is kept in a [`RunStreams`]: a
+//! bounded [`ReplayBuffer`] per run, the run driven by a task of its own and cancelled after
+//! a grace time without clients; [`ai_sdk::reconnect`] and [`agui::reconnect`] give a client
+//! that comes back (with `Last-Event-ID`) what it missed, then the live stream.
+//!
 //! Approvals use the agent's pauses: a tool in
 //! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
