@@ -81,6 +81,10 @@ pub struct CassetteExchange {
     /// string, or `{"base64": "…"}` when it is not UTF-8 on its own.
     #[serde(serialize_with = "chunks_out", deserialize_with = "chunks_in")]
     pub chunks: Vec<Vec<u8>>,
+    /// The upstream broke the body off after these chunks (no end of the chunked body): the
+    /// player breaks it off there too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broken_off: bool,
 }
 
 impl CassetteExchange {
@@ -99,6 +103,7 @@ impl CassetteExchange {
             content_type: content_type.into(),
             headers: Vec::new(),
             chunks,
+            broken_off: false,
         }
     }
 
@@ -573,6 +578,7 @@ async fn forward(
             content_type,
             headers,
             chunks: Vec::new(),
+            broken_off: false,
         });
         log.cassette.exchanges.len() - 1
     };
@@ -580,8 +586,11 @@ async fn forward(
     let mut body = response.bytes_stream();
     while let Some(piece) = body.next().await {
         let Ok(bytes) = piece else {
-            // The upstream cut the body: so does the recorder (no terminating chunk), and the
-            // cassette keeps what came.
+            // The upstream broke the body off: so does the recorder (no terminating chunk),
+            // and the cassette keeps what came and says so.
+            if let Some(exchange) = lock(log).cassette.exchanges.get_mut(index) {
+                exchange.broken_off = true;
+            }
             return Ok(());
         };
         if bytes.is_empty() {
@@ -783,6 +792,10 @@ async fn play(mut socket: TcpStream, state: &Mutex<Playing>) -> std::io::Result<
     for chunk in &exchange.chunks {
         write_chunk(&mut socket, chunk).await?;
     }
+    if exchange.broken_off {
+        // Dropped without the terminating chunk: the client's body read fails, as it did.
+        return Ok(());
+    }
     socket.write_all(b"0\r\n\r\n").await?;
     socket.flush().await
 }
@@ -879,6 +892,7 @@ mod tests {
             let cassette = Cassette { exchanges: vec![CassetteExchange {
                 path: "/v1/messages".into(), request: json!({}), status: 200,
                 content_type: "text/event-stream".into(), headers: vec![], chunks,
+                broken_off: false,
             }]};
             prop_assert_eq!(Cassette::from_json(&cassette.to_json()).unwrap(), cassette);
         }

@@ -276,6 +276,37 @@ async fn an_error_status_and_its_headers_replay() {
     assert_eq!(format!("{replayed:?}"), format!("{live:?}"));
 }
 
+/// A body the upstream broke off mid-stream is recorded as such and broken off again on
+/// replay: the client fails the same way.
+#[tokio::test]
+async fn a_body_broken_off_replays_broken_off() {
+    let upstream = MockServer::start().await;
+    upstream.push(
+        MockResponse::stream(ScriptedResponse::text("Half of an answer that stops.").chunked(4))
+            .chunk_size(16)
+            .disconnect_after_bytes(200),
+    );
+    let recorder = CassetteRecorder::start(upstream.url()).await;
+    let request = agent_loop::provider::ModelRequest::new(vec![Message::user("hi")]);
+    let live: Vec<_> = client(Api::Anthropic, &recorder.url())
+        .stream(&request)
+        .collect()
+        .await;
+    assert!(matches!(live.last(), Some(Err(_))), "{live:?}");
+    let cassette = recorder.cassette().unwrap();
+    assert!(cassette.exchanges[0].broken_off);
+    let cassette = Cassette::from_json(&cassette.to_json()).unwrap();
+    assert!(cassette.exchanges[0].broken_off);
+    drop(upstream);
+    let player = CassettePlayer::start(cassette).await;
+    let replayed: Vec<_> = client(Api::Anthropic, &player.url())
+        .stream(&request)
+        .collect()
+        .await;
+    assert_eq!(format!("{replayed:?}"), format!("{live:?}"));
+    player.check().unwrap();
+}
+
 /// The HTTP chunks of a response, read off the socket: the chunked framing says where each
 /// one ends, whatever the reads.
 async fn raw_chunks(url: &str, body: &str) -> Vec<Vec<u8>> {
