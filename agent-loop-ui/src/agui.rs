@@ -1880,7 +1880,9 @@ pub fn sse_body(
 /// otherwise with [`respond_with`].
 ///
 /// Dropping the response's body (the client aborted the request, or went away) drops the
-/// run's stream, which cancels the run.
+/// run's stream, which cancels the run; unless the run is kept for reconnects
+/// ([`RespondOptions::resumable`](super::RespondOptions::resumable), [`reconnect`]), when it
+/// goes on for the grace time. Each SSE frame carries its id (`id: 1`, `id: 2`, …).
 #[cfg(feature = "axum")]
 pub async fn respond(agent: &mut agent_loop::Agent, body: &[u8]) -> axum::response::Response {
     respond_with(agent, body, &super::RespondOptions::default()).await
@@ -1898,6 +1900,22 @@ pub async fn respond_with(
         Ok(request) => request,
         Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
+    if let Some(streams) = options.streams() {
+        // The same run asked again (a client that reconnects with no `Last-Event-ID`): its
+        // frames from the first, not a second run.
+        if streams
+            .find(request.thread_id(), Some(request.run_id()))
+            .is_some()
+        {
+            return super::http::reconnect_response(
+                streams,
+                request.thread_id(),
+                Some(request.run_id()),
+                None,
+                &[],
+            );
+        }
+    }
     let handle = agent.handle();
     match super::http::start_turn(agent, &request, options).await {
         Ok(started) => {
@@ -1909,9 +1927,43 @@ pub async fn respond_with(
             if let Some(paused) = &started.left {
                 encoder = encoder.leaving(paused);
             }
-            let frames = sse_body(encode_stream(started.events, encoder, handle));
-            super::http::sse_response(frames, &[])
+            let frames = sse_body(encode_stream(started.events, encoder, handle.clone()));
+            super::http::run_response(
+                frames,
+                options,
+                request.thread_id(),
+                request.run_id(),
+                handle,
+                &[],
+            )
         }
         Err(e) => super::http::refusal(e),
     }
+}
+
+/// Answers an AG-UI client that reconnects to a run kept in `streams` (by [`respond_with`]
+/// with [`RespondOptions::resumable`](super::RespondOptions::resumable)): AG-UI 1.0 defines
+/// no resumption, so the reconnect is the run's own request sent again (the same `threadId`
+/// and `runId`) with the standard SSE `Last-Event-ID` header naming the last event the
+/// client got (`@ag-ui/client`'s `HttpAgent` sends the headers it is given). `None` when the
+/// body names no run the streams keep: answer it with [`respond_with`].
+///
+/// The answer: the run's events after that id (all of them without the header), then the
+/// live ones, each once; `410 Gone` when they are no longer kept, `400` for an id the run
+/// never sent. Every frame carries its id (`id: 7`).
+#[cfg(feature = "axum")]
+pub fn reconnect(
+    streams: &super::RunStreams,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Option<axum::response::Response> {
+    let request = RunAgentInput::from_slice(body).ok()?;
+    streams.find(request.thread_id(), Some(request.run_id()))?;
+    Some(super::http::reconnect_response(
+        streams,
+        request.thread_id(),
+        Some(request.run_id()),
+        super::http::last_event_id(headers),
+        &[],
+    ))
 }

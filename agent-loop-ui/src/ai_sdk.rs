@@ -1408,7 +1408,9 @@ pub fn sse_body(
 /// otherwise with [`respond_with`].
 ///
 /// Dropping the response's body (the client aborted the fetch, or went away) drops the run's
-/// stream, which cancels the run.
+/// stream, which cancels the run; unless the run is kept for reconnects
+/// ([`RespondOptions::resumable`](super::RespondOptions::resumable), [`reconnect`]), when it
+/// goes on for the grace time. Each SSE frame carries its id (`id: 1`, `id: 2`, …).
 #[cfg(feature = "axum")]
 pub async fn respond(agent: &mut agent_loop::Agent, body: &[u8]) -> axum::response::Response {
     respond_with(agent, body, &super::RespondOptions::default()).await
@@ -1426,6 +1428,7 @@ pub async fn respond_with(
         Ok(request) => request,
         Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
+    let handle = agent.handle();
     match super::http::start_turn(agent, &request, options).await {
         Ok(started) => {
             let mut encoder = UiStreamEncoder::new();
@@ -1436,8 +1439,41 @@ pub async fn respond_with(
                 encoder = encoder.leaving(paused);
             }
             let frames = sse_body(encode_stream(started.events, encoder));
-            super::http::sse_response(frames, &[STREAM_HEADER])
+            super::http::run_response(frames, options, request.id(), "", handle, &[STREAM_HEADER])
         }
         Err(e) => super::http::refusal(e),
     }
+}
+
+/// Answers the AI SDK's reconnect, `GET {api}/{chatId}/stream` (what `useChat({ resume:
+/// true })` and `Chat.resumeStream()` send, with no `Last-Event-ID`: the `ai` package replays
+/// the stream from its start), for runs kept in `streams` by
+/// [`respond_with`] with [`RespondOptions::resumable`](super::RespondOptions::resumable):
+///
+/// - the chat's run is going: its frames from the first (or after the request's
+///   `Last-Event-ID`), then the live ones, each once;
+/// - it has ended: with a `Last-Event-ID`, the frames after it (the client was cut off);
+///   without one, `204 No Content`, as when no run is kept (the client loads the
+///   conversation instead);
+/// - the frames the client needs are no longer kept ([`ReplayLimits`](crate::ReplayLimits)):
+///   `410 Gone`; an id the run never sent: `400`.
+///
+/// Every frame carries its id (`id: 7`).
+#[cfg(feature = "axum")]
+pub fn reconnect(
+    streams: &super::RunStreams,
+    chat_id: &str,
+    headers: &axum::http::HeaderMap,
+) -> axum::response::Response {
+    let last = super::http::last_event_id(headers);
+    match streams.find(chat_id, None) {
+        Some(true) => {}
+        Some(false) if last.is_some() => {}
+        _ => {
+            let mut response = axum::response::Response::default();
+            *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+            return response;
+        }
+    }
+    super::http::reconnect_response(streams, chat_id, None, last, &[STREAM_HEADER])
 }

@@ -19,6 +19,12 @@
 //!    and a request body and give the response, a 400 for a bad body. A host on another web
 //!    framework turns the default features off and keeps the request types and encoders.
 //!
+//! Streams survive a reconnect: every frame carries its id (`id: 7`), and with
+//! [`RespondOptions::resumable`] (feature `axum`) each run is kept in a [`RunStreams`]: a
+//! bounded [`ReplayBuffer`] per run, the run driven by a task of its own and cancelled after
+//! a grace time without clients; [`ai_sdk::reconnect`] and [`agui::reconnect`] give a client
+//! that comes back (with `Last-Event-ID`) what it missed, then the live stream.
+//!
 //! Approvals use the agent's pauses: a tool in
 //! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
@@ -111,6 +117,11 @@
 
 pub mod agui;
 pub mod ai_sdk;
+mod resume;
+
+#[cfg(feature = "axum")]
+pub use resume::RunStreams;
+pub use resume::{ReplayBuffer, ReplayError, ReplayLimits};
 
 use agent_loop::agent::{Resolutions, WaitsFor};
 use agent_loop::{AgentEvent, PausedRun, UserInput};
@@ -206,6 +217,8 @@ pub enum NewMessageWhilePaused {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RespondOptions {
     while_paused: NewMessageWhilePaused,
+    #[cfg(feature = "axum")]
+    streams: Option<RunStreams>,
 }
 
 impl RespondOptions {
@@ -224,6 +237,35 @@ impl RespondOptions {
     pub fn new_message_while_paused(&self) -> NewMessageWhilePaused {
         self.while_paused
     }
+
+    /// Keeps each run in `streams`, so that its client can reconnect
+    /// ([`ai_sdk::reconnect`], [`agui::reconnect`]) and get what it missed, then the live
+    /// stream; the run goes on when its client goes away, for the streams'
+    /// [grace time](RunStreams::grace).
+    #[cfg(feature = "axum")]
+    pub fn resumable(mut self, streams: RunStreams) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+
+    /// The streams runs are kept in, if resumable.
+    #[cfg(feature = "axum")]
+    pub fn streams(&self) -> Option<&RunStreams> {
+        self.streams.as_ref()
+    }
+}
+
+/// `frames` (SSE frames without ids) numbered from 1, `id: {n}` before each: what a
+/// response that is not kept for reconnects sends.
+pub fn numbered_frames(
+    frames: impl futures::Stream<Item = Bytes> + Send + 'static,
+) -> impl futures::Stream<Item = Bytes> + Send + 'static {
+    use futures::StreamExt;
+    let mut next = 0u64;
+    frames.map(move |frame| {
+        next += 1;
+        resume::with_id(next, &frame)
+    })
 }
 
 /// The calls `paused` waits for, for an error message: `delete_file (call "c1") waits for
@@ -487,6 +529,63 @@ pub(crate) mod http {
         for (name, value) in extra {
             headers.insert(*name, HeaderValue::from_static(value));
         }
+        response
+    }
+
+    /// The response of a run's frames (SSE frames without ids): kept in `options`' streams
+    /// under `key` (and `run_id`) when resumable, else numbered and sent.
+    pub(crate) fn run_response(
+        frames: impl Stream<Item = Bytes> + Send + 'static,
+        options: &RespondOptions,
+        key: &str,
+        run_id: &str,
+        handle: agent_loop::agent::AgentHandle,
+        extra: &[(&'static str, &'static str)],
+    ) -> Response {
+        match options.streams() {
+            Some(streams) => sse_response(streams.start(key, run_id, frames, handle), extra),
+            None => sse_response(super::numbered_frames(frames), extra),
+        }
+    }
+
+    /// The answer to a reconnect: the run's frames after `last_event_id`, then the live
+    /// ones; `410` when they are no longer kept, `400` for an id the run never sent, `404`
+    /// when no such run is kept.
+    pub(crate) fn reconnect_response(
+        streams: &super::RunStreams,
+        key: &str,
+        run_id: Option<&str>,
+        last_event_id: Option<&str>,
+        extra: &[(&'static str, &'static str)],
+    ) -> Response {
+        use super::ReplayError;
+        match streams.subscribe(key, run_id, last_event_id) {
+            Ok(frames) => sse_response(frames, extra),
+            Err(e) => {
+                let status = match e {
+                    ReplayError::Evicted { .. } => StatusCode::GONE,
+                    ReplayError::NoRun(_) => StatusCode::NOT_FOUND,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                json_error(status, &e.to_string())
+            }
+        }
+    }
+
+    /// The `Last-Event-ID` header, if any.
+    pub(crate) fn last_event_id(headers: &axum::http::HeaderMap) -> Option<&str> {
+        headers.get("last-event-id").and_then(|v| v.to_str().ok())
+    }
+
+    /// A JSON `{"error": "…"}` response.
+    pub(crate) fn json_error(status: StatusCode, message: &str) -> Response {
+        let body = serde_json::json!({ "error": message }).to_string();
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         response
     }
 

@@ -1096,7 +1096,7 @@ async fn post_json(url: &str, body: Vec<u8>) -> (u16, String) {
 
 fn sse_events(text: &str) -> Vec<AgUiEvent> {
     text.split("\n\n")
-        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter_map(|frame| frame.lines().find_map(|line| line.strip_prefix("data: ")))
         .map(|data| serde_json::from_str(data).expect("an AG-UI event"))
         .collect()
 }

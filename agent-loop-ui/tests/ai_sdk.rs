@@ -1324,7 +1324,7 @@ fn typed_instead_body(text: &str) -> Vec<u8> {
 /// The data chunks of an SSE body.
 fn data_chunks(text: &str) -> Vec<Value> {
     text.split("\n\n")
-        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter_map(|frame| frame.lines().find_map(|line| line.strip_prefix("data: ")))
         .filter(|data| *data != "[DONE]")
         .map(|data| serde_json::from_str(data).expect("a chunk"))
         .collect()

@@ -362,3 +362,132 @@ async fn the_server_serves_the_page_and_refuses_a_bad_body_with_a_400() {
 fn reqwest_client() -> agent_loop::provider::reqwest::Client {
     agent_loop::provider::reqwest::Client::new()
 }
+
+/// The example's router, with what the reconnect scenario needs around it: every event
+/// stream it sends can be cut mid-way (`POST /test/cut`: the response's body fails, as a
+/// dropped connection does), and the scripted model's counting answer, held after its first
+/// words, goes on at `POST /test/open`.
+fn cuttable(app: web_chat::App) -> axum::Router {
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let gate = app.gate();
+    gate.send_replace(false);
+    let cut = Arc::new(tokio::sync::watch::channel(0u64).0);
+    let cutter = cut.clone();
+    web_chat::router(app)
+        .layer(axum::middleware::map_response(
+            move |response: axum::response::Response| {
+                let mut signal = cut.subscribe();
+                async move {
+                    let streaming = response
+                        .headers()
+                        .get("content-type")
+                        .is_some_and(|v| v == "text/event-stream");
+                    if !streaming {
+                        return response;
+                    }
+                    signal.borrow_and_update();
+                    let was_cut = Arc::new(AtomicBool::new(false));
+                    let flag = was_cut.clone();
+                    let (parts, body) = response.into_parts();
+                    let body = body
+                        .into_data_stream()
+                        .map(|item| item.map_err(std::io::Error::other))
+                        .take_until(async move {
+                            let _ = signal.changed().await;
+                            flag.store(true, Ordering::SeqCst);
+                        })
+                        .chain(
+                            futures::stream::once(async move {
+                                was_cut
+                                    .load(Ordering::SeqCst)
+                                    .then(|| Err(std::io::Error::other("cut by the test")))
+                            })
+                            .filter_map(std::future::ready),
+                        );
+                    axum::response::Response::from_parts(parts, axum::body::Body::from_stream(body))
+                }
+            },
+        ))
+        .route(
+            "/test/cut",
+            axum::routing::post(move || {
+                cutter.send_modify(|n| *n += 1);
+                async {}
+            }),
+        )
+        .route(
+            "/test/open",
+            axum::routing::post(move || {
+                gate.send_replace(true);
+                async {}
+            }),
+        )
+}
+
+/// Ids 1 to n, once each and in order.
+fn consecutive(ids: &Value) -> usize {
+    let ids: Vec<u64> = ids
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("a numeric id"))
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as u64).collect::<Vec<_>>(),
+        "each event once, in order"
+    );
+    ids.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_and_a_reload_mid_answer_lose_and_repeat_nothing() {
+    let Some(chromium) = chromium() else { return };
+    if !common::web::node_available("the web chat browser test", "playwright-core") {
+        return;
+    }
+    let (app, mock, _) = web_chat::scripted_app().await;
+    let url = common::web::serve(cuttable(app)).await;
+    let seen =
+        common::web::node_json("web-chat-browser.mjs", &[&url, &chromium, "reconnect"]).await;
+    assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
+    let answer = |snapshot: &Value| strings(&snapshot["messages"][1]["texts"]).concat();
+
+    // Cut after the first words: the page took the stream up again, every event once.
+    assert_eq!(answer(&seen["beforeCut"]), web_chat::COUNT_FIRST);
+    assert!(
+        seen["cutsLogged"].as_u64() >= Some(1),
+        "the stream was cut: {seen:#}"
+    );
+    let before = consecutive(&seen["idsBeforeReload"]);
+    assert!(before > 0);
+
+    // Reloaded mid-answer: the new page has the question and the first words, once.
+    let reloaded = &seen["afterReload"];
+    assert_eq!(reloaded["status"], "running", "{reloaded:#}");
+    assert_eq!(
+        strings(&reloaded["messages"][0]["texts"]),
+        ["Count to ten, please."]
+    );
+    assert_eq!(answer(reloaded), web_chat::COUNT_FIRST, "{reloaded:#}");
+
+    // The answer continued to its end, each event once; one model call, one run.
+    let done = &seen["afterRest"];
+    assert_eq!(done["status"], "done", "{done:#}");
+    assert_eq!(done["messages"].as_array().map(Vec::len), Some(2));
+    let whole = format!(
+        "{}{} Done counting.",
+        web_chat::COUNT_FIRST,
+        web_chat::COUNT_REST
+    );
+    assert_eq!(answer(done), whole, "{done:#}");
+    assert!(consecutive(&seen["idsAfterReload"]) > before);
+    assert_eq!(mock.requests().len(), 1);
+
+    // The server's session holds the same answer.
+    let stored = &seen["afterSecondReload"];
+    assert_eq!(stored["status"], "done", "{stored:#}");
+    assert_eq!(answer(stored), whole, "{stored:#}");
+}

@@ -340,22 +340,22 @@ async fn accept_loop(
 }
 
 /// A parsed request.
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(super) struct Request {
+    pub(super) method: String,
+    pub(super) path: String,
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) body: Vec<u8>,
 }
 
 /// Why a request could not be read.
-enum ReadError {
+pub(super) enum ReadError {
     /// The peer went away or sent garbage: just close.
     Closed,
     /// Answer with this status and message, then close.
     Reply(u16, &'static str),
 }
 
-async fn read_request(socket: &mut TcpStream) -> Result<Request, ReadError> {
+pub(super) async fn read_request(socket: &mut TcpStream) -> Result<Request, ReadError> {
     let mut buf = Vec::with_capacity(4096);
     let head_end = loop {
         if let Some(pos) = memchr::memmem::find(&buf, b"\r\n\r\n") {
@@ -699,7 +699,7 @@ fn script_ran_out(number: usize) -> MockResponse {
         .should_retry(false)
 }
 
-async fn write_simple(
+pub(super) async fn write_simple(
     socket: &mut TcpStream,
     status: u16,
     content_type: &str,
@@ -722,7 +722,7 @@ async fn write_simple(
     Ok(())
 }
 
-fn reason(status: u16) -> &'static str {
+pub(super) fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
@@ -757,7 +757,7 @@ async fn hold_open(socket: &mut TcpStream) {
     }
 }
 
-async fn write_chunk(socket: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+pub(super) async fn write_chunk(socket: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
     if data.is_empty() {
         return Ok(());
     }

@@ -13,6 +13,10 @@
 //!   what Gemini refuses (an invalid function name or non-object schema, a function response
 //!   that does not follow its function call, contents without parts).
 //!
+//! - [`CassetteRecorder`] and [`CassettePlayer`]: record a run's model exchanges through
+//!   the real client to a [`Cassette`] file, and replay it with no network, each request
+//!   checked against the recorded one (the first differing field named).
+//!
 //! Both check the history invariant on every request (every `tool_use` answered by exactly one
 //! `tool_result` in the next user message) and record violations for the test to assert on.
 //! The `MockServer` also refuses, with the provider's own `400`, a tool schema the real API
@@ -27,6 +31,7 @@
 use crate::message::Message;
 
 mod bedrock;
+mod cassette;
 mod gemini;
 mod limit;
 mod media_checks;
@@ -39,6 +44,10 @@ mod sse;
 mod tool_schemas;
 mod whole;
 
+pub use cassette::{
+    first_difference, Cassette, CassetteError, CassetteExchange, CassettePlayer, CassetteRecorder,
+    MAX_RECORDED_BODY,
+};
 pub use mock::{MockServer, RecordedRequest};
 pub use response::{Interruption, MockResponse, StreamPoint};
 pub use scripted::{ScriptedClient, ScriptedResponse};

@@ -10,6 +10,7 @@ mod common;
 
 mod aimock;
 mod bedrock;
+mod cassette_player;
 mod cassettes;
 mod clients;
 mod compat;

@@ -12,14 +12,21 @@
 //!   its session: the page loads it on start, so a reload keeps the chat (the page keeps
 //!   only the chat's id, in `sessionStorage`).
 //! - `POST /agui` speaks AG-UI 1.0 (what `@ag-ui/client`'s `HttpAgent` and CopilotKit send
-//!   and read), through [`agent_loop_ui::agui::respond`], for the same agent.
+//!   and read), through [`agent_loop_ui::agui::respond_with`], for the same agent.
+//! - Streams survive a reconnect: each run is kept in a [`RunStreams`] and goes on when its
+//!   page goes away (for 30 s). A page whose stream was cut reconnects with
+//!   `GET /api/chat/{id}/stream` and `Last-Event-ID` ([`agent_loop_ui::ai_sdk::reconnect`]) and
+//!   gets what it missed; a page reloaded mid-answer loads the conversation as it was sent
+//!   (`"streaming": true`) and the run's stream from its start, so the answer continues.
+//!   `POST /api/chat/{id}/stop` (the Stop button) cancels the run; an AG-UI client that
+//!   sends its run's request again (with `Last-Event-ID`) gets the rest of it.
 //!
 //! The page streams the answer and the model's reasoning, shows each tool call with its
 //! arguments as they stream, and shows approve and deny buttons for `delete_file`, which
 //! needs a person's approval: the run pauses, the paused run waits in the session store, and
 //! the button's request resumes it. Typing a message instead of answering denies the waiting
 //! call and goes on (the library's default, [`agent_loop_ui::NewMessageWhilePaused`]). The
-//! Stop button aborts the request, which drops the run's stream: the run is cancelled. Each
+//! Stop button asks the server to cancel the run, then closes the stream. Each
 //! chat is a session (its id is the chat's), so any number of tabs can chat at once.
 //!
 //! The page renders the answer's Markdown itself (bold, italics, code, code blocks, lists,
@@ -34,8 +41,9 @@
 #[path = "../../../examples/common/mod.rs"]
 mod common;
 
+use std::collections::HashMap;
 use std::error::Error;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_loop::agent::RunPolicy;
@@ -47,10 +55,10 @@ use agent_loop::tool::FnTool;
 use agent_loop::{
     Agent, AnthropicClient, ContentBlock, LlmClient, Message, PausedRun, Role, ToolError,
 };
-use agent_loop_ui::{agui, ai_sdk};
+use agent_loop_ui::{agui, ai_sdk, RespondOptions, RunStreams};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -68,11 +76,17 @@ pub const PAGE_DENIAL: &str = "Denied in the web chat.";
 /// over or cancelled.
 pub type ModelStreams = watch::Receiver<usize>;
 
-/// What every request's agent shares: the model and the sessions.
+/// What every request's agent shares: the model and the sessions; and the runs kept for
+/// reconnects, with the conversation each chat's running request sent (what a page reloaded
+/// mid-answer starts from).
 #[derive(Clone)]
 pub struct App {
     client: Arc<dyn LlmClient>,
     sessions: Arc<dyn SessionStore>,
+    streams: RunStreams,
+    sent: Arc<Mutex<HashMap<String, Value>>>,
+    /// The scripted model's gate: its counting answer waits halfway while it is closed.
+    gate: Arc<watch::Sender<bool>>,
 }
 
 #[tokio::main]
@@ -105,10 +119,7 @@ pub async fn app() -> (App, String, Option<Arc<MockServer>>) {
         );
         return (app, description, Some(mock));
     }
-    let app = App {
-        client: model.client.clone(),
-        sessions: Arc::new(MemoryStore::new()),
-    };
+    let app = App::new(model.client.clone(), Arc::new(watch::channel(true).0));
     (app, model.description.clone(), None)
 }
 
@@ -121,16 +132,14 @@ pub async fn scripted_app() -> (App, Arc<MockServer>, ModelStreams) {
         .base_url(mock.anthropic_base_url())
         .model("scripted");
     let (streams, watching) = watch::channel(0);
+    let gate = Arc::new(watch::channel(true).0);
     let client = Arc::new(ScriptedModel {
         inner,
         mock: mock.clone(),
         streams: Arc::new(streams),
+        gate: gate.clone(),
     });
-    let app = App {
-        client,
-        sessions: Arc::new(MemoryStore::new()),
-    };
-    (app, mock, watching)
+    (App::new(client, gate), mock, watching)
 }
 
 /// The routes: the page, the AI SDK endpoint and the chat's conversation, the AG-UI endpoint.
@@ -139,25 +148,69 @@ pub fn router(app: App) -> Router {
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/chat", post(chat))
         .route("/api/chat/{id}", get(conversation))
+        .route("/api/chat/{id}/stream", get(reconnect))
+        .route("/api/chat/{id}/stop", post(stop))
         .route("/agui", post(agui_run))
         .with_state(app)
 }
 
-/// `POST /api/chat`: the AI SDK's UI message stream; the chat's id names its session.
+/// `POST /api/chat`: the AI SDK's UI message stream; the chat's id names its session. The
+/// run is kept for reconnects, and the conversation the request sent too, while it runs.
 async fn chat(State(app): State<App>, body: Bytes) -> Response {
     let id = match ai_sdk::ChatRequest::from_slice(&body) {
         Ok(request) => request.id().to_owned(),
         Err(e) => return bad_request(&e.to_string()),
     };
-    match app.agent(&id) {
-        Ok(mut agent) => ai_sdk::respond(&mut agent, &body).await,
-        Err(e) => server_error(&e.to_string()),
+    let mut agent = match app.agent(&id) {
+        Ok(agent) => agent,
+        Err(e) => return server_error(&e.to_string()),
+    };
+    let response = ai_sdk::respond_with(&mut agent, &body, &app.options()).await;
+    if response.status().is_success() {
+        let sent: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut kept = app.sent.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the chats whose run goes on: the map stays as small as the running chats.
+        kept.retain(|chat, _| app.streams.is_live(chat));
+        kept.insert(id, sent["messages"].clone());
     }
+    response
+}
+
+/// `GET /api/chat/{id}/stream`: the AI SDK's reconnect, answered from the kept run.
+async fn reconnect(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    ai_sdk::reconnect(&app.streams, &id, &headers)
+}
+
+/// `POST /api/chat/{id}/stop`: the Stop button; answers once the run has ended.
+async fn stop(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let stopped = app.streams.cancel(&id);
+    app.streams.finished(&id).await;
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "stopped": stopped }).to_string(),
+    )
+        .into_response()
 }
 
 /// `GET /api/chat/{id}`: the chat's conversation, `{"messages": [UIMessage…]}`, from its
-/// session (none yet: no messages).
+/// session (none yet: no messages); while a run goes on, the conversation its request sent,
+/// with `"streaming": true`: the page then follows the run's stream from its start.
 async fn conversation(State(app): State<App>, Path(id): Path<String>) -> Response {
+    if app.streams.is_live(&id) {
+        let sent = app
+            .sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned();
+        if let Some(messages) = sent {
+            return (
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({ "messages": messages, "streaming": true }).to_string(),
+            )
+                .into_response();
+        }
+    }
     let mut agent = match app.agent(&id) {
         Ok(agent) => agent,
         Err(e) => return server_error(&e.to_string()),
@@ -277,14 +330,18 @@ fn ui_messages(messages: &[Message], paused: Option<&PausedRun>) -> Vec<Value> {
     out
 }
 
-/// `POST /agui`: AG-UI; the thread's id names its session.
-async fn agui_run(State(app): State<App>, body: Bytes) -> Response {
+/// `POST /agui`: AG-UI; the thread's id names its session. The run's request sent again
+/// (with `Last-Event-ID`) is a reconnect.
+async fn agui_run(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(response) = agui::reconnect(&app.streams, &headers, &body) {
+        return response;
+    }
     let id = match agui::RunAgentInput::from_slice(&body) {
         Ok(request) => request.thread_id().to_owned(),
         Err(e) => return bad_request(&e.to_string()),
     };
     match app.agent(&id) {
-        Ok(mut agent) => agui::respond(&mut agent, &body).await,
+        Ok(mut agent) => agui::respond_with(&mut agent, &body, &app.options()).await,
         Err(e) => server_error(&e.to_string()),
     }
 }
@@ -304,6 +361,33 @@ fn server_error(message: &str) -> Response {
 }
 
 impl App {
+    fn new(client: Arc<dyn LlmClient>, gate: Arc<watch::Sender<bool>>) -> App {
+        App {
+            client,
+            sessions: Arc::new(MemoryStore::new()),
+            streams: RunStreams::new(),
+            sent: Arc::default(),
+            gate,
+        }
+    }
+
+    /// How the handlers answer: runs kept for reconnects.
+    fn options(&self) -> RespondOptions {
+        RespondOptions::new().resumable(self.streams.clone())
+    }
+
+    /// The runs kept for reconnects.
+    pub fn streams(&self) -> &RunStreams {
+        &self.streams
+    }
+
+    /// The scripted model's gate (open at first): while it is closed, the answer to
+    /// "count …" stops after its first words, until it opens. Tests close it to cut or
+    /// reload the page mid-answer.
+    pub fn gate(&self) -> Arc<watch::Sender<bool>> {
+        self.gate.clone()
+    }
+
     /// A fresh agent for one request, on the chat's session: it loads the conversation and
     /// the paused run (if any) from the store, so requests can land on any process that
     /// shares the store.
@@ -356,6 +440,8 @@ struct ScriptedModel {
     mock: Arc<MockServer>,
     /// How many of its responses are streaming now.
     streams: Arc<watch::Sender<usize>>,
+    /// While false, the counting answer waits after its first words.
+    gate: Arc<watch::Sender<bool>>,
 }
 
 /// Counts one streaming response while it lives.
@@ -374,6 +460,27 @@ impl Drop for Streaming {
     }
 }
 
+/// The counting answer's first words, then (after the gate) the rest.
+pub const COUNT_FIRST: &str = "Counting: one, two, three,";
+/// The counting answer after the gate.
+pub const COUNT_REST: &str = " four, five, six, seven, eight, nine, ten.";
+
+/// What the user said last (a message the agent never answered, a stopped run's, is joined
+/// with the next one: the newest text decides).
+fn said(request: &ModelRequest) -> &str {
+    let Some(last) = request.messages.last() else {
+        return "";
+    };
+    last.content
+        .iter()
+        .rev()
+        .find_map(|block| match block {
+            ContentBlock::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
 impl ScriptedModel {
     /// The next response, from the request's last message.
     fn next(request: &ModelRequest) -> ScriptedResponse {
@@ -389,17 +496,7 @@ impl ScriptedModel {
             } => Some((tool_use_id.as_str(), content.as_str(), *is_error)),
             _ => None,
         });
-        // What the user said last (a message the agent never answered, a stopped run's, is
-        // joined with the next one: the newest text decides).
-        let said = last
-            .content
-            .iter()
-            .rev()
-            .find_map(|block| match block {
-                ContentBlock::Text { text, .. } => Some(text.as_str()),
-                _ => None,
-            })
-            .unwrap_or("");
+        let said = said(request);
         match (last.role, result) {
             (Role::User, Some((id, _, _))) if id.starts_with("call_list") => {
                 ScriptedResponse::text("`old.log` is 92 days old and takes 48 MB; ")
@@ -426,6 +523,11 @@ impl ScriptedModel {
                 ScriptedResponse::text("Once upon a time, a log file grew and grew")
                     .then_text(" and grew…")
                     .then_stall()
+            }
+            (Role::User, None) if said.to_lowercase().starts_with("count") => {
+                ScriptedResponse::text(COUNT_FIRST)
+                    .then_text(COUNT_REST)
+                    .then_text(" Done counting.")
             }
             (Role::User, None) if said.to_lowercase().contains("tidy") => {
                 ScriptedResponse::thinking(
@@ -456,9 +558,31 @@ impl LlmClient for ScriptedModel {
                 .chunk_delay(Duration::from_millis(10)),
         );
         let streaming = Streaming::new(&self.streams);
-        Box::pin(self.inner.stream(request).map(move |event| {
+        // The counting answer waits at the gate once its first words are out.
+        let counting = request
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User)
+            && said(request).to_lowercase().starts_with("count");
+        let gate = self.gate.subscribe();
+        let mut shown = 0usize;
+        Box::pin(self.inner.stream(request).then(move |event| {
             let _counted = &streaming;
-            event
+            let mut gate = gate.clone();
+            let hold = match &event {
+                Ok(agent_loop::LlmEvent::TextDelta { text, .. }) if counting => {
+                    let before = shown;
+                    shown += text.len();
+                    before >= COUNT_FIRST.len()
+                }
+                _ => false,
+            };
+            async move {
+                if hold {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                event
+            }
         }))
     }
 

@@ -11,6 +11,9 @@
 //   node tests/js/agui-client.mjs approve <url> <threadId> <text>
 //       An HttpAgent runs a run that pauses, then a second run whose resume entries approve
 //       every interrupt: {"first": {...}, "second": {...}}
+//   node tests/js/agui-client.mjs again <url> <threadId> <runId> <text>
+//       An HttpAgent that sends a run's request again (its connection was lost): the same
+//       threadId and runId: {"result", "messages", "pendingInterrupts", "events": [types]}
 
 import { HttpAgent, verifyEvents, buildResumeArray } from "@ag-ui/client";
 import { EventSchema } from "@ag-ui/core/schemas";
@@ -111,6 +114,12 @@ switch (mode) {
   case "approve":
     out = await approve(rest[0], rest[1]);
     break;
+  case "again": {
+    const agent = new HttpAgent({ url, threadId: rest[0] });
+    agent.addMessage({ id: "u1", role: "user", content: rest[2] });
+    out = await run(agent, { runId: rest[1] });
+    break;
+  }
   default:
     throw new Error(`unknown mode ${mode}`);
 }

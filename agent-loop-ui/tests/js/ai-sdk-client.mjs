@@ -13,6 +13,10 @@
 //     approval request with `addToolApprovalResponse`, lets the chat resend by itself.
 //     Prints {first, final, requests, status, error, finishes, data}; without an approval
 //     request in the answer, {first, …} as the chat holds them after the first request.
+//
+//   node tests/js/ai-sdk-client.mjs resume <url> <chatId>
+//     A chat client that comes back (a reloaded page): `resumeStream()`, which GETs
+//     `{url}/{chatId}/stream`. Prints {messages, status, error}.
 import {
   AbstractChat,
   DefaultChatTransport,
@@ -180,5 +184,19 @@ async function chat() {
   };
 }
 
-const result = mode === "read" ? await read() : await chat();
+async function resume() {
+  const client = new Chat({
+    id: verdict,
+    transport: new DefaultChatTransport({ api: url }),
+  });
+  await client.resumeStream();
+  return {
+    messages: structuredClone(client.messages),
+    status: client.status,
+    error: client.error ? String(client.error) : null,
+  };
+}
+
+const result =
+  mode === "read" ? await read() : mode === "resume" ? await resume() : await chat();
 process.stdout.write(JSON.stringify(result));

@@ -12,11 +12,16 @@
 //   markdown        a Markdown answer, and an echoed message full of HTML that must stay text;
 //   stop            a story that never ends, stopped with the Stop button; then a new message;
 //   refused         the server answers 400 once (a route of the browser's): the page says why
-//                   and the chat goes on.
+//                   and the chat goes on;
+//   reconnect       ask to count, whose answer the test's gate holds after its first words;
+//                   cut the connection (the test server's POST /test/cut): the page takes the
+//                   stream up again with Last-Event-ID; reload the page mid-answer: it takes
+//                   the run up from its start; open the gate (POST /test/open): the answer
+//                   ends; reload once more: the conversation from the server.
 import { chromium } from "playwright-core";
 
 const [url, executablePath, scenario, screenshot] = process.argv.slice(2);
-const scenarios = ["approve", "deny", "type-instead", "markdown", "stop", "refused"];
+const scenarios = ["approve", "deny", "type-instead", "markdown", "stop", "refused", "reconnect"];
 if (!scenarios.includes(scenario)) throw new Error("the scenario is one of " + scenarios.join(", "));
 const browser = await chromium.launch({
   executablePath,
@@ -38,9 +43,13 @@ try {
   const page = await browser.newPage({ viewport: { width: 900, height: 760 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  const cuts = [];
   page.on("console", (m) => {
-    // A refused request's status is logged by Chromium itself; the page handles it.
-    if (m.type() === "error" && !/status of 4\d\d/.test(m.text())) problems.push("console: " + m.text());
+    // A refused request's status is logged by Chromium itself; the page handles it. So is a
+    // stream the test cut (the reconnect scenario), which the page takes up again.
+    if (m.type() !== "error" || /status of 4\d\d/.test(m.text())) return;
+    if (scenario === "reconnect" && /ERR_INCOMPLETE_CHUNKED_ENCODING/.test(m.text())) cuts.push(m.text());
+    else problems.push("console: " + m.text());
   });
   // Every distinct text the page showed, in order, for the first answer text and for each
   // tool's arguments: more than one means they streamed in.
@@ -148,6 +157,32 @@ try {
     await page.click("#send");
     await waitStatus(page, "done");
     result.afterRetry = await snapshot(page);
+  } else if (scenario === "reconnect") {
+    const FIRST = "Counting: one, two, three,";
+    await say(page, "Count to ten, please.");
+    await waitText(page, FIRST);
+    result.beforeCut = await snapshot(page);
+    await fetch(url + "/test/cut", { method: "POST" });
+    await page.waitForFunction(
+      () => window.__reconnects >= 1 && document.getElementById("status").dataset.status === "running",
+      null,
+      WAIT,
+    );
+    result.idsBeforeReload = await page.evaluate(() => window.__eventIds);
+    // A reload mid-answer: the new page follows the run from its first event.
+    await page.reload();
+    await waitText(page, FIRST);
+    await waitStatus(page, "running");
+    result.afterReload = await snapshot(page);
+    await fetch(url + "/test/open", { method: "POST" });
+    await waitStatus(page, "done");
+    result.afterRest = await snapshot(page);
+    result.idsAfterReload = await page.evaluate(() => window.__eventIds);
+    // Once over, a reload shows the conversation from the server's session.
+    await page.reload();
+    await page.waitForSelector('#status:not([data-status="loading"])', WAIT);
+    result.afterSecondReload = await snapshot(page);
+    result.cutsLogged = cuts.length;
   }
   result.problems = problems;
   console.log(JSON.stringify(result));
@@ -157,6 +192,15 @@ try {
 
 async function waitStatus(page, status) {
   await page.waitForSelector(`#status[data-status="${status}"]`, WAIT);
+}
+
+async function waitText(page, text) {
+  await page.waitForFunction(
+    (text) => [...document.querySelectorAll('[data-role="assistant"] [data-part="text"]')]
+      .some((e) => e.textContent.includes(text)),
+    text,
+    WAIT,
+  );
 }
 
 async function say(page, text) {
