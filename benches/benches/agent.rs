@@ -184,6 +184,9 @@ async fn run_to_end(agent: &mut Agent, input: &str) -> Option<(u32, bool)> {
 #[path = "../replay.rs"]
 mod replay;
 use replay::ReplayClient;
+#[path = "../loopback.rs"]
+mod loopback;
+use loopback::LoopbackServer;
 
 // ---------------------------------------------------------------------------------------------
 // (a) per-turn overhead, in process.
@@ -225,12 +228,26 @@ fn scripted(c: &mut Criterion) {
         );
     }
 
+    // Over HTTP: an OpenAiClient against a loopback server that only skips what it reads, so
+    // the figures are the client's and the loop's (the encoded history included).
+    let server = rt.block_on(LoopbackServer::start());
+    let http = agent_loop::OpenAiClient::new("k")
+        .base_url(server.base_url())
+        .model("m");
+    server.push_run(10);
+    let mut agent = build_agent(http.clone(), 11);
+    assert_eq!(rt.block_on(run_to_end(&mut agent, "Go.")), Some((10, true)), "http run");
+
     let mut group = c.benchmark_group("agent/scripted");
     group.sample_size(10);
     group.warm_up_time(Duration::from_millis(500));
     group.measurement_time(Duration::from_secs(3));
     for turns in [10usize, 100, 1_000] {
         group.throughput(Throughput::Elements(turns as u64));
+        bench_runs(&mut group, &rt, "http_client", turns, |turns| {
+            server.push_run(turns);
+            build_agent(http.clone(), turns as u32 + 1)
+        });
         bench_runs(&mut group, &rt, "scripted_client", turns, |turns| {
             build_agent(ScriptedClient::new(script(turns)), turns as u32 + 1)
         });

@@ -51,6 +51,8 @@ struct Report {
     cpu_us: u64,
     wall_us: u64,
     rss_kib: u64,
+    /// Context switches (voluntary and not) during the runs.
+    switches: u64,
 }
 
 fn parent(reps: usize) {
@@ -62,8 +64,8 @@ fn parent(reps: usize) {
     let server = rt.block_on(MockServer::start());
     let base_url = server.openai_base_url();
     let exe = std::env::current_exe().unwrap();
-    println!("| turns | task | CPU per run: agent-loop | rig | ratio | wall ratio | peak RSS: agent-loop | rig | ratio | connections: agent-loop | rig |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| turns | task | CPU per run: agent-loop | rig | ratio | wall ratio | peak RSS: agent-loop | rig | ratio | switches per model call: agent-loop | rig | connections: agent-loop | rig |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for turns in LENGTHS {
         let runs = runs_for(turns);
         for placement in PLACEMENTS {
@@ -111,13 +113,15 @@ fn parent(reps: usize) {
             let cpu = |r: &[Report]| median(r, |x| x.cpu_us) as f64 / runs as f64;
             let wall = |r: &[Report]| median(r, |x| x.wall_us) as f64 / runs as f64;
             let rss = |r: &[Report]| median(r, |x| x.rss_kib);
+            let calls = (runs * (turns + 1)) as f64;
+            let switches = |r: &[Report]| median(r, |x| x.switches) as f64 / calls;
             let conns = |c: &[usize]| {
                 let mut v = c.to_vec();
                 v.sort_unstable();
                 v[v.len() / 2]
             };
             println!(
-                "| {turns} | {placement} | {:.0} µs | {:.0} µs | {:.2}× | {:.2}× | {:.1} MB | {:.1} MB | {:.2}× | {} | {} |",
+                "| {turns} | {placement} | {:.0} µs | {:.0} µs | {:.2}× | {:.2}× | {:.1} MB | {:.1} MB | {:.2}× | {:.1} | {:.1} | {} | {} |",
                 cpu(&ours.0),
                 cpu(&rig.0),
                 cpu(&ours.0) / cpu(&rig.0),
@@ -125,6 +129,8 @@ fn parent(reps: usize) {
                 rss(&ours.0) as f64 / 1024.0,
                 rss(&rig.0) as f64 / 1024.0,
                 rss(&ours.0) as f64 / rss(&rig.0) as f64,
+                switches(&ours.0),
+                switches(&rig.0),
                 conns(&ours.1),
                 conns(&rig.1),
             );
@@ -141,7 +147,7 @@ fn child(args: &[String]) {
     let spawned = args[3] == "spawned";
     let base_url = args[4].clone();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (cpu0, t0) = (cpu_us(), Instant::now());
+    let (usage0, t0) = (usage(), Instant::now());
     rt.block_on(async move {
         let work = async move {
             match side.as_str() {
@@ -156,10 +162,16 @@ fn child(args: &[String]) {
             work.await;
         }
     });
-    let (wall_us, cpu_us) = (t0.elapsed().as_micros() as u64, cpu_us() - cpu0);
+    let wall_us = t0.elapsed().as_micros() as u64;
+    let usage1 = usage();
     println!(
         "{}",
-        serde_json::json!({ "cpu_us": cpu_us, "wall_us": wall_us, "rss_kib": peak_rss_kib() })
+        serde_json::json!({
+            "cpu_us": usage1.0 - usage0.0,
+            "switches": usage1.1 - usage0.1,
+            "wall_us": wall_us,
+            "rss_kib": peak_rss_kib(),
+        })
     );
 }
 
@@ -239,7 +251,8 @@ async fn rig_runs(base_url: &str, turns: usize, runs: usize) {
     }
 }
 
-fn cpu_us() -> u64 {
+/// The process's CPU time so far (user and system, µs) and its context switches.
+fn usage() -> (u64, u64) {
     // SAFETY: getrusage writes the struct it is given and nothing else.
     let usage = unsafe {
         let mut usage = std::mem::zeroed::<libc::rusage>();
@@ -247,7 +260,10 @@ fn cpu_us() -> u64 {
         usage
     };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    us(usage.ru_utime) + us(usage.ru_stime)
+    (
+        us(usage.ru_utime) + us(usage.ru_stime),
+        (usage.ru_nvcsw + usage.ru_nivcsw) as u64,
+    )
 }
 
 fn peak_rss_kib() -> u64 {
