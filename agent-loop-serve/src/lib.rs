@@ -6,6 +6,11 @@
 //!   followed by a `function_call_output` item with the tool's result. Any OpenAI Responses
 //!   client talks to it: the official `openai` SDKs, or [`agent_loop::OpenAiClient`] in its
 //!   Responses mode.
+//! - [`mcp`] (feature `mcp`, on by default): an MCP server, over stdio or streamable HTTP,
+//!   with one tool whose input is the task and whose result is the agent's answer; progress
+//!   as MCP progress notifications, a paused run's questions as elicitations, the client's
+//!   cancellation cancelling the run. Any MCP client calls it: the official SDKs, or
+//!   `agent-loop-mcp` (an agent-loop agent using another as a tool).
 //!
 //! A server is an [`AgentService`]: how to build the agent of one run (an [`AgentFactory`],
 //! any `Fn() -> Result<Agent, Error>`), and its [`Limits`] (the largest request body, how many
@@ -33,7 +38,11 @@
 //! [Open Responses]: https://www.openresponses.org
 
 #![warn(missing_docs, unreachable_pub)]
+// With no protocol feature only the service type is left, unused inside the crate.
+#![cfg_attr(not(any(feature = "responses", feature = "mcp")), allow(dead_code))]
 
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "responses")]
 pub mod responses;
 
@@ -167,6 +176,7 @@ impl AgentService {
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
+#[cfg_attr(not(feature = "responses"), allow(dead_code))]
 pub(crate) fn unix_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -176,6 +186,7 @@ pub(crate) fn unix_seconds() -> u64 {
 
 /// A fresh id with `prefix`: the clock's nanoseconds and a process-wide counter, in hex
 /// (unique within a process; not a secret).
+#[cfg_attr(not(feature = "responses"), allow(dead_code))]
 pub(crate) fn fresh_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -82,3 +82,58 @@ pub async fn python_json(python: &str, script: &str, args: &[&str]) -> serde_jso
         panic!("tests/py/{script} printed no JSON ({e}):\n{stdout}\n--- stderr\n{stderr}")
     })
 }
+
+/// Whether `node` runs and the root's node_modules holds the MCP SDK. In CI a missing one
+/// fails the test; elsewhere the test is skipped with a loud message (`false`).
+pub fn node() -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sdk = root.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    let runs = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if runs && sdk.exists() {
+        return true;
+    }
+    let why = if runs {
+        "the root's node_modules has no @modelcontextprotocol/sdk (run npm ci in the repository root)"
+    } else {
+        "node is not installed"
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}: CI must run this test against the official TypeScript MCP client");
+    }
+    eprintln!("\n!!!!! SKIPPED: {why}, so the official TypeScript MCP client is not run. !!!!!\n");
+    false
+}
+
+/// Runs `node tests/js/{script} {args…}` and gives its standard output parsed as JSON; panics
+/// with both outputs when the script fails.
+pub async fn node_json(script: &str, args: &[&str]) -> serde_json::Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("tests/js").join(script);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(&path)
+            .args(&args)
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .expect("the script's thread");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "node tests/js/{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("node tests/js/{script} printed no JSON ({e}):\n{stdout}\n--- stderr\n{stderr}")
+    })
+}
