@@ -11,9 +11,14 @@
 //!   as MCP progress notifications, a paused run's questions as elicitations, the client's
 //!   cancellation cancelling the run. Any MCP client calls it: the official SDKs, or
 //!   `agent-loop-mcp` (an agent-loop agent using another as a tool).
+//! - [`a2a`] (feature `a2a`, on by default): an A2A 1.0 server (JSON-RPC binding): the agent
+//!   card, `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`; tasks whose
+//!   conversations and pauses are kept in the service's session store, a paused run being
+//!   `input-required` until a message answers it. The official `a2a-sdk` client talks to it.
 //!
 //! A server is an [`AgentService`]: how to build the agent of one run (an [`AgentFactory`],
-//! any `Fn() -> Result<Agent, Error>`), and its [`Limits`] (the largest request body, how many
+//! any `Fn() -> AgentBuilder`), the session store its conversations are kept in (where a
+//! protocol keeps state across requests: A2A's tasks), and its [`Limits`] (the largest request body, how many
 //! runs at once). Each protocol gives an axum [`Router`](axum::Router) over it, to serve with
 //! `axum::serve` or to merge into a host's own router.
 //!
@@ -28,7 +33,7 @@
 //! use agent_loop_serve::{AgentService, Limits};
 //!
 //! let model: Arc<dyn LlmClient> = Arc::new(ScriptedClient::new([ScriptedResponse::text("Hi!")]));
-//! let service = AgentService::new(move || Agent::builder(model.clone()).system("Be brief.").build())
+//! let service = AgentService::new(move || Agent::builder(model.clone()).system("Be brief."))
 //!     .limits(Limits::new().max_body_bytes(256 * 1024).max_concurrent_runs(8));
 //! let router: axum::Router = agent_loop_serve::responses::router(&service);
 //! // axum::serve(tokio::net::TcpListener::bind("127.0.0.1:8080").await?, router).await?;
@@ -39,8 +44,13 @@
 
 #![warn(missing_docs, unreachable_pub)]
 // With no protocol feature only the service type is left, unused inside the crate.
-#![cfg_attr(not(any(feature = "responses", feature = "mcp")), allow(dead_code))]
+#![cfg_attr(
+    not(any(feature = "responses", feature = "mcp", feature = "a2a")),
+    allow(dead_code)
+)]
 
+#[cfg(feature = "a2a")]
+pub mod a2a;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "responses")]
@@ -49,22 +59,24 @@ pub mod responses;
 use std::fmt;
 use std::sync::Arc;
 
-use agent_loop::{Agent, Error};
+use agent_loop::session::{MemoryStore, SessionStore};
+use agent_loop::{Agent, AgentBuilder, Error};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Builds the agent of one run. Each request gets a fresh agent: its conversation is what
-/// the request carries (Open Responses is stateless). Implemented for every
-/// `Fn() -> Result<Agent, Error> + Send + Sync`.
+/// the request carries (Open Responses), or its session's (A2A: the service gives the builder
+/// a [`session`](AgentBuilder::session) in its store). Implemented for every
+/// `Fn() -> AgentBuilder + Send + Sync`.
 pub trait AgentFactory: Send + Sync + 'static {
-    /// A new agent, with no conversation.
-    fn agent(&self) -> Result<Agent, Error>;
+    /// The builder of a new agent, with no conversation and no session.
+    fn builder(&self) -> AgentBuilder;
 }
 
 impl<F> AgentFactory for F
 where
-    F: Fn() -> Result<Agent, Error> + Send + Sync + 'static,
+    F: Fn() -> AgentBuilder + Send + Sync + 'static,
 {
-    fn agent(&self) -> Result<Agent, Error> {
+    fn builder(&self) -> AgentBuilder {
         self()
     }
 }
@@ -130,6 +142,7 @@ pub struct AgentService {
     factory: Arc<dyn AgentFactory>,
     limits: Limits,
     runs: Arc<Semaphore>,
+    sessions: Arc<dyn SessionStore>,
 }
 
 impl fmt::Debug for AgentService {
@@ -149,7 +162,16 @@ impl AgentService {
             factory: Arc::new(factory),
             runs: Arc::new(Semaphore::new(limits.max_concurrent_runs)),
             limits,
+            sessions: Arc::new(MemoryStore::new()),
         }
+    }
+
+    /// The store the conversations of stateful protocols (A2A's tasks) are kept in; a
+    /// [`MemoryStore`] unless set. With a shared store (`agent_loop_sql`'s), a paused task
+    /// can be answered through another process.
+    pub fn sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.sessions = store;
+        self
     }
 
     /// These limits (replacing the run slots: set them before cloning the service).
@@ -170,8 +192,18 @@ impl AgentService {
     }
 
     /// A new agent for one run.
+    #[cfg_attr(not(any(feature = "responses", feature = "mcp")), allow(dead_code))]
     pub(crate) fn agent(&self) -> Result<Agent, Error> {
-        self.factory.agent()
+        self.factory.builder().build()
+    }
+
+    /// A new agent for one run whose conversation is the session `id` of the service's store.
+    #[cfg_attr(not(feature = "a2a"), allow(dead_code))]
+    pub(crate) fn agent_in_session(&self, id: &str) -> Result<Agent, Error> {
+        self.factory
+            .builder()
+            .session(self.sessions.clone(), id)
+            .build()
     }
 }
 
@@ -186,7 +218,7 @@ pub(crate) fn unix_seconds() -> u64 {
 
 /// A fresh id with `prefix`: the clock's nanoseconds and a process-wide counter, in hex
 /// (unique within a process; not a secret).
-#[cfg_attr(not(feature = "responses"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "responses", feature = "a2a")), allow(dead_code))]
 pub(crate) fn fresh_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

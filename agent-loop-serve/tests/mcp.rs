@@ -32,7 +32,7 @@ fn add_tool() -> FnTool<
 fn adder(
     policy: RunPolicy,
     answer: &'static str,
-) -> impl Fn() -> Result<Agent, agent_loop::Error> + Send + Sync {
+) -> impl Fn() -> agent_loop::AgentBuilder + Send + Sync {
     move || {
         let model = ScriptedClient::new([
             ScriptedResponse::tool_call("call_1", "add", json!({"a": 2, "b": 3})),
@@ -41,7 +41,6 @@ fn adder(
         Agent::builder(model)
             .tool(add_tool())
             .policy(policy.clone())
-            .build()
     }
 }
 
@@ -117,7 +116,6 @@ async fn a_paused_run_asks_by_elicitation_and_the_answer_resumes_it() {
         Agent::builder(model.clone())
             .tool(add_tool())
             .policy(policy.clone())
-            .build()
     });
     let url = served(AgentMcpServer::new(&service)).await;
     let seen = common::node_json("mcp-client.mjs", &[&url, "deny"]).await;
@@ -168,7 +166,7 @@ async fn the_clients_cancellation_cancels_the_run() {
             0 => ScriptedResponse::text("thinking…").then_stall(),
             _ => ScriptedResponse::text("second run"),
         };
-        Agent::builder(ScriptedClient::new([script])).build()
+        Agent::builder(ScriptedClient::new([script]))
     })
     .limits(Limits::new().max_concurrent_runs(1));
     let url = served(AgentMcpServer::new(&service)).await;

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 /// An agent that adds: the model calls `add` with 2 and 3, then says the sum.
-fn adder() -> Result<Agent, agent_loop::Error> {
+fn adder() -> agent_loop::AgentBuilder {
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "add", json!({"a": 2, "b": 3})),
         ScriptedResponse::text("2 + 3 = 5"),
@@ -28,7 +28,7 @@ fn adder() -> Result<Agent, agent_loop::Error> {
         let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
         Ok::<_, ToolError>(sum.to_string())
     });
-    Agent::builder(model).tool(add).build()
+    Agent::builder(model).tool(add)
 }
 
 async fn served(service: AgentService) -> String {
@@ -131,7 +131,6 @@ async fn an_agent_uses_a_served_agent_as_its_model() {
         Agent::builder(ScriptedClient::new([ScriptedResponse::text(
             "Paris is the capital.",
         )]))
-        .build()
     }))
     .await;
     let model = OpenAiClient::new("unused")
@@ -208,7 +207,6 @@ async fn a_run_past_the_limit_is_refused_with_429() {
         Agent::builder(ScriptedClient::new([
             ScriptedResponse::text("thinking…").then_stall()
         ]))
-        .build()
     })
     .limits(Limits::new().max_concurrent_runs(1));
     let url = served(service).await;
@@ -233,7 +231,6 @@ async fn a_failed_run_is_a_failed_response_with_its_error() {
         Agent::builder(ScriptedClient::new([ScriptedResponse::error(
             LlmError::Api(Box::new(ApiError::new(401, "bad key for the model"))),
         )]))
-        .build()
     }))
     .await;
     let (status, response) = post(&url, r#"{"input": "hi"}"#).await;
