@@ -272,38 +272,12 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
         )
             .into_response();
     };
-    let request: Value = match serde_json::from_slice(&body) {
+    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
+    let Request { id, method, params } = match parse(&body, version) {
         Ok(request) => request,
-        Err(e) => {
-            let error = RpcError(-32700, format!("the body is not JSON: {e}"));
-            return axum::Json(rpc_error(&Value::Null, error)).into_response();
-        }
+        Err((id, error)) => return axum::Json(rpc_error(&id, error)).into_response(),
     };
-    let id = match request.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
-        _ => Value::Null,
-    };
-    let method = match (request.get("jsonrpc"), request.get("method")) {
-        (Some(v), Some(Value::String(method))) if v == "2.0" => method.as_str(),
-        _ => {
-            let error = RpcError(
-                -32600,
-                "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\" and a method name"
-                    .to_owned(),
-            );
-            return axum::Json(rpc_error(&id, error)).into_response();
-        }
-    };
-    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {
-        if !(version == "1" || version.starts_with("1.")) {
-            let error = RpcError(
-                -32009,
-                format!("A2A version {version} is not supported: this server speaks 1.0"),
-            );
-            return axum::Json(rpc_error(&id, error)).into_response();
-        }
-    }
-    let params = request.get("params").cloned().unwrap_or(Value::Null);
+    let method = method.as_str();
     let result = match method {
         "SendMessage" => match a2a.send(&params).await {
             Ok(mut run) => {
@@ -337,6 +311,49 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
         Err(e) => rpc_error(&id, e),
     };
     axum::Json(response).into_response()
+}
+
+/// A JSON-RPC request, checked.
+#[derive(Debug)]
+struct Request {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// Reads a JSON-RPC 2.0 request from `body`, sent with the `A2A-Version` header `version`;
+/// the error to answer with (and the request's id, when it has one) otherwise.
+fn parse(body: &[u8], version: Option<&str>) -> Result<Request, (Value, RpcError)> {
+    let request: Value = serde_json::from_slice(body).map_err(|e| {
+        let error = RpcError(-32700, format!("the body is not JSON: {e}"));
+        (Value::Null, error)
+    })?;
+    let id = match request.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        _ => Value::Null,
+    };
+    let method = match (request.get("jsonrpc"), request.get("method")) {
+        (Some(v), Some(Value::String(method))) if v == "2.0" => method.clone(),
+        _ => {
+            let error = RpcError(
+                -32600,
+                "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\" and a method name"
+                    .to_owned(),
+            );
+            return Err((id, error));
+        }
+    };
+    if let Some(version) = version {
+        if !(version == "1" || version.starts_with("1.")) {
+            let error = RpcError(
+                -32009,
+                format!("A2A version {version} is not supported: this server speaks 1.0"),
+            );
+            return Err((id, error));
+        }
+    }
+    let params = request.get("params").cloned().unwrap_or(Value::Null);
+    Ok(Request { id, method, params })
 }
 
 /// A run started for a message: its task, and its stream events (`StreamResponse`s).
@@ -383,18 +400,21 @@ fn message_text(message: &Value) -> Result<String, RpcError> {
     Ok(text.join("\n"))
 }
 
-/// What a person's reply to a paused run means for each waiting call.
-fn answers(paused: &PausedRun, reply: &str) -> Resolutions {
+/// What a person's reply to a paused run means for each waiting call (its id, and what it
+/// waits for): `approve` (or `approved`, `yes`, `y`, `ok`, in any case) approves the calls
+/// that wait for a verdict, any other reply denies them with the reply as the reason; a call
+/// that waits for its result gets the reply as its result.
+fn answers(pending: impl IntoIterator<Item = (String, WaitsFor)>, reply: &str) -> Resolutions {
     let approve = matches!(
         reply.trim().to_ascii_lowercase().as_str(),
         "approve" | "approved" | "yes" | "y" | "ok"
     );
     let mut answers = Resolutions::new();
-    for call in paused.pending() {
-        answers = match call.waits_for {
-            WaitsFor::Approval if approve => answers.approve(call.id),
-            WaitsFor::Approval => answers.deny(call.id, reply),
-            _ => answers.result(call.id, reply),
+    for (id, waits_for) in pending {
+        answers = match waits_for {
+            WaitsFor::Approval if approve => answers.approve(id),
+            WaitsFor::Approval => answers.deny(id, reply),
+            _ => answers.result(id, reply),
         };
     }
     answers
@@ -513,7 +533,10 @@ impl A2a {
             .map_err(internal)?;
         let paused = agent.load_session().await.map_err(internal)?;
         let events = match (resuming, paused) {
-            (true, Some(paused)) => agent.resume(&paused, answers(&paused, &text)).boxed(),
+            (true, Some(paused)) => {
+                let pending = paused.pending().into_iter().map(|c| (c.id, c.waits_for));
+                agent.resume(&paused, answers(pending, &text)).boxed()
+            }
             (true, None) => {
                 return Err(RpcError::params(format!(
                     "task {task_id:?} waits for no answer any more"
@@ -635,5 +658,109 @@ impl A2a {
             task_id: task_id.clone(),
             events: rx,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_loop::agent::Resolution;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z0-9/ ._-]{0,12}".prop_map(Value::from),
+            Just(json!("2.0")),
+            Just(json!("SendMessage")),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["jsonrpc", "id", "method", "params", "x"])
+                        .prop_map(str::to_owned),
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any bytes: a request or an error with a JSON-RPC code, never a panic.
+        #[test]
+        fn any_bytes_parse_or_get_a_code(body in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Err((_, RpcError(code, _))) = parse(&body, None) {
+                prop_assert!([-32700, -32600].contains(&code));
+            }
+        }
+
+        /// Any JSON: a request exactly when it is a JSON-RPC 2.0 one with a method name and
+        /// a 1.x version; the error keeps the request's id when it has a valid one.
+        #[test]
+        fn any_json_is_judged_by_the_spec(value in json_value(), v1 in any::<bool>()) {
+            let body = value.to_string();
+            let version = if v1 { "1.0" } else { "0.3" };
+            let valid = value.get("jsonrpc") == Some(&json!("2.0"))
+                && value.get("method").is_some_and(Value::is_string);
+            match parse(body.as_bytes(), Some(version)) {
+                Ok(request) => {
+                    prop_assert!(valid && v1);
+                    prop_assert_eq!(Some(request.method.as_str()), value["method"].as_str());
+                }
+                Err((id, RpcError(code, _))) => {
+                    prop_assert_eq!(code, if valid { -32009 } else { -32600 });
+                    if matches!(value.get("id"), Some(Value::String(_) | Value::Number(_))) {
+                        prop_assert_eq!(&id, &value["id"]);
+                    }
+                }
+            }
+        }
+
+        /// Any reply to a paused run answers every waiting call: `approve` and its synonyms
+        /// approve, any other reply denies with the reply as the reason; a deferred call takes
+        /// the reply as its result.
+        #[test]
+        fn a_reply_answers_every_waiting_call(
+            reply in "(approve|Approved| yes |y|OK|no|because [a-z ]{0,10}|)",
+            kinds in prop::collection::vec(any::<bool>(), 0..4),
+        ) {
+            let pending: Vec<(String, WaitsFor)> = kinds
+                .iter()
+                .enumerate()
+                .map(|(i, verdict)| {
+                    let waits = if *verdict { WaitsFor::Approval } else { WaitsFor::Result };
+                    (format!("c{i}"), waits)
+                })
+                .collect();
+            let resolved = answers(pending.clone(), &reply);
+            prop_assert_eq!(resolved.len(), pending.len());
+            let approve = ["approve", "approved", "yes", "y", "ok"]
+                .contains(&reply.trim().to_lowercase().as_str());
+            for (id, waits) in &pending {
+                let got = resolved.get(id).cloned();
+                let want = match (waits, approve) {
+                    (WaitsFor::Approval, true) => Resolution::Approve,
+                    (WaitsFor::Approval, false) => Resolution::Deny { reason: reply.clone() },
+                    _ => Resolution::Result { content: reply.clone(), is_error: false },
+                };
+                prop_assert_eq!(got, Some(want));
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_without_text_is_refused() {
+        let error = message_text(&json!({"parts": [{"url": "https://x"}]})).unwrap_err();
+        assert_eq!(error.0, -32602);
+        assert_eq!(message_text(&json!({})).unwrap_err().0, -32602);
+        assert_eq!(
+            message_text(&json!({"parts": [{"text": "a"}, {"text": "b"}]})).unwrap(),
+            "a\nb"
+        );
     }
 }
