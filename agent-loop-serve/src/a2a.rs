@@ -484,6 +484,36 @@ impl A2a {
         Ok(task_json(id, record))
     }
 
+    /// The agent of the context's session, and its events: the paused run resumed with the
+    /// reply, or a new run on the message.
+    async fn start(
+        &self,
+        context_id: &str,
+        resuming: bool,
+        task_id: &str,
+        text: &str,
+    ) -> Result<(futures::stream::BoxStream<'static, AgentEvent>, AgentHandle), RpcError> {
+        let internal = |e: agent_loop::Error| RpcError(-32603, format!("the agent: {e}"));
+        let mut agent = self
+            .service
+            .agent_in_session(context_id)
+            .map_err(internal)?;
+        let paused = agent.load_session().await.map_err(internal)?;
+        let events = match (resuming, paused) {
+            (true, Some(paused)) => {
+                let pending = paused.pending().into_iter().map(|c| (c.id, c.waits_for));
+                agent.resume(&paused, answers(pending, text)).boxed()
+            }
+            (true, None) => {
+                return Err(RpcError::params(format!(
+                    "task {task_id:?} waits for no answer any more"
+                )))
+            }
+            (false, _) => agent.run(text.to_owned()).boxed(),
+        };
+        Ok((events, agent.handle()))
+    }
+
     /// Starts the run a message asks for: a new task, or the answer to a paused one.
     async fn send(&self, params: &Value) -> Result<Run, RpcError> {
         let message = params
@@ -500,13 +530,12 @@ impl A2a {
                 ),
             )
         })?;
-        let internal = |e: agent_loop::Error| RpcError(-32603, format!("the agent: {e}"));
         let (task_id, context_id, resuming) = match message.get("taskId").and_then(Value::as_str) {
             Some(task_id) if !task_id.is_empty() => {
-                let tasks = lock(&self.tasks);
+                let mut tasks = lock(&self.tasks);
                 let record = tasks
                     .records
-                    .get(task_id)
+                    .get_mut(task_id)
                     .ok_or_else(|| RpcError(-32001, format!("task {task_id:?} not found")))?;
                 if record.state != TaskState::InputRequired {
                     return Err(RpcError::params(format!(
@@ -515,6 +544,8 @@ impl A2a {
                         record.state.name()
                     )));
                 }
+                // Claimed: a second answer arriving meanwhile is refused.
+                record.state = TaskState::Working;
                 (task_id.to_owned(), record.context_id.clone(), true)
             }
             _ => {
@@ -527,24 +558,18 @@ impl A2a {
                 (crate::fresh_id("task-"), context, false)
             }
         };
-        let mut agent = self
-            .service
-            .agent_in_session(&context_id)
-            .map_err(internal)?;
-        let paused = agent.load_session().await.map_err(internal)?;
-        let events = match (resuming, paused) {
-            (true, Some(paused)) => {
-                let pending = paused.pending().into_iter().map(|c| (c.id, c.waits_for));
-                agent.resume(&paused, answers(pending, &text)).boxed()
+        let started = self.start(&context_id, resuming, &task_id, &text).await;
+        let (events, handle) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                if resuming {
+                    if let Some(record) = lock(&self.tasks).records.get_mut(&task_id) {
+                        record.state = TaskState::InputRequired;
+                    }
+                }
+                return Err(e);
             }
-            (true, None) => {
-                return Err(RpcError::params(format!(
-                    "task {task_id:?} waits for no answer any more"
-                )))
-            }
-            (false, _) => agent.run(text).boxed(),
         };
-        let handle = agent.handle();
         let mut user = message.clone();
         user["taskId"] = json!(task_id);
         user["contextId"] = json!(context_id);
@@ -751,6 +776,44 @@ mod tests {
                 prop_assert_eq!(got, Some(want));
             }
         }
+    }
+
+    fn record(state: TaskState) -> TaskRecord {
+        TaskRecord {
+            context_id: "ctx".to_owned(),
+            state,
+            status: None,
+            answer: String::new(),
+            history: Vec::new(),
+            handle: None,
+        }
+    }
+
+    #[test]
+    fn the_task_records_are_bounded_and_the_oldest_finished_go_first() {
+        let mut tasks = Tasks::default();
+        assert!(tasks.insert("working".to_owned(), record(TaskState::Working)));
+        for i in 1..MAX_TASKS {
+            assert!(tasks.insert(format!("t{i}"), record(TaskState::Completed)));
+        }
+        assert!(tasks.insert("new".to_owned(), record(TaskState::Working)));
+        assert_eq!(tasks.records.len(), MAX_TASKS);
+        assert!(
+            tasks.records.contains_key("working"),
+            "a running task is kept"
+        );
+        assert!(
+            !tasks.records.contains_key("t1"),
+            "the oldest finished one went"
+        );
+        assert!(tasks.records.contains_key("t2"));
+        // Every record of a task still going: a new one is refused, none forgotten.
+        let mut busy = Tasks::default();
+        for i in 0..MAX_TASKS {
+            assert!(busy.insert(format!("w{i}"), record(TaskState::Working)));
+        }
+        assert!(!busy.insert("one more".to_owned(), record(TaskState::Working)));
+        assert_eq!(busy.records.len(), MAX_TASKS);
     }
 
     #[test]
