@@ -25,6 +25,11 @@
 //! take the answer; the task records (state, answer, status message) are this process's, at
 //! most [`MAX_TASKS`] of them (the oldest finished ones are forgotten first).
 //!
+//! Not served: push notifications, `ListTasks`, `SubscribeToTask`, the extended card, and
+//! `configuration.returnImmediately` and `historyLength` (a `SendMessage` answers once the
+//! task stops: completed, failed, canceled or input-required; the task's history holds the
+//! user's messages to it).
+//!
 //! Errors are JSON-RPC's and A2A's codes: -32700 (not JSON), -32600 (not a JSON-RPC request),
 //! -32601 (unknown method), -32602 (bad params: no message, no text, a task that takes no
 //! message), -32001 (no such task), -32002 (a task that is over cannot be cancelled), -32009

@@ -24,7 +24,8 @@
 //! revisions up to **2025-11-25**, where a pause is an elicitation. Clients of 2026-07-28
 //! negotiate down to 2025-11-25.
 //!
-//! Limits: a request body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is
+//! Limits: each MCP session (one per `initialize` over HTTP) is rmcp's, closed after 5 minutes
+//! idle (the crate sets no cap on how many are open at once); a request body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is
 //! refused by the transport (413); a call while every run slot is taken answers
 //! `isError: true` at once.
 
