@@ -1,0 +1,834 @@
+//! An [A2A](https://a2a-protocol.org) 1.0 server, its JSON-RPC binding: the agent card at
+//! `/.well-known/agent-card.json` and one JSON-RPC endpoint (`POST /a2a`) with the methods
+//! `SendMessage`, `SendStreamingMessage` (Server-Sent Events), `GetTask` and `CancelTask`.
+//! (A2A 1.0 names its JSON-RPC methods after the gRPC service's; the 0.3 names
+//! `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` are not taken.)
+//!
+//! Each message the client sends without a `taskId` starts a task: a run of the agent in the
+//! session named by the message's `contextId` (one is made when it has none), kept in the
+//! service's [session store](crate::AgentService::sessions), so the messages of one context
+//! are one conversation. The task's states follow the run:
+//!
+//! ```text
+//!  SendMessage ─► SUBMITTED ─► WORKING ─┬─► COMPLETED        (the answer is the artifact "answer")
+//!                                       ├─► FAILED           (the status message says why)
+//!                                       ├─► CANCELED         (CancelTask)
+//!                                       └─► INPUT_REQUIRED ──► a message with the taskId answers
+//!                                             (a paused run)     it: WORKING again, the run resumed
+//! ```
+//!
+//! A paused run (an approval, a deferred tool's result) is `TASK_STATE_INPUT_REQUIRED`, its
+//! status message naming the calls that wait. The client's next message to the task answers
+//! them: `approve` (or `yes`, `ok`) approves every waiting call, any other text denies them
+//! with that text as the reason; a call that waits for its result gets the text as its result.
+//! The pause itself is kept in the session store, so another process sharing the store can
+//! take the answer; the task records (state, answer, status message) are this process's, at
+//! most [`MAX_TASKS`] of them (the oldest finished ones are forgotten first).
+//!
+//! Not served: push notifications, `ListTasks`, `SubscribeToTask`, the extended card, and
+//! `configuration.returnImmediately` and `historyLength` (a `SendMessage` answers once the
+//! task stops: completed, failed, canceled or input-required; the task's history holds the
+//! user's messages to it).
+//!
+//! Errors are JSON-RPC's and A2A's codes: -32700 (not JSON), -32600 (not a JSON-RPC request),
+//! -32601 (unknown method), -32602 (bad params: no message, no text, a task that takes no
+//! message), -32001 (no such task), -32002 (a task that is over cannot be cancelled), -32009
+//! (an `A2A-Version` other than 1.x), -32603 (every run slot taken, or the agent could not
+//! start). A body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is refused
+//! with HTTP 413.
+//!
+//! ```sh
+//! curl -s http://127.0.0.1:8080/.well-known/agent-card.json
+//! curl -s http://127.0.0.1:8080/a2a -H 'content-type: application/json' -d '{"jsonrpc": "2.0",
+//!   "id": 1, "method": "SendMessage", "params": {"message": {"messageId": "m1",
+//!   "role": "ROLE_USER", "parts": [{"text": "What is 2+2?"}]}}}'
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_loop::agent::{AgentHandle, Resolutions, WaitsFor};
+use agent_loop::{AgentEvent, PausedRun, Termination};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::AgentService;
+
+/// The most task records a server keeps.
+pub const MAX_TASKS: usize = 1024;
+
+/// What the agent card says of the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentCard {
+    /// The agent's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The URL clients reach the server at (`http://host:port`, no trailing slash): the card
+    /// names `{url}/a2a` as its JSON-RPC interface.
+    pub url: String,
+    /// The agent's version.
+    pub version: String,
+}
+
+impl AgentCard {
+    /// A card for the agent `name` doing `description`, served at `url`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Self {
+        AgentCard {
+            name: name.into(),
+            description: description.into(),
+            url: url.into().trim_end_matches('/').to_owned(),
+            version: "1.0.0".to_owned(),
+        }
+    }
+
+    /// The card's JSON (A2A 1.0 `AgentCard`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "version": self.version,
+            "supportedInterfaces": [{
+                "url": format!("{}/a2a", self.url),
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "1.0",
+            }],
+            "capabilities": {"streaming": true, "pushNotifications": false},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [{
+                "id": "ask",
+                "name": self.name,
+                "description": self.description,
+                "tags": ["agent"],
+            }],
+        })
+    }
+}
+
+/// The A2A server's router: `GET /.well-known/agent-card.json` and `POST /a2a`.
+pub fn router(service: &AgentService, card: AgentCard) -> Router {
+    let state = A2a {
+        service: service.clone(),
+        card: Arc::new(card.to_json()),
+        tasks: Arc::new(Mutex::new(Tasks::default())),
+    };
+    Router::new()
+        .route("/.well-known/agent-card.json", get(agent_card))
+        .route("/a2a", post(rpc))
+        .with_state(state)
+}
+
+#[derive(Clone)]
+struct A2a {
+    service: AgentService,
+    card: Arc<Value>,
+    tasks: Arc<Mutex<Tasks>>,
+}
+
+/// A task's state, as A2A names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    Submitted,
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl TaskState {
+    fn name(self) -> &'static str {
+        match self {
+            TaskState::Submitted => "TASK_STATE_SUBMITTED",
+            TaskState::Working => "TASK_STATE_WORKING",
+            TaskState::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            TaskState::Completed => "TASK_STATE_COMPLETED",
+            TaskState::Failed => "TASK_STATE_FAILED",
+            TaskState::Canceled => "TASK_STATE_CANCELED",
+        }
+    }
+
+    fn is_over(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Canceled
+        )
+    }
+}
+
+/// What the server keeps of a task.
+struct TaskRecord {
+    context_id: String,
+    state: TaskState,
+    /// The status message's text (why it failed, what it waits for).
+    status: Option<String>,
+    /// The answer so far.
+    answer: String,
+    /// The user's messages to the task, as sent.
+    history: Vec<Value>,
+    /// The run in flight (to cancel it).
+    handle: Option<AgentHandle>,
+}
+
+/// The task records, the oldest first.
+#[derive(Default)]
+struct Tasks {
+    records: HashMap<String, TaskRecord>,
+    order: VecDeque<String>,
+}
+
+impl Tasks {
+    /// Adds a record, forgetting the oldest finished ones past [`MAX_TASKS`]; `false` when
+    /// every record is of a task still going.
+    fn insert(&mut self, id: String, record: TaskRecord) -> bool {
+        while self.records.len() >= MAX_TASKS {
+            let over = self.order.iter().position(|id| {
+                self.records
+                    .get(id)
+                    .is_none_or(|r| r.state.is_over() || r.state == TaskState::InputRequired)
+            });
+            match over {
+                Some(i) => {
+                    if let Some(id) = self.order.remove(i) {
+                        self.records.remove(&id);
+                    }
+                }
+                None => return false,
+            }
+        }
+        self.order.push_back(id.clone());
+        self.records.insert(id, record);
+        true
+    }
+}
+
+fn lock(tasks: &Mutex<Tasks>) -> std::sync::MutexGuard<'_, Tasks> {
+    tasks.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An A2A message of the agent with this text.
+fn agent_message(task_id: &str, context_id: &str, text: &str) -> Value {
+    json!({"messageId": crate::fresh_id("msg-"), "role": "ROLE_AGENT", "taskId": task_id,
+        "contextId": context_id, "parts": [{"text": text}]})
+}
+
+fn status_json(task_id: &str, record: &TaskRecord) -> Value {
+    let mut status = json!({"state": record.state.name()});
+    if let Some(text) = &record.status {
+        status["message"] = agent_message(task_id, &record.context_id, text);
+    }
+    status
+}
+
+fn task_json(task_id: &str, record: &TaskRecord) -> Value {
+    let mut task = json!({"id": task_id, "contextId": record.context_id,
+        "status": status_json(task_id, record), "history": record.history});
+    if !record.answer.is_empty() {
+        task["artifacts"] =
+            json!([{"artifactId": "answer", "name": "answer", "parts": [{"text": record.answer}]}]);
+    }
+    task
+}
+
+/// A JSON-RPC error: its code and message.
+#[derive(Debug)]
+struct RpcError(i64, String);
+
+impl RpcError {
+    fn params(message: impl Into<String>) -> Self {
+        RpcError(-32602, message.into())
+    }
+}
+
+fn rpc_error(id: &Value, error: RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.0, "message": error.1}})
+}
+
+fn rpc_result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+async fn agent_card(State(a2a): State<A2a>) -> Response {
+    axum::Json(a2a.card.as_ref().clone()).into_response()
+}
+
+/// `POST /a2a`: one JSON-RPC request.
+async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response {
+    let limit = a2a.service.current_limits().body_bytes();
+    let Ok(body) = axum::body::to_bytes(body, limit).await else {
+        let error = RpcError(-32600, format!("the request is larger than {limit} bytes"));
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(rpc_error(&Value::Null, error)),
+        )
+            .into_response();
+    };
+    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok());
+    let Request { id, method, params } = match parse(&body, version) {
+        Ok(request) => request,
+        Err((id, error)) => return axum::Json(rpc_error(&id, error)).into_response(),
+    };
+    let method = method.as_str();
+    let result = match method {
+        "SendMessage" => match a2a.send(&params).await {
+            Ok(mut run) => {
+                while run.events.recv().await.is_some() {}
+                let tasks = lock(&a2a.tasks);
+                match tasks.records.get(&run.task_id) {
+                    Some(record) => Ok(json!({"task": task_json(&run.task_id, record)})),
+                    None => Err(RpcError(-32001, "the task was forgotten".to_owned())),
+                }
+            }
+            Err(e) => Err(e),
+        },
+        "SendStreamingMessage" => {
+            return match a2a.send(&params).await {
+                Ok(run) => sse(id, run),
+                Err(e) => axum::Json(rpc_error(&id, e)).into_response(),
+            }
+        }
+        "GetTask" => a2a.get(&params),
+        "CancelTask" => a2a.cancel(&params),
+        other => Err(RpcError(
+            -32601,
+            format!(
+                "method {other:?} not found: this server has SendMessage, \
+                 SendStreamingMessage, GetTask and CancelTask"
+            ),
+        )),
+    };
+    let response = match result {
+        Ok(result) => rpc_result(&id, result),
+        Err(e) => rpc_error(&id, e),
+    };
+    axum::Json(response).into_response()
+}
+
+/// A JSON-RPC request, checked.
+#[derive(Debug)]
+struct Request {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// Reads a JSON-RPC 2.0 request from `body`, sent with the `A2A-Version` header `version`;
+/// the error to answer with (and the request's id, when it has one) otherwise.
+fn parse(body: &[u8], version: Option<&str>) -> Result<Request, (Value, RpcError)> {
+    let request: Value = serde_json::from_slice(body).map_err(|e| {
+        let error = RpcError(-32700, format!("the body is not JSON: {e}"));
+        (Value::Null, error)
+    })?;
+    let id = match request.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        _ => Value::Null,
+    };
+    let method = match (request.get("jsonrpc"), request.get("method")) {
+        (Some(v), Some(Value::String(method))) if v == "2.0" => method.clone(),
+        _ => {
+            let error = RpcError(
+                -32600,
+                "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\" and a method name"
+                    .to_owned(),
+            );
+            return Err((id, error));
+        }
+    };
+    if let Some(version) = version {
+        if !(version == "1" || version.starts_with("1.")) {
+            let error = RpcError(
+                -32009,
+                format!("A2A version {version} is not supported: this server speaks 1.0"),
+            );
+            return Err((id, error));
+        }
+    }
+    let params = request.get("params").cloned().unwrap_or(Value::Null);
+    Ok(Request { id, method, params })
+}
+
+/// A run started for a message: its task, and its stream events (`StreamResponse`s).
+struct Run {
+    task_id: String,
+    events: mpsc::Receiver<Value>,
+}
+
+/// The SSE response of a streamed run: each event a JSON-RPC response carrying a
+/// `StreamResponse`.
+fn sse(id: Value, run: Run) -> Response {
+    let frames = futures::stream::unfold(run.events, |mut events| async move {
+        events.recv().await.map(|event| (event, events))
+    })
+    .map(move |event| {
+        let frame = format!("data: {}\n\n", rpc_result(&id, event));
+        Ok::<_, std::convert::Infallible>(Bytes::from(frame))
+    });
+    let mut response = Response::new(Body::from_stream(frames));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The text of a message's parts; an error for a message with no text part.
+fn message_text(message: &Value) -> Result<String, RpcError> {
+    let parts = message
+        .get("parts")
+        .and_then(Value::as_array)
+        .ok_or_else(|| RpcError::params("the message has no parts"))?;
+    let text: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    if text.is_empty() {
+        return Err(RpcError::params(
+            "the message has no text part: this agent reads text",
+        ));
+    }
+    Ok(text.join("\n"))
+}
+
+/// What a person's reply to a paused run means for each waiting call (its id, and what it
+/// waits for): `approve` (or `approved`, `yes`, `y`, `ok`, in any case) approves the calls
+/// that wait for a verdict, any other reply denies them with the reply as the reason; a call
+/// that waits for its result gets the reply as its result.
+fn answers(pending: impl IntoIterator<Item = (String, WaitsFor)>, reply: &str) -> Resolutions {
+    let approve = matches!(
+        reply.trim().to_ascii_lowercase().as_str(),
+        "approve" | "approved" | "yes" | "y" | "ok"
+    );
+    let mut answers = Resolutions::new();
+    for (id, waits_for) in pending {
+        answers = match waits_for {
+            WaitsFor::Approval if approve => answers.approve(id),
+            WaitsFor::Approval => answers.deny(id, reply),
+            _ => answers.result(id, reply),
+        };
+    }
+    answers
+}
+
+/// What the status message of a paused task says.
+fn waiting(paused: &PausedRun) -> String {
+    let calls: Vec<String> = paused
+        .pending()
+        .iter()
+        .map(|c| {
+            let what = match c.waits_for {
+                WaitsFor::Approval => "a verdict",
+                _ => "its result",
+            };
+            format!(
+                "{} (call {:?}) with {} waits for {what}",
+                c.name, c.id, c.input
+            )
+        })
+        .collect();
+    format!(
+        "The agent waits: {}. Reply `approve` to approve, anything else to deny (your text is \
+         the reason); a call that waits for its result takes your text as the result.",
+        calls.join("; ")
+    )
+}
+
+impl A2a {
+    fn get(&self, params: &Value) -> Result<Value, RpcError> {
+        let id = params
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::params("`id` (the task's id) is required"))?;
+        let tasks = lock(&self.tasks);
+        let record = tasks
+            .records
+            .get(id)
+            .ok_or_else(|| RpcError(-32001, format!("task {id:?} not found")))?;
+        Ok(task_json(id, record))
+    }
+
+    fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
+        let id = params
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::params("`id` (the task's id) is required"))?;
+        let mut tasks = lock(&self.tasks);
+        let record = tasks
+            .records
+            .get_mut(id)
+            .ok_or_else(|| RpcError(-32001, format!("task {id:?} not found")))?;
+        if record.state.is_over() {
+            return Err(RpcError(
+                -32002,
+                format!(
+                    "task {id:?} is over ({}): it cannot be cancelled",
+                    record.state.name()
+                ),
+            ));
+        }
+        if let Some(handle) = record.handle.take() {
+            handle.cancel();
+        }
+        record.state = TaskState::Canceled;
+        record.status = Some("cancelled by the client".to_owned());
+        Ok(task_json(id, record))
+    }
+
+    /// The agent of the context's session, and its events: the paused run resumed with the
+    /// reply, or a new run on the message.
+    async fn start(
+        &self,
+        context_id: &str,
+        resuming: bool,
+        task_id: &str,
+        text: &str,
+    ) -> Result<(futures::stream::BoxStream<'static, AgentEvent>, AgentHandle), RpcError> {
+        let internal = |e: agent_loop::Error| RpcError(-32603, format!("the agent: {e}"));
+        let mut agent = self
+            .service
+            .agent_in_session(context_id)
+            .map_err(internal)?;
+        let paused = agent.load_session().await.map_err(internal)?;
+        let events = match (resuming, paused) {
+            (true, Some(paused)) => {
+                let pending = paused.pending().into_iter().map(|c| (c.id, c.waits_for));
+                agent.resume(&paused, answers(pending, text)).boxed()
+            }
+            (true, None) => {
+                return Err(RpcError::params(format!(
+                    "task {task_id:?} waits for no answer any more"
+                )))
+            }
+            (false, _) => agent.run(text.to_owned()).boxed(),
+        };
+        Ok((events, agent.handle()))
+    }
+
+    /// Starts the run a message asks for: a new task, or the answer to a paused one.
+    async fn send(&self, params: &Value) -> Result<Run, RpcError> {
+        let message = params
+            .get("message")
+            .filter(|m| m.is_object())
+            .ok_or_else(|| RpcError::params("`message` is required"))?;
+        let text = message_text(message)?;
+        let slot = self.service.try_run_slot().ok_or_else(|| {
+            RpcError(
+                -32603,
+                format!(
+                    "every run slot is taken ({} runs at once): try again when a task ends",
+                    self.service.current_limits().concurrent_runs()
+                ),
+            )
+        })?;
+        let (task_id, context_id, resuming) = match message.get("taskId").and_then(Value::as_str) {
+            Some(task_id) if !task_id.is_empty() => {
+                let mut tasks = lock(&self.tasks);
+                let record = tasks
+                    .records
+                    .get_mut(task_id)
+                    .ok_or_else(|| RpcError(-32001, format!("task {task_id:?} not found")))?;
+                if record.state != TaskState::InputRequired {
+                    return Err(RpcError::params(format!(
+                        "task {task_id:?} takes no message: it is {} (send a message without \
+                         a taskId for a new task)",
+                        record.state.name()
+                    )));
+                }
+                // Claimed: a second answer arriving meanwhile is refused.
+                record.state = TaskState::Working;
+                (task_id.to_owned(), record.context_id.clone(), true)
+            }
+            _ => {
+                let context = message
+                    .get("contextId")
+                    .and_then(Value::as_str)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| crate::fresh_id("ctx-"));
+                (crate::fresh_id("task-"), context, false)
+            }
+        };
+        let started = self.start(&context_id, resuming, &task_id, &text).await;
+        let (events, handle) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                if resuming {
+                    if let Some(record) = lock(&self.tasks).records.get_mut(&task_id) {
+                        record.state = TaskState::InputRequired;
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let mut user = message.clone();
+        user["taskId"] = json!(task_id);
+        user["contextId"] = json!(context_id);
+        {
+            let mut tasks = lock(&self.tasks);
+            match tasks.records.get_mut(&task_id) {
+                Some(record) => {
+                    record.state = TaskState::Working;
+                    record.status = None;
+                    record.history.push(user);
+                    record.handle = Some(handle);
+                }
+                None => {
+                    let record = TaskRecord {
+                        context_id: context_id.clone(),
+                        state: TaskState::Submitted,
+                        status: None,
+                        answer: String::new(),
+                        history: vec![user],
+                        handle: Some(handle),
+                    };
+                    if !tasks.insert(task_id.clone(), record) {
+                        return Err(RpcError(
+                            -32603,
+                            format!("{MAX_TASKS} tasks are still going: try again later"),
+                        ));
+                    }
+                }
+            }
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let tasks = self.tasks.clone();
+        let (id, context) = (task_id.clone(), context_id);
+        let first = {
+            let tasks = lock(&tasks);
+            tasks.records.get(&id).map(|r| task_json(&id, r))
+        };
+        tokio::spawn(async move {
+            let _slot = slot;
+            // A client gone away does not stop the task: sends to it are ignored.
+            if let Some(task) = first {
+                let _ = tx.send(json!({ "task": task })).await;
+            }
+            let status = |state: TaskState, text: Option<&str>| {
+                let mut status = json!({"state": state.name()});
+                if let Some(text) = text {
+                    status["message"] = agent_message(&id, &context, text);
+                }
+                json!({"statusUpdate": {"taskId": id, "contextId": context, "status": status}})
+            };
+            let _ = tx.send(status(TaskState::Working, None)).await;
+            if let Some(record) = lock(&tasks).records.get_mut(&id) {
+                if record.state == TaskState::Submitted {
+                    record.state = TaskState::Working;
+                }
+            }
+            let mut events = events;
+            while let Some(event) = events.next().await {
+                match event {
+                    AgentEvent::TextDelta { text } if !text.is_empty() => {
+                        if let Some(record) = lock(&tasks).records.get_mut(&id) {
+                            record.answer.push_str(&text);
+                        }
+                        let update = json!({"artifactUpdate": {"taskId": id, "contextId": context,
+                            "artifact": {"artifactId": "answer", "name": "answer",
+                                "parts": [{"text": text}]},
+                            "append": true, "lastChunk": false}});
+                        let _ = tx.send(update).await;
+                    }
+                    // Text of a turn sent again: what was streamed of it is replaced.
+                    AgentEvent::Retry { .. } | AgentEvent::Fallback { .. } => {}
+                    AgentEvent::Finished(outcome) => {
+                        let (state, why) = match &outcome.termination {
+                            Termination::Completed => (TaskState::Completed, None),
+                            Termination::Cancelled => {
+                                (TaskState::Canceled, Some("cancelled".to_owned()))
+                            }
+                            Termination::Paused(paused) => {
+                                (TaskState::InputRequired, Some(waiting(paused)))
+                            }
+                            Termination::Error(e) => {
+                                (TaskState::Failed, Some(format!("the agent failed: {e}")))
+                            }
+                            other => (
+                                TaskState::Failed,
+                                Some(format!("the agent stopped before finishing: {other:?}")),
+                            ),
+                        };
+                        let update = {
+                            let mut tasks = lock(&tasks);
+                            tasks.records.get_mut(&id).map(|record| {
+                                record.handle = None;
+                                // A task cancelled by the client stays cancelled.
+                                if record.state != TaskState::Canceled {
+                                    record.state = state;
+                                    record.status = why;
+                                    record.answer = outcome.final_text.clone();
+                                }
+                                (record.state, record.status.clone())
+                            })
+                        };
+                        if let Some((state, why)) = update {
+                            let _ = tx.send(status(state, why.as_deref())).await;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Ok(Run {
+            task_id: task_id.clone(),
+            events: rx,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_loop::agent::Resolution;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z0-9/ ._-]{0,12}".prop_map(Value::from),
+            Just(json!("2.0")),
+            Just(json!("SendMessage")),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["jsonrpc", "id", "method", "params", "x"])
+                        .prop_map(str::to_owned),
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any bytes: a request or an error with a JSON-RPC code, never a panic.
+        #[test]
+        fn any_bytes_parse_or_get_a_code(body in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Err((_, RpcError(code, _))) = parse(&body, None) {
+                prop_assert!([-32700, -32600].contains(&code));
+            }
+        }
+
+        /// Any JSON: a request exactly when it is a JSON-RPC 2.0 one with a method name and
+        /// a 1.x version; the error keeps the request's id when it has a valid one.
+        #[test]
+        fn any_json_is_judged_by_the_spec(value in json_value(), v1 in any::<bool>()) {
+            let body = value.to_string();
+            let version = if v1 { "1.0" } else { "0.3" };
+            let valid = value.get("jsonrpc") == Some(&json!("2.0"))
+                && value.get("method").is_some_and(Value::is_string);
+            match parse(body.as_bytes(), Some(version)) {
+                Ok(request) => {
+                    prop_assert!(valid && v1);
+                    prop_assert_eq!(Some(request.method.as_str()), value["method"].as_str());
+                }
+                Err((id, RpcError(code, _))) => {
+                    prop_assert_eq!(code, if valid { -32009 } else { -32600 });
+                    if matches!(value.get("id"), Some(Value::String(_) | Value::Number(_))) {
+                        prop_assert_eq!(&id, &value["id"]);
+                    }
+                }
+            }
+        }
+
+        /// Any reply to a paused run answers every waiting call: `approve` and its synonyms
+        /// approve, any other reply denies with the reply as the reason; a deferred call takes
+        /// the reply as its result.
+        #[test]
+        fn a_reply_answers_every_waiting_call(
+            reply in "(approve|Approved| yes |y|OK|no|because [a-z ]{0,10}|)",
+            kinds in prop::collection::vec(any::<bool>(), 0..4),
+        ) {
+            let pending: Vec<(String, WaitsFor)> = kinds
+                .iter()
+                .enumerate()
+                .map(|(i, verdict)| {
+                    let waits = if *verdict { WaitsFor::Approval } else { WaitsFor::Result };
+                    (format!("c{i}"), waits)
+                })
+                .collect();
+            let resolved = answers(pending.clone(), &reply);
+            prop_assert_eq!(resolved.len(), pending.len());
+            let approve = ["approve", "approved", "yes", "y", "ok"]
+                .contains(&reply.trim().to_lowercase().as_str());
+            for (id, waits) in &pending {
+                let got = resolved.get(id).cloned();
+                let want = match (waits, approve) {
+                    (WaitsFor::Approval, true) => Resolution::Approve,
+                    (WaitsFor::Approval, false) => Resolution::Deny { reason: reply.clone() },
+                    _ => Resolution::Result { content: reply.clone(), is_error: false },
+                };
+                prop_assert_eq!(got, Some(want));
+            }
+        }
+    }
+
+    fn record(state: TaskState) -> TaskRecord {
+        TaskRecord {
+            context_id: "ctx".to_owned(),
+            state,
+            status: None,
+            answer: String::new(),
+            history: Vec::new(),
+            handle: None,
+        }
+    }
+
+    #[test]
+    fn the_task_records_are_bounded_and_the_oldest_finished_go_first() {
+        let mut tasks = Tasks::default();
+        assert!(tasks.insert("working".to_owned(), record(TaskState::Working)));
+        for i in 1..MAX_TASKS {
+            assert!(tasks.insert(format!("t{i}"), record(TaskState::Completed)));
+        }
+        assert!(tasks.insert("new".to_owned(), record(TaskState::Working)));
+        assert_eq!(tasks.records.len(), MAX_TASKS);
+        assert!(
+            tasks.records.contains_key("working"),
+            "a running task is kept"
+        );
+        assert!(
+            !tasks.records.contains_key("t1"),
+            "the oldest finished one went"
+        );
+        assert!(tasks.records.contains_key("t2"));
+        // Every record of a task still going: a new one is refused, none forgotten.
+        let mut busy = Tasks::default();
+        for i in 0..MAX_TASKS {
+            assert!(busy.insert(format!("w{i}"), record(TaskState::Working)));
+        }
+        assert!(!busy.insert("one more".to_owned(), record(TaskState::Working)));
+        assert_eq!(busy.records.len(), MAX_TASKS);
+    }
+
+    #[test]
+    fn a_message_without_text_is_refused() {
+        let error = message_text(&json!({"parts": [{"url": "https://x"}]})).unwrap_err();
+        assert_eq!(error.0, -32602);
+        assert_eq!(message_text(&json!({})).unwrap_err().0, -32602);
+        assert_eq!(
+            message_text(&json!({"parts": [{"text": "a"}, {"text": "b"}]})).unwrap(),
+            "a\nb"
+        );
+    }
+}
