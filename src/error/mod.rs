@@ -267,6 +267,23 @@ pub enum SessionError {
     /// The database failed (connection, I/O, a query); the message is the driver's.
     #[error("database: {0}")]
     Database(String),
+    /// There is no such session (to fork or rewind).
+    #[error("there is no session {session:?}")]
+    NotFound {
+        /// The session.
+        session: String,
+    },
+    /// A session cannot be forked or rewound at this point: past its end, or where the
+    /// history would not be valid (a tool call cut from its result). Nothing was written.
+    #[error("session {session:?} cannot be cut after message {at}: {message}")]
+    InvalidPoint {
+        /// The session.
+        session: String,
+        /// The number of messages the cut would keep.
+        at: u64,
+        /// Why not.
+        message: String,
+    },
 }
 
 /// Milliseconds since the Unix epoch as an HTTP date (`Sun, 06 Dec 2026 04:05:42 GMT`).
