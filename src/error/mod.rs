@@ -368,6 +368,33 @@ pub enum ResumeError {
     /// The run's structured answer does not fit the paused one (another answer tool).
     #[error("{0}")]
     Output(String),
+    /// An answer names the digest of another call than the one waiting under its id
+    /// ([`PendingCall::digest`](crate::agent::PendingCall::digest)): it was given for a call
+    /// that no longer waits (the session was rewound and the call asked again, or it came
+    /// from another branch). Nothing was run; show the person the call that waits now.
+    #[error(
+        "the answer for call {id:?} was given for another call (digest {given}); the call \
+         waiting under that id now has digest {waiting}: ask again"
+    )]
+    StaleAnswer {
+        /// The call's id.
+        id: String,
+        /// The digest the answer was given for.
+        given: String,
+        /// The digest of the call that waits.
+        waiting: String,
+    },
+    /// The session waits in a pause of this id, but for other calls than the paused run
+    /// given (the session was rewound, and the run asked again and paused under the same
+    /// id): that paused run is not resumed. Load the session again for the pause that waits.
+    #[error(
+        "the session waits in a pause {pause:?} for other calls than this paused run's (it was \
+         rewound and asked again): load the session again for the pause that waits"
+    )]
+    Superseded {
+        /// The pause's id.
+        pause: String,
+    },
     /// The paused run does not hold together (its state does not match its conversation):
     /// it was changed or damaged since it paused.
     #[error("the paused run does not hold together: {0}")]

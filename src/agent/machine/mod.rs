@@ -15,6 +15,7 @@
 // sub-agent call decides.
 pub(super) mod config;
 pub(super) mod delegate;
+pub(super) mod digest;
 pub(super) mod handoff;
 pub(super) mod nested;
 pub(super) mod output;
@@ -1681,11 +1682,15 @@ impl AgentMachine {
             tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
             handoff,
             sub_agents: self.nested.finished().to_vec(),
+            digests: std::collections::BTreeMap::new(),
         };
-        let paused = PausedRun {
+        let mut paused = PausedRun {
             conversation: self.context.snapshot(),
             state,
         };
+        // What each waiting call asked, recorded: an answer given for another call under
+        // the same id is refused when the run resumes.
+        paused.state.digests = PausedRun::digests_of(&paused.pending());
         // The turn goes on when the run resumes: it does not end here.
         self.counters.open_turn = None;
         self.finish(Termination::Paused(Box::new(paused)))
