@@ -303,7 +303,9 @@ enum State {
 ///   └──────────────────────────────(all answered)────────┘
 /// ```
 ///
-/// Any state goes to `Finished` on [`Input::Cancel`], leaving the history valid.
+/// Any state goes to `Finished` on [`Input::Cancel`], leaving the history valid. The host's
+/// words ([`Input::Steer`]) wait in any state and go into the history at "next turn" only,
+/// where every call of the last response is answered.
 ///
 /// One full tool round trip, driven by hand with no runtime:
 ///
