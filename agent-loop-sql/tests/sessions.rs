@@ -187,15 +187,15 @@ macro_rules! cases {
 
 cases!(memory: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
     racing_tasks_one_wins, delete, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
-    an_expired_lease_frees_the_session);
+    an_expired_lease_frees_the_session, fork_and_rewind);
 cases!(sqlite: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
     racing_tasks_one_wins, delete, two_processes_lose_nothing, corrupt_rows, newer_schema,
     opened_at_once, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
-    an_expired_lease_frees_the_session);
+    an_expired_lease_frees_the_session, fork_and_rewind);
 cases!(postgres: round_trip, loads_from_the_newest_conversation, stale_writes_conflict,
     racing_tasks_one_wins, delete, two_processes_lose_nothing, corrupt_rows, newer_schema,
     opened_at_once, broken_connection, one_run_at_a_time, an_overtaken_run_says_what_it_saved,
-    an_expired_lease_frees_the_session);
+    an_expired_lease_frees_the_session, fork_and_rewind);
 
 // ---------------------------------------------------------------------------------------
 // Entries
@@ -1249,4 +1249,105 @@ async fn an_expired_lease_frees_the_session(backend: &Backend) {
         other => panic!("{other:?}"),
     }
     assert!(model.requests().is_empty());
+}
+
+/// Fork and rewind, through an agent with a session: a fork is a copy that shares nothing
+/// (read through another connection), a cut between a call and its result is refused with
+/// nothing written, a rewind is an entry of the log (what came before stays readable there),
+/// and a run after it builds on the rewound conversation.
+async fn fork_and_rewind(backend: &Backend) {
+    let store = backend.store().await;
+    let id = unique("fork-and-rewind");
+    let add = agent_loop::tool::FnTool::new(
+        "add",
+        "Adds.",
+        |input: serde_json::Value, _ctx| async move {
+            let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
+            Ok::<_, agent_loop::ToolError>(sum.to_string())
+        },
+    );
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call("c1", "add", json!({"a": 1, "b": 2})),
+        ScriptedResponse::text("3"),
+        ScriptedResponse::text("more said"),
+        ScriptedResponse::text("after the rewind"),
+    ]);
+    let mut agent = agent_loop::Agent::builder(client)
+        .system("Be exact.")
+        .tool(add)
+        .session(store.clone(), &id)
+        .build()
+        .expect("an agent");
+    let done = outcome(agent.run("add 1 and 2")).await;
+    assert_eq!(done.termination, agent_loop::Termination::Completed);
+    assert_eq!(agent.messages().len(), 4);
+
+    // After the call, before its result: refused, nothing written.
+    let fork = unique("fork");
+    let err = agent.fork_session(&fork, 2).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            agent_loop::Error::Session(SessionError::InvalidPoint { at: 2, .. })
+        ),
+        "{err}"
+    );
+    assert!(store.load(&fork).await.unwrap().is_none());
+    let err = agent.fork_session(&fork, 5).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            agent_loop::Error::Session(SessionError::InvalidPoint { .. })
+        ),
+        "{err}"
+    );
+    // After the result: a copy, read back through another connection.
+    agent.fork_session(&fork, 3).await.unwrap();
+    let other = backend.store().await;
+    let forked = session::load(&*other, &fork).await.unwrap().unwrap();
+    assert_eq!(forked.conversation.messages.len(), 3);
+    assert_eq!(forked.conversation.system.as_deref(), Some("Be exact."));
+    assert_eq!(forked.version, 1);
+    // A taken id is not overwritten.
+    assert!(matches!(
+        other.fork(&id, 1, &fork).await,
+        Err(SessionError::Conflict { .. })
+    ));
+
+    // The original goes on; the fork does not see it.
+    let done = outcome(agent.run("say more")).await;
+    assert_eq!(done.final_text, "more said");
+    let forked = session::load(&*other, &fork).await.unwrap().unwrap();
+    assert_eq!(forked.conversation.messages.len(), 3);
+
+    // Rewound to the first answer: an entry of the log; what came before stays there.
+    agent.rewind_session(4).await.unwrap();
+    assert_eq!(agent.messages().len(), 4);
+    let stored = other.load(&id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.entries.last().unwrap().1,
+        SessionEntry::Rewound { to: 4 }
+    );
+    let before: usize = stored
+        .entries
+        .iter()
+        .filter_map(|(_, e)| match e {
+            SessionEntry::Messages { messages, .. } => Some(messages),
+            _ => None,
+        })
+        .flatten()
+        .filter(|m| m.text().contains("say more"))
+        .count();
+    assert_eq!(before, 1, "the rewound turn is still in the log");
+    let rewound = session::load(&*other, &id).await.unwrap().unwrap();
+    assert_eq!(said(&rewound.conversation, "say more"), 0);
+
+    // The next run builds on the rewound conversation.
+    let done = outcome(agent.run("go on")).await;
+    assert_eq!(done.final_text, "after the rewind");
+    let now = session::load(&*other, &id).await.unwrap().unwrap();
+    assert_eq!(now.conversation.messages.len(), 6);
+    assert_eq!(said(&now.conversation, "say more"), 0);
+    assert_eq!(said(&now.conversation, "go on"), 1);
+    assert_eq!(&now.conversation.messages[..4], &agent.messages()[..4]);
 }

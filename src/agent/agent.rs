@@ -151,13 +151,7 @@ impl Agent {
     /// no session, and with [`Error::Busy`] while a run is in flight; the conversation is
     /// then unchanged.
     pub async fn load_session(&mut self) -> Result<Option<PausedRun>, Error> {
-        let Some(link) = self.session.clone() else {
-            return Err(ConfigError::setting(
-                "session",
-                "the agent has no session: give it one with AgentBuilder::session",
-            )
-            .into());
-        };
+        let link = self.session_link()?;
         let mut context = lock(&self.shared).context.clone().ok_or(Error::Busy)?;
         // Read afresh: another process may have written since.
         let saved_version = lock(&self.shared).session_version.take();
@@ -172,6 +166,85 @@ impl Agent {
             .ok_or(Error::Busy)?
             .clone_from(&context);
         Ok(shared.paused.clone())
+    }
+
+    /// The agent's session link, or the error of an agent without one.
+    fn session_link(&self) -> Result<SessionLink, Error> {
+        self.session.clone().ok_or_else(|| {
+            ConfigError::setting(
+                "session",
+                "the agent has no session: give it one with AgentBuilder::session",
+            )
+            .into()
+        })
+    }
+
+    /// Forks the agent's [session](crate::AgentBuilder::session) after its first `at`
+    /// messages into the new session `into` of the same store
+    /// ([`SessionStore::fork`](crate::session::SessionStore::fork)): a copy that shares
+    /// nothing with this one. Build an agent on `into` to go on there; this agent stays on its
+    /// own session. What the store holds is forked: the turns saved so far.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_loop::session::MemoryStore;
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, AgentEvent};
+    /// use futures::StreamExt;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let client = ScriptedClient::new([
+    ///     ScriptedResponse::text("Red."),
+    ///     ScriptedResponse::text("Green."),
+    ///     ScriptedResponse::text("Blue."),
+    /// ]);
+    /// let mut agent = Agent::builder(client.clone()).session(store.clone(), "main").build()?;
+    /// let _: Vec<AgentEvent> = agent.run("A colour?").collect().await;
+    /// let _: Vec<AgentEvent> = agent.run("Another?").collect().await;
+    ///
+    /// // Back to after the first answer, on a branch of its own.
+    /// agent.fork_session("branch", 2).await?;
+    /// let mut branch = Agent::builder(client).session(store, "branch").build()?;
+    /// let _: Vec<AgentEvent> = branch.run("A third?").collect().await;
+    /// assert_eq!(branch.messages().len(), 4);
+    /// assert_eq!(agent.messages().len(), 4);
+    /// // And the main session rewinds to its first answer, the rewind kept in its log.
+    /// agent.rewind_session(2).await?;
+    /// assert_eq!(agent.messages().len(), 2);
+    /// # Ok::<(), agent_loop::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// Fails as the store's fork does ([`Error::Session`]: no such point, a cut between a
+    /// call and its result, `into` taken), and with
+    /// [`ConfigError::Setting`](crate::error::ConfigError::Setting) when the agent has no
+    /// session.
+    pub async fn fork_session(&self, into: &str, at: u64) -> Result<(), Error> {
+        let link = self.session_link()?;
+        link.store.fork(&link.id, at, into).await?;
+        Ok(())
+    }
+
+    /// Rewinds the agent's [session](crate::AgentBuilder::session) to its first `to`
+    /// messages ([`SessionStore::rewind`](crate::session::SessionStore::rewind): an entry of
+    /// its log, the history before it kept there), then loads it: the agent's conversation
+    /// is the rewound one, and the pause the session waited in, if any, is gone (resuming it
+    /// is refused). See [`fork_session`](Self::fork_session) for an example.
+    ///
+    /// Fails with [`Error::Busy`] while a run is in flight, as the store's rewind does
+    /// ([`Error::Session`]: no such point, a cut between a call and its result, another
+    /// agent's run holding the session), and with
+    /// [`ConfigError::Setting`](crate::error::ConfigError::Setting) when the agent has no
+    /// session; the conversation is then unchanged.
+    pub async fn rewind_session(&mut self, to: u64) -> Result<(), Error> {
+        let link = self.session_link()?;
+        if self.is_running() {
+            return Err(Error::Busy);
+        }
+        link.store.rewind(&link.id, to).await?;
+        self.load_session().await?;
+        Ok(())
     }
 
     /// The name of the agent in charge of the next run: this agent's own name, or, after a

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{ConfigError, Error, RateLimits};
+use crate::input::UserInput;
 use crate::message::{StopReason, Usage};
 use crate::pricing::{Cost, Usd};
 
@@ -59,6 +60,11 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// - A [`Handoff`](AgentEvent::Handoff) comes between turns: after the `TurnEnd` of the turn
 ///   whose call asked for it (that turn was the old agent's), before the next `TurnStart`
 ///   (the new agent's). `run := (turn Handoff?)* Finished`.
+/// - A [`Steered`](AgentEvent::Steered) comes between turns too, where the host's words
+///   ([`AgentHandle::steer`](crate::agent::AgentHandle::steer)) entered the history: after a
+///   `TurnEnd` (or a `Handoff`, or at the run's start), before the next `TurnStart`, one per
+///   input, in the order they were given. With both:
+///   `run := Steered* (turn Handoff? Steered*)* Finished`.
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::agent::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///
@@ -189,6 +195,13 @@ pub enum AgentEvent {
         /// The agent that takes it.
         to: String,
     },
+    /// The host's words ([`AgentHandle::steer`](crate::agent::AgentHandle::steer)) entered
+    /// the history here, as a user message: between turns, before the model call that reads
+    /// them.
+    Steered {
+        /// What the host said.
+        input: UserInput,
+    },
     /// The run is over; always the last event.
     Finished(RunOutcome),
     /// The provider's rate-limit figures, from the head of a model response: inside a turn,
@@ -228,6 +241,11 @@ pub struct RunOutcome {
     /// The latest rate-limit figures a model response of the run reported, if any (boxed:
     /// they are larger than the rest of the outcome).
     pub rate_limits: Option<Box<RateLimits>>,
+    /// What the host typed into the run
+    /// ([`AgentHandle::steer`](crate::agent::AgentHandle::steer)) that it ended before
+    /// delivering, in order: nothing typed is lost. Empty when every input was delivered
+    /// (each had its [`AgentEvent::Steered`]).
+    pub undelivered: Vec<UserInput>,
 }
 
 /// Why a run stopped.
@@ -243,6 +261,11 @@ pub enum Termination {
     MaxTurns,
     /// The run was cancelled (by the token, the handle, or by dropping the stream).
     Cancelled,
+    /// The host asked the run to stop after its turn
+    /// ([`AgentHandle::stop_after_turn`](crate::agent::AgentHandle::stop_after_turn)): the
+    /// turn finished (the model's answer, its tools' results), nothing was aborted, and no
+    /// other model call was made.
+    StoppedAfterTurn,
     /// The token budget ([`RunPolicy::token_budget`](crate::agent::RunPolicy::token_budget))
     /// would not hold the next model call: the run ends before it (or, with
     /// [`RunPolicy::final_answer_at_budget`](crate::agent::RunPolicy::final_answer_at_budget),
@@ -311,6 +334,7 @@ impl PartialEq for Termination {
         use Termination::*;
         match (self, other) {
             (Completed, Completed) | (MaxTurns, MaxTurns) | (Cancelled, Cancelled) => true,
+            (StoppedAfterTurn, StoppedAfterTurn) => true,
             (Refused, Refused) | (MaxTokens, MaxTokens) => true,
             (
                 TokenBudget {
@@ -425,6 +449,7 @@ impl RunOutcome {
             output: None,
             sub_agents: Vec::new(),
             rate_limits: None,
+            undelivered: Vec::new(),
         }
     }
 
@@ -476,6 +501,7 @@ impl fmt::Display for Termination {
             Termination::Completed => f.write_str("completed"),
             Termination::MaxTurns => f.write_str("stopped at the turn limit"),
             Termination::Cancelled => f.write_str("cancelled"),
+            Termination::StoppedAfterTurn => f.write_str("stopped after the turn, as asked"),
             Termination::TokenBudget {
                 used,
                 next_call,

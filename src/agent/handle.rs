@@ -1,15 +1,22 @@
-//! [`AgentHandle`]: cancel a run or read its conversation from elsewhere; and [`Shared`], the
-//! conversation as the agent, its handles and a run in flight share it.
+//! [`AgentHandle`]: steer, stop or cancel a run, or read its conversation, from elsewhere;
+//! and [`Shared`], the conversation as the agent, its handles and a run in flight share it.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ContextManager, Conversation};
+use crate::input::UserInput;
 
 use super::machine::pause::PausedRun;
 
-/// Cancels runs from outside: from another task, a Ctrl-C handler, a UI button.
+/// Steers, stops and cancels runs from outside: from another task, a Ctrl-C handler, a UI
+/// button. What it asks goes to the run's machine as an input
+/// ([`Input::Steer`](crate::agent::machine::Input::Steer),
+/// [`Input::StopAfterTurn`](crate::agent::machine::Input::StopAfterTurn),
+/// [`Input::Cancel`](crate::agent::machine::Input::Cancel)), so every driver applies it alike.
 ///
 /// Obtained from [`Agent::handle`](crate::Agent::handle) before calling [`Agent::run`](crate::Agent::run); cheap to clone.
 #[derive(Debug, Clone)]
@@ -23,6 +30,10 @@ struct HandleInner {
     parent: CancellationToken,
     current: Mutex<CancellationToken>,
     stop_after_turn: std::sync::atomic::AtomicBool,
+    /// The host's words not yet taken by a run, oldest first.
+    steering: Mutex<VecDeque<UserInput>>,
+    /// Wakes the run in flight when a steer or a stop request comes.
+    wake: Notify,
 }
 
 impl AgentHandle {
@@ -33,6 +44,8 @@ impl AgentHandle {
                 parent,
                 current: Mutex::new(current),
                 stop_after_turn: std::sync::atomic::AtomicBool::new(false),
+                steering: Mutex::new(VecDeque::new()),
+                wake: Notify::new(),
             }),
             shared,
         }
@@ -78,12 +91,74 @@ impl AgentHandle {
         self.token().cancel();
     }
 
-    /// Lets the current turn finish (its tools run and their results are recorded), then
-    /// ends the run with [`Termination::Cancelled`](crate::Termination::Cancelled).
+    /// Lets the current turn finish (the model's answer, its tools run and their results
+    /// recorded), then ends the run with
+    /// [`Termination::StoppedAfterTurn`](crate::Termination::StoppedAfterTurn): nothing is
+    /// aborted and the history is whole. A turn that ends the run anyway (a final answer)
+    /// ends it as it would have. [`cancel`](Self::cancel) is the hard stop. The request
+    /// applies to the run in flight (or the next one to start) only.
     pub fn stop_after_turn(&self) {
         self.inner
             .stop_after_turn
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.wake.notify_one();
+    }
+
+    /// Says something to the run in flight (steering): `input` is added to the history as
+    /// the user's words at the run's next safe point (after the current response's tool
+    /// calls are all answered, before the next model call; never between a call and its
+    /// result), where [`AgentEvent::Steered`](crate::AgentEvent::Steered) marks it. Several
+    /// are delivered in the order given. A model answering with its final answer meanwhile
+    /// does not end the run: another turn hears the input. A run that ends before its next
+    /// safe point (cancelled, stopped after its turn, paused, at a limit, or steered after
+    /// its final answer) hands what it did not deliver back in
+    /// [`RunOutcome::undelivered`](crate::RunOutcome::undelivered). Input given while no
+    /// run is in flight waits for the next run, after its own input.
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::{Agent, AgentEvent};
+    /// use futures::StreamExt;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let client = ScriptedClient::new([
+    ///     ScriptedResponse::text("Paris."),
+    ///     ScriptedResponse::text("Lyon is second."),
+    /// ]);
+    /// let mut agent = Agent::builder(client).build()?;
+    /// let handle = agent.handle();
+    /// let mut events = std::pin::pin!(agent.run("Largest French city?"));
+    /// let mut steered = false;
+    /// while let Some(event) = events.next().await {
+    ///     match event {
+    ///         // Said while the first answer streams: the run goes on to hear it.
+    ///         AgentEvent::TextDelta { .. } if !steered => {
+    ///             handle.steer("And the second?");
+    ///             steered = true;
+    ///         }
+    ///         AgentEvent::Finished(outcome) => {
+    ///             assert_eq!(outcome.final_text, "Lyon is second.");
+    ///             assert!(outcome.undelivered.is_empty());
+    ///         }
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok::<(), agent_loop::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn steer(&self, input: impl Into<UserInput>) {
+        lock_queue(&self.inner.steering).push_back(input.into());
+        self.inner.wake.notify_one();
+    }
+
+    /// The host's words not yet taken by a run, oldest first (taken: the caller owns them).
+    pub(crate) fn take_steering(&self) -> Vec<UserInput> {
+        lock_queue(&self.inner.steering).drain(..).collect()
+    }
+
+    /// Waits until a steer or a stop request comes (at once if one came since the last wait).
+    pub(crate) async fn woken(&self) {
+        self.inner.wake.notified().await;
     }
 
     pub(crate) fn token(&self) -> CancellationToken {
@@ -177,6 +252,14 @@ impl Shared {
             None => self.view.clone(),
         }
     }
+}
+
+/// Locks the steering queue, whatever a panicking holder left (each change is one push or
+/// one drain).
+fn lock_queue(
+    queue: &Mutex<VecDeque<UserInput>>,
+) -> std::sync::MutexGuard<'_, VecDeque<UserInput>> {
+    queue.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Locks the shared state, whatever a panicking holder left (the state is always whole:

@@ -611,6 +611,12 @@ impl ContextManager {
         };
     }
 
+    /// Whether `messages` are a valid history as they are (every call answered, roles
+    /// alternating). The error names the first violation.
+    pub(crate) fn check_valid(messages: &[Message]) -> Result<(), Error> {
+        history::validate(messages)
+    }
+
     /// Whether `conversation` can be restored: once repaired (its unanswered calls answered
     /// as interrupted), a valid history. The error names the first violation.
     pub(crate) fn check_restorable(conversation: &Conversation) -> Result<(), Error> {

@@ -267,6 +267,23 @@ pub enum SessionError {
     /// The database failed (connection, I/O, a query); the message is the driver's.
     #[error("database: {0}")]
     Database(String),
+    /// There is no such session (to fork or rewind).
+    #[error("there is no session {session:?}")]
+    NotFound {
+        /// The session.
+        session: String,
+    },
+    /// A session cannot be forked or rewound at this point: past its end, or where the
+    /// history would not be valid (a tool call cut from its result). Nothing was written.
+    #[error("session {session:?} cannot be cut after message {at}: {message}")]
+    InvalidPoint {
+        /// The session.
+        session: String,
+        /// The number of messages the cut would keep.
+        at: u64,
+        /// Why not.
+        message: String,
+    },
 }
 
 /// Milliseconds since the Unix epoch as an HTTP date (`Sun, 06 Dec 2026 04:05:42 GMT`).
@@ -351,6 +368,33 @@ pub enum ResumeError {
     /// The run's structured answer does not fit the paused one (another answer tool).
     #[error("{0}")]
     Output(String),
+    /// An answer names the digest of another call than the one waiting under its id
+    /// ([`PendingCall::digest`](crate::agent::PendingCall::digest)): it was given for a call
+    /// that no longer waits (the session was rewound and the call asked again, or it came
+    /// from another branch). Nothing was run; show the person the call that waits now.
+    #[error(
+        "the answer for call {id:?} was given for another call (digest {given}); the call \
+         waiting under that id now has digest {waiting}: ask again"
+    )]
+    StaleAnswer {
+        /// The call's id.
+        id: String,
+        /// The digest the answer was given for.
+        given: String,
+        /// The digest of the call that waits.
+        waiting: String,
+    },
+    /// The session waits in a pause of this id, but for other calls than the paused run
+    /// given (the session was rewound, and the run asked again and paused under the same
+    /// id): that paused run is not resumed. Load the session again for the pause that waits.
+    #[error(
+        "the session waits in a pause {pause:?} for other calls than this paused run's (it was \
+         rewound and asked again): load the session again for the pause that waits"
+    )]
+    Superseded {
+        /// The pause's id.
+        pause: String,
+    },
     /// The paused run does not hold together (its state does not match its conversation):
     /// it was changed or damaged since it paused.
     #[error("the paused run does not hold together: {0}")]

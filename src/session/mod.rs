@@ -55,8 +55,10 @@ use crate::message::Message;
 /// The newest format of the entries this build writes and reads. Entries of the four first
 /// kinds are written in format 1; a [lease](SessionEntry::Lease) and its
 /// [release](SessionEntry::Released) in format 2, so that a build older than leases refuses
-/// them clearly instead of ignoring a run in flight.
-pub const ENTRY_FORMAT: u32 = 2;
+/// them clearly instead of ignoring a run in flight; a [rewind](SessionEntry::Rewound) in
+/// format 3, so that a build older than rewinds refuses it instead of reading the messages
+/// it took back.
+pub const ENTRY_FORMAT: u32 = 3;
 
 /// One record of a session's log.
 ///
@@ -112,6 +114,13 @@ pub enum SessionEntry {
         /// The agent that held the lease.
         holder: String,
     },
+    /// The session was rewound ([`SessionStore::rewind`]): its conversation goes back to its
+    /// first `to` messages, and the pause it waited in, if any, waits no more. The entries
+    /// before it stay in the log as they were: the history before the rewind stays readable.
+    Rewound {
+        /// The number of messages kept.
+        to: u64,
+    },
 }
 
 /// A run's hold on a session ([`SessionEntry::Lease`]), as loaded.
@@ -159,13 +168,15 @@ impl SessionEntry {
             SessionEntry::Resumed { .. } => "resumed",
             SessionEntry::Lease { .. } => "lease",
             SessionEntry::Released { .. } => "released",
+            SessionEntry::Rewound { .. } => "rewound",
         }
     }
 
-    /// The format this entry is written in: 1, or 2 for the lease entries.
+    /// The format this entry is written in: 1, 2 for the lease entries, 3 for a rewind.
     fn format(&self) -> u32 {
         match self {
             SessionEntry::Lease { .. } | SessionEntry::Released { .. } => 2,
+            SessionEntry::Rewound { .. } => 3,
             _ => 1,
         }
     }
@@ -277,6 +288,16 @@ impl StoredSession {
                     conversation.messages.extend(messages);
                 }
                 SessionEntry::Paused { pause: id, state } => pause = Some((id, state)),
+                SessionEntry::Rewound { to } => {
+                    let to = usize::try_from(to).unwrap_or(usize::MAX);
+                    if to > conversation.messages.len() {
+                        return Err(corrupt(
+                            version,
+                            "rewound to past the end of the conversation",
+                        ));
+                    }
+                    conversation.messages.truncate(to);
+                }
                 SessionEntry::Resumed { .. }
                 | SessionEntry::Lease { .. }
                 | SessionEntry::Released { .. } => {}
@@ -297,10 +318,7 @@ pub async fn load(
     store: &dyn SessionStore,
     session: &str,
 ) -> Result<Option<Session>, SessionError> {
-    match store.load(session).await? {
-        Some(stored) => stored.into_session(session).map(Some),
-        None => Ok(None),
-    }
+    load_from(store, session).await
 }
 
 /// Ends the lease a run holds on `session`, whoever holds it, so that another agent can
@@ -349,6 +367,85 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// Deletes the session and its entries (nothing when it does not exist).
     async fn delete(&self, session: &str) -> Result<(), SessionError>;
+
+    /// Forks the session `from` after its first `at` messages into the new session `into`,
+    /// which starts with a copy of that conversation (its system prompt too) and shares
+    /// nothing with `from`: what either appends later, the other never sees. Returns the new
+    /// session's version (1).
+    ///
+    /// Refused, with nothing written: `from` does not exist ([`SessionError::NotFound`]);
+    /// `at` past its end, or a cut that leaves a tool call without its result
+    /// ([`SessionError::InvalidPoint`]); `into` exists already ([`SessionError::Conflict`]).
+    /// A run in flight on `from` does not stop a fork: it copies what is saved.
+    ///
+    /// Built on [`load`](Self::load) and [`append`](Self::append), so every store has it;
+    /// a store may do it in one statement of its own.
+    async fn fork(&self, from: &str, at: u64, into: &str) -> Result<u64, SessionError> {
+        let session = load_from(self, from)
+            .await?
+            .ok_or_else(|| SessionError::NotFound {
+                session: from.to_owned(),
+            })?;
+        let messages = cut(&session, at)?;
+        let conversation = Conversation::new(session.conversation.system.clone(), messages);
+        self.append(into, 0, &[SessionEntry::Conversation { conversation }])
+            .await
+    }
+
+    /// Rewinds the session to its first `to` messages, with a [`SessionEntry::Rewound`]
+    /// appended to its log (the entries before stay as they were, readable), and drops the
+    /// pause it waited in, if any: an answer to it is refused from now on. Returns the
+    /// session's new version.
+    ///
+    /// Refused, with nothing written: no such session ([`SessionError::NotFound`]); `to`
+    /// past its end, or a cut that leaves a tool call without its result
+    /// ([`SessionError::InvalidPoint`]); a run in flight on it ([`SessionError::Busy`], its
+    /// lease holds); another writer first ([`SessionError::Conflict`]).
+    async fn rewind(&self, session: &str, to: u64) -> Result<u64, SessionError> {
+        let loaded = load_from(self, session)
+            .await?
+            .ok_or_else(|| SessionError::NotFound {
+                session: session.to_owned(),
+            })?;
+        if let Some(lease) = loaded.lease.as_ref().filter(|l| l.holds_at(now_ms())) {
+            return Err(SessionError::Busy {
+                session: session.to_owned(),
+                holder: lease.holder.clone(),
+                until_ms: lease.until_ms,
+            });
+        }
+        cut(&loaded, to)?;
+        self.append(session, loaded.version, &[SessionEntry::Rewound { to }])
+            .await
+    }
+}
+
+/// [`load`] from any store (a default method's `self` may be unsized).
+async fn load_from<S: SessionStore + ?Sized>(
+    store: &S,
+    session: &str,
+) -> Result<Option<Session>, SessionError> {
+    match store.load(session).await? {
+        Some(stored) => stored.into_session(session).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The first `at` messages of `session`, if that cut is a valid history.
+fn cut(session: &Session, at: u64) -> Result<Vec<Message>, SessionError> {
+    let invalid = |message: String| SessionError::InvalidPoint {
+        session: session.id.clone(),
+        at,
+        message,
+    };
+    let messages = &session.conversation.messages;
+    let end = usize::try_from(at)
+        .ok()
+        .filter(|&end| end <= messages.len())
+        .ok_or_else(|| invalid(format!("it has {} messages", messages.len())))?;
+    let kept = &messages[..end];
+    crate::context::ContextManager::check_valid(kept).map_err(|e| invalid(e.to_string()))?;
+    Ok(kept.to_vec())
 }
 
 /// A [`SessionStore`] in memory: for tests, and for one process that needs no restart.
@@ -569,6 +666,137 @@ mod tests {
         });
     }
 
+    /// A session of four messages: a question, a call, its result, an answer.
+    async fn called(store: &MemoryStore, id: &str) {
+        let call = Message {
+            role: crate::message::Role::Assistant,
+            content: vec![crate::message::ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "add".into(),
+                input: serde_json::json!({"a": 1}),
+            }],
+        };
+        let result = Message {
+            role: crate::message::Role::User,
+            content: vec![crate::message::ContentBlock::tool_result("c1", "1", false)],
+        };
+        let conversation = Conversation::new(
+            Some("sys".into()),
+            vec![Message::user("q"), call, result, Message::assistant("a")],
+        );
+        store
+            .append(id, 0, &[SessionEntry::Conversation { conversation }])
+            .await
+            .unwrap();
+    }
+
+    #[test]
+    fn a_fork_copies_the_conversation_up_to_a_valid_point_into_a_new_session() {
+        block_on(async {
+            let store = MemoryStore::new();
+            called(&store, "s").await;
+            assert_eq!(store.fork("s", 3, "f").await.unwrap(), 1);
+            let fork = load(&store, "f").await.unwrap().unwrap();
+            assert_eq!(fork.conversation.messages.len(), 3);
+            assert_eq!(fork.conversation.system.as_deref(), Some("sys"));
+            // Nothing shared: the original goes on alone.
+            store
+                .append("s", 1, &[messages(4, &["more"])])
+                .await
+                .unwrap();
+            let fork = load(&store, "f").await.unwrap().unwrap();
+            assert_eq!(fork.conversation.messages.len(), 3);
+            // A call cut from its result, a point past the end, a missing session, a taken id.
+            let err = store.fork("s", 2, "g").await.unwrap_err();
+            assert!(
+                matches!(&err, SessionError::InvalidPoint { at: 2, message, .. } if message.contains("no results")),
+                "{err}"
+            );
+            assert!(matches!(
+                store.fork("s", 9, "g").await,
+                Err(SessionError::InvalidPoint { at: 9, .. })
+            ));
+            assert!(matches!(
+                store.fork("nope", 0, "g").await,
+                Err(SessionError::NotFound { .. })
+            ));
+            assert!(store.load("g").await.unwrap().is_none(), "nothing written");
+            assert!(matches!(
+                store.fork("s", 1, "f").await,
+                Err(SessionError::Conflict { .. })
+            ));
+            // At 0: an empty conversation, its system prompt kept.
+            store.fork("s", 0, "empty").await.unwrap();
+            let empty = load(&store, "empty").await.unwrap().unwrap();
+            assert!(empty.conversation.messages.is_empty());
+        });
+    }
+
+    #[test]
+    fn a_rewind_is_an_entry_that_keeps_the_history_before_it() {
+        block_on(async {
+            let store = MemoryStore::new();
+            called(&store, "s").await;
+            let paused = SessionEntry::Paused {
+                pause: "p".into(),
+                state: serde_json::json!({}),
+            };
+            store.append("s", 1, &[paused]).await.unwrap();
+            assert!(matches!(
+                store.rewind("s", 2).await,
+                Err(SessionError::InvalidPoint { .. })
+            ));
+            assert_eq!(store.rewind("s", 1).await.unwrap(), 3);
+            let now = load(&store, "s").await.unwrap().unwrap();
+            assert_eq!(now.conversation.messages.len(), 1);
+            assert_eq!(now.pause, None, "the pause waits no more");
+            // The log keeps what came before, readable.
+            let stored = store.load("s").await.unwrap().unwrap();
+            assert_eq!(stored.entries.len(), 3);
+            assert_eq!(stored.entries[2], (3, SessionEntry::Rewound { to: 1 }));
+            let SessionEntry::Conversation { conversation } = &stored.entries[0].1 else {
+                panic!("{stored:?}")
+            };
+            assert_eq!(conversation.messages.len(), 4);
+            // Written in format 3: a build before rewinds refuses it.
+            assert_eq!(SessionEntry::Rewound { to: 1 }.encode().format, 3);
+            // A run in flight holds it.
+            let lease = SessionEntry::Lease {
+                holder: "run".into(),
+                until_ms: u64::MAX,
+            };
+            store.append("s", 3, &[lease]).await.unwrap();
+            assert!(matches!(
+                store.rewind("s", 0).await,
+                Err(SessionError::Busy { .. })
+            ));
+            assert!(matches!(
+                store.rewind("nope", 0).await,
+                Err(SessionError::NotFound { .. })
+            ));
+        });
+    }
+
+    #[test]
+    fn a_rewind_past_the_end_is_corrupt_on_replay() {
+        let stored = StoredSession {
+            version: 2,
+            entries: vec![
+                (
+                    1,
+                    SessionEntry::Conversation {
+                        conversation: Conversation::default(),
+                    },
+                ),
+                (2, SessionEntry::Rewound { to: 1 }),
+            ],
+        };
+        assert!(matches!(
+            stored.into_session("s"),
+            Err(SessionError::Corrupt { version: 2, .. })
+        ));
+    }
+
     #[test]
     fn leases_count_wall_clock_milliseconds() {
         let before = std::time::SystemTime::now()
@@ -620,8 +848,8 @@ mod tests {
             SessionEntry::decode("s", 1, encoded.format.into(), &encoded.body).unwrap(),
             entry
         );
-        let newer = SessionEntry::decode("s", 7, 3, &encoded.body).unwrap_err();
-        assert!(newer.to_string().contains("format 3"), "{newer}");
+        let newer = SessionEntry::decode("s", 7, 4, &encoded.body).unwrap_err();
+        assert!(newer.to_string().contains("format 4"), "{newer}");
         assert!(SessionEntry::decode("s", 7, 0, &encoded.body).is_err());
         for garbage in ["", "{", "[]", r#"{"type":"nope"}"#, "\u{0}"] {
             let err = SessionEntry::decode("s", 3, 1, garbage).unwrap_err();

@@ -868,7 +868,7 @@ async fn stop_after_turn_lets_the_current_turn_finish_its_tools() {
     let Some(AgentEvent::Finished(outcome)) = events.last() else {
         panic!("{events:?}")
     };
-    assert_eq!(outcome.termination, Termination::Cancelled);
+    assert_eq!(outcome.termination, Termination::StoppedAfterTurn);
     assert_eq!(client.requests().len(), 1, "no second model call");
     assert_eq!(
         agent.messages().last().unwrap().content,

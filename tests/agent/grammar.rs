@@ -4,7 +4,7 @@
 //! flight is refused.
 //!
 //! ```text
-//! run  := turn* Finished
+//! run  := Steered* (turn Handoff? Steered*)* Finished
 //! turn := TurnStart (Retry | Fallback | TextDelta | ThinkingDelta | ToolCallStart
 //!                    | ToolInputDelta | Compacted | call-event)* TurnEnd
 //! call := ToolCall (ToolProgress | SubAgent)* ToolResult   (calls interleave; a call's own never reorder)
@@ -107,12 +107,34 @@ fn responses(script: &[TurnScript]) -> Vec<ScriptedResponse> {
         out.push(response);
     }
     out.push(ScriptedResponse::text("all done"));
+    // The answer to words the host steered in before "all done" ended the run.
+    out.push(ScriptedResponse::text("heard you"));
     out
+}
+
+/// What the host does while a run goes on, each after so many events (when set).
+#[derive(Debug, Clone, Copy, Default)]
+struct Host {
+    cancel_after: Option<usize>,
+    steer_after: Option<usize>,
+    stop_after: Option<usize>,
 }
 
 /// Runs the script, cancelling after `cancel_after` events when set; returns the events and
 /// the agent.
 async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<AgentEvent>, Agent) {
+    play_hosted(
+        script,
+        Host {
+            cancel_after,
+            ..Host::default()
+        },
+    )
+    .await
+}
+
+/// Runs the script with the host doing what `host` says; returns the events and the agent.
+async fn play_hosted(script: Vec<TurnScript>, host: Host) -> (Vec<AgentEvent>, Agent) {
     let client = ScriptedClient::new(responses(&script));
     let agent = Agent::builder(client)
         .tool(tool(true))
@@ -130,18 +152,25 @@ async fn play(script: Vec<TurnScript>, cancel_after: Option<usize>) -> (Vec<Agen
         )
         .build()
         .unwrap();
-    drive(agent, cancel_after).await
+    drive(agent, host).await
 }
 
-/// Runs `agent` on "go", cancelling after `cancel_after` events when set; returns the events
-/// and the agent.
-async fn drive(mut agent: Agent, cancel_after: Option<usize>) -> (Vec<AgentEvent>, Agent) {
+/// Runs `agent` on "go", the host doing what `host` says; returns the events and the agent.
+async fn drive(mut agent: Agent, host: Host) -> (Vec<AgentEvent>, Agent) {
     let handle = agent.handle();
     let mut stream = agent.run("go");
     let mut events = Vec::new();
     while let Some(event) = stream.next().await {
+        let last = matches!(event, AgentEvent::Finished(_));
         events.push(event);
-        if cancel_after == Some(events.len()) {
+        let n = Some(events.len());
+        if host.steer_after == n && !last {
+            handle.steer("also this");
+        }
+        if host.stop_after == n {
+            handle.stop_after_turn();
+        }
+        if host.cancel_after == n {
             handle.cancel();
         }
     }
@@ -189,6 +218,57 @@ proptest! {
         if cancel_after.is_none() {
             let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
             prop_assert_eq!(&outcome.termination, &Termination::Completed);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The host steers, stops after a turn and cancels at random points: the grammar holds
+    /// (each `Steered` between turns), the history is valid, and the words steered in are
+    /// either delivered once (one `Steered`, in the history as the user's) or handed back in
+    /// the outcome, never both, never lost.
+    #[test]
+    fn steering_and_stopping_keep_the_grammar_and_lose_nothing(
+        script in prop::collection::vec(turn_script(), 0..4),
+        cancel_after in prop::option::weighted(0.3, 1usize..40),
+        steer_after in prop::option::weighted(0.8, 1usize..30),
+        stop_after in prop::option::weighted(0.3, 1usize..40),
+        multi_thread in any::<bool>(),
+    ) {
+        let host = Host { cancel_after, steer_after, stop_after };
+        let (events, agent) = runtime(multi_thread).block_on(play_hosted(script, host));
+        check(&events, &agent)?;
+        let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+        let steered_at = steer_after.filter(|&n| n < events.len());
+        let delivered = events.iter().filter(|e| matches!(e, AgentEvent::Steered { .. })).count();
+        let in_history = agent
+            .messages()
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter(|b| **b == agent_loop::ContentBlock::text("also this"))
+            .count();
+        prop_assert_eq!(delivered, in_history);
+        prop_assert_eq!(
+            delivered + outcome.undelivered.len(),
+            usize::from(steered_at.is_some()),
+            "{:#?}", events
+        );
+        if let Some(n) = steered_at {
+            // Delivered after the host said it, never before.
+            if let Some(at) = events.iter().position(|e| matches!(e, AgentEvent::Steered { .. })) {
+                prop_assert!(at >= n);
+            }
+        }
+        if cancel_after.is_none() && stop_after.is_none() {
+            prop_assert_eq!(&outcome.termination, &Termination::Completed);
+        }
+        if cancel_after.is_none() && stop_after.is_some() {
+            prop_assert!(matches!(
+                outcome.termination,
+                Termination::Completed | Termination::StoppedAfterTurn
+            ), "{:?}", outcome.termination);
         }
     }
 }
@@ -258,7 +338,14 @@ async fn play_nested(
         )
         .build()
         .unwrap();
-    drive(agent, cancel_after).await
+    drive(
+        agent,
+        Host {
+            cancel_after,
+            ..Host::default()
+        },
+    )
+    .await
 }
 
 proptest! {

@@ -477,13 +477,97 @@ fn a_stop_request_lets_the_turn_finish_then_stops() {
     assert!(!actions.iter().any(|a| matches!(a, Action::CallModel(_))));
     assert_eq!(
         outcome(&actions).map(|o| &o.termination),
-        Some(&Termination::Cancelled)
+        Some(&Termination::StoppedAfterTurn)
     );
     assert_eq!(
         m.context().messages().len(),
         3,
         "the turn's results are kept"
     );
+}
+
+#[test]
+fn steering_waits_for_the_batch_results_then_goes_in_before_the_next_call() {
+    let now = Instant::now();
+    let mut m = started(now);
+    let mut stream = call_events("c1", "act", "{}");
+    stream.push(stop(StopReason::ToolUse));
+    // Said while the model streams its call.
+    m.handle(Input::Steer("careful".into()), now);
+    assert!(m.has_steering());
+    feed(&mut m, stream, now);
+    m.handle(Input::Approved(vec![ToolDecision::Allow]), now);
+    drain(&mut m);
+    // And while the tool runs: nothing goes into the history yet.
+    assert_eq!(
+        m.handle(Input::Steer("then stop".into()), now),
+        Handled::Taken
+    );
+    assert_eq!(m.context().messages().len(), 2);
+    m.handle(done("c1", "act", "ok"), now);
+    let actions = drain(&mut m);
+    let kinds: Vec<String> = events(&actions)
+        .iter()
+        .map(|e| match e {
+            AgentEvent::Steered { input } => format!("Steered {input:?}"),
+            AgentEvent::TurnEnd { turn, .. } => format!("TurnEnd {turn}"),
+            AgentEvent::TurnStart { turn } => format!("TurnStart {turn}"),
+            AgentEvent::ToolResult { id, .. } => format!("Result {id}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds.len(), 5, "{kinds:?}");
+    assert_eq!(kinds[0], "Result c1");
+    assert_eq!(kinds[1], "TurnEnd 1");
+    assert!(
+        kinds[2].starts_with("Steered") && kinds[2].contains("careful"),
+        "{kinds:?}"
+    );
+    assert!(kinds[3].contains("then stop"), "{kinds:?}");
+    assert_eq!(kinds[4], "TurnStart 2");
+    let Some(Action::CallModel(request)) =
+        actions.iter().find(|a| matches!(a, Action::CallModel(_)))
+    else {
+        panic!("{actions:#?}")
+    };
+    let last = request.messages.last().unwrap();
+    assert_eq!(
+        last.content.len(),
+        3,
+        "the result, then the two inputs: {last:?}"
+    );
+    assert!(!m.has_steering());
+    assert_eq!(history_violation(m.context().messages()), None);
+}
+
+#[test]
+fn steering_during_a_final_answer_takes_another_turn_and_a_cancel_hands_it_back() {
+    let now = Instant::now();
+    let mut m = started(now);
+    m.handle(Input::Steer("more".into()), now);
+    let actions = feed(
+        &mut m,
+        vec![
+            LlmEvent::TextDelta {
+                index: 0,
+                text: "an answer".into(),
+            },
+            LlmEvent::BlockStop { index: 0 },
+            stop(StopReason::EndTurn),
+        ],
+        now,
+    );
+    assert!(outcome(&actions).is_none(), "the run goes on: {actions:#?}");
+    assert!(actions.iter().any(|a| matches!(a, Action::CallModel(_))));
+    // Said during the second call, then cancelled: handed back, not in the history.
+    m.handle(Input::Steer("never mind".into()), now);
+    m.handle(Input::Cancel, now);
+    let actions = drain(&mut m);
+    let outcome = outcome(&actions).unwrap();
+    assert_eq!(outcome.termination, Termination::Cancelled);
+    assert_eq!(outcome.undelivered, vec!["never mind".into()]);
+    // After the end: ignored (the driver hands it back itself).
+    assert_eq!(m.handle(Input::Steer("late".into()), now), Handled::Ignored);
 }
 
 #[test]

@@ -1183,3 +1183,157 @@ async fn a_dropped_run_releases_its_session() {
     assert_eq!(stored.conversation.messages, *second.messages());
     assert_eq!(stored.conversation.messages.len(), 4);
 }
+
+/// A response that deletes `path` with the call id `c1`, then one that says it is done.
+fn delete_script(path: &str) -> Vec<ScriptedResponse> {
+    vec![
+        ScriptedResponse::tool_call("c1", "delete", json!({"path": path})),
+        ScriptedResponse::text("Done."),
+    ]
+}
+
+fn approving(builder: AgentBuilder) -> AgentBuilder {
+    builder.policy(
+        RunPolicy::new()
+            .early_read_only_tools(false)
+            .require_approval("delete"),
+    )
+}
+
+#[tokio::test]
+async fn a_pending_call_carries_a_digest_of_what_was_asked_kept_in_the_paused_run() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let client = ScriptedClient::new(delete_script("a.txt"));
+    let mut agent = approving(builder(client, deletes.clone())).build().unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let paused = paused(&outcome);
+    let pending = &paused.pending()[0];
+    assert!(pending.digest.starts_with("sha256:"), "{}", pending.digest);
+    assert_eq!(pending.digest.len(), "sha256:".len() + 64);
+    // Serialized with the paused run, and the same after a round trip.
+    let json = serde_json::to_string(&paused).unwrap();
+    assert!(json.contains(&pending.digest), "{json}");
+    let back: PausedRun = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.pending()[0].digest, pending.digest);
+    // A paused run whose call was changed since does not hold together.
+    let tampered = json.replace("a.txt", "b.txt");
+    let tampered: PausedRun = serde_json::from_str(&tampered).unwrap();
+    let (_, outcome) = collect(agent.resume(&tampered, Resolutions::new().approve("c1"))).await;
+    assert!(
+        matches!(
+            &outcome.termination,
+            Termination::Error(Error::Resume(ResumeError::Damaged(_)))
+        ),
+        "{}",
+        outcome.termination
+    );
+    // The answer given for this very call resumes it.
+    let answer = Resolutions::new().for_call(pending, agent_loop::agent::Resolution::Approve);
+    let (_, outcome) = collect(agent.resume(&back, answer)).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_answer_for_the_same_id_from_another_branch_is_refused() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut first = approving(builder(
+        ScriptedClient::new(delete_script("a.txt")),
+        deletes.clone(),
+    ))
+    .build()
+    .unwrap();
+    let mut second = approving(builder(
+        ScriptedClient::new(delete_script("everything")),
+        deletes.clone(),
+    ))
+    .build()
+    .unwrap();
+    let (_, a) = collect(first.run("Delete a.txt")).await;
+    let (_, b) = collect(second.run("Delete it all")).await;
+    let (a, b) = (paused(&a), paused(&b));
+    assert_eq!(a.pending()[0].id, b.pending()[0].id);
+    assert_ne!(a.pending()[0].digest, b.pending()[0].digest);
+    // The person approved deleting a.txt; that approval does not delete everything.
+    let answer =
+        Resolutions::new().for_call(&a.pending()[0], agent_loop::agent::Resolution::Approve);
+    let (events, outcome) = collect(second.resume(&b, answer)).await;
+    let Termination::Error(Error::Resume(ResumeError::StaleAnswer { id, given, waiting })) =
+        &outcome.termination
+    else {
+        panic!("{}", outcome.termination)
+    };
+    assert_eq!(id, "c1");
+    assert_eq!(given, &a.pending()[0].digest);
+    assert_eq!(waiting, &b.pending()[0].digest);
+    assert!(outcome.termination.to_string().contains("another call"));
+    assert_eq!(events.len(), 1, "nothing ran: {events:#?}");
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    // Without a digest the answer is taken as before.
+    let (_, outcome) = collect(second.resume(&b, Resolutions::new().deny("c1", "no"))).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+}
+
+#[tokio::test]
+async fn an_answer_given_before_a_rewind_is_refused_for_the_call_asked_again() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let mut script = delete_script("a.txt");
+    script.truncate(1);
+    script.extend(delete_script("b.txt"));
+    let mut agent = approving(builder(ScriptedClient::new(script), deletes.clone()))
+        .session(store.clone(), "s")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a file")).await;
+    let before = paused(&outcome);
+    // The host shows the call; meanwhile the session is rewound to its start and asked again.
+    agent.rewind_session(0).await.unwrap();
+    assert!(agent.paused().is_none(), "the rewind dropped the pause");
+    let (_, outcome) = collect(agent.run("Delete a file")).await;
+    let after = paused(&outcome);
+    assert_eq!(before.pending()[0].id, after.pending()[0].id);
+    // The answer the person gave for the first call comes back: refused, nothing run.
+    let stale =
+        Resolutions::new().for_call(&before.pending()[0], agent_loop::agent::Resolution::Approve);
+    let (_, outcome) = collect(agent.resume(&after, stale.clone())).await;
+    assert!(
+        matches!(
+            &outcome.termination,
+            Termination::Error(Error::Resume(ResumeError::StaleAnswer { .. }))
+        ),
+        "{}",
+        outcome.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    // The old pause itself is refused too, though its id is the same: the session waits in
+    // another.
+    assert_eq!(before.id(), after.id());
+    let (_, outcome) = collect(agent.resume(&before, stale)).await;
+    assert!(
+        matches!(
+            &outcome.termination,
+            Termination::Error(Error::Resume(ResumeError::Superseded { .. }))
+        ),
+        "{}",
+        outcome.termination
+    );
+    assert_eq!(deletes.load(Ordering::SeqCst), 0);
+    // The answer for the call that waits now runs it.
+    let fresh =
+        Resolutions::new().for_call(&after.pending()[0], agent_loop::agent::Resolution::Approve);
+    let (_, outcome) = collect(agent.resume(&after, fresh)).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+    let stored = session::load(&*store, "s").await.unwrap().unwrap();
+    assert!(stored
+        .conversation
+        .messages
+        .iter()
+        .any(|m| m.tool_uses().any(|(_, _, input)| input["path"] == "b.txt")));
+    assert!(!stored
+        .conversation
+        .messages
+        .iter()
+        .any(|m| m.tool_uses().any(|(_, _, input)| input["path"] == "a.txt")));
+}

@@ -1,7 +1,7 @@
 //! The event grammar of a run (DESIGN.md), checked on a run's events.
 //!
 //! ```text
-//! run  := (turn Handoff?)* Finished
+//! run  := Steered* (turn Handoff? Steered*)* Finished
 //! turn := TurnStart (Retry | Fallback | RateLimits | TextDelta | ThinkingDelta
 //!                    | ToolCallStart | ToolInputDelta | Compacted | call-event)* TurnEnd
 //! call := ToolCall ToolProgress* ToolResult      (calls interleave; a call's own never reorder)
@@ -119,6 +119,13 @@ fn run_violation(events: &[AgentEvent]) -> Option<String> {
                     return Some(format!("{at}: TurnEnd before the result of {id}"));
                 }
                 in_turn = None;
+            }
+            AgentEvent::Steered { .. } => {
+                // The host's words enter between turns: never inside one (never between a
+                // call and its result).
+                if in_turn.is_some() {
+                    return Some(format!("{at}: Steered inside a turn"));
+                }
             }
             AgentEvent::Handoff { .. } => {
                 if in_turn.is_some() {

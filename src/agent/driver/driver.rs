@@ -54,6 +54,8 @@ pub(crate) struct Driver {
     /// Whether the machine was told of the cancel, or of the stop request.
     pub(crate) told_cancel: bool,
     pub(crate) told_stop: bool,
+    /// The host's words that came after the machine finished: handed back in the outcome.
+    undelivered: Vec<crate::input::UserInput>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
@@ -109,6 +111,7 @@ impl Driver {
             published: 0,
             told_cancel: false,
             told_stop: false,
+            undelivered: Vec::new(),
             depth: agent.depth,
             max_depth: agent.max_depth,
             limiter: agent.limiter.clone(),
@@ -119,6 +122,10 @@ impl Driver {
         // The receiver lives in the stream that owns this driver: it is gone only when the
         // driver is being dropped too.
         let _ = self.tx.send(event).await;
+        // Then waits until the host has taken it: what the host decides on seeing it (a
+        // steer, a stop, a cancel) applies before anything else happens. The stream polls
+        // this driver itself, so the wait costs no task switch.
+        drop(self.tx.reserve().await);
     }
 
     /// Gives the conversation back to the agent (once), valid: the agent can run again.
@@ -155,7 +162,11 @@ impl Driver {
             }
         }
         match self.build_machine(start).await {
-            Ok(machine) => self.machine = Some(machine),
+            Ok(machine) => {
+                self.machine = Some(machine);
+                // What the host asked between runs applies from the first turn.
+                self.take_controls();
+            }
             Err(error) => {
                 return self
                     .finish(RunOutcome::ended(Termination::Error(error)))
@@ -283,10 +294,21 @@ impl Driver {
             self.published = 0;
         }
         let turn_end = matches!(event, AgentEvent::TurnEnd { .. });
-        self.emit(event).await;
         if turn_end {
+            // Published before the host sees the turn's end: a snapshot taken on it has it.
             self.publish();
         }
+        self.emit(event).await;
+        self.take_controls();
+        if turn_end {
+            self.refresh_tools().await;
+        }
+    }
+
+    /// Feeds the machine what the host asked through its handle since the last look: a
+    /// cancel, a stop request, its words (which, once the machine is finished, wait for the
+    /// outcome).
+    fn take_controls(&mut self) {
         if !self.told_cancel && self.cancel.is_cancelled() {
             self.told_cancel = true;
             self.tell(Input::Cancel);
@@ -294,8 +316,13 @@ impl Driver {
             self.told_stop = true;
             self.tell(Input::StopAfterTurn);
         }
-        if turn_end {
-            self.refresh_tools().await;
+        for input in self.handle.take_steering() {
+            match self.machine.as_mut() {
+                Some(machine) if !machine.is_finished() => {
+                    machine.handle(Input::Steer(input), now());
+                }
+                _ => self.undelivered.push(input),
+            }
         }
     }
 
@@ -305,11 +332,16 @@ impl Driver {
     async fn next_input(&mut self, io: &mut Io) -> Option<Input> {
         // The machine's timer (a backoff before re-sending a turn), if it set one.
         let timeout = self.machine.as_ref().and_then(AgentMachine::poll_timeout);
+        let handle = self.handle.clone();
         tokio::select! {
             biased;
             _ = self.cancel.cancelled(), if !self.told_cancel => {
                 self.told_cancel = true;
                 Some(Input::Cancel)
+            }
+            () = handle.woken() => {
+                self.take_controls();
+                None
             }
             Some(progress) = io.progress_rx.recv() => Some(Input::ToolProgress(progress)),
             Some(nested) = io.nested_rx.recv() => Some(Input::Nested(nested)),
@@ -391,6 +423,9 @@ impl Driver {
         if let Some(machine) = &self.machine {
             lock(&self.shared).route = machine.kept_route().to_vec();
         }
+        // Words that came too late for the run: handed back, after those it did not reach.
+        outcome.undelivered.append(&mut self.undelivered);
+        outcome.undelivered.extend(self.handle.take_steering());
         self.give_back();
         self.telemetry.finish(&outcome);
         tracing::info!(termination = %outcome.termination, turns = outcome.turns, "agent run finished");

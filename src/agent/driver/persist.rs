@@ -306,10 +306,22 @@ pub(crate) async fn claim(
     let (version, same) = {
         let shared = lock(shared);
         match &shared.paused {
-            Some(waiting) if waiting.id() == paused.id() => (
-                shared.session_version.unwrap_or(0),
-                waiting.conversation() == paused.conversation(),
-            ),
+            Some(waiting) if waiting.id() == paused.id() => {
+                // The same id is not the same pause: a session rewound (or a fork) asked again
+                // may wait under it for other calls. Only the calls it waits for now resume.
+                if PausedRun::digests_of(&waiting.pending())
+                    != PausedRun::digests_of(&paused.pending())
+                {
+                    return Err(ResumeError::Superseded {
+                        pause: paused.id().to_owned(),
+                    }
+                    .into());
+                }
+                (
+                    shared.session_version.unwrap_or(0),
+                    waiting.conversation() == paused.conversation(),
+                )
+            }
             _ => return Err(already().into()),
         }
     };

@@ -15,6 +15,7 @@
 // sub-agent call decides.
 pub(super) mod config;
 pub(super) mod delegate;
+pub(super) mod digest;
 pub(super) mod handoff;
 pub(super) mod nested;
 pub(super) mod output;
@@ -35,6 +36,7 @@ mod ids;
 mod in_flight;
 mod routing;
 mod spending;
+mod steering;
 mod structured;
 mod text;
 
@@ -69,6 +71,7 @@ use ids::CallIds;
 use in_flight::InFlight;
 use routing::Routing;
 use spending::Spending;
+use steering::Steering;
 use structured::Answer;
 use text::AnswerText;
 
@@ -106,8 +109,19 @@ pub enum Input {
     Summary(Result<String, Error>),
     /// Stop at once: running tools are abandoned and answered as cancelled.
     Cancel,
-    /// Let the current turn finish, then stop.
+    /// Let the current turn finish (the model's answer and its tools' results), then end
+    /// with [`Termination::StoppedAfterTurn`]. Nothing is aborted; a run that ends anyway at
+    /// this turn's end (a final answer) ends as it would have.
     StopAfterTurn,
+    /// The host's words for a run in flight (steering): queued, in order, and added to the
+    /// history as a user message at the next safe point, a turn boundary (after the last
+    /// response's calls are all answered, before the next model call), each reported there
+    /// with [`AgentEvent::Steered`]. A response that would end the run with a final answer
+    /// while some wait goes on to another turn that delivers them. What the run never
+    /// delivers (it ended first: cancelled, stopped, paused, at a limit) is handed back in
+    /// [`RunOutcome::undelivered`]. Ignored once the run is over (the driver hands it back
+    /// itself then).
+    Steer(UserInput),
     /// Stop at once with this error, as [`Cancel`](Input::Cancel) stops (running tools are
     /// abandoned and answered as cancelled): the driver cannot go on (a session it could
     /// not save). The run ends with [`Termination::Error`].
@@ -138,6 +152,7 @@ impl Input {
             Input::Summary(_) => "Summary",
             Input::Cancel => "Cancel",
             Input::StopAfterTurn => "StopAfterTurn",
+            Input::Steer(_) => "Steer",
             Input::Abort(_) => "Abort",
             Input::ToolsChanged(_) => "ToolsChanged",
         }
@@ -288,7 +303,9 @@ enum State {
 ///   └──────────────────────────────(all answered)────────┘
 /// ```
 ///
-/// Any state goes to `Finished` on [`Input::Cancel`], leaving the history valid.
+/// Any state goes to `Finished` on [`Input::Cancel`], leaving the history valid. The host's
+/// words ([`Input::Steer`]) wait in any state and go into the history at "next turn" only,
+/// where every call of the last response is answered.
 ///
 /// One full tool round trip, driven by hand with no runtime:
 ///
@@ -411,6 +428,8 @@ pub struct AgentMachine {
     in_flight: InFlight,
     /// Sub-agents' runs under this run's calls.
     nested: NestedRuns,
+    /// What the host typed into the run, until the next turn boundary.
+    steering: Steering,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
 }
@@ -454,6 +473,7 @@ impl AgentMachine {
             routing: Routing::default(),
             in_flight: InFlight::default(),
             nested: NestedRuns::default(),
+            steering: Steering::default(),
             ignored: None,
         }
     }
@@ -683,6 +703,7 @@ impl AgentMachine {
             Input::Cancel => self.cancel(Termination::Cancelled, now),
             Input::Abort(error) => self.cancel(Termination::Error(error), now),
             Input::StopAfterTurn => self.counters.stop_after_turn = true,
+            Input::Steer(input) => self.steer(input),
             Input::ToolProgress(progress) => self.progress(progress),
             Input::Nested(nested) => self.nested_event(nested),
             Input::ToolsChanged(tools) => self.set_tools(tools),
@@ -741,6 +762,20 @@ impl AgentMachine {
         self.ignored = Some(why);
     }
 
+    /// Queues the host's words for the next turn boundary (see [`Input::Steer`]).
+    fn steer(&mut self, input: UserInput) {
+        if matches!(self.state, State::Finished) {
+            self.ignored = Some("steering after the run ended");
+            return;
+        }
+        self.steering.push(input);
+    }
+
+    /// Whether the host's words wait for the next turn boundary (see [`Input::Steer`]).
+    pub fn has_steering(&self) -> bool {
+        !self.steering.is_empty()
+    }
+
     /// Replaces the tools (see [`Input::ToolsChanged`]).
     fn set_tools(&mut self, tools: ToolCatalog) {
         if matches!(self.state, State::Finished) {
@@ -769,7 +804,7 @@ impl AgentMachine {
 
     fn begin_turn(&mut self) -> State {
         if self.counters.turns > 0 && self.counters.stop_after_turn {
-            return self.finish(Termination::Cancelled);
+            return self.finish(Termination::StoppedAfterTurn);
         }
         if self.counters.turns >= self.config.policy.max_turns {
             if (self.config.policy.final_answer_at_max_turns || self.answer.asked.is_some())
@@ -779,6 +814,11 @@ impl AgentMachine {
             } else {
                 return self.finish(Termination::MaxTurns);
             }
+        }
+        // The safe point: the last response's calls are all answered, the next call is not
+        // made. The host's words go in here, before the budgets and compaction see the request.
+        for input in self.steering.deliver(&mut self.context) {
+            self.emit(AgentEvent::Steered { input });
         }
         // Checked before the turn starts, unless compaction comes first (it can only make
         // the request smaller): then after it.
@@ -1251,6 +1291,12 @@ impl AgentMachine {
             // A completed response has no calls; without an answer tool this finishes.
             Next::Stop(Termination::Completed) => {
                 self.end_turn(&response);
+                // The host said more while the model answered: the run goes on to hear it
+                // (within the turn limit; past it, the words are handed back).
+                let turns_left = self.counters.turns < self.config.policy.max_turns;
+                if !self.steering.is_empty() && !self.counters.stop_after_turn && turns_left {
+                    return State::NextTurn;
+                }
                 self.missing_output(&response)
             }
             Next::Stop(termination) => {
@@ -1641,11 +1687,15 @@ impl AgentMachine {
             tools: self.tools.specs().iter().map(|s| s.name.clone()).collect(),
             handoff,
             sub_agents: self.nested.finished().to_vec(),
+            digests: std::collections::BTreeMap::new(),
         };
-        let paused = PausedRun {
+        let mut paused = PausedRun {
             conversation: self.context.snapshot(),
             state,
         };
+        // What each waiting call asked, recorded: an answer given for another call under
+        // the same id is refused when the run resumes.
+        paused.state.digests = PausedRun::digests_of(&paused.pending());
         // The turn goes on when the run resumes: it does not end here.
         self.counters.open_turn = None;
         self.finish(Termination::Paused(Box::new(paused)))
@@ -2099,6 +2149,7 @@ impl AgentMachine {
         outcome.output = self.answer.value.take();
         outcome.sub_agents = self.nested.finished().to_vec();
         outcome.rate_limits = self.spending.rate_limits.take();
+        outcome.undelivered = self.steering.take_undelivered();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
     }

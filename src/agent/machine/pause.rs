@@ -13,6 +13,7 @@ use crate::provider::RequestSettings;
 use crate::tool::{ToolCall, ToolCallResult, ToolCatalog};
 
 use super::counters::Counters;
+use super::digest::call_digest;
 use super::ids::CallIds;
 use super::routing::Routing;
 use super::spending::Spending;
@@ -97,32 +98,46 @@ impl PausedRun {
         &self.state.routing.route
     }
 
-    /// The calls that wait, in the model's order.
+    /// The calls that wait, in the model's order, each with its
+    /// [digest](PendingCall::digest).
     pub fn pending(&self) -> Vec<PendingCall> {
         let calls = self.calls();
-        match &self.state.waiting {
-            Waiting::Approval { verdicts } => verdicts
-                .iter()
-                .filter(|(_, verdict)| verdict.is_none())
-                .filter_map(|&(i, _)| calls.get(i))
-                .map(|(id, name, input)| PendingCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                    waits_for: WaitsFor::Approval,
-                })
-                .collect(),
-            Waiting::Results { calls: waiting } => waiting
-                .iter()
-                .filter_map(|&i| calls.get(i))
-                .map(|(id, name, input)| PendingCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                    waits_for: WaitsFor::Result,
-                })
-                .collect(),
-        }
+        let (waiting, waits_for): (Vec<usize>, _) = match &self.state.waiting {
+            Waiting::Approval { verdicts } => (
+                verdicts
+                    .iter()
+                    .filter(|(_, verdict)| verdict.is_none())
+                    .map(|&(i, _)| i)
+                    .collect(),
+                WaitsFor::Approval,
+            ),
+            Waiting::Results { calls: waiting } => (waiting.clone(), WaitsFor::Result),
+        };
+        waiting
+            .iter()
+            .filter_map(|&i| calls.get(i))
+            .map(|(id, name, input)| PendingCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+                waits_for,
+                // As the pause recorded it; a pause from before digests has it computed.
+                digest: self
+                    .state
+                    .digests
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| call_digest(id, name, input)),
+            })
+            .collect()
+    }
+
+    /// The digests of the waiting calls, by id, as a pause records them.
+    pub(crate) fn digests_of(pending: &[PendingCall]) -> BTreeMap<String, String> {
+        pending
+            .iter()
+            .map(|p| (p.id.clone(), p.digest.clone()))
+            .collect()
     }
 
     /// The results of the paused response's calls that were answered before the run paused
@@ -233,6 +248,23 @@ impl PausedRun {
                     waiting: waiting.join(", "),
                 });
             };
+            // What waits now is what was asked when the pause was made (a paused run changed
+            // since is damaged), and what the answer was given for, if it says.
+            let current = call_digest(&call.id, &call.name, &call.input);
+            if call.digest != current {
+                return Err(ResumeError::Damaged(format!(
+                    "call {id:?} is not the call its pause recorded"
+                )));
+            }
+            if let Some(given) = resolutions.digest(id) {
+                if given != current {
+                    return Err(ResumeError::StaleAnswer {
+                        id: id.to_owned(),
+                        given: given.to_owned(),
+                        waiting: current,
+                    });
+                }
+            }
             let approved = *resolution == Resolution::Approve;
             let had = state.tools.contains(&call.name);
             if approved
@@ -274,6 +306,13 @@ pub struct PendingCall {
     pub input: serde_json::Value,
     /// What it waits for.
     pub waits_for: WaitsFor,
+    /// The digest of what was asked: `sha256:` and the hex SHA-256 of the canonical JSON
+    /// (keys sorted, no whitespace) of `[id, name, input]`. Give it back with the answer
+    /// ([`Resolutions::for_call`], [`Resolutions::with_digest`]) and the answer is refused
+    /// ([`ResumeError::StaleAnswer`]) unless the call waiting under this id is this very call:
+    /// not one asked again after a rewind, not one of another branch with the same id. The
+    /// same call has the same digest in every process.
+    pub digest: String,
 }
 
 /// What a [`PendingCall`] waits for.
@@ -317,8 +356,18 @@ pub enum WaitsFor {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Resolutions {
-    /// By call id. Serialized as a JSON object: `{"call_1": {"type": "approve"}}`.
-    answers: BTreeMap<String, Resolution>,
+    /// By call id. Serialized as a JSON object: `{"call_1": {"type": "approve"}}`, with the
+    /// digest the answer was given for, if any: `{"type": "approve", "digest": "sha256:…"}`.
+    answers: BTreeMap<String, Answer>,
+}
+
+/// One answer, and the digest of the call it was given for, if the host said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Answer {
+    #[serde(flatten)]
+    resolution: Resolution,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
 }
 
 /// One answer to a waiting call.
@@ -387,18 +436,67 @@ impl Resolutions {
 
     /// Adds an answer (a later one for the same id replaces it).
     pub fn with(mut self, id: impl Into<String>, resolution: Resolution) -> Self {
-        self.answers.insert(id.into(), resolution);
+        self.answers.insert(
+            id.into(),
+            Answer {
+                resolution,
+                digest: None,
+            },
+        );
         self
+    }
+
+    /// Adds an answer for the call `id` whose [digest](PendingCall::digest) is `digest`: the
+    /// resume is refused ([`ResumeError::StaleAnswer`]) if the call waiting under `id` is
+    /// another (asked again after a rewind, or from another branch). For a host that carries
+    /// the id and the digest to a person and back.
+    ///
+    /// ```
+    /// use agent_loop::agent::{Resolution, Resolutions};
+    ///
+    /// let answers = Resolutions::new().with_digest("c1", "sha256:00ff", Resolution::Approve);
+    /// assert_eq!(answers.digest("c1"), Some("sha256:00ff"));
+    /// let json = serde_json::to_value(&answers)?;
+    /// assert_eq!(json["c1"], serde_json::json!({"type": "approve", "digest": "sha256:00ff"}));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn with_digest(
+        mut self,
+        id: impl Into<String>,
+        digest: impl Into<String>,
+        resolution: Resolution,
+    ) -> Self {
+        self.answers.insert(
+            id.into(),
+            Answer {
+                resolution,
+                digest: Some(digest.into()),
+            },
+        );
+        self
+    }
+
+    /// Adds an answer for this very call: its id and its [digest](PendingCall::digest)
+    /// (see [`with_digest`](Self::with_digest)).
+    pub fn for_call(self, call: &PendingCall, resolution: Resolution) -> Self {
+        self.with_digest(call.id.clone(), call.digest.clone(), resolution)
     }
 
     /// The answer for call `id`.
     pub fn get(&self, id: &str) -> Option<&Resolution> {
-        self.answers.get(id)
+        self.answers.get(id).map(|a| &a.resolution)
+    }
+
+    /// The digest the answer for call `id` was given for, if it names one.
+    pub fn digest(&self, id: &str) -> Option<&str> {
+        self.answers.get(id).and_then(|a| a.digest.as_deref())
     }
 
     /// The answers, by call id (in the ids' order).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Resolution)> {
-        self.answers.iter().map(|(id, r)| (id.as_str(), r))
+        self.answers
+            .iter()
+            .map(|(id, a)| (id.as_str(), &a.resolution))
     }
 
     /// The number of answers.
@@ -457,6 +555,10 @@ pub(crate) struct PauseState {
     /// The sub-agents' runs finished before the pause.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) sub_agents: Vec<SubAgentUsage>,
+    /// The digest of each waiting call, by id ([`PendingCall::digest`]), as it was asked
+    /// (absent in a pause from before digests: computed from the conversation then).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) digests: BTreeMap<String, String>,
 }
 
 /// What the paused batch waits for.
