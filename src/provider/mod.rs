@@ -34,6 +34,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod responses;
 pub(crate) mod retry;
 mod settings;
+pub mod strict;
 
 pub use settings::RequestSettings;
 
@@ -133,6 +134,11 @@ pub struct ModelRequest {
     /// `Some(RetryPolicy::none())`, because it decides and counts every retry of a run itself
     /// (with the same policy type), and reports each as an `AgentEvent::Retry`.
     pub retry: Option<RetryPolicy>,
+    /// Strict tools (Anthropic `strict: true`, OpenAI strict function schemas): each tool
+    /// whose schema [`strict::strict_schema`] can normalise is sent strict, with the
+    /// normalised schema; any other is sent as it is. Ignored by the other formats.
+    /// Default `false`.
+    pub strict_tools: bool,
 }
 
 impl Default for ModelRequest {
@@ -153,6 +159,7 @@ impl Default for ModelRequest {
             extra: serde_json::Map::new(),
             prompt_cache: Some(PromptCache::default()),
             retry: None,
+            strict_tools: false,
         }
     }
 }

@@ -64,6 +64,11 @@ pub struct RequestSettings {
     /// an agent sends on every request ([`PromptCache::default`]: the tools, the system prompt
     /// and the two latest user messages, five-minute TTL). [`PromptCache::off`] sends none.
     pub prompt_cache: Option<PromptCache>,
+    /// Strict tools: Anthropic `"strict": true` and OpenAI strict function schemas (Chat
+    /// Completions `function.strict`, Responses `strict`), for each tool whose schema can be
+    /// made strict ([`strict_schema`](crate::provider::strict::strict_schema) normalises it
+    /// and says why when it cannot); `None` leaves them off.
+    pub strict_tools: Option<bool>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -91,6 +96,13 @@ impl RequestSettings {
     /// Sets where prompt-cache breakpoints go ([`PromptCache::off`]: nowhere).
     pub fn prompt_cache(mut self, cache: PromptCache) -> Self {
         self.prompt_cache = Some(cache);
+        self
+    }
+
+    /// Sends tools strict where their schemas allow (see
+    /// [`strict`](crate::provider::strict)).
+    pub fn strict_tools(mut self, strict: bool) -> Self {
+        self.strict_tools = Some(strict);
         self
     }
 
@@ -197,6 +209,7 @@ impl RequestSettings {
             model: self.model.clone().or_else(|| base.model.clone()),
             thinking_budget: self.thinking_budget.or(base.thinking_budget),
             prompt_cache: self.prompt_cache.or(base.prompt_cache),
+            strict_tools: self.strict_tools.or(base.strict_tools),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),
@@ -224,6 +237,9 @@ impl RequestSettings {
         }
         if let Some(cache) = self.prompt_cache {
             request.prompt_cache = (cache.breakpoints() > 0).then_some(cache);
+        }
+        if let Some(strict) = self.strict_tools {
+            request.strict_tools = strict;
         }
         if let Some(t) = self.temperature {
             request.temperature = Some(t);
@@ -344,6 +360,15 @@ mod tests {
         assert_eq!(request.tool_choice, ToolChoice::None);
         assert_eq!(request.stop_sequences, ["x"]);
         assert_eq!(request.top_p, Some(0.5));
+        assert!(!request.strict_tools);
+        let strict = RequestSettings::new().strict_tools(true);
+        RequestSettings::new().over(&strict).apply(&mut request);
+        assert!(request.strict_tools);
+        RequestSettings::new()
+            .strict_tools(false)
+            .over(&strict)
+            .apply(&mut request);
+        assert!(!request.strict_tools);
     }
 
     #[test]

@@ -23,3 +23,4 @@ mod real_model;
 mod responses;
 mod responses_client;
 mod settings;
+mod strict_tools;

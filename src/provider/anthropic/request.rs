@@ -52,11 +52,20 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
     let mut tools: Vec<WireTool<'_>> = request
         .tools
         .iter()
-        .map(|t| WireTool {
-            name: &t.name,
-            description: &t.description,
-            input_schema: &t.input_schema,
-            cache_control: None,
+        .map(|t| {
+            let (input_schema, strict) = crate::provider::strict::wire_schema(
+                &t.name,
+                &t.input_schema,
+                crate::provider::strict::StrictDialect::Anthropic,
+                request.strict_tools,
+            );
+            WireTool {
+                name: &t.name,
+                description: &t.description,
+                input_schema,
+                strict: strict.then_some(true),
+                cache_control: None,
+            }
         })
         .collect();
     let mut placed = 0;

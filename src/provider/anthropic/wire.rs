@@ -146,7 +146,10 @@ impl Serialize for ObjectOrEmpty<'_> {
 pub(crate) struct WireTool<'a> {
     pub(crate) name: &'a str,
     pub(crate) description: &'a str,
-    pub(crate) input_schema: &'a serde_json::Value,
+    pub(crate) input_schema: std::borrow::Cow<'a, serde_json::Value>,
+    /// `true` for a strict tool (its schema normalised); not sent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) strict: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cache_control: Option<WireCacheControl>,
 }
