@@ -18,6 +18,7 @@ mod grammar;
 mod machine;
 mod machine_props;
 mod pause;
+mod skills;
 mod structured;
 mod subagents;
 mod tools;
