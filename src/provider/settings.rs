@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::error::{ConfigError, Error};
 use crate::provider::cache::PromptCache;
 use crate::provider::{ModelRequest, ToolChoice};
+use crate::tool::search::ToolSearch;
 
 /// Every model knob in one place: the model, temperature, top-p, output length, stop
 /// sequences, tool choice, parallel tool calls, an end-user id, extended thinking, prompt
@@ -69,6 +70,10 @@ pub struct RequestSettings {
     /// made strict ([`strict_schema`](crate::provider::strict::strict_schema) normalises it
     /// and says why when it cannot); `None` leaves them off.
     pub strict_tools: Option<bool>,
+    /// Tool search for large tool sets: with more tools than its threshold, requests carry a
+    /// search tool and the tools used or found instead of every schema (see
+    /// [`tool::search`](crate::tool::search)); `None` sends every tool.
+    pub tool_search: Option<ToolSearch>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -103,6 +108,13 @@ impl RequestSettings {
     /// [`strict`](crate::provider::strict)).
     pub fn strict_tools(mut self, strict: bool) -> Self {
         self.strict_tools = Some(strict);
+        self
+    }
+
+    /// Searches the tools instead of sending every one, above the search's threshold (see
+    /// [`tool::search`](crate::tool::search)).
+    pub fn tool_search(mut self, search: ToolSearch) -> Self {
+        self.tool_search = Some(search);
         self
     }
 
@@ -210,6 +222,7 @@ impl RequestSettings {
             thinking_budget: self.thinking_budget.or(base.thinking_budget),
             prompt_cache: self.prompt_cache.or(base.prompt_cache),
             strict_tools: self.strict_tools.or(base.strict_tools),
+            tool_search: self.tool_search.or(base.tool_search),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),

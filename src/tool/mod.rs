@@ -29,6 +29,7 @@ mod fn_tool;
 mod plan;
 mod registry;
 pub(crate) mod schema;
+pub mod search;
 pub mod skills;
 mod source;
 mod text;

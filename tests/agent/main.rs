@@ -21,4 +21,5 @@ mod pause;
 mod skills;
 mod structured;
 mod subagents;
+mod tool_search;
 mod tools;
