@@ -361,6 +361,7 @@ CHECKS = {
     "bedrock_request.json": ("botocore bedrock-runtime ConverseStreamRequest", check_bedrock),
     "ollama_request.json": ("ollama ChatRequest", check_ollama),
     "anthropic_strict_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
+    "anthropic_tool_search_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }

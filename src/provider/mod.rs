@@ -139,6 +139,12 @@ pub struct ModelRequest {
     /// normalised schema; any other is sent as it is. Ignored by the other formats.
     /// Default `false`.
     pub strict_tools: bool,
+    /// Tools the request defers to the provider's hosted tool search (see
+    /// [`ToolSearch::hosted`](crate::tool::search::ToolSearch::hosted)): Anthropic sends them
+    /// with `defer_loading: true` beside its `tool_search_tool_bm25` tool, in place of the
+    /// local search tool; the other formats ignore them (the local search tool in
+    /// [`tools`](Self::tools) finds them). Default empty.
+    pub deferred_tools: Vec<ToolSpec>,
 }
 
 impl Default for ModelRequest {
@@ -160,6 +166,7 @@ impl Default for ModelRequest {
             prompt_cache: Some(PromptCache::default()),
             retry: None,
             strict_tools: false,
+            deferred_tools: Vec::new(),
         }
     }
 }

@@ -36,7 +36,10 @@ pub(crate) struct Rejection {
 /// does; `None` when every tool schema is acceptable.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     if format == WireFormat::Anthropic {
-        if let Some(refused) = cache_control(body).or_else(|| undefined_tools(body)) {
+        if let Some(refused) = cache_control(body)
+            .or_else(|| undefined_tools(body))
+            .or_else(|| deferred_tools(body))
+        {
             return Some(refused);
         }
     }
@@ -240,6 +243,38 @@ fn strict_problem(
             return Some(problem);
         }
         context.pop();
+    }
+    None
+}
+
+/// Anthropic's tool search: a tool with `defer_loading` needs a tool search tool in the
+/// request, and the search tool itself may not be deferred.
+fn deferred_tools(body: &Value) -> Option<Rejection> {
+    let tools = body.get("tools")?.as_array()?;
+    let is_search = |t: &Value| {
+        t.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.starts_with("tool_search_tool_"))
+    };
+    let deferred = |t: &Value| t.get("defer_loading") == Some(&Value::Bool(true));
+    let invalid = |message: &str| {
+        Some(Rejection {
+            error_type: "invalid_request_error",
+            code: None,
+            message: message.to_owned(),
+        })
+    };
+    if !tools.iter().any(deferred) {
+        return None;
+    }
+    if !tools.iter().any(is_search) {
+        return invalid(
+            "Tools with defer_loading require a tool search tool (tool_search_tool_regex or \
+             tool_search_tool_bm25) in the request.",
+        );
+    }
+    if tools.iter().any(|t| is_search(t) && deferred(t)) {
+        return invalid("The tool search tool cannot have defer_loading set.");
     }
     None
 }
@@ -454,6 +489,34 @@ mod tests {
             rejection(WireFormat::Anthropic, &json!({"messages": []})),
             None
         );
+    }
+
+    #[test]
+    fn anthropic_deferred_tools_need_a_search_tool_and_one_tool_loaded() {
+        let custom = |name: &str, deferred: bool| json!({"name": name, "input_schema": {"type": "object"}, "defer_loading": deferred});
+        let search =
+            json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"});
+        let message = |tools: Value| {
+            rejection(WireFormat::Anthropic, &json!({"tools": tools})).map(|r| r.message)
+        };
+        assert_eq!(
+            message(json!([custom("a", false), custom("b", true), search])),
+            None
+        );
+        assert_eq!(
+            message(json!([custom("a", true), search])),
+            None,
+            "the search tool is loaded"
+        );
+        assert!(message(json!([custom("a", false), custom("b", true)]))
+            .unwrap()
+            .contains("require a tool search tool"));
+        let mut deferred_search = search.clone();
+        deferred_search["defer_loading"] = json!(true);
+        assert!(message(json!([custom("a", true), deferred_search]))
+            .unwrap()
+            .contains("cannot have defer_loading"));
+        assert_eq!(message(json!([custom("a", false)])), None);
     }
 
     #[test]

@@ -61,6 +61,13 @@ pub struct ToolSearch {
     pub threshold: usize,
     /// The most tools one search returns (default 5, at most 20).
     pub max_results: u32,
+    /// Whether to use the provider's hosted search where it offers one (default `false`):
+    /// Anthropic gets every tool not yet used or found with `defer_loading: true` and its
+    /// `tool_search_tool_bm25` tool instead of `search_tools`, and may call a tool it finds in
+    /// the same response. The request then still carries every schema (deferred tools are
+    /// not put in the model's context), so it saves input tokens, not request bytes. Other
+    /// formats search locally either way.
+    pub hosted: bool,
 }
 
 impl Default for ToolSearch {
@@ -68,6 +75,7 @@ impl Default for ToolSearch {
         ToolSearch {
             threshold: 32,
             max_results: 5,
+            hosted: false,
         }
     }
 }
@@ -90,6 +98,12 @@ impl ToolSearch {
         self
     }
 
+    /// Uses the provider's hosted tool search where it has one (see [`hosted`](Self::hosted)).
+    pub fn hosted(mut self, hosted: bool) -> Self {
+        self.hosted = hosted;
+        self
+    }
+
     /// Whether a set of `tools` is searched rather than sent whole.
     pub fn applies(&self, tools: usize) -> bool {
         tools > self.threshold
@@ -104,18 +118,32 @@ impl ToolSearch {
         history: &[Message],
         keep: Option<&str>,
     ) -> Vec<ToolSpec> {
+        self.split(tools, history, keep).0
+    }
+
+    /// [`select`](Self::select)'s tools, and the others (the ones a hosted search defers; empty
+    /// at or under the threshold).
+    pub fn split(
+        &self,
+        tools: Vec<ToolSpec>,
+        history: &[Message],
+        keep: Option<&str>,
+    ) -> (Vec<ToolSpec>, Vec<ToolSpec>) {
         if !self.applies(tools.len()) {
-            return tools;
+            return (tools, Vec::new());
         }
         let loaded = loaded(history);
         let hidden = tools.len();
         let mut carried = vec![search_spec(hidden)];
-        carried.extend(
-            tools
-                .into_iter()
-                .filter(|t| loaded.contains(t.name.as_str()) || keep == Some(t.name.as_str())),
-        );
-        carried
+        let mut deferred = Vec::new();
+        for tool in tools {
+            if loaded.contains(tool.name.as_str()) || keep == Some(tool.name.as_str()) {
+                carried.push(tool);
+            } else {
+                deferred.push(tool);
+            }
+        }
+        (carried, deferred)
     }
 
     /// The answer to a call of the search tool with `input`, over `tools`: the text of its

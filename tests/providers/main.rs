@@ -15,6 +15,7 @@ mod clients;
 mod compat;
 mod faults;
 mod gemini;
+mod hosted_search;
 mod mock_server;
 mod multimodal;
 mod ollama;

@@ -915,13 +915,18 @@ impl AgentMachine {
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
         let mut tools = self.tools.specs().to_vec();
+        let mut deferred = Vec::new();
         if let Some(search) = &self.settings.tool_search {
             // Over its threshold: the search tool and the tools used or found (tool::search).
             let keep = match &self.settings.tool_choice {
                 Some(ToolChoice::Tool(name)) => Some(name.as_str()),
                 _ => None,
             };
-            tools = search.select(tools, self.context.messages(), keep);
+            let (carried, others) = search.split(tools, self.context.messages(), keep);
+            tools = carried;
+            if search.hosted {
+                deferred = others;
+            }
         }
         tools.extend(config.handoffs.iter().map(|h| h.tool.clone()));
         if let Some(output) = &self.answer.asked {
@@ -942,6 +947,7 @@ impl AgentMachine {
             prompt_cache: Some(PromptCache::default()),
             // The machine decides and counts every retry of the run (`attempt_failed`).
             retry: Some(RetryPolicy::none()),
+            deferred_tools: deferred,
             ..ModelRequest::default()
         };
         // The run's settings are the agent's with the run's options over them.
