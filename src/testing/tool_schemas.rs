@@ -492,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn anthropic_deferred_tools_need_a_search_tool_and_one_tool_loaded() {
+    fn anthropic_deferred_tools_need_a_search_tool_not_deferred() {
         let custom = |name: &str, deferred: bool| json!({"name": name, "input_schema": {"type": "object"}, "defer_loading": deferred});
         let search =
             json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"});

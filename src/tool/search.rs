@@ -475,6 +475,56 @@ mod tests {
     }
 
     proptest! {
+        /// Over the threshold, every tool is either carried or deferred (never both, never
+        /// lost), in the agent's order, behind the search tool; the ones the history called and
+        /// the kept one are carried. At or under it, every tool is carried as it is.
+        #[test]
+        fn a_split_keeps_every_tool_once(
+            n in 0usize..40,
+            threshold in 0usize..20,
+            called in prop::collection::btree_set(0usize..40, 0..6),
+            keep in prop::option::of(0usize..40),
+        ) {
+            let tools = many(n);
+            let history: Vec<Message> = called
+                .iter()
+                .map(|i| Message {
+                    role: crate::message::Role::Assistant,
+                    content: vec![ContentBlock::ToolUse {
+                        id: format!("c{i}"),
+                        name: format!("tool_{i}"),
+                        input: json!({}),
+                    }],
+                })
+                .collect();
+            let keep_name = keep.map(|k| format!("tool_{k}"));
+            let search = ToolSearch::new().threshold(threshold);
+            let (carried, deferred) = search.split(tools.clone(), &history, keep_name.as_deref());
+            if n <= threshold {
+                prop_assert_eq!(&carried, &tools);
+                prop_assert!(deferred.is_empty());
+            } else {
+                prop_assert_eq!(carried[0].name.as_str(), SEARCH_TOOL);
+                let mut seen: Vec<&str> = carried[1..]
+                    .iter()
+                    .chain(deferred.iter())
+                    .map(|t| t.name.as_str())
+                    .collect();
+                prop_assert_eq!(seen.len(), n);
+                seen.sort_by_key(|name| name[5..].parse::<usize>().unwrap());
+                let all: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+                prop_assert_eq!(seen, all);
+                for t in &carried[1..] {
+                    let i: usize = t.name[5..].parse().unwrap();
+                    prop_assert!(called.contains(&i) || keep == Some(i));
+                }
+                for t in &deferred {
+                    let i: usize = t.name[5..].parse().unwrap();
+                    prop_assert!(!called.contains(&i) && keep != Some(i));
+                }
+            }
+        }
+
         /// Any query: at most `limit` results, each a tool's name, no repeats, and a tool whose
         /// name is the query exactly is among them.
         #[test]
