@@ -13,6 +13,10 @@ what the providers' own SDKs would send, field by field:
   scalar types respected.
 - ollama: the ollama client's `ChatRequest` pydantic model (and Message, Tool, Options):
   every key a declared field.
+- anthropic / openai (strict tools): the anthropic SDK's `MessageCreateParamsStreaming`, the
+  openai SDK's `CompletionCreateParamsStreaming` (Chat Completions) and
+  `ResponseCreateParamsStreaming` (Responses) TypedDicts: every key declared, every required
+  key present, literals and scalar types respected, recursively (tool `strict` included).
 
 Every key of our body must be declared by the SDK's type at its place, recursively; a value
 must have the declared type. Prints one line per file (and each finding) and exits 1 when
@@ -165,6 +169,117 @@ def check_ollama(body):
     return errors
 
 
+# ---------------------------------------------------------------- TypedDicts (anthropic, openai)
+
+def _is_typed_dict(t):
+    return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
+
+
+def walk_typed(value, ann, path, errors, depth=0):
+    import collections.abc as cabc
+
+    if depth > 64 or ann is typing.Any or ann is object or ann is None:
+        return
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin in (typing.Required, typing.NotRequired, typing.Annotated):
+        return walk_typed(value, args[0], path, errors, depth + 1)
+    if origin in (typing.Union, pytypes.UnionType):
+        alternatives = [a for a in args if a is not type(None)]
+        if value is None and len(alternatives) < len(args):
+            return
+        attempts = []
+        for alternative in alternatives:
+            found = []
+            walk_typed(value, alternative, path, found, depth + 1)
+            if not found:
+                return
+            attempts.append(found)
+        # The closest alternative's findings: the one with the fewest.
+        errors.extend(min(attempts, key=len) if attempts else [f"{path}: no type accepts {value!r}"])
+        return
+    if origin is typing.Literal:
+        if value not in args:
+            errors.append(f"{path}: {value!r} is not one of {args}")
+        return
+    if origin in (list, typing.List, cabc.Sequence, cabc.Iterable) or (
+        origin is not None and getattr(origin, "__name__", "") == "SequenceNotStr"
+    ):
+        if not isinstance(value, list):
+            errors.append(f"{path}: expected a list, got {type(value).__name__}")
+            return
+        for i, item in enumerate(value):
+            walk_typed(item, args[0] if args else typing.Any, f"{path}[{i}]", errors, depth + 1)
+        return
+    if origin in (dict, typing.Dict, cabc.Mapping):
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected an object, got {type(value).__name__}")
+            return
+        for key, item in value.items():
+            walk_typed(item, args[1] if len(args) == 2 else typing.Any, f"{path}.{key}", errors, depth + 1)
+        return
+    if _is_typed_dict(ann):
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected an object ({ann.__name__}), got {type(value).__name__}")
+            return
+        hints = typing.get_type_hints(ann, include_extras=True)
+        for key, item in value.items():
+            if key not in hints:
+                errors.append(f"{path}.{key}: not a key of {ann.__module__}.{ann.__name__}")
+                continue
+            walk_typed(item, hints[key], f"{path}.{key}", errors, depth + 1)
+        # The SDKs use `from __future__ import annotations`, so `__required_keys__` misses
+        # the `Required[...]` keys of a total=False TypedDict: read them from the hints.
+        required = set(ann.__required_keys__) | {
+            k for k, h in hints.items() if typing.get_origin(h) is typing.Required
+        }
+        for key in sorted(required):
+            if key not in value:
+                errors.append(f"{path}.{key}: required by {ann.__name__}")
+        return
+    if ann is bool:
+        if not isinstance(value, bool):
+            errors.append(f"{path}: expected a boolean, got {value!r}")
+        return
+    if ann is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{path}: expected an integer, got {value!r}")
+        return
+    if ann is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append(f"{path}: expected a number, got {value!r}")
+        return
+    if ann is str:
+        if not isinstance(value, str):
+            errors.append(f"{path}: expected a string, got {value!r}")
+        return
+    # Anything else (a type alias the SDK leaves open, a forward reference): not checked.
+
+
+def check_anthropic(body):
+    from anthropic.types.message_create_params import MessageCreateParamsStreaming
+
+    errors = []
+    walk_typed(body, MessageCreateParamsStreaming, "$", errors)
+    return errors
+
+
+def check_openai_chat(body):
+    from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+
+    errors = []
+    walk_typed(body, CompletionCreateParamsStreaming, "$", errors)
+    return errors
+
+
+def check_responses(body):
+    from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
+
+    errors = []
+    walk_typed(body, ResponseCreateParamsStreaming, "$", errors)
+    return errors
+
+
 # ---------------------------------------------------------------- botocore (bedrock)
 
 def walk_shape(value, shape, path, errors):
@@ -245,6 +360,10 @@ CHECKS = {
     "gemini_request.json": ("google-genai types", check_gemini),
     "bedrock_request.json": ("botocore bedrock-runtime ConverseStreamRequest", check_bedrock),
     "ollama_request.json": ("ollama ChatRequest", check_ollama),
+    "anthropic_strict_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
+    "anthropic_tool_search_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
+    "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
+    "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }
 
 

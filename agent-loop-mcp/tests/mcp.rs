@@ -832,3 +832,85 @@ async fn an_agent_run_calls_an_mcp_tool_and_the_model_reads_the_real_result() {
         });
     assert!(image_sent, "{:#?}", requests[1].messages);
 }
+
+/// Tool search over the reference servers' real tools (everything and filesystem, about 30
+/// tools, searched above a threshold of 8): the first request carries only the search tool,
+/// the agent's BM25 search finds the filesystem server's reading tools by their own
+/// descriptions, and the one called runs on the real server.
+#[tokio::test]
+async fn tool_search_finds_the_reference_servers_tools_by_their_descriptions() {
+    use agent_loop::tool::search::{ToolSearch, SEARCH_TOOL};
+    use agent_loop::RequestSettings;
+    let (Some(everything), Some(filesystem)) = (script(EVERYTHING), script(FILESYSTEM)) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("agent-loop-mcp-search-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    std::fs::write(dir.join("notes.txt"), "remember the milk\n").unwrap();
+    let everything = stdio("everything", &everything, &["stdio"]).await;
+    let files = stdio("files", &filesystem, &[dir.to_str().unwrap()]).await;
+    let client = ScriptedClient::new([
+        ScriptedResponse::tool_call(
+            "s1",
+            SEARCH_TOOL,
+            json!({"query": "read the contents of a text file"}),
+        ),
+        ScriptedResponse::tool_call(
+            "c1",
+            "read_text_file",
+            json!({"path": dir.join("notes.txt")}),
+        ),
+        ScriptedResponse::text("It says to remember the milk."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool_source(everything)
+        .tool_source(files)
+        .settings(RequestSettings::new().tool_search(ToolSearch::new().threshold(8)))
+        .build()
+        .unwrap();
+    let total = agent.tools().len();
+    assert!(total > 20, "{total} tools");
+    let events: Vec<AgentEvent> = agent.run("What do my notes say?").collect().await;
+    let results: Vec<(String, String, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult {
+                name,
+                content,
+                is_error,
+                ..
+            } => Some((name.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    let found = &results[0].1;
+    assert!(!results[0].2, "{found}");
+    // The two reading tools lead (the deprecated `read_file`'s short description first).
+    let best: Vec<&str> = found
+        .lines()
+        .skip(1)
+        .take(2)
+        .filter_map(|l| l.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(best, ["read_file", "read_text_file"], "{found}");
+    assert_eq!(
+        results[1],
+        (
+            "read_text_file".to_owned(),
+            "remember the milk\n".to_owned(),
+            false
+        )
+    );
+    let requests = client.requests();
+    let carried =
+        |i: usize| -> Vec<String> { requests[i].tools.iter().map(|t| t.name.clone()).collect() };
+    assert_eq!(carried(0), [SEARCH_TOOL]);
+    assert!(
+        carried(1).contains(&"read_text_file".to_owned()),
+        "{:?}",
+        carried(1)
+    );
+    assert!(carried(1).len() <= 6, "{:?}", carried(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

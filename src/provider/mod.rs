@@ -35,6 +35,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod responses;
 pub(crate) mod retry;
 mod settings;
+pub mod strict;
 
 pub use settings::RequestSettings;
 
@@ -137,6 +138,17 @@ pub struct ModelRequest {
     /// The conversation's cache of encoded messages, when the request was built from one
     /// (by the agent): a client copies what it holds instead of encoding those messages again.
     pub(crate) encoded: encoded::EncodedRef,
+    /// Strict tools (Anthropic `strict: true`, OpenAI strict function schemas): each tool
+    /// whose schema [`strict::strict_schema`] can normalise is sent strict, with the
+    /// normalised schema; any other is sent as it is. Ignored by the other formats.
+    /// Default `false`.
+    pub strict_tools: bool,
+    /// Tools the request defers to the provider's hosted tool search (see
+    /// [`ToolSearch::hosted`](crate::tool::search::ToolSearch::hosted)): Anthropic sends them
+    /// with `defer_loading: true` beside its `tool_search_tool_bm25` tool, in place of the
+    /// local search tool; the other formats ignore them (the local search tool in
+    /// [`tools`](Self::tools) finds them). Default empty.
+    pub deferred_tools: Vec<ToolSpec>,
 }
 
 impl Default for ModelRequest {
@@ -158,6 +170,8 @@ impl Default for ModelRequest {
             prompt_cache: Some(PromptCache::default()),
             retry: None,
             encoded: encoded::EncodedRef::default(),
+            strict_tools: false,
+            deferred_tools: Vec::new(),
         }
     }
 }

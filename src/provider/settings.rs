@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::error::{ConfigError, Error};
 use crate::provider::cache::PromptCache;
 use crate::provider::{ModelRequest, ToolChoice};
+use crate::tool::search::ToolSearch;
 
 /// Every model knob in one place: the model, temperature, top-p, output length, stop
 /// sequences, tool choice, parallel tool calls, an end-user id, extended thinking, prompt
@@ -64,6 +65,15 @@ pub struct RequestSettings {
     /// an agent sends on every request ([`PromptCache::default`]: the tools, the system prompt
     /// and the two latest user messages, five-minute TTL). [`PromptCache::off`] sends none.
     pub prompt_cache: Option<PromptCache>,
+    /// Strict tools: Anthropic `"strict": true` and OpenAI strict function schemas (Chat
+    /// Completions `function.strict`, Responses `strict`), for each tool whose schema can be
+    /// made strict ([`strict_schema`](crate::provider::strict::strict_schema) normalises it
+    /// and says why when it cannot); `None` leaves them off.
+    pub strict_tools: Option<bool>,
+    /// Tool search for large tool sets: with more tools than its threshold, requests carry a
+    /// search tool and the tools used or found instead of every schema (see
+    /// [`tool::search`](crate::tool::search)); `None` sends every tool.
+    pub tool_search: Option<ToolSearch>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -91,6 +101,20 @@ impl RequestSettings {
     /// Sets where prompt-cache breakpoints go ([`PromptCache::off`]: nowhere).
     pub fn prompt_cache(mut self, cache: PromptCache) -> Self {
         self.prompt_cache = Some(cache);
+        self
+    }
+
+    /// Sends tools strict where their schemas allow (see
+    /// [`strict`](crate::provider::strict)).
+    pub fn strict_tools(mut self, strict: bool) -> Self {
+        self.strict_tools = Some(strict);
+        self
+    }
+
+    /// Searches the tools instead of sending every one, above the search's threshold (see
+    /// [`tool::search`](crate::tool::search)).
+    pub fn tool_search(mut self, search: ToolSearch) -> Self {
+        self.tool_search = Some(search);
         self
     }
 
@@ -197,6 +221,8 @@ impl RequestSettings {
             model: self.model.clone().or_else(|| base.model.clone()),
             thinking_budget: self.thinking_budget.or(base.thinking_budget),
             prompt_cache: self.prompt_cache.or(base.prompt_cache),
+            strict_tools: self.strict_tools.or(base.strict_tools),
+            tool_search: self.tool_search.or(base.tool_search),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),
@@ -224,6 +250,9 @@ impl RequestSettings {
         }
         if let Some(cache) = self.prompt_cache {
             request.prompt_cache = (cache.breakpoints() > 0).then_some(cache);
+        }
+        if let Some(strict) = self.strict_tools {
+            request.strict_tools = strict;
         }
         if let Some(t) = self.temperature {
             request.temperature = Some(t);
@@ -344,6 +373,15 @@ mod tests {
         assert_eq!(request.tool_choice, ToolChoice::None);
         assert_eq!(request.stop_sequences, ["x"]);
         assert_eq!(request.top_p, Some(0.5));
+        assert!(!request.strict_tools);
+        let strict = RequestSettings::new().strict_tools(true);
+        RequestSettings::new().over(&strict).apply(&mut request);
+        assert!(request.strict_tools);
+        RequestSettings::new()
+            .strict_tools(false)
+            .over(&strict)
+            .apply(&mut request);
+        assert!(!request.strict_tools);
     }
 
     #[test]

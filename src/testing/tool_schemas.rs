@@ -11,6 +11,13 @@
 //!   system blocks, message content blocks and the blocks inside tool results), each of type
 //!   `ephemeral` with a `ttl` of `5m` or `1h` when it has one.
 //!
+//! - Strict tools (Anthropic `"strict": true`, OpenAI `function.strict` / Responses
+//!   `strict: true`): every object schema must say `additionalProperties: false`; OpenAI's
+//!   `required` must name every property; only the keywords each provider's strict mode
+//!   supports may appear (OpenAI: no `allOf`, `minLength`, `maxLength`…; Anthropic: no
+//!   numeric or length constraints, `minItems` 0 or 1 only), string formats from each
+//!   provider's list, Anthropic enums of primitive values only.
+//!
 //! The messages are the providers' own.
 
 use serde_json::Value;
@@ -29,15 +36,247 @@ pub(crate) struct Rejection {
 /// does; `None` when every tool schema is acceptable.
 pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     if format == WireFormat::Anthropic {
-        if let Some(refused) = cache_control(body).or_else(|| undefined_tools(body)) {
+        if let Some(refused) = cache_control(body)
+            .or_else(|| undefined_tools(body))
+            .or_else(|| deferred_tools(body))
+        {
             return Some(refused);
         }
     }
     let tools = body.get("tools")?.as_array()?;
     tools.iter().enumerate().find_map(|(i, tool)| match format {
-        WireFormat::Anthropic => anthropic(i, tool),
-        _ => openai(tool),
+        WireFormat::Anthropic => anthropic(i, tool).or_else(|| strict(format, i, tool)),
+        _ => openai(tool).or_else(|| strict(format, i, tool)),
     })
+}
+
+/// A strict tool whose schema its provider's strict mode refuses.
+fn strict(format: WireFormat, index: usize, tool: &Value) -> Option<Rejection> {
+    let openai = format != WireFormat::Anthropic;
+    let (holder, schema_key) = if openai {
+        (tool.get("function").unwrap_or(tool), "parameters")
+    } else {
+        (tool, "input_schema")
+    };
+    if holder.get("strict") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    let schema = holder.get(schema_key)?;
+    let mut context = Vec::new();
+    let problem = strict_problem(schema, openai, &mut context, 0)?;
+    let name = holder
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let message = if openai {
+        format!(
+            "Invalid schema for function '{name}': In context=({}), {problem}",
+            context
+                .iter()
+                .map(|c| format!("'{c}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!(
+            "tools.{index}.custom: strict tool schema: {problem} (at {})",
+            if context.is_empty() {
+                "the root".to_owned()
+            } else {
+                context.join(".")
+            }
+        )
+    };
+    Some(Rejection {
+        error_type: "invalid_request_error",
+        code: openai.then_some("invalid_function_parameters"),
+        message,
+    })
+}
+
+/// The first thing a provider's strict mode refuses in `schema`, with where it is in
+/// `context`. Written from the providers' documented lists, independently of the crate's
+/// own normalisation.
+fn strict_problem(
+    schema: &Value,
+    openai: bool,
+    context: &mut Vec<String>,
+    depth: usize,
+) -> Option<String> {
+    const COMMON: &[&str] = &[
+        "type",
+        "description",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "anyOf",
+        "enum",
+        "const",
+        "$ref",
+        "$defs",
+        "definitions",
+        "pattern",
+        "format",
+        "title",
+    ];
+    const OPENAI: &[&str] = &[
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    ];
+    const ANTHROPIC: &[&str] = &["allOf", "default", "minItems"];
+    const OPENAI_FORMATS: &[&str] = &[
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    ];
+    const ANTHROPIC_FORMATS: &[&str] = &[
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "uri",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    ];
+    if depth > 64 {
+        return Some("the schema nests too deeply".to_owned());
+    }
+    let map = schema.as_object()?;
+    for key in map.keys() {
+        let dialect = if openai { OPENAI } else { ANTHROPIC };
+        if !COMMON.contains(&key.as_str()) && !dialect.contains(&key.as_str()) {
+            return Some(format!("'{key}' is not permitted."));
+        }
+    }
+    if let Some(format) = map.get("format").and_then(Value::as_str) {
+        let formats = if openai {
+            OPENAI_FORMATS
+        } else {
+            ANTHROPIC_FORMATS
+        };
+        if !formats.contains(&format) {
+            return Some(format!("format '{format}' is not supported."));
+        }
+    }
+    if !openai {
+        if let Some(n) = map.get("minItems") {
+            if !matches!(n.as_u64(), Some(0 | 1)) {
+                return Some(format!("minItems {n} is not supported (only 0 or 1)."));
+            }
+        }
+        if let Some(values) = map.get("enum").and_then(Value::as_array) {
+            if values.iter().any(|v| v.is_object() || v.is_array()) {
+                return Some("enum values must be strings, numbers, booleans or null.".to_owned());
+            }
+        }
+    }
+    let object = map.get("type").is_some_and(|t| {
+        t == "object"
+            || t.as_array()
+                .is_some_and(|l| l.iter().any(|v| v == "object"))
+    }) || map.contains_key("properties");
+    if object {
+        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Some(
+                "'additionalProperties' is required to be supplied and to be false.".to_owned(),
+            );
+        }
+        if openai {
+            let required: Vec<&str> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let missing = map
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .find(|k| !required.contains(k));
+            if let Some(missing) = missing {
+                return Some(format!(
+                    "'required' is required to be supplied and to be an array including every \
+                     key in properties. Missing '{missing}'."
+                ));
+            }
+        }
+    }
+    let mut children: Vec<(String, &Value)> = Vec::new();
+    for key in ["properties", "$defs", "definitions"] {
+        if let Some(subs) = map.get(key).and_then(Value::as_object) {
+            children.extend(subs.iter().map(|(k, v)| (format!("{key}.{k}"), v)));
+        }
+    }
+    if let Some(items) = map.get("items") {
+        children.push(("items".to_owned(), items));
+    }
+    for key in ["anyOf", "allOf"] {
+        if let Some(list) = map.get(key).and_then(Value::as_array) {
+            children.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{key}.{i}"), v)),
+            );
+        }
+    }
+    for (step, child) in children {
+        context.push(step);
+        if let Some(problem) = strict_problem(child, openai, context, depth + 1) {
+            return Some(problem);
+        }
+        context.pop();
+    }
+    None
+}
+
+/// Anthropic's tool search: a tool with `defer_loading` needs a tool search tool in the
+/// request, and the search tool itself may not be deferred.
+fn deferred_tools(body: &Value) -> Option<Rejection> {
+    let tools = body.get("tools")?.as_array()?;
+    let is_search = |t: &Value| {
+        t.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.starts_with("tool_search_tool_"))
+    };
+    let deferred = |t: &Value| t.get("defer_loading") == Some(&Value::Bool(true));
+    let invalid = |message: &str| {
+        Some(Rejection {
+            error_type: "invalid_request_error",
+            code: None,
+            message: message.to_owned(),
+        })
+    };
+    if !tools.iter().any(deferred) {
+        return None;
+    }
+    if !tools.iter().any(is_search) {
+        return invalid(
+            "Tools with defer_loading require a tool search tool (tool_search_tool_regex or \
+             tool_search_tool_bm25) in the request.",
+        );
+    }
+    if tools.iter().any(|t| is_search(t) && deferred(t)) {
+        return invalid("The tool search tool cannot have defer_loading set.");
+    }
+    None
 }
 
 /// Anthropic refuses tool blocks in the history of a request that defines no tools.
@@ -250,6 +489,87 @@ mod tests {
             rejection(WireFormat::Anthropic, &json!({"messages": []})),
             None
         );
+    }
+
+    #[test]
+    fn anthropic_deferred_tools_need_a_search_tool_not_deferred() {
+        let custom = |name: &str, deferred: bool| json!({"name": name, "input_schema": {"type": "object"}, "defer_loading": deferred});
+        let search =
+            json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"});
+        let message = |tools: Value| {
+            rejection(WireFormat::Anthropic, &json!({"tools": tools})).map(|r| r.message)
+        };
+        assert_eq!(
+            message(json!([custom("a", false), custom("b", true), search])),
+            None
+        );
+        assert_eq!(
+            message(json!([custom("a", true), search])),
+            None,
+            "the search tool is loaded"
+        );
+        assert!(message(json!([custom("a", false), custom("b", true)]))
+            .unwrap()
+            .contains("require a tool search tool"));
+        let mut deferred_search = search.clone();
+        deferred_search["defer_loading"] = json!(true);
+        assert!(message(json!([custom("a", true), deferred_search]))
+            .unwrap()
+            .contains("cannot have defer_loading"));
+        assert_eq!(message(json!([custom("a", false)])), None);
+    }
+
+    #[test]
+    fn strict_tools_are_held_to_strict_mode() {
+        let closed = json!({"type": "object", "properties": {"a": {"type": "string"}},
+                            "required": ["a"], "additionalProperties": false});
+        let anthropic = |schema: &Value, strict: bool| {
+            let body = json!({"tools": [{"name": "t", "input_schema": schema, "strict": strict}]});
+            rejection(WireFormat::Anthropic, &body).map(|r| r.message)
+        };
+        let chat = |schema: &Value| {
+            let body = json!({"tools": [{"type": "function", "function":
+                {"name": "t", "parameters": schema, "strict": true}}]});
+            rejection(WireFormat::OpenAiChat, &body).map(|r| r.message)
+        };
+        let responses = |schema: &Value| {
+            let body = json!({"tools": [{"type": "function", "name": "t",
+                                          "parameters": schema, "strict": true}]});
+            rejection(WireFormat::OpenAiResponses, &body).map(|r| r.message)
+        };
+        assert_eq!(anthropic(&closed, true), None);
+        assert_eq!(chat(&closed), None);
+        assert_eq!(responses(&closed), None);
+        let open = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(anthropic(&open, false), None, "not strict: not checked");
+        assert!(anthropic(&open, true)
+            .unwrap()
+            .contains("additionalProperties"));
+        assert!(chat(&open).unwrap().contains("additionalProperties"));
+        let optional = json!({"type": "object", "properties": {"a": {"type": "string"}},
+                              "additionalProperties": false});
+        assert_eq!(anthropic(&optional, true), None);
+        assert_eq!(
+            responses(&optional).as_deref(),
+            Some(
+                "Invalid schema for function 't': In context=(), 'required' is required to be \
+                  supplied and to be an array including every key in properties. Missing 'a'."
+            )
+        );
+        let length = json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+                            "required": ["a"], "additionalProperties": false});
+        assert_eq!(
+            chat(&length).as_deref(),
+            Some("Invalid schema for function 't': In context=('properties.a'), 'maxLength' is not permitted.")
+        );
+        assert!(anthropic(&length, true).is_some());
+        let minimum = json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}},
+                             "required": ["a"], "additionalProperties": false});
+        assert_eq!(chat(&minimum), None);
+        assert!(anthropic(&minimum, true).unwrap().contains("minimum"));
+        let nested = json!({"type": "object", "properties": {"a": {"type": "array", "items":
+            {"type": "object", "properties": {}}}}, "required": ["a"], "additionalProperties": false});
+        assert!(chat(&nested).unwrap().contains("'properties.a', 'items'"));
     }
 
     #[test]

@@ -29,6 +29,8 @@ mod fn_tool;
 mod plan;
 mod registry;
 pub(crate) mod schema;
+pub mod search;
+pub mod skills;
 mod source;
 mod text;
 
@@ -49,6 +51,7 @@ pub use fn_tool::FnTool;
 pub use plan::{Access, Concurrency};
 pub use registry::ToolRegistry;
 pub(crate) use schema::check_name;
+pub use skills::{Skill, SkillError, Skills};
 pub use source::ToolSource;
 
 pub use crate::message::ToolSpec;

@@ -73,8 +73,23 @@ impl RegisteredTool {
     }
 
     /// Checks the arguments against the schema, then deserializes them.
+    ///
+    /// Arguments that fail only for a `null` at an optional property (what a strict OpenAI
+    /// call sends for one it leaves out: strict mode makes optional properties nullable) are
+    /// checked again without those `null`s.
     fn prepare(&self, input: &serde_json::Value) -> Result<Prepared<'_>, String> {
-        schema::check_arguments(&self.validator, input)
+        let checked = schema::check_arguments(&self.validator, input);
+        if checked.is_err() {
+            if let Some(without) = schema::drop_optional_nulls(&self.spec.input_schema, input) {
+                if schema::check_arguments(&self.validator, &without).is_ok() {
+                    return self
+                        .tool
+                        .prepare(&without, self.access)
+                        .map_err(|detail| schema::invalid_arguments(self.name(), &detail));
+                }
+            }
+        }
+        checked
             .and_then(|()| self.tool.prepare(input, self.access))
             .map_err(|detail| schema::invalid_arguments(self.name(), &detail))
     }

@@ -193,6 +193,68 @@ pub(crate) fn check_arguments(validator: &InputValidator, input: &Value) -> Resu
     Err("the arguments do not match the tool's input schema".to_owned())
 }
 
+/// Drops the `null`s a strict OpenAI tool call carries for optional properties (made nullable
+/// in its strict schema) where the tool's own schema does not take `null`, so the call is
+/// checked and deserialized as if they were absent. Follows `properties` only; `None` when
+/// nothing was dropped.
+pub(crate) fn drop_optional_nulls(schema: &Value, input: &Value) -> Option<Value> {
+    let mut out = input.clone();
+    dropped(schema, &mut out, 0).then_some(out)
+}
+
+fn dropped(schema: &Value, input: &mut Value, depth: usize) -> bool {
+    if depth > MAX_LOCATE_DEPTH {
+        return false;
+    }
+    let (Some(properties), Some(object)) = (
+        schema.get("properties").and_then(Value::as_object),
+        input.as_object_mut(),
+    ) else {
+        return false;
+    };
+    let required: std::collections::BTreeSet<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut changed = false;
+    object.retain(|name, value| {
+        let Some(property) = properties.get(name) else {
+            return true;
+        };
+        if value.is_null() && !required.contains(name.as_str()) && !takes_null(property) {
+            changed = true;
+            return false;
+        }
+        changed |= dropped(property, value, depth + 1);
+        true
+    });
+    changed
+}
+
+/// Whether a schema plainly accepts `null` (its type, its enum, or an `anyOf` branch).
+fn takes_null(schema: &Value) -> bool {
+    schema.get("type").is_some_and(|t| match t {
+        Value::String(s) => s == "null",
+        Value::Array(list) => list.iter().any(|v| v.as_str() == Some("null")),
+        _ => false,
+    }) || schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.contains(&Value::Null))
+        || schema.get("const").is_some_and(Value::is_null)
+        || ["anyOf", "oneOf"].iter().any(|k| {
+            schema
+                .get(*k)
+                .and_then(Value::as_array)
+                .is_some_and(|list| list.iter().any(takes_null))
+        })
+        || !schema.is_object()
+        || schema.as_object().is_some_and(serde_json::Map::is_empty)
+}
+
 /// The first violations of `validator` by `input`, each with its JSON pointer.
 fn list_errors(validator: &jsonschema::Validator, input: &Value) -> Result<(), String> {
     let mut listed = Vec::new();
@@ -574,5 +636,22 @@ mod tests {
         assert_eq!(sent["required"], json!(["n"]));
         assert!(check_arguments(&validator, &json!({"n": 1})).is_ok());
         assert!(check_arguments(&validator, &json!({"n": -1})).is_err());
+    }
+    #[test]
+    fn optional_nulls_are_dropped_where_the_schema_takes_no_null() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "a": {"type": "string"}, "b": {"type": ["string", "null"]},
+            "c": {"type": "string"},
+            "o": {"type": "object", "properties": {"d": {"type": "integer"}}}
+        }, "required": ["c"]});
+        let input = serde_json::json!({"a": null, "b": null, "c": null, "o": {"d": null}});
+        assert_eq!(
+            drop_optional_nulls(&schema, &input),
+            Some(serde_json::json!({"b": null, "c": null, "o": {}}))
+        );
+        assert_eq!(
+            drop_optional_nulls(&schema, &serde_json::json!({"a": "x"})),
+            None
+        );
     }
 }

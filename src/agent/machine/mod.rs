@@ -955,6 +955,19 @@ impl AgentMachine {
     fn build_request(&self) -> ModelRequest {
         let config = &self.config;
         let mut tools = self.tools.specs().to_vec();
+        let mut deferred = Vec::new();
+        if let Some(search) = &self.settings.tool_search {
+            // Over its threshold: the search tool and the tools used or found (tool::search).
+            let keep = match &self.settings.tool_choice {
+                Some(ToolChoice::Tool(name)) => Some(name.as_str()),
+                _ => None,
+            };
+            let (carried, others) = search.split(tools, self.context.messages(), keep);
+            tools = carried;
+            if search.hosted {
+                deferred = others;
+            }
+        }
         tools.extend(config.handoffs.iter().map(|h| h.tool.clone()));
         if let Some(output) = &self.answer.asked {
             tools.push(output.spec.clone());
@@ -977,6 +990,7 @@ impl AgentMachine {
             prompt_cache: Some(PromptCache::default()),
             // The machine decides and counts every retry of the run (`attempt_failed`).
             retry: Some(RetryPolicy::none()),
+            deferred_tools: deferred,
             ..ModelRequest::default()
         };
         // The run's settings are the agent's with the run's options over them.
@@ -1486,6 +1500,7 @@ impl AgentMachine {
             }
         }
         self.answer_handoffs(&mut batch, now);
+        self.answer_tool_search(&mut batch, now);
 
         for i in 0..n {
             if batch.announced[i] || batch.results[i].is_some() {
@@ -1937,6 +1952,27 @@ impl AgentMachine {
             path,
             event: Box::new(event),
         });
+    }
+
+    /// Answers the calls of the search tool (`tool::search`), when the tools are searched:
+    /// the machine runs the search itself (no I/O).
+    fn answer_tool_search(&mut self, batch: &mut Batch, now: Instant) {
+        let Some(search) = self.settings.tool_search else {
+            return;
+        };
+        if !search.applies(self.tools.specs().len()) {
+            return;
+        }
+        for i in 0..batch.calls.len() {
+            if batch.announced[i]
+                || batch.results[i].is_some()
+                || batch.calls[i].name != crate::tool::search::SEARCH_TOOL
+            {
+                continue;
+            }
+            let (text, is_error) = search.answer(self.tools.specs(), &batch.calls[i].input);
+            self.answer_with(batch, i, &text, is_error, now);
+        }
     }
 
     // ----- handoffs ------------------------------------------------------------------

@@ -12,6 +12,10 @@
 //!   the latest user messages. Thinking, redacted-thinking and empty text blocks may not carry
 //!   one (the API refuses them), so the breakpoint goes on the last block that may; unmodelled
 //!   blocks are sent as they are, and their own breakpoints count against the limit of four.
+//! - Hosted tool search ([`ModelRequest::deferred_tools`]): the deferred tools go after the
+//!   others with `defer_loading: true`, then `{"type": "tool_search_tool_bm25_20251119",
+//!   "name": "tool_search_tool_bm25"}` (the local `search_tools` is left out unless the
+//!   history called it).
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
@@ -23,6 +27,10 @@ use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::media_limits::{self as media, Provider};
 use crate::provider::{http, ModelRequest, ToolChoice};
+
+/// Anthropic's hosted BM25 tool search (`ToolSearchToolBm25_20251119Param`).
+const HOSTED_SEARCH_TYPE: &str = "tool_search_tool_bm25_20251119";
+const HOSTED_SEARCH_NAME: &str = "tool_search_tool_bm25";
 
 use super::wire::{
     MessagesRequest, ObjectOrEmpty, WireBlock, WireCacheControl, WireChoice, WireMessage,
@@ -47,16 +55,56 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
         })?;
     }
     let control = cache.map(|c| cache_control(c.ttl));
+    fn custom(t: &crate::message::ToolSpec, deferred: bool, strict: bool) -> WireTool<'_> {
+        let (input_schema, strict) = crate::provider::strict::wire_schema(
+            &t.name,
+            &t.input_schema,
+            crate::provider::strict::StrictDialect::Anthropic,
+            strict,
+        );
+        WireTool {
+            kind: None,
+            name: &t.name,
+            description: Some(&t.description),
+            input_schema: Some(input_schema),
+            strict: strict.then_some(true),
+            defer_loading: deferred.then_some(true),
+            cache_control: None,
+        }
+    }
+    // Hosted tool search: the deferred tools with `defer_loading`, and Anthropic's search
+    // tool in place of the local one (kept only if the history already called it).
+    let hosted = !request.deferred_tools.is_empty();
+    let local_search_used = hosted
+        && request.messages.iter().any(|m| {
+            m.content.iter().any(|b| {
+                matches!(b, ContentBlock::ToolUse { name, .. }
+                    if name == crate::tool::search::SEARCH_TOOL)
+            })
+        });
     let mut tools: Vec<WireTool<'_>> = request
         .tools
         .iter()
-        .map(|t| WireTool {
-            name: &t.name,
-            description: &t.description,
-            input_schema: &t.input_schema,
-            cache_control: None,
-        })
+        .filter(|t| !hosted || local_search_used || t.name != crate::tool::search::SEARCH_TOOL)
+        .map(|t| custom(t, false, request.strict_tools))
+        .chain(
+            request
+                .deferred_tools
+                .iter()
+                .map(|t| custom(t, true, request.strict_tools)),
+        )
         .collect();
+    if hosted {
+        tools.push(WireTool {
+            kind: Some(HOSTED_SEARCH_TYPE),
+            name: HOSTED_SEARCH_NAME,
+            description: None,
+            input_schema: None,
+            strict: None,
+            defer_loading: None,
+            cache_control: None,
+        });
+    }
     let mut placed = 0;
     if let (Some(last), Some(PromptCache { tools: true, .. })) = (tools.last_mut(), &cache) {
         last.cache_control = control;

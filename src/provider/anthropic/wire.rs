@@ -142,12 +142,23 @@ impl Serialize for ObjectOrEmpty<'_> {
     }
 }
 
-/// A tool definition.
+/// A tool definition: a custom tool (`type` left out), or a server tool (its `type` and
+/// `name` only: the hosted tool search).
 #[derive(Debug, Serialize)]
 pub(crate) struct WireTool<'a> {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<&'static str>,
     pub(crate) name: &'a str,
-    pub(crate) description: &'a str,
-    pub(crate) input_schema: &'a serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) input_schema: Option<std::borrow::Cow<'a, serde_json::Value>>,
+    /// `true` for a strict tool (its schema normalised); not sent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) strict: Option<bool>,
+    /// `true` for a tool deferred to the hosted tool search; not sent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) defer_loading: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cache_control: Option<WireCacheControl>,
 }

@@ -95,13 +95,22 @@ pub(crate) fn encode(
     let tools: Vec<ChatTool<'_>> = request
         .tools
         .iter()
-        .map(|t| ChatTool {
-            kind: "function",
-            function: FunctionSpec {
-                name: &t.name,
-                description: &t.description,
-                parameters: &t.input_schema,
-            },
+        .map(|t| {
+            let (parameters, strict) = crate::provider::strict::wire_schema(
+                &t.name,
+                &t.input_schema,
+                crate::provider::strict::StrictDialect::OpenAi,
+                request.strict_tools,
+            );
+            ChatTool {
+                kind: "function",
+                function: FunctionSpec {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters,
+                    strict: strict.then_some(true),
+                },
+            }
         })
         .collect();
     let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {

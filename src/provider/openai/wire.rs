@@ -163,5 +163,8 @@ pub(crate) struct ChatTool<'a> {
 pub(crate) struct FunctionSpec<'a> {
     pub(crate) name: &'a str,
     pub(crate) description: &'a str,
-    pub(crate) parameters: &'a serde_json::Value,
+    pub(crate) parameters: std::borrow::Cow<'a, serde_json::Value>,
+    /// `true` for a strict function (its schema normalised); not sent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) strict: Option<bool>,
 }

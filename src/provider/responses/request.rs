@@ -13,7 +13,8 @@
 //!   JSON string) for its tool calls. Anthropic thinking and unmodelled blocks are dropped:
 //!   the format has no place for them.
 //! - Tools are flat function tools (`{"type":"function","name","description","parameters",
-//!   "strict":false}`); `tool_choice` is sent with tools only.
+//!   "strict"}`; `strict` is `true` with the schema normalised when strict tools are on and
+//!   the schema allows it, see [`strict`](crate::provider::strict)); `tool_choice` is sent with tools only.
 //! - `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` (with tools only),
 //!   `user`, `reasoning: {effort, summary}` when set on the client,
 //!   and `store: false` with `include: ["reasoning.encrypted_content"]` unless the client
@@ -80,12 +81,20 @@ pub(crate) fn encode(
     let tools: Vec<FunctionTool<'_>> = request
         .tools
         .iter()
-        .map(|t| FunctionTool {
-            kind: "function",
-            name: &t.name,
-            description: &t.description,
-            parameters: &t.input_schema,
-            strict: false,
+        .map(|t| {
+            let (parameters, strict) = crate::provider::strict::wire_schema(
+                &t.name,
+                &t.input_schema,
+                crate::provider::strict::StrictDialect::OpenAi,
+                request.strict_tools,
+            );
+            FunctionTool {
+                kind: "function",
+                name: &t.name,
+                description: &t.description,
+                parameters,
+                strict,
+            }
         })
         .collect();
     let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {

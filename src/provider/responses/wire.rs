@@ -153,8 +153,8 @@ pub(crate) struct FunctionTool<'a> {
     pub(crate) kind: &'static str,
     pub(crate) name: &'a str,
     pub(crate) description: &'a str,
-    pub(crate) parameters: &'a serde_json::Value,
-    /// Required by the type (nullable); `false`: the crate's schemas are not all strict-mode
-    /// schemas (strict mode needs every property required and no additional properties).
+    pub(crate) parameters: std::borrow::Cow<'a, serde_json::Value>,
+    /// Required by the type (nullable); `true` only for a schema normalised for strict mode
+    /// (every property required, no additional properties), `false` otherwise.
     pub(crate) strict: bool,
 }
