@@ -236,7 +236,11 @@ fn scripted(c: &mut Criterion) {
         .model("m");
     server.push_run(10);
     let mut agent = build_agent(http.clone(), 11);
-    assert_eq!(rt.block_on(run_to_end(&mut agent, "Go.")), Some((10, true)), "http run");
+    assert_eq!(
+        rt.block_on(run_to_end(&mut agent, "Go.")),
+        Some((10, true)),
+        "http run"
+    );
 
     let mut group = c.benchmark_group("agent/scripted");
     group.sample_size(10);

@@ -6,6 +6,7 @@
 //! cargo run --release -p agent-loop-benches --example per_turn -- 1000 3
 //! WARM=1 cargo run --release -p agent-loop-benches --example per_turn -- 10 300  # tokenizer built first
 //! HTTP=1 cargo run --release -p agent-loop-benches --example per_turn -- 1000 3  # OpenAiClient over loopback
+//! MT=1 HTTP=1 cargo run --release -p agent-loop-benches --example per_turn -- 10 30  # multi-thread runtime
 //! /usr/bin/time -f "%M KiB" target/release/examples/per_turn 10 1                # peak RSS
 //! ```
 
@@ -32,10 +33,16 @@ fn main() {
     if std::env::var_os("WARM").is_some() {
         agent_loop::context::TiktokenCounter::warm_up();
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // MT=1: the multi-thread runtime, the run on the main thread (`block_on`) and the
+    // server's tasks on its workers, as in a user's `#[tokio::main]`.
+    let rt = if std::env::var_os("MT").is_some() {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build()
+    .unwrap();
     // Over HTTP: an OpenAiClient against a server that only skips the requests it reads.
     let http = std::env::var_os("HTTP").is_some().then(|| {
         let server = rt.block_on(LoopbackServer::start());

@@ -44,6 +44,12 @@ impl Agent {
     /// Dropping the stream cancels the run at once; the history stays valid (unanswered tool
     /// calls are answered as interrupted, partial answer text is kept, marked as
     /// interrupted) and the next `run` works.
+    ///
+    /// The run goes on in whichever task polls the stream; the crate spawns none. On a
+    /// multi-thread runtime, poll it from a spawned task (`tokio::spawn`) rather than from
+    /// `block_on` on the main thread: the HTTP connection is driven by the runtime's workers,
+    /// and a run on the main thread wakes across threads for every response chunk (about five
+    /// times the context switches per model call; BENCHMARKS.md §22).
     pub fn run(
         &mut self,
         input: impl Into<UserInput>,

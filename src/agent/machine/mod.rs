@@ -81,6 +81,10 @@ const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 const MAX_BLOCK_IDS: usize = 4096;
 
 /// Something that happened, fed to [`AgentMachine::handle`].
+// An input is made, moved once into `handle` and dropped: a sub-agent's event (the largest,
+// an `AgentEvent` with its path) is kept inline rather than boxed, which would cost an
+// allocation per nested event for no saving.
+#[allow(clippy::large_enum_variant)]
 #[non_exhaustive]
 #[derive(Debug)]
 pub enum Input {
