@@ -30,7 +30,9 @@
 //! (the oldest dropped first), holding no run slot. The `requestState` names the parked run
 //! (an unguessable handle, not the run itself); one that names no parked run (forged, already
 //! answered, dropped) is refused with JSON-RPC invalid params. A retry whose `inputResponses`
-//! lack an answer asks again. The official TypeScript SDK 1.32.2 speaks up to 2025-11-25 (it
+//! lack an answer asks again (under a new `requestState`); one while every run slot is taken
+//! answers `isError: true` and leaves the run parked under the same `requestState`, to retry.
+//! A retry's `arguments` are not read: the run is the parked one. The official TypeScript SDK 1.32.2 speaks up to 2025-11-25 (it
 //! gets elicitation); `rmcp`'s client with `ClientLifecycleMode::Discover` speaks 2026-07-28.
 //!
 //! Limits: each MCP session (one per `initialize` over HTTP) is rmcp's, closed after 5 minutes
@@ -100,11 +102,16 @@ impl Parked {
     /// Keeps `run` under a fresh handle, dropping the oldest past the bound.
     fn park(&mut self, run: ParkedRun) -> String {
         let state = unguessable_id();
+        self.keep(state.clone(), run);
+        state
+    }
+
+    /// Keeps `run` under `state`, dropping the oldest past the bound.
+    fn keep(&mut self, state: String, run: ParkedRun) {
         while self.runs.len() >= MAX_PARKED_RUNS {
             self.runs.pop_front();
         }
-        self.runs.push_back((state.clone(), run));
-        state
+        self.runs.push_back((state, run));
     }
 
     /// Takes the run parked under `state`, if any.
@@ -232,12 +239,22 @@ impl AgentMcpServer {
         responses: Option<&InputResponses>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let slot = self.slot();
         let Some(ParkedRun { mut agent, paused }) = self.parked().take(state) else {
             return Err(McpError::invalid_params(
                 "requestState names no paused run here: it was answered already, dropped, or \
                  never issued by this server",
                 None,
             ));
+        };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(why) => {
+                // Parked again under the same state: the same retry works once a slot is free.
+                self.parked()
+                    .keep(state.to_owned(), ParkedRun { agent, paused });
+                return Ok(error_result(why));
+            }
         };
         let waiting: Vec<_> = paused
             .pending()
@@ -251,14 +268,6 @@ impl AgentMcpServer {
                 return Ok(error_result(
                     "the run waited for an answer, and the user cancelled".to_owned(),
                 ))
-            }
-        };
-        let slot = match self.slot() {
-            Ok(slot) => slot,
-            Err(why) => {
-                // Still answerable once a slot is free.
-                let _ = self.parked().park(ParkedRun { agent, paused });
-                return Ok(error_result(why));
             }
         };
         let events = agent.resume(&paused, answers).boxed();

@@ -393,3 +393,79 @@ async fn a_2025_11_25_rmcp_client_is_asked_by_elicitation() {
     assert_eq!(text(&done), "It is 5.");
     assert_eq!(answerer.asked().len(), 1);
 }
+
+#[tokio::test]
+async fn a_2026_07_28_retry_while_the_slots_are_taken_keeps_the_run_parked() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    // Run 0 pauses for approval; run 1 waits in its tool until the test releases it.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let released = release.clone();
+    let service = AgentService::new(move || {
+        let (started_tx, release) = (started_tx.clone(), released.clone());
+        let hold = FnTool::new("hold", "Holds.", move |_: Value, _ctx| {
+            let (started_tx, release) = (started_tx.clone(), release.clone());
+            async move {
+                let _ = started_tx.send(());
+                release.notified().await;
+                Ok::<_, ToolError>("released".to_owned())
+            }
+        });
+        let model = match runs.fetch_add(1, Ordering::SeqCst) {
+            0 => ScriptedClient::new([
+                ScriptedResponse::tool_call("call_1", "add", json!({"a": 2, "b": 3})),
+                ScriptedResponse::text("It is 5."),
+            ]),
+            _ => ScriptedClient::new([
+                ScriptedResponse::tool_call("h1", "hold", json!({})),
+                ScriptedResponse::text("held"),
+            ]),
+        };
+        Agent::builder(model)
+            .tool(add_tool())
+            .tool(hold)
+            .policy(RunPolicy::new().require_approval("add"))
+    })
+    .limits(Limits::new().max_concurrent_runs(1));
+    let url = served(AgentMcpServer::new(&service)).await;
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = Answerer::new(true)
+        .serve_with_lifecycle(rmcp_transport(&url), lifecycle)
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(paused) = client.call_tool_once(ask_agent()).await.unwrap()
+    else {
+        panic!("run 0 pauses");
+    };
+    let state = paused.request_state.unwrap();
+
+    // Run 1 takes the only slot and holds it.
+    let peer = client.peer().clone();
+    let holding = tokio::spawn(async move { peer.call_tool_once(ask_agent()).await });
+    started.recv().await.unwrap();
+
+    let answer = json!({"action": "accept", "content": {"approve": true}});
+    let retry = ask_agent()
+        .with_request_state(state)
+        .with_input_responses([("call_1".to_owned(), answer)].into());
+    let CallToolResponse::Complete(busy) = client.call_tool_once(retry.clone()).await.unwrap()
+    else {
+        panic!("a busy server answers the retry with an error result");
+    };
+    assert_eq!(busy.is_error, Some(true));
+    assert!(text(&busy).contains("busy"), "{}", text(&busy));
+
+    // Run 1 ends (its call answered: its slot is free), and the same retry resumes run 0.
+    release.notify_one();
+    let CallToolResponse::Complete(held) = holding.await.unwrap().unwrap() else {
+        panic!("run 1 completes");
+    };
+    assert_eq!(text(&held), "held");
+    let CallToolResponse::Complete(done) = client.call_tool_once(retry).await.unwrap() else {
+        panic!("the run was still parked under its state");
+    };
+    assert_eq!(text(&done), "It is 5.");
+}
