@@ -27,7 +27,8 @@
 //!
 //! The 2026-07-28 revision forbids server-to-client requests, so there the run is parked
 //! between the two requests: in this process's memory, at most [`MAX_PARKED_RUNS`] at once
-//! (the oldest dropped first), holding no run slot. The `requestState` names the parked run
+//! (the oldest dropped first), holding no run slot; several server processes behind one
+//! address need the retry routed to the process that parked the run. The `requestState` names the parked run
 //! (an unguessable handle, not the run itself); one that names no parked run (forged, already
 //! answered, dropped) is refused with JSON-RPC invalid params. A retry whose `inputResponses`
 //! lack an answer asks again (under a new `requestState`); one while every run slot is taken
