@@ -1,8 +1,10 @@
 //! An [A2A](https://a2a-protocol.org) 1.0 server, its JSON-RPC binding: the agent card at
 //! `/.well-known/agent-card.json` and one JSON-RPC endpoint (`POST /a2a`) with the methods
 //! `SendMessage`, `SendStreamingMessage` (Server-Sent Events), `GetTask` and `CancelTask`.
-//! (A2A 1.0 names its JSON-RPC methods after the gRPC service's; the 0.3 names
-//! `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` are not taken.)
+//! (A2A 1.0 names its JSON-RPC methods after the gRPC service's. The pre-1.0 names
+//! `message/send`, `message/stream`, `tasks/get` and `tasks/cancel` are taken too, as aliases
+//! of those four: the same params, the same 1.0-shaped answers; the card and this
+//! documentation name only the 1.0 methods.)
 //!
 //! Each message the client sends without a `taskId` starts a task: a run of the agent in the
 //! session named by the message's `contextId` (one is made when it has none), kept in the
@@ -282,8 +284,7 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
         Ok(request) => request,
         Err((id, error)) => return axum::Json(rpc_error(&id, error)).into_response(),
     };
-    let method = method.as_str();
-    let result = match method {
+    let result = match method_1_0(&method) {
         "SendMessage" => match a2a.send(&params).await {
             Ok(mut run) => {
                 while run.events.recv().await.is_some() {}
@@ -316,6 +317,19 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
         Err(e) => rpc_error(&id, e),
     };
     axum::Json(response).into_response()
+}
+
+/// The A2A 1.0 name of `method`: a pre-1.0 name (`message/send`, `message/stream`,
+/// `tasks/get`, `tasks/cancel`) is taken as an alias of its 1.0 method; any other name is
+/// itself.
+fn method_1_0(method: &str) -> &str {
+    match method {
+        "message/send" => "SendMessage",
+        "message/stream" => "SendStreamingMessage",
+        "tasks/get" => "GetTask",
+        "tasks/cancel" => "CancelTask",
+        other => other,
+    }
 }
 
 /// A JSON-RPC request, checked.
@@ -720,7 +734,39 @@ mod tests {
         })
     }
 
+    #[test]
+    fn the_pre_1_0_method_names_are_aliases_and_nothing_else_is() {
+        let aliases = [
+            ("message/send", "SendMessage"),
+            ("message/stream", "SendStreamingMessage"),
+            ("tasks/get", "GetTask"),
+            ("tasks/cancel", "CancelTask"),
+        ];
+        for (old, new) in aliases {
+            assert_eq!(method_1_0(old), new);
+            assert_eq!(method_1_0(new), new);
+        }
+        for other in [
+            "message/sendd",
+            "Message/Send",
+            "tasks/list",
+            "tasks/resubscribe",
+            "",
+        ] {
+            assert_eq!(method_1_0(other), other);
+        }
+    }
+
     proptest! {
+        /// Any method name other than the four pre-1.0 ones is itself (an unknown one stays
+        /// unknown: -32601).
+        #[test]
+        fn any_other_method_name_is_itself(name in "[a-zA-Z/]{0,16}") {
+            let old = ["message/send", "message/stream", "tasks/get", "tasks/cancel"];
+            prop_assume!(!old.contains(&name.as_str()));
+            prop_assert_eq!(method_1_0(&name), name.as_str());
+        }
+
         /// Any bytes: a request or an error with a JSON-RPC code, never a panic.
         #[test]
         fn any_bytes_parse_or_get_a_code(body in prop::collection::vec(any::<u8>(), 0..64)) {

@@ -8,7 +8,8 @@
 //!   Responses mode.
 //! - [`mcp`] (feature `mcp`, on by default): an MCP server, over stdio or streamable HTTP,
 //!   with one tool whose input is the task and whose result is the agent's answer; progress
-//!   as MCP progress notifications, a paused run's questions as elicitations, the client's
+//!   as MCP progress notifications, a paused run's questions as elicitations (MCP 2025-11-25)
+//!   or an `input_required` result (MCP 2026-07-28), the client's
 //!   cancellation cancelling the run. Any MCP client calls it: the official SDKs, or
 //!   `agent-loop-mcp` (an agent-loop agent using another as a tool).
 //! - [`a2a`] (feature `a2a`, on by default): an A2A 1.0 server (JSON-RPC binding): the agent

@@ -10,19 +10,31 @@
 //!   (`progress` counts the notifications).
 //! - A paused run (a tool in
 //!   [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval), a
-//!   hook's pause, a deferred tool) asks the client through **elicitation** (MCP 2025-06-18
-//!   and later, form mode): one `elicitation/create` per waiting call, `{"approve": boolean,
-//!   "reason": string}` for a verdict, `{"result": string}` for a deferred result; the answers
-//!   resume the run. A client that declares no elicitation capability gets `isError: true`
-//!   naming the calls that wait; a client that cancels the elicitation cancels the run.
+//!   hook's pause, a deferred tool) asks the client for what it waits for, in the mechanism of
+//!   the protocol revision the request speaks (below). Either way the questions are forms:
+//!   `{"approve": boolean, "reason": string}` for a verdict, `{"result": string}` for a
+//!   deferred result; a client that declares no elicitation capability gets `isError: true`
+//!   naming the calls that wait; a client that cancels the form cancels the run.
 //! - The client's `notifications/cancelled` for the call cancels the run.
 //!
-//! Protocol revisions: `rmcp` 3.11 speaks 2024-11-05 through 2026-07-28. The 2026-07-28
-//! revision forbids server-to-client requests (elicitation among them) in favour of an
-//! `input_required` result (`rmcp::model::InputRequiredResult`, multi-round-trip requests,
-//! which rmcp 3.11 has); this server does not implement that flow yet, so it offers the
-//! revisions up to **2025-11-25**, where a pause is an elicitation. Clients of 2026-07-28
-//! negotiate down to 2025-11-25.
+//! Protocol revisions: the server offers every revision `rmcp` 3.11 speaks, 2024-11-05
+//! through **2026-07-28**, and a pause takes the form of the one negotiated:
+//!
+//! | Revision | How a paused run asks |
+//! |---|---|
+//! | 2025-06-18, 2025-11-25 (`initialize`) | **elicitation**: one `elicitation/create` request to the client per waiting call, while the `tools/call` stays open; the answers resume the run and the call ends with its result |
+//! | 2026-07-28 (`server/discover`, no sessions) | the **`input_required` result** (multi round-trip requests): the `tools/call` answers at once with `resultType: "input_required"`, one `elicitation/create` in `inputRequests` per waiting call (keyed by the call's id) and a `requestState`; the client retries the same `tools/call` with `inputResponses` (an elicitation result per key) and that `requestState`, and the run resumes |
+//!
+//! The 2026-07-28 revision forbids server-to-client requests, so there the run is parked
+//! between the two requests: in this process's memory, at most [`MAX_PARKED_RUNS`] at once
+//! (the oldest dropped first), holding no run slot; several server processes behind one
+//! address need the retry routed to the process that parked the run. The `requestState` names the parked run
+//! (an unguessable handle, not the run itself); one that names no parked run (forged, already
+//! answered, dropped) is refused with JSON-RPC invalid params. A retry whose `inputResponses`
+//! lack an answer asks again (under a new `requestState`); one while every run slot is taken
+//! answers `isError: true` and leaves the run parked under the same `requestState`, to retry.
+//! A retry's `arguments` are not read: the run is the parked one. The official TypeScript SDK 1.32.2 speaks up to 2025-11-25 (it
+//! gets elicitation); `rmcp`'s client with `ClientLifecycleMode::Discover` speaks 2026-07-28.
 //!
 //! Limits: each MCP session (one per `initialize` over HTTP) is rmcp's, closed after 5 minutes
 //! idle (the crate sets no cap on how many are open at once); a request body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is
@@ -30,32 +42,103 @@
 //! `isError: true` at once.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
-use agent_loop::agent::{Resolutions, WaitsFor};
-use agent_loop::{AgentEvent, Termination};
+use agent_loop::agent::{AgentHandle, PendingCall, Resolutions, WaitsFor};
+use agent_loop::{Agent, AgentEvent, PausedRun, Termination};
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InitializeResult,
+    InputRequest, InputRequests, InputRequiredResult, InputResponses, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, Peer, ServerHandler, ServiceExt};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::AgentService;
 
-/// The agent as an MCP server with one tool. Cheap to clone.
+/// How many runs paused on a 2026-07-28 `input_required` result are kept, waiting for the
+/// client's retry, at most; past it the oldest is dropped (its `requestState` is then refused).
+pub const MAX_PARKED_RUNS: usize = 256;
+
+/// The agent as an MCP server with one tool. Cheap to clone (clones share the parked runs).
 #[derive(Debug, Clone)]
 pub struct AgentMcpServer {
     service: AgentService,
     name: String,
     description: String,
+    parked: Arc<Mutex<Parked>>,
 }
 
 /// The tool's name unless set.
 pub const DEFAULT_TOOL_NAME: &str = "ask_agent";
+
+/// A run paused on an `input_required` result: its agent (holding the conversation) and what
+/// it waits for.
+struct ParkedRun {
+    agent: Agent,
+    paused: PausedRun,
+}
+
+/// The parked runs by `requestState`, oldest first, at most [`MAX_PARKED_RUNS`].
+#[derive(Default)]
+struct Parked {
+    runs: VecDeque<(String, ParkedRun)>,
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parked")
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+impl Parked {
+    /// Keeps `run` under a fresh handle, dropping the oldest past the bound.
+    fn park(&mut self, run: ParkedRun) -> String {
+        let state = unguessable_id();
+        self.keep(state.clone(), run);
+        state
+    }
+
+    /// Keeps `run` under `state`, dropping the oldest past the bound.
+    fn keep(&mut self, state: String, run: ParkedRun) {
+        while self.runs.len() >= MAX_PARKED_RUNS {
+            self.runs.pop_front();
+        }
+        self.runs.push_back((state, run));
+    }
+
+    /// Takes the run parked under `state`, if any.
+    fn take(&mut self, state: &str) -> Option<ParkedRun> {
+        let at = self.runs.iter().position(|(s, _)| s == state)?;
+        self.runs.remove(at).map(|(_, run)| run)
+    }
+}
+
+/// A handle another client cannot guess: the process-unique id and 128 bits from two
+/// randomly keyed hashers.
+fn unguessable_id() -> String {
+    use std::hash::BuildHasher;
+    let id = crate::fresh_id("run_");
+    let a = std::collections::hash_map::RandomState::new().hash_one(&id);
+    let b = std::collections::hash_map::RandomState::new().hash_one((&id, a));
+    format!("{id}{a:016x}{b:016x}")
+}
+
+/// Where a stretch of a run ended.
+enum Step {
+    /// Its answer, or the text of an error result.
+    Done(Result<String, String>),
+    /// It paused for answers.
+    Paused(Box<PausedRun>),
+}
 
 impl AgentMcpServer {
     /// A server of `service`'s agent as the tool [`DEFAULT_TOOL_NAME`].
@@ -64,6 +147,7 @@ impl AgentMcpServer {
             service: service.clone(),
             name: DEFAULT_TOOL_NAME.to_owned(),
             description: "Gives the task to an agent and answers with its result.".to_owned(),
+            parked: Arc::default(),
         }
     }
 
@@ -118,77 +202,215 @@ impl AgentMcpServer {
         Tool::new(self.name.clone(), self.description.clone(), schema)
     }
 
-    /// Runs the agent on `task`, reporting progress to `peer` and asking it what a pause
-    /// waits for; `Err` is the text of an error result.
-    async fn run(
-        &self,
-        task: String,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<String, String> {
-        let _slot = self.service.try_run_slot().ok_or_else(|| {
+    fn parked(&self) -> std::sync::MutexGuard<'_, Parked> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A run slot, or the text of the error result saying the agent is busy.
+    fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+        self.service.try_run_slot().ok_or_else(|| {
             format!(
                 "the agent is busy: every run slot is taken ({} runs at once); try again later",
                 self.service.current_limits().concurrent_runs()
             )
-        })?;
-        let mut agent = self
-            .service
-            .agent()
-            .map_err(|e| format!("the agent could not be built: {e}"))?;
-        let handle = agent.handle();
-        let mut progress = Progress {
-            peer: context.peer.clone(),
-            token: context.meta.get_progress_token().map(|t| json!(t)),
-            count: 0,
+        })
+    }
+
+    /// Runs the agent on `task`, reporting progress to the client and asking it what a pause
+    /// waits for, by elicitation (before 2026-07-28) or an `input_required` result.
+    async fn run(&self, task: String, context: &RequestContext<RoleServer>) -> CallToolResponse {
+        let slot = match self.slot() {
+            Ok(slot) => slot,
+            Err(why) => return error_result(why),
         };
-        let mut events = agent.run(task).boxed();
+        let mut agent = match self.service.agent() {
+            Ok(agent) => agent,
+            Err(e) => return error_result(format!("the agent could not be built: {e}")),
+        };
+        let events = agent.run(task).boxed();
+        let step = drive(events, &agent.handle(), context).await;
+        self.go_on(agent, step, slot, context).await
+    }
+
+    /// Answers a 2026-07-28 retry: resumes the run parked under `state` with the client's
+    /// `responses`.
+    async fn retry(
+        &self,
+        state: &str,
+        responses: Option<&InputResponses>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let slot = self.slot();
+        let Some(ParkedRun { mut agent, paused }) = self.parked().take(state) else {
+            return Err(McpError::invalid_params(
+                "requestState names no paused run here: it was answered already, dropped, or \
+                 never issued by this server",
+                None,
+            ));
+        };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(why) => {
+                // Parked again under the same state: the same retry works once a slot is free.
+                self.parked()
+                    .keep(state.to_owned(), ParkedRun { agent, paused });
+                return Ok(error_result(why));
+            }
+        };
+        let waiting: Vec<_> = paused
+            .pending()
+            .into_iter()
+            .map(|c| (c.id, c.waits_for))
+            .collect();
+        let answers = match answers_from(&waiting, responses) {
+            Answers::All(answers) => answers,
+            Answers::Missing => return Ok(self.park(agent, paused)),
+            Answers::Cancelled => {
+                return Ok(error_result(
+                    "the run waited for an answer, and the user cancelled".to_owned(),
+                ))
+            }
+        };
+        let events = agent.resume(&paused, answers).boxed();
+        let step = drive(events, &agent.handle(), context).await;
+        Ok(self.go_on(agent, step, slot, context).await)
+    }
+
+    /// Takes a run from `step` to its end: asks for what each pause waits for and resumes,
+    /// or (2026-07-28) parks it and answers `input_required`.
+    async fn go_on(
+        &self,
+        mut agent: Agent,
+        mut step: Step,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
         loop {
-            let event = tokio::select! {
+            let paused = match step {
+                Step::Done(Ok(answer)) => {
+                    return CallToolResult::success(vec![ContentBlock::text(answer)]).into()
+                }
+                Step::Done(Err(why)) => return error_result(why),
+                Step::Paused(paused) => paused,
+            };
+            if let Err(why) = can_ask(&paused, context) {
+                return error_result(why);
+            }
+            if speaks_input_required(context) {
+                drop(slot);
+                return self.park(agent, *paused);
+            }
+            let answers = tokio::select! {
                 () = context.ct.cancelled() => {
-                    handle.cancel();
-                    return Err("cancelled by the client".to_owned());
+                    return error_result("cancelled by the client".to_owned());
                 }
-                event = events.next() => event,
+                answers = ask(&context.peer, &paused) => answers,
             };
-            let Some(event) = event else {
-                return Err("the run ended without its outcome".to_owned());
+            let answers = match answers {
+                Ok(answers) => answers,
+                Err(why) => return error_result(why),
             };
-            let message = match &event {
-                AgentEvent::TextDelta { text } => Some(text.clone()),
-                AgentEvent::ToolCall { name, .. } => Some(format!("calling {name}")),
-                AgentEvent::ToolProgress { message, .. } => Some(message.clone()),
-                AgentEvent::ToolResult { name, is_error, .. } => Some(match is_error {
-                    true => format!("{name} failed"),
-                    false => format!("{name} done"),
-                }),
-                _ => None,
-            };
-            if let Some(message) = message {
-                progress.send(message).await;
-            }
-            let AgentEvent::Finished(outcome) = event else {
-                continue;
-            };
-            match outcome.termination {
-                Termination::Completed => return Ok(outcome.final_text),
-                Termination::Paused(paused) => {
-                    let answers = tokio::select! {
-                        () = context.ct.cancelled() => {
-                            return Err("cancelled by the client".to_owned());
-                        }
-                        answers = ask(&context.peer, &paused) => answers?,
-                    };
-                    events = agent.resume(&paused, answers).boxed();
-                }
-                Termination::Error(e) => return Err(format!("the agent failed: {e}")),
-                other => {
-                    return Err(format!(
-                        "the agent stopped before finishing: {other:?}; its text so far: {}",
-                        outcome.final_text
-                    ))
-                }
-            }
+            let events = agent.resume(&paused, answers).boxed();
+            step = drive(events, &agent.handle(), context).await;
         }
+    }
+
+    /// Parks `agent` paused at `paused` and answers with the `input_required` result asking
+    /// for what it waits for.
+    fn park(&self, agent: Agent, paused: PausedRun) -> CallToolResponse {
+        let requests = input_requests(&paused);
+        match requests {
+            Ok(requests) => {
+                let state = self.parked().park(ParkedRun { agent, paused });
+                InputRequiredResult::new(Some(requests), Some(state)).into()
+            }
+            Err(why) => error_result(why),
+        }
+    }
+}
+
+fn error_result(why: String) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(why)]).into()
+}
+
+/// Whether the request speaks 2026-07-28 or later, where a pause is an `input_required`
+/// result rather than a request to the client.
+fn speaks_input_required(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// `Err` naming the waiting calls when the client declares no elicitation capability (per
+/// request in 2026-07-28, at `initialize` before).
+fn can_ask(paused: &PausedRun, context: &RequestContext<RoleServer>) -> Result<(), String> {
+    let can = match context.meta.client_capabilities() {
+        Some(capabilities) if speaks_input_required(context) => capabilities.elicitation.is_some(),
+        _ => !context.peer.supported_elicitation_modes().is_empty(),
+    };
+    if can {
+        return Ok(());
+    }
+    Err(format!(
+        "the agent paused, waiting for {}; this client does not support elicitation, so it \
+         cannot be asked",
+        paused
+            .pending()
+            .iter()
+            .map(|c| format!("{} (call {:?})", c.name, c.id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Follows a run's `events` to where it ends or pauses, reporting progress to the client;
+/// the client's cancellation cancels it.
+async fn drive(
+    mut events: BoxStream<'static, AgentEvent>,
+    handle: &AgentHandle,
+    context: &RequestContext<RoleServer>,
+) -> Step {
+    let mut progress = Progress {
+        peer: context.peer.clone(),
+        token: context.meta.get_progress_token().map(|t| json!(t)),
+        count: 0,
+    };
+    loop {
+        let event = tokio::select! {
+            () = context.ct.cancelled() => {
+                handle.cancel();
+                return Step::Done(Err("cancelled by the client".to_owned()));
+            }
+            event = events.next() => event,
+        };
+        let Some(event) = event else {
+            return Step::Done(Err("the run ended without its outcome".to_owned()));
+        };
+        let message = match &event {
+            AgentEvent::TextDelta { text } => Some(text.clone()),
+            AgentEvent::ToolCall { name, .. } => Some(format!("calling {name}")),
+            AgentEvent::ToolProgress { message, .. } => Some(message.clone()),
+            AgentEvent::ToolResult { name, is_error, .. } => Some(match is_error {
+                true => format!("{name} failed"),
+                false => format!("{name} done"),
+            }),
+            _ => None,
+        };
+        if let Some(message) = message {
+            progress.send(message).await;
+        }
+        let AgentEvent::Finished(outcome) = event else {
+            continue;
+        };
+        return match outcome.termination {
+            Termination::Completed => Step::Done(Ok(outcome.final_text)),
+            Termination::Paused(paused) => Step::Paused(paused),
+            Termination::Error(e) => Step::Done(Err(format!("the agent failed: {e}"))),
+            other => Step::Done(Err(format!(
+                "the agent stopped before finishing: {other:?}; its text so far: {}",
+                outcome.final_text
+            ))),
+        };
     }
 }
 
@@ -213,86 +435,127 @@ impl Progress {
     }
 }
 
+/// The form asking for what `call` waits for.
+fn question(call: &PendingCall) -> Result<ElicitRequestParams, String> {
+    let (message, schema) = match call.waits_for {
+        WaitsFor::Approval => (
+            format!(
+                "The agent wants to call {} with {}. Approve?",
+                call.name, call.input
+            ),
+            json!({"type": "object",
+                "properties": {
+                    "approve": {"type": "boolean", "title": "Approve",
+                        "description": "Let the call run."},
+                    "reason": {"type": "string", "title": "Reason",
+                        "description": "Why not (told to the agent)."}},
+                "required": ["approve"]}),
+        ),
+        _ => (
+            format!(
+                "The agent waits for the result of {} with {}.",
+                call.name, call.input
+            ),
+            json!({"type": "object",
+                "properties": {"result": {"type": "string", "title": "Result"}},
+                "required": ["result"]}),
+        ),
+    };
+    let params = json!({"mode": "form", "message": message, "requestedSchema": schema});
+    serde_json::from_value(params).map_err(|e| format!("the elicitation could not be built: {e}"))
+}
+
+/// What the client's `answer` to the question about the call `id` (waiting for `waits_for`)
+/// adds to `answers`; `None` when the user cancelled.
+fn resolve(
+    answers: Resolutions,
+    id: &str,
+    waits_for: WaitsFor,
+    answer: ElicitResult,
+) -> Option<Resolutions> {
+    let content = answer.content.unwrap_or(Value::Null);
+    Some(match (answer.action, waits_for) {
+        (ElicitationAction::Cancel, _) => return None,
+        (ElicitationAction::Accept, WaitsFor::Approval) if content["approve"] == true => {
+            answers.approve(id)
+        }
+        (ElicitationAction::Accept, WaitsFor::Approval) => {
+            let reason = content["reason"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+                .unwrap_or("denied by the user");
+            answers.deny(id, reason)
+        }
+        (ElicitationAction::Accept, _) => match content["result"].as_str() {
+            Some(result) => answers.result(id, result),
+            None => answers.error(id, "the user gave no result"),
+        },
+        (_, WaitsFor::Approval) => answers.deny(id, "declined by the user"),
+        _ => answers.error(id, "declined by the user"),
+    })
+}
+
 /// Asks the client, one elicitation per waiting call, for what `paused` waits for.
-async fn ask(
-    peer: &Peer<RoleServer>,
-    paused: &agent_loop::PausedRun,
-) -> Result<Resolutions, String> {
-    let pending = paused.pending();
-    if peer.supported_elicitation_modes().is_empty() {
-        return Err(format!(
-            "the agent paused, waiting for {}; this client does not support elicitation, so \
-             it cannot be asked",
-            pending
-                .iter()
-                .map(|c| format!("{} (call {:?})", c.name, c.id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
+async fn ask(peer: &Peer<RoleServer>, paused: &PausedRun) -> Result<Resolutions, String> {
     let mut answers = Resolutions::new();
-    for call in pending {
-        let (message, schema) = match call.waits_for {
-            WaitsFor::Approval => (
-                format!(
-                    "The agent wants to call {} with {}. Approve?",
-                    call.name, call.input
-                ),
-                json!({"type": "object",
-                    "properties": {
-                        "approve": {"type": "boolean", "title": "Approve",
-                            "description": "Let the call run."},
-                        "reason": {"type": "string", "title": "Reason",
-                            "description": "Why not (told to the agent)."}},
-                    "required": ["approve"]}),
-            ),
-            _ => (
-                format!(
-                    "The agent waits for the result of {} with {}.",
-                    call.name, call.input
-                ),
-                json!({"type": "object",
-                    "properties": {"result": {"type": "string", "title": "Result"}},
-                    "required": ["result"]}),
-            ),
-        };
-        let params = json!({"mode": "form", "message": message, "requestedSchema": schema});
-        let params: ElicitRequestParams = serde_json::from_value(params)
-            .map_err(|e| format!("the elicitation could not be built: {e}"))?;
+    for call in paused.pending() {
         let answer = peer
-            .create_elicitation(params)
+            .create_elicitation(question(&call)?)
             .await
             .map_err(|e| format!("the client did not answer the elicitation: {e}"))?;
-        let content = answer.content.unwrap_or(Value::Null);
-        answers = match (answer.action, call.waits_for) {
-            (ElicitationAction::Cancel, _) => {
-                return Err("the run waited for an answer, and the user cancelled".to_owned())
-            }
-            (ElicitationAction::Accept, WaitsFor::Approval) if content["approve"] == true => {
-                answers.approve(call.id)
-            }
-            (ElicitationAction::Accept, WaitsFor::Approval) => {
-                let reason = content["reason"]
-                    .as_str()
-                    .filter(|r| !r.is_empty())
-                    .unwrap_or("denied by the user");
-                answers.deny(call.id, reason)
-            }
-            (ElicitationAction::Accept, _) => match content["result"].as_str() {
-                Some(result) => answers.result(call.id, result),
-                None => answers.error(call.id, "the user gave no result"),
-            },
-            (_, WaitsFor::Approval) => answers.deny(call.id, "declined by the user"),
-            _ => answers.error(call.id, "declined by the user"),
-        };
+        answers = resolve(answers, &call.id, call.waits_for, answer)
+            .ok_or("the run waited for an answer, and the user cancelled")?;
     }
     Ok(answers)
+}
+
+/// The `inputRequests` of an `input_required` result: one elicitation per waiting call, keyed
+/// by the call's id.
+fn input_requests(paused: &PausedRun) -> Result<InputRequests, String> {
+    paused
+        .pending()
+        .iter()
+        .map(|call| {
+            let request = InputRequest::Elicitation(ElicitRequest::new(question(call)?));
+            Ok((call.id.clone(), request))
+        })
+        .collect()
+}
+
+/// What a 2026-07-28 retry's `inputResponses` say.
+#[derive(Debug)]
+enum Answers {
+    /// An answer for every waiting call.
+    All(Resolutions),
+    /// Some call has no answer (or one that is not an elicitation result): ask again.
+    Missing,
+    /// The user cancelled a question.
+    Cancelled,
+}
+
+/// Reads the client's `responses` to the questions about the `waiting` calls (id, what it
+/// waits for), in order.
+fn answers_from(waiting: &[(String, WaitsFor)], responses: Option<&InputResponses>) -> Answers {
+    let mut answers = Resolutions::new();
+    for (id, waits_for) in waiting {
+        let answer = responses
+            .and_then(|r| r.get(id))
+            .and_then(|v| ElicitResult::deserialize(v).ok());
+        let Some(answer) = answer else {
+            return Answers::Missing;
+        };
+        answers = match resolve(answers, id, *waits_for, answer) {
+            Some(answers) => answers,
+            None => return Answers::Cancelled,
+        };
+    }
+    Answers::All(answers)
 }
 
 impl ServerHandler for AgentMcpServer {
     fn get_info(&self) -> InitializeResult {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
             .with_server_info(Implementation::new(
                 "agent-loop-serve",
                 env!("CARGO_PKG_VERSION"),
@@ -300,7 +563,7 @@ impl ServerHandler for AgentMcpServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn list_tools(
@@ -329,6 +592,11 @@ impl ServerHandler for AgentMcpServer {
                 None,
             ));
         }
+        if let Some(state) = &request.request_state {
+            return self
+                .retry(state, request.input_responses.as_ref(), &context)
+                .await;
+        }
         let task = request
             .arguments
             .as_ref()
@@ -341,10 +609,73 @@ impl ServerHandler for AgentMcpServer {
             )])
             .into());
         };
-        let result = match self.run(task.to_owned(), &context).await {
-            Ok(answer) => CallToolResult::success(vec![ContentBlock::text(answer)]),
-            Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
-        };
-        Ok(result.into())
+        Ok(self.run(task.to_owned(), &context).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_loop::agent::Resolution;
+    use proptest::prelude::*;
+
+    /// A client's response: an elicitation result of any action with any verdict, or junk.
+    fn response() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (
+                prop::sample::select(vec!["accept", "decline", "cancel"]),
+                prop::option::of(any::<bool>()),
+                prop::option::of("[a-z ]{0,8}"),
+            )
+                .prop_map(|(action, approve, text)| {
+                    json!({"action": action,
+                        "content": {"approve": approve, "reason": text, "result": text}})
+                }),
+            Just(json!({"action": "maybe"})),
+            Just(json!("accept")),
+            Just(json!(null)),
+        ]
+    }
+
+    proptest! {
+        /// Any responses to any waiting calls: every call answered (none cancelled) resumes
+        /// with exactly one resolution per call, an approval only where the user accepted with
+        /// `approve: true`; a call left without a readable answer asks again; a cancel cancels.
+        #[test]
+        fn the_responses_of_a_retry_answer_each_waiting_call_or_ask_again(
+            waiting in prop::collection::btree_map(
+                "c[0-9]", prop::sample::select(vec![WaitsFor::Approval, WaitsFor::Result]), 1..4),
+            responses in prop::collection::btree_map("c[0-9]", response(), 0..6),
+        ) {
+            let waiting: Vec<(String, WaitsFor)> = waiting.into_iter().collect();
+            let read = |id: &str| {
+                responses.get(id).and_then(|v| ElicitResult::deserialize(v).ok())
+            };
+            // The first call, in order, without a readable answer or with a cancel decides.
+            let first_stop = waiting.iter().find_map(|(id, _)| match read(id) {
+                None => Some("missing"),
+                Some(r) if r.action == ElicitationAction::Cancel => Some("cancelled"),
+                Some(_) => None,
+            });
+            match (answers_from(&waiting, Some(&responses)), first_stop) {
+                (Answers::Missing, Some("missing")) | (Answers::Cancelled, Some("cancelled")) => {}
+                (Answers::All(answers), None) => {
+                    prop_assert_eq!(answers.len(), waiting.len());
+                    for (id, waits_for) in &waiting {
+                        let r = read(id).unwrap();
+                        let approved = *waits_for == WaitsFor::Approval
+                            && r.action == ElicitationAction::Accept
+                            && r.content.as_ref().is_some_and(|c| c["approve"] == true);
+                        prop_assert_eq!(
+                            answers.get(id) == Some(&Resolution::Approve),
+                            approved
+                        );
+                    }
+                }
+                (got, expected) => prop_assert!(false, "{got:?} where {expected:?}"),
+            }
+            // No responses at all: asked again.
+            prop_assert!(matches!(answers_from(&waiting, None), Answers::Missing));
+        }
     }
 }

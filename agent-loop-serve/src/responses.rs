@@ -23,7 +23,9 @@
 //!    else the whole response object. A run that ends for a reason other than completion is
 //!    `incomplete` (`incomplete_details.reason`: `max_output_tokens`, `content_filter`,
 //!    `max_turns`, `paused`, `cancelled`, `budget`, `tool_failures`, `stopped`, `invalid_output`);
-//!    a run that fails is `failed` with `error.message`.
+//!    a run that fails is `failed` with `error.message`. A client that leaves a stream before
+//!    its end cancels the run: the server drops it (its tools' futures with it) and its run
+//!    slot is free again.
 //!
 //! Errors before a run starts are the OpenAI error body, `{"error": {"message", "type",
 //! "param", "code"}}`: 400 `invalid_request_error` for a bad body, 413 for one past

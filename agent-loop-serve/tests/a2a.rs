@@ -175,7 +175,7 @@ async fn bad_json_rpc_gets_its_error_codes() {
         ("{nope", -32700),
         (r#"{"id": 1, "method": "GetTask"}"#, -32600),
         (
-            r#"{"jsonrpc": "2.0", "id": 1, "method": "message/send"}"#,
+            r#"{"jsonrpc": "2.0", "id": 1, "method": "tasks/list"}"#,
             -32601,
         ),
         (
@@ -216,6 +216,89 @@ async fn bad_json_rpc_gets_its_error_codes() {
         .unwrap();
     assert_eq!(card["supportedInterfaces"][0]["url"], format!("{url}/a2a"));
     assert_eq!(card["supportedInterfaces"][0]["protocolVersion"], "1.0");
+}
+
+#[tokio::test]
+async fn the_pre_1_0_method_names_are_taken_as_aliases() {
+    let url = served(AgentService::new(adder(RunPolicy::new()))).await;
+    // `message/send` with a pre-1.0 message (`kind`ed parts, a lower-case role): the 1.0 task.
+    let sent = rpc(
+        &url,
+        r#"{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message":
+            {"kind": "message", "messageId": "m1", "role": "user",
+             "parts": [{"kind": "text", "text": "Add 2 and 3."}]}}}"#,
+        None,
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "2 + 3 = 5");
+    let id = task["id"].as_str().unwrap();
+
+    let got = rpc(
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": id}})
+            .to_string(),
+        None,
+    )
+    .await;
+    assert_eq!(&got["result"], task, "{got}");
+    // `tasks/cancel` is CancelTask: a completed task is not cancelable.
+    let cancelled = rpc(
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel", "params": {"id": id}})
+            .to_string(),
+        None,
+    )
+    .await;
+    assert_eq!(cancelled["error"]["code"], -32002, "{cancelled}");
+
+    // `message/stream` streams the task's events as SSE.
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "message/stream", "params":
+        {"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "Again."}]}}});
+    let response = reqwest::Client::new()
+        .post(format!("{url}/a2a"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "message/stream is SendStreamingMessage"
+    );
+    let text = response.text().await.unwrap();
+    let frames: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(frames[0]["id"], 4);
+    let last = &frames.last().unwrap()["result"];
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{text}"
+    );
+
+    // The card and the unknown-method error name only the 1.0 methods.
+    let unknown = rpc(
+        &url,
+        r#"{"jsonrpc": "2.0", "id": 5, "method": "nope"}"#,
+        None,
+    )
+    .await;
+    let message = unknown["error"]["message"].as_str().unwrap();
+    assert!(message.contains("SendMessage") && !message.contains("message/send"));
+    let card = reqwest::get(format!("{url}/.well-known/agent-card.json"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !card.contains("message/send") && !card.contains("tasks/get"),
+        "{card}"
+    );
 }
 
 #[tokio::test]

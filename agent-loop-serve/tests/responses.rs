@@ -17,6 +17,8 @@ use agent_loop_serve::{AgentService, Limits};
 use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// An agent that adds: the model calls `add` with 2 and 3, then says the sum.
 fn adder() -> agent_loop::AgentBuilder {
@@ -223,6 +225,71 @@ async fn a_run_past_the_limit_is_refused_with_429() {
     let (status, error) = post(&url, r#"{"input": "me too"}"#).await;
     assert_eq!(status, 429);
     assert_eq!(error["error"]["type"], "rate_limit_error");
+}
+
+/// Sends on its channel when dropped: a tool's future, dropped when its run is cancelled.
+struct OnDrop(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+// A current-thread runtime (tokio::test's): the server drops the response stream (the run, its
+// tool, the run slot) in one go before this test's task runs again.
+#[tokio::test]
+async fn a_client_leaving_a_stream_cancels_the_run_and_frees_its_slot() {
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = AgentService::new(move || {
+        let (started_tx, dropped_tx) = (started_tx.clone(), dropped_tx.clone());
+        // The first run's tool waits forever (until dropped); the second run just answers.
+        let wait = FnTool::new("wait", "Waits.", move |_: Value, _ctx| {
+            let guard = OnDrop(dropped_tx.clone());
+            let _ = started_tx.send(());
+            async move {
+                let _guard = guard;
+                std::future::pending::<Result<String, ToolError>>().await
+            }
+        });
+        let model = match runs.fetch_add(1, Ordering::SeqCst) {
+            0 => ScriptedClient::new([
+                ScriptedResponse::tool_call("c1", "wait", json!({})),
+                ScriptedResponse::text("unreachable"),
+            ]),
+            _ => ScriptedClient::new([ScriptedResponse::text("second run")]),
+        };
+        Agent::builder(model).tool(wait)
+    })
+    .limits(Limits::new().max_concurrent_runs(1));
+    let url = served(service).await;
+
+    let first = reqwest::Client::new()
+        .post(format!("{url}/v1/responses"))
+        .json(&json!({"input": "wait", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let mut body = first.bytes_stream();
+    assert!(body.next().await.is_some());
+    // The run is in its tool, holding the only slot: another run is refused meanwhile.
+    started.recv().await.unwrap();
+    let (status, _) = post(&url, r#"{"input": "me too"}"#).await;
+    assert_eq!(status, 429);
+
+    // The client goes away mid-stream: the server drops the run, its tool's future with it.
+    drop(body);
+    dropped.recv().await.unwrap();
+    assert!(started.try_recv().is_err(), "the tool ran once");
+
+    // The slot is free again: the next run is served to its end.
+    let (status, response) = post(&url, r#"{"input": "again"}"#).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "completed");
+    assert_eq!(response["output"][0]["content"][0]["text"], "second run");
 }
 
 #[tokio::test]
