@@ -24,7 +24,9 @@
 //! Choices the protocol leaves open:
 //!
 //! - A run that completed gives `RUN_FINISHED` with the outcome `success` and the final text
-//!   (or the structured answer) as its `result`. A paused run gives the outcome `interrupt`,
+//!   (or the structured answer) as its `result`. So does a run the host stopped after its
+//!   turn ([`AgentHandle::stop_after_turn`], [`Termination::StoppedAfterTurn`]): its turn
+//!   finished, nothing was aborted, and nothing waits. A paused run gives the outcome `interrupt`,
 //!   one interrupt per waiting call, with the id `{pauseId}:{callId}`: the pause id makes an
 //!   answer to an older pause of the same call an error rather than a verdict on the new one.
 //!   A cancelled run gives the outcome `cancelled`. An error gives `RUN_ERROR` with a `code`
@@ -954,7 +956,9 @@ impl AgUiEncoder {
             usage: usage.clone(),
         };
         match &outcome.termination {
-            Termination::Completed => {
+            // A run stopped after its turn at the host's request did what it was let do:
+            // nothing was aborted, nothing waits.
+            Termination::Completed | Termination::StoppedAfterTurn => {
                 let result = outcome.output.clone().or_else(|| {
                     (!outcome.final_text.is_empty())
                         .then(|| Value::String(outcome.final_text.clone()))

@@ -31,7 +31,9 @@ use serde_json::Value;
 
 use agent_loop::agent::{Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image};
-use agent_loop::{AgentEvent, ContentBlock, Message, PausedRun, Role, Termination, UserInput};
+use agent_loop::{
+    AgentEvent, ContentBlock, Message, PausedRun, Role, StopReason, Termination, UserInput,
+};
 
 use super::{sse_frame, UiRequestError, UiTurn};
 
@@ -352,7 +354,10 @@ struct CallState {
 ///   whose `approvalId` is the call's id for those waiting for a verdict), `finish-step`,
 ///   then `error` for a failed run, `abort` for a cancelled one, a transient `data-stopped`
 ///   `{reason}` for a run stopped by a limit, a budget or a hook, and `finish` with its
-///   [`FinishReason`]. Nothing after it.
+///   [`FinishReason`]. Nothing after it. A run the host stopped after its turn
+///   ([`AgentHandle::stop_after_turn`](agent_loop::agent::AgentHandle::stop_after_turn))
+///   ends normally: `finish` alone, with the reason of its last step (`tool-calls` after a
+///   step with calls, as `streamText` ends when its `stopWhen` stops it).
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
@@ -398,6 +403,8 @@ pub struct UiStreamEncoder {
     calls: BTreeMap<String, CallState>,
     /// The calls the person denied (a resumption's answers).
     denied: BTreeSet<String>,
+    /// Why the last turn's response ended (for a run stopped after its turn).
+    last_stop: Option<StopReason>,
     /// What a run that left a pause behind says of the calls it denied, sent after `start`.
     left: Option<Value>,
 }
@@ -469,7 +476,8 @@ impl UiStreamEncoder {
                 out.push(UiMessageChunk::StartStep {});
                 self.step_open = true;
             }
-            AgentEvent::TurnEnd { .. } => {
+            AgentEvent::TurnEnd { stop_reason, .. } => {
+                self.last_stop = Some(stop_reason.clone());
                 self.close_parts(&mut out);
                 self.close_step(&mut out);
             }
@@ -701,6 +709,13 @@ impl UiStreamEncoder {
             Termination::MaxTokens => FinishReason::Length,
             Termination::Refused => FinishReason::ContentFilter,
             Termination::Paused(_) => FinishReason::ToolCalls,
+            // Stopped after its turn at the host's request: a normal end, as `streamText`
+            // ends when its `stopWhen` stops it after a step, with the step's own reason.
+            Termination::StoppedAfterTurn => match self.last_stop {
+                Some(StopReason::ToolUse) => FinishReason::ToolCalls,
+                Some(StopReason::MaxTokens) => FinishReason::Length,
+                _ => FinishReason::Stop,
+            },
             Termination::Error(e) => {
                 out.push(UiMessageChunk::Error {
                     error_text: e.to_string(),

@@ -1963,3 +1963,85 @@ fn the_runs_other_events_are_custom_events() {
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// A run the host stops after its turn.
+
+fn weather_then_answer() -> Vec<ScriptedResponse> {
+    vec![
+        ScriptedResponse::text("Checking.").then_tool_call(
+            "c1",
+            "get_weather",
+            json!({"city": "Paris"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ]
+}
+
+#[tokio::test]
+async fn a_run_stopped_after_its_turn_finishes_with_success() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    agent.handle().stop_after_turn();
+    let events = run_events(&mut agent, "Weather?").await;
+    assert_eq!(
+        outcome_of(&events).termination,
+        Termination::StoppedAfterTurn
+    );
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out)
+            .into_iter()
+            .filter(|l| !l.starts_with("TOOL_CALL_ARGS"))
+            .collect::<Vec<_>>(),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Checking.",
+            "TEXT_MESSAGE_END r1:t1",
+            "TOOL_CALL_START c1 get_weather r1:t1",
+            "TOOL_CALL_END c1",
+            "TOOL_CALL_RESULT r1:r:c1 c1 sunny",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED success",
+        ]
+    );
+    assert_eq!(client.requests().len(), 1, "no second model call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_after_its_turn_passes_the_clients_checks_as_a_finished_run() {
+    if !common::web::node_available("AG-UI stopped run", "@ag-ui/client") {
+        return;
+    }
+    let app = App {
+        client: ScriptedClient::new(weather_then_answer()),
+        store: Arc::new(MemoryStore::new()),
+    };
+    let handler = |State(app): State<App>, body: Bytes| async move {
+        let mut agent = app.agent("stopped");
+        agent.handle().stop_after_turn();
+        respond(&mut agent, &body).await
+    };
+    let router = axum::Router::new()
+        .route("/agui", post(handler))
+        .with_state(app);
+    let url = format!("{}/agui", common::web::serve(router).await);
+    let body = json!({"threadId": "stopped", "runId": "run-1", "messages": [
+        {"id": "u1", "role": "user", "content": "Weather?"}
+    ]})
+    .to_string();
+    let out = common::web::node_json("agui-client.mjs", &["raw", &url, &body]).await;
+    assert_eq!(out["schemaFailures"], json!([]), "{out:#}");
+    assert_eq!(out["verifyError"], Value::Null, "{out:#}");
+    let events = out["events"].as_array().unwrap();
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{out:#}");
+    assert_eq!(
+        events.last().unwrap()["outcome"],
+        json!({"type": "success"})
+    );
+    assert_eq!(events.last().unwrap()["result"], "Checking.");
+    assert!(!events.iter().any(|e| e["type"] == "RUN_ERROR"), "{out:#}");
+}

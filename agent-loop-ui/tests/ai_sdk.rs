@@ -2246,3 +2246,100 @@ async fn an_approval_to_an_agent_without_a_session_says_a_session_store_is_neede
 fn body_of_question() -> Vec<u8> {
     body(vec![user("u1", "Delete a.txt")])
 }
+
+// ---------------------------------------------------------------------------------------
+// A run the host stops after its turn.
+
+/// A lookup, then an answer the run never asks for: the host stops it after its first turn.
+fn lookup_then_answer() -> ScriptedClient {
+    ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ])
+}
+
+#[tokio::test]
+async fn a_run_stopped_after_its_turn_finishes_normally_with_its_steps_reason() {
+    let client = lookup_then_answer();
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool())
+        .build()
+        .unwrap();
+    agent.handle().stop_after_turn();
+    let events = run_events(&mut agent, "What does hi mean?").await;
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("no Finished")
+    };
+    assert_eq!(outcome.termination, Termination::StoppedAfterTurn);
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown: Vec<String> = shows(&chunks)
+        .into_iter()
+        .filter(|s| !s.starts_with("tool-input-delta"))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Looking it up.",
+            "text-end text-1",
+            "tool-input-start c1 lookup",
+            "tool-input-available c1 lookup {\"word\":\"hi\"}",
+            "tool-output-available c1 hi means a greeting",
+            "finish-step",
+            // No `abort`, no `data-stopped`: a normal end, with the last step's reason.
+            "finish tool-calls",
+        ]
+    );
+    assert_eq!(client.requests().len(), 1, "no second model call");
+}
+
+/// A server answering POST /chat with `respond`, its agent asked to stop after its turn.
+async fn stopping_server(client: ScriptedClient) -> String {
+    let app = axum::Router::new().route(
+        "/chat",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let client = client.clone();
+            async move {
+                let mut agent = Agent::builder(client)
+                    .tool(lookup_tool())
+                    .build()
+                    .expect("the agent builds");
+                agent.handle().stop_after_turn();
+                respond(&mut agent, &body).await
+            }
+        }),
+    );
+    format!("{}/chat", common::web::serve(app).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_package_reads_a_run_stopped_after_its_turn_as_a_finished_message() {
+    if !common::web::node_available("the ai package reading a stopped run", "ai") {
+        return;
+    }
+    let url = stopping_server(lookup_then_answer()).await;
+    let seen = common::web::node_json("ai-sdk-client.mjs", &["read", &url]).await;
+    assert_eq!(seen["invalid"], json!([]), "{seen:#}");
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    let chunks = seen["chunks"].as_array().unwrap();
+    assert!(
+        !chunks
+            .iter()
+            .any(|c| c["type"] == "abort" || c["type"] == "error" || c["type"] == "data-stopped"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "tool-calls"})
+    );
+    let parts = seen["message"]["parts"].as_array().unwrap();
+    let lookup = parts.iter().find(|p| p["type"] == "tool-lookup").unwrap();
+    assert_eq!(lookup["state"], "output-available", "{seen:#}");
+    assert_eq!(lookup["output"], "hi means a greeting");
+}
