@@ -11,7 +11,12 @@
 //!
 //! A run that pauses for a person's verdict ends its stream with the waiting calls as tool
 //! parts in the state `approval-requested` (a `tool-approval-request` chunk whose
-//! `approvalId` is the call's id) and `finishReason: "tool-calls"`. The client's
+//! `approvalId` is the call's id, and whose `signature` is the call's
+//! [digest](agent_loop::agent::PendingCall::digest), `sha256:…` of its id, tool and
+//! arguments) and `finishReason: "tool-calls"`. The client keeps the signature in the part's
+//! `approval` and sends it back with the verdict: a verdict signed for another call than the
+//! one waiting under that id (after a rewind, from another branch) is refused, the stream's
+//! `error` chunk saying so, nothing run and the call still waiting. The client's
 //! `addToolApprovalResponse({id, approved, reason})` sets the part to `approval-responded`;
 //! with `sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses` it sends
 //! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
@@ -29,7 +34,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use agent_loop::agent::{Resolutions, WaitsFor};
+use agent_loop::agent::{Resolution, Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image};
 use agent_loop::{
     AgentEvent, ContentBlock, Message, PausedRun, Role, StopReason, Termination, UserInput,
@@ -155,6 +160,12 @@ pub enum UiMessageChunk {
         approval_id: String,
         /// The call's id.
         tool_call_id: String,
+        /// What binds the approval to its call: the encoder sends the call's
+        /// [digest](agent_loop::agent::PendingCall::digest) (`sha256:…`). The client keeps
+        /// it in the part's `approval.signature` and sends it back with the verdict, which
+        /// is refused if another call waits under that id by then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// The call's result: the state `output-available`.
     #[serde(rename_all = "camelCase")]
@@ -215,7 +226,8 @@ pub enum FinishReason {
     Length,
     /// The model refused ([`Termination::Refused`]).
     ContentFilter,
-    /// The run waits for tool calls to be approved or answered ([`Termination::Paused`]).
+    /// The run waits for tool calls to be approved or answered ([`Termination::Paused`]), or
+    /// was stopped after a step with calls ([`Termination::StoppedAfterTurn`]).
     ToolCalls,
     /// An error ended the run ([`Termination::Error`]).
     Error,
@@ -699,6 +711,7 @@ impl UiStreamEncoder {
                     out.push(UiMessageChunk::ToolApprovalRequest {
                         approval_id: call.id.clone(),
                         tool_call_id: call.id.clone(),
+                        signature: Some(call.digest.clone()),
                     });
                 }
             }
@@ -800,6 +813,8 @@ struct ToolPart {
     error_text: Option<String>,
     approved: Option<bool>,
     reason: Option<String>,
+    /// `approval.signature`: the digest of the call the approval was asked for.
+    signature: Option<String>,
 }
 
 impl ToolPart {
@@ -1018,7 +1033,9 @@ impl ChatRequest {
     /// `addToolApprovalResponse({id, approved, reason})` left it: the last assistant message
     /// with the waiting call's part in the state `approval-responded` and its `approval`
     /// (`id` is the `approvalId` of the stream's `tool-approval-request`, which this crate
-    /// makes the call's id; `reason` is what the model reads of a denial, optional):
+    /// makes the call's id; `reason` is what the model reads of a denial, optional;
+    /// `signature`, the request's own, binds the verdict to the call it was asked for:
+    /// [`Resolutions::with_digest`]):
     ///
     /// ```json
     /// {
@@ -1030,7 +1047,8 @@ impl ChatRequest {
     ///       {"type": "step-start"},
     ///       {"type": "tool-delete_file", "toolCallId": "call_1", "state": "approval-responded",
     ///        "input": {"path": "logs/old.log"},
-    ///        "approval": {"id": "call_1", "approved": false, "reason": "Keep it."}}
+    ///        "approval": {"id": "call_1", "approved": false, "reason": "Keep it.",
+    ///                     "signature": "sha256:9f2c…"}}
     ///     ]}
     ///   ]
     /// }
@@ -1117,23 +1135,37 @@ impl ChatRequest {
             let Some(part) = parts.iter().rev().find(|p| p.call_id == call.id) else {
                 continue;
             };
-            answers = match part.state {
+            let resolution = match part.state {
                 ToolState::ApprovalResponded if call.waits_for == WaitsFor::Approval => {
                     if part.approved == Some(true) {
-                        answers.approve(call.id.clone())
+                        Resolution::Approve
                     } else {
-                        answers.deny(call.id.clone(), part.denial())
+                        Resolution::Deny {
+                            reason: part.denial(),
+                        }
                     }
                 }
-                ToolState::OutputAvailable => answers.result(call.id.clone(), part.output_text()),
-                ToolState::OutputError => answers.error(
-                    call.id.clone(),
-                    part.error_text
+                ToolState::OutputAvailable => Resolution::Result {
+                    content: part.output_text(),
+                    is_error: false,
+                },
+                ToolState::OutputError => Resolution::Result {
+                    content: part
+                        .error_text
                         .clone()
                         .unwrap_or_else(|| "the tool failed".to_owned()),
-                ),
-                ToolState::OutputDenied => answers.deny(call.id.clone(), part.denial()),
-                _ => answers,
+                    is_error: true,
+                },
+                ToolState::OutputDenied => Resolution::Deny {
+                    reason: part.denial(),
+                },
+                _ => continue,
+            };
+            // With the digest the approval was asked for (its signature), the agent refuses
+            // the answer if another call waits under this id now (`ResumeError::StaleAnswer`).
+            answers = match &part.signature {
+                Some(digest) => answers.with_digest(call.id.clone(), digest.clone(), resolution),
+                None => answers.with(call.id.clone(), resolution),
             };
         }
         if answers.is_empty() {
@@ -1347,8 +1379,8 @@ fn parse_tool(
     let state = required_string(part, "state", at)?;
     let state = ToolState::parse(&state)
         .ok_or_else(|| UiRequestError::new(format!("{at}: {state:?} is not a tool part state")))?;
-    let (approved, reason) = match part.get("approval") {
-        None | Some(Value::Null) => (None, None),
+    let (approved, reason, signature) = match part.get("approval") {
+        None | Some(Value::Null) => (None, None, None),
         Some(Value::Object(approval)) => {
             let at = format!("{at}.approval");
             let approved = match approval.get("approved") {
@@ -1360,7 +1392,11 @@ fn parse_tool(
                     )))
                 }
             };
-            (approved, optional_string(approval, "reason", &at)?)
+            (
+                approved,
+                optional_string(approval, "reason", &at)?,
+                optional_string(approval, "signature", &at)?,
+            )
         }
         Some(_) => {
             return Err(UiRequestError::new(format!(
@@ -1382,6 +1418,7 @@ fn parse_tool(
         error_text: optional_string(part, "errorText", at)?,
         approved,
         reason,
+        signature,
     })
 }
 

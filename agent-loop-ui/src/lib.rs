@@ -29,7 +29,11 @@
 //! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
-//! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). With a [session](agent_loop::AgentBuilder::session)
+//! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). Each waiting call
+//! goes to the client with its [digest](agent_loop::agent::PendingCall::digest) (AG-UI: the
+//! interrupt's `metadata.digest`; the AI SDK: the approval request's `signature`), which
+//! comes back with the verdict and binds it to that very call: a verdict for another call
+//! under the same id is refused with the protocol's error, nothing run. With a [session](agent_loop::AgentBuilder::session)
 //! the paused run is kept in the store, so the next request may reach another process. A
 //! person who types a new message instead of answering does not wedge the chat: by default
 //! the waiting calls are denied and the run goes on with the message
