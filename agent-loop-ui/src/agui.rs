@@ -18,8 +18,9 @@
 //! | `ThinkingDelta`           | `REASONING_START`, `REASONING_MESSAGE_START`, `REASONING_MESSAGE_CONTENT` (id `{message}:reasoning`) |
 //! | `ToolCallStart`, `ToolInputDelta`, `ToolCall` | `TOOL_CALL_START` (parent: the turn's assistant message), `TOOL_CALL_ARGS`, `TOOL_CALL_END` |
 //! | `ToolResult`              | `TOOL_CALL_RESULT` (id `{runId}:r:{callId}`) |
+//! | `Steered` (the host's words, [`AgentHandle::steer`]) | a user message: `TEXT_MESSAGE_START` (`role: "user"`, id `{runId}:s{n}`), `TEXT_MESSAGE_CONTENT`, `TEXT_MESSAGE_END` |
 //! | `Retry`, `Fallback`, `Compacted`, `Handoff`, `ToolProgress`, `RateLimits`, `SubAgent` | `CUSTOM` `agent_loop.retry`, … |
-//! | `Finished`                | `MESSAGES_SNAPSHOT` ([`encode_stream`]), then `RUN_FINISHED` or `RUN_ERROR` |
+//! | `Finished`                | `CUSTOM` `agent_loop.undelivered` `{"texts": […]}` when the run ended before hearing some of the host's words ([`RunOutcome::undelivered`]), `MESSAGES_SNAPSHOT` ([`encode_stream`]), then `RUN_FINISHED` or `RUN_ERROR` |
 //!
 //! Choices the protocol leaves open:
 //!
@@ -594,6 +595,9 @@ pub struct AgUiEncoder {
     /// What a run that left a pause behind says of the calls it denied, sent after
     /// `RUN_STARTED`.
     left: Option<Value>,
+    /// The ids of the user messages the host's steering streamed, in order (for the
+    /// snapshot).
+    steered: Vec<String>,
 }
 
 impl AgUiEncoder {
@@ -616,6 +620,7 @@ impl AgUiEncoder {
             streamed: Vec::new(),
             client: ClientIds::default(),
             left: None,
+            steered: Vec::new(),
         }
     }
 
@@ -922,9 +927,33 @@ impl AgUiEncoder {
                 self.end_open_calls(&mut out);
                 self.close_step(&mut out);
             }
+            AgentEvent::Steered { input } => {
+                self.close_text(&mut out);
+                self.end_open_calls(&mut out);
+                let message_id = format!("{}:s{}", self.run_id, self.steered.len() + 1);
+                self.steered.push(message_id.clone());
+                let text = input.clone().into_message().text();
+                out.push(AgUiEvent::TextMessageStart {
+                    message_id: message_id.clone(),
+                    role: "user".to_owned(),
+                });
+                if !text.is_empty() {
+                    out.push(AgUiEvent::TextMessageContent {
+                        message_id: message_id.clone(),
+                        delta: text,
+                    });
+                }
+                out.push(AgUiEvent::TextMessageEnd { message_id });
+            }
             AgentEvent::Finished(outcome) => {
                 self.close_text(&mut out);
                 self.end_open_calls(&mut out);
+                if !outcome.undelivered.is_empty() {
+                    out.push(custom(
+                        "agent_loop.undelivered",
+                        super::undelivered(&outcome.undelivered),
+                    ));
+                }
                 if let Termination::Paused(paused) = &outcome.termination {
                     if let Some(last) = paused.conversation().messages.last() {
                         for (id, name, input) in last.tool_uses() {
@@ -1060,7 +1089,12 @@ impl AgUiEncoder {
                     if parts.is_empty() {
                         continue;
                     }
-                    let id = self.client.user.get(users).cloned();
+                    // The client's user messages first, then those the host's steering
+                    // streamed in this run, in order.
+                    let id = self.client.user.get(users).cloned().or_else(|| {
+                        let steered = users.checked_sub(self.client.user.len())?;
+                        self.steered.get(steered).cloned()
+                    });
                     users += 1;
                     let id = unique(id.unwrap_or_else(|| fallback.clone()), &mut used, || {
                         fallback.clone()

@@ -45,6 +45,12 @@ use super::{sse_frame, UiRequestError, UiTurn};
 /// The header that marks a response as a UI message stream, and its value.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
+/// The name of the data part that shows the host's words steering the run
+/// ([`AgentEvent::Steered`]): `{"type": "data-steered", "data": {"text": "…"}}`, kept in the
+/// assistant message where they landed (between two steps). A request that carries it back
+/// has it read into the history as the user's words.
+pub const STEERED: &str = "steered";
+
 /// The reason the model reads when a person denies a call without giving one.
 pub const DEFAULT_DENIAL: &str = "The user denied this tool call.";
 
@@ -357,6 +363,12 @@ struct CallState {
 ///   `{attempt, delayMs, error}`, `data-fallback` `{from, to, error}`, `data-compacted`
 ///   `{tokensBefore, tokensAfter}`, `data-handoff` `{from, to}`, `data-tool-progress`
 ///   `{toolCallId, message}`): the client's `onData` sees them, the message keeps none;
+/// - [`Steered`](AgentEvent::Steered) (the host's words,
+///   [`AgentHandle::steer`](agent_loop::agent::AgentHandle::steer)): a data part
+///   `data-steered` `{text}` ([`STEERED`]), kept in the message between the step before and
+///   the step after; the host's words a run ended without delivering
+///   ([`RunOutcome::undelivered`](agent_loop::RunOutcome::undelivered)): a transient
+///   `data-undelivered` `{texts}` before the end, for the client to offer them again;
 /// - [`RateLimits`](AgentEvent::RateLimits): nothing (they are the server's business);
 ///   [`SubAgent`](AgentEvent::SubAgent): nothing (a sub-agent's work shows as its call's
 ///   result);
@@ -552,7 +564,26 @@ impl UiStreamEncoder {
             AgentEvent::ToolProgress { .. }
             | AgentEvent::Compacted { .. }
             | AgentEvent::Handoff { .. } => out.extend(status_chunk(event)),
-            AgentEvent::Finished(outcome) => self.finish_with(&outcome.termination, &mut out),
+            AgentEvent::Steered { input } => {
+                // Between steps: the host's words, kept in the message where they landed.
+                self.close_parts(&mut out);
+                self.close_step(&mut out);
+                let text = input.clone().into_message().text();
+                out.push(UiMessageChunk::Data(DataChunk::new(
+                    STEERED,
+                    serde_json::json!({ "text": text }),
+                )));
+            }
+            AgentEvent::Finished(outcome) => {
+                if !outcome.undelivered.is_empty() {
+                    self.start(&mut out);
+                    out.push(data(
+                        "undelivered",
+                        super::undelivered(&outcome.undelivered),
+                    ));
+                }
+                self.finish_with(&outcome.termination, &mut out)
+            }
             // RateLimits, SubAgent, and variants to come: nothing the front-end shows.
             _ => {}
         }
@@ -866,6 +897,8 @@ enum UiPart {
     },
     StepStart,
     Tool(ToolPart),
+    /// The host's words that steered the run (a `data-steered` part).
+    Steered(String),
     /// Reasoning (no provider signature to send back), sources, data parts, types to come.
     Ignored,
 }
@@ -1211,6 +1244,20 @@ fn assistant_history(message: &UiMessage, out: &mut Vec<Message>) {
     for part in &message.parts {
         match part {
             UiPart::StepStart => flush(&mut response, &mut results, out),
+            // The host's words, after the step's results (the core adds them to the user
+            // message that carries those), or after the user message before the step.
+            UiPart::Steered(text) => {
+                if response.is_empty() && results.is_empty() {
+                    match out.last_mut() {
+                        Some(last) if last.role == Role::User => {
+                            last.content.push(ContentBlock::text(text.clone()))
+                        }
+                        _ => out.push(Message::user(text.clone())),
+                    }
+                } else {
+                    results.push(ContentBlock::text(text.clone()));
+                }
+            }
             UiPart::Text(text) if !text.is_empty() => response.push(ContentBlock::text(text)),
             UiPart::Tool(tool) if tool.state != ToolState::InputStreaming => {
                 response.push(ContentBlock::ToolUse {
@@ -1359,6 +1406,10 @@ fn parse_part(value: &Value, at: &str) -> Result<UiPart, UiRequestError> {
             filename: optional_string(part, "filename", at)?,
         },
         "step-start" => UiPart::StepStart,
+        "data-steered" => match part.get("data").and_then(|d| d.get("text")) {
+            Some(Value::String(text)) if !text.is_empty() => UiPart::Steered(text.clone()),
+            _ => UiPart::Ignored,
+        },
         "dynamic-tool" => {
             let name = required_string(part, "toolName", at)?;
             UiPart::Tool(parse_tool(part, name, at)?)

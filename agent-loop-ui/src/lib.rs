@@ -23,7 +23,11 @@
 //! [`RespondOptions::resumable`] (feature `axum`) each run is kept in a [`RunStreams`]: a
 //! bounded [`ReplayBuffer`] per run, the run driven by a task of its own and cancelled after
 //! a grace time without clients; [`ai_sdk::reconnect`] and [`agui::reconnect`] give a client
-//! that comes back (with `Last-Event-ID`) what it missed, then the live stream.
+//! that comes back (with `Last-Event-ID`) what it missed, then the live stream. The host's
+//! own routes act on a kept run by its chat's or thread's id: [`RunStreams::steer`] (the
+//! person's words enter the run at its next safe point, and its clients see them there: an
+//! AG-UI user text message, an AI SDK `data-steered` part), [`RunStreams::stop_after_turn`]
+//! (the run ends as a finished one after its turn) and [`RunStreams::cancel`].
 //!
 //! Approvals use the agent's pauses: a tool in
 //! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
@@ -351,6 +355,17 @@ pub fn sse_frame(event: &impl Serialize) -> Bytes {
     out.extend_from_slice(&json);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
+}
+
+/// What a run's outcome says of the host's words it never delivered
+/// ([`RunOutcome::undelivered`](agent_loop::RunOutcome::undelivered)), so that the client can
+/// offer them again: `{"texts": […]}`, each input's text.
+pub(crate) fn undelivered(inputs: &[UserInput]) -> serde_json::Value {
+    let texts: Vec<String> = inputs
+        .iter()
+        .map(|input| input.clone().into_message().text())
+        .collect();
+    serde_json::json!({ "texts": texts })
 }
 
 /// What an event about the run itself (not conversation content) says: its name in snake

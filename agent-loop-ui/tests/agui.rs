@@ -2198,3 +2198,86 @@ fn strings(value: &Value) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+// ---------------------------------------------------------------------------------------
+// The host's steering.
+
+#[tokio::test]
+async fn steered_words_are_a_user_message_between_the_turns_and_keep_their_id() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("Weather?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("In Celsius, please.");
+        }
+        events.push(event);
+    }
+    let request = RunAgentInput::from_slice(&body(json!([
+        {"id": "u-client", "role": "user", "content": "Weather?"}
+    ])))
+    .unwrap();
+    let mut encoder = AgUiEncoder::new("th", "r1").with_client_messages(&request);
+    let out = encode_all(&mut encoder, &events);
+    check_invariants(&out).unwrap();
+    let lines = shown(&out);
+    let at = lines
+        .iter()
+        .position(|l| l == "TEXT_MESSAGE_START r1:s1")
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(
+        lines[at - 1..at + 4],
+        [
+            "STEP_FINISHED turn 1",
+            "TEXT_MESSAGE_START r1:s1",
+            "TEXT_MESSAGE_CONTENT r1:s1 In Celsius, please.",
+            "TEXT_MESSAGE_END r1:s1",
+            "STEP_STARTED turn 2",
+        ]
+    );
+    assert!(matches!(&out[at], AgUiEvent::TextMessageStart { role, .. } if role == "user"));
+    let AgUiEvent::MessagesSnapshot { messages } = encoder.messages_snapshot(&agent.messages())
+    else {
+        unreachable!()
+    };
+    let users: Vec<Value> = messages
+        .iter()
+        .filter(|m| matches!(m, AgUiMessage::User { .. }))
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    assert_eq!(
+        users,
+        [
+            json!({"role": "user", "id": "u-client", "content": "Weather?"}),
+            json!({"role": "user", "id": "r1:s1", "content": "In Celsius, please."}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn words_a_run_never_heard_are_handed_back_before_its_end() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("Weather?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("In Celsius, please.");
+            handle.stop_after_turn();
+        }
+        events.push(event);
+    }
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        out[out.len() - 2],
+        AgUiEvent::Custom {
+            name: "agent_loop.undelivered".into(),
+            value: json!({"texts": ["In Celsius, please."]}),
+        }
+    );
+    assert!(!shown(&out).iter().any(|l| l.contains("r1:s1")));
+}

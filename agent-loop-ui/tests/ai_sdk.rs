@@ -2489,3 +2489,135 @@ fn sse_chunks(text: &str) -> Vec<UiMessageChunk> {
         .map(|data| serde_json::from_str(data).expect("a chunk"))
         .collect()
 }
+
+// ---------------------------------------------------------------------------------------
+// The host's steering.
+
+#[tokio::test]
+async fn steered_words_are_a_data_part_between_the_steps_and_come_back_as_history() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("A greeting."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool())
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("What does hi mean?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("Be brief.");
+        }
+        events.push(event);
+    }
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown: Vec<String> = shows(&chunks)
+        .into_iter()
+        .filter(|s| !s.starts_with("tool-input-delta"))
+        .collect();
+    assert_eq!(
+        shown[7..],
+        [
+            "tool-output-available c1 hi means a greeting",
+            "finish-step",
+            "data-steered {\"text\":\"Be brief.\"}",
+            "start-step",
+            "text-start text-2",
+            "text-delta text-2 A greeting.",
+            "text-end text-2",
+            "finish-step",
+            "finish stop",
+        ],
+        "{shown:#?}"
+    );
+    assert_eq!(
+        serde_json::to_value(
+            chunks
+                .iter()
+                .find(|c| matches!(c, UiMessageChunk::Data(_)))
+                .unwrap()
+        )
+        .unwrap(),
+        json!({"type": "data-steered", "data": {"text": "Be brief."}}),
+        "kept in the message: no transient flag, no id"
+    );
+
+    // The client's copy of the message, sent back, is the history the agent kept.
+    let request = ChatRequest::from_slice(&body(vec![
+        user("u1", "What does hi mean?"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "Looking it up."},
+            {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available",
+             "input": {"word": "hi"}, "output": "hi means a greeting"},
+            {"type": "data-steered", "data": {"text": "Be brief."}},
+            {"type": "step-start"},
+            {"type": "text", "text": "A greeting."}
+        ]}),
+        user("u2", "Thanks"),
+    ]))
+    .unwrap();
+    assert_eq!(request.history().unwrap(), *agent.messages());
+}
+
+#[test]
+fn words_steered_before_any_step_join_the_users_message() {
+    let request = ChatRequest::from_slice(&body(vec![
+        user("u1", "Hi"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "data-steered", "data": {"text": "In French."}},
+            {"type": "data-steered", "data": {"text": 7}},
+            {"type": "step-start"},
+            {"type": "text", "text": "Bonjour."}
+        ]}),
+        user("u2", "Merci"),
+    ]))
+    .unwrap();
+    let history = request.history().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(
+        history[0].content,
+        [ContentBlock::text("Hi"), ContentBlock::text("In French.")]
+    );
+    assert_eq!(history[1].text(), "Bonjour.");
+}
+
+#[tokio::test]
+async fn words_a_run_never_heard_are_handed_back_before_its_end() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ]);
+    let mut agent = Agent::builder(client).tool(lookup_tool()).build().unwrap();
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("What does hi mean?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("Be brief.");
+            handle.stop_after_turn();
+        }
+        events.push(event);
+    }
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    assert_eq!(
+        shown[shown.len() - 3..],
+        [
+            "finish-step",
+            "data-undelivered {\"texts\":[\"Be brief.\"]}",
+            "finish tool-calls",
+        ]
+    );
+    assert!(!shown.iter().any(|s| s.starts_with("data-steered")));
+}
