@@ -18,15 +18,23 @@
 //! | `ThinkingDelta`           | `REASONING_START`, `REASONING_MESSAGE_START`, `REASONING_MESSAGE_CONTENT` (id `{message}:reasoning`) |
 //! | `ToolCallStart`, `ToolInputDelta`, `ToolCall` | `TOOL_CALL_START` (parent: the turn's assistant message), `TOOL_CALL_ARGS`, `TOOL_CALL_END` |
 //! | `ToolResult`              | `TOOL_CALL_RESULT` (id `{runId}:r:{callId}`) |
+//! | `Steered` (the host's words, [`AgentHandle::steer`]) | a user message: `TEXT_MESSAGE_START` (`role: "user"`, id `{runId}:s{n}`), `TEXT_MESSAGE_CONTENT`, `TEXT_MESSAGE_END` |
 //! | `Retry`, `Fallback`, `Compacted`, `Handoff`, `ToolProgress`, `RateLimits`, `SubAgent` | `CUSTOM` `agent_loop.retry`, … |
-//! | `Finished`                | `MESSAGES_SNAPSHOT` ([`encode_stream`]), then `RUN_FINISHED` or `RUN_ERROR` |
+//! | `Finished`                | `CUSTOM` `agent_loop.undelivered` `{"texts": […]}` when the run ended before hearing some of the host's words ([`RunOutcome::undelivered`]), `MESSAGES_SNAPSHOT` ([`encode_stream`]), then `RUN_FINISHED` or `RUN_ERROR` |
 //!
 //! Choices the protocol leaves open:
 //!
 //! - A run that completed gives `RUN_FINISHED` with the outcome `success` and the final text
-//!   (or the structured answer) as its `result`. A paused run gives the outcome `interrupt`,
+//!   (or the structured answer) as its `result`. So does a run the host stopped after its
+//!   turn ([`AgentHandle::stop_after_turn`], [`Termination::StoppedAfterTurn`]): its turn
+//!   finished, nothing was aborted, and nothing waits. A paused run gives the outcome `interrupt`,
 //!   one interrupt per waiting call, with the id `{pauseId}:{callId}`: the pause id makes an
 //!   answer to an older pause of the same call an error rather than a verdict on the new one.
+//!   Each interrupt's `metadata` is `{"digest": "sha256:…"}`, the call's
+//!   [digest](agent_loop::agent::PendingCall::digest) (its id, tool and arguments); a
+//!   `resume` entry whose `metadata` gives it back binds its answer to that very call, and is
+//!   refused (`RUN_ERROR` with the code `stale_answer`, nothing run, the run still waiting)
+//!   if another call waits under that id by then (after a rewind, or from another branch).
 //!   A cancelled run gives the outcome `cancelled`. An error gives `RUN_ERROR` with a `code`
 //!   naming its kind (`llm`, `tool`, `session`…).
 //! - A run stopped by a limit or a refusal (turn limit, token or cost budget, repeated or
@@ -54,7 +62,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use agent_loop::agent::{AgentHandle, Resolution, Resolutions, WaitsFor};
+use agent_loop::agent::{AgentHandle, PendingCall, Resolution, Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image, MediaSource};
 use agent_loop::{
     AgentEvent, ContentBlock, Error, Message, PausedRun, Role, RunOutcome, Termination, Usage,
@@ -287,6 +295,12 @@ pub struct Interrupt {
     /// The JSON schema of the `payload` of the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<Value>,
+    /// `{"digest": "sha256:…"}`: the [digest](agent_loop::agent::PendingCall::digest) of
+    /// the call that waits (its id, tool and arguments). A `resume` entry that gives it back
+    /// in its own `metadata` (`buildResumeArray` of `@ag-ui/client` carries a response's
+    /// `metadata`) is refused if the call waiting under that id is no longer this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
 }
 
 /// Token counts (`RUN_FINISHED.usage`), in AG-UI's accounting: `input_tokens` is the whole
@@ -581,6 +595,9 @@ pub struct AgUiEncoder {
     /// What a run that left a pause behind says of the calls it denied, sent after
     /// `RUN_STARTED`.
     left: Option<Value>,
+    /// The ids of the user messages the host's steering streamed, in order (for the
+    /// snapshot).
+    steered: Vec<String>,
 }
 
 impl AgUiEncoder {
@@ -603,6 +620,7 @@ impl AgUiEncoder {
             streamed: Vec::new(),
             client: ClientIds::default(),
             left: None,
+            steered: Vec::new(),
         }
     }
 
@@ -909,9 +927,33 @@ impl AgUiEncoder {
                 self.end_open_calls(&mut out);
                 self.close_step(&mut out);
             }
+            AgentEvent::Steered { input } => {
+                self.close_text(&mut out);
+                self.end_open_calls(&mut out);
+                let message_id = format!("{}:s{}", self.run_id, self.steered.len() + 1);
+                self.steered.push(message_id.clone());
+                let text = input.clone().into_message().text();
+                out.push(AgUiEvent::TextMessageStart {
+                    message_id: message_id.clone(),
+                    role: "user".to_owned(),
+                });
+                if !text.is_empty() {
+                    out.push(AgUiEvent::TextMessageContent {
+                        message_id: message_id.clone(),
+                        delta: text,
+                    });
+                }
+                out.push(AgUiEvent::TextMessageEnd { message_id });
+            }
             AgentEvent::Finished(outcome) => {
                 self.close_text(&mut out);
                 self.end_open_calls(&mut out);
+                if !outcome.undelivered.is_empty() {
+                    out.push(custom(
+                        "agent_loop.undelivered",
+                        super::undelivered(&outcome.undelivered),
+                    ));
+                }
                 if let Termination::Paused(paused) = &outcome.termination {
                     if let Some(last) = paused.conversation().messages.last() {
                         for (id, name, input) in last.tool_uses() {
@@ -954,7 +996,9 @@ impl AgUiEncoder {
             usage: usage.clone(),
         };
         match &outcome.termination {
-            Termination::Completed => {
+            // A run stopped after its turn at the host's request did what it was let do:
+            // nothing was aborted, nothing waits.
+            Termination::Completed | Termination::StoppedAfterTurn => {
                 let result = outcome.output.clone().or_else(|| {
                     (!outcome.final_text.is_empty())
                         .then(|| Value::String(outcome.final_text.clone()))
@@ -965,7 +1009,7 @@ impl AgUiEncoder {
                 let interrupts: Vec<Interrupt> = paused
                     .pending()
                     .iter()
-                    .map(|call| interrupt(paused.id(), &call.id, &call.name, call.waits_for))
+                    .map(|call| interrupt(paused.id(), call))
                     .collect();
                 if interrupts.is_empty() {
                     // A pause waits for something by construction; should it not, the run
@@ -1045,7 +1089,12 @@ impl AgUiEncoder {
                     if parts.is_empty() {
                         continue;
                     }
-                    let id = self.client.user.get(users).cloned();
+                    // The client's user messages first, then those the host's steering
+                    // streamed in this run, in order.
+                    let id = self.client.user.get(users).cloned().or_else(|| {
+                        let steered = users.checked_sub(self.client.user.len())?;
+                        self.steered.get(steered).cloned()
+                    });
                     users += 1;
                     let id = unique(id.unwrap_or_else(|| fallback.clone()), &mut used, || {
                         fallback.clone()
@@ -1221,8 +1270,9 @@ fn sub_agent_value(path: &str, event: &AgentEvent) -> Option<Value> {
     }
 }
 
-fn interrupt(pause_id: &str, call_id: &str, name: &str, waits_for: WaitsFor) -> Interrupt {
-    let (reason, message, schema) = match waits_for {
+fn interrupt(pause_id: &str, call: &PendingCall) -> Interrupt {
+    let name = &call.name;
+    let (reason, message, schema) = match call.waits_for {
         WaitsFor::Result => (
             "tool_result",
             format!("The call of `{name}` waits for its result."),
@@ -1243,11 +1293,12 @@ fn interrupt(pause_id: &str, call_id: &str, name: &str, waits_for: WaitsFor) -> 
         ),
     };
     Interrupt {
-        id: format!("{pause_id}:{call_id}"),
+        id: format!("{pause_id}:{}", call.id),
         reason: reason.to_owned(),
         message: Some(message),
-        tool_call_id: Some(call_id.to_owned()),
+        tool_call_id: Some(call.id.clone()),
         response_schema: Some(schema),
+        metadata: Some(serde_json::json!({ "digest": call.digest })),
     }
 }
 
@@ -1260,6 +1311,7 @@ fn error_code(error: &Error) -> &'static str {
         Error::Media(_) => "media",
         Error::Busy => "busy",
         Error::Session(_) => "session",
+        Error::Resume(agent_loop::error::ResumeError::StaleAnswer { .. }) => "stale_answer",
         Error::Resume(_) => "resume",
         _ => "error",
     }
@@ -1314,6 +1366,22 @@ struct ResumeEntry {
     status: ResumeStatus,
     #[serde(default)]
     payload: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+impl ResumeEntry {
+    /// The digest of the call the entry answers, if its `metadata` names one.
+    fn digest(&self) -> Result<Option<&str>, UiRequestError> {
+        match self.metadata.as_ref().and_then(|m| m.get("digest")) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(digest)) => Ok(Some(digest)),
+            Some(_) => Err(UiRequestError::new(format!(
+                "the resume entry `{}`: `metadata.digest` must be a string",
+                self.interrupt_id
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -1471,7 +1539,9 @@ impl RunAgentInput {
     /// - With a paused run: its answers, from the `resume` entries (an `interruptId` must be
     ///   `{pauseId}:{callId}` of a call this pause waits for; `status: "cancelled"` denies
     ///   the call; the `payload` of an approval is `{"approved": bool, "reason"?: string}`,
-    ///   of a result `{"result": any, "isError"?: bool}`) and from tool messages answering a
+    ///   of a result `{"result": any, "isError"?: bool}`; a `metadata.digest`, the
+    ///   interrupt's own, binds the answer to the call it was asked for:
+    ///   [`Resolutions::with_digest`]) and from tool messages answering a
     ///   call that waits for its result. A request that answers nothing is refused, naming
     ///   the calls that wait.
     ///   A request that answers nothing and ends with a user message, after the assistant
@@ -1503,7 +1573,8 @@ impl RunAgentInput {
     ///   "tools": [], "context": [], "state": {}, "forwardedProps": {},
     ///   "resume": [
     ///     {"interruptId": "t1-p1-call_1:call_1", "status": "resolved",
-    ///      "payload": {"approved": true}}
+    ///      "payload": {"approved": true},
+    ///      "metadata": {"digest": "sha256:9f2c…"}}
     ///   ]
     /// }
     /// ```
@@ -1546,7 +1617,12 @@ impl RunAgentInput {
                 )));
             };
             let resolution = resolution(entry, call.waits_for)?;
-            answers = answers.with(call.id.clone(), resolution);
+            // With the digest it was given for, the agent refuses it if another call waits
+            // under this id now (`ResumeError::StaleAnswer`, a `RUN_ERROR`).
+            answers = match entry.digest()? {
+                Some(digest) => answers.with_digest(call.id.clone(), digest, resolution),
+                None => answers.with(call.id.clone(), resolution),
+            };
         }
         for message in &self.messages {
             if let Parsed::Tool {

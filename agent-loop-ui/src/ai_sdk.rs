@@ -11,7 +11,12 @@
 //!
 //! A run that pauses for a person's verdict ends its stream with the waiting calls as tool
 //! parts in the state `approval-requested` (a `tool-approval-request` chunk whose
-//! `approvalId` is the call's id) and `finishReason: "tool-calls"`. The client's
+//! `approvalId` is the call's id, and whose `signature` is the call's
+//! [digest](agent_loop::agent::PendingCall::digest), `sha256:…` of its id, tool and
+//! arguments) and `finishReason: "tool-calls"`. The client keeps the signature in the part's
+//! `approval` and sends it back with the verdict: a verdict signed for another call than the
+//! one waiting under that id (after a rewind, from another branch) is refused, the stream's
+//! `error` chunk saying so, nothing run and the call still waiting. The client's
 //! `addToolApprovalResponse({id, approved, reason})` sets the part to `approval-responded`;
 //! with `sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses` it sends
 //! the conversation again, and [`ChatRequest::turn`] reads the verdicts from the last
@@ -29,14 +34,22 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use agent_loop::agent::{Resolutions, WaitsFor};
+use agent_loop::agent::{Resolution, Resolutions, WaitsFor};
 use agent_loop::media::{Document, Image};
-use agent_loop::{AgentEvent, ContentBlock, Message, PausedRun, Role, Termination, UserInput};
+use agent_loop::{
+    AgentEvent, ContentBlock, Message, PausedRun, Role, StopReason, Termination, UserInput,
+};
 
 use super::{sse_frame, UiRequestError, UiTurn};
 
 /// The header that marks a response as a UI message stream, and its value.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+
+/// The name of the data part that shows the host's words steering the run
+/// ([`AgentEvent::Steered`]): `{"type": "data-steered", "data": {"text": "…"}}`, kept in the
+/// assistant message where they landed (between two steps). A request that carries it back
+/// has it read into the history as the user's words.
+pub const STEERED: &str = "steered";
 
 /// The reason the model reads when a person denies a call without giving one.
 pub const DEFAULT_DENIAL: &str = "The user denied this tool call.";
@@ -153,6 +166,12 @@ pub enum UiMessageChunk {
         approval_id: String,
         /// The call's id.
         tool_call_id: String,
+        /// What binds the approval to its call: the encoder sends the call's
+        /// [digest](agent_loop::agent::PendingCall::digest) (`sha256:…`). The client keeps
+        /// it in the part's `approval.signature` and sends it back with the verdict, which
+        /// is refused if another call waits under that id by then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// The call's result: the state `output-available`.
     #[serde(rename_all = "camelCase")]
@@ -213,7 +232,8 @@ pub enum FinishReason {
     Length,
     /// The model refused ([`Termination::Refused`]).
     ContentFilter,
-    /// The run waits for tool calls to be approved or answered ([`Termination::Paused`]).
+    /// The run waits for tool calls to be approved or answered ([`Termination::Paused`]), or
+    /// was stopped after a step with calls ([`Termination::StoppedAfterTurn`]).
     ToolCalls,
     /// An error ended the run ([`Termination::Error`]).
     Error,
@@ -343,6 +363,12 @@ struct CallState {
 ///   `{attempt, delayMs, error}`, `data-fallback` `{from, to, error}`, `data-compacted`
 ///   `{tokensBefore, tokensAfter}`, `data-handoff` `{from, to}`, `data-tool-progress`
 ///   `{toolCallId, message}`): the client's `onData` sees them, the message keeps none;
+/// - [`Steered`](AgentEvent::Steered) (the host's words,
+///   [`AgentHandle::steer`](agent_loop::agent::AgentHandle::steer)): a data part
+///   `data-steered` `{text}` ([`STEERED`]), kept in the message between the step before and
+///   the step after; the host's words a run ended without delivering
+///   ([`RunOutcome::undelivered`](agent_loop::RunOutcome::undelivered)): a transient
+///   `data-undelivered` `{texts}` before the end, for the client to offer them again;
 /// - [`RateLimits`](AgentEvent::RateLimits): nothing (they are the server's business);
 ///   [`SubAgent`](AgentEvent::SubAgent): nothing (a sub-agent's work shows as its call's
 ///   result);
@@ -352,7 +378,10 @@ struct CallState {
 ///   whose `approvalId` is the call's id for those waiting for a verdict), `finish-step`,
 ///   then `error` for a failed run, `abort` for a cancelled one, a transient `data-stopped`
 ///   `{reason}` for a run stopped by a limit, a budget or a hook, and `finish` with its
-///   [`FinishReason`]. Nothing after it.
+///   [`FinishReason`]. Nothing after it. A run the host stopped after its turn
+///   ([`AgentHandle::stop_after_turn`](agent_loop::agent::AgentHandle::stop_after_turn))
+///   ends normally: `finish` alone, with the reason of its last step (`tool-calls` after a
+///   step with calls, as `streamText` ends when its `stopWhen` stops it).
 ///
 /// ```
 /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
@@ -398,6 +427,8 @@ pub struct UiStreamEncoder {
     calls: BTreeMap<String, CallState>,
     /// The calls the person denied (a resumption's answers).
     denied: BTreeSet<String>,
+    /// Why the last turn's response ended (for a run stopped after its turn).
+    last_stop: Option<StopReason>,
     /// What a run that left a pause behind says of the calls it denied, sent after `start`.
     left: Option<Value>,
 }
@@ -469,7 +500,8 @@ impl UiStreamEncoder {
                 out.push(UiMessageChunk::StartStep {});
                 self.step_open = true;
             }
-            AgentEvent::TurnEnd { .. } => {
+            AgentEvent::TurnEnd { stop_reason, .. } => {
+                self.last_stop = Some(stop_reason.clone());
                 self.close_parts(&mut out);
                 self.close_step(&mut out);
             }
@@ -532,7 +564,26 @@ impl UiStreamEncoder {
             AgentEvent::ToolProgress { .. }
             | AgentEvent::Compacted { .. }
             | AgentEvent::Handoff { .. } => out.extend(status_chunk(event)),
-            AgentEvent::Finished(outcome) => self.finish_with(&outcome.termination, &mut out),
+            AgentEvent::Steered { input } => {
+                // Between steps: the host's words, kept in the message where they landed.
+                self.close_parts(&mut out);
+                self.close_step(&mut out);
+                let text = input.clone().into_message().text();
+                out.push(UiMessageChunk::Data(DataChunk::new(
+                    STEERED,
+                    serde_json::json!({ "text": text }),
+                )));
+            }
+            AgentEvent::Finished(outcome) => {
+                if !outcome.undelivered.is_empty() {
+                    self.start(&mut out);
+                    out.push(data(
+                        "undelivered",
+                        super::undelivered(&outcome.undelivered),
+                    ));
+                }
+                self.finish_with(&outcome.termination, &mut out)
+            }
             // RateLimits, SubAgent, and variants to come: nothing the front-end shows.
             _ => {}
         }
@@ -691,6 +742,7 @@ impl UiStreamEncoder {
                     out.push(UiMessageChunk::ToolApprovalRequest {
                         approval_id: call.id.clone(),
                         tool_call_id: call.id.clone(),
+                        signature: Some(call.digest.clone()),
                     });
                 }
             }
@@ -701,6 +753,13 @@ impl UiStreamEncoder {
             Termination::MaxTokens => FinishReason::Length,
             Termination::Refused => FinishReason::ContentFilter,
             Termination::Paused(_) => FinishReason::ToolCalls,
+            // Stopped after its turn at the host's request: a normal end, as `streamText`
+            // ends when its `stopWhen` stops it after a step, with the step's own reason.
+            Termination::StoppedAfterTurn => match self.last_stop {
+                Some(StopReason::ToolUse) => FinishReason::ToolCalls,
+                Some(StopReason::MaxTokens) => FinishReason::Length,
+                _ => FinishReason::Stop,
+            },
             Termination::Error(e) => {
                 out.push(UiMessageChunk::Error {
                     error_text: e.to_string(),
@@ -785,6 +844,8 @@ struct ToolPart {
     error_text: Option<String>,
     approved: Option<bool>,
     reason: Option<String>,
+    /// `approval.signature`: the digest of the call the approval was asked for.
+    signature: Option<String>,
 }
 
 impl ToolPart {
@@ -836,6 +897,8 @@ enum UiPart {
     },
     StepStart,
     Tool(ToolPart),
+    /// The host's words that steered the run (a `data-steered` part).
+    Steered(String),
     /// Reasoning (no provider signature to send back), sources, data parts, types to come.
     Ignored,
 }
@@ -1003,7 +1066,9 @@ impl ChatRequest {
     /// `addToolApprovalResponse({id, approved, reason})` left it: the last assistant message
     /// with the waiting call's part in the state `approval-responded` and its `approval`
     /// (`id` is the `approvalId` of the stream's `tool-approval-request`, which this crate
-    /// makes the call's id; `reason` is what the model reads of a denial, optional):
+    /// makes the call's id; `reason` is what the model reads of a denial, optional;
+    /// `signature`, the request's own, binds the verdict to the call it was asked for:
+    /// [`Resolutions::with_digest`]):
     ///
     /// ```json
     /// {
@@ -1015,7 +1080,8 @@ impl ChatRequest {
     ///       {"type": "step-start"},
     ///       {"type": "tool-delete_file", "toolCallId": "call_1", "state": "approval-responded",
     ///        "input": {"path": "logs/old.log"},
-    ///        "approval": {"id": "call_1", "approved": false, "reason": "Keep it."}}
+    ///        "approval": {"id": "call_1", "approved": false, "reason": "Keep it.",
+    ///                     "signature": "sha256:9f2c…"}}
     ///     ]}
     ///   ]
     /// }
@@ -1102,23 +1168,37 @@ impl ChatRequest {
             let Some(part) = parts.iter().rev().find(|p| p.call_id == call.id) else {
                 continue;
             };
-            answers = match part.state {
+            let resolution = match part.state {
                 ToolState::ApprovalResponded if call.waits_for == WaitsFor::Approval => {
                     if part.approved == Some(true) {
-                        answers.approve(call.id.clone())
+                        Resolution::Approve
                     } else {
-                        answers.deny(call.id.clone(), part.denial())
+                        Resolution::Deny {
+                            reason: part.denial(),
+                        }
                     }
                 }
-                ToolState::OutputAvailable => answers.result(call.id.clone(), part.output_text()),
-                ToolState::OutputError => answers.error(
-                    call.id.clone(),
-                    part.error_text
+                ToolState::OutputAvailable => Resolution::Result {
+                    content: part.output_text(),
+                    is_error: false,
+                },
+                ToolState::OutputError => Resolution::Result {
+                    content: part
+                        .error_text
                         .clone()
                         .unwrap_or_else(|| "the tool failed".to_owned()),
-                ),
-                ToolState::OutputDenied => answers.deny(call.id.clone(), part.denial()),
-                _ => answers,
+                    is_error: true,
+                },
+                ToolState::OutputDenied => Resolution::Deny {
+                    reason: part.denial(),
+                },
+                _ => continue,
+            };
+            // With the digest the approval was asked for (its signature), the agent refuses
+            // the answer if another call waits under this id now (`ResumeError::StaleAnswer`).
+            answers = match &part.signature {
+                Some(digest) => answers.with_digest(call.id.clone(), digest.clone(), resolution),
+                None => answers.with(call.id.clone(), resolution),
             };
         }
         if answers.is_empty() {
@@ -1164,6 +1244,20 @@ fn assistant_history(message: &UiMessage, out: &mut Vec<Message>) {
     for part in &message.parts {
         match part {
             UiPart::StepStart => flush(&mut response, &mut results, out),
+            // The host's words, after the step's results (the core adds them to the user
+            // message that carries those), or after the user message before the step.
+            UiPart::Steered(text) => {
+                if response.is_empty() && results.is_empty() {
+                    match out.last_mut() {
+                        Some(last) if last.role == Role::User => {
+                            last.content.push(ContentBlock::text(text.clone()))
+                        }
+                        _ => out.push(Message::user(text.clone())),
+                    }
+                } else {
+                    results.push(ContentBlock::text(text.clone()));
+                }
+            }
             UiPart::Text(text) if !text.is_empty() => response.push(ContentBlock::text(text)),
             UiPart::Tool(tool) if tool.state != ToolState::InputStreaming => {
                 response.push(ContentBlock::ToolUse {
@@ -1312,6 +1406,10 @@ fn parse_part(value: &Value, at: &str) -> Result<UiPart, UiRequestError> {
             filename: optional_string(part, "filename", at)?,
         },
         "step-start" => UiPart::StepStart,
+        "data-steered" => match part.get("data").and_then(|d| d.get("text")) {
+            Some(Value::String(text)) if !text.is_empty() => UiPart::Steered(text.clone()),
+            _ => UiPart::Ignored,
+        },
         "dynamic-tool" => {
             let name = required_string(part, "toolName", at)?;
             UiPart::Tool(parse_tool(part, name, at)?)
@@ -1332,8 +1430,8 @@ fn parse_tool(
     let state = required_string(part, "state", at)?;
     let state = ToolState::parse(&state)
         .ok_or_else(|| UiRequestError::new(format!("{at}: {state:?} is not a tool part state")))?;
-    let (approved, reason) = match part.get("approval") {
-        None | Some(Value::Null) => (None, None),
+    let (approved, reason, signature) = match part.get("approval") {
+        None | Some(Value::Null) => (None, None, None),
         Some(Value::Object(approval)) => {
             let at = format!("{at}.approval");
             let approved = match approval.get("approved") {
@@ -1345,7 +1443,11 @@ fn parse_tool(
                     )))
                 }
             };
-            (approved, optional_string(approval, "reason", &at)?)
+            (
+                approved,
+                optional_string(approval, "reason", &at)?,
+                optional_string(approval, "signature", &at)?,
+            )
         }
         Some(_) => {
             return Err(UiRequestError::new(format!(
@@ -1367,6 +1469,7 @@ fn parse_tool(
         error_text: optional_string(part, "errorText", at)?,
         approved,
         reason,
+        signature,
     })
 }
 

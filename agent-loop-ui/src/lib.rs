@@ -23,13 +23,21 @@
 //! [`RespondOptions::resumable`] (feature `axum`) each run is kept in a [`RunStreams`]: a
 //! bounded [`ReplayBuffer`] per run, the run driven by a task of its own and cancelled after
 //! a grace time without clients; [`ai_sdk::reconnect`] and [`agui::reconnect`] give a client
-//! that comes back (with `Last-Event-ID`) what it missed, then the live stream.
+//! that comes back (with `Last-Event-ID`) what it missed, then the live stream. The host's
+//! own routes act on a kept run by its chat's or thread's id: [`RunStreams::steer`] (the
+//! person's words enter the run at its next safe point, and its clients see them there: an
+//! AG-UI user text message, an AI SDK `data-steered` part), [`RunStreams::stop_after_turn`]
+//! (the run ends as a finished one after its turn) and [`RunStreams::cancel`].
 //!
 //! Approvals use the agent's pauses: a tool in
 //! [`RunPolicy::require_approval`](agent_loop::agent::RunPolicy::require_approval) (or a hook's
 //! [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause)) ends the run paused; the front-end
 //! shows the call with approve and deny buttons, and its next request carries the verdict,
-//! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). With a [session](agent_loop::AgentBuilder::session)
+//! which resumes the run ([`Agent::resume`](agent_loop::Agent::resume)). Each waiting call
+//! goes to the client with its [digest](agent_loop::agent::PendingCall::digest) (AG-UI: the
+//! interrupt's `metadata.digest`; the AI SDK: the approval request's `signature`), which
+//! comes back with the verdict and binds it to that very call: a verdict for another call
+//! under the same id is refused with the protocol's error, nothing run. With a [session](agent_loop::AgentBuilder::session)
 //! the paused run is kept in the store, so the next request may reach another process. A
 //! person who types a new message instead of answering does not wedge the chat: by default
 //! the waiting calls are denied and the run goes on with the message
@@ -347,6 +355,17 @@ pub fn sse_frame(event: &impl Serialize) -> Bytes {
     out.extend_from_slice(&json);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
+}
+
+/// What a run's outcome says of the host's words it never delivered
+/// ([`RunOutcome::undelivered`](agent_loop::RunOutcome::undelivered)), so that the client can
+/// offer them again: `{"texts": […]}`, each input's text.
+pub(crate) fn undelivered(inputs: &[UserInput]) -> serde_json::Value {
+    let texts: Vec<String> = inputs
+        .iter()
+        .map(|input| input.clone().into_message().text())
+        .collect();
+    serde_json::json!({ "texts": texts })
 }
 
 /// What an event about the run itself (not conversation content) says: its name in snake

@@ -215,6 +215,7 @@ mod live {
     use std::time::Duration;
 
     use agent_loop::agent::AgentHandle;
+    use agent_loop::UserInput;
     use bytes::Bytes;
     use futures::{Stream, StreamExt};
     use tokio::sync::watch;
@@ -370,6 +371,38 @@ mod live {
             match self.run(key) {
                 Some(run) if !lock(&run.state).finished => {
                     run.handle.cancel();
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// Says something to the run kept under `key` while it goes (what a host's HTTP
+        /// route for a person typing mid-answer calls), as [`AgentHandle::steer`] does: the
+        /// words enter the run at its next safe point (the current response's calls all
+        /// answered, before the next model call), and its clients see them there (AG-UI: a
+        /// user text message; the AI SDK: a `data-steered` part). A run that ends before
+        /// that point tells its clients what it did not deliver (AG-UI: `CUSTOM`
+        /// `agent_loop.undelivered`; the AI SDK: `data-undelivered`). False when no run is
+        /// going there (the words were not taken: send them as a new message).
+        pub fn steer(&self, key: &str, input: impl Into<UserInput>) -> bool {
+            match self.run(key) {
+                Some(run) if !lock(&run.state).finished => {
+                    run.handle.steer(input);
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// Lets the run kept under `key` finish its turn (its answer and its tools), then
+        /// end, as [`AgentHandle::stop_after_turn`] does: its clients see a finished run,
+        /// nothing aborted. [`cancel`](Self::cancel) is the hard stop. False when no run is
+        /// going there.
+        pub fn stop_after_turn(&self, key: &str) -> bool {
+            match self.run(key) {
+                Some(run) if !lock(&run.state).finished => {
+                    run.handle.stop_after_turn();
                     true
                 }
                 _ => false,

@@ -1033,6 +1033,10 @@ async fn http_agent_approves_a_paused_call_and_the_run_goes_on() {
         .as_array()
         .unwrap()
         .contains(&json!("RUN_FINISHED")));
+    // The approval carried back the interrupt's digest.
+    let digest = &interrupts[0]["metadata"]["digest"];
+    assert!(digest.as_str().unwrap().starts_with("sha256:"), "{out:#}");
+    assert_eq!(out["resume"][0]["metadata"]["digest"], *digest, "{out:#}");
     let second = &out["second"];
     assert_eq!(second["result"], "Deleted a.txt.", "{out:#}");
     assert_eq!(second["pendingInterrupts"], json!([]));
@@ -1962,4 +1966,318 @@ fn the_runs_other_events_are_custom_events() {
                    "value": {"from": "triage", "to": "billing"}}),
         ]
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// A run the host stops after its turn.
+
+fn weather_then_answer() -> Vec<ScriptedResponse> {
+    vec![
+        ScriptedResponse::text("Checking.").then_tool_call(
+            "c1",
+            "get_weather",
+            json!({"city": "Paris"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ]
+}
+
+#[tokio::test]
+async fn a_run_stopped_after_its_turn_finishes_with_success() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    agent.handle().stop_after_turn();
+    let events = run_events(&mut agent, "Weather?").await;
+    assert_eq!(
+        outcome_of(&events).termination,
+        Termination::StoppedAfterTurn
+    );
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        shown(&out)
+            .into_iter()
+            .filter(|l| !l.starts_with("TOOL_CALL_ARGS"))
+            .collect::<Vec<_>>(),
+        [
+            "RUN_STARTED",
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1:t1",
+            "TEXT_MESSAGE_CONTENT r1:t1 Checking.",
+            "TEXT_MESSAGE_END r1:t1",
+            "TOOL_CALL_START c1 get_weather r1:t1",
+            "TOOL_CALL_END c1",
+            "TOOL_CALL_RESULT r1:r:c1 c1 sunny",
+            "STEP_FINISHED turn 1",
+            "RUN_FINISHED success",
+        ]
+    );
+    assert_eq!(client.requests().len(), 1, "no second model call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_after_its_turn_passes_the_clients_checks_as_a_finished_run() {
+    if !common::web::node_available("AG-UI stopped run", "@ag-ui/client") {
+        return;
+    }
+    let app = App {
+        client: ScriptedClient::new(weather_then_answer()),
+        store: Arc::new(MemoryStore::new()),
+    };
+    let handler = |State(app): State<App>, body: Bytes| async move {
+        let mut agent = app.agent("stopped");
+        agent.handle().stop_after_turn();
+        respond(&mut agent, &body).await
+    };
+    let router = axum::Router::new()
+        .route("/agui", post(handler))
+        .with_state(app);
+    let url = format!("{}/agui", common::web::serve(router).await);
+    let body = json!({"threadId": "stopped", "runId": "run-1", "messages": [
+        {"id": "u1", "role": "user", "content": "Weather?"}
+    ]})
+    .to_string();
+    let out = common::web::node_json("agui-client.mjs", &["raw", &url, &body]).await;
+    assert_eq!(out["schemaFailures"], json!([]), "{out:#}");
+    assert_eq!(out["verifyError"], Value::Null, "{out:#}");
+    let events = out["events"].as_array().unwrap();
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{out:#}");
+    assert_eq!(
+        events.last().unwrap()["outcome"],
+        json!({"type": "success"})
+    );
+    assert_eq!(events.last().unwrap()["result"], "Checking.");
+    assert!(!events.iter().any(|e| e["type"] == "RUN_ERROR"), "{out:#}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Approvals bound to their call by its digest.
+
+/// The digest of the call `id` of `delete` on `path`, as a pause gives it (another call than
+/// the one a test's run waits in, when the path differs).
+fn digest_of(id: &str, path: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = ScriptedClient::new([ScriptedResponse::tool_call(
+        id,
+        "delete",
+        json!({ "path": path }),
+    )]);
+    let events = rt.block_on(run_events(&mut agent(&client), "Delete it"));
+    let Termination::Paused(paused) = outcome_of(&events).termination else {
+        panic!("the run did not pause")
+    };
+    paused.pending()[0].digest.clone()
+}
+
+#[test]
+fn an_interrupt_carries_its_calls_digest_and_an_answer_for_another_call_is_refused() {
+    let (events, paused, _client, mut agent) = paused_run();
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = out.last()
+    else {
+        panic!("not an interrupt")
+    };
+    let digest = paused.pending()[0].digest.clone();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    assert_eq!(interrupts[0].metadata, Some(json!({ "digest": digest })));
+
+    let id = format!("{}:c9", paused.id());
+    let answer = |digest: &str| {
+        let resume = json!([{"interruptId": id, "status": "resolved",
+            "payload": {"approved": true}, "metadata": {"digest": digest}}]);
+        match resume_body(&paused, resume, vec![])
+            .turn(Some(&paused))
+            .unwrap()
+        {
+            UiTurn::Resume(answers) => answers,
+            other => panic!("{other:?}"),
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The same id, other arguments: refused, as the protocol's error; nothing ran.
+    let other = digest_of("c9", "b.txt");
+    assert_ne!(other, digest);
+    let stale = answer(&other);
+    assert_eq!(stale.digest("c9"), Some(other.as_str()));
+    let refused: Vec<AgentEvent> = rt.block_on(agent.resume(&paused, stale).collect());
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r2").resuming(&paused),
+        &refused,
+    );
+    check_invariants(&out).unwrap();
+    let Some(AgUiEvent::RunError { message, code, .. }) = out.last() else {
+        panic!("{:#?}", shown(&out))
+    };
+    assert_eq!(code.as_deref(), Some("stale_answer"), "{message}");
+    assert!(
+        message.contains(&other) && message.contains(&digest),
+        "{message}"
+    );
+    assert!(!out
+        .iter()
+        .any(|e| matches!(e, AgUiEvent::ToolCallResult { .. })));
+
+    // The answer for this very call: the run goes on.
+    let resumed: Vec<AgentEvent> = rt.block_on(agent.resume(&paused, answer(&digest)).collect());
+    let out = encode_all(
+        &mut AgUiEncoder::new("th", "r3").resuming(&paused),
+        &resumed,
+    );
+    assert!(shown(&out).contains(&"TOOL_CALL_RESULT r3:r:c9 c9 deleted".to_owned()));
+    assert!(matches!(
+        out.last(),
+        Some(AgUiEvent::RunFinished {
+            outcome: Some(RunFinishedOutcome::Success),
+            ..
+        })
+    ));
+
+    // A digest that is not a string is the request's fault.
+    let resume = json!([{"interruptId": id, "status": "resolved",
+        "payload": {"approved": true}, "metadata": {"digest": 7}}]);
+    let e = resume_body(&paused, resume, vec![])
+        .turn(Some(&paused))
+        .unwrap_err();
+    assert!(
+        e.message().contains("`metadata.digest` must be a string"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_with_another_calls_digest_is_refused_then_approves_with_its_own() {
+    if !common::web::node_available("AG-UI HttpAgent stale approval", "@ag-ui/client") {
+        return;
+    }
+    let (url, app) = server(vec![
+        ScriptedResponse::tool_call("c2", "delete", json!({"path": "a.txt"})),
+        ScriptedResponse::text("Deleted a.txt."),
+    ])
+    .await;
+    let other = tokio::task::spawn_blocking(|| digest_of("c2", "b.txt"))
+        .await
+        .unwrap();
+    let out = common::web::node_json(
+        "agui-client.mjs",
+        &["approve-stale", &url, "stale-1", "Delete a.txt", &other],
+    )
+    .await;
+    let interrupts = out["first"]["pendingInterrupts"].as_array().unwrap();
+    let digest = interrupts[0]["metadata"]["digest"].as_str().unwrap();
+    assert!(digest.starts_with("sha256:") && digest != other, "{out:#}");
+    let stale = &out["stale"];
+    assert_eq!(stale["runError"]["code"], "stale_answer", "{out:#}");
+    assert!(
+        !strings(&stale["events"]).contains(&"TOOL_CALL_RESULT".to_owned()),
+        "{out:#}"
+    );
+    let fresh = &out["fresh"];
+    assert_eq!(fresh["result"], "Deleted a.txt.", "{out:#}");
+    assert_eq!(fresh["pendingInterrupts"], json!([]));
+    let mut agent = app.agent("stale-1");
+    assert_eq!(agent.load_session().await.unwrap(), None, "resumed once");
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// The host's steering.
+
+#[tokio::test]
+async fn steered_words_are_a_user_message_between_the_turns_and_keep_their_id() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("Weather?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("In Celsius, please.");
+        }
+        events.push(event);
+    }
+    let request = RunAgentInput::from_slice(&body(json!([
+        {"id": "u-client", "role": "user", "content": "Weather?"}
+    ])))
+    .unwrap();
+    let mut encoder = AgUiEncoder::new("th", "r1").with_client_messages(&request);
+    let out = encode_all(&mut encoder, &events);
+    check_invariants(&out).unwrap();
+    let lines = shown(&out);
+    let at = lines
+        .iter()
+        .position(|l| l == "TEXT_MESSAGE_START r1:s1")
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(
+        lines[at - 1..at + 4],
+        [
+            "STEP_FINISHED turn 1",
+            "TEXT_MESSAGE_START r1:s1",
+            "TEXT_MESSAGE_CONTENT r1:s1 In Celsius, please.",
+            "TEXT_MESSAGE_END r1:s1",
+            "STEP_STARTED turn 2",
+        ]
+    );
+    assert!(matches!(&out[at], AgUiEvent::TextMessageStart { role, .. } if role == "user"));
+    let AgUiEvent::MessagesSnapshot { messages } = encoder.messages_snapshot(&agent.messages())
+    else {
+        unreachable!()
+    };
+    let users: Vec<Value> = messages
+        .iter()
+        .filter(|m| matches!(m, AgUiMessage::User { .. }))
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    assert_eq!(
+        users,
+        [
+            json!({"role": "user", "id": "u-client", "content": "Weather?"}),
+            json!({"role": "user", "id": "r1:s1", "content": "In Celsius, please."}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn words_a_run_never_heard_are_handed_back_before_its_end() {
+    let client = ScriptedClient::new(weather_then_answer());
+    let mut agent = agent(&client);
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("Weather?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("In Celsius, please.");
+            handle.stop_after_turn();
+        }
+        events.push(event);
+    }
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    check_invariants(&out).unwrap();
+    assert_eq!(
+        out[out.len() - 2],
+        AgUiEvent::Custom {
+            name: "agent_loop.undelivered".into(),
+            value: json!({"texts": ["In Celsius, please."]}),
+        }
+    );
+    assert!(!shown(&out).iter().any(|l| l.contains("r1:s1")));
 }

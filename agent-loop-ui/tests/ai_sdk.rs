@@ -575,7 +575,8 @@ fn chunks_deserialize_as_the_client_sends_them() {
         chunk,
         UiMessageChunk::ToolApprovalRequest {
             approval_id: "a1".into(),
-            tool_call_id: "c1".into()
+            tool_call_id: "c1".into(),
+            signature: None,
         }
     );
     assert!(serde_json::from_value::<UiMessageChunk>(json!({"type": "no-such"})).is_err());
@@ -1181,11 +1182,21 @@ async fn the_ai_chat_client_approves_a_call_and_resends_by_itself() {
     assert_eq!(part["state"], "approval-requested");
     assert_eq!(part["approval"]["id"], "c1");
     assert_eq!(part["input"], json!({"path": "a.txt"}));
+    // The approval is signed with the call's digest, and the chat sends it back.
+    let signature = part["approval"]["signature"].as_str().unwrap_or_default();
+    assert!(signature.starts_with("sha256:"), "{seen:#}");
 
     // The chat sent the verdict by itself, and the run went on in the same message.
     let requests = seen["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 2, "{seen:#}");
     assert_eq!(requests[1]["roles"], json!(["user", "assistant"]));
+    let sent = requests[1]["lastParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-delete")
+        .unwrap();
+    assert_eq!(sent["approval"]["signature"], signature, "{seen:#}");
     assert_eq!(seen["status"], "ready", "{seen:#}");
     assert_eq!(seen["error"], Value::Null);
     let last = seen["final"].as_array().unwrap();
@@ -2245,4 +2256,368 @@ async fn an_approval_to_an_agent_without_a_session_says_a_session_store_is_neede
 
 fn body_of_question() -> Vec<u8> {
     body(vec![user("u1", "Delete a.txt")])
+}
+
+// ---------------------------------------------------------------------------------------
+// A run the host stops after its turn.
+
+/// A lookup, then an answer the run never asks for: the host stops it after its first turn.
+fn lookup_then_answer() -> ScriptedClient {
+    ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ])
+}
+
+#[tokio::test]
+async fn a_run_stopped_after_its_turn_finishes_normally_with_its_steps_reason() {
+    let client = lookup_then_answer();
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool())
+        .build()
+        .unwrap();
+    agent.handle().stop_after_turn();
+    let events = run_events(&mut agent, "What does hi mean?").await;
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        panic!("no Finished")
+    };
+    assert_eq!(outcome.termination, Termination::StoppedAfterTurn);
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown: Vec<String> = shows(&chunks)
+        .into_iter()
+        .filter(|s| !s.starts_with("tool-input-delta"))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "start",
+            "start-step",
+            "text-start text-1",
+            "text-delta text-1 Looking it up.",
+            "text-end text-1",
+            "tool-input-start c1 lookup",
+            "tool-input-available c1 lookup {\"word\":\"hi\"}",
+            "tool-output-available c1 hi means a greeting",
+            "finish-step",
+            // No `abort`, no `data-stopped`: a normal end, with the last step's reason.
+            "finish tool-calls",
+        ]
+    );
+    assert_eq!(client.requests().len(), 1, "no second model call");
+}
+
+/// A server answering POST /chat with `respond`, its agent asked to stop after its turn.
+async fn stopping_server(client: ScriptedClient) -> String {
+    let app = axum::Router::new().route(
+        "/chat",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let client = client.clone();
+            async move {
+                let mut agent = Agent::builder(client)
+                    .tool(lookup_tool())
+                    .build()
+                    .expect("the agent builds");
+                agent.handle().stop_after_turn();
+                respond(&mut agent, &body).await
+            }
+        }),
+    );
+    format!("{}/chat", common::web::serve(app).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_package_reads_a_run_stopped_after_its_turn_as_a_finished_message() {
+    if !common::web::node_available("the ai package reading a stopped run", "ai") {
+        return;
+    }
+    let url = stopping_server(lookup_then_answer()).await;
+    let seen = common::web::node_json("ai-sdk-client.mjs", &["read", &url]).await;
+    assert_eq!(seen["invalid"], json!([]), "{seen:#}");
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    let chunks = seen["chunks"].as_array().unwrap();
+    assert!(
+        !chunks
+            .iter()
+            .any(|c| c["type"] == "abort" || c["type"] == "error" || c["type"] == "data-stopped"),
+        "{seen:#}"
+    );
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "tool-calls"})
+    );
+    let parts = seen["message"]["parts"].as_array().unwrap();
+    let lookup = parts.iter().find(|p| p["type"] == "tool-lookup").unwrap();
+    assert_eq!(lookup["state"], "output-available", "{seen:#}");
+    assert_eq!(lookup["output"], "hi means a greeting");
+}
+
+// ---------------------------------------------------------------------------------------
+// Approvals bound to their call by its digest.
+
+/// The digest of the call `c1` of `delete` on `path`, as a pause gives it.
+async fn digest_of(path: &str) -> String {
+    let client = ScriptedClient::new([ScriptedResponse::tool_call(
+        "c1",
+        "delete",
+        json!({ "path": path }),
+    )]);
+    let mut agent = approval_agent(client);
+    let events = run_events(&mut agent, "Delete it").await;
+    paused_of(&events).pending()[0].digest.clone()
+}
+
+/// The body answering c1 with `approved`, the approval signed with `signature`.
+fn signed_approval(signature: &str, approved: bool) -> Vec<u8> {
+    approval_body(json!({"type": "tool-delete", "toolCallId": "c1",
+        "state": "approval-responded", "input": {"path": "a.txt"},
+        "approval": {"id": "c1", "approved": approved, "signature": signature}}))
+}
+
+#[tokio::test]
+async fn an_approval_request_is_signed_with_its_calls_digest_and_the_signature_comes_back() {
+    let (_agent, paused) = paused_run().await;
+    let digest = paused.pending()[0].digest.clone();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    let mut agent = approval_agent(approval_script());
+    let events = run_events(&mut agent, "Delete a.txt").await;
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let request = chunks
+        .iter()
+        .find(|c| matches!(c, UiMessageChunk::ToolApprovalRequest { .. }))
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(request).unwrap(),
+        json!({"type": "tool-approval-request", "approvalId": "c1", "toolCallId": "c1",
+               "signature": digest})
+    );
+    for approved in [true, false] {
+        let request = ChatRequest::from_slice(&signed_approval(&digest, approved)).unwrap();
+        let UiTurn::Resume(answers) = request.turn(Some(&paused)).unwrap() else {
+            panic!("not a resumption")
+        };
+        assert_eq!(answers.digest("c1"), Some(digest.as_str()));
+    }
+}
+
+/// Over loopback: a verdict signed with another call's digest is refused as the stream's
+/// `error` (nothing runs, the run stays paused); the verdict signed with its own goes on.
+#[tokio::test]
+async fn a_verdict_signed_for_another_call_is_refused_and_the_right_one_goes_on() {
+    let store = Arc::new(MemoryStore::new());
+    let url = format!("{}/chat", server(approval_script(), store.clone()).await);
+    let http = agent_loop::provider::reqwest::Client::new();
+    let first = http
+        .post(&url)
+        .body(body(vec![user("u1", "Delete a.txt")]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let digest = sse_chunks(&first)
+        .iter()
+        .find_map(|c| match c {
+            UiMessageChunk::ToolApprovalRequest { signature, .. } => signature.clone(),
+            _ => None,
+        })
+        .expect("a signed approval request");
+    let other = digest_of("b.txt").await;
+    assert_ne!(other, digest);
+
+    let refused = http
+        .post(&url)
+        .body(signed_approval(&other, true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 200);
+    let chunks = sse_chunks(&refused.text().await.unwrap());
+    check_invariants(&chunks, Some("c1"));
+    let error = chunks
+        .iter()
+        .find_map(|c| match c {
+            UiMessageChunk::Error { error_text } => Some(error_text.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{chunks:?}"));
+    assert!(error.contains(&other) && error.contains(&digest), "{error}");
+    assert!(!chunks
+        .iter()
+        .any(|c| matches!(c, UiMessageChunk::ToolOutputAvailable { .. })));
+    assert_eq!(
+        chunks.last(),
+        Some(&UiMessageChunk::Finish {
+            finish_reason: Some(FinishReason::Error)
+        })
+    );
+
+    let accepted = http
+        .post(&url)
+        .body(signed_approval(&digest, true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks = sse_chunks(&accepted);
+    assert!(
+        chunks.contains(&UiMessageChunk::ToolOutputAvailable {
+            tool_call_id: "c1".into(),
+            output: json!("deleted a.txt"),
+        }),
+        "{chunks:?}"
+    );
+    assert_eq!(
+        chunks.last(),
+        Some(&UiMessageChunk::Finish {
+            finish_reason: Some(FinishReason::Stop)
+        })
+    );
+}
+
+/// The chunks of an SSE body (`[DONE]` left out).
+fn sse_chunks(text: &str) -> Vec<UiMessageChunk> {
+    text.split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).expect("a chunk"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The host's steering.
+
+#[tokio::test]
+async fn steered_words_are_a_data_part_between_the_steps_and_come_back_as_history() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("A greeting."),
+    ]);
+    let mut agent = Agent::builder(client.clone())
+        .tool(lookup_tool())
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("What does hi mean?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("Be brief.");
+        }
+        events.push(event);
+    }
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown: Vec<String> = shows(&chunks)
+        .into_iter()
+        .filter(|s| !s.starts_with("tool-input-delta"))
+        .collect();
+    assert_eq!(
+        shown[7..],
+        [
+            "tool-output-available c1 hi means a greeting",
+            "finish-step",
+            "data-steered {\"text\":\"Be brief.\"}",
+            "start-step",
+            "text-start text-2",
+            "text-delta text-2 A greeting.",
+            "text-end text-2",
+            "finish-step",
+            "finish stop",
+        ],
+        "{shown:#?}"
+    );
+    assert_eq!(
+        serde_json::to_value(
+            chunks
+                .iter()
+                .find(|c| matches!(c, UiMessageChunk::Data(_)))
+                .unwrap()
+        )
+        .unwrap(),
+        json!({"type": "data-steered", "data": {"text": "Be brief."}}),
+        "kept in the message: no transient flag, no id"
+    );
+
+    // The client's copy of the message, sent back, is the history the agent kept.
+    let request = ChatRequest::from_slice(&body(vec![
+        user("u1", "What does hi mean?"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "Looking it up."},
+            {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available",
+             "input": {"word": "hi"}, "output": "hi means a greeting"},
+            {"type": "data-steered", "data": {"text": "Be brief."}},
+            {"type": "step-start"},
+            {"type": "text", "text": "A greeting."}
+        ]}),
+        user("u2", "Thanks"),
+    ]))
+    .unwrap();
+    assert_eq!(request.history().unwrap(), *agent.messages());
+}
+
+#[test]
+fn words_steered_before_any_step_join_the_users_message() {
+    let request = ChatRequest::from_slice(&body(vec![
+        user("u1", "Hi"),
+        json!({"id": "a1", "role": "assistant", "parts": [
+            {"type": "data-steered", "data": {"text": "In French."}},
+            {"type": "data-steered", "data": {"text": 7}},
+            {"type": "step-start"},
+            {"type": "text", "text": "Bonjour."}
+        ]}),
+        user("u2", "Merci"),
+    ]))
+    .unwrap();
+    let history = request.history().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(
+        history[0].content,
+        [ContentBlock::text("Hi"), ContentBlock::text("In French.")]
+    );
+    assert_eq!(history[1].text(), "Bonjour.");
+}
+
+#[tokio::test]
+async fn words_a_run_never_heard_are_handed_back_before_its_end() {
+    let client = ScriptedClient::new([
+        ScriptedResponse::text("Looking it up.").then_tool_call(
+            "c1",
+            "lookup",
+            json!({"word": "hi"}),
+        ),
+        ScriptedResponse::text("Never asked for."),
+    ]);
+    let mut agent = Agent::builder(client).tool(lookup_tool()).build().unwrap();
+    let handle = agent.handle();
+    let mut run = std::pin::pin!(agent.run("What does hi mean?"));
+    let mut events = Vec::new();
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall { .. }) {
+            handle.steer("Be brief.");
+            handle.stop_after_turn();
+        }
+        events.push(event);
+    }
+    let chunks = encode_all(&mut UiStreamEncoder::new(), &events);
+    let shown = shows(&chunks);
+    assert_eq!(
+        shown[shown.len() - 3..],
+        [
+            "finish-step",
+            "data-undelivered {\"texts\":[\"Be brief.\"]}",
+            "finish tool-calls",
+        ]
+    );
+    assert!(!shown.iter().any(|s| s.starts_with("data-steered")));
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use agent_loop::provider::reqwest;
 use agent_loop::provider::{LlmStream, ModelRequest};
 use agent_loop::session::MemoryStore;
-use agent_loop::{Agent, LlmClient, LlmError, LlmEvent, StopReason};
+use agent_loop::{Agent, LlmClient, LlmError, LlmEvent, Role, StopReason};
 use agent_loop_ui::{agui, ai_sdk, ReplayLimits, RespondOptions, RunStreams};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -23,25 +23,46 @@ use tokio::sync::mpsc;
 /// What the gated model's response streams.
 type Events = mpsc::UnboundedReceiver<Result<LlmEvent, LlmError>>;
 
-/// A model whose one response is what the test sends on the channel, when it sends it.
+/// A model whose responses are what the test sends on their channels, when it sends it;
+/// each request, as it comes, goes to the test (so that it knows the run is in that model
+/// call).
 #[derive(Clone)]
 struct Gated {
-    events: Arc<Mutex<Option<Events>>>,
+    responses: Arc<Mutex<std::collections::VecDeque<Events>>>,
+    requests: mpsc::UnboundedSender<ModelRequest>,
 }
 
+type Gate = mpsc::UnboundedSender<Result<LlmEvent, LlmError>>;
+
 impl Gated {
-    fn new() -> (Gated, mpsc::UnboundedSender<Result<LlmEvent, LlmError>>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// One response.
+    fn new() -> (Gated, Gate) {
+        let (gated, mut gates, _) = Gated::responses(1);
+        (gated, gates.remove(0))
+    }
+
+    /// `n` responses, in order, and the requests as they come.
+    fn responses(n: usize) -> (Gated, Vec<Gate>, mpsc::UnboundedReceiver<ModelRequest>) {
+        let (gates, receivers): (Vec<Gate>, std::collections::VecDeque<Events>) =
+            (0..n).map(|_| mpsc::unbounded_channel()).unzip();
+        let (requests, asked) = mpsc::unbounded_channel();
         let gated = Gated {
-            events: Arc::new(Mutex::new(Some(rx))),
+            responses: Arc::new(Mutex::new(receivers)),
+            requests,
         };
-        (gated, tx)
+        (gated, gates, asked)
     }
 }
 
 impl LlmClient for Gated {
-    fn stream<'a>(&'a self, _request: &'a ModelRequest) -> LlmStream<'a> {
-        let rx = self.events.lock().unwrap().take().expect("one response");
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+        let rx = self
+            .responses
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("a response left");
+        let _ = self.requests.send(request.clone());
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
         }))
@@ -625,4 +646,281 @@ async fn cancel_stops_a_kept_run() {
     assert!(!streams.is_live("c6"));
     assert!(!streams.cancel("c6"), "nothing to cancel once over");
     assert!(gate.is_closed(), "the model's stream was dropped");
+}
+
+/// Sends a whole text response on `gate`.
+fn answer(gate: &Gate, words: &str) {
+    gate.send(start()).unwrap();
+    gate.send(text(words)).unwrap();
+    for event in end() {
+        gate.send(event).unwrap();
+    }
+}
+
+/// The text of the last user message of a model request.
+fn last_user_text(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .unwrap_or_default()
+}
+
+/// `RunStreams::steer` mid-answer (the model's first response in flight) in the AI SDK: the
+/// words enter the run after that response, the model's next call hears them, and the
+/// client sees them where they landed, a `data-steered` part between the two steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ai_sdk_client_sees_the_words_that_steered_its_run_and_the_run_goes_on() {
+    let (model, gates, mut asked) = Gated::responses(2);
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/api/chat"))
+            .json(&chat_body("c7", "Largest French city?"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    asked.recv().await.expect("the first model call");
+    gates[0].send(start()).unwrap();
+    gates[0].send(text("Paris.")).unwrap();
+    let first = live.until("Paris.").await;
+    assert!(streams.steer("c7", "And the second?"));
+    for event in end() {
+        gates[0].send(event).unwrap();
+    }
+    let second_call = asked.recv().await.expect("a second model call");
+    assert_eq!(last_user_text(&second_call), "And the second?");
+    answer(&gates[1], "Marseille.");
+    let all: Vec<Frame> = first.into_iter().chain(live.rest().await).collect();
+    assert_eq!(ids(&all), (1..=all.len() as u64).collect::<Vec<_>>());
+    let chunks: Vec<Value> = all
+        .iter()
+        .filter_map(|f| serde_json::from_str(&f.data).ok())
+        .collect();
+    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    let steered = types.iter().position(|t| *t == "data-steered").unwrap();
+    assert_eq!(
+        chunks[steered],
+        json!({"type": "data-steered", "data": {"text": "And the second?"}})
+    );
+    assert_eq!(types[steered - 1], "finish-step", "{types:?}");
+    assert_eq!(types[steered + 1], "start-step", "{types:?}");
+    assert_eq!(ai_text(&all), "Paris.Marseille.");
+    assert_eq!(
+        chunks.last().unwrap(),
+        &json!({"type": "finish", "finishReason": "stop"})
+    );
+    assert!(
+        !streams.steer("c7", "too late"),
+        "nothing to steer once over"
+    );
+    assert!(!streams.steer("unknown", "hello"));
+}
+
+/// The same in AG-UI: the words are a user text message between the two turns' answers,
+/// and the snapshot at the end keeps the id it was streamed with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agui_client_sees_the_words_that_steered_its_run_and_the_run_goes_on() {
+    let (model, gates, mut asked) = Gated::responses(2);
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/agui"))
+            .json(&agui_body("t8", "r8", "Largest French city?"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    asked.recv().await.expect("the first model call");
+    gates[0].send(start()).unwrap();
+    gates[0].send(text("Paris.")).unwrap();
+    let first = live.until("Paris.").await;
+    assert!(streams.steer("t8", "And the second?"));
+    for event in end() {
+        gates[0].send(event).unwrap();
+    }
+    let second_call = asked.recv().await.expect("a second model call");
+    assert_eq!(last_user_text(&second_call), "And the second?");
+    answer(&gates[1], "Marseille.");
+    let all: Vec<Frame> = first.into_iter().chain(live.rest().await).collect();
+    let events: Vec<Value> = all
+        .iter()
+        .filter_map(|f| serde_json::from_str(&f.data).ok())
+        .collect();
+    let brief: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let mut s = e["type"].as_str().unwrap().to_owned();
+            for key in ["messageId", "role", "delta"] {
+                if let Some(v) = e[key].as_str() {
+                    s.push(' ');
+                    s.push_str(v);
+                }
+            }
+            s
+        })
+        .collect();
+    let at = brief
+        .iter()
+        .position(|l| l == "TEXT_MESSAGE_START r8:s1 user")
+        .unwrap_or_else(|| panic!("{brief:#?}"));
+    assert_eq!(
+        brief[at - 1..at + 4],
+        [
+            "STEP_FINISHED",
+            "TEXT_MESSAGE_START r8:s1 user",
+            "TEXT_MESSAGE_CONTENT r8:s1 And the second?",
+            "TEXT_MESSAGE_END r8:s1",
+            "STEP_STARTED",
+        ],
+        "{brief:#?}"
+    );
+    assert_eq!(agui_text(&all), "Paris.And the second?Marseille.");
+    let snapshot = events
+        .iter()
+        .find(|e| e["type"] == "MESSAGES_SNAPSHOT")
+        .unwrap();
+    assert_eq!(
+        snapshot["messages"][2],
+        json!({"role": "user", "id": "r8:s1", "content": "And the second?"}),
+        "{snapshot:#}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+}
+
+/// `RunStreams::stop_after_turn`: the turn in flight finishes, the run ends as a finished
+/// run (no abort), and no other model call is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_after_turn_ends_a_kept_run_as_a_finished_one() {
+    let (model, gates, mut asked) = Gated::responses(2);
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+    let http = reqwest::Client::new();
+    let mut live = Frames::new(
+        http.post(format!("{url}/agui"))
+            .json(&agui_body("t9", "r9", "Say hello"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    asked.recv().await.expect("the model call");
+    gates[0].send(start()).unwrap();
+    gates[0].send(text("Hello")).unwrap();
+    live.until("Hello").await;
+    assert!(streams.steer("t9", "Then say goodbye."));
+    assert!(streams.stop_after_turn("t9"));
+    for event in end() {
+        gates[0].send(event).unwrap();
+    }
+    let rest = live.rest().await;
+    let last: Value = serde_json::from_str(&rest.last().unwrap().data).unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED", "{rest:?}");
+    assert_eq!(last["outcome"], json!({"type": "success"}));
+    // The words it never heard are handed back to the client.
+    let undelivered = rest
+        .iter()
+        .filter_map(|f| serde_json::from_str::<Value>(&f.data).ok())
+        .find(|e| e["name"] == "agent_loop.undelivered")
+        .unwrap_or_else(|| panic!("{rest:?}"));
+    assert_eq!(
+        undelivered["value"],
+        json!({"texts": ["Then say goodbye."]})
+    );
+    assert!(!streams.stop_after_turn("t9"), "nothing to stop once over");
+    assert!(asked.try_recv().is_err(), "no second model call");
+    drop(gates);
+}
+
+/// The real clients follow a steered run: `@ag-ui/client`'s `HttpAgent` (its own checks,
+/// `verifyEvents`, pass) holds the host's words as a user message between the two answers;
+/// the `ai` package's chat holds them as a `data-steered` part between the two steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_clients_hold_the_words_that_steered_the_run() {
+    if !common::web::node_available("the steering tests with the real clients", "ai") {
+        return;
+    }
+    let (model, gates, mut asked) = Gated::responses(4);
+    let streams = RunStreams::new().grace(Duration::from_secs(600));
+    let url = server(model, streams.clone()).await;
+
+    // AG-UI.
+    let endpoint = format!("{url}/agui");
+    let client = tokio::spawn(async move {
+        common::web::node_json(
+            "agui-client.mjs",
+            &["again", &endpoint, "t10", "r10", "Largest French city?"],
+        )
+        .await
+    });
+    asked.recv().await.expect("the first model call");
+    gates[0].send(start()).unwrap();
+    gates[0].send(text("Paris.")).unwrap();
+    assert!(streams.steer("t10", "And the second?"));
+    for event in end() {
+        gates[0].send(event).unwrap();
+    }
+    assert_eq!(
+        last_user_text(&asked.recv().await.unwrap()),
+        "And the second?"
+    );
+    answer(&gates[1], "Marseille.");
+    let seen = client.await.unwrap();
+    let messages: Vec<Value> = seen["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| json!({"id": m["id"], "role": m["role"], "content": m["content"]}))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            json!({"id": "u1", "role": "user", "content": "Largest French city?"}),
+            json!({"id": "r10:t1", "role": "assistant", "content": "Paris."}),
+            json!({"id": "r10:s1", "role": "user", "content": "And the second?"}),
+            json!({"id": "r10:t2", "role": "assistant", "content": "Marseille."}),
+        ],
+        "{seen:#}"
+    );
+
+    // The AI SDK's chat (its id: "chat-approval").
+    let api = format!("{url}/api/chat");
+    let client = tokio::spawn(async move {
+        common::web::node_json("ai-sdk-client.mjs", &["chat", &api, "none"]).await
+    });
+    asked.recv().await.expect("the first model call");
+    gates[2].send(start()).unwrap();
+    gates[2].send(text("Paris.")).unwrap();
+    assert!(streams.steer("chat-approval", "And the second?"));
+    for event in end() {
+        gates[2].send(event).unwrap();
+    }
+    assert_eq!(
+        last_user_text(&asked.recv().await.unwrap()),
+        "And the second?"
+    );
+    answer(&gates[3], "Marseille.");
+    let seen = client.await.unwrap();
+    assert_eq!(seen["status"], "ready", "{seen:#}");
+    let parts: Vec<Value> = seen["first"][1]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| json!({"type": p["type"], "text": p["text"], "data": p["data"]}))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            json!({"type": "step-start", "text": null, "data": null}),
+            json!({"type": "text", "text": "Paris.", "data": null}),
+            json!({"type": "data-steered", "text": null, "data": {"text": "And the second?"}}),
+            json!({"type": "step-start", "text": null, "data": null}),
+            json!({"type": "text", "text": "Marseille.", "data": null}),
+        ],
+        "{seen:#}"
+    );
 }

@@ -491,3 +491,56 @@ async fn a_cut_stream_and_a_reload_mid_answer_lose_and_repeat_nothing() {
     assert_eq!(stored["status"], "done", "{stored:#}");
     assert_eq!(answer(stored), whole, "{stored:#}");
 }
+
+/// Written while the answer streams, the words steer the run (`RunStreams::steer` behind the
+/// example's `POST /api/chat/{id}/steer`): the page shows them where the run heard them, the
+/// run goes on to answer them, and the server's session holds them as the user's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn words_written_while_the_answer_streams_steer_the_run() {
+    let Some(chromium) = chromium() else { return };
+    if !common::web::node_available("the web chat browser test", "playwright-core") {
+        return;
+    }
+    let (app, mock, _) = web_chat::scripted_app().await;
+    let url = common::web::serve(cuttable(app)).await;
+    let seen = common::web::node_json("web-chat-browser.mjs", &[&url, &chromium, "steer"]).await;
+    assert_eq!(seen["problems"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["buttonWhileRunning"], "Steer", "{seen:#}");
+    assert_eq!(
+        seen["steers"],
+        serde_json::json!([{"text": "echo steered", "steered": true}])
+    );
+    let done = &seen["after"];
+    assert_eq!(done["status"], "done", "{done:#}");
+    let messages = done["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "one run: {done:#}");
+    let answer = &messages[1];
+    assert_eq!(strings(&answer["steered"]), ["echo steered"], "{done:#}");
+    let texts = strings(&answer["texts"]);
+    assert_eq!(
+        texts,
+        [
+            format!(
+                "{}{} Done counting.",
+                web_chat::COUNT_FIRST,
+                web_chat::COUNT_REST
+            ),
+            "You wrote: steered".to_owned(),
+        ],
+        "{done:#}"
+    );
+    // Two model calls, the second hearing the words.
+    assert_eq!(mock.requests().len(), 2);
+    // The session holds them as the user's words, between the two answers.
+    let stored = seen["afterReload"]["messages"].as_array().unwrap();
+    let said: Vec<(String, Vec<String>)> = stored
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap().to_owned(), strings(&m["texts"])))
+        .collect();
+    assert_eq!(said.len(), 4, "{said:?}");
+    assert_eq!(
+        said[2],
+        ("user".to_owned(), vec!["echo steered".to_owned()])
+    );
+    assert_eq!(said[3].1, ["You wrote: steered"]);
+}

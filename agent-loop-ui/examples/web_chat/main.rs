@@ -18,6 +18,8 @@
 //!   `GET /api/chat/{id}/stream` and `Last-Event-ID` ([`agent_loop_ui::ai_sdk::reconnect`]) and
 //!   gets what it missed; a page reloaded mid-answer loads the conversation as it was sent
 //!   (`"streaming": true`) and the run's stream from its start, so the answer continues.
+//!   `POST /api/chat/{id}/steer` takes what the person writes while the answer streams into
+//!   the running run ([`RunStreams::steer`]): the page shows it where the run heard it.
 //!   `POST /api/chat/{id}/stop` (the Stop button) cancels the run; an AG-UI client that
 //!   sends its run's request again (with `Last-Event-ID`) gets the rest of it.
 //!
@@ -150,6 +152,7 @@ pub fn router(app: App) -> Router {
         .route("/api/chat/{id}", get(conversation))
         .route("/api/chat/{id}/stream", get(reconnect))
         .route("/api/chat/{id}/stop", post(stop))
+        .route("/api/chat/{id}/steer", post(steer))
         .route("/agui", post(agui_run))
         .with_state(app)
 }
@@ -188,6 +191,26 @@ async fn stop(State(app): State<App>, Path(id): Path<String>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         json!({ "stopped": stopped }).to_string(),
+    )
+        .into_response()
+}
+
+/// `POST /api/chat/{id}/steer` with `{"text": "…"}`: the person wrote while the answer
+/// streams; the words go into the running run at its next safe point, and its stream shows
+/// them there (a `data-steered` part). `{"steered": false}` when no run goes on (the page
+/// sends the words as a new message instead).
+async fn steer(State(app): State<App>, Path(id): Path<String>, body: Bytes) -> Response {
+    let text = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("text")?.as_str().map(str::trim).map(str::to_owned))
+        .filter(|text| !text.is_empty());
+    let Some(text) = text else {
+        return bad_request("the body must be {\"text\": \"…\"} with some text");
+    };
+    let steered = app.streams.steer(&id, text);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "steered": steered }).to_string(),
     )
         .into_response()
 }

@@ -59,6 +59,9 @@ pub fn any_event() -> impl Strategy<Value = AgentEvent> {
             from: "a".into(),
             to: "b".into()
         }),
+        prop::sample::select(vec!["", "go on"]).prop_map(|text| AgentEvent::Steered {
+            input: agent_loop::UserInput::text(text)
+        }),
         (1u32..4).prop_map(|turn| AgentEvent::TurnEnd {
             turn,
             stop_reason: StopReason::EndTurn,

@@ -10,7 +10,12 @@
 //       {"result", "messages", "pendingInterrupts", "events": [types]}
 //   node tests/js/agui-client.mjs approve <url> <threadId> <text>
 //       An HttpAgent runs a run that pauses, then a second run whose resume entries approve
-//       every interrupt: {"first": {...}, "second": {...}}
+//       every interrupt, each carrying back the interrupt's metadata (its digest):
+//       {"first": {...}, "second": {...}, "resume": [...]}
+//   node tests/js/agui-client.mjs approve-stale <url> <threadId> <text> <digest>
+//       As approve, but the second run's approval names <digest> (another call's); then a
+//       third run approves with the interrupt's own metadata:
+//       {"first", "stale": {"events", "runError", "thrown"}, "fresh"}
 //   node tests/js/agui-client.mjs again <url> <threadId> <runId> <text>
 //       An HttpAgent that sends a run's request again (its connection was lost): the same
 //       threadId and runId: {"result", "messages", "pendingInterrupts", "events": [types]}
@@ -90,17 +95,56 @@ async function chat(threadId, text) {
   return run(agent, { runId: "run-1" });
 }
 
+// The resume array approving every interrupt, each response carrying back the interrupt's
+// metadata (its digest), or `{digest}` when one is given instead.
+function approveAll(interrupts, digest) {
+  const responses = {};
+  for (const interrupt of interrupts) {
+    responses[interrupt.id] = {
+      status: "resolved",
+      payload: { approved: true },
+      metadata: digest ? { digest } : interrupt.metadata,
+    };
+  }
+  return buildResumeArray(interrupts, responses);
+}
+
 async function approve(threadId, text) {
   const agent = new HttpAgent({ url, threadId });
   agent.addMessage({ id: "user-1", role: "user", content: text });
   const first = await run(agent, { runId: "run-1" });
-  const responses = {};
-  for (const interrupt of agent.pendingInterrupts) {
-    responses[interrupt.id] = { status: "resolved", payload: { approved: true } };
-  }
-  const resume = buildResumeArray(agent.pendingInterrupts, responses);
+  const resume = approveAll(agent.pendingInterrupts);
   const second = await run(agent, { runId: "run-2", resume });
-  return { first, second };
+  return { first, second, resume };
+}
+
+// A run that pauses; an approval naming the digest of another call (refused: the run's
+// RUN_ERROR), then the approval the interrupt asked for (the run goes on).
+async function approveStale(threadId, text, digest) {
+  const agent = new HttpAgent({ url, threadId });
+  agent.addMessage({ id: "user-1", role: "user", content: text });
+  const first = await run(agent, { runId: "run-1" });
+  const interrupts = structuredClone(agent.pendingInterrupts);
+  let stale;
+  const { types, subscriber } = recorder();
+  let runError = null;
+  try {
+    await agent.runAgent(
+      { runId: "run-2", resume: approveAll(interrupts, digest) },
+      {
+        ...subscriber,
+        onRunErrorEvent({ event }) {
+          runError = { message: event.message, code: event.code ?? null };
+        },
+      },
+    );
+    stale = { events: types, runError, thrown: null };
+  } catch (e) {
+    stale = { events: types, runError, thrown: String(e?.message ?? e) };
+  }
+  agent.pendingInterrupts = interrupts;
+  const fresh = await run(agent, { runId: "run-3", resume: approveAll(interrupts) });
+  return { first, stale, fresh };
 }
 
 let out;
@@ -113,6 +157,9 @@ switch (mode) {
     break;
   case "approve":
     out = await approve(rest[0], rest[1]);
+    break;
+  case "approve-stale":
+    out = await approveStale(rest[0], rest[1], rest[2]);
     break;
   case "again": {
     const agent = new HttpAgent({ url, threadId: rest[0] });

@@ -18,10 +18,13 @@
 //                   stream up again with Last-Event-ID; reload the page mid-answer: it takes
 //                   the run up from its start; open the gate (POST /test/open): the answer
 //                   ends; reload once more: the conversation from the server.
+//   steer           ask to count (held after its first words), write "echo steered" while it
+//                   streams (Send steers the run: POST /api/chat/{id}/steer), open the gate:
+//                   the run answers the count, hears the words, answers them; then a reload.
 import { chromium } from "playwright-core";
 
 const [url, executablePath, scenario, screenshot] = process.argv.slice(2);
-const scenarios = ["approve", "deny", "type-instead", "markdown", "stop", "refused", "reconnect"];
+const scenarios = ["approve", "deny", "type-instead", "markdown", "stop", "refused", "reconnect", "steer"];
 if (!scenarios.includes(scenario)) throw new Error("the scenario is one of " + scenarios.join(", "));
 const browser = await chromium.launch({
   executablePath,
@@ -157,6 +160,21 @@ try {
     await page.click("#send");
     await waitStatus(page, "done");
     result.afterRetry = await snapshot(page);
+  } else if (scenario === "steer") {
+    const FIRST = "Counting: one, two, three,";
+    await say(page, "Count to ten, please.");
+    await waitText(page, FIRST);
+    // Written while the answer streams (held after its first words): Send steers the run.
+    result.buttonWhileRunning = await page.textContent("#send");
+    await say(page, "echo steered");
+    await page.waitForFunction(() => window.__steers.length === 1, null, WAIT);
+    result.steers = await page.evaluate(() => window.__steers);
+    await fetch(url + "/test/open", { method: "POST" });
+    await waitStatus(page, "done");
+    result.after = await snapshot(page);
+    await page.reload();
+    await page.waitForSelector('#status:not([data-status="loading"])', WAIT);
+    result.afterReload = await snapshot(page);
   } else if (scenario === "reconnect") {
     const FIRST = "Counting: one, two, three,";
     await say(page, "Count to ten, please.");
@@ -229,6 +247,7 @@ async function snapshot(page) {
         reasoning: [...m.querySelectorAll('[data-part="reasoning"]')].map((e) => e.textContent),
         errors: [...m.querySelectorAll('[data-part="error"]')].map((e) => e.textContent),
         notes: [...m.querySelectorAll('[data-part="note"]')].map((e) => e.textContent),
+        steered: [...m.querySelectorAll('[data-part="steered"]')].map((e) => e.textContent),
         tools: [...m.querySelectorAll("[data-tool]")].map((t) => ({
           name: t.dataset.tool,
           state: t.dataset.state,
