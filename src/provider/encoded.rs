@@ -323,7 +323,8 @@ mod props {
     use crate::message::{ContentBlock, Message, Role};
     use crate::provider::cache::PromptCache;
     use crate::provider::openai::MaxTokensField;
-    use crate::provider::{anthropic, openai, ModelRequest};
+    use crate::provider::responses::ResponsesOptions;
+    use crate::provider::{anthropic, openai, responses, ModelRequest};
 
     use super::EncodedRef;
 
@@ -380,9 +381,11 @@ mod props {
         }
     }
 
-    fn bodies(request: &ModelRequest) -> [Result<Vec<u8>, String>; 3] {
+    fn bodies(request: &ModelRequest) -> [Result<Vec<u8>, String>; 4] {
         [
             anthropic::request::encode(request, "m").map_err(|e| e.to_string()),
+            responses::request::encode(request, "m", &ResponsesOptions::default())
+                .map_err(|e| e.to_string()),
             openai::request::encode(request, "m", MaxTokensField::MaxTokens, false)
                 .map_err(|e| e.to_string()),
             openai::request::encode(request, "m", MaxTokensField::MaxTokens, true)

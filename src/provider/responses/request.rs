@@ -32,7 +32,7 @@ use std::borrow::Cow;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{ModelRequest, ToolChoice};
+use crate::provider::{http, ModelRequest, ToolChoice};
 
 use super::wire::{
     FunctionTool, InputItem, InputPart, MessageContent, Output, Reasoning, ResponsesRequest,
@@ -61,23 +61,58 @@ pub(crate) fn encode(
         .extra
         .get("previous_response_id")
         .is_some_and(|v| !v.is_null());
-    let messages: &[Message] = if continued {
+    if request.extra.contains_key("input") {
+        return Err(http::extra_clash("input"));
+    }
+    // `"input":[…]` first, each message's items copied from the conversation's cache when an
+    // earlier request of this format wrote them, the rest of the body after it.
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"input":["#);
+    let items = |message: &Message, buf: &mut Vec<u8>| -> Result<(), LlmError> {
+        let mut input = Vec::with_capacity(1);
+        match message.role {
+            Role::Assistant => assistant(message, &mut input),
+            _ => user(message, &mut input)?,
+        }
+        for (i, item) in input.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            serde_json::to_writer(&mut *buf, item).map_err(http::encode_error)?;
+        }
+        Ok(())
+    };
+    if continued {
+        // Only what follows the last answer, which the server already holds.
         let after = request
             .messages
             .iter()
             .rposition(|m| m.role == Role::Assistant)
             .map_or(0, |i| i + 1);
-        request.messages.get(after..).unwrap_or_default()
-    } else {
-        &request.messages
-    };
-    let mut input = Vec::with_capacity(messages.len() + 1);
-    for message in messages {
-        match message.role {
-            Role::Assistant => assistant(message, &mut input),
-            _ => user(message, &mut input)?,
+        let mut after_item = false;
+        let mut piece = Vec::new();
+        for message in request.messages.get(after..).unwrap_or_default() {
+            piece.clear();
+            items(message, &mut piece)?;
+            if piece.is_empty() {
+                continue;
+            }
+            if std::mem::replace(&mut after_item, true) {
+                out.push(b',');
+            }
+            out.extend_from_slice(&piece);
         }
+    } else {
+        request.encoded.write_messages(
+            &request.messages,
+            request.messages.len(),
+            ENCODED_KEY,
+            false,
+            &mut out,
+            items,
+        )?;
     }
+    out.extend_from_slice(b"],");
     let tools: Vec<FunctionTool<'_>> = request
         .tools
         .iter()
@@ -112,7 +147,6 @@ pub(crate) fn encode(
     let body = ResponsesRequest {
         model,
         instructions: request.system.as_deref().filter(|s| !s.is_empty()),
-        input,
         tools,
         tool_choice,
         max_output_tokens: request.max_tokens,
@@ -130,8 +164,14 @@ pub(crate) fn encode(
         },
         stream: true,
     };
-    crate::provider::http::body_bytes(&body, &request.extra)
+    let rest = http::body_bytes(&body, &request.extra)?;
+    // `rest` is an object with at least `model`: its fields follow `input`.
+    out.extend_from_slice(rest.get(1..).unwrap_or_default());
+    Ok(out)
 }
+
+/// The cache of encoded messages' key for this format.
+const ENCODED_KEY: u32 = 4;
 
 fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
     for block in &message.content {

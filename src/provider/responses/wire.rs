@@ -9,7 +9,8 @@ pub(crate) struct ResponsesRequest<'a> {
     pub(crate) model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) instructions: Option<&'a str>,
-    pub(crate) input: Vec<InputItem<'a>>,
+    // `input` is not here: `request::encode` writes it first, from the bytes the
+    // conversation's earlier requests already encoded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) tools: Vec<FunctionTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
