@@ -276,6 +276,17 @@ mod tests {
     }
 
     #[test]
+    fn requests_compare_equal_whatever_their_links() {
+        let history = EncodedHistory::default();
+        let messages = Arc::new(vec![Message::user("a")]);
+        let linked = history.for_request(&messages);
+        assert_eq!(linked, history.for_request(&messages));
+        assert_eq!(linked, EncodedRef::default());
+        assert_eq!(format!("{linked:?}"), "EncodedRef(linked)");
+        assert_eq!(format!("{:?}", EncodedRef::default()), "EncodedRef(none)");
+    }
+
+    #[test]
     fn a_cloned_history_starts_empty() {
         let history = EncodedHistory::default();
         let messages = Arc::new(vec![Message::user("a")]);
