@@ -33,8 +33,10 @@ const MAX_CACHED_BYTES: usize = 64 << 20;
 /// message is written. Entries in another key are dropped on first use.
 pub(crate) type FormatKey = u32;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Entries {
+    /// The most bytes kept ([`MAX_CACHED_BYTES`]; smaller in tests).
+    limit: usize,
     /// Bumped by every [`EncodedHistory::changed_from`]: a request built before it may not
     /// write.
     generation: u64,
@@ -44,6 +46,18 @@ struct Entries {
     /// format `key` writes for message `i` of the conversation as it is now.
     bytes: Vec<u8>,
     ends: Vec<usize>,
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries {
+            limit: MAX_CACHED_BYTES,
+            generation: 0,
+            key: 0,
+            bytes: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
 }
 
 impl Entries {
@@ -135,6 +149,14 @@ impl fmt::Debug for EncodedRef {
 }
 
 impl EncodedRef {
+    /// How many messages the linked cache holds (tests).
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |inner| lock(&inner.entries).ends.len())
+    }
+
     /// Writes the first `end` messages of `messages` into `out` as the format `key` encodes
     /// them, each by `encode` (which appends one message's bytes, or nothing, to the buffer it
     /// is given), with a `,` between two non-empty ones, and before the first when
@@ -197,7 +219,7 @@ impl EncodedRef {
             encode(message, &mut scratch)?;
             push(out, &scratch);
             // Only a prefix is cached: once one message does not fit, none after it is kept.
-            writable = writable && entries.bytes.len() + scratch.len() <= MAX_CACHED_BYTES;
+            writable = writable && entries.bytes.len() + scratch.len() <= entries.limit;
             if writable {
                 entries.bytes.extend_from_slice(&scratch);
                 let end = entries.bytes.len();
@@ -273,6 +295,37 @@ mod tests {
         assert_eq!(written(&EncodedRef::default(), &messages, 1), r#""a""#);
         assert_eq!(written(&r, &messages, 1), r#""a""#);
         assert_eq!(cached(&history), 1);
+    }
+
+    #[test]
+    fn a_stale_request_of_another_format_leaves_the_entries_alone() {
+        let history = EncodedHistory::default();
+        let messages = Arc::new(vec![Message::user("a"), Message::assistant("b")]);
+        let stale = history.for_request(&messages);
+        history.changed_from(2);
+        let fresh = history.for_request(&messages);
+        written(&fresh, &messages, 1);
+        assert_eq!(cached(&history), 2);
+        written(&stale, &messages, 2);
+        assert_eq!(cached(&history), 2);
+    }
+
+    #[test]
+    fn past_the_byte_bound_only_a_prefix_is_kept() {
+        // Each message is 5 bytes ("abc" with its quotes); the bound here is 16.
+        let history = EncodedHistory::default();
+        lock(&history.entries).limit = 16;
+        let messages = Arc::new(vec![
+            Message::user("abc"),
+            Message::assistant("abc"),
+            Message::user("abc"),
+            Message::assistant("x"),
+        ]);
+        let r = history.for_request(&messages);
+        assert_eq!(written(&r, &messages, 1), r#""abc","abc","abc","x""#);
+        // 15 bytes fit; the fourth (3 bytes) would pass 16, and nothing after a miss is kept.
+        assert_eq!(cached(&history), 3);
+        assert_eq!(written(&r, &messages, 1), r#""abc","abc","abc","x""#);
     }
 
     #[test]
@@ -408,6 +461,80 @@ mod props {
         ModelRequest {
             encoded: EncodedRef::default(),
             ..request.clone()
+        }
+    }
+
+    fn user(content: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::User,
+            content,
+        }
+    }
+
+    fn assistant(content: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content,
+        }
+    }
+
+    /// Anthropic's cached part: up to the first message that takes a breakpoint, and nothing
+    /// when the history is not one wire message per message.
+    #[test]
+    fn anthropic_caches_up_to_the_first_breakpoint_of_a_plain_history() {
+        let cases: [(Vec<Message>, usize); 4] = [
+            // u0 a1 u2 a3 u4: the two latest user messages (u4, u2) take breakpoints.
+            (
+                vec![
+                    Message::user("0"),
+                    Message::assistant("1"),
+                    Message::user("2"),
+                    Message::assistant("3"),
+                    Message::user("4"),
+                ],
+                2,
+            ),
+            // An unmodelled block with a breakpoint of its own: encoded whole.
+            (
+                vec![
+                    Message::user("0"),
+                    assistant(vec![ContentBlock::Other(
+                        json!({"type": "x", "cache_control": {"type": "ephemeral"}}),
+                    )]),
+                    Message::user("2"),
+                ],
+                0,
+            ),
+            // A message that sends nothing (empty text): its neighbours merge, encoded whole.
+            (
+                vec![
+                    Message::user("0"),
+                    assistant(vec![ContentBlock::text("")]),
+                    Message::user("2"),
+                ],
+                0,
+            ),
+            // An unmodelled block without a breakpoint is sent as it is, and cached.
+            (
+                vec![
+                    Message::user("0"),
+                    assistant(vec![ContentBlock::Other(json!({"type": "x"}))]),
+                    Message::user("2"),
+                    Message::assistant("3"),
+                    user(vec![ContentBlock::text("4")]),
+                ],
+                2,
+            ),
+        ];
+        for (messages, cached) in cases {
+            let mut context = ContextManager::default();
+            let _ = context.restore(Conversation {
+                system: None,
+                messages: messages.clone(),
+            });
+            let request = request(&context, Some(PromptCache::default()));
+            anthropic::request::encode(&request, "m").unwrap();
+            assert_eq!(request.encoded.cached(), cached, "{messages:?}");
         }
     }
 
