@@ -13,11 +13,12 @@ use agent_loop::agent::{AgentHooks, ToolDecision};
 use agent_loop::context::{Conversation, Summarizer};
 use agent_loop::provider::ModelRequest;
 use agent_loop::tool::{ToolCall, ToolProgress};
-use agent_loop::{AgentEvent, LlmClient, Message};
+use agent_loop::{AgentEvent, LlmClient, Message, UserInput};
 use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
 
+use crate::inbox::Inbox;
 use crate::record::{self, EarlyCalls, ModelStep, ToolStep};
 use crate::session::{
     ApprovalDecision, ApprovalRequest, DurableAgent, ProgressEvent, RunReport, SessionStatus,
@@ -162,6 +163,12 @@ pub(crate) trait Journal {
         summarizer: Arc<dyn Summarizer>,
         span: Vec<Message>,
     ) -> impl Future<Output = Result<Result<String, String>, Stop>> + Send;
+    /// The host's words and stop request since the last read, taken from the session's
+    /// inbox (a journaled call).
+    fn inbox(&mut self) -> impl Future<Output = Result<Inbox, Stop>> + Send;
+    /// Puts words the run took back into the session's inbox (a journaled one-way call): the
+    /// run ends without a report to hand them back in.
+    fn put_back(&mut self, inputs: Vec<String>);
     /// A durable sleep.
     fn sleep(&mut self, delay: Duration) -> impl Future<Output = Result<(), Stop>> + Send;
     /// A new awakeable: its id and what to wait on.
@@ -232,6 +239,14 @@ pub(crate) struct Driver<'a, J> {
     pending: VecDeque<Input>,
     /// The calls the last model step ran early, by call id.
     started_early: HashMap<String, ToolStep>,
+    /// Whether the run reads the session's inbox (steering, stop after turn): the served
+    /// agent's runs do, a sub-agent's do not.
+    steerable: bool,
+    /// Whether a step that waited (a model call, tools, a human, a sleep) came since the
+    /// last read of the inbox: only then can a new read find something.
+    unread: bool,
+    /// Words read from the inbox after the machine finished: handed back.
+    undelivered: Vec<String>,
     epoch: Instant,
 }
 
@@ -253,6 +268,7 @@ impl<'a, J: Journal> Driver<'a, J> {
     ) -> Result<(Self, AgentMachine), Stop> {
         let saved = Saved::of(conversation.as_ref(), legacy);
         let parts = agent.machine(conversation, !legacy)?;
+        let steerable = path.is_empty();
         let driver = Driver {
             journal,
             agent,
@@ -266,6 +282,9 @@ impl<'a, J: Journal> Driver<'a, J> {
             saved,
             pending: VecDeque::new(),
             started_early: HashMap::new(),
+            steerable,
+            unread: true,
+            undelivered: Vec::new(),
             // The machine's clock: fixed, so that a replay computes the same sleeps.
             epoch: Instant::now(),
         };
@@ -282,6 +301,12 @@ impl<'a, J: Journal> Driver<'a, J> {
         // The first terminal error of a step (a Restate cancel): the machine is told to
         // cancel, finishes the run validly, and the error is returned after saving.
         let mut stopped: Option<Stop> = None;
+        // What the host said while no run went on waits for this one, after its own input
+        // (as in-process: the first turn delivers it).
+        if let Err(e) = self.read_inbox(&mut machine).await {
+            stopped = Some(e);
+            machine.handle(Input::Cancel, self.epoch);
+        }
         let mut stalled = false;
         loop {
             let Some(action) = machine.poll() else {
@@ -293,6 +318,7 @@ impl<'a, J: Journal> Driver<'a, J> {
                 // for its timer (the backoff before re-sending a turn): a journaled sleep.
                 if let Some(at) = machine.poll_timeout() {
                     let delay = at.saturating_duration_since(self.epoch);
+                    self.unread = true;
                     match self.journal.sleep(delay).await {
                         Ok(()) => {
                             machine.handle_timeout(at);
@@ -313,7 +339,7 @@ impl<'a, J: Journal> Driver<'a, J> {
             };
             let result = match action {
                 Action::Emit(event) => self.record(&event, &mut machine),
-                Action::CallModel(request) => self.call_model(&machine, request).await,
+                Action::CallModel(request) => self.call_model(&mut machine, request).await,
                 Action::StopModel => {
                     self.pending.clear();
                     Ok(())
@@ -323,8 +349,23 @@ impl<'a, J: Journal> Driver<'a, J> {
                 Action::Summarize(span) => self.summarize(&mut machine, span).await,
                 // Restate's journal keeps every step of the run already, and a replay
                 // rebuilds the turn; the session's state is written once, at the run's end.
-                Action::Checkpoint => Ok(()),
-                Action::Finish(outcome) => {
+                // A turn's end is the safe point where the host's words go in: read them
+                // (after the batch's results, before the next model call).
+                Action::Checkpoint => self.read_inbox(&mut machine).await,
+                Action::Finish(mut outcome) => {
+                    // Words that came too late for the run are handed back, after those it
+                    // did not reach (a run Restate stopped reads nothing more).
+                    if stopped.is_none() {
+                        if let Err(e) = self.read_inbox(&mut machine).await {
+                            stopped = Some(e);
+                        }
+                    }
+                    let mut undelivered: Vec<String> = outcome
+                        .undelivered
+                        .drain(..)
+                        .map(|input| input.into_message().text())
+                        .collect();
+                    undelivered.append(&mut self.undelivered);
                     let termination = outcome.termination.to_string();
                     let report = RunReport {
                         completed: outcome.termination.is_completed(),
@@ -339,6 +380,7 @@ impl<'a, J: Journal> Driver<'a, J> {
                             .usage
                             .output_tokens
                             .saturating_add(self.sub_usage.1),
+                        undelivered: Vec::new(),
                     };
                     // A conversation too large to save keeps the last one that fit; the
                     // run ends with the error saying why.
@@ -356,8 +398,18 @@ impl<'a, J: Journal> Driver<'a, J> {
                     self.journal
                         .set(STATUS, json(&SessionStatus::Finished { termination }));
                     return match stopped {
-                        Some(stop) => Err(stop),
-                        None => Ok(report),
+                        Some(stop) => {
+                            // No report to hand them back in: back to the inbox, for the
+                            // next run.
+                            if self.steerable && !undelivered.is_empty() {
+                                self.journal.put_back(undelivered);
+                            }
+                            Err(stop)
+                        }
+                        None => Ok(RunReport {
+                            undelivered,
+                            ..report
+                        }),
                     };
                 }
                 Action::Handoff { to, .. } => Err(TerminalError::new(format!(
@@ -378,11 +430,35 @@ impl<'a, J: Journal> Driver<'a, J> {
         }
     }
 
+    /// Reads the session's inbox, when a step that waited came since the last read, and
+    /// feeds the machine the host's stop request and words (which, once it is finished, are
+    /// kept to hand back).
+    async fn read_inbox(&mut self, machine: &mut AgentMachine) -> Result<(), Stop> {
+        if !self.steerable || !self.unread {
+            return Ok(());
+        }
+        self.unread = false;
+        let inbox = self.journal.inbox().await?;
+        if inbox.stop_after_turn {
+            machine.handle(Input::StopAfterTurn, self.epoch);
+        }
+        for text in inbox.inputs {
+            if machine.is_finished() {
+                self.undelivered.push(text);
+            } else {
+                machine.handle(Input::Steer(UserInput::text(text)), self.epoch);
+            }
+        }
+        Ok(())
+    }
+
     /// One model call (the `before_model_call` hook first, read-only calls started while it
-    /// streams), one journaled step; its record is fed to the machine an event at a time.
+    /// streams), one journaled step; its record is fed to the machine an event at a time,
+    /// after the host's words that came meanwhile (so that a final answer given while some
+    /// wait goes on to a turn that hears them, as in-process).
     async fn call_model(
         &mut self,
-        machine: &AgentMachine,
+        machine: &mut AgentMachine,
         request: agent_loop::provider::ModelRequest,
     ) -> Result<(), Stop> {
         let client = self.agent.client.clone();
@@ -401,6 +477,8 @@ impl<'a, J: Journal> Driver<'a, J> {
                 early,
             })
             .await?;
+        self.unread = true;
+        self.read_inbox(machine).await?;
         let stopped = step.stopped();
         let ModelStep {
             events,
@@ -488,6 +566,7 @@ impl<'a, J: Journal> Driver<'a, J> {
                 call_id: call.id.clone(),
             }),
         );
+        self.unread = true;
         let decision = self.journal.wait(decision).await;
         self.journal.clear(&approval_key(&call.id));
         self.journal.set(STATUS, json(&SessionStatus::Running));
@@ -512,7 +591,10 @@ impl<'a, J: Journal> Driver<'a, J> {
     ) -> Result<(), Stop> {
         let summary = match self.summarizer.clone() {
             None => Err("no summarizer is configured".to_owned()),
-            Some(summarizer) => self.journal.summary(summarizer, span).await?,
+            Some(summarizer) => {
+                self.unread = true;
+                self.journal.summary(summarizer, span).await?
+            }
         };
         let summary = summary.map_err(|e| agent_loop::error::ContextError::Summary(e).into());
         machine.handle(Input::Summary(summary), self.epoch);
@@ -585,6 +667,7 @@ impl<'a, J: Journal> Driver<'a, J> {
             return Ok(());
         }
         let epoch = self.epoch;
+        self.unread = true;
         let mut usage = (0, 0);
         let result = self
             .journal
@@ -643,6 +726,9 @@ impl<'a, J: Journal> Driver<'a, J> {
             } => ProgressEvent::Compacted {
                 tokens_before: *tokens_before,
                 tokens_after: *tokens_after,
+            },
+            AgentEvent::Steered { input } => ProgressEvent::Steered {
+                text: record::bounded(input.clone().into_message().text(), MAX_TEXT_EVENT),
             },
             AgentEvent::TurnEnd { turn, .. } => {
                 self.save(machine)?;

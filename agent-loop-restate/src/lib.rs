@@ -69,11 +69,37 @@
 //! | `state` | shared | none → [`SessionState`] |
 //! | `eventsSince` | shared | index `n` (JSON number) → up to 100 [`ProgressEvent`]s from `n` on |
 //! | `approve` | shared | [`ApprovalDecision`] → empty (404 when no such call waits) |
+//! | `steer` | shared | the host's words (JSON string) → empty, once queued for the run |
+//! | `stopAfterTurn` | shared | none → empty, once the run is asked to stop after its turn |
 //! | `subAgent` | exclusive | called by a run for a sub-agent's call, on the child session |
 //!
 //! `approve` resolves the pending approval of that call. `run` answers when the run ends;
 //! `POST /AgentSession/{session id}/run/send` starts it and answers at once with the
 //! invocation id.
+//!
+//! `steer` and `stopAfterTurn` are the in-process `AgentHandle::steer` and
+//! `AgentHandle::stop_after_turn`, through the same machine inputs: the words go into the
+//! history as the user's at the run's next safe point (after the batch's results, before the
+//! next model call; a final answer given meanwhile goes on to a turn that hears them), where
+//! a [`ProgressEvent::Steered`] marks them; several keep their order; words the run took but
+//! never delivered come back in [`RunReport::undelivered`]; words sent while no run goes on
+//! wait for the next run, after its own input; a stop request ends the run after its turn
+//! with `Termination::StoppedAfterTurn` (its text in [`RunReport::termination`]). Only a
+//! `run`'s session is steered (not a sub-agent's child session). A steer is at most 64 KiB
+//! of text, and at most 16 wait at once (413 and 429 past them).
+//!
+//! Why they go through another object: the run holds the session object's exclusive lock,
+//! and Restate lets only exclusive handlers write state, so the shared `steer` cannot write
+//! the session's state while the run goes. It calls the exclusive handler of an
+//! `AgentInbox` object of the same key (private to the server, `ingress_private`), whose
+//! handlers only read and write its queue, so they never wait long; the run takes what is
+//! queued with a journaled call of that object at each point where the machine decides with
+//! it: after each model response (before the machine reads it) and at each turn's end,
+//! when a step that waited (the model, tools, a human, a sleep) came since its last look,
+//! and once at its end. A replay is fed the same words at the same points. (An awakeable
+//! would not do: a run cannot look at one without waiting for it.) Words a run took and
+//! cannot hand back, because Restate cancelled it or it failed, go back to the inbox for
+//! the next run. Each look costs the run one call (two journal entries) per safe point.
 //!
 //! The `AgentTools` service has one handler, `execute`, which the session calls with a
 //! Restate idempotency key `{session}/{run invocation id}/{call id}`; it is not meant to be
@@ -164,7 +190,10 @@
 //!
 //! The session's state: `messages` (the count), `system` and `message/{n}` (one JSON message
 //! each) hold the conversation; `status`, `events` and `event/{n}` the progress; `approval/{call
-//! id}` the awakeable of a call waiting for a human. Sessions saved by earlier versions hold the
+//! id}` the awakeable of a call waiting for a human. The `AgentInbox` object of the same key
+//! holds `queue` (the words not taken yet) and `stop`. Runs journaled by the version before
+//! steering have no reads of the inbox: they replay (with [`replay::RecordedRun`]) as runs
+//! that were told nothing. Sessions saved by earlier versions hold the
 //! whole conversation in one `conversation` value: they load as they are, and their first save
 //! rewrites them in the new form (tested in `tests/parity.rs`).
 //!
@@ -219,6 +248,7 @@
 #![warn(missing_docs)]
 
 mod driver;
+mod inbox;
 mod record;
 pub mod replay;
 mod session;

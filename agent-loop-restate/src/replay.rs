@@ -65,6 +65,7 @@ use crate::driver::{
     message_key, Driver, Journal, ModelCall, Request, Stop, SubAgentRequest, CONVERSATION,
     EVENT_COUNT, MESSAGE_COUNT, SYSTEM,
 };
+use crate::inbox::Inbox;
 use crate::record::{ModelStep, ToolStep};
 use crate::session::{ApprovalDecision, DurableAgent, RunReport, OBJECT_NAME};
 
@@ -350,12 +351,20 @@ enum Kind {
         result: Result<Bytes, String>,
     },
     Call {
+        /// `{service}/{handler}`.
+        target: String,
         parameter: Bytes,
         /// Its place among the calls' results, in the order they came.
         order: usize,
         result: Result<Bytes, String>,
     },
     Sleep,
+    /// A one-way call (`send`).
+    Send {
+        /// `{service}/{handler}`.
+        target: String,
+        parameter: Bytes,
+    },
     /// An awakeable resolved: its place among the signals, in order.
     Other(String),
 }
@@ -372,12 +381,19 @@ impl Command {
             }
             Kind::Clear { key } => format!("the clear of {key:?}"),
             Kind::Run { name, .. } => format!("the step {name:?}"),
+            Kind::Call { target, .. } if target == INBOX_TAKE => {
+                "a read of the session's inbox".into()
+            }
             Kind::Call { parameter, .. } => {
                 format!(
                     "the tool call {}",
                     short(&String::from_utf8_lossy(parameter))
                 )
             }
+            Kind::Send { target, parameter } => format!(
+                "the one-way call {target} {}",
+                short(&String::from_utf8_lossy(parameter))
+            ),
             Kind::Sleep => "a sleep".into(),
             Kind::Other(what) => what.clone(),
         }
@@ -406,6 +422,26 @@ fn bytes_of(value: &Value) -> Option<Bytes> {
     }
     Some(Bytes::from(out))
 }
+
+/// `{service}/{handler}` of a call's request (`invocation_target` of any kind).
+fn target_of(request: &Value) -> String {
+    request["invocation_target"]
+        .as_object()
+        .and_then(|o| o.values().next())
+        .map(|t| {
+            format!(
+                "{}/{}",
+                t["name"].as_str().unwrap_or_default(),
+                t["handler"].as_str().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// The run's read of the session's inbox.
+const INBOX_TAKE: &str = "AgentInbox/take";
+/// The run's putting back of words it could not hand back.
+const INBOX_PUT_BACK: &str = "AgentInbox/putBack";
 
 /// A result as `entry_json` writes it: `{"Success": bytes}`, `{"Value": bytes}`,
 /// `{"Failure": {...}}`; `None` for `"Void"` (no value) and any other shape.
@@ -497,6 +533,7 @@ impl Recorded {
                             waiting.insert(id, commands.len());
                         }
                         Kind::Call {
+                            target: target_of(&body["request"]),
                             parameter: bytes_of(&body["request"]["parameter"])
                                 .ok_or_else(|| bad(i, "a call without parameter"))?,
                             order: usize::MAX,
@@ -504,6 +541,11 @@ impl Recorded {
                         }
                     }
                     "Sleep" => Kind::Sleep,
+                    "OneWayCall" => Kind::Send {
+                        target: target_of(&body["request"]),
+                        parameter: bytes_of(&body["request"]["parameter"])
+                            .ok_or_else(|| bad(i, "a one-way call without parameter"))?,
+                    },
                     "Output" => {
                         output_entry = index;
                         output = Some(match result_of(&body["result"]) {
@@ -757,6 +799,44 @@ impl Journal for ReplayJournal {
         _span: Vec<Message>,
     ) -> Result<Result<String, String>, Stop> {
         self.step("summary")
+    }
+
+    /// The recorded read of the inbox; none (nothing said) when the run was recorded by a
+    /// version that did not read it there.
+    async fn inbox(&mut self) -> Result<Inbox, Stop> {
+        if self.diverged.is_some() {
+            return Err(TerminalError::new(
+                "the replay diverged from the recorded run",
+            ));
+        }
+        let is_read = matches!(
+            self.recorded.commands.front(),
+            Some(Command { kind: Kind::Call { target, .. }, .. }) if target == INBOX_TAKE
+        );
+        if !is_read {
+            return Ok(Inbox::default());
+        }
+        let Some(Command {
+            kind: Kind::Call { result, .. },
+            ..
+        }) = self.recorded.commands.pop_front()
+        else {
+            return Ok(Inbox::default());
+        };
+        let bytes = result.map_err(TerminalError::new)?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            self.diverge(format!(
+                "a read of the inbox, whose recorded value does not read: {e}"
+            ))
+        })
+    }
+
+    fn put_back(&mut self, inputs: Vec<String>) {
+        let sent = serde_json::to_vec(&inputs).unwrap_or_default();
+        let _ = self.next(
+            || format!("the one-way call {INBOX_PUT_BACK} {}", short(&String::from_utf8_lossy(&sent))),
+            |k| matches!(k, Kind::Send { target, parameter } if target == INBOX_PUT_BACK && same_json(parameter, &sent)),
+        );
     }
 
     async fn sleep(&mut self, _delay: Duration) -> Result<(), Stop> {

@@ -21,6 +21,7 @@ use crate::driver::{
     approval_key, event_key, message_key, sub_agent_result, Driver, Journal, ModelCall, Request,
     Stop, SubAgentRequest, ToolRequest, CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS, SYSTEM,
 };
+use crate::inbox::{check_input, Inbox, INBOX_NAME};
 use crate::record::{self, Journaled, ModelStep, ToolStep};
 
 /// The name the object is registered under in Restate: runs are started at
@@ -220,6 +221,12 @@ pub enum ProgressEvent {
         /// Estimated tokens after.
         tokens_after: usize,
     },
+    /// The host's words ([`steer`](crate#handlers-of-the-agentsession-object)) entered the
+    /// history here, as a user message: between turns, before the model call that reads them.
+    Steered {
+        /// What the host said (at most 4 KiB; the conversation has all of it).
+        text: String,
+    },
     /// A turn ended.
     TurnEnd {
         /// The turn number.
@@ -250,6 +257,11 @@ pub struct RunReport {
     pub input_tokens: u64,
     /// Output tokens over the run.
     pub output_tokens: u64,
+    /// The host's words (`steer`) the run took but never delivered, oldest first: it ended
+    /// before its next safe point (stopped, at a limit, or the words came after its final
+    /// answer). Words sent after the run's end wait in the session for its next run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undelivered: Vec<String>,
 }
 
 type Configure = dyn Fn(AgentBuilder) -> AgentBuilder + Send + Sync;
@@ -462,6 +474,7 @@ pub async fn serve(agent: DurableAgent, addr: SocketAddr) -> std::io::Result<()>
                 .options(options),
             )
             .bind(AgentTools { agent })
+            .bind(crate::inbox::AgentInbox)
             .build(),
     );
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -685,6 +698,38 @@ impl AgentSession {
         Ok(Json(out))
     }
 
+    /// Queues the host's words for the run in flight (or the next one): see the crate's
+    /// handler table.
+    #[handler]
+    async fn steer(
+        &self,
+        ctx: SharedObjectContext<'_>,
+        Json(text): Json<String>,
+    ) -> HandlerResult<()> {
+        let session = steerable_session(ctx.key())?;
+        check_input(&text)?;
+        ctx.request::<Json<String>, ()>(
+            RequestTarget::object(INBOX_NAME, session, "steer"),
+            Json(text),
+        )
+        .call()
+        .await?;
+        Ok(())
+    }
+
+    /// Asks the run in flight (or the next one) to stop after its turn.
+    #[handler(name = "stopAfterTurn")]
+    async fn stop_after_turn(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<()> {
+        let session = steerable_session(ctx.key())?;
+        ctx.request::<(), ()>(
+            RequestTarget::object(INBOX_NAME, session, "stopAfterTurn"),
+            (),
+        )
+        .call()
+        .await?;
+        Ok(())
+    }
+
     #[handler]
     async fn approve(
         &self,
@@ -701,6 +746,21 @@ impl AgentSession {
         ctx.resolve_awakeable(&awakeable, Json(decision));
         Ok(())
     }
+}
+
+/// The session a host may steer: a run's, not a sub-agent's child session (whose run does not
+/// read its inbox).
+fn steerable_session(key: &str) -> Result<String, TerminalError> {
+    if key.is_empty() || key.len() > MAX_SESSION_ID || key.contains('/') {
+        return Err(TerminalError::new_with_code(
+            400,
+            format!(
+                "cannot steer {key:?}: steer a session a `run` runs in (1 to {MAX_SESSION_ID} \
+                 bytes, without '/'), not a sub-agent's"
+            ),
+        ));
+    }
+    Ok(key.to_owned())
 }
 
 /// A state value written as the JSON bytes it already is.
@@ -790,6 +850,23 @@ impl<'ctx> Journal for RestateJournal<'_, 'ctx> {
 
     async fn sleep(&mut self, delay: Duration) -> Result<(), Stop> {
         self.ctx.sleep(delay).await
+    }
+
+    async fn inbox(&mut self) -> Result<Inbox, Stop> {
+        let target = RequestTarget::object(INBOX_NAME, self.ctx.key(), "take");
+        let Json(inbox) = self
+            .ctx
+            .request::<(), Json<Inbox>>(target, ())
+            .call()
+            .await?;
+        Ok(inbox)
+    }
+
+    fn put_back(&mut self, inputs: Vec<String>) {
+        let target = RequestTarget::object(INBOX_NAME, self.ctx.key(), "putBack");
+        self.ctx
+            .request::<Json<Vec<String>>, ()>(target, Json(inputs))
+            .send();
     }
 
     fn awakeable(&mut self) -> (String, Self::Awakeable) {
