@@ -380,3 +380,88 @@ async fn steering_between_runs_waits_for_the_next_run() {
         .expect("ingress");
     assert!(!response.status().is_success(), "{response:?}");
 }
+
+/// Holds the run's first model call (inside its journaled step) until the test releases it.
+#[derive(Clone)]
+struct HoldFirstCall {
+    gate: Gate,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[agent_loop::async_trait]
+impl agent_loop::agent::AgentHooks for HoldFirstCall {
+    async fn before_model_call(
+        &self,
+        _request: &mut agent_loop::provider::ModelRequest,
+        _turn: u32,
+    ) -> agent_loop::agent::HookAction {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            let _ = self.gate.started.send(());
+            if let Ok(permit) = self.gate.release.acquire().await {
+                permit.forget();
+            }
+        }
+        agent_loop::agent::HookAction::Continue
+    }
+}
+
+/// Words a run took but never delivered, when Restate cancels it (no report to hand them
+/// back in), go back to the session's inbox: the next run hears them, nothing is lost.
+#[tokio::test]
+async fn words_a_cancelled_run_took_wait_for_the_next_run() {
+    let mock = MockServer::start().await;
+    let (model_gate, mut model_started) = gate();
+    let (tool_gate, mut tool_started) = gate();
+    let model_release = model_gate.release.clone();
+    let hooks = HoldFirstCall {
+        gate: model_gate,
+        calls: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    };
+    let agent = DurableAgent::new(mock_client(&mock), tools(tool_gate.clone()))
+        .configure(move |b| b.hooks(hooks.clone()));
+    let Some(restate) = setup("cancelled_run_puts_back", agent).await else {
+        return;
+    };
+    mock.push(ScriptedResponse::tool_call(
+        "c1",
+        "step",
+        json!({"label": "hold"}),
+    ));
+    let run = restate.run_raw("s3", "Do the step.");
+    // Said while the first model call goes: taken after it, held for the next turn.
+    model_started.recv().await.expect("the model call started");
+    let (status, body) = restate
+        .call("s3", "steer", Some(json!("Keep these words.")))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    model_release.add_permits(1);
+    tool_started.recv().await.expect("the tool started");
+    let rows = restate
+        .query("SELECT id FROM sys_invocation WHERE target = 'AgentSession/s3/run'")
+        .await;
+    let id = rows[0]["id"].as_str().expect("invocation id").to_owned();
+    restate.cancel(&id).await;
+    let (status, _) = run.await.expect("run task");
+    assert_eq!(status, 409, "a cancelled run answers 409");
+    tool_gate.release.add_permits(1);
+    let (_, state) = restate.call("s3", "state", None).await;
+    assert!(
+        !state["conversation"]
+            .to_string()
+            .contains("Keep these words."),
+        "{state}"
+    );
+
+    mock.push(ScriptedResponse::text("Heard."));
+    let report = restate.run("s3", "Next.").await.expect("run");
+    assert_eq!(report["completed"], true, "{report}");
+    let sent = mock.requests().last().expect("a request").body.to_string();
+    assert!(sent.contains("Keep these words."), "{sent}");
+    let events = all_events(&restate, "s3").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "steered" && e["text"] == "Keep these words."),
+        "{events:?}"
+    );
+}
