@@ -25,8 +25,9 @@
 //!   ends, paused calls answered as interrupted);
 //! - the conversation is the virtual object's state, one value per message, and each turn
 //!   end saves only what the turn changed (its new messages), so storage grows with the
-//!   work, not with turns × conversation (BENCHMARKS.md: about 1.4 KB of journal and 0.4 KB
-//!   of state per tool turn, flat from 10 to 1,000 turns);
+//!   work, not with turns × conversation (BENCHMARKS.md: about 1.5 KB of journal and 0.4 KB
+//!   of state per tool turn, flat from 10 to 1,000 turns; about 1.7 KB of journal since the
+//!   run reads its steering inbox twice a tool turn, `tests/journal_growth.rs`);
 //! - a sub-agent ([`DurableAgent::sub_agent`]) is a durable call of its own: each call runs
 //!   it in the child session `{session}/{call id}`, whose model calls and tools are journaled
 //!   steps, so a crash inside it resumes inside it. (An in-process sub-agent,
@@ -99,7 +100,9 @@
 //! and once at its end. A replay is fed the same words at the same points. (An awakeable
 //! would not do: a run cannot look at one without waiting for it.) Words a run took and
 //! cannot hand back, because Restate cancelled it or it failed, go back to the inbox for
-//! the next run. Each look costs the run one call (two journal entries) per safe point.
+//! the next run. Each look is one call of the inbox: about 90 bytes of journal (three
+//! entries) and a round trip through the server; a tool turn looks twice (after the model's
+//! response, after the tools).
 //!
 //! The `AgentTools` service has one handler, `execute`, which the session calls with a
 //! Restate idempotency key `{session}/{run invocation id}/{call id}`; it is not meant to be
@@ -229,10 +232,11 @@
 //! # Overhead
 //!
 //! Measured on one machine with a debug build (`tests/overhead.rs`, median of five 20-turn
-//! runs, a mock model and a tool each turn): about 1.5 ms per turn in-process, about 14 ms
-//! per turn on a local restate-server, so roughly 12 ms per turn for the journal (the model
-//! step, the tool invocation and its step, state writes). Against a real model's seconds per
-//! turn it is noise.
+//! runs, a mock model and a tool each turn): about 1.5 ms per turn in-process, about 21 ms
+//! per turn on a local restate-server, so roughly 19 ms per turn for the journal (the model
+//! step, the tool invocation and its step, state writes, and the two reads of the steering
+//! inbox, about 7 ms of it: 14 ms per turn without them, measured interleaved on the same
+//! loaded machine). Against a real model's seconds per turn it is noise.
 //!
 //! # Limits
 //!
