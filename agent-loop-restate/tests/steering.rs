@@ -444,6 +444,33 @@ async fn words_a_cancelled_run_took_wait_for_the_next_run() {
     let (status, _) = run.await.expect("run task");
     assert_eq!(status, 409, "a cancelled run answers 409");
     tool_gate.release.add_permits(1);
+    // The putting back is in the run's journal: a one-way call of the inbox's `putBack`
+    // with the words (a cancelled run does not replay: its journal has the cancel's
+    // signals, which the replay does not read).
+    wait_until("the cancelled run is completed", || async {
+        RecordedRun::fetch(&restate.admin, &id).await.is_ok()
+    })
+    .await;
+    let recorded = RecordedRun::fetch(&restate.admin, &id)
+        .await
+        .expect("the journal");
+    let put_back: Vec<&Value> = recorded
+        .entries
+        .iter()
+        .filter_map(|e| e["Command"].get("OneWayCall"))
+        .filter(|call| {
+            call["request"]["invocation_target"]
+                .to_string()
+                .contains("putBack")
+        })
+        .collect();
+    assert_eq!(put_back.len(), 1, "{:?}", recorded.entries);
+    let parameter: Vec<u8> =
+        serde_json::from_value(put_back[0]["request"]["parameter"].clone()).expect("bytes");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&parameter).expect("json"),
+        json!(["Keep these words."])
+    );
     let (_, state) = restate.call("s3", "state", None).await;
     assert!(
         !state["conversation"]
