@@ -177,6 +177,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
     let mut started: HashMap<usize, ()> = HashMap::new();
     let mut last_usage = usage;
     let mut stop_sequence: Option<&str> = None;
+    let mut context_edits: Vec<crate::provider::context_editing::AppliedEdit> = Vec::new();
     for event in events {
         match event {
             LlmEvent::MessageStart { id, model } => {
@@ -281,15 +282,25 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             ),
             LlmEvent::Usage(usage) => last_usage = *usage,
             LlmEvent::StopSequence { sequence } => stop_sequence = Some(sequence),
+            LlmEvent::ContextEdited { edits } => context_edits.extend(edits.iter().cloned()),
             LlmEvent::MessageStop { stop_reason } => {
-                push(
-                    &mut out,
-                    SegmentKind::End,
-                    "message_delta",
-                    json!({"type": "message_delta",
-                           "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                           "usage": {"output_tokens": last_usage.output_tokens}}),
-                );
+                let mut delta = json!({"type": "message_delta",
+                       "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                       "usage": {"output_tokens": last_usage.output_tokens}});
+                // Context editing: what the server cleared rides on `message_delta`.
+                if !context_edits.is_empty() {
+                    delta["context_management"] = json!({ "applied_edits": context_edits
+                        .iter()
+                        .map(|e| if e.kind == crate::provider::context_editing::CLEAR_THINKING {
+                            json!({"type": e.kind, "cleared_thinking_turns": e.cleared_thinking_turns,
+                                   "cleared_input_tokens": e.cleared_input_tokens})
+                        } else {
+                            json!({"type": e.kind, "cleared_tool_uses": e.cleared_tool_uses,
+                                   "cleared_input_tokens": e.cleared_input_tokens})
+                        })
+                        .collect::<Vec<_>>() });
+                }
+                push(&mut out, SegmentKind::End, "message_delta", delta);
                 push(
                     &mut out,
                     SegmentKind::End,

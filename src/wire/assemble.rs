@@ -44,6 +44,9 @@ pub struct ModelResponse {
     /// Tool calls whose arguments are unusable: not valid JSON, not an object, or cut off.
     /// They must not be executed; answer each with an error result.
     pub invalid_tool_calls: Vec<InvalidToolCall>,
+    /// The edits the server applied to the request's context (Anthropic context editing,
+    /// from [`LlmEvent::ContextEdited`]); empty when none.
+    pub context_edits: Vec<super::AppliedEdit>,
 }
 
 impl ModelResponse {
@@ -182,6 +185,7 @@ pub struct StreamAssembler {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
+    context_edits: Vec<super::AppliedEdit>,
     /// Bytes of text, thinking and arguments held, all blocks together.
     total_bytes: usize,
     limits: StreamLimits,
@@ -322,6 +326,10 @@ impl StreamAssembler {
             LlmEvent::MessageStop { stop_reason } => self.stop_reason = Some(stop_reason.clone()),
             // Transport figures, not part of the response.
             LlmEvent::RateLimits(_) => {}
+            LlmEvent::ContextEdited { edits } => {
+                let room = super::MAX_APPLIED_EDITS.saturating_sub(self.context_edits.len());
+                self.context_edits.extend(edits.iter().take(room).cloned());
+            }
         }
         Ok(())
     }
@@ -434,6 +442,7 @@ impl StreamAssembler {
             id: self.id,
             model: self.model,
             invalid_tool_calls,
+            context_edits: self.context_edits,
         })
     }
 

@@ -33,6 +33,9 @@ struct Event<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<WireError>,
+    /// `message_delta`: the context edits the server applied (context editing).
+    #[serde(default)]
+    context_management: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +309,12 @@ impl Decoder {
                 if let Some(usage) = parsed.usage {
                     usage.apply(&mut self.usage);
                     out.push(LlmEvent::Usage(self.usage));
+                }
+                if let Some(managed) = &parsed.context_management {
+                    let edits = crate::provider::context_editing::read_applied(managed);
+                    if !edits.is_empty() {
+                        out.push(LlmEvent::ContextEdited { edits });
+                    }
                 }
             }
             "message_stop" => {
@@ -711,6 +720,50 @@ mod tests {
                 input: serde_json::json!({"city": "Paris"}),
             }]
         );
+    }
+
+    /// Context editing: `message_delta` carries `context_management.applied_edits`; an
+    /// entry or a whole field the decoder cannot read is skipped, never an error.
+    #[test]
+    fn applied_context_edits_are_read_from_message_delta_leniently() {
+        let body = |managed: &str| {
+            format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"model\":\"c\",\"usage\":{{\"input_tokens\":5}}}}}}\n\n\
+                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":1}},\"context_management\":{managed}}}\n\n\
+                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+            )
+        };
+        let edits = |managed: &str| {
+            let (events, error) = decode_body(&body(managed));
+            assert!(error.is_none(), "{managed}: {error:?}");
+            events
+                .into_iter()
+                .filter_map(|e| match e {
+                    LlmEvent::ContextEdited { edits } => Some(edits),
+                    _ => None,
+                })
+                .flatten()
+                .collect::<Vec<_>>()
+        };
+        let read = edits(
+            r#"{"applied_edits":[{"type":"clear_tool_uses_20250919","cleared_tool_uses":3,"cleared_input_tokens":4096},{"oops":1}]}"#,
+        );
+        assert_eq!(
+            read,
+            [
+                crate::provider::context_editing::AppliedEdit::new("clear_tool_uses_20250919")
+                    .cleared_tool_uses(3)
+                    .cleared_input_tokens(4096)
+            ]
+        );
+        for odd in [
+            r#"{"applied_edits":[]}"#,
+            "null",
+            r#""x""#,
+            r#"{"applied_edits":7}"#,
+        ] {
+            assert!(edits(odd).is_empty(), "{odd}");
+        }
     }
 
     #[test]

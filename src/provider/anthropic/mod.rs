@@ -141,11 +141,38 @@ impl AnthropicClient {
                 message: format!("invalid anthropic-version {:?}", self.version),
             })?;
         headers.insert("anthropic-version", version);
+        let extra = &self.transport.settings().headers;
+        let editing = request
+            .context_editing
+            .as_ref()
+            .is_some_and(|e| !e.is_empty());
+        if !editing {
+            return HttpRequest::json(
+                join_url(&self.base_url, "/v1/messages"),
+                body,
+                headers,
+                extra,
+            );
+        }
+        // Context editing's beta joins any `anthropic-beta` the caller set on the client.
+        let beta = crate::provider::context_editing::BETA;
+        let mut extra = extra.clone();
+        match extra
+            .iter_mut()
+            .find(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
+        {
+            Some((_, value)) if !value.split(',').any(|v| v.trim() == beta) => {
+                value.push(',');
+                value.push_str(beta);
+            }
+            Some(_) => {}
+            None => extra.push(("anthropic-beta".to_owned(), beta.to_owned())),
+        }
         HttpRequest::json(
             join_url(&self.base_url, "/v1/messages"),
             body,
             headers,
-            &self.transport.settings().headers,
+            &extra,
         )
     }
 }
