@@ -375,6 +375,7 @@ CHECKS = {
     "anthropic_context_editing_request.json": (
         "anthropic beta MessageCreateParamsStreaming", check_anthropic_beta),
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
+    "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }
 

@@ -65,6 +65,53 @@ pub const CLEAR_TOOL_USES: &str = "clear_tool_uses_20250919";
 /// The edit type of thinking clearing.
 pub const CLEAR_THINKING: &str = "clear_thinking_20251015";
 
+/// Server-side compaction: OpenAI Responses `context_management: [{"type": "compaction",
+/// "compact_threshold": n}]`. Past `threshold` rendered tokens the server compacts the
+/// conversation into one opaque compaction item in its output, which the agent keeps in the
+/// history ([`ContentBlock::Compaction`](crate::ContentBlock::Compaction)) and sends back in
+/// later requests, as it does reasoning items; the turns it stands for stay in the history
+/// too, so a fallback model of another format (whose encoder leaves the item out) still
+/// reads them. Every other format ignores it. Set the local compaction threshold
+/// ([`ContextConfig`](crate::context::ContextConfig)) above `threshold`, so the server
+/// compacts first.
+///
+/// ```
+/// use agent_loop::provider::context_editing::ServerCompaction;
+/// use agent_loop::RequestSettings;
+///
+/// let settings = RequestSettings::new().server_compaction(ServerCompaction::new(150_000));
+/// assert!(settings.validate().is_ok());
+/// assert!(RequestSettings::new()
+///     .server_compaction(ServerCompaction::new(0))
+///     .validate()
+///     .is_err());
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCompaction {
+    /// The rendered tokens past which the server compacts (`compact_threshold`), at least 1.
+    pub threshold: u32,
+}
+
+impl ServerCompaction {
+    /// Compaction past `threshold` tokens.
+    pub fn new(threshold: u32) -> Self {
+        ServerCompaction { threshold }
+    }
+
+    /// Checks the threshold is at least 1.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.threshold == 0 {
+            return Err(ConfigError::setting(
+                "server_compaction",
+                "the compaction threshold must be at least 1".to_owned(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// Which server-side edits to ask for. Empty (the default) sends nothing.
 #[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -153,6 +153,10 @@ pub struct ModelRequest {
     /// Anthropic context editing (see [`context_editing`]): sent as `context_management`
     /// with its beta header; ignored by the other formats. Default `None`.
     pub context_editing: Option<context_editing::ContextEditing>,
+    /// Server-side compaction (see [`context_editing::ServerCompaction`]): OpenAI Responses
+    /// sends `context_management` with its threshold; ignored by the other formats. Default
+    /// `None`.
+    pub server_compaction: Option<context_editing::ServerCompaction>,
 }
 
 impl Default for ModelRequest {
@@ -177,6 +181,7 @@ impl Default for ModelRequest {
             strict_tools: false,
             deferred_tools: Vec::new(),
             context_editing: None,
+            server_compaction: None,
         }
     }
 }

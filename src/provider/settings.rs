@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Error};
 use crate::provider::cache::PromptCache;
-use crate::provider::context_editing::ContextEditing;
+use crate::provider::context_editing::{ContextEditing, ServerCompaction};
 use crate::provider::{ModelRequest, ToolChoice};
 use crate::tool::search::ToolSearch;
 
@@ -80,6 +80,11 @@ pub struct RequestSettings {
     /// [`context_editing`](crate::provider::context_editing)); the other formats ignore it
     /// and rely on local compaction. `None` asks for none.
     pub context_editing: Option<ContextEditing>,
+    /// Server-side compaction: OpenAI Responses compacts on its side past a threshold, and
+    /// the compaction item goes back in later requests (see
+    /// [`ServerCompaction`]); the other formats ignore it and rely on local compaction.
+    /// `None` asks for none.
+    pub server_compaction: Option<ServerCompaction>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -128,6 +133,12 @@ impl RequestSettings {
     /// [`context_editing`](crate::provider::context_editing)).
     pub fn context_editing(mut self, editing: ContextEditing) -> Self {
         self.context_editing = Some(editing);
+        self
+    }
+
+    /// Asks OpenAI Responses to compact on its side (see [`ServerCompaction`]).
+    pub fn server_compaction(mut self, compaction: ServerCompaction) -> Self {
+        self.server_compaction = Some(compaction);
         self
     }
 
@@ -193,6 +204,9 @@ impl RequestSettings {
         if let Some(editing) = &self.context_editing {
             editing.validate()?;
         }
+        if let Some(compaction) = &self.server_compaction {
+            compaction.validate()?;
+        }
         if let Some(t) = self.temperature {
             if !t.is_finite() || !(0.0..=2.0).contains(&t) {
                 return bad(
@@ -243,6 +257,7 @@ impl RequestSettings {
                 .context_editing
                 .clone()
                 .or_else(|| base.context_editing.clone()),
+            server_compaction: self.server_compaction.or(base.server_compaction),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),
@@ -276,6 +291,9 @@ impl RequestSettings {
         }
         if let Some(editing) = &self.context_editing {
             request.context_editing = (!editing.is_empty()).then(|| editing.clone());
+        }
+        if let Some(compaction) = self.server_compaction {
+            request.server_compaction = Some(compaction);
         }
         if let Some(t) = self.temperature {
             request.temperature = Some(t);

@@ -179,6 +179,76 @@ fn tagged(value: &Value, kinds: &[&str], min: Option<u64>) -> Result<(), String>
     Ok(())
 }
 
+/// The 400 OpenAI Responses answers a request's `context_management` or compaction input
+/// items with, if any: `context_management` must be a list of `{"type": "compaction",
+/// "compact_threshold": n ≥ 1 | null}` (no other type or key); an input item of type
+/// `compaction` must carry a string `encrypted_content` (its `id` a string if present, no
+/// other key).
+pub(super) fn responses_rejection(body: &Value) -> Option<Rejection> {
+    let refuse = |message: String| {
+        Some(Rejection {
+            error_type: "invalid_request_error",
+            code: None,
+            message,
+        })
+    };
+    if let Some(managed) = body.get("context_management").filter(|v| !v.is_null()) {
+        let Some(entries) = managed.as_array() else {
+            return refuse("Invalid type for 'context_management': expected an array".to_owned());
+        };
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("context_management[{i}]");
+            let Some(entry) = entry.as_object() else {
+                return refuse(format!("Invalid type for '{at}': expected an object"));
+            };
+            match entry.get("type").and_then(Value::as_str) {
+                Some("compaction") => {}
+                Some(other) => {
+                    return refuse(format!(
+                        "Invalid value for '{at}.type': '{other}'; only 'compaction' is supported"
+                    ))
+                }
+                None => return refuse(format!("Missing required parameter: '{at}.type'")),
+            }
+            if let Some(key) = entry
+                .keys()
+                .find(|k| !matches!(k.as_str(), "type" | "compact_threshold"))
+            {
+                return refuse(format!("Unknown parameter: '{at}.{key}'"));
+            }
+            let threshold = entry.get("compact_threshold").filter(|v| !v.is_null());
+            if threshold.is_some_and(|t| t.as_u64().is_none_or(|n| n == 0)) {
+                return refuse(format!(
+                    "Invalid value for '{at}.compact_threshold': expected a positive integer"
+                ));
+            }
+        }
+    }
+    let items = body.get("input").and_then(Value::as_array)?;
+    for (i, item) in items.iter().enumerate() {
+        if item.get("type").and_then(Value::as_str) != Some("compaction") {
+            continue;
+        }
+        let at = format!("input[{i}]");
+        if !item.get("encrypted_content").is_some_and(Value::is_string) {
+            return refuse(format!(
+                "Missing required parameter: '{at}.encrypted_content'"
+            ));
+        }
+        if item
+            .get("id")
+            .is_some_and(|id| !id.is_string() && !id.is_null())
+        {
+            return refuse(format!("Invalid type for '{at}.id': expected a string"));
+        }
+        let known = |k: &String| matches!(k.as_str(), "type" | "id" | "encrypted_content");
+        if let Some(key) = item.as_object().and_then(|o| o.keys().find(|k| !known(k))) {
+            return refuse(format!("Unknown parameter: '{at}.{key}'"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +317,30 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn responses_compaction_is_held_to_its_shape() {
+        let ok = |body: Value| responses_rejection(&body).is_none();
+        assert!(ok(
+            json!({"context_management": [{"type": "compaction", "compact_threshold": 1000}]})
+        ));
+        assert!(ok(json!({"context_management": [{"type": "compaction"}]})));
+        assert!(ok(
+            json!({"input": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "e"}]})
+        ));
+        for bad in [
+            json!({"context_management": {"type": "compaction"}}),
+            json!({"context_management": [{"type": "clear_tool_uses"}]}),
+            json!({"context_management": [{"compact_threshold": 5}]}),
+            json!({"context_management": [{"type": "compaction", "compact_threshold": 0}]}),
+            json!({"context_management": [{"type": "compaction", "compact_threshold": "5"}]}),
+            json!({"context_management": [{"type": "compaction", "keep": 5}]}),
+            json!({"input": [{"type": "compaction", "id": "cmp_1"}]}),
+            json!({"input": [{"type": "compaction", "encrypted_content": "e", "created_by": "x"}]}),
+        ] {
+            assert!(!ok(bad.clone()), "{bad}");
+        }
+    }
+
     proptest! {
         #[test]
         fn any_json_is_judged_without_panicking(text in ".{0,64}", n in any::<i64>()) {
@@ -255,7 +349,9 @@ mod tests {
                 json!({"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": n}}]}),
                 json!(text),
             ] {
-                let _ = refused(managed, n % 2 == 0);
+                let _ = refused(managed.clone(), n % 2 == 0);
+                let _ = responses_rejection(&json!({"context_management": [managed.clone()],
+                                                    "input": [{"type": "compaction", "id": managed}]}));
             }
         }
     }

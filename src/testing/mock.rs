@@ -513,6 +513,9 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                         WireFormat::Anthropic => {
                             super::context_management::rejection(&body, &request.headers)
                         }
+                        WireFormat::OpenAiResponses => {
+                            super::context_management::responses_rejection(&body)
+                        }
                         WireFormat::Gemini => super::gemini::rejection(&body),
                         WireFormat::Bedrock => super::bedrock::rejection(&body),
                         WireFormat::Ollama => super::ollama::rejection(&body),

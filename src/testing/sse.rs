@@ -459,6 +459,7 @@ enum ResponsesKind {
     Message,
     Reasoning,
     Function,
+    Compaction,
 }
 
 /// The OpenAI Responses stream of `events`: each block is an output item (in order of first
@@ -522,6 +523,10 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                     None,
                 )
             }
+            ResponsesKind::Compaction => (
+                json!({"type": "compaction", "id": format!("cmp_{output_index}")}),
+                None,
+            ),
         };
         items.push(Value::Null);
         blocks.insert(
@@ -662,6 +667,39 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                            "output_index": block.output_index, "item": item}),
                 );
             }
+            LlmEvent::Compaction {
+                index,
+                id: item_id,
+                encrypted_content,
+            } => {
+                if let Some((_, added, _)) = open(
+                    &mut blocks,
+                    &mut items,
+                    *index,
+                    ResponsesKind::Compaction,
+                    None,
+                ) {
+                    push(&mut out, SegmentKind::Content, added);
+                }
+                let Some(block) = blocks.get_mut(index) else {
+                    continue;
+                };
+                block.done = true;
+                let id = item_id
+                    .clone()
+                    .unwrap_or_else(|| format!("cmp_{}", block.output_index));
+                let item = json!({"type": "compaction", "id": id,
+                                  "encrypted_content": encrypted_content});
+                if let Some(slot) = items.get_mut(block.output_index) {
+                    *slot = item.clone();
+                }
+                push(
+                    &mut out,
+                    SegmentKind::Other,
+                    json!({"type": "response.output_item.done",
+                           "output_index": block.output_index, "item": item}),
+                );
+            }
             LlmEvent::BlockStop { index } => {
                 let Some(block) = blocks.get_mut(index) else {
                     continue;
@@ -702,6 +740,8 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                         json!({"type": "reasoning", "id": format!("rs_{n}"),
                                "summary": [{"type": "summary_text", "text": text}]}),
                     ),
+                    // Sent whole when it came (`done` set): never reached.
+                    ResponsesKind::Compaction => continue,
                     ResponsesKind::Function => {
                         let (call_id, name) = block.call.clone().unwrap_or_default();
                         (

@@ -116,6 +116,10 @@ enum Body {
         name: String,
         args: String,
     },
+    Compaction {
+        id: Option<String>,
+        encrypted_content: String,
+    },
     Other {
         block: serde_json::Value,
         args: String,
@@ -243,6 +247,20 @@ impl StreamAssembler {
                     Body::Thinking { signature: s, .. } => s.push_str(signature),
                     _ => return Err(kind_mismatch(*index, "signature")),
                 }
+            }
+            LlmEvent::Compaction {
+                index,
+                id,
+                encrypted_content,
+            } => {
+                self.grow(encrypted_content.len() + id.as_ref().map_or(0, String::len))?;
+                self.create(
+                    *index,
+                    Body::Compaction {
+                        id: id.clone(),
+                        encrypted_content: encrypted_content.clone(),
+                    },
+                )?;
             }
             LlmEvent::RedactedThinking { index, data } => {
                 self.grow(data.len())?;
@@ -381,6 +399,13 @@ impl StreamAssembler {
                     });
                 }
                 Body::Redacted(data) => content.push(ContentBlock::RedactedThinking { data }),
+                Body::Compaction {
+                    id,
+                    encrypted_content,
+                } => content.push(ContentBlock::Compaction {
+                    id,
+                    encrypted_content,
+                }),
                 Body::Reasoning {
                     id,
                     summary,

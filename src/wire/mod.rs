@@ -66,7 +66,7 @@ impl WireFormat {
 /// # Serialized form
 ///
 /// An object tagged with `type`, the variant's name in snake case (`message_start`,
-/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
+/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`, `compaction`,
 /// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
 /// `stop_sequence`, `message_stop`, `rate_limits`, `context_edited`), beside the variant's fields. `Usage` carries the
 /// [`Usage`] fields inline and [`StopReason`] is its snake-case string. Read back, every event is equal to
@@ -142,6 +142,17 @@ pub enum LlmEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// A complete OpenAI Responses compaction item at `index` (server-side compaction), as
+    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction) goes back to the model.
+    Compaction {
+        /// Block index.
+        index: usize,
+        /// The item id, when the server gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The encrypted compacted state.
+        encrypted_content: String,
+    },
     /// A tool call starts at `index`.
     ToolCallStart {
         /// Block index.
@@ -208,6 +219,7 @@ impl LlmEvent {
                 | LlmEvent::SignatureDelta { .. }
                 | LlmEvent::RedactedThinking { .. }
                 | LlmEvent::Reasoning { .. }
+                | LlmEvent::Compaction { .. }
                 | LlmEvent::ToolCallStart { .. }
                 | LlmEvent::ToolCallDelta { .. }
                 | LlmEvent::OtherBlock { .. }

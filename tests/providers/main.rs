@@ -25,5 +25,6 @@ mod ratelimit;
 mod real_model;
 mod responses;
 mod responses_client;
+mod server_compaction;
 mod settings;
 mod strict_tools;

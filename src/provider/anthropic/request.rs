@@ -285,7 +285,7 @@ fn one_to_one(messages: &[Message]) -> bool {
 fn sends(block: &ContentBlock) -> bool {
     match block {
         ContentBlock::Text { text } => !text.is_empty(),
-        ContentBlock::Reasoning { .. } => false,
+        ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => false,
         _ => true,
     }
 }
@@ -429,7 +429,8 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
         },
         ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
         // OpenAI Responses reasoning has no Anthropic form.
-        ContentBlock::Reasoning { .. } => return Ok(None),
+        // OpenAI Responses compaction neither: the turns it stands for are in the history.
+        ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => return Ok(None),
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
             id,
             name,
