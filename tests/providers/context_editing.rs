@@ -124,6 +124,13 @@ async fn anthropic_edits_are_sent_and_replayed_on_the_history() {
     assert_eq!(result_of(&history, "c2"), "notes: keep going");
     assert!(result_of(&history, "c3").starts_with("contents of b"));
     assert!(agent.context().validate().is_ok());
+    // A saved session holds the edited history, and restores it.
+    let saved = agent.context().snapshot();
+    let text = serde_json::to_string(&saved).unwrap();
+    assert!(text.contains(CLEARED_TOOL_RESULT) && !text.contains("contents of a"));
+    let mut restored = agent_loop::ContextManager::default();
+    restored.restore(saved).unwrap();
+    assert_eq!(result_of(restored.messages(), "c1"), CLEARED_TOOL_RESULT);
     // The request after the edit sends the cleared history.
     let last = requests[3].body.to_string();
     assert!(last.contains(CLEARED_TOOL_RESULT));
