@@ -56,6 +56,41 @@ use crate::wire::MAX_APPLIED_EDITS;
 /// The `anthropic-beta` value context editing needs.
 pub const BETA: &str = "context-management-2025-06-27";
 
+/// The `anthropic-beta` value Anthropic's server compaction (`compact_20260112`) needs.
+pub const COMPACT_BETA: &str = "compact-2026-01-12";
+
+/// The edit type of Anthropic's server compaction.
+pub const COMPACT: &str = "compact_20260112";
+
+/// Anthropic's `context_management` for a request and the beta headers it needs: the
+/// context edits, then server compaction (`compact_20260112` with its trigger); `None` when
+/// neither is asked for.
+pub(crate) fn anthropic(
+    editing: Option<&ContextEditing>,
+    compaction: Option<ServerCompaction>,
+) -> Option<(Value, Vec<&'static str>)> {
+    let editing = editing.filter(|e| !e.is_empty());
+    if editing.is_none() && compaction.is_none() {
+        return None;
+    }
+    let mut betas = Vec::new();
+    let mut wire = match editing {
+        Some(editing) => {
+            betas.push(BETA);
+            editing.wire()
+        }
+        None => json!({"edits": []}),
+    };
+    if let Some(compaction) = compaction {
+        betas.push(COMPACT_BETA);
+        if let Some(edits) = wire.get_mut("edits").and_then(Value::as_array_mut) {
+            edits.push(json!({"type": COMPACT,
+                              "trigger": {"type": "input_tokens", "value": compaction.threshold}}));
+        }
+    }
+    Some((wire, betas))
+}
+
 /// The content a cleared tool result gets in the local history. Anthropic does not document
 /// the exact placeholder text its server puts in; this one says the same thing.
 pub const CLEARED_TOOL_RESULT: &str = "[tool result cleared by context editing]";
@@ -71,7 +106,11 @@ pub const CLEAR_THINKING: &str = "clear_thinking_20251015";
 /// history ([`ContentBlock::Compaction`](crate::ContentBlock::Compaction)) and sends back in
 /// later requests, as it does reasoning items; the turns it stands for stay in the history
 /// too, so a fallback model of another format (whose encoder leaves the item out) still
-/// reads them. Every other format ignores it. Set the local compaction threshold
+/// reads them. On Anthropic the same setting sends a `compact_20260112` edit (trigger
+/// `input_tokens` at `threshold`, beta `compact-2026-01-12`); the `compaction` block the
+/// server returns (its summary streamed in `compaction_delta`s) is kept verbatim as
+/// [`ContentBlock::Other`](crate::ContentBlock::Other) and sent back as it came. Every other
+/// format ignores the setting. Set the local compaction threshold
 /// ([`ContextConfig`](crate::context::ContextConfig)) above `threshold`, so the server
 /// compacts first.
 ///

@@ -154,8 +154,8 @@ pub struct ModelRequest {
     /// with its beta header; ignored by the other formats. Default `None`.
     pub context_editing: Option<context_editing::ContextEditing>,
     /// Server-side compaction (see [`context_editing::ServerCompaction`]): OpenAI Responses
-    /// sends `context_management` with its threshold; ignored by the other formats. Default
-    /// `None`.
+    /// sends `context_management` with its threshold, Anthropic a `compact_20260112` edit;
+    /// ignored by the other formats. Default `None`.
     pub server_compaction: Option<context_editing::ServerCompaction>,
 }
 

@@ -80,8 +80,9 @@ pub struct RequestSettings {
     /// [`context_editing`](crate::provider::context_editing)); the other formats ignore it
     /// and rely on local compaction. `None` asks for none.
     pub context_editing: Option<ContextEditing>,
-    /// Server-side compaction: OpenAI Responses compacts on its side past a threshold, and
-    /// the compaction item goes back in later requests (see
+    /// Server-side compaction: OpenAI Responses (`context_management`) and Anthropic
+    /// (`compact_20260112`) compact on their side past a threshold, and the compaction item or
+    /// block goes back in later requests (see
     /// [`ServerCompaction`]); the other formats ignore it and rely on local compaction.
     /// `None` asks for none.
     pub server_compaction: Option<ServerCompaction>,
@@ -136,7 +137,7 @@ impl RequestSettings {
         self
     }
 
-    /// Asks OpenAI Responses to compact on its side (see [`ServerCompaction`]).
+    /// Asks OpenAI Responses or Anthropic to compact on its side (see [`ServerCompaction`]).
     pub fn server_compaction(mut self, compaction: ServerCompaction) -> Self {
         self.server_compaction = Some(compaction);
         self

@@ -17,7 +17,9 @@
 
 use serde_json::Value;
 
-use crate::provider::context_editing::{BETA, CLEAR_THINKING, CLEAR_TOOL_USES};
+use crate::provider::context_editing::{
+    BETA, CLEAR_THINKING, CLEAR_TOOL_USES, COMPACT, COMPACT_BETA,
+};
 
 use super::tool_schemas::Rejection;
 
@@ -31,12 +33,30 @@ pub(super) fn rejection(body: &Value, headers: &[(String, String)]) -> Option<Re
             message,
         })
     };
-    let beta = headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("anthropic-beta"))
-        .any(|(_, v)| v.split(',').any(|b| b.trim() == BETA));
-    if !beta {
+    let has = |beta: &str| {
+        headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("anthropic-beta"))
+            .any(|(_, v)| v.split(',').any(|b| b.trim() == beta))
+    };
+    if !has(BETA) && !has(COMPACT_BETA) {
         return refuse("context_management: Extra inputs are not permitted".to_owned());
+    }
+    // Each edit type needs its own beta.
+    let kinds = managed
+        .get("edits")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.get("type").and_then(Value::as_str));
+    for kind in kinds {
+        let beta = if kind == COMPACT { COMPACT_BETA } else { BETA };
+        if !has(beta) && [COMPACT, CLEAR_THINKING, CLEAR_TOOL_USES].contains(&kind) {
+            return refuse(format!(
+                "context_management: {kind} needs the anthropic-beta header {beta}"
+            ));
+        }
     }
     match check(managed, body) {
         Ok(()) => None,
@@ -80,10 +100,11 @@ fn check(managed: &Value, body: &Value) -> Result<(), String> {
                 "clear_tool_inputs",
             ],
             CLEAR_THINKING => &["type", "keep"],
+            COMPACT => &["type", "trigger", "instructions", "pause_after_compaction"],
             other => {
                 return Err(format!(
                     "{at}.type: Input tag '{other}' found using 'type' does not match any of \
-                     the expected tags: '{CLEAR_TOOL_USES}', '{CLEAR_THINKING}'"
+                     the expected tags: '{CLEAR_TOOL_USES}', '{CLEAR_THINKING}', '{COMPACT}'"
                 ))
             }
         };
@@ -113,6 +134,27 @@ fn check(managed: &Value, body: &Value) -> Result<(), String> {
                          \"thinking_turns\", value: n >= 1}}"
                     ));
                 }
+            }
+            continue;
+        }
+        if kind == COMPACT {
+            if let Some(trigger) = edit.get("trigger").filter(|v| !v.is_null()) {
+                tagged(trigger, &["input_tokens"], Some(1))
+                    .map_err(|m| format!("{at}.trigger: {m}"))?;
+            }
+            if edit
+                .get("instructions")
+                .is_some_and(|v| !v.is_null() && !v.is_string())
+            {
+                return Err(format!("{at}.instructions: Input should be a valid string"));
+            }
+            if edit
+                .get("pause_after_compaction")
+                .is_some_and(|v| !v.is_boolean())
+            {
+                return Err(format!(
+                    "{at}.pause_after_compaction: Input should be a valid boolean"
+                ));
             }
             continue;
         }
@@ -290,6 +332,16 @@ mod tests {
         // Without the beta header.
         let body = json!({"context_management": {"edits": []}});
         assert!(rejection(&body, &[]).is_some());
+        // Server compaction, with its own beta.
+        let compact = json!({"model": "m", "context_management": {"edits": [
+            {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}}]}});
+        let compact_beta = vec![("anthropic-beta".to_owned(), COMPACT_BETA.to_owned())];
+        assert!(rejection(&compact, &compact_beta).is_none());
+        assert!(rejection(&compact, &beta()).is_some());
+        assert!(refused(
+            json!({"edits": [{"type": "compact_20260112", "keep": 1}]}),
+            false
+        ));
         for bad in [
             json!([]),
             json!({"edits": {}}),

@@ -181,3 +181,57 @@ async fn the_mock_refuses_what_the_api_refuses() {
     assert_eq!(post(body(good)).await, 200);
     assert_eq!(server.remaining(), 0);
 }
+
+/// Anthropic's server compaction (`compact_20260112`, the same setting): the edit and its beta
+/// go out, and the `compaction` block the server returns is kept and sent back verbatim.
+#[tokio::test]
+async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::tool_call(
+        "c1",
+        "read",
+        json!({"path": "a"}),
+    ));
+    let block = json!({"type": "compaction", "content": "Summary: the user asked to read a and b; a was read."});
+    server.push(
+        ScriptedResponse::new()
+            .then_other_block(block.clone())
+            .then_tool_call("c2", "read", json!({"path": "b"})),
+    );
+    server.push(ScriptedResponse::text("Done."));
+    let client = AnthropicClient::new("k")
+        .base_url(server.anthropic_base_url())
+        .model("claude-test");
+    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
+        let path = input["path"].as_str().unwrap_or("?").to_owned();
+        Ok::<_, ToolError>(format!("contents of {path}"))
+    })
+    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let mut agent = Agent::builder(client)
+        .tool(read)
+        .settings(RequestSettings::new().server_compaction(ServerCompaction::new(50_000)))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
+    assert!(server.history_violations().is_empty(), "{events:#?}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{events:#?}");
+    for request in &requests {
+        assert_eq!(
+            request.header("anthropic-beta"),
+            Some(agent_loop::provider::context_editing::COMPACT_BETA)
+        );
+        assert_eq!(
+            request.body["context_management"],
+            json!({"edits": [{"type": "compact_20260112",
+                              "trigger": {"type": "input_tokens", "value": 50000}}]})
+        );
+    }
+    let assistant = &requests[2].body["messages"][3]["content"];
+    assert_eq!(assistant[0], block, "{}", requests[2].body);
+    assert!(agent
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .any(|b| matches!(b, ContentBlock::Other(v) if *v == block)));
+}

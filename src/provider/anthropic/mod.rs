@@ -142,11 +142,13 @@ impl AnthropicClient {
             })?;
         headers.insert("anthropic-version", version);
         let extra = &self.transport.settings().headers;
-        let editing = request
-            .context_editing
-            .as_ref()
-            .is_some_and(|e| !e.is_empty());
-        if !editing {
+        let betas = crate::provider::context_editing::anthropic(
+            request.context_editing.as_ref(),
+            request.server_compaction,
+        )
+        .map(|(_, betas)| betas)
+        .unwrap_or_default();
+        if betas.is_empty() {
             return HttpRequest::json(
                 join_url(&self.base_url, "/v1/messages"),
                 body,
@@ -154,19 +156,21 @@ impl AnthropicClient {
                 extra,
             );
         }
-        // Context editing's beta joins any `anthropic-beta` the caller set on the client.
-        let beta = crate::provider::context_editing::BETA;
+        // Context editing's and compaction's betas join any `anthropic-beta` the caller set
+        // on the client.
         let mut extra = extra.clone();
-        match extra
-            .iter_mut()
-            .find(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
-        {
-            Some((_, value)) if !value.split(',').any(|v| v.trim() == beta) => {
-                value.push(',');
-                value.push_str(beta);
+        for beta in betas {
+            match extra
+                .iter_mut()
+                .find(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
+            {
+                Some((_, value)) if !value.split(',').any(|v| v.trim() == beta) => {
+                    value.push(',');
+                    value.push_str(beta);
+                }
+                Some(_) => {}
+                None => extra.push(("anthropic-beta".to_owned(), beta.to_owned())),
             }
-            Some(_) => {}
-            None => extra.push(("anthropic-beta".to_owned(), beta.to_owned())),
         }
         HttpRequest::json(
             join_url(&self.base_url, "/v1/messages"),

@@ -16,8 +16,10 @@
 //!   others with `defer_loading: true`, then `{"type": "tool_search_tool_bm25_20251119",
 //!   "name": "tool_search_tool_bm25"}` (the local `search_tools` is left out unless the
 //!   history called it).
-//! - Context editing ([`ModelRequest::context_editing`]): `context_management: {"edits":
-//!   [...]}` (the client adds its beta header).
+//! - Context editing ([`ModelRequest::context_editing`]) and server compaction
+//!   ([`ModelRequest::server_compaction`], a `compact_20260112` edit after the others):
+//!   `context_management: {"edits": [...]}` (the client adds their beta headers). A
+//!   `compaction` block the server returned is sent back verbatim (an unmodelled block).
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
@@ -166,11 +168,11 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
             kind: "enabled",
             budget_tokens,
         }),
-        context_management: request
-            .context_editing
-            .as_ref()
-            .filter(|e| !e.is_empty())
-            .map(|e| e.wire()),
+        context_management: crate::provider::context_editing::anthropic(
+            request.context_editing.as_ref(),
+            request.server_compaction,
+        )
+        .map(|(wire, _)| wire),
         stream: true,
     };
     let rest = http::body_bytes(&body, &request.extra)?;
