@@ -16,7 +16,9 @@ what the providers' own SDKs would send, field by field:
 - anthropic / openai (strict tools): the anthropic SDK's `MessageCreateParamsStreaming`, the
   openai SDK's `CompletionCreateParamsStreaming` (Chat Completions) and
   `ResponseCreateParamsStreaming` (Responses) TypedDicts: every key declared, every required
-  key present, literals and scalar types respected, recursively (tool `strict` included).
+  key present, literals and scalar types respected, recursively (tool `strict` included);
+  context editing (`context_management`, a beta field) against the SDK's beta
+  `MessageCreateParamsStreaming`.
 
 Every key of our body must be declared by the SDK's type at its place, recursively; a value
 must have the declared type. Prints one line per file (and each finding) and exits 1 when
@@ -264,6 +266,14 @@ def check_anthropic(body):
     return errors
 
 
+def check_anthropic_beta(body):
+    from anthropic.types.beta.message_create_params import MessageCreateParamsStreaming
+
+    errors = []
+    walk_typed(body, MessageCreateParamsStreaming, "$", errors)
+    return errors
+
+
 def check_openai_chat(body):
     from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 
@@ -362,7 +372,10 @@ CHECKS = {
     "ollama_request.json": ("ollama ChatRequest", check_ollama),
     "anthropic_strict_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
     "anthropic_tool_search_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
+    "anthropic_context_editing_request.json": (
+        "anthropic beta MessageCreateParamsStreaming", check_anthropic_beta),
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
+    "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }
 

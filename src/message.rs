@@ -158,6 +158,18 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// An OpenAI Responses compaction item (server-side compaction, `context_management`
+    /// with a `compact_threshold`): the opaque, encrypted state of the turns the server
+    /// compacted, kept whole so it goes back in later requests as reasoning items do. Other
+    /// providers' encoders leave it out, and the turns it stands for stay in the history, so
+    /// a fallback model of another format reads them.
+    Compaction {
+        /// The item id (`cmp_…`), when the server gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The encrypted compacted state.
+        encrypted_content: String,
+    },
     /// A block type the crate does not model, kept verbatim (including its `type`).
     #[serde(untagged)]
     Other(serde_json::Value),

@@ -35,9 +35,11 @@ fn event_variant(event: &LlmEvent) -> usize {
         LlmEvent::StopSequence { .. } => 11,
         LlmEvent::MessageStop { .. } => 12,
         LlmEvent::RateLimits(_) => 13,
+        LlmEvent::ContextEdited { .. } => 14,
+        LlmEvent::Compaction { .. } => 15,
     }
 }
-const EVENT_VARIANTS: usize = 14;
+const EVENT_VARIANTS: usize = 16;
 
 /// Like [`event_variant`], for [`LlmError`].
 fn error_variant(error: &LlmError) -> usize {
@@ -218,6 +220,23 @@ fn events() -> Vec<LlmEvent> {
             stop_reason: StopReason::Other("a_new_reason".into()),
         },
         LlmEvent::RateLimits(Box::new(full_rate_limits())),
+        LlmEvent::Compaction {
+            index: 0,
+            id: Some("cmp_1".into()),
+            encrypted_content: "gAAAA".into(),
+        },
+        LlmEvent::Compaction {
+            index: 2,
+            id: None,
+            encrypted_content: String::new(),
+        },
+        LlmEvent::ContextEdited {
+            edits: vec![crate::provider::context_editing::AppliedEdit::new(
+                "clear_tool_uses_20250919",
+            )
+            .cleared_tool_uses(2)
+            .cleared_input_tokens(1200)],
+        },
         LlmEvent::RateLimits(Box::new(RateLimits {
             requests: Quota {
                 remaining: Some(0),
@@ -629,6 +648,23 @@ fn llm_event() -> impl Strategy<Value = LlmEvent> {
         text().prop_map(|sequence| LlmEvent::StopSequence { sequence }),
         stop_reason().prop_map(|stop_reason| LlmEvent::MessageStop { stop_reason }),
         rate_limits().prop_map(|r| LlmEvent::RateLimits(Box::new(r))),
+        (any::<usize>(), proptest::option::of(text()), text()).prop_map(
+            |(index, id, encrypted_content)| LlmEvent::Compaction {
+                index,
+                id,
+                encrypted_content,
+            }
+        ),
+        (text(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
+            |(kind, tools, turns, tokens)| {
+                LlmEvent::ContextEdited {
+                    edits: vec![crate::provider::context_editing::AppliedEdit::new(kind)
+                        .cleared_tool_uses(tools)
+                        .cleared_thinking_turns(turns)
+                        .cleared_input_tokens(tokens)],
+                }
+            }
+        ),
     ]
 }
 

@@ -128,7 +128,8 @@ pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
                         }
                         ContentBlock::Thinking { .. }
                         | ContentBlock::RedactedThinking { .. }
-                        | ContentBlock::Reasoning { .. } => {
+                        | ContentBlock::Reasoning { .. }
+                        | ContentBlock::Compaction { .. } => {
                             return Err(invalid(format!(
                                 "message {i} is a user message with a thinking block"
                             )));

@@ -28,6 +28,7 @@ use crate::provider::encoded::{EncodedHistory, EncodedRef};
 mod compact;
 mod config;
 mod history;
+mod server_edits;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use history::validate as validate_history;

@@ -240,6 +240,10 @@ fn block_tokens(counter: &dyn TokenCounter, images: ImageTokenRule, block: &Cont
                     .as_ref()
                     .map_or(0, |c| c.len().div_ceil(4))
         }
+        ContentBlock::Compaction {
+            id,
+            encrypted_content,
+        } => id.as_ref().map_or(0, |id| id.len().div_ceil(4)) + encrypted_content.len().div_ceil(4),
         ContentBlock::ToolUse { id: _, name, input } => {
             TOOL_BLOCK_OVERHEAD + counter.count(name) + counter.count(&input.to_string())
         }

@@ -417,6 +417,10 @@ mod props {
                 summary: vec![],
                 encrypted_content: None,
             }),
+            1 => Just(ContentBlock::Compaction {
+                id: Some("cmp_1".into()),
+                encrypted_content: "e".into(),
+            }),
             1 => any::<bool>().prop_map(|c| ContentBlock::Other(if c {
                 json!({"type": "x", "cache_control": {"type": "ephemeral"}})
             } else {

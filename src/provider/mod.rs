@@ -21,6 +21,7 @@ pub mod anthropic;
 mod attempt;
 pub mod bedrock;
 pub mod cache;
+pub mod context_editing;
 pub(crate) mod decoder;
 pub(crate) mod encoded;
 #[cfg(test)]
@@ -149,6 +150,13 @@ pub struct ModelRequest {
     /// local search tool; the other formats ignore them (the local search tool in
     /// [`tools`](Self::tools) finds them). Default empty.
     pub deferred_tools: Vec<ToolSpec>,
+    /// Anthropic context editing (see [`context_editing`]): sent as `context_management`
+    /// with its beta header; ignored by the other formats. Default `None`.
+    pub context_editing: Option<context_editing::ContextEditing>,
+    /// Server-side compaction (see [`context_editing::ServerCompaction`]): OpenAI Responses
+    /// sends `context_management` with its threshold, Anthropic a `compact_20260112` edit;
+    /// ignored by the other formats. Default `None`.
+    pub server_compaction: Option<context_editing::ServerCompaction>,
 }
 
 impl Default for ModelRequest {
@@ -172,6 +180,8 @@ impl Default for ModelRequest {
             encoded: encoded::EncodedRef::default(),
             strict_tools: false,
             deferred_tools: Vec::new(),
+            context_editing: None,
+            server_compaction: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Error};
 use crate::provider::cache::PromptCache;
+use crate::provider::context_editing::{ContextEditing, ServerCompaction};
 use crate::provider::{ModelRequest, ToolChoice};
 use crate::tool::search::ToolSearch;
 
@@ -74,6 +75,17 @@ pub struct RequestSettings {
     /// search tool and the tools used or found instead of every schema (see
     /// [`tool::search`](crate::tool::search)); `None` sends every tool.
     pub tool_search: Option<ToolSearch>,
+    /// Anthropic context editing: the server clears old tool results and thinking, and the
+    /// agent replays what it cleared on its own history (see
+    /// [`context_editing`](crate::provider::context_editing)); the other formats ignore it
+    /// and rely on local compaction. `None` asks for none.
+    pub context_editing: Option<ContextEditing>,
+    /// Server-side compaction: OpenAI Responses (`context_management`) and Anthropic
+    /// (`compact_20260112`) compact on their side past a threshold, and the compaction item or
+    /// block goes back in later requests (see
+    /// [`ServerCompaction`]); the other formats ignore it and rely on local compaction.
+    /// `None` asks for none.
+    pub server_compaction: Option<ServerCompaction>,
     /// Provider-specific fields merged into the top level of the request body. A field the
     /// crate itself sends fails the request with an error naming it (see
     /// [`ModelRequest::extra`]). Later settings add to and replace keys of earlier ones.
@@ -115,6 +127,19 @@ impl RequestSettings {
     /// [`tool::search`](crate::tool::search)).
     pub fn tool_search(mut self, search: ToolSearch) -> Self {
         self.tool_search = Some(search);
+        self
+    }
+
+    /// Asks Anthropic to edit the context on its side (see
+    /// [`context_editing`](crate::provider::context_editing)).
+    pub fn context_editing(mut self, editing: ContextEditing) -> Self {
+        self.context_editing = Some(editing);
+        self
+    }
+
+    /// Asks OpenAI Responses or Anthropic to compact on its side (see [`ServerCompaction`]).
+    pub fn server_compaction(mut self, compaction: ServerCompaction) -> Self {
+        self.server_compaction = Some(compaction);
         self
     }
 
@@ -177,6 +202,12 @@ impl RequestSettings {
         if let Some(cache) = &self.prompt_cache {
             cache.validate()?;
         }
+        if let Some(editing) = &self.context_editing {
+            editing.validate()?;
+        }
+        if let Some(compaction) = &self.server_compaction {
+            compaction.validate()?;
+        }
         if let Some(t) = self.temperature {
             if !t.is_finite() || !(0.0..=2.0).contains(&t) {
                 return bad(
@@ -223,6 +254,11 @@ impl RequestSettings {
             prompt_cache: self.prompt_cache.or(base.prompt_cache),
             strict_tools: self.strict_tools.or(base.strict_tools),
             tool_search: self.tool_search.or(base.tool_search),
+            context_editing: self
+                .context_editing
+                .clone()
+                .or_else(|| base.context_editing.clone()),
+            server_compaction: self.server_compaction.or(base.server_compaction),
             temperature: self.temperature.or(base.temperature),
             top_p: self.top_p.or(base.top_p),
             max_tokens: self.max_tokens.or(base.max_tokens),
@@ -253,6 +289,12 @@ impl RequestSettings {
         }
         if let Some(strict) = self.strict_tools {
             request.strict_tools = strict;
+        }
+        if let Some(editing) = &self.context_editing {
+            request.context_editing = (!editing.is_empty()).then(|| editing.clone());
+        }
+        if let Some(compaction) = self.server_compaction {
+            request.server_compaction = Some(compaction);
         }
         if let Some(t) = self.temperature {
             request.temperature = Some(t);

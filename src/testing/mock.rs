@@ -510,6 +510,12 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                     .or_else(|| tool_schemas::rejection(format, &body))
                     .or_else(|| media_checks::rejection(format, &body))
                     .or_else(|| match format {
+                        WireFormat::Anthropic => {
+                            super::context_management::rejection(&body, &request.headers)
+                        }
+                        WireFormat::OpenAiResponses => {
+                            super::context_management::responses_rejection(&body)
+                        }
                         WireFormat::Gemini => super::gemini::rejection(&body),
                         WireFormat::Bedrock => super::bedrock::rejection(&body),
                         WireFormat::Ollama => super::ollama::rejection(&body),

@@ -69,6 +69,10 @@ pub(crate) enum Block {
         signature: String,
     },
     RedactedThinking(String),
+    Compaction {
+        id: Option<String>,
+        encrypted_content: String,
+    },
     Reasoning {
         id: String,
         summary: Vec<String>,
@@ -249,6 +253,20 @@ impl ScriptedResponse {
         self
     }
 
+    /// Adds an OpenAI Responses compaction item (server-side compaction), as
+    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction) keeps it.
+    pub fn then_compaction(
+        mut self,
+        id: Option<impl Into<String>>,
+        encrypted_content: impl Into<String>,
+    ) -> Self {
+        self.steps.push(Step::Block(Block::Compaction {
+            id: id.map(Into::into),
+            encrypted_content: encrypted_content.into(),
+        }));
+        self
+    }
+
     /// Adds a block the crate does not model (for example Anthropic `server_tool_use`), kept
     /// verbatim.
     pub fn then_other_block(mut self, block: serde_json::Value) -> Self {
@@ -422,6 +440,14 @@ impl ScriptedResponse {
             Block::RedactedThinking(data) => events.push(LlmEvent::RedactedThinking {
                 index,
                 data: data.clone(),
+            }),
+            Block::Compaction {
+                id,
+                encrypted_content,
+            } => events.push(LlmEvent::Compaction {
+                index,
+                id: id.clone(),
+                encrypted_content: encrypted_content.clone(),
             }),
             Block::Reasoning {
                 id,

@@ -177,6 +177,7 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
     let mut started: HashMap<usize, ()> = HashMap::new();
     let mut last_usage = usage;
     let mut stop_sequence: Option<&str> = None;
+    let mut context_edits: Vec<crate::provider::context_editing::AppliedEdit> = Vec::new();
     for event in events {
         match event {
             LlmEvent::MessageStart { id, model } => {
@@ -281,15 +282,25 @@ fn anthropic(events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
             ),
             LlmEvent::Usage(usage) => last_usage = *usage,
             LlmEvent::StopSequence { sequence } => stop_sequence = Some(sequence),
+            LlmEvent::ContextEdited { edits } => context_edits.extend(edits.iter().cloned()),
             LlmEvent::MessageStop { stop_reason } => {
-                push(
-                    &mut out,
-                    SegmentKind::End,
-                    "message_delta",
-                    json!({"type": "message_delta",
-                           "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                           "usage": {"output_tokens": last_usage.output_tokens}}),
-                );
+                let mut delta = json!({"type": "message_delta",
+                       "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                       "usage": {"output_tokens": last_usage.output_tokens}});
+                // Context editing: what the server cleared rides on `message_delta`.
+                if !context_edits.is_empty() {
+                    delta["context_management"] = json!({ "applied_edits": context_edits
+                        .iter()
+                        .map(|e| if e.kind == crate::provider::context_editing::CLEAR_THINKING {
+                            json!({"type": e.kind, "cleared_thinking_turns": e.cleared_thinking_turns,
+                                   "cleared_input_tokens": e.cleared_input_tokens})
+                        } else {
+                            json!({"type": e.kind, "cleared_tool_uses": e.cleared_tool_uses,
+                                   "cleared_input_tokens": e.cleared_input_tokens})
+                        })
+                        .collect::<Vec<_>>() });
+                }
+                push(&mut out, SegmentKind::End, "message_delta", delta);
                 push(
                     &mut out,
                     SegmentKind::End,
@@ -448,6 +459,7 @@ enum ResponsesKind {
     Message,
     Reasoning,
     Function,
+    Compaction,
 }
 
 /// The OpenAI Responses stream of `events`: each block is an output item (in order of first
@@ -511,6 +523,10 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                     None,
                 )
             }
+            ResponsesKind::Compaction => (
+                json!({"type": "compaction", "id": format!("cmp_{output_index}")}),
+                None,
+            ),
         };
         items.push(Value::Null);
         blocks.insert(
@@ -651,6 +667,39 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                            "output_index": block.output_index, "item": item}),
                 );
             }
+            LlmEvent::Compaction {
+                index,
+                id: item_id,
+                encrypted_content,
+            } => {
+                if let Some((_, added, _)) = open(
+                    &mut blocks,
+                    &mut items,
+                    *index,
+                    ResponsesKind::Compaction,
+                    None,
+                ) {
+                    push(&mut out, SegmentKind::Content, added);
+                }
+                let Some(block) = blocks.get_mut(index) else {
+                    continue;
+                };
+                block.done = true;
+                let id = item_id
+                    .clone()
+                    .unwrap_or_else(|| format!("cmp_{}", block.output_index));
+                let item = json!({"type": "compaction", "id": id,
+                                  "encrypted_content": encrypted_content});
+                if let Some(slot) = items.get_mut(block.output_index) {
+                    *slot = item.clone();
+                }
+                push(
+                    &mut out,
+                    SegmentKind::Other,
+                    json!({"type": "response.output_item.done",
+                           "output_index": block.output_index, "item": item}),
+                );
+            }
             LlmEvent::BlockStop { index } => {
                 let Some(block) = blocks.get_mut(index) else {
                     continue;
@@ -691,6 +740,8 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                         json!({"type": "reasoning", "id": format!("rs_{n}"),
                                "summary": [{"type": "summary_text", "text": text}]}),
                     ),
+                    // Sent whole when it came (`done` set): never reached.
+                    ResponsesKind::Compaction => continue,
                     ResponsesKind::Function => {
                         let (call_id, name) = block.call.clone().unwrap_or_default();
                         (

@@ -44,6 +44,9 @@ pub struct ModelResponse {
     /// Tool calls whose arguments are unusable: not valid JSON, not an object, or cut off.
     /// They must not be executed; answer each with an error result.
     pub invalid_tool_calls: Vec<InvalidToolCall>,
+    /// The edits the server applied to the request's context (Anthropic context editing,
+    /// from [`LlmEvent::ContextEdited`]); empty when none.
+    pub context_edits: Vec<super::AppliedEdit>,
 }
 
 impl ModelResponse {
@@ -112,6 +115,10 @@ enum Body {
         id: String,
         name: String,
         args: String,
+    },
+    Compaction {
+        id: Option<String>,
+        encrypted_content: String,
     },
     Other {
         block: serde_json::Value,
@@ -182,6 +189,7 @@ pub struct StreamAssembler {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
+    context_edits: Vec<super::AppliedEdit>,
     /// Bytes of text, thinking and arguments held, all blocks together.
     total_bytes: usize,
     limits: StreamLimits,
@@ -239,6 +247,20 @@ impl StreamAssembler {
                     Body::Thinking { signature: s, .. } => s.push_str(signature),
                     _ => return Err(kind_mismatch(*index, "signature")),
                 }
+            }
+            LlmEvent::Compaction {
+                index,
+                id,
+                encrypted_content,
+            } => {
+                self.grow(encrypted_content.len() + id.as_ref().map_or(0, String::len))?;
+                self.create(
+                    *index,
+                    Body::Compaction {
+                        id: id.clone(),
+                        encrypted_content: encrypted_content.clone(),
+                    },
+                )?;
             }
             LlmEvent::RedactedThinking { index, data } => {
                 self.grow(data.len())?;
@@ -322,6 +344,10 @@ impl StreamAssembler {
             LlmEvent::MessageStop { stop_reason } => self.stop_reason = Some(stop_reason.clone()),
             // Transport figures, not part of the response.
             LlmEvent::RateLimits(_) => {}
+            LlmEvent::ContextEdited { edits } => {
+                let room = super::MAX_APPLIED_EDITS.saturating_sub(self.context_edits.len());
+                self.context_edits.extend(edits.iter().take(room).cloned());
+            }
         }
         Ok(())
     }
@@ -373,6 +399,13 @@ impl StreamAssembler {
                     });
                 }
                 Body::Redacted(data) => content.push(ContentBlock::RedactedThinking { data }),
+                Body::Compaction {
+                    id,
+                    encrypted_content,
+                } => content.push(ContentBlock::Compaction {
+                    id,
+                    encrypted_content,
+                }),
                 Body::Reasoning {
                     id,
                     summary,
@@ -434,6 +467,7 @@ impl StreamAssembler {
             id: self.id,
             model: self.model,
             invalid_tool_calls,
+            context_edits: self.context_edits,
         })
     }
 

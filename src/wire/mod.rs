@@ -66,9 +66,9 @@ impl WireFormat {
 /// # Serialized form
 ///
 /// An object tagged with `type`, the variant's name in snake case (`message_start`,
-/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`,
+/// `text_delta`, `thinking_delta`, `signature_delta`, `redacted_thinking`, `reasoning`, `compaction`,
 /// `tool_call_start`, `tool_call_delta`, `other_block`, `block_stop`, `usage`,
-/// `stop_sequence`, `message_stop`, `rate_limits`), beside the variant's fields. `Usage` carries the
+/// `stop_sequence`, `message_stop`, `rate_limits`, `context_edited`), beside the variant's fields. `Usage` carries the
 /// [`Usage`] fields inline and [`StopReason`] is its snake-case string. Read back, every event is equal to
 /// the one written, so a recorded response can be replayed into a
 /// [`StreamAssembler`] or an agent machine:
@@ -142,6 +142,17 @@ pub enum LlmEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// A complete OpenAI Responses compaction item at `index` (server-side compaction), as
+    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction) goes back to the model.
+    Compaction {
+        /// Block index.
+        index: usize,
+        /// The item id, when the server gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The encrypted compacted state.
+        encrypted_content: String,
+    },
     /// A tool call starts at `index`.
     ToolCallStart {
         /// Block index.
@@ -187,6 +198,14 @@ pub enum LlmEvent {
     /// before the response's first content. Not content; the assembler ignores it. Boxed:
     /// the figures are larger than any other event.
     RateLimits(Box<RateLimits>),
+    /// The edits the server applied to the request's context before the model read it
+    /// (Anthropic context editing: `context_management.applied_edits`). Not content; the
+    /// assembler gathers them into
+    /// [`ModelResponse::context_edits`](crate::ModelResponse::context_edits).
+    ContextEdited {
+        /// The applied edits, in the server's order.
+        edits: Vec<AppliedEdit>,
+    },
 }
 
 impl LlmEvent {
@@ -200,6 +219,7 @@ impl LlmEvent {
                 | LlmEvent::SignatureDelta { .. }
                 | LlmEvent::RedactedThinking { .. }
                 | LlmEvent::Reasoning { .. }
+                | LlmEvent::Compaction { .. }
                 | LlmEvent::ToolCallStart { .. }
                 | LlmEvent::ToolCallDelta { .. }
                 | LlmEvent::OtherBlock { .. }
@@ -241,3 +261,51 @@ impl StreamLimits {
         }
     }
 }
+
+/// One edit the server applied to a request, as the response reports it
+/// (`context_management.applied_edits[]`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AppliedEdit {
+    /// The edit type (`clear_tool_uses_20250919`, `clear_thinking_20251015`, or one added later).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Tool uses cleared (tool-result clearing).
+    pub cleared_tool_uses: u32,
+    /// Assistant turns whose thinking was cleared (thinking clearing).
+    pub cleared_thinking_turns: u32,
+    /// Input tokens the edit cleared.
+    pub cleared_input_tokens: u64,
+}
+
+impl AppliedEdit {
+    /// An applied edit of `kind`.
+    pub fn new(kind: impl Into<String>) -> Self {
+        AppliedEdit {
+            kind: kind.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the tool uses cleared.
+    pub fn cleared_tool_uses(mut self, n: u32) -> Self {
+        self.cleared_tool_uses = n;
+        self
+    }
+
+    /// Sets the thinking turns cleared.
+    pub fn cleared_thinking_turns(mut self, n: u32) -> Self {
+        self.cleared_thinking_turns = n;
+        self
+    }
+
+    /// Sets the input tokens cleared.
+    pub fn cleared_input_tokens(mut self, n: u64) -> Self {
+        self.cleared_input_tokens = n;
+        self
+    }
+}
+
+/// The most applied edits read from one response (there are two edit types today).
+pub(crate) const MAX_APPLIED_EDITS: usize = 16;

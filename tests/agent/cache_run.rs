@@ -13,6 +13,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agent_loop::context::{ContextConfig, TiktokenCounter, TokenCounter};
+use agent_loop::provider::context_editing::{
+    AppliedEdit, ClearToolUses, ContextEditing, Trigger, CLEAR_TOOL_USES,
+};
 use agent_loop::tool::ToolSpec;
 use agent_loop::{ContentBlock, ContextManager, Message, Role, Usage};
 use serde_json::json;
@@ -160,6 +163,8 @@ fn request_tokens(
 struct Figures {
     requests: usize,
     compactions: usize,
+    /// Server-side edits replayed on the history (context editing runs only).
+    server_edits: usize,
     /// Σ shared prefix / Σ request tokens.
     prefix_share: f64,
     /// The share a perfect cache could serve of the same requests: all but the tokens added
@@ -175,6 +180,37 @@ struct Figures {
 }
 
 async fn run(config: ContextConfig) -> Figures {
+    run_with(config, None).await
+}
+
+/// The server's tool-result clearing, simulated as Anthropic documents it: past the trigger
+/// (input tokens), every tool use but the latest `keep` is cleared, when that frees at least
+/// `least` tokens. Returns the edit the response would report, or `None`.
+fn server_clears(
+    cm: &ContextManager,
+    editing: &ContextEditing,
+    (trigger, keep, least): (usize, usize, usize),
+) -> Option<AppliedEdit> {
+    if cm.token_count() <= trigger {
+        return None;
+    }
+    let uses = cm
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        .count();
+    let cleared = uses.checked_sub(keep).filter(|n| *n > 0)?;
+    let edit = AppliedEdit::new(CLEAR_TOOL_USES).cleared_tool_uses(cleared as u32);
+    let mut trial = cm.clone();
+    trial.apply_context_edits(std::slice::from_ref(&edit), editing);
+    (cm.estimated_tokens() - trial.estimated_tokens() >= least).then_some(edit)
+}
+
+/// [`run`], with Anthropic context editing simulated on the server side when `server` is
+/// `(trigger tokens, kept tool uses, clear at least tokens)`: the agent replays each reported edit on its history
+/// before the usage is recorded, as `Agent` does, and local compaction stays the fallback.
+async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) -> Figures {
     let budget = config.input_budget();
     let mut rng = Rng(0x5eed_1600_cafe_f00d);
     let tools = tools();
@@ -186,6 +222,7 @@ async fn run(config: ContextConfig) -> Figures {
 
     let mut previous: Option<Vec<Message>> = None;
     let mut compactions = 0;
+    let mut server_edits = 0;
     let (mut all, mut shared_all, mut ceiling_shared) = (0usize, 0usize, 0usize);
     // Tokens pushed since the previous request: what even a perfect cache must process.
     let mut added = 0usize;
@@ -214,6 +251,24 @@ async fn run(config: ContextConfig) -> Figures {
             let report = cm.compact(None).await.expect("compaction fits the budget");
             if report.is_some() {
                 compactions += 1;
+            }
+        }
+        // The server clears tool results before the model reads the request; the agent
+        // replays the reported edit (here before measuring: the request the model read is the
+        // cleared one, and the next request sends it so).
+        if let Some((trigger, keep, least)) = server {
+            let editing = ContextEditing::new().clear_tool_uses(
+                ClearToolUses::new()
+                    .trigger(Trigger::InputTokens(trigger as u32))
+                    .keep_tool_uses(keep as u32)
+                    .clear_at_least(least as u32),
+            );
+            if let Some(edit) = server_clears(&cm, &editing, (trigger, keep, least)) {
+                let before = cm.estimated_tokens();
+                if cm.apply_context_edits(&[edit], &editing) > 0 {
+                    server_edits += 1;
+                }
+                added = added.saturating_sub(before - cm.estimated_tokens());
             }
         }
         // The request the model gets.
@@ -292,6 +347,7 @@ async fn run(config: ContextConfig) -> Figures {
     Figures {
         requests: n,
         compactions,
+        server_edits,
         prefix_share: shared_all as f64 / all as f64,
         ceiling: ceiling_shared as f64 / all as f64,
         tokens_first: mean(&per_request[..100], &|t, _| t as f64),
@@ -309,10 +365,11 @@ fn config() -> ContextConfig {
 
 fn report(name: &str, f: &Figures) {
     println!(
-        "{name}: {} requests, {} compactions, prefix share {:.1}% (ceiling {:.1}%), \
+        "{name}: {} requests, {} compactions, {} server edits, prefix share {:.1}% (ceiling {:.1}%), \
          mean request tokens first/last 100: {:.0}/{:.0}, cost first/last 100: {:.0}/{:.0}",
         f.requests,
         f.compactions,
+        f.server_edits,
         f.prefix_share * 100.0,
         f.ceiling * 100.0,
         f.tokens_first,
@@ -333,6 +390,27 @@ async fn a_thousand_turns_through_a_16k_window() {
     report("old (compact just under the threshold)", &old);
     let new = run(config()).await;
     report("new (water marks 85% / 40%, the default)", &new);
+    // Anthropic context editing, simulated server-side: clearing past 9,000 input tokens
+    // (below the local compaction's 85% mark of the 14,000-token budget), the latest 3 tool
+    // uses kept; local compaction stays on as the fallback.
+    let server = run_with(config(), Some((9_000, 3, 0))).await;
+    report(
+        "server context editing (trigger 9,000, keep 3) + local",
+        &server,
+    );
+    assert!(server.prefix_share <= server.ceiling);
+    let batched = run_with(config(), Some((9_000, 3, 4_000))).await;
+    report(
+        "server context editing (trigger 9,000, keep 3, clear at least 4,000) + local",
+        &batched,
+    );
+    assert!(batched.prefix_share <= batched.ceiling);
+    if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
+        for (trigger, keep, least) in [(11_000, 2, 6_000), (8_000, 1, 5_000), (10_000, 2, 4_000)] {
+            let f = run_with(config(), Some((trigger, keep, least))).await;
+            report(&format!("server {trigger}/{keep}/{least}"), &f);
+        }
+    }
     if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
         for low in [0.3, 0.45, 0.5, 0.6] {
             let f = run(config().compaction_target(low)).await;

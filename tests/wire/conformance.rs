@@ -62,6 +62,14 @@ fn expected_from_sdk(name: &str, sdk: &Value) -> Value {
         // listed as incomplete (checked separately below).
         content[1]["input"] = json!({});
     }
+    if name == "anthropic_sdkpy_compaction_response" {
+        // The SDK's (non-beta) accumulator leaves a `compaction` block as it started (content
+        // null): it does not apply `compaction_delta`. The crate gathers the deltas, so the
+        // block sent back carries the server's summary and encrypted content (a block with
+        // null content is a no-op to the server, the summary lost).
+        content[0]["content"] = json!("Earlier conversation summarized.");
+        content[0]["encrypted_content"] = json!("EpwBCioIDxgCEAEYASJALd_opaque_compaction_payload");
+    }
     let raw_reason = sdk["stop_reason"].as_str().unwrap_or("");
     let mut stop_reason = StopReason::from_wire(raw_reason);
     if sdk["content"]

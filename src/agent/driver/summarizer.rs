@@ -192,7 +192,8 @@ pub(crate) fn render_transcript(span: &[Message]) -> String {
                 )),
                 ContentBlock::Thinking { .. }
                 | ContentBlock::RedactedThinking { .. }
-                | ContentBlock::Reasoning { .. } => {}
+                | ContentBlock::Reasoning { .. }
+                | ContentBlock::Compaction { .. } => {}
                 #[allow(unreachable_patterns)]
                 _ => {}
             }

@@ -82,6 +82,7 @@ impl Batch {
             id: String::new(),
             model: String::new(),
             invalid_tool_calls: Vec::new(),
+            context_edits: Vec::new(),
         };
         let mut batch = Batch::new(response, calls);
         batch.handoff = state.handoff;
@@ -121,6 +122,7 @@ mod tests {
             id: String::new(),
             model: String::new(),
             invalid_tool_calls: Vec::new(),
+            context_edits: Vec::new(),
         };
         let calls = vec![
             ToolCall::new("a", "t", serde_json::json!({})),

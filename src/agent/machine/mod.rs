@@ -1291,6 +1291,15 @@ impl AgentMachine {
 
     fn on_response(&mut self, response: ModelResponse, early: Early, now: Instant) -> State {
         let sent = self.context.len();
+        // Edits the server made to the prompt (Anthropic context editing) go into the
+        // history first: the usage counts the edited prompt.
+        if let (false, Some(editing)) = (
+            response.context_edits.is_empty(),
+            &self.settings.context_editing,
+        ) {
+            self.context
+                .apply_context_edits(&response.context_edits, editing);
+        }
         self.context.record_usage(&response.usage, sent);
         if !response.message.content.is_empty() {
             self.context.push(response.message.clone());

@@ -33,6 +33,9 @@ struct Event<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<WireError>,
+    /// `message_delta`: the context edits the server applied (context editing).
+    #[serde(default)]
+    context_management: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +50,11 @@ struct Delta<'a> {
     thinking: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     signature: Option<CowStr<'a>>,
+    /// `compaction_delta`.
+    #[serde(borrow, default)]
+    content: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    encrypted_content: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     stop_reason: Option<CowStr<'a>>,
     #[serde(borrow, default)]
@@ -129,7 +137,13 @@ pub(crate) struct Decoder {
     usage: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
+    /// A server compaction block being streamed (`compaction` + `compaction_delta`s): sent
+    /// whole, as an unmodelled block, at its `content_block_stop`.
+    compaction: Option<(usize, serde_json::Value)>,
 }
+
+/// The most bytes a streamed compaction block may hold.
+const MAX_COMPACTION_BYTES: usize = 16 << 20;
 
 /// A whole, non-streamed Messages response (`{"type":"message", …}`), as some proxies answer a
 /// streaming request.
@@ -261,6 +275,13 @@ impl Decoder {
                             });
                         }
                     }
+                    "compaction_delta" => {
+                        if let Some((at, block)) = &mut self.compaction {
+                            if *at == index {
+                                compaction_delta(block, delta.content, delta.encrypted_content)?;
+                            }
+                        }
+                    }
                     // citations_delta and future delta types carry nothing the crate models.
                     _ => {}
                 }
@@ -276,6 +297,11 @@ impl Decoder {
             }
             "content_block_stop" => {
                 let index = required_index(parsed.index, ty)?;
+                if self.compaction.as_ref().is_some_and(|(at, _)| *at == index) {
+                    if let Some((index, block)) = self.compaction.take() {
+                        out.push(LlmEvent::OtherBlock { index, block });
+                    }
+                }
                 out.push(LlmEvent::BlockStop { index });
             }
             "message_start" => {
@@ -306,6 +332,12 @@ impl Decoder {
                 if let Some(usage) = parsed.usage {
                     usage.apply(&mut self.usage);
                     out.push(LlmEvent::Usage(self.usage));
+                }
+                if let Some(managed) = &parsed.context_management {
+                    let edits = crate::provider::context_editing::read_applied(managed);
+                    if !edits.is_empty() {
+                        out.push(LlmEvent::ContextEdited { edits });
+                    }
                 }
             }
             "message_stop" => {
@@ -366,6 +398,16 @@ impl Decoder {
                 };
                 out.push(LlmEvent::ToolCallStart { index, id, name });
             }
+            "compaction" => {
+                // Server compaction: its content streams in `compaction_delta`s; the whole
+                // block goes out at its stop, kept verbatim to be sent back.
+                let value: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| {
+                    LlmError::malformed(format!("invalid Anthropic content_block: {e}"))
+                })?;
+                if let Some((index, block)) = self.compaction.replace((index, value)) {
+                    out.push(LlmEvent::OtherBlock { index, block });
+                }
+            }
             _ => {
                 // server_tool_use, web_search_tool_result and future types: kept verbatim.
                 let value: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| {
@@ -384,6 +426,10 @@ impl Decoder {
     /// pushes the `MessageStop` right after.
     fn stop(&mut self, out: &mut Vec<LlmEvent>) {
         self.done = true;
+        if let Some((index, block)) = self.compaction.take() {
+            out.push(LlmEvent::OtherBlock { index, block });
+            out.push(LlmEvent::BlockStop { index });
+        }
         if let Some(sequence) = self.stop_sequence.take() {
             out.push(LlmEvent::StopSequence { sequence });
         }
@@ -628,6 +674,33 @@ impl Tokens<'_> {
     }
 }
 
+/// Adds a `compaction_delta`'s summary text and encrypted content to the block, bounded.
+fn compaction_delta(
+    block: &mut serde_json::Value,
+    content: Option<CowStr<'_>>,
+    encrypted: Option<CowStr<'_>>,
+) -> Result<(), LlmError> {
+    let Some(object) = block.as_object_mut() else {
+        return Ok(());
+    };
+    for (key, piece) in [("content", content), ("encrypted_content", encrypted)] {
+        let Some(piece) = piece else { continue };
+        let mut text = object
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if text.len() + piece.as_str().len() > MAX_COMPACTION_BYTES {
+            return Err(LlmError::malformed(format!(
+                "an Anthropic compaction block over {MAX_COMPACTION_BYTES} bytes"
+            )));
+        }
+        text.push_str(piece.as_str());
+        object.insert(key.to_owned(), serde_json::Value::String(text));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -710,6 +783,86 @@ mod tests {
                 name: "weather".into(),
                 input: serde_json::json!({"city": "Paris"}),
             }]
+        );
+    }
+
+    /// Context editing: `message_delta` carries `context_management.applied_edits`; an
+    /// entry or a whole field the decoder cannot read is skipped, never an error.
+    #[test]
+    fn applied_context_edits_are_read_from_message_delta_leniently() {
+        let body = |managed: &str| {
+            format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"model\":\"c\",\"usage\":{{\"input_tokens\":5}}}}}}\n\n\
+                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":1}},\"context_management\":{managed}}}\n\n\
+                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+            )
+        };
+        let edits = |managed: &str| {
+            let (events, error) = decode_body(&body(managed));
+            assert!(error.is_none(), "{managed}: {error:?}");
+            events
+                .into_iter()
+                .filter_map(|e| match e {
+                    LlmEvent::ContextEdited { edits } => Some(edits),
+                    _ => None,
+                })
+                .flatten()
+                .collect::<Vec<_>>()
+        };
+        let read = edits(
+            r#"{"applied_edits":[{"type":"clear_tool_uses_20250919","cleared_tool_uses":3,"cleared_input_tokens":4096},{"oops":1}]}"#,
+        );
+        assert_eq!(
+            read,
+            [
+                crate::provider::context_editing::AppliedEdit::new("clear_tool_uses_20250919")
+                    .cleared_tool_uses(3)
+                    .cleared_input_tokens(4096)
+            ]
+        );
+        for odd in [
+            r#"{"applied_edits":[]}"#,
+            "null",
+            r#""x""#,
+            r#"{"applied_edits":7}"#,
+        ] {
+            assert!(edits(odd).is_empty(), "{odd}");
+        }
+    }
+
+    /// Server compaction: a `compaction` block's summary streams in `compaction_delta`s; the
+    /// whole block comes out at its stop, verbatim.
+    #[test]
+    fn a_streamed_compaction_block_comes_out_whole() {
+        let body = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5}}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Summary: "}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"read a.","encrypted_content":"opaque"}}"#,
+            "\n\nevent: content_block_stop\n",
+            r#"data: {"type":"content_block_stop","index":0}"#,
+            "\n\nevent: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+            "\n\nevent: message_stop\n",
+            r#"data: {"type":"message_stop"}"#,
+            "\n\n",
+        );
+        let (events, error) = decode_body(body);
+        assert!(error.is_none(), "{error:?}");
+        let mut assembler = crate::wire::StreamAssembler::new();
+        for event in &events {
+            assembler.push(event).unwrap();
+        }
+        let response = assembler.finish().unwrap();
+        assert_eq!(
+            response.message.content,
+            vec![crate::message::ContentBlock::Other(serde_json::json!({
+                "type": "compaction", "content": "Summary: read a.", "encrypted_content": "opaque"
+            }))]
         );
     }
 

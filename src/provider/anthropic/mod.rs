@@ -141,11 +141,42 @@ impl AnthropicClient {
                 message: format!("invalid anthropic-version {:?}", self.version),
             })?;
         headers.insert("anthropic-version", version);
+        let extra = &self.transport.settings().headers;
+        let betas = crate::provider::context_editing::anthropic(
+            request.context_editing.as_ref(),
+            request.server_compaction,
+        )
+        .map(|(_, betas)| betas)
+        .unwrap_or_default();
+        if betas.is_empty() {
+            return HttpRequest::json(
+                join_url(&self.base_url, "/v1/messages"),
+                body,
+                headers,
+                extra,
+            );
+        }
+        // Context editing's and compaction's betas join any `anthropic-beta` the caller set
+        // on the client.
+        let mut extra = extra.clone();
+        for beta in betas {
+            match extra
+                .iter_mut()
+                .find(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
+            {
+                Some((_, value)) if !value.split(',').any(|v| v.trim() == beta) => {
+                    value.push(',');
+                    value.push_str(beta);
+                }
+                Some(_) => {}
+                None => extra.push(("anthropic-beta".to_owned(), beta.to_owned())),
+            }
+        }
         HttpRequest::json(
             join_url(&self.base_url, "/v1/messages"),
             body,
             headers,
-            &self.transport.settings().headers,
+            &extra,
         )
     }
 }

@@ -16,6 +16,10 @@
 //!   others with `defer_loading: true`, then `{"type": "tool_search_tool_bm25_20251119",
 //!   "name": "tool_search_tool_bm25"}` (the local `search_tools` is left out unless the
 //!   history called it).
+//! - Context editing ([`ModelRequest::context_editing`]) and server compaction
+//!   ([`ModelRequest::server_compaction`], a `compact_20260112` edit after the others):
+//!   `context_management: {"edits": [...]}` (the client adds their beta headers). A
+//!   `compaction` block the server returned is sent back verbatim (an unmodelled block).
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
@@ -164,6 +168,11 @@ pub(crate) fn encode(request: &ModelRequest, default_model: &str) -> Result<Vec<
             kind: "enabled",
             budget_tokens,
         }),
+        context_management: crate::provider::context_editing::anthropic(
+            request.context_editing.as_ref(),
+            request.server_compaction,
+        )
+        .map(|(wire, _)| wire),
         stream: true,
     };
     let rest = http::body_bytes(&body, &request.extra)?;
@@ -278,7 +287,7 @@ fn one_to_one(messages: &[Message]) -> bool {
 fn sends(block: &ContentBlock) -> bool {
     match block {
         ContentBlock::Text { text } => !text.is_empty(),
-        ContentBlock::Reasoning { .. } => false,
+        ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => false,
         _ => true,
     }
 }
@@ -422,7 +431,8 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
         },
         ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
         // OpenAI Responses reasoning has no Anthropic form.
-        ContentBlock::Reasoning { .. } => return Ok(None),
+        // OpenAI Responses compaction neither: the turns it stands for are in the history.
+        ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => return Ok(None),
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
             id,
             name,

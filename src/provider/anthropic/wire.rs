@@ -33,6 +33,8 @@ pub(crate) struct MessagesRequest<'a> {
     pub(crate) metadata: Option<WireMetadata<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) thinking: Option<WireThinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) context_management: Option<serde_json::Value>,
     pub(crate) stream: bool,
 }
 

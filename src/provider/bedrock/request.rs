@@ -390,7 +390,7 @@ fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
             json!({"reasoningContent": {"redactedContent": data}})
         }
         // OpenAI Responses reasoning has no Converse form.
-        ContentBlock::Reasoning { .. } => return Ok(None),
+        ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => return Ok(None),
         ContentBlock::ToolUse { id, name, input } => {
             let input = if input.is_object() {
                 input.clone()

@@ -256,6 +256,11 @@ enum ItemState {
         last_summary: Option<u64>,
         done: bool,
     },
+    /// A compaction item (server-side compaction): one block, sent whole at `.done`.
+    Compaction {
+        block: usize,
+        done: bool,
+    },
     /// An item the crate does not model (web search, file search …): ignored.
     Other,
 }
@@ -553,6 +558,10 @@ impl Decoder {
                 last_summary: None,
                 done: false,
             },
+            Some("compaction") => ItemState::Compaction {
+                block: self.new_block(),
+                done: false,
+            },
             _ => ItemState::Other,
         };
         *self.slot(ev.output_index)? = Some(state);
@@ -635,6 +644,18 @@ impl Decoder {
                             .encrypted_content
                             .as_ref()
                             .map(|c| c.as_str().to_owned()),
+                    });
+                    out.push(LlmEvent::BlockStop { index: *block });
+                }
+            }
+            Some(ItemState::Compaction { block, done }) => {
+                // Without its encrypted content the item carries nothing to send back.
+                if let (false, Some(content)) = (*done, &item.encrypted_content) {
+                    *done = true;
+                    out.push(LlmEvent::Compaction {
+                        index: *block,
+                        id: item.id.as_ref().map(|s| s.as_str().to_owned()),
+                        encrypted_content: content.as_str().to_owned(),
                     });
                     out.push(LlmEvent::BlockStop { index: *block });
                 }

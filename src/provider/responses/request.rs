@@ -35,8 +35,8 @@ use crate::provider::media_limits::{self as media, Provider};
 use crate::provider::{http, ModelRequest, ToolChoice};
 
 use super::wire::{
-    FunctionTool, InputItem, InputPart, MessageContent, Output, Reasoning, ResponsesRequest,
-    SourceUrl, SummaryText,
+    ContextManagement, FunctionTool, InputItem, InputPart, MessageContent, Output, Reasoning,
+    ResponsesRequest, SourceUrl, SummaryText,
 };
 use super::ResponsesOptions;
 
@@ -162,6 +162,12 @@ pub(crate) fn encode(
         } else {
             vec!["reasoning.encrypted_content"]
         },
+        context_management: request.server_compaction.map(|c| {
+            [ContextManagement {
+                kind: "compaction",
+                compact_threshold: c.threshold,
+            }]
+        }),
         stream: true,
     };
     let rest = http::body_bytes(&body, &request.extra)?;
@@ -194,6 +200,13 @@ fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
                     })
                     .collect(),
                 encrypted_content: encrypted_content.as_deref(),
+            }),
+            ContentBlock::Compaction {
+                id,
+                encrypted_content,
+            } => out.push(InputItem::Compaction {
+                id: id.as_deref(),
+                encrypted_content,
             }),
             ContentBlock::ToolUse { id, name, input } => out.push(InputItem::FunctionCall {
                 call_id: id,
@@ -355,6 +368,13 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                 Some("user") => (Role::User, decode_content(item.get("content"))),
                 _ => continue,
             },
+            "compaction" => (
+                Role::Assistant,
+                vec![ContentBlock::Compaction {
+                    id: item.get("id").and_then(Value::as_str).map(str::to_owned),
+                    encrypted_content: str_of(item, "encrypted_content"),
+                }],
+            ),
             "reasoning" => (
                 Role::Assistant,
                 vec![ContentBlock::Reasoning {

@@ -35,7 +35,18 @@ pub(crate) struct ResponsesRequest<'a> {
     pub(crate) store: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) include: Vec<&'static str>,
+    /// `context_management: [{"type": "compaction", "compact_threshold": n}]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) context_management: Option<[ContextManagement; 1]>,
     pub(crate) stream: bool,
+}
+
+/// One entry of `context_management` (`response_create_params.ContextManagement`).
+#[derive(Debug, Serialize)]
+pub(crate) struct ContextManagement {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) compact_threshold: u32,
 }
 
 /// `reasoning: {effort, summary}`.
@@ -73,6 +84,12 @@ pub(crate) enum InputItem<'a> {
         summary: Vec<SummaryText<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<&'a str>,
+    },
+    /// `ResponseCompactionItemParamParam`, sent back as it came.
+    Compaction {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        encrypted_content: &'a str,
     },
 }
 

@@ -1,0 +1,185 @@
+//! Replays the context edits a server applied (Anthropic context editing) on the local
+//! history, so the history, its token count, a saved session and a fallback model of another
+//! format see what the server showed the model.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::message::{ContentBlock, Role};
+use crate::provider::context_editing::{
+    AppliedEdit, ContextEditing, CLEARED_TOOL_RESULT, CLEAR_THINKING, CLEAR_TOOL_USES,
+};
+
+use super::ContextManager;
+
+impl ContextManager {
+    /// Replays `edits` (a response's
+    /// [`context_edits`](crate::ModelResponse::context_edits)) on the history, as asked for
+    /// by `editing`, and returns the blocks changed:
+    ///
+    /// - `clear_tool_uses_20250919` clearing `n` tool uses: the oldest `n` tool results
+    ///   (the tools in `exclude_tools` skipped, results cleared before counted again, as the
+    ///   server sees them) get [`CLEARED_TOOL_RESULT`] as their content, their images and JSON
+    ///   dropped; with `clear_tool_inputs`, their calls' inputs become `{}`.
+    /// - `clear_thinking_20251015` clearing `n` turns: the thinking blocks of the oldest `n`
+    ///   assistant messages that hold thinking go (a message left with nothing else keeps them).
+    ///
+    /// Other edit types are ignored. Call it before
+    /// [`record_usage`](Self::record_usage) of the same response, whose input tokens count
+    /// the edited prompt. The history stays valid: calls and results stay paired.
+    ///
+    /// ```
+    /// use agent_loop::provider::context_editing::{
+    ///     AppliedEdit, ClearToolUses, ContextEditing, CLEARED_TOOL_RESULT,
+    /// };
+    /// use agent_loop::{ContentBlock, ContextManager, Message, Role};
+    ///
+    /// let mut context = ContextManager::default();
+    /// context.push_user_text("read both files");
+    /// for id in ["a", "b"] {
+    ///     context.push(Message {
+    ///         role: Role::Assistant,
+    ///         content: vec![ContentBlock::ToolUse {
+    ///             id: id.into(),
+    ///             name: "read".into(),
+    ///             input: serde_json::json!({"path": id}),
+    ///         }],
+    ///     });
+    ///     context.push_tool_results(vec![ContentBlock::tool_result(id, "x".repeat(5_000), false)]);
+    /// }
+    /// let before = context.token_count();
+    /// let editing = ContextEditing::new().clear_tool_uses(ClearToolUses::new());
+    /// let edits = [AppliedEdit::new("clear_tool_uses_20250919").cleared_tool_uses(1)];
+    /// assert_eq!(context.apply_context_edits(&edits, &editing), 1);
+    /// let ContentBlock::ToolResult { content, .. } = &context.messages()[2].content[0] else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!(content, CLEARED_TOOL_RESULT);
+    /// assert!(context.token_count() < before);
+    /// assert!(context.validate().is_ok());
+    /// ```
+    pub fn apply_context_edits(
+        &mut self,
+        edits: &[AppliedEdit],
+        editing: &ContextEditing,
+    ) -> usize {
+        let mut changed = 0;
+        for edit in edits {
+            changed += match edit.kind.as_str() {
+                CLEAR_TOOL_USES => self.clear_tool_uses(edit.cleared_tool_uses, editing),
+                CLEAR_THINKING => self.clear_thinking(edit.cleared_thinking_turns),
+                _ => 0,
+            };
+        }
+        changed
+    }
+
+    fn clear_tool_uses(&mut self, n: u32, editing: &ContextEditing) -> usize {
+        let (exclude, inputs) = match &editing.clear_tool_uses {
+            Some(c) => (
+                c.exclude_tools
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<HashSet<_>>(),
+                c.clear_tool_inputs,
+            ),
+            None => (HashSet::new(), false),
+        };
+        // Tool call id → name, and the ids of the oldest `n` results that may be cleared.
+        let mut names: HashMap<&str, &str> = HashMap::new();
+        let mut chosen: HashSet<String> = HashSet::new();
+        let mut left = usize::try_from(n).unwrap_or(usize::MAX);
+        'scan: for message in self.messages.iter() {
+            for block in &message.content {
+                match block {
+                    ContentBlock::ToolUse { id, name, .. } => {
+                        names.insert(id, name);
+                    }
+                    ContentBlock::ToolResult { tool_use_id, .. } => {
+                        if left == 0 {
+                            break 'scan;
+                        }
+                        let name = names.get(tool_use_id.as_str()).copied().unwrap_or("");
+                        if !exclude.contains(name) {
+                            chosen.insert(tool_use_id.clone());
+                            left -= 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if chosen.is_empty() {
+            return 0;
+        }
+        let mut changed = 0;
+        for i in 0..self.messages.len() {
+            self.modify(i, |message| {
+                let mut any = false;
+                for block in &mut message.content {
+                    match block {
+                        ContentBlock::ToolResult {
+                            tool_use_id,
+                            content,
+                            images,
+                            json,
+                            ..
+                        } if chosen.contains(tool_use_id.as_str())
+                            && (content != CLEARED_TOOL_RESULT
+                                || !images.is_empty()
+                                || json.is_some()) =>
+                        {
+                            *content = CLEARED_TOOL_RESULT.to_owned();
+                            images.clear();
+                            *json = None;
+                            any = true;
+                            changed += 1;
+                        }
+                        ContentBlock::ToolUse { id, input, .. }
+                            if inputs
+                                && chosen.contains(id.as_str())
+                                && input.as_object().is_none_or(|o| !o.is_empty()) =>
+                        {
+                            *input = serde_json::Value::Object(serde_json::Map::new());
+                            any = true;
+                            changed += 1;
+                        }
+                        _ => {}
+                    }
+                }
+                any
+            });
+        }
+        changed
+    }
+
+    fn clear_thinking(&mut self, turns: u32) -> usize {
+        let thinking = |b: &ContentBlock| {
+            matches!(
+                b,
+                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. }
+            )
+        };
+        let mut left = usize::try_from(turns).unwrap_or(usize::MAX);
+        let mut changed = 0;
+        for i in 0..self.messages.len() {
+            if left == 0 {
+                break;
+            }
+            let message = &self.messages[i];
+            if message.role != Role::Assistant || !message.content.iter().any(thinking) {
+                continue;
+            }
+            left -= 1;
+            if message.content.iter().all(thinking) {
+                continue;
+            }
+            self.modify(i, |message| {
+                let before = message.content.len();
+                message.content.retain(|b| !thinking(b));
+                changed += before - message.content.len();
+                true
+            });
+        }
+        changed
+    }
+}

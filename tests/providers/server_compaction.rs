@@ -1,0 +1,237 @@
+//! OpenAI Responses server-side compaction (`RequestSettings::server_compaction`): the request
+//! carries `context_management: [{"type": "compaction", "compact_threshold": n}]`; the
+//! compaction item the server returns is kept whole in the history
+//! (`ContentBlock::Compaction`) and sent back in later requests as it came; a fallback of
+//! another format leaves it out and still reads the turns it stands for; `MockServer` refuses
+//! what the API refuses. The body that sends the item back is golden
+//! (tests/golden/responses_compaction_request.json, checked against the openai SDK's
+//! `ResponseCreateParamsStreaming` by scripts/check-golden-requests.py).
+
+use agent_loop::agent::{Fallback, RunPolicy};
+use agent_loop::provider::context_editing::ServerCompaction;
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
+use agent_loop::tool::FnTool;
+use agent_loop::{
+    Agent, AgentEvent, AnthropicClient, ContentBlock, OpenAiClient, RequestSettings, ToolError,
+};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+fn builder(client: OpenAiClient) -> agent_loop::AgentBuilder {
+    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
+        let path = input["path"].as_str().unwrap_or("?").to_owned();
+        Ok::<_, ToolError>(format!("contents of {path}"))
+    })
+    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    Agent::builder(client)
+        .system("You read files.")
+        .tool(read)
+        .settings(RequestSettings::new().server_compaction(ServerCompaction::new(2_000)))
+}
+
+fn responses(server: &MockServer) -> OpenAiClient {
+    OpenAiClient::new("sk-test")
+        .base_url(server.openai_base_url())
+        .model("gpt-5")
+        .responses()
+}
+
+/// A tool turn, then a turn whose output starts with a compaction item.
+fn script(server: &MockServer) {
+    server.push(ScriptedResponse::tool_call(
+        "c1",
+        "read",
+        json!({"path": "a"}),
+    ));
+    server.push(
+        ScriptedResponse::new()
+            .then_compaction(Some("cmp_1"), "gAAAAencrypted")
+            .then_tool_call("c2", "read", json!({"path": "b"})),
+    );
+}
+
+fn compaction_items(body: &Value) -> Vec<Value> {
+    body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "compaction")
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn the_compaction_item_is_kept_and_sent_back_as_it_came() {
+    let server = MockServer::start().await;
+    script(&server);
+    server.push(ScriptedResponse::text("Done."));
+    let mut agent = builder(responses(&server)).build().unwrap();
+    let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
+    assert!(server.history_violations().is_empty(), "{events:#?}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{events:#?}");
+    for request in &requests {
+        assert_eq!(
+            request.body["context_management"],
+            json!([{"type": "compaction", "compact_threshold": 2000}])
+        );
+    }
+    assert!(compaction_items(&requests[1].body).is_empty());
+    // The body that sends the item back is golden (checked against the openai SDK's types).
+    let path = format!(
+        "{}/tests/golden/responses_compaction_request.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
+        let mut text = serde_json::to_string_pretty(&requests[2].body).unwrap();
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+    }
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        requests[2].body, golden,
+        "AGENT_LOOP_BLESS=1 rewrites {path}"
+    );
+    assert_eq!(
+        compaction_items(&requests[2].body),
+        [json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAencrypted"})]
+    );
+    // The history holds the item, and the turns before it.
+    let history = agent.messages();
+    let blocks: Vec<&ContentBlock> = history.iter().flat_map(|m| &m.content).collect();
+    assert!(blocks.iter().any(|b| matches!(
+        b,
+        ContentBlock::Compaction { id: Some(id), encrypted_content }
+            if id == "cmp_1" && encrypted_content == "gAAAAencrypted"
+    )));
+    assert!(requests[2].body.to_string().contains("contents of a"));
+    assert!(agent.context().validate().is_ok());
+    // Saved and restored, the item survives.
+    let saved = serde_json::to_string(&agent.context().snapshot()).unwrap();
+    assert!(saved.contains("gAAAAencrypted"));
+}
+
+#[tokio::test]
+async fn a_fallback_of_another_format_leaves_the_item_out_and_reads_the_turns() {
+    let openai = MockServer::start().await;
+    let anthropic = MockServer::start().await;
+    script(&openai);
+    openai.push(MockResponse::status(529).error_type("overloaded_error"));
+    anthropic.push(ScriptedResponse::text("done on Anthropic"));
+    let backup = AnthropicClient::new("k")
+        .base_url(anthropic.anthropic_base_url())
+        .model("claude-test");
+    let mut agent = builder(responses(&openai))
+        .policy(RunPolicy::new().retry(RetryPolicy::none()))
+        .fallback(Fallback::new(backup))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
+        "{events:#?}"
+    );
+    let sent = anthropic.requests();
+    assert_eq!(sent.len(), 1);
+    let body = sent[0].body.to_string();
+    assert!(!body.contains("compaction"), "{body}");
+    assert!(body.contains("contents of a") && body.contains("contents of b"));
+    assert!(anthropic.history_violations().is_empty());
+}
+
+#[tokio::test]
+async fn the_mock_refuses_what_the_api_refuses() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("ok"));
+    let post = |body: Value| {
+        let url = format!("{}/responses", server.openai_base_url());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth("k")
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let body = |extra: Value| {
+        let mut body = json!({"model": "gpt-5", "stream": true,
+                              "input": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    for bad in [
+        json!({"context_management": [{"type": "summarize", "compact_threshold": 10}]}),
+        json!({"context_management": [{"type": "compaction", "compact_threshold": -1}]}),
+        json!({"context_management": {"type": "compaction"}}),
+        json!({"input": [{"role": "user", "content": "hi"},
+                         {"type": "compaction", "id": "cmp_1"}]}),
+    ] {
+        assert_eq!(post(body(bad.clone())).await, 400, "{bad}");
+    }
+    let good = json!({"context_management": [{"type": "compaction", "compact_threshold": 10}]});
+    assert_eq!(post(body(good)).await, 200);
+    assert_eq!(server.remaining(), 0);
+}
+
+/// Anthropic's server compaction (`compact_20260112`, the same setting): the edit and its beta
+/// go out, and the `compaction` block the server returns is kept and sent back verbatim.
+#[tokio::test]
+async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::tool_call(
+        "c1",
+        "read",
+        json!({"path": "a"}),
+    ));
+    let block = json!({"type": "compaction", "content": "Summary: the user asked to read a and b; a was read."});
+    server.push(
+        ScriptedResponse::new()
+            .then_other_block(block.clone())
+            .then_tool_call("c2", "read", json!({"path": "b"})),
+    );
+    server.push(ScriptedResponse::text("Done."));
+    let client = AnthropicClient::new("k")
+        .base_url(server.anthropic_base_url())
+        .model("claude-test");
+    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
+        let path = input["path"].as_str().unwrap_or("?").to_owned();
+        Ok::<_, ToolError>(format!("contents of {path}"))
+    })
+    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let mut agent = Agent::builder(client)
+        .tool(read)
+        .settings(RequestSettings::new().server_compaction(ServerCompaction::new(50_000)))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
+    assert!(server.history_violations().is_empty(), "{events:#?}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{events:#?}");
+    for request in &requests {
+        assert_eq!(
+            request.header("anthropic-beta"),
+            Some(agent_loop::provider::context_editing::COMPACT_BETA)
+        );
+        assert_eq!(
+            request.body["context_management"],
+            json!({"edits": [{"type": "compact_20260112",
+                              "trigger": {"type": "input_tokens", "value": 50000}}]})
+        );
+    }
+    let assistant = &requests[2].body["messages"][3]["content"];
+    assert_eq!(assistant[0], block, "{}", requests[2].body);
+    assert!(agent
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .any(|b| matches!(b, ContentBlock::Other(v) if *v == block)));
+}
