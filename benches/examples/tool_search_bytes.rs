@@ -9,58 +9,13 @@
 
 use agent_loop::testing::{MockServer, ScriptedResponse};
 use agent_loop::tool::search::{ToolSearch, SEARCH_TOOL};
-use agent_loop::tool::FnTool;
-use agent_loop::{
-    Agent, AgentBuilder, AgentEvent, AnthropicClient, OpenAiClient, RequestSettings, ToolError,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, OpenAiClient, RequestSettings};
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::json;
 
-const VERBS: [&str; 10] = [
-    "create", "delete", "list", "update", "archive", "export", "import", "rename", "share", "watch",
-];
-const NOUNS: [&str; 10] = [
-    "invoice",
-    "customer",
-    "ticket",
-    "repository",
-    "calendar event",
-    "spreadsheet",
-    "contact",
-    "deployment",
-    "playlist",
-    "weather report",
-];
-const SYSTEMS: [&str; 5] = ["CRM", "GitHub", "Google Workspace", "Stripe", "Spotify"];
-
-/// 500 tools, each with a two-property schema (MCP-sized: a name, a sentence, a small schema).
-fn with_tools(mut builder: AgentBuilder) -> AgentBuilder {
-    for verb in VERBS {
-        for noun in NOUNS {
-            for system in SYSTEMS {
-                let name = format!(
-                    "{}_{}_{}",
-                    system.to_lowercase().replace(' ', "_"),
-                    verb,
-                    noun.replace(' ', "_")
-                );
-                let tool = FnTool::new(
-                    name,
-                    format!("{verb}s a {noun} in {system}"),
-                    |_: Value, _ctx| async { Ok::<_, ToolError>("done") },
-                )
-                .input_schema(json!({
-                    "type": "object",
-                    "properties": {"id": {"type": "string", "description": "The item's id."},
-                                   "note": {"type": "string", "description": "A note to add."}},
-                    "required": ["id"]
-                }));
-                builder = builder.tool(tool);
-            }
-        }
-    }
-    builder
-}
+#[path = "../../tests/common/many_tools.rs"]
+mod many_tools;
+use many_tools::with_tools;
 
 #[derive(Clone, Copy)]
 enum Format {
