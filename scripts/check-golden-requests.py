@@ -290,6 +290,14 @@ def check_responses(body):
     return errors
 
 
+def check_responses_compact(body):
+    from openai.types.responses.response_compact_params import ResponseCompactParams
+
+    errors = []
+    walk_typed(body, ResponseCompactParams, "$", errors)
+    return errors
+
+
 # ---------------------------------------------------------------- botocore (bedrock)
 
 def walk_shape(value, shape, path, errors):
@@ -377,6 +385,7 @@ CHECKS = {
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
     "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
+    "responses_compact_request.json": ("openai ResponseCompactParams", check_responses_compact),
 }
 
 

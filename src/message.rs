@@ -420,6 +420,27 @@ pub struct ToolSpec {
     pub input_schema: serde_json::Value,
 }
 
+/// A conversation as stored: the system prompt and the messages. The persistence format of a
+/// [`ContextManager`](crate::ContextManager) ([`snapshot`](crate::ContextManager::snapshot) /
+/// [`restore`](crate::ContextManager::restore)); serializes as
+/// `{"system": "…", "messages": [ … ]}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The messages, oldest first.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+}
+
+impl Conversation {
+    /// A conversation with the given system prompt and messages.
+    pub fn new(system: Option<String>, messages: Vec<Message>) -> Self {
+        Conversation { system, messages }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::message::{ContentBlock, Message, Role, ToolSpec, Usage};
@@ -39,26 +38,7 @@ pub use compact::{CompactionReport, CompactionStep, CompactionStrategy, Summariz
 pub use config::ContextConfig;
 pub use tokens::{CharEstimateCounter, TiktokenCounter, TokenCounter};
 
-/// A conversation as stored: the system prompt and the messages. The persistence format of a
-/// [`ContextManager`] ([`snapshot`](ContextManager::snapshot) /
-/// [`restore`](ContextManager::restore)); serializes as
-/// `{"system": "…", "messages": [ … ]}`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Conversation {
-    /// The system prompt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
-    /// The messages, oldest first.
-    #[serde(default)]
-    pub messages: Vec<Message>,
-}
-
-impl Conversation {
-    /// A conversation with the given system prompt and messages.
-    pub fn new(system: Option<String>, messages: Vec<Message>) -> Self {
-        Conversation { system, messages }
-    }
-}
+pub use crate::message::Conversation;
 
 /// The provider's token figure for a prefix of the history, and how it relates to our estimate.
 ///

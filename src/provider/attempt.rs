@@ -25,7 +25,7 @@ use crate::provider::retry::RetryPolicy;
 use crate::wire::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
 /// The most bytes of an error response body that are read; the rest is discarded.
-const MAX_ERROR_BODY: usize = 64 << 10;
+pub(crate) const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most characters of a non-JSON error body kept as the message.
 const MAX_ERROR_TEXT: usize = 1000;
 /// The most events held back before the first content event (see `AttemptMachine::accept`).
@@ -909,7 +909,7 @@ const REQUEST_ID_HEADERS: [&str; 6] = [
 
 /// What the head of a non-2xx answer says: its status, request id, requested delay
 /// (relative to `received`, the wall-clock time of the head) and `x-should-retry`.
-fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> ApiError {
+pub(crate) fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> ApiError {
     let mut error = ApiError::new(status, String::new());
     // AWS names the error in a header (`ThrottlingException:http://internal.amazon.com/…`);
     // a provider's error body may name it again.
@@ -930,7 +930,11 @@ fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> Api
 
 /// Completes the error of a non-2xx answer with its body (the provider's JSON error, else the
 /// start of the text, else the status's reason) and classifies it.
-fn api_error_body(provider: &ProviderSpec, mut error: ApiError, body: &[u8]) -> LlmError {
+pub(crate) fn api_error_body(
+    provider: &ProviderSpec,
+    mut error: ApiError,
+    body: &[u8],
+) -> LlmError {
     if !(provider.parse_error_body)(body, &mut error) || error.message.is_empty() {
         let text = String::from_utf8_lossy(body);
         let text = text.trim();

@@ -38,7 +38,10 @@ use tokio::time::Instant;
 
 use crate::error::{LlmError, TimeoutKind};
 pub(crate) use crate::provider::attempt::ProviderSpec;
-use crate::provider::attempt::{display_url, Action, AttemptConfig, AttemptMachine, ResponseHead};
+use crate::provider::attempt::{
+    api_error_body, api_error_head, display_url, Action, AttemptConfig, AttemptMachine,
+    ResponseHead, MAX_ERROR_BODY,
+};
 use crate::provider::retry::RetryPolicy;
 use crate::provider::LlmStream;
 use crate::wire::{LlmEvent, StreamLimits};
@@ -177,6 +180,144 @@ impl Transport {
             let item = driver.next().await?;
             Some((item, driver))
         }))
+    }
+}
+
+impl Transport {
+    /// Sends `request` and reads its whole JSON answer (not a stream), at most `max_body`
+    /// bytes, for the endpoints that answer in one body (OpenAI's `/responses/compact`).
+    ///
+    /// The same timeouts as a stream (first byte, then idle between chunks, and the total if
+    /// set), the same error shapes (`provider`'s) and the client's retry policy: a retryable
+    /// failure is tried again after the policy's delay (a `retry-after` honoured), logged at
+    /// INFO.
+    pub(crate) async fn post_json(
+        &self,
+        provider: &'static ProviderSpec,
+        request: &HttpRequest,
+        max_body: usize,
+        setting: &'static str,
+    ) -> Result<Bytes, LlmError> {
+        let client = self.client()?;
+        let once = self.post_once(&client, provider, request, max_body, setting);
+        let mut attempt = 0;
+        let mut outcome = match self.settings.total_timeout {
+            Some(total) => {
+                tokio::time::timeout(total, once)
+                    .await
+                    .unwrap_or(Err(LlmError::Timeout {
+                        kind: TimeoutKind::Total,
+                        after: total,
+                    }))
+            }
+            None => once.await,
+        };
+        loop {
+            let error = match outcome {
+                Ok(body) => return Ok(body),
+                Err(error) => error,
+            };
+            attempt += 1;
+            let Some(delay) = self.settings.retry.delay_for(attempt, &error) else {
+                return Err(error);
+            };
+            tracing::info!(attempt, ?delay, error = %error, "retrying the request");
+            tokio::time::sleep(delay).await;
+            let once = self.post_once(&client, provider, request, max_body, setting);
+            outcome = match self.settings.total_timeout {
+                Some(total) => {
+                    tokio::time::timeout(total, once)
+                        .await
+                        .unwrap_or(Err(LlmError::Timeout {
+                            kind: TimeoutKind::Total,
+                            after: total,
+                        }))
+                }
+                None => once.await,
+            };
+        }
+    }
+
+    async fn post_once(
+        &self,
+        client: &reqwest::Client,
+        provider: &'static ProviderSpec,
+        request: &HttpRequest,
+        max_body: usize,
+        setting: &'static str,
+    ) -> Result<Bytes, LlmError> {
+        let settings = &self.settings;
+        let mut headers = request.headers.clone();
+        headers.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
+        let send = client
+            .post(&request.url)
+            .headers(headers)
+            .body(request.body.clone())
+            .send();
+        let response = match tokio::time::timeout(settings.first_byte_timeout, send).await {
+            Err(_) => {
+                return Err(LlmError::Timeout {
+                    kind: TimeoutKind::FirstByte,
+                    after: settings.first_byte_timeout,
+                })
+            }
+            Ok(Err(error)) => {
+                return Err(transport_error(
+                    error,
+                    &request.url,
+                    settings.connect_timeout,
+                    settings.first_byte_timeout,
+                ))
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        let failed = (!(200..300).contains(&status))
+            .then(|| api_error_head(status, response.headers(), SystemTime::now()));
+        let limit = if failed.is_some() {
+            MAX_ERROR_BODY
+        } else {
+            max_body
+        };
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        loop {
+            let chunk = match tokio::time::timeout(settings.idle_timeout, chunks.next()).await {
+                Err(_) => {
+                    return Err(LlmError::Timeout {
+                        kind: TimeoutKind::Idle,
+                        after: settings.idle_timeout,
+                    })
+                }
+                Ok(None) => break,
+                Ok(Some(Err(error))) => {
+                    return Err(LlmError::Transport {
+                        message: error_chain(&error.without_url()),
+                    })
+                }
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            if body.len() + chunk.len() > limit {
+                if failed.is_some() {
+                    // An error's message is in its first bytes.
+                    body.extend_from_slice(chunk.get(..limit - body.len()).unwrap_or_default());
+                    break;
+                }
+                return Err(LlmError::LimitExceeded {
+                    what: "a response body".into(),
+                    limit,
+                    setting: setting.into(),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        match failed {
+            Some(head) => Err(api_error_body(provider, head, &body)),
+            None => Ok(Bytes::from(body)),
+        }
     }
 }
 

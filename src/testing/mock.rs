@@ -140,7 +140,9 @@ impl ServerState {
 /// ending in `/chat/completions` in OpenAI Chat Completions SSE, to any path ending in
 /// `/responses` in OpenAI Responses SSE (likewise Gemini's `…/models/{model}:streamGenerateContent`,
 /// Bedrock's `…/model/{id}/converse-stream` and Ollama's `…/api/chat`), each with the next
-/// scripted [`MockResponse`]. A prefix before the API's path is allowed (a gateway's, or the
+/// scripted [`MockResponse`]. `POST …/responses/compact` is answered as OpenAI's compaction
+/// endpoint answers, without the script: the user messages of `input`, then a `compaction`
+/// item (`encrypted_content` `mock-compaction-{n}`, `n` the request's number). A prefix before the API's path is allowed (a gateway's, or the
 /// mock's own `/anthropic`), but a path the real API would not serve there is answered `404`
 /// in the format's error shape, naming the path, without using the script: the API's path
 /// twice or nested (`/v1/v1/messages`, `/v1beta/v1beta/models/…`, from a base URL that already
@@ -474,6 +476,9 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         }
     };
     let route = request.path.split('?').next().unwrap_or_default();
+    if let Some(served) = super::compact::route(route) {
+        return serve_compact(socket, state, request, served).await;
+    }
     let endpoint = endpoint(route);
     // A path that names a format's endpoint but that the real API does not serve (a base URL
     // with the API's own path in it, say): a 404 in that format's error shape.
@@ -603,6 +608,54 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         return false;
     }
     reusable
+}
+
+/// `POST {prefix}/responses/compact`, answered by [`super::compact`] (not from the script);
+/// recorded like every request, with no format.
+async fn serve_compact(
+    socket: &mut TcpStream,
+    state: &Mutex<ServerState>,
+    request: Request,
+    served: bool,
+) -> bool {
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let (status, reply) = {
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        let number = state.requests.len() + 1;
+        let violation = wire_history_violation(WireFormat::OpenAiResponses, &body);
+        if let Some(violation) = &violation {
+            state
+                .violations
+                .push(format!("request #{number}: {violation}"));
+        }
+        let reply = if served {
+            super::compact::answer(&request.method, &body, violation, number)
+        } else {
+            (
+                404,
+                json!({"error": {"type": "invalid_request_error", "message": format!(
+                    "MockServer: {} {} is not a path the real API serves (is the API's own \
+                     path in the base URL too?)", request.method, request.path)}}),
+            )
+        };
+        state.requests.push(RecordedRequest {
+            method: request.method,
+            path: request.path,
+            headers: request.headers,
+            body,
+            format: None,
+        });
+        reply
+    };
+    let _ = write_simple(
+        socket,
+        status,
+        "application/json",
+        &[],
+        reply.to_string().as_bytes(),
+    )
+    .await;
+    false
 }
 
 /// The wire format whose endpoint `route` (a path without its query) names, and whether the

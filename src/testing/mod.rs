@@ -32,6 +32,7 @@ use crate::message::Message;
 
 mod bedrock;
 mod cassette;
+mod compact;
 mod context_management;
 mod gemini;
 mod limit;

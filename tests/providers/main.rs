@@ -25,6 +25,7 @@ mod ratelimit;
 mod real_model;
 mod responses;
 mod responses_client;
+mod responses_compact;
 mod server_compaction;
 mod settings;
 mod strict_tools;

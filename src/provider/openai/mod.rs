@@ -13,6 +13,7 @@ pub(crate) fn fuzz_encode(
 }
 mod wire;
 
+pub use crate::provider::responses::compact::CompactedConversation;
 pub(crate) use decode::is_context_overflow;
 
 use std::time::Duration;
@@ -347,6 +348,17 @@ impl OpenAiClient {
                 "/chat/completions",
             ),
         };
+        let headers = self.headers()?;
+        HttpRequest::json(
+            join_url(&self.base_url, path),
+            body,
+            headers,
+            &self.transport.settings().headers,
+        )
+    }
+
+    /// The headers of every request: the key, organization and project.
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
         let mut headers = HeaderMap::new();
         if !self.api_key.is_empty() {
             match &self.auth_header {
@@ -380,12 +392,65 @@ impl OpenAiClient {
                 headers.insert(name, value);
             }
         }
-        HttpRequest::json(
-            join_url(&self.base_url, path),
+        Ok(headers)
+    }
+
+    /// Compacts `conversation` with the Responses API's `POST {base_url}/responses/compact`:
+    /// the server keeps every user message and replaces the rest with one encrypted
+    /// compaction item ([`ContentBlock::Compaction`](crate::ContentBlock::Compaction)).
+    /// [`Agent::restore`](crate::Agent::restore) the result between runs (as the OpenAI
+    /// Agents SDK compacts a session after a turn); the next requests send the compacted
+    /// window instead of the whole history.
+    ///
+    /// The request is `model` (this client's), `input` (the conversation, encoded as
+    /// [`responses`](Self::responses) requests encode it) and `instructions` (the system
+    /// prompt), and is sent whatever the client's wire format, with the client's key, headers,
+    /// timeouts and retry policy. The answer is read whole, up to
+    /// [`StreamLimits::max_response_bytes`].
+    ///
+    /// Only the Responses format can read the compaction item: the other formats' encoders
+    /// leave it out, so a fallback model of another format gets a valid request holding the
+    /// user's messages only. Compact locally (the agent's [`ContextConfig`](crate::context::ContextConfig)) where another format
+    /// must read the whole story.
+    ///
+    /// # Errors
+    ///
+    /// [`LlmError::InvalidRequest`] for an empty conversation or no model; the API's errors
+    /// as for a streamed request; [`LlmError::Malformed`] when the answer is not a compacted
+    /// response with a compaction item (nothing is replaced then).
+    ///
+    /// ```no_run
+    /// # async fn demo(mut agent: agent_loop::Agent) -> Result<(), Box<dyn std::error::Error>> {
+    /// use agent_loop::OpenAiClient;
+    ///
+    /// let client = OpenAiClient::new("sk-…").model("gpt-5.4").responses();
+    /// let compacted = client.compact(&agent.snapshot()).await?;
+    /// println!("compaction used {} input tokens", compacted.usage.input_tokens);
+    /// agent.restore(compacted.conversation)?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn compact(
+        &self,
+        conversation: &crate::message::Conversation,
+    ) -> Result<CompactedConversation, LlmError> {
+        let body = responses::compact::encode(conversation, &self.model)?;
+        let request = HttpRequest::json(
+            join_url(&self.base_url, "/responses/compact"),
             body,
-            headers,
+            self.headers()?,
             &self.transport.settings().headers,
-        )
+        )?;
+        let limit = self.transport.settings().limits.max_response_bytes;
+        let answer = self
+            .transport
+            .post_json(
+                &RESPONSES_SPEC,
+                &request,
+                limit,
+                "StreamLimits::max_response_bytes",
+            )
+            .await?;
+        responses::compact::decode(&answer, conversation.system.clone())
     }
 }
 

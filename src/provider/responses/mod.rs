@@ -3,6 +3,7 @@
 //! ([`OpenAiClient::responses`](crate::OpenAiClient::responses)): the same server, key,
 //! headers and transport as Chat Completions, another path and body.
 
+pub(crate) mod compact;
 pub(crate) mod decode;
 pub(crate) mod request;
 mod wire;

@@ -24,7 +24,6 @@
 //!   messages after the last assistant message are sent, as the server holds the rest.
 //! - `extra` fields are merged last, at the top level.
 
-#[cfg(any(test, feature = "testing"))]
 use serde_json::Value;
 
 use std::borrow::Cow;
@@ -179,7 +178,7 @@ pub(crate) fn encode(
 /// The cache of encoded messages' key for this format.
 const ENCODED_KEY: u32 = 4;
 
-fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
+pub(super) fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
     for block in &message.content {
         match block {
             ContentBlock::Text { text } if !text.is_empty() => out.push(InputItem::Message {
@@ -222,7 +221,7 @@ fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
     }
 }
 
-fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), LlmError> {
+pub(super) fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), LlmError> {
     for block in &message.content {
         if let ContentBlock::ToolResult {
             tool_use_id,
@@ -343,7 +342,6 @@ fn file_part<'a>(
 /// messages, function calls) form one assistant message; `function_call_output` items and the
 /// user message after them one user message, results first. An output starting with
 /// [`ERROR_RESULT_PREFIX`] reads as an error result without it.
-#[cfg(any(test, feature = "testing"))]
 pub(crate) fn decode(body: &Value) -> Vec<Message> {
     let items: &[Value] = match body.get("input") {
         Some(Value::Array(items)) => items,
@@ -453,7 +451,6 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
 }
 
 /// A `data:` URL as base64 bytes, any other URL as a URL.
-#[cfg(any(test, feature = "testing"))]
 fn media_source(url: &str) -> MediaSource {
     let base64 = url
         .strip_prefix("data:")
@@ -471,7 +468,6 @@ fn media_source(url: &str) -> MediaSource {
 
 /// Text content (a string) or content parts (text parts as text, images and files as theirs,
 /// the others verbatim).
-#[cfg(any(test, feature = "testing"))]
 fn decode_content(content: Option<&Value>) -> Vec<ContentBlock> {
     match content {
         Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
