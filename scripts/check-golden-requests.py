@@ -382,6 +382,8 @@ CHECKS = {
     "anthropic_tool_search_request.json": ("anthropic MessageCreateParamsStreaming", check_anthropic),
     "anthropic_context_editing_request.json": (
         "anthropic beta MessageCreateParamsStreaming", check_anthropic_beta),
+    "anthropic_compaction_request.json": (
+        "anthropic beta MessageCreateParamsStreaming", check_anthropic_beta),
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
     "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),

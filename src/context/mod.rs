@@ -19,7 +19,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-
 use crate::error::Error;
 use crate::message::{ContentBlock, Message, Role, ToolSpec, Usage};
 use crate::provider::encoded::{EncodedHistory, EncodedRef};

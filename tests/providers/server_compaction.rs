@@ -234,4 +234,75 @@ async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
         .iter()
         .flat_map(|m| &m.content)
         .any(|b| matches!(b, ContentBlock::Other(v) if *v == block)));
+    // The body that sends the block back is golden (checked against the anthropic SDK's beta
+    // `MessageCreateParamsStreaming` by scripts/check-golden-requests.py).
+    let path = format!(
+        "{}/tests/golden/anthropic_compaction_request.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
+        let mut text = serde_json::to_string_pretty(&requests[2].body).unwrap();
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+    }
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        requests[2].body, golden,
+        "AGENT_LOOP_BLESS=1 rewrites {path}"
+    );
+}
+
+/// After an Anthropic compaction block, a fallback of another format gets a valid request
+/// without the block, and still reads the turns it stands for (they stay in the history).
+#[tokio::test]
+async fn a_fallback_after_an_anthropic_compaction_block_reads_the_turns() {
+    let anthropic = MockServer::start().await;
+    let openai = MockServer::start().await;
+    anthropic.push(ScriptedResponse::tool_call(
+        "c1",
+        "read",
+        json!({"path": "a"}),
+    ));
+    let block = json!({"type": "compaction", "content": "Summary: a was read."});
+    anthropic.push(
+        ScriptedResponse::new()
+            .then_other_block(block)
+            .then_tool_call("c2", "read", json!({"path": "b"})),
+    );
+    anthropic.push(MockResponse::status(529).error_type("overloaded_error"));
+    openai.push(ScriptedResponse::text("done on Chat Completions"));
+    let primary = AnthropicClient::new("k")
+        .base_url(anthropic.anthropic_base_url())
+        .model("claude-test");
+    let backup = OpenAiClient::new("k")
+        .base_url(openai.openai_base_url())
+        .model("gpt-test");
+    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
+        let path = input["path"].as_str().unwrap_or("?").to_owned();
+        Ok::<_, ToolError>(format!("contents of {path}"))
+    })
+    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let mut agent = Agent::builder(primary)
+        .tool(read)
+        .settings(RequestSettings::new().server_compaction(ServerCompaction::new(50_000)))
+        .policy(RunPolicy::new().retry(RetryPolicy::none()))
+        .fallback(Fallback::new(backup))
+        .build()
+        .unwrap();
+    let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
+        "{events:#?}"
+    );
+    let sent = openai.requests();
+    assert_eq!(sent.len(), 1, "{events:#?}");
+    assert!(openai.history_violations().is_empty());
+    let body = sent[0].body.to_string();
+    assert!(!body.contains("Summary: a was read"), "{body}");
+    assert!(
+        body.contains("contents of a") && body.contains("contents of b"),
+        "{body}"
+    );
 }
