@@ -199,32 +199,10 @@ impl Transport {
         setting: &'static str,
     ) -> Result<Bytes, LlmError> {
         let client = self.client()?;
-        let once = self.post_once(&client, provider, request, max_body, setting);
         let mut attempt = 0;
-        let mut outcome = match self.settings.total_timeout {
-            Some(total) => {
-                tokio::time::timeout(total, once)
-                    .await
-                    .unwrap_or(Err(LlmError::Timeout {
-                        kind: TimeoutKind::Total,
-                        after: total,
-                    }))
-            }
-            None => once.await,
-        };
         loop {
-            let error = match outcome {
-                Ok(body) => return Ok(body),
-                Err(error) => error,
-            };
-            attempt += 1;
-            let Some(delay) = self.settings.retry.delay_for(attempt, &error) else {
-                return Err(error);
-            };
-            tracing::info!(attempt, ?delay, error = %error, "retrying the request");
-            tokio::time::sleep(delay).await;
             let once = self.post_once(&client, provider, request, max_body, setting);
-            outcome = match self.settings.total_timeout {
+            let outcome = match self.settings.total_timeout {
                 Some(total) => {
                     tokio::time::timeout(total, once)
                         .await
@@ -235,6 +213,16 @@ impl Transport {
                 }
                 None => once.await,
             };
+            let error = match outcome {
+                Ok(body) => return Ok(body),
+                Err(error) => error,
+            };
+            attempt += 1;
+            let Some(delay) = self.settings.retry.delay_for(attempt, &error) else {
+                return Err(error);
+            };
+            tracing::info!(attempt, ?delay, error = %error, "retrying the request");
+            tokio::time::sleep(delay).await;
         }
     }
 
