@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use agent_loop::context::{ContextConfig, TiktokenCounter, TokenCounter};
+use agent_loop::context::{ContextConfig, Conversation, TiktokenCounter, TokenCounter};
 use agent_loop::provider::context_editing::{
     AppliedEdit, ClearToolUses, ContextEditing, Trigger, CLEAR_TOOL_USES,
 };
@@ -120,6 +120,11 @@ fn block_tokens(block: &ContentBlock) -> usize {
             8 + c.count(name) + c.count(&input.to_string())
         }
         ContentBlock::ToolResult { content, .. } => 8 + c.count(content),
+        // Opaque: bytes/4, as the crate counts it.
+        ContentBlock::Compaction {
+            id,
+            encrypted_content,
+        } => id.as_ref().map_or(0, |id| id.len().div_ceil(4)) + encrypted_content.len().div_ceil(4),
         other => c.count(&serde_json::to_string(other).unwrap()),
     }
 }
@@ -165,12 +170,32 @@ struct Figures {
     compactions: usize,
     /// Server-side edits replayed on the history (context editing runs only).
     server_edits: usize,
+    /// Compactions the server made (server compaction runs only).
+    server_compactions: usize,
+    /// Requests, after the server's first compaction, whose local history held no compaction
+    /// item any more (local compaction dropped it): the server then rendered everything.
+    items_lost: usize,
+    /// Local compactions on the request right after a server compaction.
+    local_after_server: usize,
+    /// Local compactions that changed the prompt the server renders.
+    local_changed_view: usize,
+    /// Requests whose local history (what the client sends) is over the input budget, and
+    /// the most tokens sent.
+    sent_over: usize,
+    sent_max: usize,
+    /// Mean tokens and bytes the client sends (the whole local history), first and last 100
+    /// requests; the same as the request tokens but with server compaction, whose dropped
+    /// turns stay in the local history.
+    sent_first: f64,
+    sent_last: f64,
+    bytes_first: f64,
+    bytes_last: f64,
     /// Σ shared prefix / Σ request tokens.
     prefix_share: f64,
     /// The share a perfect cache could serve of the same requests: all but the tokens added
     /// since the previous request.
     ceiling: f64,
-    /// Mean request tokens, first and last 100 requests.
+    /// Mean request tokens (as the server renders them), first and last 100 requests.
     tokens_first: f64,
     tokens_last: f64,
     /// Mean cost per request in input-token units (new tokens at the write price, shared at the
@@ -180,7 +205,167 @@ struct Figures {
 }
 
 async fn run(config: ContextConfig) -> Figures {
-    run_with(config, None).await
+    run_with(config, Server::None).await
+}
+
+/// What the server does beside local compaction.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    None,
+    /// Anthropic context editing: (trigger tokens, kept tool uses, clear at least tokens).
+    Editing(usize, usize, usize),
+    /// Server compaction.
+    Compaction(Compact),
+}
+
+/// Which provider compacts on the server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Format {
+    /// OpenAI Responses `context_management: [{type: compaction, compact_threshold}]`: an
+    /// opaque compaction item, kept as `ContentBlock::Compaction`.
+    OpenAi,
+    /// Anthropic `compact_20260112`: a `compaction` block with a readable summary, kept as
+    /// `ContentBlock::Other`.
+    Anthropic,
+}
+
+/// Server compaction as the providers document it: once the prompt the server renders is past
+/// `threshold` input tokens, the server compacts it, and the response's assistant message
+/// starts with the compaction item (a summary of `summary` tokens); from the next request on,
+/// the server renders the system prompt, the tools, the latest compaction item and what
+/// follows it, and ignores what came before.
+#[derive(Debug, Clone, Copy)]
+struct Compact {
+    format: Format,
+    threshold: usize,
+    summary: usize,
+    /// Which input the response's usage reports on a compaction: the prompt the server
+    /// compacted (`false`), or the compacted one the model answered from (`true`: system,
+    /// tools and the summary), as Anthropic's top-level usage does (its compaction pass is
+    /// reported apart, in `usage.iterations`, which the crate does not read).
+    usage_after: bool,
+    /// What-if (not what the crate does): after each response the client drops the messages
+    /// before the latest compaction item, as OpenAI's latency tip allows, keeping the first
+    /// user message with a note so that the history stays valid ([`drop_before_item`]).
+    drop_before: bool,
+}
+
+/// The note the what-if [`Compact::drop_before`] leaves on the first message.
+const DROPPED_FOR_ITEM: &str =
+    "[Earlier turns were compacted by the server; the compaction item below stands for them]";
+
+/// Drops the messages between the first one and the one holding the latest compaction item,
+/// through the public API (`restore`), and notes it on the first message, followed by the
+/// texts of the latest user message dropped (the latest user input must stay in the history).
+fn drop_before_item(cm: &mut ContextManager) {
+    let messages = cm.messages();
+    let Some(i) = messages
+        .iter()
+        .rposition(|m| m.content.iter().any(is_compaction))
+    else {
+        return;
+    };
+    if i < 2 {
+        return;
+    }
+    let mut head = messages[0].clone();
+    let note = head
+        .content
+        .iter()
+        .position(|b| matches!(b, ContentBlock::Text { text } if text == DROPPED_FOR_ITEM));
+    let input = messages[1..i].iter().rev().find_map(|m| {
+        let texts: Vec<ContentBlock> = m
+            .content
+            .iter()
+            .filter(|b| m.role == Role::User && matches!(b, ContentBlock::Text { .. }))
+            .cloned()
+            .collect();
+        (!texts.is_empty()).then_some(texts)
+    });
+    // A later input replaces the one copied before; none keeps it.
+    match (note, input) {
+        (Some(at), Some(input)) => {
+            head.content.truncate(at + 1);
+            head.content.extend(input);
+        }
+        (None, input) => {
+            head.content.push(ContentBlock::text(DROPPED_FOR_ITEM));
+            head.content.extend(input.unwrap_or_default());
+        }
+        (Some(_), None) => {}
+    }
+    let mut kept = vec![head];
+    kept.extend_from_slice(&messages[i..]);
+    let system = cm.system().map(str::to_owned);
+    cm.restore(Conversation::new(system, kept))
+        .expect("the history from the item on, after the first message, is valid");
+}
+
+fn is_compaction(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Compaction { .. } => true,
+        ContentBlock::Other(v) => v.get("type").and_then(|t| t.as_str()) == Some("compaction"),
+        _ => false,
+    }
+}
+
+/// The messages the server renders: from the latest compaction item on (the message holding
+/// it starts at the item), or all of them when there is none.
+fn rendered(messages: &[Message]) -> Vec<Message> {
+    let latest = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| m.content.iter().rposition(is_compaction).map(|j| (i, j)));
+    match latest {
+        None => messages.to_vec(),
+        Some((i, j)) => {
+            let mut out = vec![Message {
+                role: messages[i].role,
+                content: messages[i].content[j..].to_vec(),
+            }];
+            out.extend_from_slice(&messages[i + 1..]);
+            out
+        }
+    }
+}
+
+/// The `n`th compaction item the server returns: for OpenAI an opaque item whose encrypted
+/// content is `4 × summary` bytes (the crate counts it as bytes/4, so `summary` tokens); for
+/// Anthropic a `compaction` block whose `content` is a deterministic summary text of about
+/// `summary` tokens.
+fn compaction_item(c: Compact, n: usize) -> ContentBlock {
+    match c.format {
+        Format::OpenAi => {
+            const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut rng = Rng(0x0c0f_fee0 + n as u64);
+            let opaque = (0..4 * c.summary)
+                .map(|_| B64[rng.below(64) as usize] as char)
+                .collect();
+            ContentBlock::Compaction {
+                id: Some(format!("cmp_{n:05}")),
+                encrypted_content: opaque,
+            }
+        }
+        Format::Anthropic => {
+            let mut rng = Rng(0x5a11_0000 + n as u64);
+            let mut text = format!("Summary {n} of the session so far.");
+            loop {
+                let block = ContentBlock::Other(json!({"type": "compaction", "content": text}));
+                if block_tokens(&block) >= c.summary {
+                    return block;
+                }
+                for _ in 0..10 {
+                    let a = WORDS[rng.below(WORDS.len() as u64) as usize];
+                    let b = WORDS[rng.below(WORDS.len() as u64) as usize];
+                    text.push_str(&format!(
+                        " The {a} {b} in module {} was read, fixed and tested.",
+                        rng.below(40)
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// The server's tool-result clearing, simulated as Anthropic documents it: past the trigger
@@ -207,10 +392,37 @@ fn server_clears(
     (cm.estimated_tokens() - trial.estimated_tokens() >= least).then_some(edit)
 }
 
-/// [`run`], with Anthropic context editing simulated on the server side when `server` is
-/// `(trigger tokens, kept tool uses, clear at least tokens)`: the agent replays each reported edit on its history
-/// before the usage is recorded, as `Agent` does, and local compaction stays the fallback.
-async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) -> Figures {
+/// The JSON bytes of a history (the crate's serde form, near what a format encodes), each
+/// message serialized once while it stays the same: with server compaction the history the
+/// client keeps can grow to megabytes.
+#[derive(Default)]
+struct JsonBytes(Vec<(Message, usize)>);
+
+impl JsonBytes {
+    fn measure(&mut self, messages: &[Message]) -> usize {
+        self.0.truncate(messages.len());
+        let mut total = 2 + messages.len().saturating_sub(1);
+        for (i, m) in messages.iter().enumerate() {
+            match self.0.get(i) {
+                Some((held, bytes)) if held == m => total += bytes,
+                _ => {
+                    let bytes = serde_json::to_string(m).unwrap().len();
+                    self.0.truncate(i);
+                    self.0.push((m.clone(), bytes));
+                    total += bytes;
+                }
+            }
+        }
+        total
+    }
+}
+
+/// [`run`], with the server's side simulated: Anthropic context editing, as Anthropic
+/// documents it (the agent replays each reported edit on its history before the usage is
+/// recorded, as `Agent` does), or server compaction ([`Compact`]: the agent appends the
+/// response, compaction item first, as `Agent` does; the turns it stands for stay in the local
+/// history). Local compaction stays on as the fallback either way.
+async fn run_with(config: ContextConfig, server: Server) -> Figures {
     let budget = config.input_budget();
     let mut rng = Rng(0x5eed_1600_cafe_f00d);
     let tools = tools();
@@ -223,10 +435,17 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
     let mut previous: Option<Vec<Message>> = None;
     let mut compactions = 0;
     let mut server_edits = 0;
+    let mut server_compactions = 0;
+    let mut items_lost = 0;
+    let (mut local_after_server, mut local_changed_view) = (0, 0);
+    let (mut sent_over, mut sent_max) = (0, 0);
+    let mut compacted_last = false;
     let (mut all, mut shared_all, mut ceiling_shared) = (0usize, 0usize, 0usize);
     // Tokens pushed since the previous request: what even a perfect cache must process.
     let mut added = 0usize;
     let mut per_request: Vec<(usize, usize)> = Vec::with_capacity(TURNS);
+    let mut per_sent: Vec<(usize, usize)> = Vec::with_capacity(TURNS);
+    let mut sent_bytes = JsonBytes::default();
     let mut task = 0;
     let mut latest_input = String::new();
     let mut steps_left = 0;
@@ -248,15 +467,18 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
         }
         // What the agent does before each request.
         if cm.needs_compaction() {
+            let view = rendered(cm.messages());
             let report = cm.compact(None).await.expect("compaction fits the budget");
             if report.is_some() {
                 compactions += 1;
+                local_after_server += usize::from(compacted_last);
+                local_changed_view += usize::from(rendered(cm.messages()) != view);
             }
         }
         // The server clears tool results before the model reads the request; the agent
         // replays the reported edit (here before measuring: the request the model read is the
         // cleared one, and the next request sends it so).
-        if let Some((trigger, keep, least)) = server {
+        if let Server::Editing(trigger, keep, least) = server {
             let editing = ContextEditing::new().clear_tool_uses(
                 ClearToolUses::new()
                     .trigger(Trigger::InputTokens(trigger as u32))
@@ -271,7 +493,7 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
                 added = added.saturating_sub(before - cm.estimated_tokens());
             }
         }
-        // The request the model gets.
+        // The request the client sends.
         cm.validate().expect("a valid history at every request");
         assert!(
             cm.messages().iter().any(|m| m.role == Role::User
@@ -285,45 +507,81 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
             "turn {turn}: {} tokens over the {budget} budget",
             cm.token_count()
         );
-        let messages = cm.messages().to_vec();
-        let (total, shared) = request_tokens(&messages, previous.as_deref(), head);
-        assert_eq!(
-            total,
-            cm.estimated_tokens(),
-            "the measure is the crate's count"
+        let messages = cm.messages();
+        let sent = cm.estimated_tokens();
+        let bytes = sent_bytes.measure(messages);
+        per_sent.push((sent, bytes));
+        sent_over += usize::from(sent > budget);
+        sent_max = sent_max.max(sent);
+        if server_compactions > 0 && !messages.iter().flat_map(|m| &m.content).any(is_compaction) {
+            items_lost += 1;
+        }
+        // The prompt the server renders (and caches) from it: all of it but with server
+        // compaction.
+        let view = rendered(messages);
+        let (total, shared) = request_tokens(&view, previous.as_deref(), head);
+        if view.len() == messages.len() {
+            assert_eq!(total, sent, "the measure is the crate's count");
+        }
+        let sent_messages = messages.len();
+        assert!(
+            total <= budget,
+            "turn {turn}: the server renders {total} tokens, over the {budget} budget"
         );
         all += total;
         shared_all += shared;
         if previous.is_some() {
-            ceiling_shared += total.saturating_sub(added);
+            // A perfect cache serves everything but what was added, and never less than the
+            // previous request's prefix (which counts a message's role marker as shared even
+            // when its first block changed: a new compaction item starts the same role).
+            ceiling_shared += total.saturating_sub(added).max(shared);
         }
         added = 0;
         per_request.push((total, shared));
+        // Past its threshold the server compacts what it rendered; the response starts with
+        // the compaction item.
+        let mut usage = total;
+        let item = match server {
+            Server::Compaction(c) if total > c.threshold => {
+                server_compactions += 1;
+                let item = compaction_item(c, server_compactions);
+                if c.usage_after {
+                    usage = head + 4 + block_tokens(&item);
+                }
+                Some(item)
+            }
+            _ => None,
+        };
+        compacted_last = item.is_some();
 
         // The model answers: a tool call, or the task's final answer.
         cm.record_usage(
             &Usage {
-                input_tokens: total as u64,
+                input_tokens: usage as u64,
                 ..Usage::default()
             },
-            messages.len(),
+            sent_messages,
         );
         let before = cm.estimated_tokens();
         steps_left -= 1;
+        let mut answer = Vec::new();
+        answer.extend(item);
         if steps_left > 0 {
             call += 1;
             let id = format!("toolu_{call:05}");
             let name = ["read_file", "grep", "run_tests", "edit_file"][rng.below(4) as usize];
+            answer.push(ContentBlock::text(format!(
+                "Next I {name} to see the {}.",
+                WORDS[call % 26]
+            )));
+            answer.push(ContentBlock::ToolUse {
+                id: id.clone(),
+                name: name.into(),
+                input: json!({"path": format!("src/{}/{call}.rs", WORDS[call % 26])}),
+            });
             cm.push(Message {
                 role: Role::Assistant,
-                content: vec![
-                    ContentBlock::text(format!("Next I {name} to see the {}.", WORDS[call % 26])),
-                    ContentBlock::ToolUse {
-                        id: id.clone(),
-                        name: name.into(),
-                        input: json!({"path": format!("src/{}/{call}.rs", WORDS[call % 26])}),
-                    },
-                ],
+                content: answer,
             });
             let bytes = 2_048 + rng.below(18 * 1_024) as usize;
             cm.push_tool_results(vec![ContentBlock::tool_result(
@@ -332,12 +590,22 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
                 false,
             )]);
         } else {
-            cm.push(Message::assistant(format!(
+            answer.push(ContentBlock::text(format!(
                 "Done with task {task}: the fix is in, and the tests pass."
             )));
+            cm.push(Message {
+                role: Role::Assistant,
+                content: answer,
+            });
         }
         added += cm.estimated_tokens() - before;
-        previous = Some(messages);
+        if let Server::Compaction(Compact {
+            drop_before: true, ..
+        }) = server
+        {
+            drop_before_item(&mut cm);
+        }
+        previous = Some(view);
     }
     let mean = |slice: &[(usize, usize)], f: &dyn Fn(usize, usize) -> f64| {
         slice.iter().map(|&(t, s)| f(t, s)).sum::<f64>() / slice.len() as f64
@@ -348,12 +616,22 @@ async fn run_with(config: ContextConfig, server: Option<(usize, usize, usize)>) 
         requests: n,
         compactions,
         server_edits,
+        server_compactions,
+        items_lost,
+        local_after_server,
+        local_changed_view,
+        sent_over,
+        sent_max,
         prefix_share: shared_all as f64 / all as f64,
         ceiling: ceiling_shared as f64 / all as f64,
         tokens_first: mean(&per_request[..100], &|t, _| t as f64),
         tokens_last: mean(&per_request[n - 100..], &|t, _| t as f64),
         cost_first: mean(&per_request[..100], &cost),
         cost_last: mean(&per_request[n - 100..], &cost),
+        sent_first: mean(&per_sent[..100], &|t, _| t as f64),
+        sent_last: mean(&per_sent[n - 100..], &|t, _| t as f64),
+        bytes_first: mean(&per_sent[..100], &|_, b| b as f64),
+        bytes_last: mean(&per_sent[n - 100..], &|_, b| b as f64),
     }
 }
 
@@ -377,6 +655,29 @@ fn report(name: &str, f: &Figures) {
         f.cost_first,
         f.cost_last
     );
+    if f.server_compactions > 0 {
+        println!(
+            "    {} server compactions; local compactions: {} on the request after one, {} \
+             changing the server's prompt; {} requests without a compaction item after the \
+             first; sent first/last 100: {:.0}/{:.0} tokens, {:.0}/{:.0} bytes, {} requests \
+             over the budget, at most {} tokens",
+            f.server_compactions,
+            f.local_after_server,
+            f.local_changed_view,
+            f.items_lost,
+            f.sent_first,
+            f.sent_last,
+            f.bytes_first,
+            f.bytes_last,
+            f.sent_over,
+            f.sent_max
+        );
+    } else {
+        println!(
+            "    sent first/last 100: {:.0}/{:.0} bytes",
+            f.bytes_first, f.bytes_last
+        );
+    }
 }
 
 #[tokio::test]
@@ -393,13 +694,13 @@ async fn a_thousand_turns_through_a_16k_window() {
     // Anthropic context editing, simulated server-side: clearing past 9,000 input tokens
     // (below the local compaction's 85% mark of the 14,000-token budget), the latest 3 tool
     // uses kept; local compaction stays on as the fallback.
-    let server = run_with(config(), Some((9_000, 3, 0))).await;
+    let server = run_with(config(), Server::Editing(9_000, 3, 0)).await;
     report(
         "server context editing (trigger 9,000, keep 3) + local",
         &server,
     );
     assert!(server.prefix_share <= server.ceiling);
-    let batched = run_with(config(), Some((9_000, 3, 4_000))).await;
+    let batched = run_with(config(), Server::Editing(9_000, 3, 4_000)).await;
     report(
         "server context editing (trigger 9,000, keep 3, clear at least 4,000) + local",
         &batched,
@@ -407,9 +708,72 @@ async fn a_thousand_turns_through_a_16k_window() {
     assert!(batched.prefix_share <= batched.ceiling);
     if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
         for (trigger, keep, least) in [(11_000, 2, 6_000), (8_000, 1, 5_000), (10_000, 2, 4_000)] {
-            let f = run_with(config(), Some((trigger, keep, least))).await;
+            let f = run_with(config(), Server::Editing(trigger, keep, least)).await;
             report(&format!("server {trigger}/{keep}/{least}"), &f);
         }
+    }
+    // Server compaction, simulated as OpenAI and Anthropic document it (`Compact`): a summary
+    // of 800 tokens, thresholds below the local compaction's 85% mark (11,900 of 14,000).
+    // The usage of a compacting response: OpenAI's is taken as the prompt the server read,
+    // Anthropic's as the compacted one its model answered from (the top-level usage).
+    let sweep = std::env::var_os("CACHE_RUN_SWEEP").is_some();
+    for (format, usage_after) in [
+        (Format::OpenAi, false),
+        (Format::Anthropic, true),
+        (Format::OpenAi, true),
+        (Format::Anthropic, false),
+    ]
+    .into_iter()
+    .take(if sweep { 4 } else { 2 })
+    {
+        for threshold in [8_000, 10_000] {
+            let c = Compact {
+                format,
+                threshold,
+                summary: 800,
+                usage_after,
+                drop_before: false,
+            };
+            let f = run_with(config(), Server::Compaction(c)).await;
+            let usage = if usage_after { "after" } else { "before" };
+            report(
+                &format!(
+                    "server compaction {format:?} (threshold {threshold}, summary 800, usage \
+                     {usage} compaction) + local"
+                ),
+                &f,
+            );
+            // What the server renders stays within the budget (checked at every request),
+            // the share within its ceiling; the server compacts, and every compaction item
+            // stays in the history the client sends.
+            assert!(f.prefix_share <= f.ceiling, "{f:?}");
+            assert!(f.server_compactions > 0, "{f:?}");
+            assert_eq!(f.items_lost, 0, "{f:?}");
+        }
+    }
+    // What-if: the client drops what comes before the latest compaction item (not what the
+    // crate does): the history sent is then what the server renders, plus the first message.
+    for (format, usage_after) in [(Format::OpenAi, false), (Format::Anthropic, true)] {
+        let c = Compact {
+            format,
+            threshold: 10_000,
+            summary: 800,
+            usage_after,
+            drop_before: true,
+        };
+        let f = run_with(config(), Server::Compaction(c)).await;
+        let usage = if usage_after { "after" } else { "before" };
+        report(
+            &format!(
+                "what-if: server compaction {format:?} (threshold 10000, summary 800, usage \
+                 {usage} compaction) + local, the client dropping what precedes the latest item"
+            ),
+            &f,
+        );
+        assert!(f.prefix_share <= f.ceiling, "{f:?}");
+        assert_eq!(f.items_lost, 0, "{f:?}");
+        // What is sent stays within the budget then.
+        assert_eq!(f.sent_over, 0, "{f:?}");
     }
     if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
         for low in [0.3, 0.45, 0.5, 0.6] {
@@ -425,6 +789,7 @@ async fn a_thousand_turns_through_a_16k_window() {
     assert!(new.compactions <= 250, "{new:?}");
     assert!(new.prefix_share >= 0.66, "{new:?}");
     assert!(new.prefix_share <= new.ceiling);
+    assert_eq!(new.sent_over, 0, "{new:?}");
     // Flat: the last 100 turns cost no more than the first 100, give or take 10%.
     assert!(new.cost_last <= new.cost_first * 1.1, "{new:?}");
     assert!(new.tokens_last <= new.tokens_first * 1.1, "{new:?}");
