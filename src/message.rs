@@ -160,9 +160,11 @@ pub enum ContentBlock {
     },
     /// An OpenAI Responses compaction item (server-side compaction, `context_management`
     /// with a `compact_threshold`): the opaque, encrypted state of the turns the server
-    /// compacted, kept whole so it goes back in later requests as reasoning items do. Other
-    /// providers' encoders leave it out, and the turns it stands for stay in the history, so
-    /// a fallback model of another format reads them.
+    /// compacted, kept whole so it goes back in later requests as reasoning items do. The
+    /// turns it stands for, which the server no longer reads, leave the history
+    /// ([`ContextManager::apply_server_compaction`](crate::ContextManager::apply_server_compaction));
+    /// other providers' encoders leave the item out, so a fallback model of another format
+    /// reads the first message (the task), a note and the turns after the item.
     Compaction {
         /// The item id (`cmp_…`), when the server gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]

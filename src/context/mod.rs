@@ -35,6 +35,7 @@ mod tokens;
 pub(crate) use compact::cut_middle;
 pub use compact::{CompactionReport, CompactionStep, CompactionStrategy, Summarizer};
 pub use config::ContextConfig;
+pub(crate) use server_edits::is_server_compaction;
 pub use tokens::{CharEstimateCounter, TiktokenCounter, TokenCounter};
 
 pub use crate::message::Conversation;

@@ -1,17 +1,156 @@
-//! Replays the context edits a server applied (Anthropic context editing) on the local
-//! history, so the history, its token count, a saved session and a fallback model of another
-//! format see what the server showed the model.
+//! Replays what a server did to the prompt on the local history, so the history, its token
+//! count, a saved session and a fallback model of another format see what the server showed
+//! the model: the context edits it applied (Anthropic context editing), and the turns a server
+//! compaction item stands for (OpenAI Responses and Anthropic compaction), dropped.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::message::{ContentBlock, Role};
+use crate::message::{ContentBlock, Message, Role};
 use crate::provider::context_editing::{
     AppliedEdit, ContextEditing, CLEARED_TOOL_RESULT, CLEAR_THINKING, CLEAR_TOOL_USES,
+    SERVER_COMPACTED,
 };
 
 use super::ContextManager;
 
+/// What starts the copy of a server compaction's readable summary on the first message.
+const SERVER_SUMMARY: &str = "Summary of the earlier turns, by the server: ";
+
+/// Whether `block` is a server compaction item: OpenAI's
+/// [`ContentBlock::Compaction`], or Anthropic's `compaction` block (kept as
+/// [`ContentBlock::Other`]).
+pub(crate) fn is_server_compaction(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Compaction { .. } => true,
+        ContentBlock::Other(value) => {
+            value.get("type").and_then(serde_json::Value::as_str) == Some("compaction")
+        }
+        _ => false,
+    }
+}
+
 impl ContextManager {
+    /// Drops the turns a server compaction item stands for: once a response brings one
+    /// (OpenAI Responses' [`ContentBlock::Compaction`], Anthropic's `compaction` block, see
+    /// [`ServerCompaction`](crate::provider::context_editing::ServerCompaction)), the server
+    /// reads the prompt from the latest item on and ignores what came before, so the
+    /// messages between the first one and the one holding the latest item go. The first
+    /// message stays, followed by [`SERVER_COMPACTED`], the item's summary when it is readable
+    /// (Anthropic's block; OpenAI's item is encrypted), and the text of the latest user input
+    /// among the dropped messages (what an earlier drop copied there is replaced), so the
+    /// history stays valid and a fallback model of another format, which cannot read the
+    /// item, still has the task and what the server summarized. Returns how many messages were dropped (none when the
+    /// latest item is already in the first two messages).
+    ///
+    /// The token count then is an estimate (the last usage stood for the prompt before the
+    /// drop) until the next response's usage. The agent calls this after every response that
+    /// holds an item; without it the local history would keep every compacted turn, grow past
+    /// the input budget, and be counted against the server's figures for the compacted one
+    /// (BENCHMARKS.md §8).
+    ///
+    /// ```
+    /// use agent_loop::provider::context_editing::SERVER_COMPACTED;
+    /// use agent_loop::{ContentBlock, ContextManager, Message, Role};
+    ///
+    /// let mut context = ContextManager::default();
+    /// context.push_user_text("fix the parser");
+    /// context.push(Message::assistant("Looking."));
+    /// context.push_user_text("and the lexer");
+    /// context.push(Message {
+    ///     role: Role::Assistant,
+    ///     content: vec![
+    ///         ContentBlock::Compaction { id: None, encrypted_content: "gAAA…".into() },
+    ///         ContentBlock::text("On it."),
+    ///     ],
+    /// });
+    /// assert_eq!(context.apply_server_compaction(), 2);
+    /// let first = &context.messages()[0];
+    /// assert_eq!(
+    ///     first.content,
+    ///     [
+    ///         ContentBlock::text("fix the parser"),
+    ///         ContentBlock::text(SERVER_COMPACTED),
+    ///         ContentBlock::text("and the lexer"),
+    ///     ]
+    /// );
+    /// assert_eq!(context.len(), 2);
+    /// assert!(context.validate().is_ok());
+    /// assert_eq!(context.apply_server_compaction(), 0);
+    /// ```
+    pub fn apply_server_compaction(&mut self) -> usize {
+        let messages = self.messages();
+        let Some(at) = messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant && m.content.iter().any(is_server_compaction))
+        else {
+            return 0;
+        };
+        if at < 2 {
+            return 0;
+        }
+        // The first message's own blocks; what an earlier drop copied after the note.
+        let first: Vec<ContentBlock> = messages[0]
+            .content
+            .iter()
+            .filter(|b| !matches!(b, ContentBlock::ToolResult { .. }))
+            .cloned()
+            .collect();
+        let note = first
+            .iter()
+            .position(|b| matches!(b, ContentBlock::Text { text } if text == SERVER_COMPACTED));
+        let (own, copied) = match note {
+            Some(p) => (first[..p].to_vec(), first[p + 1..].to_vec()),
+            None => (first, Vec::new()),
+        };
+        // The latest user input among the dropped messages, else the one copied before.
+        let input = messages[1..at]
+            .iter()
+            .rev()
+            .filter(|m| m.role == Role::User)
+            .find_map(|m| {
+                let texts: Vec<ContentBlock> = m
+                    .content
+                    .iter()
+                    .filter(|b| matches!(b, ContentBlock::Text { text } if !text.is_empty()))
+                    .cloned()
+                    .collect();
+                (!texts.is_empty()).then_some(texts)
+            })
+            .unwrap_or_else(|| {
+                copied
+                    .into_iter()
+                    .filter(|b| {
+                        !matches!(b, ContentBlock::Text { text } if text.starts_with(SERVER_SUMMARY))
+                    })
+                    .collect()
+            });
+        // A readable summary (Anthropic's block has one) goes beside the note, for a
+        // fallback model that cannot read the item; the server ignores what precedes it.
+        let summary = messages[at]
+            .content
+            .iter()
+            .rev()
+            .find(|b| is_server_compaction(b))
+            .and_then(|b| match b {
+                ContentBlock::Other(value) => value.get("content")?.as_str(),
+                _ => None,
+            })
+            .filter(|text| !text.is_empty())
+            .map(|text| ContentBlock::text(format!("{SERVER_SUMMARY}{text}")));
+        let mut head = own;
+        head.push(ContentBlock::text(SERVER_COMPACTED));
+        head.extend(summary);
+        head.extend(input);
+        let head = Message {
+            role: Role::User,
+            content: head,
+        };
+        self.pending = None;
+        self.splice(0..at, vec![head]);
+        self.anchor = None;
+        at - 1
+    }
+
     /// Replays `edits` (a response's
     /// [`context_edits`](crate::ModelResponse::context_edits)) on the history, as asked for
     /// by `editing`, and returns the blocks changed:

@@ -91,6 +91,11 @@ pub(crate) fn anthropic(
     Some((wire, betas))
 }
 
+/// The note left on the first message where the turns a server compaction item stands for
+/// were dropped ([`ContextManager::apply_server_compaction`](crate::ContextManager::apply_server_compaction)).
+pub const SERVER_COMPACTED: &str =
+    "[Earlier turns were compacted by the server; the compaction item that follows stands for them.]";
+
 /// The content a cleared tool result gets in the local history. Anthropic does not document
 /// the exact placeholder text its server puts in; this one says the same thing.
 pub const CLEARED_TOOL_RESULT: &str = "[tool result cleared by context editing]";
@@ -104,13 +109,16 @@ pub const CLEAR_THINKING: &str = "clear_thinking_20251015";
 /// "compact_threshold": n}]`. Past `threshold` rendered tokens the server compacts the
 /// conversation into one opaque compaction item in its output, which the agent keeps in the
 /// history ([`ContentBlock::Compaction`](crate::ContentBlock::Compaction)) and sends back in
-/// later requests, as it does reasoning items; the turns it stands for stay in the history
-/// too, so a fallback model of another format (whose encoder leaves the item out) still
-/// reads them. On Anthropic the same setting sends a `compact_20260112` edit (trigger
-/// `input_tokens` at `threshold`, beta `compact-2026-01-12`); the `compaction` block the
-/// server returns (its summary streamed in `compaction_delta`s) is kept verbatim as
-/// [`ContentBlock::Other`](crate::ContentBlock::Other) and sent back as it came. Every other
-/// format ignores the setting. Set the local compaction threshold
+/// later requests, as it does reasoning items. On Anthropic the same setting sends a
+/// `compact_20260112` edit (trigger `input_tokens` at `threshold`, beta
+/// `compact-2026-01-12`); the `compaction` block the server returns (its summary streamed in
+/// `compaction_delta`s) is kept verbatim as [`ContentBlock::Other`](crate::ContentBlock::Other)
+/// and sent back as it came. Either way the server reads the prompt from the latest item on,
+/// so the agent drops the turns before it
+/// ([`ContextManager::apply_server_compaction`](crate::ContextManager::apply_server_compaction)):
+/// the first message stays, with [`SERVER_COMPACTED`], Anthropic's readable summary and the
+/// latest user input, which is what a fallback model of another format (whose encoder leaves
+/// the item out) reads of them. Every other format ignores the setting. Set the local compaction threshold
 /// ([`ContextConfig`](crate::context::ContextConfig)) above `threshold`, so the server
 /// compacts first.
 ///

@@ -169,7 +169,10 @@ mod tests {
         assert_eq!(answer("POST", &ok, Some("orphan".into()), 1).0, 400);
         assert_eq!(answer("POST", &json!([1]), None, 1).0, 400);
         // A string input is one user message; an empty one is refused.
-        assert_eq!(answer("POST", &json!({"model": "m", "input": ""}), None, 1).0, 400);
+        assert_eq!(
+            answer("POST", &json!({"model": "m", "input": ""}), None, 1).0,
+            400
+        );
         let (status, out) = answer("POST", &json!({"model": "m", "input": "hi"}), None, 2);
         assert_eq!(status, 200);
         assert_eq!(

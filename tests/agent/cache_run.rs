@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use agent_loop::context::{ContextConfig, Conversation, TiktokenCounter, TokenCounter};
+use agent_loop::context::{ContextConfig, TiktokenCounter, TokenCounter};
 use agent_loop::provider::context_editing::{
     AppliedEdit, ClearToolUses, ContextEditing, Trigger, CLEAR_TOOL_USES,
 };
@@ -244,61 +244,10 @@ struct Compact {
     /// tools and the summary), as Anthropic's top-level usage does (its compaction pass is
     /// reported apart, in `usage.iterations`, which the crate does not read).
     usage_after: bool,
-    /// What-if (not what the crate does): after each response the client drops the messages
-    /// before the latest compaction item, as OpenAI's latency tip allows, keeping the first
-    /// user message with a note so that the history stays valid ([`drop_before_item`]).
+    /// Whether the agent drops the turns the latest compaction item stands for after each
+    /// response, as it does (`ContextManager::apply_server_compaction`); `false` replays the
+    /// crate before that change, which kept them.
     drop_before: bool,
-}
-
-/// The note the what-if [`Compact::drop_before`] leaves on the first message.
-const DROPPED_FOR_ITEM: &str =
-    "[Earlier turns were compacted by the server; the compaction item below stands for them]";
-
-/// Drops the messages between the first one and the one holding the latest compaction item,
-/// through the public API (`restore`), and notes it on the first message, followed by the
-/// texts of the latest user message dropped (the latest user input must stay in the history).
-fn drop_before_item(cm: &mut ContextManager) {
-    let messages = cm.messages();
-    let Some(i) = messages
-        .iter()
-        .rposition(|m| m.content.iter().any(is_compaction))
-    else {
-        return;
-    };
-    if i < 2 {
-        return;
-    }
-    let mut head = messages[0].clone();
-    let note = head
-        .content
-        .iter()
-        .position(|b| matches!(b, ContentBlock::Text { text } if text == DROPPED_FOR_ITEM));
-    let input = messages[1..i].iter().rev().find_map(|m| {
-        let texts: Vec<ContentBlock> = m
-            .content
-            .iter()
-            .filter(|b| m.role == Role::User && matches!(b, ContentBlock::Text { .. }))
-            .cloned()
-            .collect();
-        (!texts.is_empty()).then_some(texts)
-    });
-    // A later input replaces the one copied before; none keeps it.
-    match (note, input) {
-        (Some(at), Some(input)) => {
-            head.content.truncate(at + 1);
-            head.content.extend(input);
-        }
-        (None, input) => {
-            head.content.push(ContentBlock::text(DROPPED_FOR_ITEM));
-            head.content.extend(input.unwrap_or_default());
-        }
-        (Some(_), None) => {}
-    }
-    let mut kept = vec![head];
-    kept.extend_from_slice(&messages[i..]);
-    let system = cm.system().map(str::to_owned);
-    cm.restore(Conversation::new(system, kept))
-        .expect("the history from the item on, after the first message, is valid");
 }
 
 fn is_compaction(block: &ContentBlock) -> bool {
@@ -603,7 +552,7 @@ async fn run_with(config: ContextConfig, server: Server) -> Figures {
             drop_before: true, ..
         }) = server
         {
-            drop_before_item(&mut cm);
+            cm.apply_server_compaction();
         }
         previous = Some(view);
     }
@@ -716,64 +665,55 @@ async fn a_thousand_turns_through_a_16k_window() {
     // of 800 tokens, thresholds below the local compaction's 85% mark (11,900 of 14,000).
     // The usage of a compacting response: OpenAI's is taken as the prompt the server read,
     // Anthropic's as the compacted one its model answered from (the top-level usage).
+    // The agent drops what precedes the latest item (`apply_server_compaction`); with
+    // CACHE_RUN_SWEEP the other two usage readings, and the crate before that change (the
+    // compacted turns kept), are printed too.
     let sweep = std::env::var_os("CACHE_RUN_SWEEP").is_some();
-    for (format, usage_after) in [
-        (Format::OpenAi, false),
-        (Format::Anthropic, true),
-        (Format::OpenAi, true),
-        (Format::Anthropic, false),
-    ]
-    .into_iter()
-    .take(if sweep { 4 } else { 2 })
-    {
-        for threshold in [8_000, 10_000] {
-            let c = Compact {
-                format,
-                threshold,
-                summary: 800,
-                usage_after,
-                drop_before: false,
-            };
-            let f = run_with(config(), Server::Compaction(c)).await;
-            let usage = if usage_after { "after" } else { "before" };
-            report(
-                &format!(
-                    "server compaction {format:?} (threshold {threshold}, summary 800, usage \
-                     {usage} compaction) + local"
-                ),
-                &f,
-            );
-            // What the server renders stays within the budget (checked at every request),
-            // the share within its ceiling; the server compacts, and every compaction item
-            // stays in the history the client sends.
-            assert!(f.prefix_share <= f.ceiling, "{f:?}");
-            assert!(f.server_compactions > 0, "{f:?}");
-            assert_eq!(f.items_lost, 0, "{f:?}");
+    for drop_before in [true, false].into_iter().take(if sweep { 2 } else { 1 }) {
+        for (format, usage_after) in [
+            (Format::OpenAi, false),
+            (Format::Anthropic, true),
+            (Format::OpenAi, true),
+            (Format::Anthropic, false),
+        ]
+        .into_iter()
+        .take(if sweep { 4 } else { 2 })
+        {
+            for threshold in [8_000, 10_000] {
+                let c = Compact {
+                    format,
+                    threshold,
+                    summary: 800,
+                    usage_after,
+                    drop_before,
+                };
+                let f = run_with(config(), Server::Compaction(c)).await;
+                let usage = if usage_after { "after" } else { "before" };
+                let kept = if drop_before {
+                    ""
+                } else {
+                    ", compacted turns kept (before the drop)"
+                };
+                report(
+                    &format!(
+                        "server compaction {format:?} (threshold {threshold}, summary 800, usage \
+                         {usage} compaction) + local{kept}"
+                    ),
+                    &f,
+                );
+                // What the server renders stays within the budget (checked at every request),
+                // the share within its ceiling; the server compacts, and every compaction item
+                // stays in the history the client sends.
+                assert!(f.prefix_share <= f.ceiling, "{f:?}");
+                assert!(f.server_compactions > 0, "{f:?}");
+                assert_eq!(f.items_lost, 0, "{f:?}");
+                if drop_before {
+                    // What is sent stays within the budget: the rendered prompt and the first
+                    // message, whatever the usage reports.
+                    assert_eq!(f.sent_over, 0, "{f:?}");
+                }
+            }
         }
-    }
-    // What-if: the client drops what comes before the latest compaction item (not what the
-    // crate does): the history sent is then what the server renders, plus the first message.
-    for (format, usage_after) in [(Format::OpenAi, false), (Format::Anthropic, true)] {
-        let c = Compact {
-            format,
-            threshold: 10_000,
-            summary: 800,
-            usage_after,
-            drop_before: true,
-        };
-        let f = run_with(config(), Server::Compaction(c)).await;
-        let usage = if usage_after { "after" } else { "before" };
-        report(
-            &format!(
-                "what-if: server compaction {format:?} (threshold 10000, summary 800, usage \
-                 {usage} compaction) + local, the client dropping what precedes the latest item"
-            ),
-            &f,
-        );
-        assert!(f.prefix_share <= f.ceiling, "{f:?}");
-        assert_eq!(f.items_lost, 0, "{f:?}");
-        // What is sent stays within the budget then.
-        assert_eq!(f.sent_over, 0, "{f:?}");
     }
     if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
         for low in [0.3, 0.45, 0.5, 0.6] {

@@ -1261,3 +1261,132 @@ async fn with_water_marks_compact_harder_is_one_compaction_below_both_targets() 
     );
     cm.validate().unwrap();
 }
+
+// ----- server compaction -----
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Rounds of tool steps, each ending in a response that holds a server compaction item
+    /// (OpenAI's encrypted one or Anthropic's readable block): what precedes the item goes,
+    /// the first message keeps its own words, the note, the readable summary and the latest
+    /// input; the history stays valid, its count consistent, and a second call changes
+    /// nothing.
+    #[test]
+    fn server_compaction_drops_what_the_item_stands_for(
+        rounds in prop::collection::vec((0usize..4, any::<bool>(), any::<bool>(), any::<bool>()), 1..5),
+    ) {
+        use agent_loop::provider::context_editing::SERVER_COMPACTED;
+        let mut cm = manager(ContextConfig::default()).with_system("sys");
+        cm.push_user_text("the first task");
+        let mut id = 0;
+        for (r, &(steps, anthropic, call_after, new_task)) in rounds.iter().enumerate() {
+            if new_task || cm.messages().last().is_some_and(|m| m.role == Role::Assistant) {
+                cm.push_user_text(format!("task {r}"));
+            }
+            for _ in 0..steps {
+                id += 1;
+                cm.push(assistant(vec![call(&format!("c{id}"))]));
+                cm.push_tool_results(vec![result(&format!("c{id}"), "o".repeat(80))]);
+            }
+            let item = if anthropic {
+                ContentBlock::Other(json!({"type": "compaction", "content": format!("summary {r}")}))
+            } else {
+                ContentBlock::Compaction { id: None, encrypted_content: format!("enc {r}") }
+            };
+            let mut content = vec![item];
+            if call_after {
+                id += 1;
+                content.push(call(&format!("c{id}")));
+            } else {
+                content.push(ContentBlock::text("done"));
+            }
+            let before = cm.messages().to_vec();
+            // The latest user input: the last user text before the item.
+            let latest = before
+                .iter()
+                .rev()
+                .flat_map(|m| m.content.iter().rev())
+                .find_map(|b| match b {
+                    ContentBlock::Text { text } if text.starts_with("task") || text == "the first task" => Some(text.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            let at = before.len();
+            cm.push(assistant(content.clone()));
+            let dropped = cm.apply_server_compaction();
+            if at >= 2 {
+                prop_assert_eq!(dropped, at - 1);
+                prop_assert_eq!(cm.len(), 2);
+            } else {
+                prop_assert_eq!(dropped, 0);
+            }
+            prop_assert_eq!(&cm.messages().last().unwrap().content, &content);
+            let first = &cm.messages()[0].content;
+            prop_assert_eq!(&first[0], &ContentBlock::text("the first task"));
+            prop_assert!(first.contains(&ContentBlock::text(latest.clone())), "{:?} lacks {}", first, latest);
+            let results = first.iter().any(|b| matches!(b, ContentBlock::ToolResult { .. }));
+            prop_assert!(!results, "{:?}", first);
+            let summaries: Vec<&ContentBlock> = first
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::Text { text } if text.contains("summary ")))
+                .collect();
+            if dropped > 0 {
+                prop_assert!(first.contains(&ContentBlock::text(SERVER_COMPACTED)));
+                // The note once, the latest summary only, and nothing else piles up.
+                let notes: Vec<usize> = first
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == ContentBlock::text(SERVER_COMPACTED))
+                    .map(|(i, _)| i)
+                    .collect();
+                prop_assert_eq!(notes.len(), 1, "{:?}", first);
+                prop_assert!(first.len() - notes[0] - 1 <= 2, "{:?}", first);
+                if anthropic {
+                    prop_assert_eq!(summaries.len(), 1);
+                    let latest_summary = matches!(summaries[0], ContentBlock::Text { text } if text.ends_with(&format!("summary {r}")));
+                    prop_assert!(latest_summary, "{:?}", summaries);
+                }
+            }
+            prop_assert!(summaries.len() <= 1, "{:?}", first);
+            let now = cm.messages().to_vec();
+            prop_assert_eq!(cm.apply_server_compaction(), 0);
+            prop_assert_eq!(cm.messages(), &now[..]);
+            if call_after {
+                cm.push_tool_results(vec![result(&format!("c{id}"), "o")]);
+            }
+            prop_assert!(cm.validate().is_ok(), "{:?}", cm.validate());
+            prop_assert_eq!(cm.estimated_tokens(), recount(&cm));
+        }
+    }
+}
+
+#[test]
+fn server_compaction_resets_the_count_to_the_estimate_and_marks_what_to_save() {
+    let mut cm = manager(ContextConfig::default());
+    cm.push_user_text("task");
+    cm.push(assistant(vec![call("c1")]));
+    cm.push_tool_results(vec![result("c1", "o".repeat(4_000))]);
+    let sent = cm.len();
+    cm.record_usage(
+        &Usage {
+            input_tokens: 50_000,
+            ..Usage::default()
+        },
+        sent,
+    );
+    cm.mark_saved();
+    cm.push(assistant(vec![
+        ContentBlock::Compaction {
+            id: Some("cmp_1".into()),
+            encrypted_content: "enc".into(),
+        },
+        ContentBlock::text("done"),
+    ]));
+    assert!(cm.token_count() > 50_000);
+    assert_eq!(cm.apply_server_compaction(), 2);
+    assert_eq!(cm.token_count(), cm.estimated_tokens());
+    assert!(cm.token_count() < 1_000);
+    // The session saves the whole rewritten history from its first message.
+    assert_eq!(cm.unsaved().from, 0);
+}

@@ -1,14 +1,15 @@
 //! OpenAI Responses server-side compaction (`RequestSettings::server_compaction`): the request
 //! carries `context_management: [{"type": "compaction", "compact_threshold": n}]`; the
 //! compaction item the server returns is kept whole in the history
-//! (`ContentBlock::Compaction`) and sent back in later requests as it came; a fallback of
-//! another format leaves it out and still reads the turns it stands for; `MockServer` refuses
-//! what the API refuses. The body that sends the item back is golden
+//! (`ContentBlock::Compaction`) and sent back in later requests as it came, and the turns it
+//! stands for, which the server no longer reads, are dropped (the first message keeps the task,
+//! with a note); a fallback of another format leaves the item out and gets a valid request with
+//! the task and the turns after the item; `MockServer` refuses what the API refuses. The body that sends the item back is golden
 //! (tests/golden/responses_compaction_request.json, checked against the openai SDK's
 //! `ResponseCreateParamsStreaming` by scripts/check-golden-requests.py).
 
 use agent_loop::agent::{Fallback, RunPolicy};
-use agent_loop::provider::context_editing::ServerCompaction;
+use agent_loop::provider::context_editing::{ServerCompaction, SERVER_COMPACTED};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::tool::FnTool;
@@ -97,7 +98,8 @@ async fn the_compaction_item_is_kept_and_sent_back_as_it_came() {
         compaction_items(&requests[2].body),
         [json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAencrypted"})]
     );
-    // The history holds the item, and the turns before it.
+    // The history holds the item; the turns before it went, the first message kept with the
+    // note.
     let history = agent.messages();
     let blocks: Vec<&ContentBlock> = history.iter().flat_map(|m| &m.content).collect();
     assert!(blocks.iter().any(|b| matches!(
@@ -105,7 +107,18 @@ async fn the_compaction_item_is_kept_and_sent_back_as_it_came() {
         ContentBlock::Compaction { id: Some(id), encrypted_content }
             if id == "cmp_1" && encrypted_content == "gAAAAencrypted"
     )));
-    assert!(requests[2].body.to_string().contains("contents of a"));
+    assert!(!requests[2].body.to_string().contains("contents of a"));
+    assert_eq!(
+        history[0].content,
+        [
+            ContentBlock::text("Read a and b"),
+            ContentBlock::text(SERVER_COMPACTED)
+        ]
+    );
+    assert!(matches!(
+        history[1].content[0],
+        ContentBlock::Compaction { .. }
+    ));
     assert!(agent.context().validate().is_ok());
     // Saved and restored, the item survives.
     let saved = serde_json::to_string(&agent.context().snapshot()).unwrap();
@@ -113,7 +126,7 @@ async fn the_compaction_item_is_kept_and_sent_back_as_it_came() {
 }
 
 #[tokio::test]
-async fn a_fallback_of_another_format_leaves_the_item_out_and_reads_the_turns() {
+async fn a_fallback_of_another_format_leaves_the_item_out_and_reads_the_task() {
     let openai = MockServer::start().await;
     let anthropic = MockServer::start().await;
     script(&openai);
@@ -137,8 +150,9 @@ async fn a_fallback_of_another_format_leaves_the_item_out_and_reads_the_turns() 
     let sent = anthropic.requests();
     assert_eq!(sent.len(), 1);
     let body = sent[0].body.to_string();
-    assert!(!body.contains("compaction"), "{body}");
-    assert!(body.contains("contents of a") && body.contains("contents of b"));
+    assert!(!body.contains("gAAAAencrypted"), "{body}");
+    assert!(body.contains("Read a and b") && body.contains(SERVER_COMPACTED));
+    assert!(body.contains("contents of b") && !body.contains("contents of a"));
     assert!(anthropic.history_violations().is_empty());
 }
 
@@ -227,8 +241,17 @@ async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
                               "trigger": {"type": "input_tokens", "value": 50000}}]})
         );
     }
-    let assistant = &requests[2].body["messages"][3]["content"];
-    assert_eq!(assistant[0], block, "{}", requests[2].body);
+    // The turns before the block went; the first message keeps the task, the note and the
+    // block's summary (for a fallback model, which cannot read the block).
+    let messages = &requests[2].body["messages"];
+    assert_eq!(
+        messages.as_array().unwrap().len(),
+        3,
+        "{}",
+        requests[2].body
+    );
+    assert_eq!(messages[1]["content"][0], block, "{}", requests[2].body);
+    assert!(!requests[2].body.to_string().contains("contents of a"));
     assert!(agent
         .messages()
         .iter()
@@ -253,9 +276,10 @@ async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
 }
 
 /// After an Anthropic compaction block, a fallback of another format gets a valid request
-/// without the block, and still reads the turns it stands for (they stay in the history).
+/// without the block, with the task and the block's summary (copied to the first message) and
+/// the turns after it.
 #[tokio::test]
-async fn a_fallback_after_an_anthropic_compaction_block_reads_the_turns() {
+async fn a_fallback_after_an_anthropic_compaction_block_reads_its_summary() {
     let anthropic = MockServer::start().await;
     let openai = MockServer::start().await;
     anthropic.push(ScriptedResponse::tool_call(
@@ -300,9 +324,13 @@ async fn a_fallback_after_an_anthropic_compaction_block_reads_the_turns() {
     assert_eq!(sent.len(), 1, "{events:#?}");
     assert!(openai.history_violations().is_empty());
     let body = sent[0].body.to_string();
-    assert!(!body.contains("Summary: a was read"), "{body}");
     assert!(
-        body.contains("contents of a") && body.contains("contents of b"),
+        body.contains("Read a and b") && body.contains(SERVER_COMPACTED),
+        "{body}"
+    );
+    assert!(body.contains("Summary: a was read"), "{body}");
+    assert!(
+        body.contains("contents of b") && !body.contains("contents of a"),
         "{body}"
     );
 }

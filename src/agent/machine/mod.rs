@@ -1304,6 +1304,16 @@ impl AgentMachine {
         if !response.message.content.is_empty() {
             self.context.push(response.message.clone());
         }
+        // A server compaction item stands for the turns before it, which the server no
+        // longer reads: they go (the first message keeps the task).
+        if response
+            .message
+            .content
+            .iter()
+            .any(crate::context::is_server_compaction)
+        {
+            self.context.apply_server_compaction();
+        }
         let has_calls = response.message.tool_uses().next().is_some();
         self.text.response(response.text(), has_calls);
 
