@@ -322,3 +322,185 @@ impl ContextManager {
         changed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::CharEstimateCounter;
+    use serde_json::json;
+
+    fn anthropic(summary: &str) -> ContentBlock {
+        ContentBlock::Other(json!({"type": "compaction", "content": summary}))
+    }
+
+    fn openai() -> ContentBlock {
+        ContentBlock::Compaction {
+            id: None,
+            encrypted_content: "enc".into(),
+        }
+    }
+
+    fn assistant(content: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content,
+        }
+    }
+
+    fn context(messages: Vec<Message>) -> ContextManager {
+        let mut cm = ContextManager::default().with_counter(CharEstimateCounter);
+        for m in messages {
+            cm.push(m);
+        }
+        cm
+    }
+
+    fn texts(m: &Message) -> Vec<String> {
+        m.content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text { text } => text.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_compaction_blocks_count_as_items() {
+        assert!(is_server_compaction(&openai()));
+        assert!(is_server_compaction(&anthropic("s")));
+        assert!(!is_server_compaction(&ContentBlock::Other(
+            json!({"type": "compactionx"})
+        )));
+        assert!(!is_server_compaction(&ContentBlock::Other(
+            json!({"content": "s"})
+        )));
+        assert!(!is_server_compaction(&ContentBlock::text("compaction")));
+    }
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "read".into(),
+            input: json!({}),
+        }
+    }
+
+    fn results(id: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(id, "out", false)],
+        }
+    }
+
+    #[test]
+    fn the_first_message_keeps_its_words_the_note_the_summary_and_the_latest_input() {
+        let mut cm = context(vec![
+            Message::user("task one"),
+            assistant(vec![ContentBlock::text("ok")]),
+            Message::user("task two"),
+            assistant(vec![ContentBlock::text("ok")]),
+            Message::user("task three"),
+            assistant(vec![anthropic("what happened"), call("c1")]),
+            results("c1"),
+        ]);
+        assert_eq!(cm.apply_server_compaction(), 4);
+        assert_eq!(
+            texts(&cm.messages()[0]),
+            [
+                "task one".to_owned(),
+                SERVER_COMPACTED.to_owned(),
+                format!("{SERVER_SUMMARY}what happened"),
+                "task three".to_owned()
+            ]
+        );
+        // A later item: the summary replaced; with no new input among the dropped messages
+        // (tool steps only), the copied one stays.
+        cm.push(assistant(vec![call("c2")]));
+        cm.push(results("c2"));
+        cm.push(assistant(vec![anthropic("later"), ContentBlock::text("n")]));
+        assert_eq!(cm.apply_server_compaction(), 4);
+        assert_eq!(
+            texts(&cm.messages()[0]),
+            [
+                "task one".to_owned(),
+                SERVER_COMPACTED.to_owned(),
+                format!("{SERVER_SUMMARY}later"),
+                "task three".to_owned()
+            ]
+        );
+        // An encrypted item: no summary; a new input replaces the copied one.
+        cm.push(Message::user("task four"));
+        cm.push(assistant(vec![ContentBlock::text("a")]));
+        cm.push(Message::user("go"));
+        cm.push(assistant(vec![openai(), ContentBlock::text("b")]));
+        assert_eq!(cm.apply_server_compaction(), 4);
+        assert_eq!(
+            texts(&cm.messages()[0]),
+            [
+                "task one".to_owned(),
+                SERVER_COMPACTED.to_owned(),
+                "go".to_owned()
+            ]
+        );
+        assert!(cm.validate().is_ok());
+    }
+
+    #[test]
+    fn nothing_goes_when_the_item_is_in_the_first_two_messages_or_absent() {
+        let mut cm = context(vec![
+            Message::user("task"),
+            assistant(vec![openai(), ContentBlock::text("x")]),
+        ]);
+        assert_eq!(cm.apply_server_compaction(), 0);
+        assert_eq!(cm.len(), 2);
+        let mut plain = context(vec![
+            Message::user("task"),
+            assistant(vec![ContentBlock::text("x")]),
+            Message::user("more"),
+            assistant(vec![ContentBlock::text("y")]),
+        ]);
+        assert_eq!(plain.apply_server_compaction(), 0);
+        assert_eq!(plain.len(), 4);
+        // An item in a user message is not one the server returned.
+        let mut odd = context(vec![
+            Message::user("task"),
+            assistant(vec![ContentBlock::text("x")]),
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::text("y"), openai()],
+            },
+            assistant(vec![ContentBlock::text("z")]),
+        ]);
+        assert_eq!(odd.apply_server_compaction(), 0);
+    }
+
+    #[test]
+    fn the_latest_item_decides_and_the_first_messages_results_never_stay() {
+        let mut cm = context(vec![
+            Message::user("task"),
+            assistant(vec![openai(), ContentBlock::text("a")]),
+            Message::user("more"),
+            assistant(vec![anthropic("s"), ContentBlock::text("b")]),
+            Message::user("again"),
+            assistant(vec![ContentBlock::text("c")]),
+        ]);
+        assert_eq!(cm.apply_server_compaction(), 2);
+        assert_eq!(cm.len(), 4);
+        assert!(matches!(
+            &cm.messages()[1].content[0],
+            ContentBlock::Other(_)
+        ));
+        assert_eq!(
+            texts(&cm.messages()[0]),
+            [
+                "task".to_owned(),
+                SERVER_COMPACTED.to_owned(),
+                format!("{SERVER_SUMMARY}s"),
+                "more".to_owned()
+            ]
+        );
+        // The count follows the estimate.
+        assert_eq!(cm.token_count(), cm.estimated_tokens());
+    }
+}

@@ -168,6 +168,15 @@ mod tests {
         );
         assert_eq!(answer("POST", &ok, Some("orphan".into()), 1).0, 400);
         assert_eq!(answer("POST", &json!([1]), None, 1).0, 400);
+        // `instructions` is a string or null.
+        let with = |instructions: Value| {
+            let mut body = ok.clone();
+            body["instructions"] = instructions;
+            answer("POST", &body, None, 1).0
+        };
+        assert_eq!(with(json!("sys")), 200);
+        assert_eq!(with(Value::Null), 200);
+        assert_eq!(with(json!(5)), 400);
         // A string input is one user message; an empty one is refused.
         assert_eq!(
             answer("POST", &json!({"model": "m", "input": ""}), None, 1).0,
@@ -200,5 +209,9 @@ mod tests {
         assert_eq!(output[1]["content"][0]["text"], "two");
         assert_eq!(output[2]["type"], "compaction");
         assert_eq!(output[2]["encrypted_content"], "mock-compaction-3");
+        // The usage: about a token per four bytes of the request.
+        let input_tokens = body.to_string().len() as u64 / 4;
+        assert_eq!(out["usage"]["input_tokens"], input_tokens);
+        assert_eq!(out["usage"]["total_tokens"], input_tokens + 64);
     }
 }
