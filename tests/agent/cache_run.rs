@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use agent_loop::context::{ContextConfig, TiktokenCounter, TokenCounter};
+use agent_loop::context::{ContextConfig, Conversation, TiktokenCounter, TokenCounter};
 use agent_loop::provider::context_editing::{
     AppliedEdit, ClearToolUses, ContextEditing, Trigger, CLEAR_TOOL_USES,
 };
@@ -216,6 +216,11 @@ enum Server {
     Editing(usize, usize, usize),
     /// Server compaction.
     Compaction(Compact),
+    /// OpenAI's `POST /responses/compact`, called by the host between tasks
+    /// (`OpenAiClient::compact`, then `Agent::restore`) once the count is past this many
+    /// tokens: the conversation becomes its user messages and one compaction item (800
+    /// tokens), which the server reads whole.
+    Endpoint(usize),
 }
 
 /// Which provider compacts on the server.
@@ -409,6 +414,43 @@ async fn run_with(config: ContextConfig, server: Server) -> Figures {
                 WORDS[rng.below(WORDS.len() as u64) as usize],
                 rng.below(40)
             );
+            if let Server::Endpoint(threshold) = server {
+                if cm.token_count() > threshold {
+                    server_compactions += 1;
+                    let said: Vec<ContentBlock> = cm
+                        .messages()
+                        .iter()
+                        .filter(|m| m.role == Role::User)
+                        .flat_map(|m| &m.content)
+                        .filter(|b| matches!(b, ContentBlock::Text { .. }))
+                        .cloned()
+                        .collect();
+                    let item = compaction_item(
+                        Compact {
+                            format: Format::OpenAi,
+                            threshold,
+                            summary: 800,
+                            usage_after: false,
+                            drop_before: false,
+                        },
+                        server_compactions,
+                    );
+                    let window = vec![
+                        Message {
+                            role: Role::User,
+                            content: said,
+                        },
+                        Message {
+                            role: Role::Assistant,
+                            content: vec![item],
+                        },
+                    ];
+                    cm.restore(Conversation::new(Some(SYSTEM.to_owned()), window))
+                        .expect("the compacted window is a valid history");
+                    // The window is new to the cache (system and tools aside).
+                    added += cm.estimated_tokens() - head;
+                }
+            }
             let before = cm.estimated_tokens();
             cm.push_user_text(latest_input.clone());
             added += cm.estimated_tokens() - before;
@@ -467,7 +509,11 @@ async fn run_with(config: ContextConfig, server: Server) -> Figures {
         }
         // The prompt the server renders (and caches) from it: all of it but with server
         // compaction.
-        let view = rendered(messages);
+        // (`/responses/compact`'s window is read whole: its user messages come before the item.)
+        let view = match server {
+            Server::Endpoint(_) => messages.to_vec(),
+            _ => rendered(messages),
+        };
         let (total, shared) = request_tokens(&view, previous.as_deref(), head);
         if view.len() == messages.len() {
             assert_eq!(total, sent, "the measure is the crate's count");
@@ -714,6 +760,17 @@ async fn a_thousand_turns_through_a_16k_window() {
                 }
             }
         }
+    }
+    // `/responses/compact` between tasks, past 8,000 or 10,000 tokens.
+    for threshold in [8_000, 10_000] {
+        let f = run_with(config(), Server::Endpoint(threshold)).await;
+        report(
+            &format!("/responses/compact between tasks (threshold {threshold}, item 800) + local"),
+            &f,
+        );
+        assert!(f.prefix_share <= f.ceiling, "{f:?}");
+        assert!(f.server_compactions > 0, "{f:?}");
+        assert_eq!(f.sent_over, 0, "{f:?}");
     }
     if std::env::var_os("CACHE_RUN_SWEEP").is_some() {
         for low in [0.3, 0.45, 0.5, 0.6] {
