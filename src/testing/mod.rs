@@ -43,6 +43,7 @@ mod scripted;
 mod segment;
 mod sse;
 mod tool_schemas;
+mod tool_search;
 mod whole;
 
 pub use cassette::{

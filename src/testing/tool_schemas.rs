@@ -43,6 +43,11 @@ pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
             return Some(refused);
         }
     }
+    if format == WireFormat::OpenAiResponses {
+        if let Some(refused) = super::tool_search::responses_rejection(body) {
+            return Some(refused);
+        }
+    }
     let tools = body.get("tools")?.as_array()?;
     tools.iter().enumerate().find_map(|(i, tool)| match format {
         WireFormat::Anthropic => anthropic(i, tool).or_else(|| strict(format, i, tool)),
