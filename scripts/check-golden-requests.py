@@ -377,6 +377,7 @@ CHECKS = {
     "openai_strict_request.json": ("openai CompletionCreateParamsStreaming", check_openai_chat),
     "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
+    "responses_tool_search_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }
 
 
