@@ -44,8 +44,12 @@ pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
         }
     }
     if format == WireFormat::OpenAiResponses {
-        if let Some(refused) = super::tool_search::responses_rejection(body) {
-            return Some(refused);
+        if let Some(message) = super::tool_search::responses_rejection(body) {
+            return Some(Rejection {
+                error_type: "invalid_request_error",
+                code: None,
+                message,
+            });
         }
     }
     let tools = body.get("tools")?.as_array()?;

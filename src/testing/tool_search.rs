@@ -10,22 +10,17 @@
 
 use serde_json::Value;
 
-use super::tool_schemas::Rejection;
-
-fn refuse(message: String) -> Option<Rejection> {
-    Some(Rejection {
-        error_type: "invalid_request_error",
-        code: None,
-        message,
-    })
+fn refuse(message: String) -> Option<String> {
+    Some(message)
 }
 
-/// What the real API refuses about tool search in a Responses request body, if anything.
-pub(super) fn responses_rejection(body: &Value) -> Option<Rejection> {
+/// What the real API refuses about tool search in a Responses request body, if anything: the
+/// message of its `400 invalid_request_error`.
+pub(super) fn responses_rejection(body: &Value) -> Option<String> {
     tools(body).or_else(|| items(body))
 }
 
-fn tools(body: &Value) -> Option<Rejection> {
+fn tools(body: &Value) -> Option<String> {
     let tools = body.get("tools").and_then(Value::as_array)?;
     let kind = |t: &Value| t.get("type").and_then(Value::as_str).map(str::to_owned);
     let mut search = false;
@@ -69,7 +64,7 @@ fn tools(body: &Value) -> Option<Rejection> {
     None
 }
 
-fn execution(item: &Value, at: &str) -> Option<Rejection> {
+fn execution(item: &Value, at: &str) -> Option<String> {
     match item.get("execution") {
         None => None,
         Some(Value::String(e)) if e == "server" || e == "client" => None,
@@ -79,7 +74,7 @@ fn execution(item: &Value, at: &str) -> Option<Rejection> {
     }
 }
 
-fn items(body: &Value) -> Option<Rejection> {
+fn items(body: &Value) -> Option<String> {
     let items = body.get("input").and_then(Value::as_array)?;
     for (i, item) in items.iter().enumerate() {
         let at = format!("input[{i}]");
@@ -132,7 +127,7 @@ mod tests {
     use serde_json::json;
 
     fn refused(body: Value) -> Option<String> {
-        responses_rejection(&body).map(|r| r.message)
+        responses_rejection(&body)
     }
 
     fn function(name: &str, deferred: bool) -> Value {
