@@ -1316,6 +1316,29 @@ mod tests {
     }
 
     #[test]
+    fn only_search_items_are_responses_only_and_kept_with_their_required_fields() {
+        use super::{is_responses_only, is_tool_search_item};
+        let (call, output) = search_items();
+        for item in [&call, &output] {
+            assert!(
+                is_responses_only(item) && is_tool_search_item(item),
+                "{item}"
+            );
+        }
+        let anthropic = json!({"type": "server_tool_use", "id": "srv_1", "arguments": {}});
+        assert!(!is_responses_only(&anthropic) && !is_tool_search_item(&anthropic));
+        assert!(!is_responses_only(&json!("tool_search_call")));
+        let mut call = call;
+        call["arguments"] = json!(null);
+        assert!(is_responses_only(&call) && !is_tool_search_item(&call));
+        // A call's `tools` do not stand for its arguments, nor an output's arguments for tools.
+        let crossed = json!({"type": "tool_search_call", "tools": []});
+        assert!(!is_tool_search_item(&crossed));
+        let crossed = json!({"type": "tool_search_output", "arguments": {}});
+        assert!(!is_tool_search_item(&crossed));
+    }
+
+    #[test]
     fn search_items_without_what_an_input_item_needs_are_left_out() {
         let (mut call, mut output) = search_items();
         call.as_object_mut().unwrap().remove("arguments");
