@@ -247,7 +247,7 @@ fn loaded(history: &[Message]) -> BTreeSet<&str> {
                 ContentBlock::Other(item)
                     if item.get("type").and_then(Value::as_str) == Some("tool_search_output") =>
                 {
-                    hosted_loaded(item.get("tools"), 0, &mut names);
+                    hosted_loaded(item.get("tools"), &mut names);
                 }
                 _ => {}
             }
@@ -256,18 +256,18 @@ fn loaded(history: &[Message]) -> BTreeSet<&str> {
     names
 }
 
-/// The names of the functions in a `tool_search_output`'s `tools` (and in its namespaces'
-/// `tools`, one level down).
-fn hosted_loaded<'a>(tools: Option<&'a Value>, depth: u8, names: &mut BTreeSet<&'a str>) {
-    for tool in tools.and_then(Value::as_array).into_iter().flatten() {
-        match tool.get("type").and_then(Value::as_str) {
-            Some("function") => {
-                if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                    names.insert(name);
-                }
+/// The names of the functions in a `tool_search_output`'s `tools`, and in its namespaces'
+/// `tools` (namespaces hold functions, not namespaces).
+fn hosted_loaded<'a>(tools: Option<&'a Value>, names: &mut BTreeSet<&'a str>) {
+    let list = |tools: Option<&'a Value>| tools.and_then(Value::as_array).into_iter().flatten();
+    let is = |tool: &Value, kind: &str| tool.get("type").and_then(Value::as_str) == Some(kind);
+    let name = |tool: &'a Value| tool.get("name").and_then(Value::as_str);
+    for tool in list(tools) {
+        let inner = list(tool.get("tools")).filter(|_| is(tool, "namespace"));
+        for function in std::iter::once(tool).chain(inner) {
+            if let Some(name) = name(function).filter(|_| is(function, "function")) {
+                names.insert(name);
             }
-            Some("namespace") if depth == 0 => hosted_loaded(tool.get("tools"), 1, names),
-            _ => {}
         }
     }
 }
@@ -506,7 +506,11 @@ mod tests {
                 content: vec![
                     output(json!([{"type": "function", "name": "tool_4"},
                                   {"type": "namespace", "name": "ns",
-                                   "tools": [{"type": "function", "name": "tool_6"}]},
+                                   "tools": [{"type": "function", "name": "tool_6"},
+                                             {"type": "namespace", "name": "inner", "tools":
+                                              [{"type": "function", "name": "tool_9"}]}]},
+                                  {"type": "mcp", "name": "mcp",
+                                   "tools": [{"type": "function", "name": "tool_5"}]},
                                   {"type": "mcp", "name": "tool_7"}, 3])),
                     output(json!("not a list")),
                     ContentBlock::Other(json!({"type": "tool_search_call",

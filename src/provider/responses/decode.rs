@@ -22,7 +22,13 @@
 //!   another thing);
 //! - a `reasoning` item streams its summary as thinking deltas and ends, at
 //!   `output_item.done`, in one [`LlmEvent::Reasoning`] holding the whole item (id, summary,
-//!   `encrypted_content`), which goes back to the model verbatim.
+//!   `encrypted_content`), which goes back to the model verbatim;
+//! - a hosted tool search item (`tool_search_call`, `tool_search_output`) is one
+//!   [`LlmEvent::OtherBlock`] at `output_item.done` holding the item's JSON as it came (a
+//!   [`ContentBlock::Other`](crate::ContentBlock::Other), sent back as an input item); one
+//!   without what an input item of its type requires (`arguments`; a `tools` list) is left
+//!   out, and its fields are never an error, whatever their types. Its size is bounded by the
+//!   SSE event limit and counted against the response's.
 //!
 //! Endings: `response.completed` stops with `ToolUse` when the response called a function, else
 //! `EndTurn`; `response.incomplete` with `max_output_tokens` gives `MaxTokens`, with
@@ -1336,6 +1342,19 @@ mod tests {
         assert!(!is_tool_search_item(&crossed));
         let crossed = json!({"type": "tool_search_output", "arguments": {}});
         assert!(!is_tool_search_item(&crossed));
+    }
+
+    #[test]
+    fn only_search_items_are_read_whatever_their_fields_hold() {
+        // A function call whose fields have the wrong types is malformed, as before; a search
+        // item with the same fields is judged whole (and kept here: it has its arguments).
+        let odd = |ty: &str| json!({"type": ty, "id": 5, "call_id": ["x"], "name": {}, "arguments": {"q": 1}});
+        assert!(decode(&stream(&[odd("function_call")])).is_err());
+        let response = decode(&stream(&[odd("tool_search_call")])).unwrap();
+        assert_eq!(
+            response.message.content,
+            [ContentBlock::Other(odd("tool_search_call"))]
+        );
     }
 
     #[test]

@@ -10,11 +10,16 @@
 //! - An assistant message becomes, in its blocks' order: its reasoning items verbatim
 //!   ([`ContentBlock::Reasoning`]: id, summary, `encrypted_content`), `message` items with role
 //!   `assistant` for its text, and `function_call` items (`call_id`, `name`, `arguments` as a
-//!   JSON string) for its tool calls. Anthropic thinking and unmodelled blocks are dropped:
-//!   the format has no place for them.
+//!   JSON string) for its tool calls; OpenAI's hosted tool search items
+//!   ([`ContentBlock::Other`] holding a `tool_search_call` or `tool_search_output`) go back
+//!   verbatim in their place. Anthropic thinking and other unmodelled blocks are dropped: the
+//!   format has no place for them.
 //! - Tools are flat function tools (`{"type":"function","name","description","parameters",
 //!   "strict"}`; `strict` is `true` with the schema normalised when strict tools are on and
 //!   the schema allows it, see [`strict`](crate::provider::strict)); `tool_choice` is sent with tools only.
+//!   With [`ModelRequest::deferred_tools`] (hosted tool search), those follow with
+//!   `defer_loading: true`, then `{"type": "tool_search"}` (server execution), and the local
+//!   `search_tools` is left out unless the history called it.
 //! - `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` (with tools only),
 //!   `user`, `reasoning: {effort, summary}` when set on the client,
 //!   and `store: false` with `include: ["reasoning.encrypted_content"]` unless the client
