@@ -388,6 +388,7 @@ CHECKS = {
     "responses_compaction_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_strict_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
     "responses_compact_request.json": ("openai ResponseCompactParams", check_responses_compact),
+    "responses_tool_search_request.json": ("openai ResponseCreateParamsStreaming", check_responses),
 }
 
 

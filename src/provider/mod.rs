@@ -145,9 +145,10 @@ pub struct ModelRequest {
     /// Default `false`.
     pub strict_tools: bool,
     /// Tools the request defers to the provider's hosted tool search (see
-    /// [`ToolSearch::hosted`](crate::tool::search::ToolSearch::hosted)): Anthropic sends them
-    /// with `defer_loading: true` beside its `tool_search_tool_bm25` tool, in place of the
-    /// local search tool; the other formats ignore them (the local search tool in
+    /// [`ToolSearch::hosted`](crate::tool::search::ToolSearch::hosted)): Anthropic and
+    /// OpenAI Responses send them with `defer_loading: true` beside their hosted search tool
+    /// (`tool_search_tool_bm25`, `tool_search`), in place of the local search tool; the
+    /// other formats ignore them (the local search tool in
     /// [`tools`](Self::tools) finds them). Default empty.
     pub deferred_tools: Vec<ToolSpec>,
     /// Anthropic context editing (see [`context_editing`]): sent as `context_management`

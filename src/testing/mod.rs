@@ -21,7 +21,9 @@
 //! `tool_result` in the next user message) and record violations for the test to assert on.
 //! The `MockServer` also refuses, with the provider's own `400`, a tool schema the real API
 //! refuses (Anthropic: a top-level `oneOf`/`anyOf`/`allOf` or a non-object `input_schema`;
-//! OpenAI: non-object `parameters`).
+//! OpenAI: non-object `parameters`; OpenAI Responses: functions with `defer_loading` but no
+//! `tool_search` tool, a deferred `tool_search`, tool search input items without their required
+//! fields).
 //!
 //! Amazon Bedrock Converse is served on `{url}/model/{modelId}/converse-stream` as the AWS
 //! event stream, with Bedrock's error bodies and its refusals (blank text blocks, tool blocks
@@ -44,6 +46,7 @@ mod scripted;
 mod segment;
 mod sse;
 mod tool_schemas;
+mod tool_search;
 mod whole;
 
 pub use cassette::{

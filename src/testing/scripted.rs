@@ -268,7 +268,9 @@ impl ScriptedResponse {
     }
 
     /// Adds a block the crate does not model (for example Anthropic `server_tool_use`), kept
-    /// verbatim.
+    /// verbatim. The [`MockServer`](super::MockServer) streams it in Anthropic's format as a
+    /// content block; in OpenAI Responses, a `tool_search_call` or `tool_search_output` item
+    /// as `response.output_item.added` / `.done` (other blocks have no place there).
     pub fn then_other_block(mut self, block: serde_json::Value) -> Self {
         self.steps.push(Step::Block(Block::Other(block)));
         self

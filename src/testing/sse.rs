@@ -460,6 +460,8 @@ enum ResponsesKind {
     Reasoning,
     Function,
     Compaction,
+    /// An item given whole (the hosted tool search's `tool_search_call`, `tool_search_output`).
+    Whole,
 }
 
 /// The OpenAI Responses stream of `events`: each block is an output item (in order of first
@@ -527,6 +529,8 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                 json!({"type": "compaction", "id": format!("cmp_{output_index}")}),
                 None,
             ),
+            // Never opened here: an item given whole has its own events.
+            ResponsesKind::Whole => (Value::Null, None),
         };
         items.push(Value::Null);
         blocks.insert(
@@ -700,6 +704,46 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                            "output_index": block.output_index, "item": item}),
                 );
             }
+            // A scripted item of the format's own (`then_other_block` with a `tool_search_call`
+            // or `tool_search_output`): `output_item.added` with it `in_progress`, then
+            // `output_item.done` with it as given. Other formats' blocks have no place here.
+            LlmEvent::OtherBlock { index, block } => {
+                let is_item = block
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|ty| ty == "tool_search_call" || ty == "tool_search_output");
+                if !is_item || blocks.contains_key(index) {
+                    continue;
+                }
+                let output_index = items.len();
+                items.push(block.clone());
+                blocks.insert(
+                    *index,
+                    ResponsesBlock {
+                        output_index,
+                        kind: ResponsesKind::Whole,
+                        text: String::new(),
+                        call: None,
+                        done: true,
+                    },
+                );
+                let mut added = block.clone();
+                if added.get("status").is_some() {
+                    added["status"] = json!("in_progress");
+                }
+                push(
+                    &mut out,
+                    SegmentKind::Content,
+                    json!({"type": "response.output_item.added",
+                           "output_index": output_index, "item": added}),
+                );
+                push(
+                    &mut out,
+                    SegmentKind::Other,
+                    json!({"type": "response.output_item.done",
+                           "output_index": output_index, "item": block}),
+                );
+            }
             LlmEvent::BlockStop { index } => {
                 let Some(block) = blocks.get_mut(index) else {
                     continue;
@@ -741,7 +785,7 @@ fn responses(events: &[LlmEvent]) -> Vec<Segment> {
                                "summary": [{"type": "summary_text", "text": text}]}),
                     ),
                     // Sent whole when it came (`done` set): never reached.
-                    ResponsesKind::Compaction => continue,
+                    ResponsesKind::Compaction | ResponsesKind::Whole => continue,
                     ResponsesKind::Function => {
                         let (call_id, name) = block.call.clone().unwrap_or_default();
                         (

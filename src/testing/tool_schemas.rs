@@ -43,6 +43,15 @@ pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
             return Some(refused);
         }
     }
+    if format == WireFormat::OpenAiResponses {
+        if let Some(message) = super::tool_search::responses_rejection(body) {
+            return Some(Rejection {
+                error_type: "invalid_request_error",
+                code: None,
+                message,
+            });
+        }
+    }
     let tools = body.get("tools")?.as_array()?;
     tools.iter().enumerate().find_map(|(i, tool)| match format {
         WireFormat::Anthropic => anthropic(i, tool).or_else(|| strict(format, i, tool)),

@@ -62,11 +62,16 @@ pub struct ToolSearch {
     /// The most tools one search returns (default 5, at most 20).
     pub max_results: u32,
     /// Whether to use the provider's hosted search where it offers one (default `false`):
-    /// Anthropic gets every tool not yet used or found with `defer_loading: true` and its
-    /// `tool_search_tool_bm25` tool instead of `search_tools`, and may call a tool it finds in
-    /// the same response. The request then still carries every schema (deferred tools are
-    /// not put in the model's context), so it saves input tokens, not request bytes. Other
-    /// formats search locally either way.
+    /// every tool not yet used or found goes with `defer_loading: true` beside the provider's
+    /// search tool instead of `search_tools` — Anthropic's `tool_search_tool_bm25`, OpenAI
+    /// Responses' `{"type": "tool_search"}` (executed by the server) — and the model may call
+    /// a tool it finds in the same response. The search's output items (Anthropic's
+    /// `server_tool_use` and `tool_search_tool_result` blocks, OpenAI's `tool_search_call`
+    /// and `tool_search_output` items) are kept in the assistant message and sent back as
+    /// they came; the other formats leave them out. A tool an OpenAI search loaded counts as
+    /// found. The request then still carries every schema (deferred tools are not put in the
+    /// model's context), so it saves input tokens, not request bytes. Chat Completions,
+    /// Gemini, Bedrock and Ollama search locally either way.
     pub hosted: bool,
 }
 
@@ -211,7 +216,8 @@ pub fn search_spec(hidden: usize) -> ToolSpec {
     }
 }
 
-/// The tools the history called, and those its searches found.
+/// The tools the history called, those its searches found, and the functions OpenAI's
+/// hosted search loaded (the `tools` of a `tool_search_output` item, namespaces' included).
 fn loaded(history: &[Message]) -> BTreeSet<&str> {
     let mut names = BTreeSet::new();
     let mut searches: BTreeSet<&str> = BTreeSet::new();
@@ -238,11 +244,32 @@ fn loaded(history: &[Message]) -> BTreeSet<&str> {
                         );
                     }
                 }
+                ContentBlock::Other(item)
+                    if item.get("type").and_then(Value::as_str) == Some("tool_search_output") =>
+                {
+                    hosted_loaded(item.get("tools"), &mut names);
+                }
                 _ => {}
             }
         }
     }
     names
+}
+
+/// The names of the functions in a `tool_search_output`'s `tools`, and in its namespaces'
+/// `tools` (namespaces hold functions, not namespaces).
+fn hosted_loaded<'a>(tools: Option<&'a Value>, names: &mut BTreeSet<&'a str>) {
+    let list = |tools: Option<&'a Value>| tools.and_then(Value::as_array).into_iter().flatten();
+    let is = |tool: &Value, kind: &str| tool.get("type").and_then(Value::as_str) == Some(kind);
+    let name = |tool: &'a Value| tool.get("name").and_then(Value::as_str);
+    for tool in list(tools) {
+        let inner = list(tool.get("tools")).filter(|_| is(tool, "namespace"));
+        for function in std::iter::once(tool).chain(inner) {
+            if let Some(name) = name(function).filter(|_| is(function, "function")) {
+                names.insert(name);
+            }
+        }
+    }
 }
 
 /// A BM25 index over tools' names and descriptions.
@@ -462,6 +489,39 @@ mod tests {
         let next = search.select(tools, &history, None);
         let names: Vec<&str> = next.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, [SEARCH_TOOL, "tool_2", "tool_5", "tool_9"]);
+    }
+
+    #[test]
+    fn functions_an_openai_hosted_search_loaded_count_as_found() {
+        let search = ToolSearch::new().threshold(3).hosted(true);
+        let output = |tools: Value| {
+            ContentBlock::Other(json!({"type": "tool_search_output", "id": "tso_1",
+                                       "execution": "server", "status": "completed",
+                                       "tools": tools}))
+        };
+        let history = vec![
+            Message::user("go"),
+            Message {
+                role: crate::message::Role::Assistant,
+                content: vec![
+                    output(json!([{"type": "function", "name": "tool_4"},
+                                  {"type": "namespace", "name": "ns",
+                                   "tools": [{"type": "function", "name": "tool_6"},
+                                             {"type": "namespace", "name": "inner", "tools":
+                                              [{"type": "function", "name": "tool_9"}]}]},
+                                  {"type": "mcp", "name": "mcp",
+                                   "tools": [{"type": "function", "name": "tool_5"}]},
+                                  {"type": "mcp", "name": "tool_7"}, 3])),
+                    output(json!("not a list")),
+                    ContentBlock::Other(json!({"type": "tool_search_call",
+                                               "tools": [{"type": "function", "name": "tool_8"}]})),
+                ],
+            },
+        ];
+        let (carried, deferred) = search.split(many(10), &history, None);
+        let names: Vec<&str> = carried.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, [SEARCH_TOOL, "tool_4", "tool_6"]);
+        assert_eq!(deferred.len(), 8);
     }
 
     #[test]

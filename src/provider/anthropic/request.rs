@@ -484,6 +484,12 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
                 cache_control: None,
             }
         }
+        // OpenAI Responses hosted tool search items neither: the calls they loaded are kept.
+        ContentBlock::Other(value)
+            if crate::provider::responses::decode::is_responses_only(value) =>
+        {
+            return Ok(None)
+        }
         ContentBlock::Other(value) => WireBlock::Other(value),
         // A block kind this format cannot carry is left out.
         #[allow(unreachable_patterns)]

@@ -56,7 +56,7 @@ pub(crate) fn encode(conversation: &Conversation, model: &str) -> Result<Vec<u8>
     #[derive(serde::Serialize)]
     struct Body<'a> {
         model: &'a str,
-        input: Vec<super::wire::InputItem<'a>>,
+        input: Vec<super::wire::AnyItem<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         instructions: Option<&'a str>,
     }

@@ -22,7 +22,13 @@
 //!   another thing);
 //! - a `reasoning` item streams its summary as thinking deltas and ends, at
 //!   `output_item.done`, in one [`LlmEvent::Reasoning`] holding the whole item (id, summary,
-//!   `encrypted_content`), which goes back to the model verbatim.
+//!   `encrypted_content`), which goes back to the model verbatim;
+//! - a hosted tool search item (`tool_search_call`, `tool_search_output`) is one
+//!   [`LlmEvent::OtherBlock`] at `output_item.done` holding the item's JSON as it came (a
+//!   [`ContentBlock::Other`](crate::ContentBlock::Other), sent back as an input item); one
+//!   without what an input item of its type requires (`arguments`; a `tools` list) is left
+//!   out, and its fields are never an error, whatever their types. Its size is bounded by the
+//!   SSE event limit and counted against the response's.
 //!
 //! Endings: `response.completed` stops with `ToolUse` when the response called a function, else
 //! `EndTurn`; `response.incomplete` with `max_output_tokens` gives `MaxTokens`, with
@@ -39,6 +45,7 @@
 //! the assembler leaves the empty block out. Empty function-call arguments are `{}`.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::error::{ApiError, LlmError};
 use crate::message::{StopReason, Usage};
@@ -75,7 +82,7 @@ struct Event<'a> {
     /// `function_call_arguments.done`.
     #[serde(borrow, default)]
     arguments: Option<CowStr<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "item_with_raw")]
     item: Option<Item<'a>>,
     #[serde(borrow, default)]
     part: Option<Part<'a>>,
@@ -92,7 +99,7 @@ struct Event<'a> {
 }
 
 /// An output item, as `output_item.added` / `.done` carry it.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub(crate) struct Item<'a> {
     #[serde(rename = "type", borrow, default)]
     pub(crate) ty: Option<CowStr<'a>>,
@@ -103,7 +110,9 @@ pub(crate) struct Item<'a> {
     pub(crate) call_id: Option<CowStr<'a>>,
     #[serde(borrow, default)]
     pub(crate) name: Option<CowStr<'a>>,
-    #[serde(borrow, default)]
+    /// A function call's arguments (a JSON string); a `tool_search_call`'s are an object,
+    /// read as none here (the item is kept whole, see `raw`).
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub(crate) arguments: Option<CowStr<'a>>,
     // reasoning
     #[serde(borrow, default)]
@@ -113,6 +122,91 @@ pub(crate) struct Item<'a> {
     // message
     #[serde(borrow, default)]
     pub(crate) content: Option<Vec<Part<'a>>>,
+    /// The item's JSON as it came (set by [`item_with_raw`]): the hosted tool search's items
+    /// are kept whole.
+    #[serde(skip)]
+    pub(crate) raw: Option<&'a RawValue>,
+}
+
+/// An output item, read into [`Item`] with its JSON kept in `raw`.
+fn item_with_raw<'de, D>(deserializer: D) -> Result<Option<Item<'de>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(raw) = Option::<&'de RawValue>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    Ok(Some(item_of(raw).map_err(serde::de::Error::custom)?))
+}
+
+/// The item in `raw`. A hosted tool search item whose fields have unexpected types is read as
+/// its type alone (it is judged whole at `.done`); any other item must read.
+fn item_of(raw: &RawValue) -> Result<Item<'_>, serde_json::Error> {
+    match serde_json::from_str::<Item<'_>>(raw.get()) {
+        Ok(mut item) => {
+            item.raw = Some(raw);
+            Ok(item)
+        }
+        Err(e) => {
+            #[derive(Deserialize)]
+            struct TypeOnly<'a> {
+                #[serde(rename = "type", borrow, default)]
+                ty: Option<CowStr<'a>>,
+            }
+            match serde_json::from_str::<TypeOnly<'_>>(raw.get()) {
+                Ok(TypeOnly { ty: Some(ty) }) if TOOL_SEARCH_ITEMS.contains(&ty.as_str()) => {
+                    Ok(Item {
+                        ty: Some(ty),
+                        raw: Some(raw),
+                        ..Item::default()
+                    })
+                }
+                _ => Err(e),
+            }
+        }
+    }
+}
+
+/// A string, or `None` for any other JSON value.
+fn lenient_str<'de, D>(deserializer: D) -> Result<Option<CowStr<'de>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum StrOrOther<'a> {
+        Str(#[serde(borrow)] CowStr<'a>),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(
+        match Option::<StrOrOther<'de>>::deserialize(deserializer)? {
+            Some(StrOrOther::Str(s)) => Some(s),
+            _ => None,
+        },
+    )
+}
+
+/// The output item types of OpenAI's hosted tool search, kept whole in a
+/// [`ContentBlock::Other`](crate::ContentBlock::Other) and sent back as input items.
+pub(crate) const TOOL_SEARCH_ITEMS: [&str; 2] = ["tool_search_call", "tool_search_output"];
+
+/// Whether `block` is an item only the Responses format carries (a hosted tool search item):
+/// the other formats' encoders leave it out.
+pub(crate) fn is_responses_only(block: &serde_json::Value) -> bool {
+    block
+        .get("type")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|ty| TOOL_SEARCH_ITEMS.contains(&ty))
+}
+
+/// Whether `block` is a hosted tool search item (`tool_search_call`, `tool_search_output`)
+/// with the fields an input item of its type requires (`arguments`; `tools`, a list).
+pub(crate) fn is_tool_search_item(block: &serde_json::Value) -> bool {
+    match block.get("type").and_then(serde_json::Value::as_str) {
+        Some("tool_search_call") => block.get("arguments").is_some_and(|a| !a.is_null()),
+        Some("tool_search_output") => block.get("tools").is_some_and(serde_json::Value::is_array),
+        _ => false,
+    }
 }
 
 /// A content part (`output_text`, `refusal`) or a summary part (`summary_text`).
@@ -258,6 +352,12 @@ enum ItemState {
     },
     /// A compaction item (server-side compaction): one block, sent whole at `.done`.
     Compaction {
+        block: usize,
+        done: bool,
+    },
+    /// A hosted tool search item (`tool_search_call`, `tool_search_output`): one block, the
+    /// item kept whole at `.done`.
+    ToolSearch {
         block: usize,
         done: bool,
     },
@@ -562,6 +662,10 @@ impl Decoder {
                 block: self.new_block(),
                 done: false,
             },
+            Some(ty) if TOOL_SEARCH_ITEMS.contains(&ty) => ItemState::ToolSearch {
+                block: self.new_block(),
+                done: false,
+            },
             _ => ItemState::Other,
         };
         *self.slot(ev.output_index)? = Some(state);
@@ -656,6 +760,22 @@ impl Decoder {
                         index: *block,
                         id: item.id.as_ref().map(|s| s.as_str().to_owned()),
                         encrypted_content: content.as_str().to_owned(),
+                    });
+                    out.push(LlmEvent::BlockStop { index: *block });
+                }
+            }
+            Some(ItemState::ToolSearch { block, done }) => {
+                // Kept whole, to go back as an input item; an item without the fields an input
+                // item needs (or not an object) carries nothing to send back and is left out.
+                let value = item
+                    .raw
+                    .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+                    .filter(is_tool_search_item);
+                if let (false, Some(value)) = (*done, value) {
+                    *done = true;
+                    out.push(LlmEvent::OtherBlock {
+                        index: *block,
+                        block: value,
                     });
                     out.push(LlmEvent::BlockStop { index: *block });
                 }
@@ -886,7 +1006,7 @@ impl Decoder {
             #[serde(default)]
             status: Option<String>,
             #[serde(borrow, default)]
-            output: Option<Vec<Item<'a>>>,
+            output: Option<Vec<&'a RawValue>>,
         }
         let whole: Whole<'_> = serde_json::from_str(body).map_err(|e| {
             LlmError::malformed(format!("invalid JSON in OpenAI Responses body: {e}"))
@@ -896,7 +1016,10 @@ impl Decoder {
             return Err(stream_error(error));
         }
         self.start(Some(&whole.response), out);
-        for (i, item) in whole.output.into_iter().flatten().enumerate() {
+        for (i, raw) in whole.output.into_iter().flatten().enumerate() {
+            let item = item_of(raw).map_err(|e| {
+                LlmError::malformed(format!("invalid OpenAI Responses output item: {e}"))
+            })?;
             let ev = Event::item_event(i as u64, item);
             self.item_added(&ev, out)?;
             self.item_done(&ev, out)?;
@@ -1114,5 +1237,184 @@ mod tests {
                 input: serde_json::json!({"a": 17, "b": 25}),
             }]
         );
+    }
+
+    fn decode(body: &str) -> Result<crate::ModelResponse, crate::error::LlmError> {
+        let mut decoder = WireDecoder::new(WireFormat::OpenAiResponses);
+        let mut events = Vec::new();
+        decoder.push(body.as_bytes(), &mut events)?;
+        decoder.finish(&mut events)?;
+        let mut assembler = StreamAssembler::new();
+        for event in &events {
+            assembler.push(event)?;
+        }
+        assembler.finish()
+    }
+
+    fn event(data: serde_json::Value) -> String {
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap_or("")
+        )
+    }
+
+    /// A stream with the given output items, each `added` then `done`, then `completed`.
+    fn stream(items: &[serde_json::Value]) -> String {
+        let mut body = event(json!({"type": "response.created", "response": {"id": "resp_1"}}));
+        for (i, item) in items.iter().enumerate() {
+            body.push_str(&event(json!({"type": "response.output_item.added",
+                                        "output_index": i, "item": item})));
+            body.push_str(&event(json!({"type": "response.output_item.done",
+                                        "output_index": i, "item": item})));
+        }
+        body.push_str(&event(json!({"type": "response.completed",
+                                    "response": {"id": "resp_1", "status": "completed"}})));
+        body
+    }
+
+    use serde_json::json;
+
+    fn search_items() -> (serde_json::Value, serde_json::Value) {
+        (
+            json!({"type": "tool_search_call", "id": "tsc_1", "call_id": null,
+                   "execution": "server", "status": "completed",
+                   "arguments": {"query": "invoice"}}),
+            json!({"type": "tool_search_output", "id": "tso_1", "call_id": null,
+                   "execution": "server", "status": "completed",
+                   "tools": [{"type": "function", "name": "export_invoice",
+                              "description": "Exports", "parameters": {"type": "object"},
+                              "strict": false, "defer_loading": true}]}),
+        )
+    }
+
+    #[test]
+    fn hosted_tool_search_items_are_kept_whole_beside_the_call() {
+        let (call, output) = search_items();
+        let function = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                              "name": "export_invoice", "arguments": "{\"id\":\"a\"}",
+                              "status": "completed"});
+        let response = decode(&stream(&[call.clone(), output.clone(), function.clone()])).unwrap();
+        let want = vec![
+            ContentBlock::Other(call.clone()),
+            ContentBlock::Other(output.clone()),
+            ContentBlock::ToolUse {
+                id: "call_1".into(),
+                name: "export_invoice".into(),
+                input: json!({"id": "a"}),
+            },
+        ];
+        assert_eq!(response.message.content, want);
+        assert_eq!(response.stop_reason, crate::message::StopReason::ToolUse);
+
+        // The same items in a whole (non-streamed) response.
+        let body = json!({"id": "resp_1", "object": "response", "status": "completed",
+                          "output": [call, output, function]});
+        let mut decoder = super::Decoder::new();
+        let mut events = Vec::new();
+        decoder
+            .decode_whole(&body.to_string(), &mut events)
+            .unwrap();
+        let mut assembler = StreamAssembler::new();
+        for event in &events {
+            assembler.push(event).unwrap();
+        }
+        assert_eq!(assembler.finish().unwrap().message.content, want);
+    }
+
+    #[test]
+    fn only_search_items_are_responses_only_and_kept_with_their_required_fields() {
+        use super::{is_responses_only, is_tool_search_item};
+        let (call, output) = search_items();
+        for item in [&call, &output] {
+            assert!(
+                is_responses_only(item) && is_tool_search_item(item),
+                "{item}"
+            );
+        }
+        let anthropic = json!({"type": "server_tool_use", "id": "srv_1", "arguments": {}});
+        assert!(!is_responses_only(&anthropic) && !is_tool_search_item(&anthropic));
+        assert!(!is_responses_only(&json!("tool_search_call")));
+        let mut call = call;
+        call["arguments"] = json!(null);
+        assert!(is_responses_only(&call) && !is_tool_search_item(&call));
+        // A call's `tools` do not stand for its arguments, nor an output's arguments for tools.
+        let crossed = json!({"type": "tool_search_call", "tools": []});
+        assert!(!is_tool_search_item(&crossed));
+        let crossed = json!({"type": "tool_search_output", "arguments": {}});
+        assert!(!is_tool_search_item(&crossed));
+    }
+
+    #[test]
+    fn only_search_items_are_read_whatever_their_fields_hold() {
+        // A function call whose fields have the wrong types is malformed, as before; a search
+        // item with the same fields is judged whole (and kept here: it has its arguments).
+        let odd = |ty: &str| json!({"type": ty, "id": 5, "call_id": ["x"], "name": {}, "arguments": {"q": 1}});
+        assert!(decode(&stream(&[odd("function_call")])).is_err());
+        let response = decode(&stream(&[odd("tool_search_call")])).unwrap();
+        assert_eq!(
+            response.message.content,
+            [ContentBlock::Other(odd("tool_search_call"))]
+        );
+    }
+
+    #[test]
+    fn search_items_without_what_an_input_item_needs_are_left_out() {
+        let (mut call, mut output) = search_items();
+        call.as_object_mut().unwrap().remove("arguments");
+        output["tools"] = json!("none");
+        let text = json!({"type": "message", "id": "msg_1", "role": "assistant",
+                          "content": [{"type": "output_text", "text": "hi"}]});
+        let response = decode(&stream(&[call, output, text])).unwrap();
+        assert_eq!(response.message.content, vec![ContentBlock::text("hi")]);
+        assert_eq!(response.stop_reason, crate::message::StopReason::EndTurn);
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(json!(null)),
+            any::<bool>().prop_map(|b| json!(b)),
+            any::<i64>().prop_map(|n| json!(n)),
+            "\\PC{0,12}".prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// A hosted tool search item with any values in its fields (and any extra ones) never
+        /// fails the stream nor panics: it is kept whole when it has what an input item of its
+        /// type needs, left out otherwise; the function call after it is decoded either way.
+        #[test]
+        fn malformed_search_items_are_kept_or_left_out(
+            output in proptest::bool::ANY,
+            fields in proptest::collection::btree_map(
+                proptest::sample::select(vec!["id", "call_id", "execution", "status",
+                                              "arguments", "tools", "summary", "content",
+                                              "name", "encrypted_content", "extra"]),
+                json_value(), 0..7),
+        ) {
+            let mut item: serde_json::Map<String, serde_json::Value> = fields
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+            let ty = if output { "tool_search_output" } else { "tool_search_call" };
+            item.insert("type".into(), json!(ty));
+            let item = serde_json::Value::Object(item);
+            let function = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                                  "name": "f", "arguments": "{}", "status": "completed"});
+            let response = decode(&stream(&[item.clone(), function])).unwrap();
+            let mut want = Vec::new();
+            if super::is_tool_search_item(&item) {
+                want.push(ContentBlock::Other(item));
+            }
+            want.push(ContentBlock::ToolUse { id: "call_1".into(), name: "f".into(), input: json!({}) });
+            proptest::prop_assert_eq!(response.message.content, want);
+        }
     }
 }

@@ -10,11 +10,16 @@
 //! - An assistant message becomes, in its blocks' order: its reasoning items verbatim
 //!   ([`ContentBlock::Reasoning`]: id, summary, `encrypted_content`), `message` items with role
 //!   `assistant` for its text, and `function_call` items (`call_id`, `name`, `arguments` as a
-//!   JSON string) for its tool calls. Anthropic thinking and unmodelled blocks are dropped:
-//!   the format has no place for them.
+//!   JSON string) for its tool calls; OpenAI's hosted tool search items
+//!   ([`ContentBlock::Other`] holding a `tool_search_call` or `tool_search_output`) go back
+//!   verbatim in their place. Anthropic thinking and other unmodelled blocks are dropped: the
+//!   format has no place for them.
 //! - Tools are flat function tools (`{"type":"function","name","description","parameters",
 //!   "strict"}`; `strict` is `true` with the schema normalised when strict tools are on and
 //!   the schema allows it, see [`strict`](crate::provider::strict)); `tool_choice` is sent with tools only.
+//!   With [`ModelRequest::deferred_tools`] (hosted tool search), those follow with
+//!   `defer_loading: true`, then `{"type": "tool_search"}` (server execution), and the local
+//!   `search_tools` is left out unless the history called it.
 //! - `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` (with tools only),
 //!   `user`, `reasoning: {effort, summary}` when set on the client,
 //!   and `store: false` with `include: ["reasoning.encrypted_content"]` unless the client
@@ -34,8 +39,8 @@ use crate::provider::media_limits::{self as media, Provider};
 use crate::provider::{http, ModelRequest, ToolChoice};
 
 use super::wire::{
-    ContextManagement, FunctionTool, InputItem, InputPart, MessageContent, Output, Reasoning,
-    ResponsesRequest, SourceUrl, SummaryText,
+    AnyItem, ContextManagement, FunctionTool, InputItem, InputPart, MessageContent, Output,
+    Reasoning, ResponsesRequest, SourceUrl, SummaryText, Tool,
 };
 use super::ResponsesOptions;
 
@@ -112,25 +117,30 @@ pub(crate) fn encode(
         )?;
     }
     out.extend_from_slice(b"],");
-    let tools: Vec<FunctionTool<'_>> = request
+    // Hosted tool search: the deferred functions with `defer_loading`, then OpenAI's
+    // `tool_search` tool in place of the local one (kept only if the history called it).
+    let hosted = !request.deferred_tools.is_empty();
+    let local_search_used = hosted
+        && request.messages.iter().any(|m| {
+            m.content.iter().any(|b| {
+                matches!(b, ContentBlock::ToolUse { name, .. }
+                    if name == crate::tool::search::SEARCH_TOOL)
+            })
+        });
+    let strict_tools = request.strict_tools;
+    let function = |t, deferred| function_tool(t, deferred, strict_tools);
+    let mut tools: Vec<Tool<'_>> = request
         .tools
         .iter()
-        .map(|t| {
-            let (parameters, strict) = crate::provider::strict::wire_schema(
-                &t.name,
-                &t.input_schema,
-                crate::provider::strict::StrictDialect::OpenAi,
-                request.strict_tools,
-            );
-            FunctionTool {
-                kind: "function",
-                name: &t.name,
-                description: &t.description,
-                parameters,
-                strict,
-            }
-        })
+        .filter(|t| !hosted || local_search_used || t.name != crate::tool::search::SEARCH_TOOL)
+        .map(|t| function(t, false))
+        .chain(request.deferred_tools.iter().map(|t| function(t, true)))
         .collect();
+    if hosted {
+        tools.push(Tool::Search {
+            kind: "tool_search",
+        });
+    }
     let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
         ToolChoice::Auto => serde_json::json!("auto"),
         ToolChoice::Any => serde_json::json!("required"),
@@ -175,53 +185,87 @@ pub(crate) fn encode(
     Ok(out)
 }
 
+/// A function tool, deferred to the hosted tool search or not.
+fn function_tool(t: &crate::message::ToolSpec, deferred: bool, strict_tools: bool) -> Tool<'_> {
+    let (parameters, strict) = crate::provider::strict::wire_schema(
+        &t.name,
+        &t.input_schema,
+        crate::provider::strict::StrictDialect::OpenAi,
+        strict_tools,
+    );
+    Tool::Function(FunctionTool {
+        kind: "function",
+        name: &t.name,
+        description: &t.description,
+        parameters,
+        strict,
+        defer_loading: deferred.then_some(true),
+    })
+}
+
 /// The cache of encoded messages' key for this format.
 const ENCODED_KEY: u32 = 4;
 
-pub(super) fn assistant<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) {
+pub(super) fn assistant<'a>(message: &'a Message, out: &mut Vec<AnyItem<'a>>) {
     for block in &message.content {
         match block {
-            ContentBlock::Text { text } if !text.is_empty() => out.push(InputItem::Message {
-                role: "assistant",
-                content: MessageContent::Text(text.clone()),
-            }),
+            ContentBlock::Text { text } if !text.is_empty() => out.push(
+                InputItem::Message {
+                    role: "assistant",
+                    content: MessageContent::Text(text.clone()),
+                }
+                .into(),
+            ),
             ContentBlock::Reasoning {
                 id,
                 summary,
                 encrypted_content,
-            } => out.push(InputItem::Reasoning {
-                id,
-                summary: summary
-                    .iter()
-                    .map(|text| SummaryText {
-                        kind: "summary_text",
-                        text,
-                    })
-                    .collect(),
-                encrypted_content: encrypted_content.as_deref(),
-            }),
+            } => out.push(
+                InputItem::Reasoning {
+                    id,
+                    summary: summary
+                        .iter()
+                        .map(|text| SummaryText {
+                            kind: "summary_text",
+                            text,
+                        })
+                        .collect(),
+                    encrypted_content: encrypted_content.as_deref(),
+                }
+                .into(),
+            ),
             ContentBlock::Compaction {
                 id,
                 encrypted_content,
-            } => out.push(InputItem::Compaction {
-                id: id.as_deref(),
-                encrypted_content,
-            }),
-            ContentBlock::ToolUse { id, name, input } => out.push(InputItem::FunctionCall {
-                call_id: id,
-                name,
-                arguments: if input.is_object() {
-                    input.to_string()
-                } else {
-                    "{}".to_owned()
-                },
-            }),
+            } => out.push(
+                InputItem::Compaction {
+                    id: id.as_deref(),
+                    encrypted_content,
+                }
+                .into(),
+            ),
+            ContentBlock::ToolUse { id, name, input } => out.push(
+                InputItem::FunctionCall {
+                    call_id: id,
+                    name,
+                    arguments: if input.is_object() {
+                        input.to_string()
+                    } else {
+                        "{}".to_owned()
+                    },
+                }
+                .into(),
+            ),
+            // OpenAI's hosted tool search items, sent back as they came, in their place.
+            ContentBlock::Other(item) if super::decode::is_tool_search_item(item) => {
+                out.push(AnyItem::Verbatim(item))
+            }
             _ => {}
         }
     }
 }
 
-pub(super) fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Result<(), LlmError> {
+pub(super) fn user<'a>(message: &'a Message, out: &mut Vec<AnyItem<'a>>) -> Result<(), LlmError> {
     for block in &message.content {
         if let ContentBlock::ToolResult {
             tool_use_id,
@@ -249,10 +293,13 @@ pub(super) fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Re
                 }
                 Output::Parts(parts)
             };
-            out.push(InputItem::FunctionCallOutput {
-                call_id: tool_use_id,
-                output,
-            });
+            out.push(
+                InputItem::FunctionCallOutput {
+                    call_id: tool_use_id,
+                    output,
+                }
+                .into(),
+            );
         }
     }
     let has_parts = message.content.iter().any(|b| {
@@ -292,10 +339,13 @@ pub(super) fn user<'a>(message: &'a Message, out: &mut Vec<InputItem<'a>>) -> Re
         }
         MessageContent::Text(texts.join("\n"))
     };
-    out.push(InputItem::Message {
-        role: "user",
-        content,
-    });
+    out.push(
+        InputItem::Message {
+            role: "user",
+            content,
+        }
+        .into(),
+    );
     Ok(())
 }
 
@@ -366,6 +416,9 @@ pub(crate) fn decode(body: &Value) -> Vec<Message> {
                 Some("user") => (Role::User, decode_content(item.get("content"))),
                 _ => continue,
             },
+            "tool_search_call" | "tool_search_output" => {
+                (Role::Assistant, vec![ContentBlock::Other(item.clone())])
+            }
             "compaction" => (
                 Role::Assistant,
                 vec![ContentBlock::Compaction {
@@ -720,6 +773,80 @@ mod tests {
             v["input"],
             json!([{"type": "message", "role": "user", "content": "thanks"}])
         );
+    }
+
+    #[test]
+    fn hosted_tool_search_defers_functions_and_sends_its_items_back_verbatim() {
+        let spec = |name: &str| crate::message::ToolSpec {
+            name: name.into(),
+            description: format!("Does {name}"),
+            input_schema: json!({"type": "object"}),
+        };
+        let call = json!({"type": "tool_search_call", "id": "tsc_1", "execution": "server",
+                          "status": "completed", "arguments": {"query": "b"}});
+        let output = json!({"type": "tool_search_output", "id": "tso_1", "execution": "server",
+                            "status": "completed", "tools": [{"type": "function", "name": "b"}]});
+        let history = vec![
+            Message::user("do b"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Other(call.clone()),
+                    ContentBlock::Other(output.clone()),
+                    // Another format's unmodelled block has no place here.
+                    ContentBlock::Other(json!({"type": "server_tool_use", "id": "srv_1"})),
+                    ContentBlock::ToolUse {
+                        id: "call_1".into(),
+                        name: "b".into(),
+                        input: json!({}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::tool_result("call_1", "done", false)],
+            },
+        ];
+        let mut r = ModelRequest::new(history);
+        r.tools = vec![spec(crate::tool::search::SEARCH_TOOL), spec("b")];
+        r.deferred_tools = vec![spec("a"), spec("c")];
+        let v = encode_value(&r, &ResponsesOptions::default());
+        let tools = v["tools"].as_array().unwrap();
+        let summary: Vec<(&str, Option<&str>, Option<bool>)> = tools
+            .iter()
+            .map(|t| {
+                (
+                    t["type"].as_str().unwrap(),
+                    t["name"].as_str(),
+                    t.get("defer_loading").and_then(Value::as_bool),
+                )
+            })
+            .collect();
+        // The local search tool is left out (never called); the search tool is last, bare.
+        assert_eq!(
+            summary,
+            [
+                ("function", Some("b"), None),
+                ("function", Some("a"), Some(true)),
+                ("function", Some("c"), Some(true)),
+                ("tool_search", None, None)
+            ]
+        );
+        assert_eq!(tools[3], json!({"type": "tool_search"}));
+        let input = v["input"].as_array().unwrap();
+        assert_eq!(input[1], call);
+        assert_eq!(input[2], output);
+        assert_eq!(input[3]["type"], "function_call");
+        assert_eq!(input.len(), 5);
+        // Without deferred tools nothing changes: no search tool, no defer_loading.
+        r.deferred_tools.clear();
+        let v = encode_value(&r, &ResponsesOptions::default());
+        assert!(!v["tools"].to_string().contains("defer_loading"));
+        assert_eq!(v["tools"].as_array().unwrap().len(), 2);
+        // The mock's inverse reads the items back as the blocks they came from.
+        let decoded = decode(&v);
+        assert_eq!(decoded[1].content[0], ContentBlock::Other(call));
+        assert_eq!(decoded[1].content[1], ContentBlock::Other(output));
     }
 
     #[test]

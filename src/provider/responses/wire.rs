@@ -12,7 +12,7 @@ pub(crate) struct ResponsesRequest<'a> {
     // `input` is not here: `request::encode` writes it first, from the bytes the
     // conversation's earlier requests already encoded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) tools: Vec<FunctionTool<'a>>,
+    pub(crate) tools: Vec<Tool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_choice: Option<serde_json::Value>,
     pub(crate) max_output_tokens: u32,
@@ -58,7 +58,23 @@ pub(crate) struct Reasoning<'a> {
     pub(crate) summary: Option<&'a str>,
 }
 
-/// One item of `input`.
+/// One item of `input`: a typed one, or an item kept as it came (the hosted tool search's
+/// `tool_search_call` and `tool_search_output`, `ToolSearchCall` and
+/// `ResponseToolSearchOutputItemParamParam` in the SDK).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum AnyItem<'a> {
+    Typed(InputItem<'a>),
+    Verbatim(&'a serde_json::Value),
+}
+
+impl<'a> From<InputItem<'a>> for AnyItem<'a> {
+    fn from(item: InputItem<'a>) -> Self {
+        AnyItem::Typed(item)
+    }
+}
+
+/// One typed item of `input`.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum InputItem<'a> {
@@ -164,6 +180,19 @@ pub(crate) struct SummaryText<'a> {
     pub(crate) text: &'a str,
 }
 
+/// One entry of `tools`: a function, or the hosted tool search.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Tool<'a> {
+    Function(FunctionTool<'a>),
+    /// `ToolSearchToolParam`: `{"type": "tool_search"}`, executed by the server (the default
+    /// `execution`), over the functions sent with `defer_loading: true`.
+    Search {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
 /// `FunctionToolParam`: a flat function tool.
 #[derive(Debug, Serialize)]
 pub(crate) struct FunctionTool<'a> {
@@ -175,4 +204,7 @@ pub(crate) struct FunctionTool<'a> {
     /// Required by the type (nullable); `true` only for a schema normalised for strict mode
     /// (every property required, no additional properties), `false` otherwise.
     pub(crate) strict: bool,
+    /// `true` for a function deferred to the hosted tool search; not sent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) defer_loading: Option<bool>,
 }
