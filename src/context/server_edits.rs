@@ -44,7 +44,8 @@ impl ContextManager {
     ///
     /// The token count then is an estimate (the last usage stood for the prompt before the
     /// drop) until the next response's usage. The agent calls this after every response that
-    /// holds an item; without it the local history would keep every compacted turn, grow past
+    /// holds an item, and does not anchor the count on that response's usage (it counts a
+    /// prompt the server rewrote, and on Anthropic the compaction pass too); without it the local history would keep every compacted turn, grow past
     /// the input budget, and be counted against the server's figures for the compacted one
     /// (BENCHMARKS.md §8).
     ///

@@ -1390,3 +1390,28 @@ fn server_compaction_resets_the_count_to_the_estimate_and_marks_what_to_save() {
     // The session saves the whole rewritten history from its first message.
     assert_eq!(cm.unsaved().from, 0);
 }
+
+/// A response that compacted on the server reports the usage of a prompt the server rewrote
+/// (and, on Anthropic, of the compaction pass): the agent's count does not anchor on it.
+#[tokio::test]
+async fn a_compacting_response_does_not_anchor_the_count() {
+    use agent_loop::provider::context_editing::ServerCompaction;
+    use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    use futures::StreamExt;
+
+    let client = ScriptedClient::new([ScriptedResponse::new()
+        .then_compaction(Some("cmp_1"), "enc")
+        .then_text("done")
+        .usage_tokens(1_000_000, 10)]);
+    let mut agent = agent_loop::Agent::builder(client)
+        .settings(
+            agent_loop::RequestSettings::new().server_compaction(ServerCompaction::new(1_000)),
+        )
+        .build()
+        .unwrap();
+    let _ = agent.run("hello").collect::<Vec<_>>().await;
+    let context = agent.context();
+    assert_eq!(context.len(), 2);
+    assert_eq!(context.token_count(), context.estimated_tokens());
+    assert!(context.token_count() < 1_000, "{}", context.token_count());
+}

@@ -1300,18 +1300,22 @@ impl AgentMachine {
             self.context
                 .apply_context_edits(&response.context_edits, editing);
         }
-        self.context.record_usage(&response.usage, sent);
-        if !response.message.content.is_empty() {
-            self.context.push(response.message.clone());
-        }
-        // A server compaction item stands for the turns before it, which the server no
-        // longer reads: they go (the first message keeps the task).
-        if response
+        // A response that compacted on the server reports a prompt the server rewrote (and,
+        // on Anthropic, the compaction pass): it anchors nothing.
+        let compacted = response
             .message
             .content
             .iter()
-            .any(crate::context::is_server_compaction)
-        {
+            .any(crate::context::is_server_compaction);
+        if !compacted {
+            self.context.record_usage(&response.usage, sent);
+        }
+        if !response.message.content.is_empty() {
+            self.context.push(response.message.clone());
+        }
+        // The item stands for the turns before it, which the server no longer reads: they go
+        // (the first message keeps the task).
+        if compacted {
             self.context.apply_server_compaction();
         }
         let has_calls = response.message.tool_uses().next().is_some();

@@ -82,11 +82,42 @@ pub(crate) struct WireUsage {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
+    /// `iterations`: per-pass usage; its `compaction` entries (server compaction's own pass)
+    /// are not in the top-level fields. Read leniently: any other shape counts nothing.
+    #[serde(default)]
+    iterations: Option<serde_json::Value>,
 }
 
 impl WireUsage {
-    /// Anthropic's usage figures are cumulative: a present field replaces the running one.
-    fn apply(&self, usage: &mut Usage) {
+    /// Anthropic's usage figures are cumulative: a present field replaces the running one, and
+    /// present `iterations` replace the running sum of the compaction passes (`passes`).
+    fn apply(&self, usage: &mut Usage, passes: &mut Usage) {
+        if let Some(serde_json::Value::Array(iterations)) = &self.iterations {
+            *passes = Usage::default();
+            let field = |entry: &serde_json::Value, name: &str| {
+                entry
+                    .get(name)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0)
+            };
+            for entry in iterations {
+                if entry.get("type").and_then(serde_json::Value::as_str) != Some("compaction") {
+                    continue;
+                }
+                passes.input_tokens = passes
+                    .input_tokens
+                    .saturating_add(field(entry, "input_tokens"));
+                passes.output_tokens = passes
+                    .output_tokens
+                    .saturating_add(field(entry, "output_tokens"));
+                passes.cache_read_input_tokens = passes
+                    .cache_read_input_tokens
+                    .saturating_add(field(entry, "cache_read_input_tokens"));
+                passes.cache_creation_input_tokens = passes
+                    .cache_creation_input_tokens
+                    .saturating_add(field(entry, "cache_creation_input_tokens"));
+            }
+        }
         if let Some(v) = self.input_tokens {
             usage.input_tokens = v;
         }
@@ -135,6 +166,10 @@ pub(crate) struct Decoder {
     started: bool,
     done: bool,
     usage: Usage,
+    /// The usage of the server compaction passes (`usage.iterations`), which the top-level
+    /// figures leave out; added to them in the usage the decoder reports, so a budget counts
+    /// what the compaction cost.
+    passes: Usage,
     stop_reason: Option<StopReason>,
     stop_sequence: Option<String>,
     /// A server compaction block being streamed (`compaction` + `compaction_delta`s): sent
@@ -185,6 +220,21 @@ impl Decoder {
 
     pub(crate) fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The usage to report: the top-level figures plus the compaction passes'.
+    fn billed(&self) -> Usage {
+        let mut usage = self.usage;
+        let passes = &self.passes;
+        usage.input_tokens = usage.input_tokens.saturating_add(passes.input_tokens);
+        usage.output_tokens = usage.output_tokens.saturating_add(passes.output_tokens);
+        usage.cache_read_input_tokens = usage
+            .cache_read_input_tokens
+            .saturating_add(passes.cache_read_input_tokens);
+        usage.cache_creation_input_tokens = usage
+            .cache_creation_input_tokens
+            .saturating_add(passes.cache_creation_input_tokens);
+        usage
     }
 
     pub(crate) fn on_event(
@@ -316,8 +366,8 @@ impl Decoder {
                     model: message.model.unwrap_or_default(),
                 });
                 if let Some(usage) = message.usage {
-                    usage.apply(&mut self.usage);
-                    out.push(LlmEvent::Usage(self.usage));
+                    usage.apply(&mut self.usage, &mut self.passes);
+                    out.push(LlmEvent::Usage(self.billed()));
                 }
             }
             "message_delta" => {
@@ -330,8 +380,8 @@ impl Decoder {
                     }
                 }
                 if let Some(usage) = parsed.usage {
-                    usage.apply(&mut self.usage);
-                    out.push(LlmEvent::Usage(self.usage));
+                    usage.apply(&mut self.usage, &mut self.passes);
+                    out.push(LlmEvent::Usage(self.billed()));
                 }
                 if let Some(managed) = &parsed.context_management {
                     let edits = crate::provider::context_editing::read_applied(managed);
@@ -476,8 +526,8 @@ impl Decoder {
             out.push(LlmEvent::BlockStop { index });
         }
         if let Some(usage) = message.usage {
-            usage.apply(&mut self.usage);
-            out.push(LlmEvent::Usage(self.usage));
+            usage.apply(&mut self.usage, &mut self.passes);
+            out.push(LlmEvent::Usage(self.billed()));
         }
         self.stop_sequence = message.stop_sequence;
         self.stop(out);
@@ -864,6 +914,61 @@ mod tests {
                 "type": "compaction", "content": "Summary: read a.", "encrypted_content": "opaque"
             }))]
         );
+    }
+
+    /// The compaction pass's usage (`usage.iterations`, left out of the top-level figures) is
+    /// added to the usage reported, once, however many events carry it; other iteration types
+    /// and odd shapes count nothing.
+    #[test]
+    fn compaction_passes_are_added_to_the_usage_once() {
+        let usage = |delta_usage: &str| {
+            // One SSE data line: the JSON without its newlines.
+            let delta_usage = delta_usage.replace('\n', "");
+            let body = format!(
+                "event: message_start\ndata: {}\n\nevent: message_delta\ndata: {}\n\n\
+                 event: message_delta\ndata: {}\n\nevent: message_stop\ndata: {}\n\n",
+                r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5000,"output_tokens":1}}}"#,
+                format_args!(r#"{{"type":"message_delta","delta":{{}},"usage":{delta_usage}}}"#),
+                format_args!(
+                    r#"{{"type":"message_delta","delta":{{"stop_reason":"end_turn"}},"usage":{delta_usage}}}"#
+                ),
+                r#"{"type":"message_stop"}"#,
+            );
+            let (events, error) = decode_body(&body);
+            assert!(error.is_none(), "{error:?}");
+            events
+                .iter()
+                .rev()
+                .find_map(|e| match e {
+                    LlmEvent::Usage(u) => Some(*u),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let u = usage(
+            r#"{"output_tokens":200,"iterations":[
+                {"type":"compaction","input_tokens":180000,"output_tokens":3000,
+                 "cache_read_input_tokens":7,"cache_creation_input_tokens":9},
+                {"type":"message","input_tokens":5000,"output_tokens":200}]}"#,
+        );
+        assert_eq!(u.input_tokens, 185_000);
+        assert_eq!(u.output_tokens, 3_200);
+        assert_eq!(u.cache_read_input_tokens, 7);
+        assert_eq!(u.cache_creation_input_tokens, 9);
+        for odd in [
+            r#"{"output_tokens":200}"#,
+            r#"{"output_tokens":200,"iterations":"x"}"#,
+            r#"{"output_tokens":200,"iterations":[1,null,{"type":"compaction","input_tokens":"many"}]}"#,
+            r#"{"output_tokens":200,"iterations":[{"type":"message","input_tokens":9}]}"#,
+        ] {
+            let u = usage(odd);
+            assert_eq!((u.input_tokens, u.output_tokens), (5_000, 200), "{odd}");
+        }
+        let huge = usage(
+            r#"{"output_tokens":200,"iterations":[{"type":"compaction","input_tokens":18446744073709551615},
+                {"type":"compaction","input_tokens":18446744073709551615}]}"#,
+        );
+        assert_eq!(huge.input_tokens, u64::MAX);
     }
 
     #[test]
