@@ -431,7 +431,7 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
         },
         ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
         // OpenAI Responses reasoning has no Anthropic form.
-        // OpenAI Responses compaction neither: the turns it stands for are in the history.
+        // OpenAI Responses compaction neither: the first message keeps the task and a note.
         ContentBlock::Reasoning { .. } | ContentBlock::Compaction { .. } => return Ok(None),
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
             id,
