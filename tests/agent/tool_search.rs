@@ -288,12 +288,7 @@ async fn fall_back_after_a_search(
         .build()
         .unwrap();
     let events: Vec<AgentEvent> = agent.run("Export invoice in_1 from Stripe").collect().await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
-        "{events:#?}"
-    );
+    crate::common::agent::assert_fell_back(&events);
     let end = events.iter().find_map(|e| match e {
         AgentEvent::Finished(outcome) => Some(outcome.final_text.clone()),
         _ => None,
@@ -385,18 +380,7 @@ async fn the_responses_hosted_search_body_is_golden() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     let second = &requests[1].body;
-    let path = format!(
-        "{}/tests/golden/responses_tool_search_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(second).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(second, &golden, "AGENT_LOOP_BLESS=1 rewrites {path}");
+    crate::common::assert_golden("responses_tool_search_request.json", second);
     let summary = tool_summary(second);
     let want: Vec<(String, bool)> = [
         ("tool_2", false),

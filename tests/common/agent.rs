@@ -106,6 +106,30 @@ pub fn read_tool() -> impl agent_loop::Tool {
     .read_only(true)
 }
 
+/// `read`: answers `contents of {path}` for its `path` (the compaction tests' file reader).
+pub fn path_reader() -> impl agent_loop::Tool {
+    FnTool::new(
+        "read",
+        "Reads a file.",
+        |input: serde_json::Value, _ctx| async move {
+            let path = input["path"].as_str().unwrap_or("?").to_owned();
+            Ok::<_, ToolError>(format!("contents of {path}"))
+        },
+    )
+    .input_schema(serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}))
+}
+
+/// Asserts that the run moved to its fallback model.
+#[track_caller]
+pub fn assert_fell_back(events: &[AgentEvent]) {
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
+        "{events:#?}"
+    );
+}
+
 /// The input of [`echo_tool`].
 #[derive(Deserialize, agent_loop::tool::schemars::JsonSchema)]
 #[schemars(crate = "agent_loop::tool::schemars")]

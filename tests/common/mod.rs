@@ -16,6 +16,26 @@ pub fn fast_retries() -> RetryPolicy {
         .jitter(Jitter::None)
 }
 
+/// Compares `body` with tests/golden/`name` (a request body the official SDKs' types check,
+/// scripts/check-golden-requests.py); with AGENT_LOOP_BLESS=1 it rewrites the file first.
+pub fn assert_golden(name: &str, body: &serde_json::Value) {
+    let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
+        let mut text = serde_json::to_string_pretty(body).unwrap();
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+    }
+    let want: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e} (write it with AGENT_LOOP_BLESS=1)")),
+    )
+    .unwrap();
+    assert_eq!(
+        body, &want,
+        "the request body differs from {path}; AGENT_LOOP_BLESS=1 rewrites it if the change is meant"
+    );
+}
+
 /// What decoding a whole body gives: the events, and the assembled response or the first error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {

@@ -1144,23 +1144,7 @@ fn golden_request() -> ModelRequest {
 #[tokio::test]
 async fn the_request_body_matches_the_golden_file() {
     let body = sent_body(&golden_request()).await;
-    let path = format!(
-        "{}/tests/golden/bedrock_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let text = serde_json::to_string_pretty(&body).unwrap() + "\n";
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (bless it with AGENT_LOOP_BLESS=1)")),
-    )
-    .unwrap();
-    assert_eq!(
-        body, golden,
-        "regenerate with AGENT_LOOP_BLESS=1 if the change is meant"
-    );
+    crate::common::assert_golden("bedrock_request.json", &body);
 }
 
 #[tokio::test]

@@ -106,17 +106,7 @@ async fn anthropic_edits_are_sent_and_replayed_on_the_history() {
         assert_eq!(request.body["context_management"], editing().wire());
     }
     let first = &requests[0].body;
-    let path = format!(
-        "{}/tests/golden/anthropic_context_editing_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(first).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(first, &golden, "AGENT_LOOP_BLESS=1 rewrites {path}");
+    crate::common::assert_golden("anthropic_context_editing_request.json", first);
 
     // The oldest result is cleared; the excluded tool's and the latest are not.
     let history = agent.messages();
@@ -157,12 +147,7 @@ async fn a_fallback_of_another_format_gets_the_edited_history() {
         .build()
         .unwrap();
     let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
-        "{events:#?}"
-    );
+    crate::common::agent::assert_fell_back(&events);
     let sent = openai.requests();
     assert_eq!(sent.len(), 1);
     let body = &sent[0].body;

@@ -462,20 +462,7 @@ fn client(server: &MockServer) -> agent_loop::GeminiClient {
 #[tokio::test]
 async fn golden_request_body() {
     let body = sent_body(&golden_request()).await;
-    let path = format!(
-        "{}/tests/golden/gemini_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let text = serde_json::to_string_pretty(&body).unwrap();
-        std::fs::write(&path, text + "\n").unwrap();
-    }
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (run with AGENT_LOOP_BLESS=1)")),
-    )
-    .unwrap();
-    assert_eq!(body, golden, "the request body differs from {path}");
+    crate::common::assert_golden("gemini_request.json", &body);
 }
 
 #[tokio::test]

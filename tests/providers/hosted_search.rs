@@ -66,17 +66,7 @@ async fn anthropic_defers_the_tools_to_its_bm25_search() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     let first = &requests[0].body;
-    let path = format!(
-        "{}/tests/golden/anthropic_tool_search_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(first).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(first, &golden, "AGENT_LOOP_BLESS=1 rewrites {path}");
+    crate::common::assert_golden("anthropic_tool_search_request.json", first);
 
     let summary = |body: &Value| -> Vec<(String, bool)> {
         body["tools"]

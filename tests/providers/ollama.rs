@@ -587,38 +587,20 @@ async fn the_request_body_matches_the_golden_file() {
         server.history_violations()
     );
 
-    let path = format!(
-        "{}/tests/golden/ollama_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
-        let mut text = serde_json::to_string_pretty(body).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (write it with AGENT_LOOP_BLESS=1)")),
-    )
-    .unwrap();
-    assert_eq!(
-        body, &golden,
-        "the encoder changed; AGENT_LOOP_BLESS=1 rewrites {path}"
-    );
+    crate::common::assert_golden("ollama_request.json", body);
 
     // What the golden file must say, written out, so that a wrong blessing fails too.
-    assert_eq!(golden["model"], "llama3.2");
-    assert_eq!(golden["stream"], true);
-    assert_eq!(golden["think"], true);
-    assert_eq!(golden["keep_alive"], "10m");
+    assert_eq!(body["model"], "llama3.2");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["think"], true);
+    assert_eq!(body["keep_alive"], "10m");
     assert_eq!(
-        golden["options"],
+        body["options"],
         json!({"num_ctx": 8192, "seed": 42, "top_k": 20, "temperature": 0.2, "top_p": 0.9,
                "num_predict": 1024, "stop": ["STOP"]})
     );
     assert_eq!(
-        golden["messages"],
+        body["messages"],
         json!([
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "What is the weather where this photo was taken?",
@@ -633,8 +615,8 @@ async fn the_request_body_matches_the_golden_file() {
             {"role": "user", "content": "And tomorrow?"}
         ])
     );
-    assert_eq!(golden["tools"][1]["type"], "function");
-    assert_eq!(golden["tools"][1]["function"]["name"], "get_time");
+    assert_eq!(body["tools"][1]["type"], "function");
+    assert_eq!(body["tools"][1]["function"]["name"], "get_time");
     // Only the field names of Ollama's ChatRequest and Message.
     let allowed = [
         "model",
@@ -646,10 +628,10 @@ async fn the_request_body_matches_the_golden_file() {
         "think",
         "stream",
     ];
-    for key in golden.as_object().unwrap().keys() {
+    for key in body.as_object().unwrap().keys() {
         assert!(allowed.contains(&key.as_str()), "{key}");
     }
-    for message in golden["messages"].as_array().unwrap() {
+    for message in body["messages"].as_array().unwrap() {
         for key in message.as_object().unwrap().keys() {
             assert!(
                 [

@@ -11,10 +11,7 @@ use std::time::Duration;
 use agent_loop::agent::{Fallback, RunPolicy};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
-use agent_loop::tool::FnTool;
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, LlmError, OpenAiClient, Role, ToolError,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, ContentBlock, LlmError, OpenAiClient, Role};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,11 +24,7 @@ fn client(base_url: String) -> OpenAiClient {
 }
 
 fn builder(client: OpenAiClient) -> agent_loop::AgentBuilder {
-    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
-        let path = input["path"].as_str().unwrap_or("?").to_owned();
-        Ok::<_, ToolError>(format!("contents of {path}"))
-    })
-    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let read = crate::common::agent::path_reader();
     Agent::builder(client).system("You read files.").tool(read)
 }
 
@@ -68,17 +61,7 @@ async fn a_compacted_conversation_is_restored_and_sent_back_as_it_came() {
         .iter()
         .any(|(n, v)| n == "accept" && v == "application/json"));
     // The body is golden (checked against the openai SDK's `ResponseCompactParams`).
-    let path = format!(
-        "{}/tests/golden/responses_compact_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(&sent.body).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(sent.body, golden, "AGENT_LOOP_BLESS=1 rewrites {path}");
+    crate::common::assert_golden("responses_compact_request.json", &sent.body);
     assert_eq!(sent.body["instructions"], "You read files.");
 
     // The user's words, then the compaction item; the usage the server reported.
@@ -136,12 +119,7 @@ async fn a_fallback_of_another_format_gets_a_valid_request_after_compaction() {
     openai.push(MockResponse::status(529).error_type("overloaded_error"));
     anthropic.push(ScriptedResponse::text("done on Anthropic"));
     let events: Vec<AgentEvent> = agent.run("Now b.rs").collect().await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
-        "{events:#?}"
-    );
+    crate::common::agent::assert_fell_back(&events);
     let sent = anthropic.requests();
     assert_eq!(sent.len(), 1, "{events:#?}");
     assert!(anthropic.history_violations().is_empty());

@@ -12,19 +12,12 @@ use agent_loop::agent::{Fallback, RunPolicy};
 use agent_loop::provider::context_editing::{ServerCompaction, SERVER_COMPACTED};
 use agent_loop::provider::transport::RetryPolicy;
 use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
-use agent_loop::tool::FnTool;
-use agent_loop::{
-    Agent, AgentEvent, AnthropicClient, ContentBlock, OpenAiClient, RequestSettings, ToolError,
-};
+use agent_loop::{Agent, AgentEvent, AnthropicClient, ContentBlock, OpenAiClient, RequestSettings};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 fn builder(client: OpenAiClient) -> agent_loop::AgentBuilder {
-    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
-        let path = input["path"].as_str().unwrap_or("?").to_owned();
-        Ok::<_, ToolError>(format!("contents of {path}"))
-    })
-    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let read = crate::common::agent::path_reader();
     Agent::builder(client)
         .system("You read files.")
         .tool(read)
@@ -80,20 +73,7 @@ async fn the_compaction_item_is_kept_and_sent_back_as_it_came() {
     }
     assert!(compaction_items(&requests[1].body).is_empty());
     // The body that sends the item back is golden (checked against the openai SDK's types).
-    let path = format!(
-        "{}/tests/golden/responses_compaction_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(&requests[2].body).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(
-        requests[2].body, golden,
-        "AGENT_LOOP_BLESS=1 rewrites {path}"
-    );
+    crate::common::assert_golden("responses_compaction_request.json", &requests[2].body);
     assert_eq!(
         compaction_items(&requests[2].body),
         [json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAencrypted"})]
@@ -141,12 +121,7 @@ async fn a_fallback_of_another_format_leaves_the_item_out_and_reads_the_task() {
         .build()
         .unwrap();
     let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
-        "{events:#?}"
-    );
+    crate::common::agent::assert_fell_back(&events);
     let sent = anthropic.requests();
     assert_eq!(sent.len(), 1);
     let body = sent[0].body.to_string();
@@ -216,11 +191,7 @@ async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
     let client = AnthropicClient::new("k")
         .base_url(server.anthropic_base_url())
         .model("claude-test");
-    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
-        let path = input["path"].as_str().unwrap_or("?").to_owned();
-        Ok::<_, ToolError>(format!("contents of {path}"))
-    })
-    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let read = crate::common::agent::path_reader();
     let mut agent = Agent::builder(client)
         .tool(read)
         .settings(RequestSettings::new().server_compaction(ServerCompaction::new(50_000)))
@@ -259,20 +230,7 @@ async fn anthropic_compaction_blocks_are_kept_and_sent_back_verbatim() {
         .any(|b| matches!(b, ContentBlock::Other(v) if *v == block)));
     // The body that sends the block back is golden (checked against the anthropic SDK's beta
     // `MessageCreateParamsStreaming` by scripts/check-golden-requests.py).
-    let path = format!(
-        "{}/tests/golden/anthropic_compaction_request.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(&requests[2].body).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(
-        requests[2].body, golden,
-        "AGENT_LOOP_BLESS=1 rewrites {path}"
-    );
+    crate::common::assert_golden("anthropic_compaction_request.json", &requests[2].body);
 }
 
 /// After an Anthropic compaction block, a fallback of another format gets a valid request
@@ -301,11 +259,7 @@ async fn a_fallback_after_an_anthropic_compaction_block_reads_its_summary() {
     let backup = OpenAiClient::new("k")
         .base_url(openai.openai_base_url())
         .model("gpt-test");
-    let read = FnTool::new("read", "Reads a file.", |input: Value, _ctx| async move {
-        let path = input["path"].as_str().unwrap_or("?").to_owned();
-        Ok::<_, ToolError>(format!("contents of {path}"))
-    })
-    .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}));
+    let read = crate::common::agent::path_reader();
     let mut agent = Agent::builder(primary)
         .tool(read)
         .settings(RequestSettings::new().server_compaction(ServerCompaction::new(50_000)))
@@ -314,12 +268,7 @@ async fn a_fallback_after_an_anthropic_compaction_block_reads_its_summary() {
         .build()
         .unwrap();
     let events: Vec<AgentEvent> = agent.run("Read a and b").collect().await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Fallback { .. })),
-        "{events:#?}"
-    );
+    crate::common::agent::assert_fell_back(&events);
     let sent = openai.requests();
     assert_eq!(sent.len(), 1, "{events:#?}");
     assert!(openai.history_violations().is_empty());

@@ -64,25 +64,6 @@ async fn body_of(client: &dyn LlmClient, server: &MockServer) -> Value {
     requests.last().unwrap().body.clone()
 }
 
-/// Compares `body` with tests/golden/`name` (AGENT_LOOP_BLESS=1 rewrites it).
-fn golden(name: &str, body: &Value) {
-    let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-    if std::env::var_os("AGENT_LOOP_BLESS").is_some() {
-        let mut text = serde_json::to_string_pretty(body).unwrap();
-        text.push('\n');
-        std::fs::write(&path, text).unwrap();
-    }
-    let want: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (write it with AGENT_LOOP_BLESS=1)")),
-    )
-    .unwrap();
-    assert_eq!(
-        body, &want,
-        "the encoder changed; AGENT_LOOP_BLESS=1 rewrites {path}"
-    );
-}
-
 #[tokio::test]
 async fn anthropic_sends_strict_true_with_the_schema_normalised() {
     let server = MockServer::start().await;
@@ -90,7 +71,7 @@ async fn anthropic_sends_strict_true_with_the_schema_normalised() {
         .base_url(server.anthropic_base_url())
         .model("claude-test");
     let body = body_of(&client, &server).await;
-    golden("anthropic_strict_request.json", &body);
+    crate::common::assert_golden("anthropic_strict_request.json", &body);
     let tools = body["tools"].as_array().unwrap();
     assert_eq!(tools[0]["strict"], true);
     assert_eq!(
@@ -118,7 +99,7 @@ async fn openai_chat_sends_strict_functions_with_every_property_required() {
         .base_url(server.openai_base_url())
         .model("gpt-test");
     let body = body_of(&client, &server).await;
-    golden("openai_strict_request.json", &body);
+    crate::common::assert_golden("openai_strict_request.json", &body);
     let function = &body["tools"][0]["function"];
     assert_eq!(function["strict"], true);
     assert_eq!(
@@ -146,7 +127,7 @@ async fn responses_sends_strict_true_only_where_the_schema_allows() {
         .model("gpt-5")
         .responses();
     let body = body_of(&client, &server).await;
-    golden("responses_strict_request.json", &body);
+    crate::common::assert_golden("responses_strict_request.json", &body);
     assert_eq!(body["tools"][0]["strict"], true);
     assert_eq!(
         body["tools"][0]["parameters"]["required"],
