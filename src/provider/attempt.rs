@@ -25,7 +25,7 @@ use crate::provider::retry::RetryPolicy;
 use crate::wire::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
 /// The most bytes of an error response body that are read; the rest is discarded.
-pub(crate) const MAX_ERROR_BODY: usize = 64 << 10;
+const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most characters of a non-JSON error body kept as the message.
 const MAX_ERROR_TEXT: usize = 1000;
 /// The most events held back before the first content event (see `AttemptMachine::accept`).
@@ -840,6 +840,72 @@ fn append(body: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
     body.len() >= limit
 }
 
+/// One request answered by one whole JSON body (not a stream; OpenAI's `/responses/compact`):
+/// what the driver reads of it, decided here as the attempt machine decides for a stream.
+/// A 2xx body is kept up to `limit` bytes (more is [`LlmError::LimitExceeded`]); a non-2xx
+/// answer's body is read up to [`MAX_ERROR_BODY`] for its message, and classified as a
+/// stream's error is.
+#[derive(Debug)]
+pub(crate) struct WholeBody {
+    provider: &'static ProviderSpec,
+    /// The error of a non-2xx answer, its body still to read.
+    failed: Option<ApiError>,
+    body: Vec<u8>,
+    limit: usize,
+    setting: &'static str,
+}
+
+impl WholeBody {
+    /// The answer's head: its status and headers (read at wall-clock time `received`).
+    pub(crate) fn new(
+        provider: &'static ProviderSpec,
+        status: u16,
+        headers: &HeaderMap,
+        received: SystemTime,
+        limit: usize,
+        setting: &'static str,
+    ) -> Self {
+        let failed =
+            (!(200..300).contains(&status)).then(|| api_error_head(status, headers, received));
+        WholeBody {
+            provider,
+            limit: if failed.is_some() {
+                MAX_ERROR_BODY
+            } else {
+                limit
+            },
+            failed,
+            body: Vec::new(),
+            setting,
+        }
+    }
+
+    /// A chunk of the body: `Ok(true)` to read on, `Ok(false)` when enough is read (an
+    /// error's message), an error when a 2xx body goes over the limit.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<bool, LlmError> {
+        if self.failed.is_some() {
+            return Ok(!append(&mut self.body, chunk, self.limit));
+        }
+        if self.body.len().saturating_add(chunk.len()) > self.limit {
+            return Err(LlmError::LimitExceeded {
+                what: "a response body".into(),
+                limit: self.limit,
+                setting: self.setting.into(),
+            });
+        }
+        self.body.extend_from_slice(chunk);
+        Ok(true)
+    }
+
+    /// The body once read: the 2xx body, or the answer's error.
+    pub(crate) fn finish(self) -> Result<Vec<u8>, LlmError> {
+        match self.failed {
+            Some(error) => Err(api_error_body(self.provider, error, &self.body)),
+            None => Ok(self.body),
+        }
+    }
+}
+
 /// How a 2xx body is read, by its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BodyKind {
@@ -909,7 +975,7 @@ const REQUEST_ID_HEADERS: [&str; 6] = [
 
 /// What the head of a non-2xx answer says: its status, request id, requested delay
 /// (relative to `received`, the wall-clock time of the head) and `x-should-retry`.
-pub(crate) fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> ApiError {
+fn api_error_head(status: u16, headers: &HeaderMap, received: SystemTime) -> ApiError {
     let mut error = ApiError::new(status, String::new());
     // AWS names the error in a header (`ThrottlingException:http://internal.amazon.com/…`);
     // a provider's error body may name it again.
@@ -2197,6 +2263,67 @@ mod tests {
             ".await",
         ] {
             assert!(!code.contains(forbidden), "attempt.rs uses {forbidden}");
+        }
+    }
+
+    /// A whole JSON body: a 2xx body is kept up to its limit and refused past it; an error's
+    /// body is read for its message (no more than `MAX_ERROR_BODY`) and classified.
+    #[test]
+    fn a_whole_body_is_bounded_and_an_errors_message_read() {
+        let head = |status: u16, limit: usize| {
+            WholeBody::new(
+                &SPEC,
+                status,
+                &HeaderMap::new(),
+                SystemTime::now(),
+                limit,
+                "the limit",
+            )
+        };
+        let mut ok = head(200, 8);
+        assert!(ok.push(b"{\"a\"").unwrap());
+        assert!(ok.push(b":1}").unwrap());
+        assert_eq!(ok.finish().unwrap(), b"{\"a\":1}");
+        let mut at_limit = head(200, 4);
+        assert!(at_limit.push(b"1234").unwrap());
+        assert_eq!(at_limit.finish().unwrap(), b"1234");
+        let mut over = head(200, 4);
+        assert!(over.push(b"123").unwrap());
+        match over.push(b"45") {
+            Err(LlmError::LimitExceeded { limit, setting, .. }) => {
+                assert_eq!((limit, setting.as_ref()), (4, "the limit"));
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let mut refused = head(400, 8);
+        let message =
+            br#"{"error":{"type":"invalid_request_error","message":"prompt is too long"}}"#;
+        assert!(
+            refused.push(message).unwrap(),
+            "an error body is not held to the 2xx limit"
+        );
+        assert!(matches!(
+            refused.finish(),
+            Err(LlmError::ContextOverflow(_))
+        ));
+        let mut busy = head(529, 8);
+        assert!(busy
+            .push(br#"{"error":{"type":"overloaded_error","message":"busy"}}"#)
+            .unwrap());
+        match busy.finish() {
+            Err(LlmError::Api(error)) => {
+                assert_eq!((error.status, error.message.as_str()), (529, "busy"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A huge error body: its first MAX_ERROR_BODY bytes, then no more reading.
+        let mut huge = head(500, 8);
+        assert!(huge.push(&vec![b'x'; MAX_ERROR_BODY - 1]).unwrap());
+        assert!(!huge.push(b"yz").unwrap());
+        match huge.finish() {
+            Err(LlmError::Api(error)) => assert!(error.message.len() <= MAX_ERROR_BODY),
+            other => panic!("{other:?}"),
         }
     }
 }

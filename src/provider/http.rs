@@ -39,8 +39,7 @@ use tokio::time::Instant;
 use crate::error::{LlmError, TimeoutKind};
 pub(crate) use crate::provider::attempt::ProviderSpec;
 use crate::provider::attempt::{
-    api_error_body, api_error_head, display_url, Action, AttemptConfig, AttemptMachine,
-    ResponseHead, MAX_ERROR_BODY,
+    display_url, Action, AttemptConfig, AttemptMachine, ResponseHead, WholeBody,
 };
 use crate::provider::retry::RetryPolicy;
 use crate::provider::LlmStream;
@@ -188,16 +187,16 @@ impl Transport {
     /// bytes, for the endpoints that answer in one body (OpenAI's `/responses/compact`).
     ///
     /// The same timeouts as a stream (first byte, then idle between chunks, and the total if
-    /// set), the same error shapes (`provider`'s) and the client's retry policy: a retryable
-    /// failure is tried again after the policy's delay (a `retry-after` honoured), logged at
-    /// INFO.
+    /// set), and the client's retry policy: a retryable failure is tried again after the
+    /// policy's delay (a `retry-after` honoured), logged at INFO. What the answer means
+    /// (its status, its size, its error) is [`WholeBody`]'s to decide; this only moves bytes.
     pub(crate) async fn post_json(
         &self,
         provider: &'static ProviderSpec,
         request: &HttpRequest,
         max_body: usize,
         setting: &'static str,
-    ) -> Result<Bytes, LlmError> {
+    ) -> Result<Vec<u8>, LlmError> {
         let client = self.client()?;
         let mut attempt = 0;
         loop {
@@ -233,7 +232,7 @@ impl Transport {
         request: &HttpRequest,
         max_body: usize,
         setting: &'static str,
-    ) -> Result<Bytes, LlmError> {
+    ) -> Result<Vec<u8>, LlmError> {
         let settings = &self.settings;
         let mut headers = request.headers.clone();
         headers.insert(
@@ -262,15 +261,14 @@ impl Transport {
             }
             Ok(Ok(response)) => response,
         };
-        let status = response.status().as_u16();
-        let failed = (!(200..300).contains(&status))
-            .then(|| api_error_head(status, response.headers(), SystemTime::now()));
-        let limit = if failed.is_some() {
-            MAX_ERROR_BODY
-        } else {
-            max_body
-        };
-        let mut body = Vec::new();
+        let mut body = WholeBody::new(
+            provider,
+            response.status().as_u16(),
+            response.headers(),
+            SystemTime::now(),
+            max_body,
+            setting,
+        );
         let mut chunks = response.bytes_stream();
         loop {
             let chunk = match tokio::time::timeout(settings.idle_timeout, chunks.next()).await {
@@ -288,24 +286,11 @@ impl Transport {
                 }
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            if body.len() + chunk.len() > limit {
-                if failed.is_some() {
-                    // An error's message is in its first bytes.
-                    body.extend_from_slice(chunk.get(..limit - body.len()).unwrap_or_default());
-                    break;
-                }
-                return Err(LlmError::LimitExceeded {
-                    what: "a response body".into(),
-                    limit,
-                    setting: setting.into(),
-                });
+            if !body.push(&chunk)? {
+                break;
             }
-            body.extend_from_slice(&chunk);
         }
-        match failed {
-            Some(head) => Err(api_error_body(provider, head, &body)),
-            None => Ok(Bytes::from(body)),
-        }
+        body.finish()
     }
 }
 
