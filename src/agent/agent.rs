@@ -285,6 +285,54 @@ impl Agent {
         &self.tools
     }
 
+    /// Which tools can go out strict for this agent's client
+    /// ([`RequestSettings::strict_tools`](crate::RequestSettings::strict_tools)): each tool of
+    /// the newest set (handoffs included), in order, with `Ok(())` or the reason
+    /// [`strict_schema`](crate::provider::strict::strict_schema) gives for the client's
+    /// dialect; a tool that fails goes out as it is, without strict mode. Empty when the
+    /// client's format has no strict tools (Gemini, Bedrock, Ollama, a custom client). Ask
+    /// before the first run; the agent also logs each failing tool once, at `warn` level, when
+    /// it is built with strict tools on.
+    ///
+    /// ```
+    /// use agent_loop::{Agent, OpenAiClient, ToolError};
+    /// use agent_loop::provider::strict::NotStrict;
+    /// use agent_loop::tool::FnTool;
+    /// use std::collections::HashMap;
+    ///
+    /// #[derive(serde::Deserialize, agent_loop::tool::schemars::JsonSchema)]
+    /// #[schemars(crate = "agent_loop::tool::schemars")]
+    /// struct Tag { labels: HashMap<String, String> }
+    ///
+    /// let tag = FnTool::new("tag", "Labels a thing.", |_: Tag, _ctx| async move {
+    ///     Ok::<_, ToolError>("done")
+    /// });
+    /// let agent = Agent::builder(OpenAiClient::new("sk-…")).tool(tag).build()?;
+    /// let report = agent.strict_check();
+    /// assert_eq!(report[0].0, "tag");
+    /// // An open map cannot be strict: the tool goes out without strict mode.
+    /// assert!(matches!(report[0].1, Err(NotStrict::OpenObject { .. })));
+    /// # Ok::<(), agent_loop::Error>(())
+    /// ```
+    pub fn strict_check(
+        &self,
+    ) -> Vec<(String, Result<(), crate::provider::strict::NotStrict>)> {
+        let Some(dialect) = self.parts.client.strict_dialect() else {
+            return Vec::new();
+        };
+        let tools = self.parts.sources.current();
+        tools
+            .specs()
+            .iter()
+            .chain(self.config.handoffs.iter().map(|h| &h.tool))
+            .map(|spec| {
+                let verdict = crate::provider::strict::strict_schema(&spec.input_schema, dialect)
+                    .map(|_| ());
+                (spec.name.clone(), verdict)
+            })
+            .collect()
+    }
+
     /// The model knobs every run starts from ([`AgentBuilder::settings`](crate::AgentBuilder::settings)).
     pub fn settings(&self) -> &crate::provider::RequestSettings {
         &self.config.settings

@@ -405,7 +405,7 @@ impl AgentBuilder {
             .map(|(store, id)| SessionLink::new(store, id, self.config.policy.session_lease));
         let max_depth = self.config.policy.max_depth;
         let shared = Arc::new(Mutex::new(Shared::new(context)));
-        Ok(Agent {
+        let agent = Agent {
             parts: Parts {
                 client: self.client,
                 sources,
@@ -422,7 +422,20 @@ impl AgentBuilder {
             depth: 0,
             max_depth,
             limiter: self.limiter,
-        })
+        };
+        if agent.config.settings.strict_tools == Some(true) {
+            // Once per tool and agent: which tools its requests send without strict mode.
+            for (tool, verdict) in agent.strict_check() {
+                if let Err(reason) = verdict {
+                    tracing::warn!(
+                        tool = %tool,
+                        %reason,
+                        "strict tools are on, but this tool goes out without strict mode"
+                    );
+                }
+            }
+        }
+        Ok(agent)
     }
 
     /// Records message content on the run's tracing spans (see the guide's observability

@@ -255,6 +255,14 @@ pub trait LlmClient: Send + Sync {
     fn provider_name(&self) -> &str {
         ""
     }
+
+    /// Whose strict-mode rules the client's tools follow when
+    /// [`RequestSettings::strict_tools`](crate::RequestSettings::strict_tools) is on (see
+    /// [`strict`]); `None` (the default) when its format has no strict tools. An agent checks
+    /// its tools against it ([`Agent::strict_check`](crate::Agent::strict_check)).
+    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
+        None
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
@@ -273,6 +281,9 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
     fn provider_name(&self) -> &str {
         (**self).provider_name()
     }
+    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
+        (**self).strict_dialect()
+    }
 }
 
 impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
@@ -290,5 +301,8 @@ impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
     }
     fn provider_name(&self) -> &str {
         (**self).provider_name()
+    }
+    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
+        (**self).strict_dialect()
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! - both: every object closed (`additionalProperties: false`; an object whose
 //!   `additionalProperties` is `true` or a schema is an open map and cannot be made strict),
-//!   local `$ref`s only, no `not`, `if`/`then`/`else`, `patternProperties`, `propertyNames`,
+//!   local `$ref`s only (`#/$defs/…`, `#/definitions/…`), no `not`, `if`/`then`/`else`,
+//!   `patternProperties`, `propertyNames`,
 //!   `dependentRequired`/`dependentSchemas`, `unevaluatedProperties` or tuple `items`;
 //!   `oneOf` becomes `anyOf`; `minLength`, `maxLength`, `uniqueItems`, `minProperties`,
 //!   `maxProperties` and `contains` are moved into the description (as the SDKs' own
@@ -21,12 +22,28 @@
 //!   `pattern` and `format` (date-time, time, date, duration, email, hostname, ipv4, ipv6,
 //!   uuid), numeric `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`/`multipleOf`
 //!   and array `minItems`/`maxItems` kept; objects nested at most 10 deep, at most 5,000
-//!   properties in all; `default` moved into the description;
-//! - Anthropic ("JSON Schema limitations"): `required` kept as it is; no recursive schemas;
+//!   properties in all, at most 1,000 enum values in all, at most 120,000 characters of
+//!   property names, definition names, enum and const values (and 15,000 in one enum of more
+//!   than 250 strings); `default` moved into the description; root recursion through `#`
+//!   taken, as through `$defs`; no keyword beside a `$ref` ("$ref cannot have keywords"):
+//!   the definition is inlined there instead, the keywords beside the `$ref` winning, as the
+//!   official SDKs do (`ensure_strict_json_schema`). A reference on a cycle (`#`, or a
+//!   definition inside its own inlined copy) cannot be inlined: it stays bare, and its
+//!   description moves into the description of the schema around it, after the property's
+//!   name (`next: The next node.`), where the model still reads it;
+//! - Anthropic ("JSON Schema limitations"): `required` kept as it is; no recursive schemas
+//!   (through `$defs` or `#`); a `description` kept beside a `$ref` (as the SDK's
+//!   `transform_schema` keeps it), a `default` there moved into it, any other keyword beside
+//!   a `$ref` inlined as for OpenAI;
 //!   `enum` of strings, numbers, booleans and nulls only; `allOf` without `$ref`; string
 //!   `format` (date-time, time, date, duration, email, hostname, uri, ipv4, ipv6, uuid) and
 //!   `pattern` kept; numeric constraints, `maxItems` and a `minItems` other than 0 or 1 moved
 //!   into the description.
+//!
+//! Definitions that no reference reaches once the walk is done (inlined wherever they were
+//! used) are dropped: a provider reads, and bills, every definition sent. OpenAI's `required`
+//! lists every property in sorted order, whatever the order of the properties map (serde_json's
+//! `preserve_order` feature).
 //!
 //! The arguments a strict tool is called with are still checked against its own schema by
 //! the [`ToolRegistry`](crate::tool::ToolRegistry), so a constraint moved into the
@@ -73,7 +90,8 @@ pub enum NotStrict {
         /// The keyword.
         keyword: String,
     },
-    /// A `$ref` that is not local (`#/…`), or that names nothing in the schema.
+    /// A `$ref` that is not local (`#/$defs/…`, `#/definitions/…`, or OpenAI's `#` for the
+    /// root), or that names nothing in the schema.
     #[error("the reference {reference:?} at {path:?} is not a local definition")]
     BadRef {
         /// Where the reference is.
@@ -81,7 +99,8 @@ pub enum NotStrict {
         /// The reference.
         reference: String,
     },
-    /// A definition refers to itself (Anthropic strict mode refuses recursive schemas).
+    /// A definition refers to itself, through `$defs` or through `#` (the root): Anthropic
+    /// strict mode refuses recursive schemas. (OpenAI takes both.)
     #[error("the schema is recursive through {reference:?}; Anthropic strict mode refuses recursive schemas")]
     Recursive {
         /// A reference on the cycle.
@@ -107,12 +126,41 @@ pub enum NotStrict {
         /// The provider's limit.
         limit: usize,
     },
+    /// More enum values, or more text in property names, definition names, enum and const
+    /// values, than OpenAI allows (`what` says which limit).
+    #[error("the schema has more than {limit} {what}")]
+    TooMuch {
+        /// The limit passed: `"enum values in all"`, `"characters of names and values"`, or
+        /// `"characters in one enum of more than 250 strings"`.
+        what: &'static str,
+        /// The provider's limit.
+        limit: usize,
+    },
+    /// Inlining the `$ref`s that strict mode cannot send as they are (a `$ref` beside other
+    /// keywords) would make the schema larger than this (a guard against schemas, from MCP
+    /// servers say, whose references fan out exponentially).
+    #[error("the schema expands to more than {limit} subschemas once its references are inlined")]
+    TooComplex {
+        /// The number of subschemas at which the walk stops.
+        limit: usize,
+    },
 }
 
 /// OpenAI: "A schema may have up to 5000 object properties total, with up to 10 levels of
 /// nesting."
 const OPENAI_MAX_DEPTH: usize = 10;
 const OPENAI_MAX_PROPERTIES: usize = 5_000;
+/// OpenAI: "A schema may have up to 1000 enum values across all enum properties", "the total
+/// string length of all property names, definition names, enum values, and const values
+/// cannot exceed 120,000 characters", and "for a single enum property with string values, the
+/// total string length of all enum values cannot exceed 15,000 characters when there are more
+/// than 250 enum values".
+const OPENAI_MAX_ENUM_VALUES: usize = 1_000;
+const OPENAI_MAX_TEXT: usize = 120_000;
+const OPENAI_LONG_ENUM: usize = 250;
+const OPENAI_LONG_ENUM_TEXT: usize = 15_000;
+/// The most subschemas one walk visits, inlined copies included.
+const MAX_NODES: usize = 100_000;
 /// The walk stops here whatever the dialect (schemas come from MCP servers, too).
 const MAX_SCHEMA_DEPTH: usize = 64;
 
@@ -211,18 +259,24 @@ pub fn strict_schema(schema: &Value, dialect: StrictDialect) -> Result<Value, No
         dialect,
         definitions: &definitions,
         properties: 0,
+        nodes: 0,
+        enum_values: 0,
+        text: 0,
+        inlining: Vec::new(),
+        carried: None,
     };
     let mut out = schema.clone();
     walk.node(&mut out, &mut String::new(), 0, 0)?;
     if dialect == StrictDialect::Anthropic {
-        recursion(schema, &definitions)?;
+        recursion(&out, &definitions)?;
     }
+    prune_definitions(&mut out);
     Ok(out)
 }
 
 /// A tool's schema as a request carries it, and whether it goes strict: the normalised schema
 /// when `on` and it can be made strict, else the schema as it is (the reason logged at debug
-/// level, once per request and tool).
+/// level, once per request and tool; an agent warns once per tool when it is built).
 pub(crate) fn wire_schema<'a>(
     name: &str,
     schema: &'a Value,
@@ -259,11 +313,26 @@ fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
+/// The reference to the whole schema (root recursion), which OpenAI takes: "Recursive schemas
+/// are supported … using `#` to indicate root recursion".
+const ROOT_REF: &str = "#";
+
 struct Walk<'a> {
     dialect: StrictDialect,
     definitions: &'a BTreeMap<String, &'a Value>,
     /// Properties seen so far, over the whole schema.
     properties: usize,
+    /// Subschemas visited so far, inlined copies included (at most [`MAX_NODES`]).
+    nodes: usize,
+    /// OpenAI: enum values, and characters of names and values, so far.
+    enum_values: usize,
+    text: usize,
+    /// The references being inlined, outermost first: one met again inside its own copy is
+    /// a cycle, which is not inlined.
+    inlining: Vec<String>,
+    /// The description of a `$ref` that had to stay bare (on a cycle), for the schema around
+    /// it to carry: set by [`node`](Self::node), taken by its caller.
+    carried: Option<String>,
 }
 
 impl Walk<'_> {
@@ -280,6 +349,10 @@ impl Walk<'_> {
             return Err(NotStrict::TooDeep {
                 limit: MAX_SCHEMA_DEPTH,
             });
+        }
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            return Err(NotStrict::TooComplex { limit: MAX_NODES });
         }
         let Value::Object(map) = node else {
             // `true` / `false` schemas: `true` accepts anything, which strict mode cannot say.
@@ -357,12 +430,21 @@ impl Walk<'_> {
             // Looser than `oneOf` (two matches pass); the registry still checks `oneOf`.
             map.insert("anyOf".to_owned(), one_of);
         }
-        if let Some(Value::String(reference)) = map.get("$ref") {
-            if !self.definitions.contains_key(reference.as_str()) {
+        if let Some(reference) = map.get("$ref") {
+            let Some(reference) = reference.as_str().map(str::to_owned) else {
+                return Err(unsupported(path, "$ref"));
+            };
+            if reference == ROOT_REF && !openai {
+                return Err(NotStrict::Recursive { reference });
+            }
+            if reference != ROOT_REF && !self.definitions.contains_key(reference.as_str()) {
                 return Err(NotStrict::BadRef {
                     path: path.clone(),
-                    reference: reference.clone(),
+                    reference,
                 });
+            }
+            if map.len() > 1 {
+                return self.reference(node, reference, path, depth, objects);
             }
         }
         if let Some(values) = map.get("enum") {
@@ -371,6 +453,14 @@ impl Walk<'_> {
             };
             if !openai && values.iter().any(|v| v.is_object() || v.is_array()) {
                 return Err(NotStrict::ComplexEnum { path: path.clone() });
+            }
+            if openai {
+                self.count_enum(values)?;
+            }
+        }
+        if openai {
+            if let Some(Value::String(value)) = map.get("const") {
+                self.count_text(value.len())?;
             }
         }
         let is_object = map.get("type").is_some_and(|t| names_type(t, "object"))
@@ -394,6 +484,100 @@ impl Walk<'_> {
         self.children(map, path, depth, objects)
     }
 
+    /// A `$ref` beside other keywords, which strict mode does not take as it is: OpenAI
+    /// refuses it ("$ref cannot have keywords"), and Anthropic's SDK keeps only a
+    /// `description` there. Anthropic: a `description` stays beside the reference (a
+    /// `default` is moved into it); anything else, and on OpenAI anything at all, is merged
+    /// into a copy of the definition (the keywords beside the `$ref` winning), as the official
+    /// SDKs do, and the copy normalised. A reference already being inlined (a cycle, `#`
+    /// always) stays bare: its description goes to the schema around it
+    /// ([`carried`](Self::carried)).
+    fn reference(
+        &mut self,
+        node: &mut Value,
+        reference: String,
+        path: &mut String,
+        depth: usize,
+        objects: usize,
+    ) -> Result<(), NotStrict> {
+        let Value::Object(map) = node else {
+            return Ok(());
+        };
+        let annotation = |k: &String| matches!(k.as_str(), "$ref" | "description" | "default");
+        if self.dialect == StrictDialect::Anthropic && map.keys().all(annotation) {
+            if let Some(default) = map.remove("default") {
+                note(map, &[("default".to_owned(), default)]);
+            }
+            return Ok(());
+        }
+        let cycle = reference == ROOT_REF || self.inlining.contains(&reference);
+        if cycle {
+            if self.dialect == StrictDialect::Anthropic {
+                return Err(NotStrict::Recursive { reference });
+            }
+            if let Some(default) = map.remove("default") {
+                note(map, &[("default".to_owned(), default)]);
+            }
+            if let Some(other) = map.keys().find(|k| !annotation(k)) {
+                // A constraint beside a reference that cannot be inlined.
+                return Err(unsupported(path, other));
+            }
+            self.carried = map
+                .remove("description")
+                .and_then(|d| d.as_str().map(str::to_owned));
+            return Ok(());
+        }
+        let target = self.definitions.get(reference.as_str()).copied();
+        let Some(Value::Object(target)) = target else {
+            return Err(NotStrict::BadRef {
+                path: path.clone(),
+                reference,
+            });
+        };
+        let mut merged = target.clone();
+        for (key, value) in std::mem::take(map) {
+            if key != "$ref" {
+                merged.insert(key, value);
+            }
+        }
+        *node = Value::Object(merged);
+        self.inlining.push(reference);
+        let walked = self.node(node, path, depth + 1, objects);
+        self.inlining.pop();
+        walked
+    }
+
+    /// OpenAI's limits on enum values and their text.
+    fn count_enum(&mut self, values: &[Value]) -> Result<(), NotStrict> {
+        self.enum_values += values.len();
+        if self.enum_values > OPENAI_MAX_ENUM_VALUES {
+            return Err(NotStrict::TooMuch {
+                what: "enum values in all",
+                limit: OPENAI_MAX_ENUM_VALUES,
+            });
+        }
+        let text: usize = values.iter().filter_map(Value::as_str).map(str::len).sum();
+        if values.len() > OPENAI_LONG_ENUM && text > OPENAI_LONG_ENUM_TEXT {
+            return Err(NotStrict::TooMuch {
+                what: "characters in one enum of more than 250 strings",
+                limit: OPENAI_LONG_ENUM_TEXT,
+            });
+        }
+        self.count_text(text)
+    }
+
+    /// OpenAI's limit on the characters of names and values.
+    fn count_text(&mut self, len: usize) -> Result<(), NotStrict> {
+        self.text += len;
+        if self.text > OPENAI_MAX_TEXT {
+            return Err(NotStrict::TooMuch {
+                what: "characters of names and values",
+                limit: OPENAI_MAX_TEXT,
+            });
+        }
+        Ok(())
+    }
+
     /// An object's properties, and (OpenAI) every one of them required.
     fn object(
         &mut self,
@@ -411,7 +595,10 @@ impl Walk<'_> {
             Some(_) => return Err(unsupported(path, "required")),
         };
         let openai = self.dialect == StrictDialect::OpenAi;
-        let mut all = Vec::new();
+        // A set on the wire: sorted, so the bytes do not depend on the map's order (serde_json's
+        // `preserve_order` feature).
+        let mut all = BTreeSet::new();
+        let mut carried = Vec::new();
         if let Some(properties) = map.get_mut("properties") {
             let Some(properties) = properties.as_object_mut() else {
                 return Err(unsupported(path, "properties"));
@@ -423,19 +610,29 @@ impl Walk<'_> {
                 });
             }
             for (name, property) in properties.iter_mut() {
+                if openai {
+                    self.count_text(name.len())?;
+                }
                 let len = path.len();
                 path.push_str("/properties/");
                 path.push_str(&escape(name));
                 self.node(property, path, depth + 1, objects)?;
                 path.truncate(len);
+                if let Some(text) = self.carried.take() {
+                    carried.push((name.clone(), text));
+                }
                 if openai && !required.contains(name) {
                     nullable(property);
                 }
-                all.push(Value::String(name.clone()));
+                all.insert(name.clone());
             }
         }
+        carry(map, &carried);
         if openai {
-            map.insert("required".to_owned(), Value::Array(all));
+            map.insert(
+                "required".to_owned(),
+                Value::Array(all.into_iter().map(Value::String).collect()),
+            );
         }
         Ok(())
     }
@@ -448,6 +645,7 @@ impl Walk<'_> {
         depth: usize,
         objects: usize,
     ) -> Result<(), NotStrict> {
+        let mut carried = Vec::new();
         if let Some(items) = map.get_mut("items") {
             if items.is_array() {
                 return Err(unsupported(path, "items"));
@@ -456,6 +654,9 @@ impl Walk<'_> {
             path.push_str("/items");
             self.node(items, path, depth + 1, objects)?;
             path.truncate(len);
+            if let Some(text) = self.carried.take() {
+                carried.push(("items".to_owned(), text));
+            }
         }
         for key in ["anyOf", "allOf"] {
             if let Some(list) = map.get_mut(key) {
@@ -470,6 +671,9 @@ impl Walk<'_> {
                     path.push_str(&format!("/{key}/{i}"));
                     self.node(sub, path, depth + 1, objects)?;
                     path.truncate(len);
+                    if let Some(text) = self.carried.take() {
+                        carried.push((format!("{key}[{i}]"), text));
+                    }
                 }
             }
         }
@@ -479,14 +683,72 @@ impl Walk<'_> {
                     return Err(unsupported(path, key));
                 };
                 for (name, sub) in defs.iter_mut() {
+                    if self.dialect == StrictDialect::OpenAi {
+                        self.count_text(name.len())?;
+                    }
                     let len = path.len();
                     path.push_str(&format!("/{key}/{}", escape(name)));
                     self.node(sub, path, depth + 1, objects)?;
                     path.truncate(len);
+                    if let Some(text) = self.carried.take() {
+                        carried.push((name.clone(), text));
+                    }
                 }
             }
         }
+        carry(map, &carried);
         Ok(())
+    }
+}
+
+/// Appends the descriptions of bare references below this schema to its own description, each
+/// after the name of the property (or `items`, `anyOf[i]`) it describes: the model still reads
+/// them, one level up.
+fn carry(map: &mut Map<String, Value>, carried: &[(String, String)]) {
+    if carried.is_empty() {
+        return;
+    }
+    let mut description = map
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    for (name, text) in carried {
+        if !description.is_empty() {
+            description.push_str("\n\n");
+        }
+        description.push_str(&format!("{name}: {text}"));
+    }
+    map.insert("description".to_owned(), Value::String(description));
+}
+
+/// Drops the definitions no reference reaches any more (those inlined everywhere they were
+/// used): a provider reads every definition sent, used or not.
+fn prune_definitions(schema: &mut Value) {
+    let mut reached: BTreeSet<String> = BTreeSet::new();
+    let mut todo = Vec::new();
+    refs_in(schema, &mut todo, 0);
+    let definitions: BTreeMap<String, Value> = definitions(schema)
+        .into_iter()
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    while let Some(reference) = todo.pop() {
+        if reached.insert(reference.clone()) {
+            if let Some(sub) = definitions.get(&reference) {
+                refs_in(sub, &mut todo, 1);
+            }
+        }
+    }
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = map.get_mut(key) {
+            defs.retain(|name, _| reached.contains(&format!("#/{key}/{}", escape(name))));
+            if defs.is_empty() {
+                map.remove(key);
+            }
+        }
     }
 }
 
@@ -517,9 +779,17 @@ fn note(map: &mut Map<String, Value>, moved: &[(String, Value)]) {
     map.insert("description".to_owned(), Value::String(description));
 }
 
-/// Makes an optional property accept `null` (OpenAI's way to say "optional" in strict mode).
+/// Makes an optional property accept `null` (OpenAI's way to say "optional" in strict mode),
+/// a union by a `null` branch of its own (none when it has one: `Option<T>` of a definition).
 fn nullable(property: &mut Value) {
     let null = Value::from("null");
+    if let Some(branches) = property.get_mut("anyOf").and_then(Value::as_array_mut) {
+        // A union: one branch more, not a union around it.
+        if !branches.iter().any(|b| b.get("type") == Some(&null)) {
+            branches.push(serde_json::json!({"type": "null"}));
+        }
+        return;
+    }
     if let Some(map) = property.as_object_mut() {
         if map.get("const").is_none() {
             let typed = match map.get_mut("type") {
@@ -763,6 +1033,304 @@ mod tests {
     }
 
     #[test]
+    fn an_optional_union_gets_a_null_branch_once() {
+        // What schemars writes for a documented `Option<Address>`.
+        let schema = json!({
+            "type": "object",
+            "properties": {"bill_to": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}],
+                                       "description": "Where to bill."},
+                           "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+            "$defs": {"A": {"type": "object", "properties": {}}}
+        });
+        let out = openai(schema).unwrap();
+        assert_eq!(
+            out["properties"]["bill_to"],
+            json!({"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}],
+                   "description": "Where to bill."})
+        );
+        assert_eq!(
+            out["properties"]["either"],
+            json!({"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]})
+        );
+    }
+
+    #[test]
+    fn root_recursion_is_strict_for_openai_and_recursive_for_anthropic() {
+        // What schemars writes for `struct Node { name: String, children: Vec<Node> }`.
+        let node = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"},
+                           "children": {"type": "array", "items": {"$ref": "#"}}},
+            "required": ["name", "children"]
+        });
+        let out = openai(node.clone()).unwrap();
+        assert_eq!(out["properties"]["children"]["items"], json!({"$ref": "#"}));
+        assert_eq!(out["additionalProperties"], false);
+        assert_eq!(
+            anthropic(node),
+            Err(NotStrict::Recursive {
+                reference: "#".into()
+            })
+        );
+        // Optional: nullable around the bare reference.
+        let next = json!({"type": "object", "properties": {"next": {"$ref": "#"}}});
+        assert_eq!(
+            openai(next).unwrap()["properties"]["next"],
+            json!({"anyOf": [{"$ref": "#"}, {"type": "null"}]})
+        );
+    }
+
+    #[test]
+    fn a_ref_beside_other_keywords_is_inlined_for_openai() {
+        let order = json!({
+            "type": "object",
+            "properties": {
+                "ship_to": {"$ref": "#/$defs/Address", "description": "Where to ship it."},
+                "bill_to": {"$ref": "#/$defs/Address"}
+            },
+            "required": ["ship_to"],
+            "$defs": {"Address": {"type": "object", "description": "A postal address.",
+                                  "properties": {"city": {"type": "string", "minLength": 1}},
+                                  "required": ["city"]}}
+        });
+        let out = openai(order.clone()).unwrap();
+        assert_eq!(
+            out["properties"]["ship_to"],
+            json!({"type": "object", "description": "Where to ship it.",
+                   "properties": {"city": {"type": "string", "description": "{minLength: 1}"}},
+                   "required": ["city"], "additionalProperties": false})
+        );
+        // A bare reference stays a reference (made nullable, being optional), and the
+        // definition it names stays.
+        assert_eq!(
+            out["properties"]["bill_to"],
+            json!({"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}]})
+        );
+        assert!(out["$defs"]["Address"].is_object());
+        // Anthropic keeps a description beside the reference, as its SDK does.
+        let out = anthropic(order).unwrap();
+        assert_eq!(
+            out["properties"]["ship_to"],
+            json!({"$ref": "#/$defs/Address", "description": "Where to ship it."})
+        );
+    }
+
+    #[test]
+    fn anthropic_moves_a_default_beside_a_ref_into_its_description_and_inlines_the_rest() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"$ref": "#/$defs/Mode", "default": "x"},
+                "b": {"$ref": "#/$defs/Mode", "enum": ["x"]}
+            },
+            "$defs": {"Mode": {"type": "string", "enum": ["x", "y"]}}
+        });
+        let out = anthropic(schema).unwrap();
+        assert_eq!(
+            out["properties"]["a"],
+            json!({"$ref": "#/$defs/Mode", "description": "{default: \"x\"}"})
+        );
+        assert_eq!(
+            out["properties"]["b"],
+            json!({"type": "string", "enum": ["x"]})
+        );
+    }
+
+    #[test]
+    fn definitions_no_reference_reaches_are_dropped() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"p": {"$ref": "#/definitions/P", "description": "a p"}},
+            "definitions": {"P": {"type": "string"}, "Unused": {"type": "integer"}},
+            "$defs": {"Chain": {"$ref": "#/$defs/End"}, "End": {"type": "string"}}
+        });
+        for out in [openai(schema.clone()).unwrap(), anthropic(schema).unwrap()] {
+            assert!(out.get("$defs").is_none(), "{out}");
+            assert!(out["definitions"].get("Unused").is_none(), "{out}");
+        }
+        // A definition reached only through another is kept.
+        let chain = json!({
+            "type": "object",
+            "properties": {"p": {"$ref": "#/$defs/Chain"}},
+            "$defs": {"Chain": {"type": "array", "items": {"$ref": "#/$defs/End"}},
+                      "End": {"type": "string"}}
+        });
+        let out = openai(chain).unwrap();
+        assert_eq!(
+            out["$defs"].as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["Chain", "End"]
+        );
+    }
+
+    #[test]
+    fn a_ref_on_a_cycle_stays_bare_and_its_description_moves_up() {
+        // `struct Node { next: Box<Node> }` with a doc comment on `next`.
+        let root = json!({
+            "type": "object",
+            "description": "A node.",
+            "properties": {"next": {"$ref": "#", "description": "The next node."}},
+            "required": ["next"]
+        });
+        let out = openai(root).unwrap();
+        assert_eq!(out["properties"]["next"], json!({"$ref": "#"}));
+        assert_eq!(out["description"], "A node.\n\nnext: The next node.");
+        // Through a definition: inlined once, bare inside its own copy.
+        let list = json!({
+            "type": "object",
+            "properties": {"head": {"$ref": "#/$defs/Cell", "description": "First."}},
+            "required": ["head"],
+            "$defs": {"Cell": {"type": "object", "properties": {
+                "rest": {"type": "array", "items": {"$ref": "#/$defs/Cell", "description": "More."}}},
+                "required": ["rest"]}}
+        });
+        let out = openai(list.clone()).unwrap();
+        let head = &out["properties"]["head"];
+        assert_eq!(head["description"], "First.");
+        assert_eq!(head["properties"]["rest"]["items"], json!({"$ref": "#/$defs/Cell"}));
+        assert_eq!(head["properties"]["rest"]["description"], "items: More.");
+        assert_eq!(
+            anthropic(list),
+            Err(NotStrict::Recursive {
+                reference: "#/$defs/Cell".into()
+            })
+        );
+        // A definition that is itself a described reference to itself ends.
+        let alias = json!({
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/A", "description": "an a"}},
+            "$defs": {"A": {"$ref": "#/$defs/A", "description": "itself"}}
+        });
+        assert!(openai(alias).is_ok());
+        // A constraint beside a reference that cannot be inlined cannot be kept.
+        let bound = json!({
+            "type": "object",
+            "properties": {"n": {"$ref": "#", "minItems": 1}}
+        });
+        assert_eq!(
+            openai(bound),
+            Err(NotStrict::Unsupported {
+                path: "/properties/n".into(),
+                keyword: "minItems".into()
+            })
+        );
+    }
+
+    #[test]
+    fn inlining_that_fans_out_is_bounded() {
+        // Each level names the next twice beside other keywords: 2^40 copies if unbounded.
+        let mut defs = Map::new();
+        for i in 0..40 {
+            let next = format!("#/$defs/D{}", i + 1);
+            defs.insert(
+                format!("D{i}"),
+                json!({"type": "object", "properties": {
+                    "l": {"$ref": next, "description": "l", "minItems": 1},
+                    "r": {"$ref": next, "description": "r", "minItems": 1}}}),
+            );
+        }
+        defs.insert("D40".into(), json!({"type": "string"}));
+        let schema = json!({"type": "object",
+                            "properties": {"root": {"$ref": "#/$defs/D0", "description": "x"}},
+                            "$defs": defs});
+        for dialect in [StrictDialect::OpenAi, StrictDialect::Anthropic] {
+            let err = strict_schema(&schema, dialect).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    NotStrict::TooComplex { limit: 100_000 } | NotStrict::TooDeep { .. }
+                ),
+                "{err}"
+            );
+        }
+        // Wide, through unions (no object to count): the node budget is what stops it.
+        let mut wide = Map::new();
+        for i in 0..20 {
+            let next = format!("#/$defs/W{}", i + 1);
+            let branches: Vec<Value> = (0..4)
+                .map(|_| json!({"$ref": next, "description": "d", "minItems": 1}))
+                .collect();
+            wide.insert(format!("W{i}"), json!({"anyOf": branches}));
+        }
+        wide.insert("W20".into(), json!({"type": "string"}));
+        let schema = json!({"type": "object",
+                            "properties": {"root": {"$ref": "#/$defs/W0", "description": "x"}},
+                            "$defs": wide});
+        for dialect in [StrictDialect::OpenAi, StrictDialect::Anthropic] {
+            assert_eq!(
+                strict_schema(&schema, dialect),
+                Err(NotStrict::TooComplex { limit: 100_000 })
+            );
+        }
+    }
+
+    #[test]
+    fn openai_limits_enum_values_and_text() {
+        let values = |n: usize, len: usize| -> Vec<Value> {
+            (0..n).map(|i| Value::String(format!("{i:0len$}"))).collect()
+        };
+        let with = |props: Vec<(String, Value)>| {
+            json!({"type": "object", "properties": props.into_iter().collect::<Map<_, _>>()})
+        };
+        // 1,000 values in all pass; one more does not.
+        let enums = |counts: &[usize]| {
+            with(
+                counts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (format!("e{i}"), json!({"enum": values(*n, 4)})))
+                    .collect(),
+            )
+        };
+        assert!(openai(enums(&[500, 500])).is_ok());
+        assert_eq!(
+            openai(enums(&[500, 501])),
+            Err(NotStrict::TooMuch {
+                what: "enum values in all",
+                limit: 1_000
+            })
+        );
+        assert!(anthropic(enums(&[500, 501])).is_ok());
+        // More than 250 strings: at most 15,000 characters; 250 may be longer.
+        let long = |n: usize, len: usize| with(vec![("e".into(), json!({"enum": values(n, len)}))]);
+        assert!(openai(long(251, 59)).is_ok());
+        assert_eq!(
+            openai(long(251, 60)),
+            Err(NotStrict::TooMuch {
+                what: "characters in one enum of more than 250 strings",
+                limit: 15_000
+            })
+        );
+        assert!(openai(long(250, 60)).is_ok());
+        // Names and values: 120,000 characters in all.
+        let text = |name_len: usize| {
+            with(vec![(
+                "n".repeat(name_len),
+                json!({"const": "c".repeat(60_000)}),
+            )])
+        };
+        assert!(openai(text(60_000)).is_ok());
+        assert_eq!(
+            openai(text(60_001)),
+            Err(NotStrict::TooMuch {
+                what: "characters of names and values",
+                limit: 120_000
+            })
+        );
+        // Definition names count too: 1 + 119,997 + 1 characters, and "DD".
+        let def = |name: &str| {
+            let reference = format!("#/$defs/{name}");
+            json!({"type": "object",
+                   "properties": {"c": {"const": "c".repeat(119_997)}, "d": {"$ref": reference}},
+                   "$defs": {name: {"type": "string"}}})
+        };
+        assert!(openai(def("D")).is_ok());
+        assert!(matches!(
+            openai(def("DD")),
+            Err(NotStrict::TooMuch { limit: 120_000, .. })
+        ));
+    }
+
+    #[test]
     fn openai_limits_depth_and_size() {
         let mut deep = json!({"type": "object", "properties": {}});
         for _ in 0..10 {
@@ -786,6 +1354,9 @@ mod tests {
             Just(json!({"type": "string", "maxLength": 3})),
             Just(json!({"type": "object", "additionalProperties": {"type": "string"}})),
             Just(json!({"not": {"type": "string"}})),
+            Just(json!({"$ref": "#/$defs/D"})),
+            Just(json!({"$ref": "#/$defs/D", "description": "a d", "default": {"x": "y"}})),
+            Just(json!({"$ref": "#", "description": "the root again"})),
         ];
         leaf.prop_recursive(4, 24, 4, |inner| {
             prop_oneof![
@@ -828,6 +1399,12 @@ mod tests {
                         }
                     }
                 }
+                // No keyword beside a `$ref` (OpenAI), none but a description (Anthropic).
+                if map.contains_key("$ref")
+                    && map.keys().any(|k| k != "$ref" && (openai || k != "description"))
+                {
+                    return false;
+                }
                 let bad = ["minLength", "maxLength", "not", "oneOf"];
                 if bad.iter().any(|k| map.contains_key(*k)) {
                     return false;
@@ -848,7 +1425,9 @@ mod tests {
     proptest! {
         #[test]
         fn normalised_schemas_are_strict_and_stable(props in prop::collection::btree_map("[a-d]{1,2}", arb_schema(), 0..5)) {
-            let schema = json!({"type": "object", "properties": props});
+            let schema = json!({"type": "object", "properties": props,
+                                "$defs": {"D": {"type": "object", "description": "A d.",
+                                                "properties": {"x": {"type": "string"}}}}});
             for dialect in [StrictDialect::OpenAi, StrictDialect::Anthropic] {
                 let text = schema.to_string();
                 match strict_schema(&schema, dialect) {
@@ -860,6 +1439,10 @@ mod tests {
                     }
                     Err(NotStrict::OpenObject { .. } | NotStrict::Unsupported { .. }) => {
                         prop_assert!(text.contains("additionalProperties") || text.contains("\"not\""));
+                    }
+                    Err(NotStrict::Recursive { reference }) => {
+                        prop_assert_eq!(dialect, StrictDialect::Anthropic);
+                        prop_assert_eq!(reference, "#");
                     }
                     Err(other) => prop_assert!(false, "{other}"),
                 }

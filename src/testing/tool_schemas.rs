@@ -16,7 +16,13 @@
 //!   `required` must name every property; only the keywords each provider's strict mode
 //!   supports may appear (OpenAI: no `allOf`, `minLength`, `maxLength`…; Anthropic: no
 //!   numeric or length constraints, `minItems` 0 or 1 only), string formats from each
-//!   provider's list, Anthropic enums of primitive values only.
+//!   provider's list, Anthropic enums of primitive values only; local references only
+//!   (`#`, or a definition at the top level: "reference can only point to definitions defined
+//!   at the top level of the schema"); OpenAI: no keyword beside a `$ref` ("$ref cannot have
+//!   keywords {'description'}"), objects nested at most 10 deep, at most 5,000 properties,
+//!   1,000 enum values and 120,000 characters of names and values in all (15,000 in one enum
+//!   of more than 250 strings); Anthropic: no recursive schema (`#`, or a definition that
+//!   reaches itself).
 //!
 //! The messages are the providers' own.
 
@@ -71,12 +77,21 @@ fn strict(format: WireFormat, index: usize, tool: &Value) -> Option<Rejection> {
         return None;
     }
     let schema = holder.get(schema_key)?;
-    let mut context = Vec::new();
-    let problem = strict_problem(schema, openai, &mut context, 0)?;
     let name = holder
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if openai {
+        if let Some(problem) = openai_limits(schema) {
+            return Some(Rejection {
+                error_type: "invalid_request_error",
+                code: Some("invalid_function_parameters"),
+                message: format!("Invalid schema for function '{name}': {problem}"),
+            });
+        }
+    }
+    let mut context = Vec::new();
+    let problem = strict_problem(schema, schema, openai, &mut context, 0)?;
     let message = if openai {
         format!(
             "Invalid schema for function '{name}': In context=({}), {problem}",
@@ -107,6 +122,7 @@ fn strict(format: WireFormat, index: usize, tool: &Value) -> Option<Rejection> {
 /// `context`. Written from the providers' documented lists, independently of the crate's
 /// own normalisation.
 fn strict_problem(
+    root: &Value,
     schema: &Value,
     openai: bool,
     context: &mut Vec<String>,
@@ -170,6 +186,28 @@ fn strict_problem(
         let dialect = if openai { OPENAI } else { ANTHROPIC };
         if !COMMON.contains(&key.as_str()) && !dialect.contains(&key.as_str()) {
             return Some(format!("'{key}' is not permitted."));
+        }
+    }
+    if let Some(reference) = map.get("$ref") {
+        let reference = reference.as_str().unwrap_or_default();
+        if reference != "#" && definition(root, reference).is_none() {
+            return Some(
+                "reference can only point to definitions defined at the top level of the schema."
+                    .to_owned(),
+            );
+        }
+        if openai {
+            // OpenAI: "$ref cannot have keywords {'description'}."
+            let others: Vec<String> = map
+                .keys()
+                .filter(|k| *k != "$ref")
+                .map(|k| format!("'{k}'"))
+                .collect();
+            if !others.is_empty() {
+                return Some(format!("$ref cannot have keywords {{{}}}.", others.join(", ")));
+            }
+        } else if recursive(root, reference) {
+            return Some("recursive schemas are not supported.".to_owned());
         }
     }
     if let Some(format) = map.get("format").and_then(Value::as_str) {
@@ -248,12 +286,146 @@ fn strict_problem(
     }
     for (step, child) in children {
         context.push(step);
-        if let Some(problem) = strict_problem(child, openai, context, depth + 1) {
+        if let Some(problem) = strict_problem(root, child, openai, context, depth + 1) {
             return Some(problem);
         }
         context.pop();
     }
     None
+}
+
+/// The definition a local reference (`#/$defs/x`, `#/definitions/x`) names at the top level.
+fn definition<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+    let (table, name) = reference.strip_prefix("#/")?.split_once('/')?;
+    if table != "$defs" && table != "definitions" {
+        return None;
+    }
+    root.get(table)?
+        .get(name.replace("~1", "/").replace("~0", "~"))
+}
+
+/// Whether `reference` reaches itself: `#` always does (it names the root, which holds it).
+fn recursive(root: &Value, reference: &str) -> bool {
+    fn refs<'a>(value: &'a Value, out: &mut Vec<&'a str>, depth: usize) {
+        match value {
+            _ if depth > 64 => {}
+            Value::Object(map) => {
+                for (key, sub) in map {
+                    match (key.as_str(), sub) {
+                        ("$ref", Value::String(r)) => out.push(r),
+                        ("$defs" | "definitions", _) => {}
+                        _ => refs(sub, out, depth + 1),
+                    }
+                }
+            }
+            Value::Array(list) => list.iter().for_each(|v| refs(v, out, depth + 1)),
+            _ => {}
+        }
+    }
+    if reference == "#" {
+        return true;
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    let mut todo = vec![reference];
+    while let Some(next) = todo.pop() {
+        let Some(target) = definition(root, next) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        refs(target, &mut found, 0);
+        for r in found {
+            if r == reference || r == "#" {
+                return true;
+            }
+            if !seen.contains(&r) {
+                seen.push(r);
+                todo.push(r);
+            }
+        }
+    }
+    false
+}
+
+/// OpenAI's limits on a whole strict schema ("Objects have limitations on nesting depth and
+/// size"; "Limitations on total string size"; "Limitations on enum size").
+fn openai_limits(schema: &Value) -> Option<String> {
+    #[derive(Default)]
+    struct Totals {
+        properties: usize,
+        enum_values: usize,
+        text: usize,
+        deepest: usize,
+        long_enum: usize,
+    }
+    fn walk(value: &Value, objects: usize, depth: usize, totals: &mut Totals) {
+        let Value::Object(map) = value else {
+            if let Value::Array(list) = value {
+                list.iter().for_each(|v| walk(v, objects, depth + 1, totals));
+            }
+            return;
+        };
+        if depth > 64 {
+            return;
+        }
+        let mut objects = objects;
+        if let Some(Value::Object(properties)) = map.get("properties") {
+            objects += 1;
+            totals.deepest = totals.deepest.max(objects);
+            totals.properties += properties.len();
+            totals.text += properties.keys().map(String::len).sum::<usize>();
+        }
+        for table in ["$defs", "definitions"] {
+            if let Some(Value::Object(defs)) = map.get(table) {
+                totals.text += defs.keys().map(String::len).sum::<usize>();
+            }
+        }
+        if let Some(Value::Array(values)) = map.get("enum") {
+            totals.enum_values += values.len();
+            let text: usize = values.iter().filter_map(Value::as_str).map(str::len).sum();
+            totals.text += text;
+            if values.len() > 250 {
+                totals.long_enum = totals.long_enum.max(text);
+            }
+        }
+        if let Some(Value::String(value)) = map.get("const") {
+            totals.text += value.len();
+        }
+        for (key, sub) in map {
+            if key != "enum" && key != "const" {
+                walk(sub, objects, depth + 1, totals);
+            }
+        }
+    }
+    let mut totals = Totals::default();
+    walk(schema, 0, 0, &mut totals);
+    if totals.deepest > 10 {
+        Some(format!(
+            "objects are nested {} levels deep; a schema may have up to 10 levels of nesting.",
+            totals.deepest
+        ))
+    } else if totals.properties > 5_000 {
+        Some(format!(
+            "the schema has {} object properties; a schema may have up to 5000 object properties total.",
+            totals.properties
+        ))
+    } else if totals.enum_values > 1_000 {
+        Some(format!(
+            "the schema has {} enum values; a schema may have up to 1000 enum values across all enum properties.",
+            totals.enum_values
+        ))
+    } else if totals.long_enum > 15_000 {
+        Some(format!(
+            "an enum of more than 250 values has {} characters; the limit is 15000.",
+            totals.long_enum
+        ))
+    } else if totals.text > 120_000 {
+        Some(format!(
+            "the total string length of property names, definition names, enum values and const values is {}; the limit is 120000.",
+            totals.text
+        ))
+    } else {
+        None
+    }
 }
 
 /// Anthropic's tool search: a tool with `defer_loading` needs a tool search tool in the
@@ -579,6 +751,82 @@ mod tests {
         let nested = json!({"type": "object", "properties": {"a": {"type": "array", "items":
             {"type": "object", "properties": {}}}}, "required": ["a"], "additionalProperties": false});
         assert!(chat(&nested).unwrap().contains("'properties.a', 'items'"));
+        // A `$ref` beside a description: OpenAI refuses it, Anthropic takes it.
+        let described = json!({"type": "object", "additionalProperties": false,
+            "properties": {"a": {"$ref": "#/$defs/A", "description": "An a."}}, "required": ["a"],
+            "$defs": {"A": {"type": "string"}}});
+        assert_eq!(
+            chat(&described).as_deref(),
+            Some("Invalid schema for function 't': In context=('properties.a'), $ref cannot have keywords {'description'}.")
+        );
+        assert_eq!(anthropic(&described, true), None);
+        let bare = json!({"type": "object", "additionalProperties": false,
+            "properties": {"a": {"$ref": "#/$defs/A"}}, "required": ["a"],
+            "$defs": {"A": {"type": "string"}}});
+        assert_eq!(responses(&bare), None);
+        // References: local, to a definition that is there.
+        let mut missing = bare.clone();
+        missing["properties"]["a"]["$ref"] = json!("#/$defs/B");
+        assert!(chat(&missing).unwrap().contains("top level of the schema"));
+        assert!(anthropic(&missing, true).unwrap().contains("top level of the schema"));
+        let mut remote = bare.clone();
+        remote["properties"]["a"]["$ref"] = json!("https://example.com/a.json");
+        assert!(chat(&remote).unwrap().contains("top level of the schema"));
+        // Root recursion: OpenAI takes it, Anthropic refuses any recursion.
+        let tree = json!({"type": "object", "additionalProperties": false, "required": ["kids"],
+            "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}});
+        assert_eq!(chat(&tree), None);
+        assert!(anthropic(&tree, true).unwrap().contains("recursive"));
+        let cycle = json!({"type": "object", "additionalProperties": false, "required": ["n"],
+            "properties": {"n": {"$ref": "#/$defs/N"}},
+            "$defs": {"N": {"type": "object", "additionalProperties": false, "required": ["m"],
+                            "properties": {"m": {"$ref": "#/$defs/M"}}},
+                      "M": {"type": "array", "items": {"$ref": "#/$defs/N"}}}});
+        assert_eq!(chat(&cycle), None);
+        assert!(anthropic(&cycle, true).unwrap().contains("recursive"));
+        assert_eq!(anthropic(&bare, true), None, "a reference is not a cycle");
+    }
+
+    #[test]
+    fn openai_strict_schemas_are_held_to_the_size_limits() {
+        let chat = |schema: Value| {
+            let body = json!({"tools": [{"type": "function", "function":
+                {"name": "t", "parameters": schema, "strict": true}}]});
+            rejection(WireFormat::OpenAiChat, &body).map(|r| r.message)
+        };
+        let object = |properties: serde_json::Map<String, Value>| {
+            let required: Vec<Value> = properties.keys().map(|k| json!(k)).collect();
+            json!({"type": "object", "properties": properties, "required": required,
+                   "additionalProperties": false})
+        };
+        let mut deep = object(serde_json::Map::new());
+        for _ in 0..9 {
+            deep = object([("x".to_owned(), deep)].into_iter().collect());
+        }
+        assert_eq!(chat(deep.clone()), None, "ten levels");
+        let deeper = object([("x".to_owned(), deep)].into_iter().collect());
+        assert!(chat(deeper).unwrap().contains("up to 10 levels"));
+        let many = |n: usize| object((0..n).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect());
+        assert_eq!(chat(many(5_000)), None);
+        assert!(chat(many(5_001)).unwrap().contains("5000 object properties"));
+        let values = |n: usize, len: usize| -> Vec<Value> {
+            (0..n).map(|i| json!(format!("{i:0len$}"))).collect()
+        };
+        let enums = |a: usize, b: usize, len: usize| object([
+            ("a".to_owned(), json!({"type": "string", "enum": values(a, len)})),
+            ("b".to_owned(), json!({"type": "string", "enum": values(b, len)})),
+        ].into_iter().collect());
+        assert_eq!(chat(enums(500, 500, 4)), None);
+        assert!(chat(enums(500, 501, 4)).unwrap().contains("1000 enum values"));
+        assert_eq!(chat(enums(251, 0, 59)), None);
+        assert!(chat(enums(251, 0, 60)).unwrap().contains("more than 250 values"));
+        let text = object([("c".to_owned(), json!({"type": "string", "const": "x".repeat(119_999)}))].into_iter().collect());
+        assert_eq!(chat(text), None);
+        let text = object([("cc".to_owned(), json!({"type": "string", "const": "x".repeat(119_999)}))].into_iter().collect());
+        assert!(chat(text).unwrap().contains("total string length"));
+        // Anthropic has none of these limits.
+        let body = json!({"tools": [{"name": "t", "input_schema": many(5_001), "strict": true}]});
+        assert_eq!(rejection(WireFormat::Anthropic, &body), None);
     }
 
     #[test]

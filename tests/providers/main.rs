@@ -28,4 +28,5 @@ mod responses_client;
 mod responses_compact;
 mod server_compaction;
 mod settings;
+mod strict_schemas;
 mod strict_tools;

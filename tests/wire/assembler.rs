@@ -391,3 +391,26 @@ fn every_byte_of_a_reasoning_item_counts_against_the_response_limit() {
         base + 16
     );
 }
+
+#[test]
+fn every_byte_of_a_compaction_item_counts_against_the_response_limit() {
+    // The id and the encrypted content both count, one for one (added, not multiplied).
+    let item = |id: Option<&str>, encrypted: &str| {
+        vec![
+            LlmEvent::Compaction {
+                index: 0,
+                id: id.map(str::to_owned),
+                encrypted_content: encrypted.into(),
+            },
+            stop(0),
+            message_stop(StopReason::EndTurn),
+        ]
+    };
+    let base = smallest_response_limit(&item(None, "e"));
+    assert_eq!(smallest_response_limit(&item(None, "e234567")), base + 6);
+    assert_eq!(smallest_response_limit(&item(Some("cmp"), "e")), base + 3);
+    assert_eq!(
+        smallest_response_limit(&item(Some("cmp45"), "e234567")),
+        base + 11
+    );
+}

@@ -202,6 +202,10 @@ impl LlmClient for AnthropicClient {
     fn provider_name(&self) -> &str {
         "anthropic"
     }
+
+    fn strict_dialect(&self) -> Option<crate::provider::strict::StrictDialect> {
+        Some(crate::provider::strict::StrictDialect::Anthropic)
+    }
 }
 
 fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {

@@ -482,6 +482,10 @@ impl LlmClient for OpenAiClient {
     fn provider_name(&self) -> &str {
         "openai"
     }
+
+    fn strict_dialect(&self) -> Option<crate::provider::strict::StrictDialect> {
+        Some(crate::provider::strict::StrictDialect::OpenAi)
+    }
 }
 
 /// Reads `{"error":{"message","type","code"}}`, and the looser shapes compatible servers send
