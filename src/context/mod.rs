@@ -32,6 +32,10 @@ mod server_edits;
 pub(crate) use history::validate as validate_history;
 mod tokens;
 
+/// What an invalid history, an oversize conversation or a failed compaction reports, inside
+/// [`Error::Context`] (defined in [`error`](crate::error), re-exported beside the methods
+/// that return it).
+pub use crate::error::ContextError;
 pub(crate) use compact::cut_middle;
 pub use compact::{CompactionReport, CompactionStep, CompactionStrategy, Summarizer};
 pub use config::ContextConfig;

@@ -49,8 +49,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::context::Conversation;
-use crate::error::SessionError;
 use crate::message::Message;
+
+/// What a store's methods fail with (defined in [`error`](crate::error), re-exported beside them).
+pub use crate::error::SessionError;
 
 /// The newest format of the entries this build writes and reads. Entries of the four first
 /// kinds are written in format 1; a [lease](SessionEntry::Lease) and its
