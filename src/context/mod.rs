@@ -602,6 +602,12 @@ impl ContextManager {
         history::validate(messages)
     }
 
+    /// The numbers of first messages that make a valid history (0 always), in order: where
+    /// a conversation may be cut.
+    pub(crate) fn valid_cuts(messages: &[Message]) -> Vec<usize> {
+        history::valid_cuts(messages)
+    }
+
     /// Whether `conversation` can be restored: once repaired (its unanswered calls answered
     /// as interrupted), a valid history. The error names the first violation.
     pub(crate) fn check_restorable(conversation: &Conversation) -> Result<(), Error> {

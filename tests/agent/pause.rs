@@ -1337,3 +1337,49 @@ async fn an_answer_given_before_a_rewind_is_refused_for_the_call_asked_again() {
         .iter()
         .any(|m| m.tool_uses().any(|(_, _, input)| input["path"] == "a.txt")));
 }
+
+#[tokio::test]
+async fn a_cut_between_a_call_and_its_result_names_the_valid_cuts_and_no_repair() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let mut agent = builder(ScriptedClient::new(delete_script("a.txt")), deletes.clone())
+        .session(store.clone(), "main")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    // Four messages: the question, the call, its result, the answer.
+    assert_eq!(agent.messages().len(), 4);
+    for refused in [
+        agent.fork_session("branch", 2).await.unwrap_err(),
+        agent.rewind_session(2).await.unwrap_err(),
+    ] {
+        // The error is named where the store's methods are.
+        assert!(
+            matches!(
+                &refused,
+                Error::Session(session::SessionError::InvalidPoint { at: 2, .. })
+            ),
+            "{refused}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "session \"main\" cannot be cut after message 2: message 2 asks for tool calls \
+             (c1) whose results are in message 3, and a cut keeps each call with its result; \
+             the valid cuts nearest to it, nearest first: after message 3, 1, 4"
+        );
+    }
+    // Past the end: the nearest valid cuts are its last ones.
+    let refused = agent.rewind_session(7).await.unwrap_err();
+    assert!(
+        refused.to_string().ends_with(
+            "cannot be cut after message 7: it has 4 messages; the valid cuts nearest to it, \
+             nearest first: after message 4, 3, 1"
+        ),
+        "{refused}"
+    );
+    // The cuts it names are taken.
+    agent.fork_session("branch", 3).await.unwrap();
+    agent.rewind_session(1).await.unwrap();
+    assert_eq!(agent.messages().len(), 1);
+}
