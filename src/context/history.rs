@@ -78,10 +78,7 @@ pub(crate) fn valid_cuts(messages: &[Message]) -> Vec<usize> {
 /// Checks every message in order, calling `answered(i)` after each message `i` that leaves
 /// no call waiting for its result (so `messages[..=i]` is a valid history); returns the calls
 /// of the last message that still wait, or the first violation.
-fn walk<'a>(
-    messages: &'a [Message],
-    mut answered: impl FnMut(usize),
-) -> Result<Vec<&'a str>, Error> {
+fn walk(messages: &[Message], mut answered: impl FnMut(usize)) -> Result<Vec<&str>, Error> {
     let Some(first) = messages.first() else {
         return Ok(Vec::new());
     };
