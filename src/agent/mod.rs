@@ -31,6 +31,9 @@ pub mod machine;
 mod path;
 mod team;
 
+/// Why a paused run cannot be resumed, inside [`Error::Resume`](crate::Error::Resume) (defined
+/// in [`error`](crate::error), re-exported beside [`Agent::resume`]).
+pub use crate::error::ResumeError;
 pub use agent::Agent;
 pub use builder::AgentBuilder;
 pub use driver::summarizer::LlmSummarizer;

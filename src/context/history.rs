@@ -55,8 +55,32 @@ fn invalid(message: String) -> Error {
 
 /// Checks the history invariant; the error names the first violation and where it is.
 pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
+    let open = walk(messages, |_| {})?;
+    if !open.is_empty() {
+        return Err(invalid(format!(
+            "the tool calls of message {} ({}) have no results; call repair()",
+            messages.len() - 1,
+            open.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The cuts `k` (`0..=messages.len()`) at which `messages[..k]` is a valid history, in
+/// order: where [`validate`] would accept the first `k` messages. One pass.
+pub(crate) fn valid_cuts(messages: &[Message]) -> Vec<usize> {
+    let mut cuts = vec![0];
+    // Past the first violation no longer prefix is valid: the cuts before it are all there is.
+    let _ = walk(messages, |i| cuts.push(i + 1));
+    cuts
+}
+
+/// Checks every message in order, calling `answered(i)` after each message `i` that leaves
+/// no call waiting for its result (so `messages[..=i]` is a valid history); returns the calls
+/// of the last message that still wait, or the first violation.
+fn walk(messages: &[Message], mut answered: impl FnMut(usize)) -> Result<Vec<&str>, Error> {
     let Some(first) = messages.first() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     if first.role != Role::User {
         return Err(invalid(format!(
@@ -99,12 +123,6 @@ pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
                             "tool call id {id:?} in message {i} is not unique"
                         )));
                     }
-                }
-                if !expected.is_empty() && i + 1 == messages.len() {
-                    return Err(invalid(format!(
-                        "the tool calls of message {i} ({}) have no results; call repair()",
-                        expected.join(", ")
-                    )));
                 }
             }
             Role::User => {
@@ -156,8 +174,11 @@ pub(crate) fn validate(messages: &[Message]) -> Result<(), Error> {
                 expected.clear();
             }
         }
+        if expected.is_empty() {
+            answered(i);
+        }
     }
-    Ok(())
+    Ok(expected)
 }
 
 /// Appends `incoming` to `target` (same role), keeping tool results ahead of other blocks.
@@ -423,6 +444,29 @@ mod tests {
         assert_eq!(h.len(), 3);
         assert_eq!(h[0].content, [ContentBlock::text("first")]);
         assert_eq!(h[2].content, [ContentBlock::text("second")]);
+    }
+
+    #[test]
+    fn the_valid_cuts_are_the_prefixes_validate_accepts() {
+        let h = vec![
+            Message::user("q"),
+            assistant(vec![call("a"), call("b")]),
+            user(vec![
+                ContentBlock::tool_result("a", "1", false),
+                ContentBlock::tool_result("b", "2", false),
+            ]),
+            Message::assistant("done"),
+            Message::user("more"),
+            assistant(vec![call("c")]),
+        ];
+        let cuts = valid_cuts(&h);
+        assert_eq!(cuts, [0, 1, 3, 4, 5]);
+        for k in 0..=h.len() {
+            assert_eq!(cuts.contains(&k), validate(&h[..k]).is_ok(), "cut {k}");
+        }
+        // Past the first violation no cut is valid.
+        let broken = vec![Message::assistant("first"), Message::user("q")];
+        assert_eq!(valid_cuts(&broken), [0]);
     }
 
     #[test]

@@ -32,6 +32,10 @@ mod server_edits;
 pub(crate) use history::validate as validate_history;
 mod tokens;
 
+/// What an invalid history, an oversize conversation or a failed compaction reports, inside
+/// [`Error::Context`] (defined in [`error`](crate::error), re-exported beside the methods
+/// that return it).
+pub use crate::error::ContextError;
 pub(crate) use compact::cut_middle;
 pub use compact::{CompactionReport, CompactionStep, CompactionStrategy, Summarizer};
 pub use config::ContextConfig;
@@ -596,6 +600,12 @@ impl ContextManager {
     /// alternating). The error names the first violation.
     pub(crate) fn check_valid(messages: &[Message]) -> Result<(), Error> {
         history::validate(messages)
+    }
+
+    /// The numbers of first messages that make a valid history (0 always), in order: where
+    /// a conversation may be cut.
+    pub(crate) fn valid_cuts(messages: &[Message]) -> Vec<usize> {
+        history::valid_cuts(messages)
     }
 
     /// Whether `conversation` can be restored: once repaired (its unanswered calls answered

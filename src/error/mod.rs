@@ -66,8 +66,9 @@ pub enum Error {
     )]
     Busy,
     /// A session store failed: a conflicting writer, a corrupt or unknown row, or the
-    /// database itself. See [`SessionError`].
-    #[error("session: {0}")]
+    /// database itself. See [`SessionError`]; its message names the session itself, so it is
+    /// shown as it is.
+    #[error(transparent)]
     Session(#[from] SessionError),
     /// A paused run cannot be resumed as asked; nothing was run and the paused run is
     /// unchanged. See [`ResumeError`].
@@ -265,7 +266,7 @@ pub enum SessionError {
         supported: i64,
     },
     /// The database failed (connection, I/O, a query); the message is the driver's.
-    #[error("database: {0}")]
+    #[error("session store database: {0}")]
     Database(String),
     /// There is no such session (to fork or rewind).
     #[error("there is no session {session:?}")]
@@ -275,13 +276,15 @@ pub enum SessionError {
     },
     /// A session cannot be forked or rewound at this point: past its end, or where the
     /// history would not be valid (a tool call cut from its result). Nothing was written.
+    /// The message says why, and names the valid cuts nearest to `at`, nearest first: fork
+    /// or rewind at one of those.
     #[error("session {session:?} cannot be cut after message {at}: {message}")]
     InvalidPoint {
         /// The session.
         session: String,
         /// The number of messages the cut would keep.
         at: u64,
-        /// Why not.
+        /// Why not, and the valid cuts nearest to `at`.
         message: String,
     },
 }
@@ -328,7 +331,8 @@ pub enum ResumeError {
     /// process): its calls may have run, so it is not resumed again.
     #[error(
         "the paused run {pause:?} was resumed already; its calls may have run, so it is not \
-         resumed twice: load the session again to see where it stands"
+         resumed twice: read the conversation again to see where it stands (with a session, \
+         `Agent::load_session`)"
     )]
     AlreadyResumed {
         /// The pause's id.
@@ -384,12 +388,13 @@ pub enum ResumeError {
         /// The digest of the call that waits.
         waiting: String,
     },
-    /// The session waits in a pause of this id, but for other calls than the paused run
-    /// given (the session was rewound, and the run asked again and paused under the same
-    /// id): that paused run is not resumed. Load the session again for the pause that waits.
+    /// The session no longer waits in this pause, and did not resume it: it was rewound past
+    /// it (and may wait in a pause asked anew; a session written before pause ids named the
+    /// session's version may wait under this same id, for other calls). Nothing was run. Load
+    /// the session again for the pause that waits, if any.
     #[error(
-        "the session waits in a pause {pause:?} for other calls than this paused run's (it was \
-         rewound and asked again): load the session again for the pause that waits"
+        "the session no longer waits in the paused run {pause:?}: it was rewound past it, and \
+         nothing was run; load the session again for the pause that waits now, if any"
     )]
     Superseded {
         /// The pause's id.

@@ -49,8 +49,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::context::Conversation;
-use crate::error::SessionError;
 use crate::message::Message;
+
+/// What a store's methods fail with (defined in [`error`](crate::error), re-exported beside them).
+pub use crate::error::SessionError;
 
 /// The newest format of the entries this build writes and reads. Entries of the four first
 /// kinds are written in format 1; a [lease](SessionEntry::Lease) and its
@@ -89,7 +91,7 @@ pub enum SessionEntry {
     /// paused run's own state (turn counters, the calls waiting, …), read back by the agent
     /// that resumes it; the conversation is the session's.
     Paused {
-        /// The pause's id (unique).
+        /// The pause's id: unique within the session (see [`PausedRun::id`](crate::PausedRun::id)).
         pause: String,
         /// The run's state, as the agent wrote it.
         state: serde_json::Value,
@@ -431,21 +433,64 @@ async fn load_from<S: SessionStore + ?Sized>(
     }
 }
 
-/// The first `at` messages of `session`, if that cut is a valid history.
+/// The first `at` messages of `session`, if that cut is a valid history; else the refusal
+/// says why and names the valid cuts nearest to `at`, nearest first.
 fn cut(session: &Session, at: u64) -> Result<Vec<Message>, SessionError> {
-    let invalid = |message: String| SessionError::InvalidPoint {
-        session: session.id.clone(),
-        at,
-        message,
-    };
     let messages = &session.conversation.messages;
+    let valid = crate::context::ContextManager::valid_cuts(messages);
     let end = usize::try_from(at)
         .ok()
-        .filter(|&end| end <= messages.len())
-        .ok_or_else(|| invalid(format!("it has {} messages", messages.len())))?;
-    let kept = &messages[..end];
-    crate::context::ContextManager::check_valid(kept).map_err(|e| invalid(e.to_string()))?;
-    Ok(kept.to_vec())
+        .filter(|&end| end <= messages.len());
+    let why = match end {
+        Some(end) if valid.binary_search(&end).is_ok() => return Ok(messages[..end].to_vec()),
+        None => format!("it has {} messages", messages.len()),
+        Some(end) => match messages[..end].last() {
+            Some(last) if last.tool_uses().next().is_some() => {
+                let ids = last.tool_uses().map(|(id, _, _)| id).collect::<Vec<_>>();
+                let ids = ids.join(", ");
+                if end < messages.len() {
+                    format!(
+                        "message {end} asks for tool calls ({ids}) whose results are in \
+                         message {}, and a cut keeps each call with its result",
+                        end + 1
+                    )
+                } else {
+                    format!("message {end} asks for tool calls ({ids}) that wait for results")
+                }
+            }
+            // The stored conversation itself breaks the history invariant at or before here.
+            _ => match crate::context::ContextManager::check_valid(&messages[..end]) {
+                Err(crate::Error::Context(crate::error::ContextError::InvalidHistory(why))) => {
+                    format!("its first {end} messages are not a valid history: {why}")
+                }
+                _ => format!("its first {end} messages are not a valid history"),
+            },
+        },
+    };
+    Err(SessionError::InvalidPoint {
+        session: session.id.clone(),
+        at,
+        message: format!("{why}; {}", nearest_cuts(&valid, at)),
+    })
+}
+
+/// The valid cuts nearest to `at`, nearest first (of two as near, the later: it keeps more),
+/// three at most, as a refusal names them.
+fn nearest_cuts(valid: &[usize], at: u64) -> String {
+    let mut nearest: Vec<u64> = valid
+        .iter()
+        .filter_map(|&k| u64::try_from(k).ok())
+        .collect();
+    nearest.sort_by_key(|&k| (k.abs_diff(at), std::cmp::Reverse(k)));
+    nearest.truncate(3);
+    let list: Vec<String> = nearest.iter().map(u64::to_string).collect();
+    match nearest.as_slice() {
+        [0] => "the only valid cut is after message 0 (an empty conversation)".to_owned(),
+        _ => format!(
+            "the valid cuts nearest to it, nearest first: after message {}",
+            list.join(", ")
+        ),
+    }
 }
 
 /// A [`SessionStore`] in memory: for tests, and for one process that needs no restart.
@@ -707,15 +752,31 @@ mod tests {
             let fork = load(&store, "f").await.unwrap().unwrap();
             assert_eq!(fork.conversation.messages.len(), 3);
             // A call cut from its result, a point past the end, a missing session, a taken id.
+            // The refusal says why and where to cut instead, nearest first, with no advice
+            // meant for a broken history.
             let err = store.fork("s", 2, "g").await.unwrap_err();
             assert!(
-                matches!(&err, SessionError::InvalidPoint { at: 2, message, .. } if message.contains("no results")),
+                matches!(&err, SessionError::InvalidPoint { at: 2, .. }),
                 "{err}"
             );
-            assert!(matches!(
-                store.fork("s", 9, "g").await,
-                Err(SessionError::InvalidPoint { at: 9, .. })
-            ));
+            assert_eq!(
+                err.to_string(),
+                "session \"s\" cannot be cut after message 2: message 2 asks for tool calls \
+                 (c1) whose results are in message 3, and a cut keeps each call with its \
+                 result; the valid cuts nearest to it, nearest first: after message 3, 1, 4"
+            );
+            let err = store.fork("s", 9, "g").await.unwrap_err();
+            assert!(
+                matches!(&err, SessionError::InvalidPoint { at: 9, .. }),
+                "{err}"
+            );
+            assert!(
+                err.to_string().ends_with(
+                    "after message 9: it has 5 messages; the valid cuts nearest to it, \
+                     nearest first: after message 5, 4, 3"
+                ),
+                "{err}"
+            );
             assert!(matches!(
                 store.fork("nope", 0, "g").await,
                 Err(SessionError::NotFound { .. })

@@ -254,7 +254,10 @@ impl ScriptedResponse {
     }
 
     /// Adds an OpenAI Responses compaction item (server-side compaction), as
-    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction) keeps it.
+    /// [`ContentBlock::Compaction`](crate::ContentBlock::Compaction) keeps it. OpenAI's
+    /// only: an Anthropic `compaction` block is a block the crate keeps verbatim; script it
+    /// with [`then_other_block`](Self::then_other_block)
+    /// (`json!({"type": "compaction", "content": "…"})`).
     pub fn then_compaction(
         mut self,
         id: Option<impl Into<String>>,
@@ -267,9 +270,9 @@ impl ScriptedResponse {
         self
     }
 
-    /// Adds a block the crate does not model (for example Anthropic `server_tool_use`), kept
-    /// verbatim. The [`MockServer`](super::MockServer) streams it in Anthropic's format as a
-    /// content block; in OpenAI Responses, a `tool_search_call` or `tool_search_output` item
+    /// Adds a block the crate does not model (for example Anthropic `server_tool_use`, or an
+    /// Anthropic `compaction` block), kept verbatim. The [`MockServer`](super::MockServer)
+    /// streams it in Anthropic's format as a content block; in OpenAI Responses, a `tool_search_call` or `tool_search_output` item
     /// as `response.output_item.added` / `.done` (other blocks have no place there).
     pub fn then_other_block(mut self, block: serde_json::Value) -> Self {
         self.steps.push(Step::Block(Block::Other(block)));

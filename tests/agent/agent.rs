@@ -253,6 +253,102 @@ async fn a_repeated_read_only_call_started_early_is_announced_once() {
     assert_valid(&agent);
 }
 
+/// Three identical responses calling the read-only `look`, each pausing (on tokio's paused
+/// clock) after the call: a call that starts early has the pause to finish in, or not.
+fn repeated_early(tool: impl agent_loop::Tool) -> Agent {
+    let same = |id: &str| {
+        ScriptedResponse::tool_call(id, "look", json!({"q": "same"}))
+            .then_pause(Duration::from_secs(1))
+            .then_text("Looking.")
+    };
+    let client = ScriptedClient::new([same("1"), same("2"), same("3")]);
+    Agent::builder(client)
+        .tool(tool)
+        .policy(
+            RunPolicy::new()
+                .max_repeated_calls(3)
+                .early_read_only_tools(true),
+        )
+        .build()
+        .unwrap()
+}
+
+/// The result the history holds for call `id`.
+fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
+    agent
+        .messages()
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .find_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } if tool_use_id == id => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .expect("the call is answered")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_read_only_call_that_ran_early_keeps_its_result() {
+    // As `RunPolicy::max_repeated_calls` says: the third call started while the model
+    // streamed, before the repeat showed, and finished: it ran, and its result stands.
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = runs.clone();
+    let tool = FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
+        let counter = counter.clone();
+        async move {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok::<_, ToolError>(format!("look {n}"))
+        }
+    })
+    .read_only(true);
+    let mut agent = repeated_early(tool);
+    let (events, outcome) = run(&mut agent, "look").await;
+    assert!(matches!(
+        outcome.termination,
+        Termination::RepeatedToolCall { times: 3, .. }
+    ));
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the third call ran");
+    assert_eq!(result_in_history(&agent, "3"), ("look 3".to_owned(), false));
+    assert!(events.iter().any(|e| matches!(e,
+        AgentEvent::ToolResult { id, is_error: false, content, .. }
+            if id == "3" && content == "look 3")));
+    assert_eq!(common::grammar::grammar_violation(&events), None);
+    assert_valid(&agent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_read_only_call_still_running_is_answered_as_not_run() {
+    // The third call started early but has not finished when the response ends: it is
+    // cancelled and answered with the repeat's error, as a call that never started.
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = runs.clone();
+    let tool = FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            if n == 3 {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, ToolError>(format!("look {n}"))
+        }
+    })
+    .read_only(true);
+    let mut agent = repeated_early(tool);
+    let (events, outcome) = run(&mut agent, "look").await;
+    assert!(matches!(
+        outcome.termination,
+        Termination::RepeatedToolCall { times: 3, .. }
+    ));
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the third call started");
+    let (content, is_error) = result_in_history(&agent, "3");
+    assert!(is_error && content.starts_with("not run"), "{content}");
+    assert_eq!(common::grammar::grammar_violation(&events), None);
+    assert_valid(&agent);
+}
+
 #[tokio::test]
 async fn consecutive_all_failed_turns_stop_the_run_and_failures_reach_the_model() {
     let client = ScriptedClient::new(

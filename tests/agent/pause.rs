@@ -1306,15 +1306,19 @@ async fn an_answer_given_before_a_rewind_is_refused_for_the_call_asked_again() {
         outcome.termination
     );
     assert_eq!(deletes.load(Ordering::SeqCst), 0);
-    // The old pause itself is refused too, though its id is the same: the session waits in
-    // another.
-    assert_eq!(before.id(), after.id());
+    // The pause asked again has an id of its own, though its turn, its count and its call's
+    // id are the same: the ids name the session's version the run started from.
+    assert_ne!(before.id(), after.id());
+    // The old pause itself is refused, as left behind by the rewind (not as resumed).
     let (_, outcome) = collect(agent.resume(&before, stale)).await;
+    let Termination::Error(Error::Resume(agent_loop::agent::ResumeError::Superseded { pause })) =
+        &outcome.termination
+    else {
+        panic!("{}", outcome.termination)
+    };
+    assert_eq!(pause, before.id());
     assert!(
-        matches!(
-            &outcome.termination,
-            Termination::Error(Error::Resume(ResumeError::Superseded { .. }))
-        ),
+        outcome.termination.to_string().contains("rewound past it"),
         "{}",
         outcome.termination
     );
@@ -1324,6 +1328,28 @@ async fn an_answer_given_before_a_rewind_is_refused_for_the_call_asked_again() {
         Resolutions::new().for_call(&after.pending()[0], agent_loop::agent::Resolution::Approve);
     let (_, outcome) = collect(agent.resume(&after, fresh)).await;
     assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+    // The log holds both pauses, each under its own id.
+    let log = store.load("s").await.unwrap().unwrap();
+    let pauses: Vec<&str> = log
+        .entries
+        .iter()
+        .filter_map(|(_, e)| match e {
+            SessionEntry::Paused { pause, .. } => Some(pause.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pauses, [before.id(), after.id()]);
+    // Resumed once, its pause is refused as resumed (the log says so).
+    let (_, outcome) = collect(agent.resume(&after, Resolutions::new().approve("c1"))).await;
+    assert!(
+        matches!(
+            &outcome.termination,
+            Termination::Error(Error::Resume(ResumeError::AlreadyResumed { .. }))
+        ),
+        "{}",
+        outcome.termination
+    );
     assert_eq!(deletes.load(Ordering::SeqCst), 1);
     let stored = session::load(&*store, "s").await.unwrap().unwrap();
     assert!(stored
@@ -1336,4 +1362,96 @@ async fn an_answer_given_before_a_rewind_is_refused_for_the_call_asked_again() {
         .messages
         .iter()
         .any(|m| m.tool_uses().any(|(_, _, input)| input["path"] == "a.txt")));
+}
+
+#[tokio::test]
+async fn a_pause_saved_before_ids_named_the_session_version_still_resumes() {
+    // A pause as an older build wrote it, in its session and as the host kept it: an id with
+    // no version, and no version in its state.
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let mut agent = approving(builder(
+        ScriptedClient::new(delete_script("a.txt")),
+        deletes.clone(),
+    ))
+    .session(Arc::new(MemoryStore::new()), "new")
+    .build()
+    .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    let mut json = serde_json::to_value(paused(&outcome)).unwrap();
+    let state = json["state"].as_object_mut().unwrap();
+    assert!(state.remove("session_version").is_some(), "{state:?}");
+    state.insert("id".into(), json!("t1-p1-c1"));
+    let old: PausedRun = serde_json::from_value(json.clone()).unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let conversation = serde_json::from_value(json["conversation"].clone()).unwrap();
+    let saved = [
+        SessionEntry::Conversation { conversation },
+        SessionEntry::Paused {
+            pause: "t1-p1-c1".into(),
+            state: json["state"].clone(),
+        },
+    ];
+    store.append("old", 0, &saved).await.unwrap();
+
+    let mut agent = approving(builder(
+        ScriptedClient::new(delete_script("a.txt").split_off(1)),
+        deletes.clone(),
+    ))
+    .session(store.clone(), "old")
+    .build()
+    .unwrap();
+    let (_, outcome) = collect(agent.resume(&old, Resolutions::new().approve("c1"))).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    assert_eq!(deletes.load(Ordering::SeqCst), 1);
+    let log = store.load("old").await.unwrap().unwrap();
+    assert!(log.entries.iter().any(|(_, e)| *e
+        == SessionEntry::Resumed {
+            pause: "t1-p1-c1".into()
+        }));
+}
+
+#[tokio::test]
+async fn a_cut_between_a_call_and_its_result_names_the_valid_cuts_and_no_repair() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let mut agent = builder(ScriptedClient::new(delete_script("a.txt")), deletes.clone())
+        .session(store.clone(), "main")
+        .build()
+        .unwrap();
+    let (_, outcome) = collect(agent.run("Delete a.txt")).await;
+    assert_eq!(outcome.termination, Termination::Completed);
+    // Four messages: the question, the call, its result, the answer.
+    assert_eq!(agent.messages().len(), 4);
+    for refused in [
+        agent.fork_session("branch", 2).await.unwrap_err(),
+        agent.rewind_session(2).await.unwrap_err(),
+    ] {
+        // The error is named where the store's methods are.
+        assert!(
+            matches!(
+                &refused,
+                Error::Session(session::SessionError::InvalidPoint { at: 2, .. })
+            ),
+            "{refused}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "session \"main\" cannot be cut after message 2: message 2 asks for tool calls \
+             (c1) whose results are in message 3, and a cut keeps each call with its result; \
+             the valid cuts nearest to it, nearest first: after message 3, 1, 4"
+        );
+    }
+    // Past the end: the nearest valid cuts are its last ones.
+    let refused = agent.rewind_session(7).await.unwrap_err();
+    assert!(
+        refused.to_string().ends_with(
+            "cannot be cut after message 7: it has 4 messages; the valid cuts nearest to it, \
+             nearest first: after message 4, 3, 1"
+        ),
+        "{refused}"
+    );
+    // The cuts it names are taken.
+    agent.fork_session("branch", 3).await.unwrap();
+    agent.rewind_session(1).await.unwrap();
+    assert_eq!(agent.messages().len(), 1);
 }

@@ -1,12 +1,14 @@
 //! The tokio driver of a run: it carries out what the [`AgentMachine`] asks (call the model,
 //! ask the hooks, run tools, sleep, compact) and feeds back what happened. It decides
-//! nothing; every decision is the machine's.
+//! nothing; every decision is the machine's. What it waits for and hears (the host's
+//! controls, the model's stream, tools, the timer) is `listen.rs`; the parts it switches
+//! mid-run (refreshed tools, a handoff, a fallback) are `switch.rs`.
 
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +17,6 @@ use crate::error::{ContextError, Error, SessionError};
 use crate::message::Message;
 use crate::provider::transport::RateLimiter;
 use crate::tool::{ExecOptions, ToolRegistry};
-use crate::wire::LlmEvent;
 
 use super::io::Io;
 use super::persist::{RunSession, Tail};
@@ -32,7 +33,7 @@ use crate::agent::team::SubAgentLink;
 /// Carries out a machine's actions with tokio, the client, the tools and the hooks.
 pub(crate) struct Driver {
     /// The run's spans (`invoke_agent`, and `chat` per model call).
-    telemetry: Telemetry,
+    pub(super) telemetry: Telemetry,
     /// `Some` until the conversation goes back to the agent.
     pub(crate) machine: Option<AgentMachine>,
     /// The conversation until the machine is built (after the session is loaded).
@@ -45,7 +46,7 @@ pub(crate) struct Driver {
     pub(crate) parts: Parts,
     /// The tools calls run with: always the machine's.
     pub(crate) tools: ToolRegistry,
-    handle: AgentHandle,
+    pub(super) handle: AgentHandle,
     shared: Arc<Mutex<Shared>>,
     pub(crate) cancel: CancellationToken,
     tx: mpsc::Sender<AgentEvent>,
@@ -55,7 +56,7 @@ pub(crate) struct Driver {
     pub(crate) told_cancel: bool,
     pub(crate) told_stop: bool,
     /// The host's words that came after the machine finished: handed back in the outcome.
-    undelivered: Vec<crate::input::UserInput>,
+    pub(super) undelivered: Vec<crate::input::UserInput>,
     /// What the run's tool calls get, for the calls that run agents (its channel excepted).
     depth: u32,
     max_depth: u32,
@@ -83,7 +84,7 @@ impl Drop for Driver {
 }
 
 /// The clock the machine is given: tokio's (so paused test time applies).
-fn now() -> Instant {
+pub(super) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
@@ -305,89 +306,6 @@ impl Driver {
         }
     }
 
-    /// Feeds the machine what the host asked through its handle since the last look: a
-    /// cancel, a stop request, its words (which, once the machine is finished, wait for the
-    /// outcome).
-    fn take_controls(&mut self) {
-        if !self.told_cancel && self.cancel.is_cancelled() {
-            self.told_cancel = true;
-            self.tell(Input::Cancel);
-        } else if !self.told_stop && self.handle.stop_requested() {
-            self.told_stop = true;
-            self.tell(Input::StopAfterTurn);
-        }
-        for input in self.handle.take_steering() {
-            match self.machine.as_mut() {
-                Some(machine) if !machine.is_finished() => {
-                    machine.handle(Input::Steer(input), now());
-                }
-                _ => self.undelivered.push(input),
-            }
-        }
-    }
-
-    /// Waits for the next thing that happens; `None` when it is nothing the machine needs
-    /// to hear (a finished future). Progress before results: a tool that reports and returns
-    /// at once has its progress shown first.
-    async fn next_input(&mut self, io: &mut Io) -> Option<Input> {
-        // The machine's timer (a backoff before re-sending a turn), if it set one.
-        let timeout = self.machine.as_ref().and_then(AgentMachine::poll_timeout);
-        let handle = self.handle.clone();
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled(), if !self.told_cancel => {
-                self.told_cancel = true;
-                Some(Input::Cancel)
-            }
-            () = handle.woken() => {
-                self.take_controls();
-                None
-            }
-            Some(progress) = io.progress_rx.recv() => Some(Input::ToolProgress(progress)),
-            Some(nested) = io.nested_rx.recv() => Some(Input::Nested(nested)),
-            Some(result) = io.results_rx.recv() => Some(Input::ToolDone(result)),
-            item = io.model_rx.recv(), if io.model_live => Some(match item {
-                Some(Some(Ok(event))) => {
-                    self.telemetry.model_event(&event);
-                    if matches!(event, LlmEvent::MessageStop { .. }) {
-                        // The machine ends the attempt at `MessageStop` and stops the
-                        // model (`Action::StopModel`). Dropping the call first frees its
-                        // request, whose history the machine is about to append to: with
-                        // the request gone, the append is in place instead of a copy of
-                        // the whole history (which made a turn cost grow with the history).
-                        io.stop_model();
-                    }
-                    Input::ModelEvent(event)
-                }
-                Some(Some(Err(error))) => {
-                    io.model_live = false;
-                    self.telemetry.model_failed(&error);
-                    Input::ModelEnded(Err(error))
-                }
-                Some(None) | None => {
-                    io.model_live = false;
-                    self.telemetry.model_done();
-                    Input::ModelEnded(Ok(()))
-                }
-            }),
-            () = async { if let Some(m) = io.model.as_mut() { m.await } }, if io.model.is_some() => {
-                io.model = None;
-                None
-            }
-            _ = io.tools.next(), if !io.tools.is_empty() => None,
-            () = async {
-                if let Some(at) = timeout {
-                    tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await
-                }
-            }, if timeout.is_some() => {
-                if let Some(machine) = self.machine.as_mut() {
-                    machine.handle_timeout(now());
-                }
-                None
-            }
-        }
-    }
-
     /// Asks the summarizer for a summary of `span`, unless the run is cancelled meanwhile.
     async fn summarize(&mut self, span: Vec<Message>) {
         let summary = match &self.parts.summarizer {
@@ -430,51 +348,5 @@ impl Driver {
         self.telemetry.finish(&outcome);
         tracing::info!(termination = %outcome.termination, turns = outcome.turns, "agent run finished");
         self.emit(AgentEvent::Finished(outcome)).await;
-    }
-}
-
-// The driver's parts that change while a run goes on: its tools, when a tool source
-// changed between turns, and its client, tools and hooks, when the conversation is handed to
-// another agent; its client, when the run moves to a fallback model.
-impl Driver {
-    /// Between turns: when a tool source changed, refreshes it and gives the machine (and
-    /// the tool runner) the rebuilt registry. One atomic load per source when none changed;
-    /// nothing once the run is over or stopping. A cancel during the refresh cancels the run at once.
-    pub(crate) async fn refresh_tools(&mut self) {
-        let over = self.machine.as_ref().is_none_or(AgentMachine::is_finished);
-        // A run told to stop after this turn needs no new tools.
-        if over || self.told_stop || !self.parts.sources.changed() {
-            return;
-        }
-        let refreshed = tokio::select! {
-            _ = self.cancel.cancelled(), if !self.told_cancel => {
-                self.told_cancel = true;
-                return self.tell(Input::Cancel);
-            }
-            refreshed = self.parts.sources.refresh() => refreshed,
-        };
-        if let Some(tools) = refreshed {
-            tracing::debug!(tools = tools.len(), "the agent's tools changed");
-            self.tell(Input::ToolsChanged(tools.catalog()));
-            self.tools = tools;
-        }
-    }
-
-    /// From now on, the model calls and tools are those of the agent at `route` (see
-    /// [`Action::Handoff`](crate::agent::machine::Action::Handoff)); an unknown route changes nothing.
-    pub(crate) fn hand_off(&mut self, route: &[usize]) {
-        if let Some(member) = Parts::find(&self.parts.team, route) {
-            self.tools = member.sources.current();
-            self.parts = member.clone();
-        }
-    }
-
-    /// From now on, the model calls go to the fallback at `index` of the agent in charge
-    /// (see [`Action::Fallback`](crate::agent::machine::Action::Fallback)); an unknown one changes
-    /// nothing.
-    pub(crate) fn fall_back(&mut self, index: usize) {
-        if let Some(client) = self.parts.fallbacks.get(index) {
-            self.parts.client = client.clone();
-        }
     }
 }

@@ -303,7 +303,7 @@ pub(crate) async fn claim(
     let already = || ResumeError::AlreadyResumed {
         pause: paused.id().to_owned(),
     };
-    let (version, same) = {
+    let found = {
         let shared = lock(shared);
         match &shared.paused {
             Some(waiting) if waiting.id() == paused.id() => {
@@ -317,13 +317,17 @@ pub(crate) async fn claim(
                     }
                     .into());
                 }
-                (
+                Some((
                     shared.session_version.unwrap_or(0),
                     waiting.conversation() == paused.conversation(),
-                )
+                ))
             }
-            _ => return Err(already().into()),
+            // Another pause, or none: this one was taken up already, or rewound away.
+            _ => None,
         }
+    };
+    let Some((version, same)) = found else {
+        return Err(left_behind(link, paused).await.into());
     };
     not_held_by_another(link, shared)?;
     let resumed = SessionEntry::Resumed {
@@ -344,4 +348,27 @@ pub(crate) async fn claim(
         Err(e) if e.is_conflict() => Err(already().into()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Why the session does not wait in `paused`, read from its log for the refusal: after the
+/// pause's entry, a rewind came first ([`ResumeError::Superseded`]: nothing of it ran) or its
+/// `resumed` entry did ([`ResumeError::AlreadyResumed`]). A pause the loaded entries do not
+/// hold (older than the newest whole conversation), or a log that cannot be read, is taken as
+/// resumed: its calls may have run.
+async fn left_behind(link: &SessionLink, paused: &PausedRun) -> ResumeError {
+    let pause = paused.id().to_owned();
+    let entries = match link.store.load(&link.id).await {
+        Ok(Some(stored)) => stored.entries,
+        Ok(None) | Err(_) => Vec::new(),
+    };
+    let mut seen = false;
+    for (_, entry) in &entries {
+        match entry {
+            SessionEntry::Paused { pause: p, .. } if *p == pause => seen = true,
+            SessionEntry::Resumed { pause: p } if seen && *p == pause => break,
+            SessionEntry::Rewound { .. } if seen => return ResumeError::Superseded { pause },
+            _ => {}
+        }
+    }
+    ResumeError::AlreadyResumed { pause }
 }

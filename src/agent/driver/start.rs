@@ -54,6 +54,10 @@ pub(crate) async fn machine(
     let machine = match start {
         Start::Run { input, options } => {
             let mut machine = AgentMachine::new(config, context, catalog);
+            if let (Some(_), Some(version)) = (session, lock(shared).session_version) {
+                // Its pauses name the version: unique in the session's log, rewinds and all.
+                machine.set_session_version(version);
+            }
             // The agent a kept handoff left in charge (the driver switched its parts too).
             let route = lock(shared).route.clone();
             if !machine.start_in_charge(&route) {

@@ -436,6 +436,9 @@ pub struct AgentMachine {
     steering: Steering,
     /// Why the input being handled changed nothing, if it did not.
     ignored: Option<&'static str>,
+    /// The version of the session the run started from, when it has one: named in the ids
+    /// of its pauses ([`set_session_version`](Self::set_session_version)).
+    session_version: Option<u64>,
 }
 
 impl AgentMachine {
@@ -479,7 +482,20 @@ impl AgentMachine {
             nested: NestedRuns::default(),
             steering: Steering::default(),
             ignored: None,
+            session_version: None,
         }
+    }
+
+    /// Tells a new run's machine the version of the session it starts from (a driver with a
+    /// session store calls it once the run holds the session, before
+    /// [`start`](Self::start)): its pauses' ids name it (`v7-t1-p1-call_1`), and a resumed
+    /// run's pauses go on naming it (the [`PausedRun`] keeps it). A session's log only grows,
+    /// so a run that pauses after a rewind never takes the id of a pause before it, though its
+    /// turn, its pause count and its call's id may be the same. Without it (an agent with no
+    /// session), an id is `t1-p1-call_1`: unique within its conversation, which nothing
+    /// rewinds.
+    pub fn set_session_version(&mut self, version: u64) {
+        self.session_version = Some(version);
     }
 
     /// A machine that continues a [`PausedRun`] with the host's answers to its waiting
@@ -523,6 +539,8 @@ impl AgentMachine {
         machine.spending = state.spending.paused();
         machine.text = state.text.paused();
         machine.ids = CallIds::resumed(&state.ids, machine.context.messages());
+        // Its pauses go on naming the session version the run started from.
+        machine.session_version = state.session_version;
         machine.settings = options.settings.over(&state.settings);
         machine.answer = answer;
 
@@ -1713,7 +1731,13 @@ impl AgentMachine {
         let output = self.answer.paused();
         let state = PauseState {
             format: PAUSE_FORMAT,
-            id: format!("t{}-p{}-{first}", self.counters.turns, self.counters.pauses),
+            id: match self.session_version {
+                Some(v) => format!(
+                    "v{v}-t{}-p{}-{first}",
+                    self.counters.turns, self.counters.pauses
+                ),
+                None => format!("t{}-p{}-{first}", self.counters.turns, self.counters.pauses),
+            },
             counters: self.counters.paused(),
             spending: self.spending.paused(),
             text: self.text.paused(),
@@ -1730,6 +1754,7 @@ impl AgentMachine {
             handoff,
             sub_agents: self.nested.finished().to_vec(),
             digests: std::collections::BTreeMap::new(),
+            session_version: self.session_version,
         };
         let mut paused = PausedRun {
             conversation: self.context.snapshot(),

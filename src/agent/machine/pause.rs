@@ -87,7 +87,11 @@ pub struct PausedRun {
 }
 
 impl PausedRun {
-    /// The pause's id: unique within its conversation.
+    /// The pause's id: unique within its session, rewinds included (it names the session's
+    /// version the run started from: `v7-t1-p1-call_1`), or, for an agent with no session,
+    /// within its conversation (`t1-p1-call_1`). An opaque string: compare it, do not parse
+    /// it (a pause saved before ids named the version has an id without it, and resumes as
+    /// any other).
     pub fn id(&self) -> &str {
         &self.state.id
     }
@@ -559,6 +563,11 @@ pub(crate) struct PauseState {
     /// (absent in a pause from before digests: computed from the conversation then).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) digests: BTreeMap<String, String>,
+    /// The version of the session the run started from, which its pauses' ids name (absent
+    /// without a session, and in a pause from before ids named it: a resumed run's pauses
+    /// then name none, as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session_version: Option<u64>,
 }
 
 /// What the paused batch waits for.

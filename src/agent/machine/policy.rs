@@ -55,7 +55,8 @@ pub struct RunPolicy {
     /// least 1).
     pub max_tool_failure_turns: u32,
     /// Consecutive turns with exactly the same calls before the run stops (default 3, at
-    /// least 2); the repeated calls are answered with an error, not run.
+    /// least 2). The last turn's calls are answered with an error, not run, except a
+    /// read-only call started early; see [`max_repeated_calls`](Self::max_repeated_calls).
     pub max_repeated_calls: u32,
     /// The most tokens (input and output, every model call) of a run, when capped.
     pub token_budget: Option<u64>,
@@ -136,8 +137,14 @@ impl RunPolicy {
     }
 
     /// Stop when the model asks for the same calls with the same input this many times in a
-    /// row (default 3; less than 2 counts as 2); the repeated calls are answered with an
-    /// error, not run.
+    /// row (default 3; less than 2 counts as 2), with
+    /// [`Termination::RepeatedToolCall`](crate::Termination::RepeatedToolCall). The last
+    /// response's calls are answered with an error that says why, and are not run; except a
+    /// read-only call that started early, while the model still streamed
+    /// ([`early_read_only_tools`](Self::early_read_only_tools)), before the response showed
+    /// the repeat: it ran, and keeps its result if it finished by the response's end (one
+    /// still running then is cancelled and answered with the error). The history keeps
+    /// every call answered once either way.
     pub fn max_repeated_calls(mut self, times: u32) -> Self {
         self.max_repeated_calls = times.max(2);
         self
