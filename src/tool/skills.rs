@@ -195,9 +195,10 @@ impl Skill {
     ///
     /// # Errors
     ///
-    /// A message for the model when the path is absolute, has a `..` or another non-plain
-    /// component, leads (through symlinks too) outside the folder, is not a file, is larger
-    /// than [`MAX_FILE_BYTES`] or is not UTF-8.
+    /// A message for the model when the path is absolute, has a `..` component, leads
+    /// (through symlinks too) outside the folder, is not a file, is larger than
+    /// [`MAX_FILE_BYTES`] or is not UTF-8. A `.` component and a doubled `/` change nothing:
+    /// `./references/guide.md` and `references//guide.md` read `references/guide.md`.
     pub async fn read_file(&self, relative: &str) -> Result<String, String> {
         let path = confine(&self.dir, relative)?;
         use tokio::io::AsyncReadExt;

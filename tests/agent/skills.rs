@@ -149,10 +149,14 @@ async fn bundled_files_read_inside_the_folder_only() {
         read(&scratch, "references/guide.md").await.unwrap(),
         "The guide."
     );
-    assert_eq!(
-        read(&scratch, "./references/guide.md").await.unwrap(),
-        "The guide."
-    );
+    // As documented: `.` and a doubled `/` change nothing.
+    for path in [
+        "./references/guide.md",
+        "references//guide.md",
+        "references/./guide.md",
+    ] {
+        assert_eq!(read(&scratch, path).await.unwrap(), "The guide.", "{path}");
+    }
     for (path, words) in [
         ("../release-notes/SKILL.md", "'..' is not allowed"),
         ("references/../../secret.txt", "'..' is not allowed"),
