@@ -542,14 +542,16 @@ impl<'a> Walker<'a> {
             variants.push((value.clone(), Value::Object(narrowed)));
 
             summary.push_str(&format!("\n- {}", Value::from(value.as_str())));
-            // Required fields first, then the optional ones.
-            let others = || {
-                shape
-                    .properties
-                    .iter()
-                    .map(|(name, _)| name)
-                    .filter(|name| **name != property)
-            };
+            // Required fields first, then the optional ones; each sorted, so that the text
+            // does not depend on the properties map's order (serde_json's `preserve_order`).
+            let mut names: Vec<&String> = shape
+                .properties
+                .iter()
+                .map(|(name, _)| name)
+                .filter(|name| **name != property)
+                .collect();
+            names.sort();
+            let others = || names.iter().copied();
             let fields: Vec<String> = others()
                 .filter(|name| shape.required.contains(name))
                 .cloned()

@@ -127,15 +127,24 @@ impl RepeatTracker {
     /// the same calls with the same inputs. A turn with no calls to count breaks the run
     /// (and counts 0).
     pub(crate) fn observe<'a>(&mut self, calls: impl Iterator<Item = &'a ToolCall>) -> u32 {
-        // serde_json maps are ordered by key, so equal inputs serialize equally.
-        let signature: Vec<(&str, &serde_json::Value)> =
-            calls.map(|c| (c.name.as_str(), &c.input)).collect();
+        // Canonical JSON (keys sorted): equal inputs compare equal whatever the order of
+        // their keys, with or without serde_json's `preserve_order`.
+        let mut signature = String::new();
+        for call in calls {
+            signature.push(if signature.is_empty() { '[' } else { ',' });
+            super::digest::write_canonical(
+                &mut signature,
+                &serde_json::Value::String(call.name.clone()),
+            );
+            signature.push(':');
+            super::digest::write_canonical(&mut signature, &call.input);
+        }
         if signature.is_empty() {
             self.last = None;
             self.count = 0;
             return 0;
         }
-        let signature = serde_json::to_string(&signature).unwrap_or_default();
+        signature.push(']');
         if self.last.as_deref() == Some(signature.as_str()) {
             self.count += 1;
         } else {

@@ -36,8 +36,9 @@ pub(crate) fn call_digest(id: &str, name: &str, input: &serde_json::Value) -> St
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Writes `value` as canonical JSON: keys sorted, no whitespace. Iterative, so that deeply
-/// nested arguments cannot overflow the stack.
-fn write_canonical(out: &mut String, value: &serde_json::Value) {
+/// nested arguments cannot overflow the stack. Also the repeated-call guard's comparison
+/// (`counters.rs`): equal inputs are equal whatever their keys' order.
+pub(super) fn write_canonical(out: &mut String, value: &serde_json::Value) {
     enum Step<'a> {
         Value(&'a serde_json::Value),
         Text(&'static str),
