@@ -1065,7 +1065,9 @@ fn unparsed_output(error: LlmError) -> LlmError {
     let said = said.split('"').next().unwrap_or(said).trim_end();
     LlmError::ModelFailure {
         reason: UNPARSED_OUTPUT_REASON.to_owned(),
-        message: format!("{said} (the server could not read the model's output as text or a tool call)"),
+        message: format!(
+            "{said} (the server could not read the model's output as text or a tool call)"
+        ),
     }
 }
 

@@ -7,7 +7,7 @@
 //! and each exchange: the request body the client sent, the response status, content type
 //! and bytes, cut where the server's chunks ended. Record them again with the server
 //! running: `AGENT_LOOP_RECORD_CASSETTES=1 AGENT_LOOP_REAL_MODEL_URL=<url> cargo test --test
-//! providers real_model::`.
+//! providers -- --ignored real_model::`.
 //!
 //! Replaying one checks:
 //! - each response decodes the same at its recorded chunk boundaries as in one piece, and
@@ -516,7 +516,10 @@ async fn the_servers_parse_failure_then_an_answer_completes() {
 async fn the_servers_parse_failure_mid_stream_is_sent_again_once() {
     for (endpoint, file) in [
         (Endpoint::OpenAi, "parse_failure_mid_stream_openai.json"),
-        (Endpoint::Anthropic, "parse_failure_mid_stream_anthropic.json"),
+        (
+            Endpoint::Anthropic,
+            "parse_failure_mid_stream_anthropic.json",
+        ),
     ] {
         let cassette: Cassette =
             serde_json::from_str(&std::fs::read_to_string(format!("{}/{file}", dir())).unwrap())
