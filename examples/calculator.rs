@@ -85,6 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut agent = Agent::builder(model.client.clone())
         .system("You are a careful assistant. Use the calculator for every computation.")
         .tool(calculator)
+        .settings(model.settings.clone())
         .max_turns(8)
         .build()?;
 

@@ -27,6 +27,10 @@ mod structured_output;
 #[path = "../examples/subagents.rs"]
 mod subagents;
 
+#[allow(unreachable_pub)]
+#[path = "../examples/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -458,5 +462,44 @@ async fn subagents_fans_out_to_three_workers_then_hands_off_to_the_editor() {
     for client in workers.iter().chain([&lead, &editor]) {
         assert!(client.history_violations().is_empty());
         assert_eq!(client.remaining(), 0);
+    }
+}
+
+/// The examples' renderer follows `AgentEvent::Retry`'s rule: the partial text of the
+/// abandoned attempt is marked discarded, and the answer sent again starts on its own line.
+#[test]
+fn the_renderer_marks_the_text_a_retry_abandons() {
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta {
+            text: "The answer is".into(),
+        },
+        retry_event(1),
+        // A retry before any text of its attempt marks nothing.
+        retry_event(2),
+        AgentEvent::TextDelta { text: "42".into() },
+    ];
+    let mut out = Vec::new();
+    let mut partial = false;
+    for event in &events {
+        assert!(common::render_to(&mut out, &mut partial, event).is_none());
+    }
+    let out = String::from_utf8(out).unwrap();
+    let marker = "✗ [discarded: the answer above broke off; the turn starts again]";
+    assert_eq!(out.matches(marker).count(), 1, "{out}");
+    let discarded = out.find("The answer is").unwrap();
+    let first_mark = out.find(marker).unwrap();
+    let answer = out.find("42").unwrap();
+    assert!(discarded < first_mark && first_mark < answer, "{out}");
+    assert!(out.contains("The answer is\n✗ [discarded"), "{out}");
+}
+
+fn retry_event(attempt: u32) -> AgentEvent {
+    AgentEvent::Retry {
+        attempt,
+        delay: Duration::ZERO,
+        error: "HTTP 500".into(),
+        usage: agent_loop::Usage::default(),
+        cost: agent_loop::pricing::Cost::default(),
     }
 }

@@ -3,19 +3,50 @@
 #![allow(dead_code)]
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use agent_loop::testing::{MockServer, ScriptedResponse};
 use agent_loop::{
     AgentEvent, AnthropicClient, BedrockClient, GeminiClient, LlmClient, OllamaClient,
-    OpenAiClient, RunOutcome,
+    OpenAiClient, RequestSettings, RunOutcome,
 };
 
 /// The model an example talks to. Keeps the mock server alive while it is used.
 pub struct Model {
     pub client: Arc<dyn LlmClient>,
     pub description: String,
+    /// The request settings to run it with: for a model served on this machine (a loopback
+    /// `OPENAI_BASE_URL` or `ANTHROPIC_BASE_URL`, such as `scripts/real-model-server`'s), the
+    /// ones the guide recommends for a small local model (see [`local_settings`]); else none.
+    pub settings: RequestSettings,
     _server: Option<MockServer>,
+}
+
+/// What the guide recommends for a small model on a local server
+/// (docs/guide/providers.md#local-models-llamacpp): temperature 0 (the answer repeats, and a
+/// 1.5B model wanders less), and a `max_tokens`, since one answer without it ran past 1,400
+/// tokens, minutes at a CPU's few tokens a second.
+pub fn local_settings() -> RequestSettings {
+    RequestSettings::new().temperature(0.0).max_tokens(512)
+}
+
+/// How long a local server may take to process a prompt before its first token: on a CPU
+/// that counts against the idle timeout (the guide's 600 s covers an 8k context).
+const LOCAL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Whether the URL in `var` names this machine (127.0.0.1, ::1 or localhost).
+fn is_local(var: &str) -> bool {
+    let Ok(url) = std::env::var(var) else {
+        return false;
+    };
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(host, _)| host),
+    };
+    matches!(host, "127.0.0.1" | "::1" | "localhost") || host.starts_with("127.")
 }
 
 /// The wire format an example was asked to speak: a flag on its command line.
@@ -79,8 +110,20 @@ fn real(client: impl LlmClient + 'static, api: &str) -> Model {
     Model {
         client: Arc::new(client),
         description,
+        settings: RequestSettings::new(),
         _server: None,
     }
+}
+
+/// A model on a local server: the guide's settings, said in the description.
+fn local(client: impl LlmClient + 'static, api: &str) -> Model {
+    let mut model = real(client, api);
+    model.settings = local_settings();
+    model.description.push_str(
+        " on this machine: temperature 0, max_tokens 512, idle timeout 600 s, as the guide \
+         recommends for a small local model",
+    );
+    model
 }
 
 /// The real service of a `--gemini`, `--bedrock` or `--ollama` run when its usual
@@ -143,6 +186,12 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
                 } else {
                     client
                 };
+                if is_local("ANTHROPIC_BASE_URL") {
+                    return local(
+                        client.idle_timeout(LOCAL_IDLE_TIMEOUT),
+                        "Anthropic Messages",
+                    );
+                }
                 return real(client, "Anthropic");
             }
             Err(e) => eprintln!("ANTHROPIC_API_KEY is set but unusable: {e}"),
@@ -169,6 +218,9 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
                 } else {
                     "OpenAI-compatible"
                 };
+                if is_local("OPENAI_BASE_URL") {
+                    return local(client.idle_timeout(LOCAL_IDLE_TIMEOUT), api);
+                }
                 return real(client, api);
             }
             Err(e) => eprintln!("OPENAI_API_KEY is set but unusable: {e}"),
@@ -229,25 +281,64 @@ pub async fn model(script: Vec<ScriptedResponse>) -> Model {
             "the loopback mock server at {} playing a scripted scenario over {api} (set {keys} for a real model)",
             server.url()
         ),
+        settings: RequestSettings::new(),
         _server: Some(server),
     }
 }
 
-/// Prints an event the way a simple CLI would; returns the outcome at the end.
+/// Whether text or thinking of the current model attempt was printed by [`render`].
+static PARTIAL: AtomicBool = AtomicBool::new(false);
+
+/// Prints an event the way a simple CLI would; returns the outcome at the end. See
+/// [`render_to`].
 pub fn render(event: &AgentEvent) -> Option<RunOutcome> {
-    let mut out = std::io::stdout();
+    let mut partial = PARTIAL.load(Ordering::Relaxed);
+    let outcome = render_to(&mut std::io::stdout(), &mut partial, event);
+    PARTIAL.store(partial, Ordering::Relaxed);
+    outcome
+}
+
+/// Writes an event to `out` the way a simple CLI would; returns the outcome at the end.
+/// `partial` says whether text of the current model attempt was written.
+///
+/// A `Retry` means the turn starts again and its partial text is dropped (as
+/// `AgentEvent::Retry` says): text written cannot be taken back, so a line says that what
+/// came before it is discarded, and the answer starts again on a line of its own.
+pub fn render_to(
+    out: &mut impl Write,
+    partial: &mut bool,
+    event: &AgentEvent,
+) -> Option<RunOutcome> {
+    // A CLI's output: a failed write (a closed pipe) is not the example's concern.
+    let _ = write_event(out, partial, event);
     match event {
-        AgentEvent::TurnStart { turn } => println!("\n── turn {turn} ──"),
+        AgentEvent::Finished(outcome) => Some(outcome.clone()),
+        _ => None,
+    }
+}
+
+fn write_event(
+    out: &mut impl Write,
+    partial: &mut bool,
+    event: &AgentEvent,
+) -> std::io::Result<()> {
+    match event {
+        AgentEvent::TurnStart { turn } => {
+            *partial = false;
+            writeln!(out, "\n── turn {turn} ──")?;
+        }
         AgentEvent::TextDelta { text } => {
-            print!("{text}");
-            let _ = out.flush();
+            *partial = true;
+            write!(out, "{text}")?;
+            out.flush()?;
         }
         AgentEvent::ThinkingDelta { text } => {
-            print!("\x1b[2m{text}\x1b[0m");
-            let _ = out.flush();
+            *partial = true;
+            write!(out, "\x1b[2m{text}\x1b[0m")?;
+            out.flush()?;
         }
-        AgentEvent::ToolCall { name, input, .. } => println!("\n→ {name}({input})"),
-        AgentEvent::ToolProgress { message, .. } => println!("  … {message}"),
+        AgentEvent::ToolCall { name, input, .. } => writeln!(out, "\n→ {name}({input})")?,
+        AgentEvent::ToolProgress { message, .. } => writeln!(out, "  … {message}")?,
         AgentEvent::ToolResult {
             name,
             content,
@@ -256,34 +347,41 @@ pub fn render(event: &AgentEvent) -> Option<RunOutcome> {
             ..
         } => {
             let mark = if *is_error { "✗" } else { "←" };
-            println!("{mark} {name} [{duration:.1?}]: {content}");
+            writeln!(out, "{mark} {name} [{duration:.1?}]: {content}")?;
         }
         AgentEvent::Retry {
             attempt,
             delay,
             error,
             ..
-        } => println!("\n(retry {attempt} in {delay:?}: {error})"),
+        } => {
+            if std::mem::take(partial) {
+                writeln!(
+                    out,
+                    "\n✗ [discarded: the answer above broke off; the turn starts again]"
+                )?;
+            }
+            writeln!(out, "(retry {attempt} in {delay:?}: {error})")?;
+        }
         AgentEvent::Compacted {
             tokens_before,
             tokens_after,
-        } => {
-            println!("\n(context compacted: {tokens_before} → {tokens_after} tokens)")
-        }
-        AgentEvent::TurnEnd { .. } => println!(),
-        AgentEvent::Finished(outcome) => {
-            println!(
-                "\n── {} after {} turn(s); tokens: {} in, {} out ──",
-                outcome.termination,
-                outcome.turns,
-                outcome.usage.total_input_tokens(),
-                outcome.usage.output_tokens
-            );
-            return Some(outcome.clone());
-        }
+        } => writeln!(
+            out,
+            "\n(context compacted: {tokens_before} → {tokens_after} tokens)"
+        )?,
+        AgentEvent::TurnEnd { .. } => writeln!(out)?,
+        AgentEvent::Finished(outcome) => writeln!(
+            out,
+            "\n── {} after {} turn(s); tokens: {} in, {} out ──",
+            outcome.termination,
+            outcome.turns,
+            outcome.usage.total_input_tokens(),
+            outcome.usage.output_tokens
+        )?,
         _ => {}
     }
-    None
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

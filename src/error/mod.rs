@@ -680,9 +680,14 @@ pub enum LlmError {
     /// The model ended its response without a usable answer, by its own fault: a function
     /// call it wrote that does not parse or fit its declaration (Gemini
     /// `MALFORMED_FUNCTION_CALL`), a call of a tool it was not offered (`UNEXPECTED_TOOL_CALL`),
-    /// or a stop for no stated reason (`OTHER`). Nothing of the response is kept. Sampling
-    /// again can succeed, so it is retryable: an [`Agent`](crate::Agent) sends the turn again
-    /// with a note telling the model what went wrong, within its retry policy.
+    /// or a stop for no stated reason (`OTHER`); llama.cpp's server failing to parse the
+    /// model's output into text and tool calls (its HTTP 500 `server_error` "The model
+    /// produced output that does not match the expected … format", reason `unparsed_output`).
+    /// Nothing of the response is kept. A changed request can succeed, so it is retryable: an
+    /// [`Agent`](crate::Agent) sends the turn again with a note telling the model what went
+    /// wrong, within its retry policy and only while the note changes the request (the same
+    /// failure twice in a row ends the run: the request would be the same again, and at
+    /// temperature 0 so would the answer). A client on its own does not send it again.
     #[error("the model's response failed ({reason}): {message}")]
     ModelFailure {
         /// The provider's reason, as sent (`MALFORMED_FUNCTION_CALL` …).

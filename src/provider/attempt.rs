@@ -724,6 +724,7 @@ impl AttemptMachine {
 
     /// A failure of the event stream: final after content, else retried if it may be.
     fn failed(&mut self, error: LlmError, now: Instant) -> State {
+        let error = unparsed_output(error);
         if self.content_seen {
             // Never re-sent after content: the caller decides.
             self.fail(error)
@@ -734,8 +735,16 @@ impl AttemptMachine {
 
     /// Decides what a failure before any content means: a `Retry` action and a backoff, or
     /// the response's final error.
+    ///
+    /// A [`LlmError::ModelFailure`] is not re-sent here: the same request gives the same
+    /// output at temperature 0 (llama.cpp's parse failure, see [`unparsed_output`]); the
+    /// agent sends its turn again with a note to the model instead, which changes the request.
     fn retry_or_fail(&mut self, error: LlmError, now: Instant) -> State {
         self.held.clear();
+        let error = unparsed_output(error);
+        if matches!(error, LlmError::ModelFailure { .. }) {
+            return self.fail(error);
+        }
         let attempt = self.retries.saturating_add(1);
         let retry = self
             .config
@@ -1021,6 +1030,44 @@ pub(crate) fn api_error_body(
         LlmError::ContextOverflow(Box::new(error))
     } else {
         LlmError::Api(Box::new(error))
+    }
+}
+
+/// How llama.cpp's server says that it could not parse the model's output into its chat
+/// format (text and tool calls): `common_chat_parse` (common/chat.cpp) throws "The model
+/// produced output that does not match the expected <format> format", which the server sends
+/// as `{"error":{"code":500,"message":…,"type":"server_error"}}`: with status 500 when it
+/// comes before the stream (tools/server/server.cpp, `ex_wrapper`), or as the stream's last
+/// event after content (`data: {"error":…}` on `/v1/chat/completions`, `event: error` on
+/// `/v1/messages`).
+const UNPARSED_OUTPUT: &str = "The model produced output that does not match the expected";
+
+/// The reason of the [`LlmError::ModelFailure`] that llama.cpp's parse failure becomes.
+pub(crate) const UNPARSED_OUTPUT_REASON: &str = "unparsed_output";
+
+/// llama.cpp's parse failure of the model's output (see [`UNPARSED_OUTPUT`]) as what it is: a
+/// [`LlmError::ModelFailure`], the model's doing, not the server's. Its 500 is no transient
+/// fault: at temperature 0 the same request gives the same output and the same failure, so
+/// it is not sent again as it was; the agent sends the turn once more with a note to the
+/// model. Any other error is returned as it is.
+fn unparsed_output(error: LlmError) -> LlmError {
+    let message = match &error {
+        LlmError::Api(api) if api.status == 500 => &api.message,
+        LlmError::Stream { message, .. } => message,
+        _ => return error,
+    };
+    let Some(start) = message.find(UNPARSED_OUTPUT) else {
+        return error;
+    };
+    // The message alone (an in-stream error whose data was not in the expected shape keeps
+    // the whole JSON as its message): up to the string's end.
+    let said = message.get(start..).unwrap_or_default();
+    let said = said.split('"').next().unwrap_or(said).trim_end();
+    LlmError::ModelFailure {
+        reason: UNPARSED_OUTPUT_REASON.to_owned(),
+        message: format!(
+            "{said} (the server could not read the model's output as text or a tool call)"
+        ),
     }
 }
 

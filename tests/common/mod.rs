@@ -9,6 +9,13 @@ use agent_loop::provider::transport::{Jitter, RetryPolicy};
 use agent_loop::wire::{StreamAssembler, WireDecoder, WireFormat};
 use agent_loop::{LlmError, LlmEvent, ModelResponse};
 
+/// Says on the terminal itself that a test is skipped: libtest captures `eprintln!` of a test
+/// that passes, so a skip said that way shows nowhere. Under CI the test fails instead.
+pub fn say_skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "\n{line}\n");
+}
+
 /// Retries at once (1 ms, no jitter): for tests of what is retried, not of how long it waits.
 pub fn fast_retries() -> RetryPolicy {
     RetryPolicy::default()

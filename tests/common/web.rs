@@ -29,6 +29,14 @@ fn node_problem(package: &str) -> Option<String> {
     None
 }
 
+/// Says on the terminal itself that a test is skipped: libtest captures `eprintln!` of a test
+/// that passes, so a skip said that way shows nowhere. (Its own copy: agent-loop-ui includes
+/// this file alone.)
+fn say_skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "\n{line}\n");
+}
+
 /// Whether the Node.js test `what` can run; under CI a missing `node` or package fails the
 /// test, elsewhere it says loudly on stderr what it skips and why.
 pub fn node_available(what: &str, package: &str) -> bool {
@@ -38,9 +46,9 @@ pub fn node_available(what: &str, package: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{what} needs node and the pinned npm packages under CI: {problem}");
     }
-    eprintln!(
-        "\n!!! SKIPPED {what}: {problem}. Install Node.js and run `npm ci` in the repository \
-         root to run it.\n"
-    );
+    say_skipped(&format!(
+        "!!! SKIPPED {what}: {problem}. Install Node.js and run `npm ci` in the repository \
+         root to run it."
+    ));
     false
 }

@@ -7,7 +7,7 @@
 //! and each exchange: the request body the client sent, the response status, content type
 //! and bytes, cut where the server's chunks ended. Record them again with the server
 //! running: `AGENT_LOOP_RECORD_CASSETTES=1 AGENT_LOOP_REAL_MODEL_URL=<url> cargo test --test
-//! providers real_model::`.
+//! providers -- --ignored real_model::`.
 //!
 //! Replaying one checks:
 //! - each response decodes the same at its recorded chunk boundaries as in one piece, and
@@ -19,10 +19,16 @@
 
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use agent_loop::agent::RunPolicy;
 use agent_loop::provider::reqwest;
-use agent_loop::testing::{MockResponse, MockServer};
+use agent_loop::provider::transport::RetryPolicy;
+use agent_loop::testing::{MockResponse, MockServer, ScriptedResponse};
 use agent_loop::wire::WireFormat;
-use agent_loop::{AnthropicClient, LlmClient, OpenAiClient};
+use agent_loop::{
+    Agent, AgentEvent, AnthropicClient, LlmClient, LlmError, OpenAiClient, Termination,
+};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -366,45 +372,174 @@ pub(crate) fn termination_kind(t: &agent_loop::Termination) -> String {
     text[..end].to_owned()
 }
 
-/// The same parse failure without streaming, as llama.cpp b11434 answers it on both
-/// endpoints (observed with `"stream": false`): HTTP 500 with an OpenAI-style error body.
-/// Either client reports the status and the server's message.
+/// llama.cpp's parse failure of the model's output before the stream started, as b11434
+/// sends it on both endpoints (`tests/fixtures/real_model/http_500_unparsed_output.body`):
+/// HTTP 500, `application/json; charset=utf-8`, an OpenAI-style error body. Its source:
+/// `common_chat_parse` (common/chat.cpp) throws, the route's `ex_wrapper`
+/// (tools/server/server.cpp) answers `format_error_response(…, ERROR_TYPE_SERVER)`.
+fn unparsed_output_500() -> MockResponse {
+    let body = std::fs::read(format!("{}/http_500_unparsed_output.body", dir())).unwrap();
+    MockResponse::raw(500, "application/json; charset=utf-8", body)
+}
+
+/// A client of `endpoint` on the mock server, with the default retry policy (three
+/// retries) made quick.
+fn mock_client(endpoint: Endpoint, server: &MockServer) -> Box<dyn LlmClient> {
+    let retry = RetryPolicy::default().initial_backoff(Duration::from_millis(1));
+    match endpoint {
+        Endpoint::OpenAi | Endpoint::Responses => Box::new(
+            OpenAiClient::new("")
+                .base_url(server.openai_base_url())
+                .model(MODEL)
+                .retry_policy(retry),
+        ),
+        Endpoint::Anthropic => Box::new(
+            AnthropicClient::new("no-key")
+                .base_url(server.anthropic_base_url())
+                .model(MODEL)
+                .retry_policy(retry),
+        ),
+    }
+}
+
+/// An agent with the calculator's shape (one tool) and three quick retries.
+fn agent_on(endpoint: Endpoint, server: &MockServer) -> Agent {
+    Agent::builder(mock_client(endpoint, server))
+        .tool(common::agent::add_tool())
+        .policy(
+            RunPolicy::new()
+                .retry(RetryPolicy::default().initial_backoff(Duration::from_millis(1))),
+        )
+        .build()
+        .unwrap()
+}
+
+/// The last user message's last text of a request body (both formats keep it last).
+fn last_user_text(body: &Value) -> String {
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user", "{body}");
+    match &last["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks.last().unwrap()["text"].as_str().unwrap().to_owned(),
+        other => panic!("content {other}"),
+    }
+}
+
+/// A client on its own does not send the parse failure again (the same request, the same
+/// output at temperature 0): one request, with three retries allowed, and the error is the
+/// model's failure naming the server's message.
 #[tokio::test]
-async fn the_servers_http_500_is_a_clear_error_on_both_endpoints() {
-    const BODY: &str = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+async fn the_servers_parse_failure_is_not_sent_again_by_a_client() {
     for endpoint in [Endpoint::OpenAi, Endpoint::Anthropic] {
         let server = MockServer::start().await;
-        server.push(MockResponse::raw(
-            500,
-            "application/json; charset=utf-8",
-            BODY,
-        ));
-        let client: Box<dyn LlmClient> = match endpoint {
-            Endpoint::OpenAi | Endpoint::Responses => Box::new(
-                OpenAiClient::new("")
-                    .base_url(server.openai_base_url())
-                    .model(MODEL)
-                    .retry_policy(agent_loop::provider::transport::RetryPolicy::none()),
-            ),
-            Endpoint::Anthropic => Box::new(
-                AnthropicClient::new("no-key")
-                    .base_url(server.anthropic_base_url())
-                    .model(MODEL)
-                    .retry_policy(agent_loop::provider::transport::RetryPolicy::none()),
-            ),
-        };
+        for _ in 0..4 {
+            server.push(unparsed_output_500());
+        }
+        let client = mock_client(endpoint, &server);
         let request = agent_loop::provider::ModelRequest::new(vec![agent_loop::Message::user(
-            "Write one sentence that explains what the JSON object {\"a\": 1} is.",
+            "What is 17 + 25?",
         )]);
         let items: Vec<_> = client.stream(&request).collect().await;
-        let Some(Err(agent_loop::LlmError::Api(api))) = items.last() else {
+        let Some(Err(error @ LlmError::ModelFailure { reason, message })) = items.last() else {
             panic!("{endpoint:?}: {items:?}");
         };
-        assert_eq!(api.status, 500, "{endpoint:?}");
+        assert_eq!(reason, "unparsed_output", "{endpoint:?}");
         assert!(
-            api.message.contains("peg-native format"),
-            "{endpoint:?}: {}",
-            api.message
+            message.contains("does not match the expected peg-native format"),
+            "{endpoint:?}: {message}"
         );
+        assert!(error.is_retryable(), "the agent may send it again, changed");
+        assert_eq!(server.requests().len(), 1, "{endpoint:?}");
+    }
+}
+
+/// The agent sends the turn again once, with a note to the model, and no more: the failure
+/// again would be the same request again. Two requests (not four), then an error that says
+/// what the server said.
+#[tokio::test]
+async fn the_servers_parse_failure_is_sent_again_once_with_a_note() {
+    for endpoint in [Endpoint::OpenAi, Endpoint::Anthropic] {
+        let server = MockServer::start().await;
+        for _ in 0..4 {
+            server.push(unparsed_output_500());
+        }
+        let mut agent = agent_on(endpoint, &server);
+        let (events, outcome) = common::agent::run(&mut agent, "What is 17 + 25?").await;
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "{endpoint:?}: {events:#?}");
+        let retries = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Retry { .. }))
+            .count();
+        assert_eq!(retries, 1, "{endpoint:?}");
+        assert_eq!(last_user_text(&requests[0].body), "What is 17 + 25?");
+        let note = last_user_text(&requests[1].body);
+        assert!(
+            note.contains("could not be used") && note.contains("peg-native format"),
+            "{endpoint:?}: {note}"
+        );
+        let Termination::Error(error) = &outcome.termination else {
+            panic!("{endpoint:?}: {:?}", outcome.termination);
+        };
+        assert!(
+            error.to_string().contains("does not match the expected"),
+            "{error}"
+        );
+        assert!(server.history_violations().is_empty(), "{endpoint:?}");
+        common::agent::assert_valid(&agent);
+    }
+}
+
+/// After the note the model answers: the run completes with the answer, two requests.
+#[tokio::test]
+async fn the_servers_parse_failure_then_an_answer_completes() {
+    for endpoint in [Endpoint::OpenAi, Endpoint::Anthropic] {
+        let server = MockServer::start().await;
+        server.push(unparsed_output_500());
+        server.push(ScriptedResponse::text("17 + 25 = 42"));
+        let mut agent = agent_on(endpoint, &server);
+        let (events, outcome) = common::agent::run(&mut agent, "What is 17 + 25?").await;
+        assert_eq!(
+            outcome.termination,
+            Termination::Completed,
+            "{endpoint:?}: {events:#?}"
+        );
+        assert_eq!(outcome.final_text, "17 + 25 = 42");
+        assert_eq!(server.requests().len(), 2, "{endpoint:?}");
+    }
+}
+
+/// The same failure inside the stream, after some text (the recorded
+/// `parse_failure_mid_stream_*` bytes: `data: {"error":…}` and `event: error`): also the
+/// model's failure, sent again once with the note, not three times.
+#[tokio::test]
+async fn the_servers_parse_failure_mid_stream_is_sent_again_once() {
+    for (endpoint, file) in [
+        (Endpoint::OpenAi, "parse_failure_mid_stream_openai.json"),
+        (
+            Endpoint::Anthropic,
+            "parse_failure_mid_stream_anthropic.json",
+        ),
+    ] {
+        let cassette: Cassette =
+            serde_json::from_str(&std::fs::read_to_string(format!("{}/{file}", dir())).unwrap())
+                .unwrap();
+        let exchange = &cassette.exchanges[0];
+        let server = MockServer::start().await;
+        for _ in 0..4 {
+            server.push(MockResponse::raw(
+                exchange.status,
+                exchange.content_type.clone(),
+                exchange.body().into_bytes(),
+            ));
+        }
+        let mut agent = agent_on(endpoint, &server);
+        let (events, outcome) = common::agent::run(&mut agent, "Explain {\"a\": 1}.").await;
+        assert_eq!(server.requests().len(), 2, "{endpoint:?}: {events:#?}");
+        let Termination::Error(error) = &outcome.termination else {
+            panic!("{endpoint:?}: {:?}", outcome.termination);
+        };
+        assert!(error.to_string().contains("unparsed_output"), "{error}");
+        common::agent::assert_valid(&agent);
     }
 }

@@ -640,11 +640,12 @@ fn recorded_responses_transcripts_match_their_final_output() {
         checked += 1;
     }
     if checked == 0 {
-        eprintln!(
-            "NOTE: no openai_responses_*.sse transcripts in {}; only the hand-written fixtures \
-             were checked",
+        // None are recorded yet, in CI either: said where it shows, not failed.
+        crate::common::say_skipped(&format!(
+            "NOTE: no openai_responses_*.sse transcripts in {}; \
+             recorded_responses_transcripts_match_their_final_output checked nothing",
             dir.display()
-        );
+        ));
     }
 }
 

@@ -96,9 +96,15 @@ fn format_of(name: &str) -> WireFormat {
 #[test]
 fn transcripts_match_the_official_sdks() {
     let Some(all) = transcripts() else {
-        println!(
-            "SKIPPED: no transcripts folder (set AGENT_LOOP_TRANSCRIPTS); nothing was checked"
+        let why = "no transcripts folder (set AGENT_LOOP_TRANSCRIPTS, or keep them in \
+                   ../shared/transcripts); nothing was checked";
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must check the transcripts: {why}"
         );
+        crate::common::say_skipped(&format!(
+            "!!! SKIPPED transcripts_match_the_official_sdks: {why}"
+        ));
         return;
     };
     assert!(

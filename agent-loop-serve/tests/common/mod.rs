@@ -20,6 +20,13 @@ pub async fn serve(router: axum::Router) -> String {
     format!("http://{addr}")
 }
 
+/// Says on the terminal itself that a test is skipped: libtest captures `eprintln!` of a test
+/// that passes, so a skip said that way shows nowhere. Under CI the test fails instead.
+fn say_skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "\n{line}\n");
+}
+
 /// The python of the venv with the pinned clients (`AGENT_LOOP_SERVE_PYTHON`), when it is
 /// there and imports `import_name`. In CI (`CI=true`) a missing one fails the test; elsewhere
 /// the test is skipped with a loud message (`None`).
@@ -44,11 +51,11 @@ pub fn python(import_name: &str) -> Option<String> {
              export AGENT_LOOP_SERVE_PYTHON=$PWD/v/bin/python"
         );
     }
-    eprintln!(
-        "\n!!!!! SKIPPED: {why}, so the official Python client is not run. Make the venv \
+    say_skipped(&format!(
+        "!!!!! SKIPPED: {why}, so the official Python client is not run. Make the venv \
          (python3 -m venv v && v/bin/pip install -r scripts/serve-requirements.txt) and set \
-         AGENT_LOOP_SERVE_PYTHON=$PWD/v/bin/python to run it. !!!!!\n"
-    );
+         AGENT_LOOP_SERVE_PYTHON=$PWD/v/bin/python to run it. !!!!!"
+    ));
     None
 }
 
@@ -105,7 +112,9 @@ pub fn node() -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{why}: CI must run this test against the official TypeScript MCP client");
     }
-    eprintln!("\n!!!!! SKIPPED: {why}, so the official TypeScript MCP client is not run. !!!!!\n");
+    say_skipped(&format!(
+        "!!!!! SKIPPED: {why}, so the official TypeScript MCP client is not run. !!!!!"
+    ));
     false
 }
 

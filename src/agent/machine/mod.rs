@@ -1207,7 +1207,17 @@ impl AgentMachine {
         // The machine owns every retry of a run, before content or after (its requests ask
         // the client for none): one policy, one count, one `Retry` event each.
         let retry = self.counters.retry();
+        // A response the model got wrong goes again with a note saying what was wrong, and
+        // only while the note changes the request: once it ends the history already, the
+        // request would be the one that just failed (at temperature 0, the same output).
+        let note = error.note_for_model();
+        let noted = note.as_ref().is_some_and(|note| {
+            self.context.messages().last().is_some_and(|m| {
+                m.role == Role::User && m.content.last() == Some(&ContentBlock::text(note))
+            })
+        });
         let delay = match &self.config.policy.retry {
+            _ if noted => None,
             Some(policy) => policy.delay_for(retry, &error),
             None => RetryPolicy::default().delay_for(retry, &error),
         };
@@ -1218,16 +1228,9 @@ impl AgentMachine {
             return self.finish(Termination::Error(Error::Llm(error)));
         };
         tracing::warn!(%error, attempt = retry, ?delay, "model stream broke; re-sending the turn");
-        // A response the model got wrong goes again with a note saying what was wrong (one
-        // note: a repeated failure adds no other). It ends the last user message, so the
-        // history stays valid.
-        if let Some(note) = error.note_for_model() {
-            let noted = self.context.messages().last().is_some_and(|m| {
-                m.role == Role::User && m.content.last() == Some(&ContentBlock::text(&note))
-            });
-            if !noted {
-                self.context.push(Message::user(note));
-            }
+        // The note ends the last user message, so the history stays valid.
+        if let Some(note) = note {
+            self.context.push(Message::user(note));
         }
         self.emit(AgentEvent::Retry {
             attempt: retry,
