@@ -768,9 +768,11 @@ fn names_type(t: &Value, name: &str) -> bool {
     }
 }
 
-/// Appends the moved constraints to the description, as the SDKs do: `{minimum: 1, …}`.
+/// Appends the moved constraints to the description, as the SDKs do: `{minimum: 1, …}`,
+/// sorted by keyword (not in the map's order, which serde_json's `preserve_order` changes).
 fn note(map: &mut Map<String, Value>, moved: &[(String, Value)]) {
-    let list: Vec<String> = moved.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let mut list: Vec<String> = moved.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    list.sort();
     let text = format!("{{{}}}", list.join(", "));
     let description = match map.get("description").and_then(Value::as_str) {
         Some(d) if !d.is_empty() => format!("{d}\n\n{text}"),
