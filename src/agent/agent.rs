@@ -314,9 +314,7 @@ impl Agent {
     /// assert!(matches!(report[0].1, Err(NotStrict::OpenObject { .. })));
     /// # Ok::<(), agent_loop::Error>(())
     /// ```
-    pub fn strict_check(
-        &self,
-    ) -> Vec<(String, Result<(), crate::provider::strict::NotStrict>)> {
+    pub fn strict_check(&self) -> Vec<(String, Result<(), crate::provider::strict::NotStrict>)> {
         let Some(dialect) = self.parts.client.strict_dialect() else {
             return Vec::new();
         };
@@ -326,8 +324,8 @@ impl Agent {
             .iter()
             .chain(self.config.handoffs.iter().map(|h| &h.tool))
             .map(|spec| {
-                let verdict = crate::provider::strict::strict_schema(&spec.input_schema, dialect)
-                    .map(|_| ());
+                let verdict =
+                    crate::provider::strict::strict_schema(&spec.input_schema, dialect).map(|_| ());
                 (spec.name.clone(), verdict)
             })
             .collect()

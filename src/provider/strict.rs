@@ -1188,7 +1188,10 @@ mod tests {
         let out = openai(list.clone()).unwrap();
         let head = &out["properties"]["head"];
         assert_eq!(head["description"], "First.");
-        assert_eq!(head["properties"]["rest"]["items"], json!({"$ref": "#/$defs/Cell"}));
+        assert_eq!(
+            head["properties"]["rest"]["items"],
+            json!({"$ref": "#/$defs/Cell"})
+        );
         assert_eq!(head["properties"]["rest"]["description"], "items: More.");
         assert_eq!(
             anthropic(list),
@@ -1268,11 +1271,11 @@ mod tests {
     #[test]
     fn openai_limits_enum_values_and_text() {
         let values = |n: usize, len: usize| -> Vec<Value> {
-            (0..n).map(|i| Value::String(format!("{i:0len$}"))).collect()
+            (0..n)
+                .map(|i| Value::String(format!("{i:0len$}")))
+                .collect()
         };
-        let with = |props: Vec<(String, Value)>| {
-            json!({"type": "object", "properties": props.into_iter().collect::<Map<_, _>>()})
-        };
+        let with = |props: Vec<(String, Value)>| json!({"type": "object", "properties": props.into_iter().collect::<Map<_, _>>()});
         // 1,000 values in all pass; one more does not.
         let enums = |counts: &[usize]| {
             with(
@@ -1403,7 +1406,9 @@ mod tests {
                 }
                 // No keyword beside a `$ref` (OpenAI), none but a description (Anthropic).
                 if map.contains_key("$ref")
-                    && map.keys().any(|k| k != "$ref" && (openai || k != "description"))
+                    && map
+                        .keys()
+                        .any(|k| k != "$ref" && (openai || k != "description"))
                 {
                     return false;
                 }

@@ -204,7 +204,10 @@ fn strict_problem(
                 .map(|k| format!("'{k}'"))
                 .collect();
             if !others.is_empty() {
-                return Some(format!("$ref cannot have keywords {{{}}}.", others.join(", ")));
+                return Some(format!(
+                    "$ref cannot have keywords {{{}}}.",
+                    others.join(", ")
+                ));
             }
         } else if recursive(root, reference) {
             return Some("recursive schemas are not supported.".to_owned());
@@ -360,7 +363,8 @@ fn openai_limits(schema: &Value) -> Option<String> {
     fn walk(value: &Value, objects: usize, depth: usize, totals: &mut Totals) {
         let Value::Object(map) = value else {
             if let Value::Array(list) = value {
-                list.iter().for_each(|v| walk(v, objects, depth + 1, totals));
+                list.iter()
+                    .for_each(|v| walk(v, objects, depth + 1, totals));
             }
             return;
         };
@@ -768,7 +772,9 @@ mod tests {
         let mut missing = bare.clone();
         missing["properties"]["a"]["$ref"] = json!("#/$defs/B");
         assert!(chat(&missing).unwrap().contains("top level of the schema"));
-        assert!(anthropic(&missing, true).unwrap().contains("top level of the schema"));
+        assert!(anthropic(&missing, true)
+            .unwrap()
+            .contains("top level of the schema"));
         let mut remote = bare.clone();
         remote["properties"]["a"]["$ref"] = json!("https://example.com/a.json");
         assert!(chat(&remote).unwrap().contains("top level of the schema"));
@@ -806,23 +812,61 @@ mod tests {
         assert_eq!(chat(deep.clone()), None, "ten levels");
         let deeper = object([("x".to_owned(), deep)].into_iter().collect());
         assert!(chat(deeper).unwrap().contains("up to 10 levels"));
-        let many = |n: usize| object((0..n).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect());
+        let many = |n: usize| {
+            object(
+                (0..n)
+                    .map(|i| (format!("p{i}"), json!({"type": "string"})))
+                    .collect(),
+            )
+        };
         assert_eq!(chat(many(5_000)), None);
-        assert!(chat(many(5_001)).unwrap().contains("5000 object properties"));
+        assert!(chat(many(5_001))
+            .unwrap()
+            .contains("5000 object properties"));
         let values = |n: usize, len: usize| -> Vec<Value> {
             (0..n).map(|i| json!(format!("{i:0len$}"))).collect()
         };
-        let enums = |a: usize, b: usize, len: usize| object([
-            ("a".to_owned(), json!({"type": "string", "enum": values(a, len)})),
-            ("b".to_owned(), json!({"type": "string", "enum": values(b, len)})),
-        ].into_iter().collect());
+        let enums = |a: usize, b: usize, len: usize| {
+            object(
+                [
+                    (
+                        "a".to_owned(),
+                        json!({"type": "string", "enum": values(a, len)}),
+                    ),
+                    (
+                        "b".to_owned(),
+                        json!({"type": "string", "enum": values(b, len)}),
+                    ),
+                ]
+                .into_iter()
+                .collect(),
+            )
+        };
         assert_eq!(chat(enums(500, 500, 4)), None);
-        assert!(chat(enums(500, 501, 4)).unwrap().contains("1000 enum values"));
+        assert!(chat(enums(500, 501, 4))
+            .unwrap()
+            .contains("1000 enum values"));
         assert_eq!(chat(enums(251, 0, 59)), None);
-        assert!(chat(enums(251, 0, 60)).unwrap().contains("more than 250 values"));
-        let text = object([("c".to_owned(), json!({"type": "string", "const": "x".repeat(119_999)}))].into_iter().collect());
+        assert!(chat(enums(251, 0, 60))
+            .unwrap()
+            .contains("more than 250 values"));
+        let text = object(
+            [(
+                "c".to_owned(),
+                json!({"type": "string", "const": "x".repeat(119_999)}),
+            )]
+            .into_iter()
+            .collect(),
+        );
         assert_eq!(chat(text), None);
-        let text = object([("cc".to_owned(), json!({"type": "string", "const": "x".repeat(119_999)}))].into_iter().collect());
+        let text = object(
+            [(
+                "cc".to_owned(),
+                json!({"type": "string", "const": "x".repeat(119_999)}),
+            )]
+            .into_iter()
+            .collect(),
+        );
         assert!(chat(text).unwrap().contains("total string length"));
         // Anthropic has none of these limits.
         let body = json!({"tools": [{"name": "t", "input_schema": many(5_001), "strict": true}]});

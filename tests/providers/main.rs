@@ -30,3 +30,4 @@ mod server_compaction;
 mod settings;
 mod strict_schemas;
 mod strict_tools;
+mod strict_warning;

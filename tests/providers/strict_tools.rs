@@ -236,3 +236,35 @@ async fn a_strict_call_with_a_null_optional_property_runs_the_tool() {
     assert!(server.history_violations().is_empty());
     common::agent::assert_valid(&agent);
 }
+
+#[tokio::test]
+async fn the_mock_refuses_a_ref_beside_a_description_in_a_strict_function() {
+    // What OpenAI answers a strict function whose documented field kept its `$ref`.
+    let server = MockServer::start().await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/chat/completions", server.openai_base_url()))
+        .bearer_auth(KEY)
+        .json(&json!({
+            "model": "gpt-test", "stream": true,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "ship", "strict": true,
+                "parameters": {"type": "object", "additionalProperties": false,
+                    "properties": {"to": {"$ref": "#/$defs/Address",
+                                          "description": "Where to ship it."}},
+                    "required": ["to"],
+                    "$defs": {"Address": {"type": "object", "additionalProperties": false,
+                                          "properties": {"city": {"type": "string"}},
+                                          "required": ["city"]}}}}}]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "invalid_function_parameters");
+    assert_eq!(
+        error["error"]["message"],
+        "Invalid schema for function 'ship': In context=('properties.to'), $ref cannot have \
+         keywords {'description'}."
+    );
+}
