@@ -19,7 +19,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use crate::common;
-use common::agent::{add_tool, assert_valid, echo_tool, run, run_cancelling};
+use common::agent::{add_tool, assert_valid, echo_tool, result_in_history, run, run_cancelling};
 
 fn failing_tool() -> impl agent_loop::Tool {
     FnTool::new(
@@ -271,24 +271,6 @@ fn repeated_early(tool: impl agent_loop::Tool) -> Agent {
         )
         .build()
         .unwrap()
-}
-
-/// The result the history holds for call `id`.
-fn result_in_history(agent: &Agent, id: &str) -> (String, bool) {
-    agent
-        .messages()
-        .iter()
-        .flat_map(|m| m.content.iter())
-        .find_map(|b| match b {
-            ContentBlock::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-                ..
-            } if tool_use_id == id => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .expect("the call is answered")
 }
 
 #[tokio::test(start_paused = true)]

@@ -149,9 +149,8 @@ fn the_reason_a_schema_cannot_be_strict_is_typed() {
     }
 }
 
-#[tokio::test]
-async fn the_mock_refuses_a_strict_tool_that_is_not_normalised() {
-    // What a hand-written body with `strict: true` and an optional property gets from OpenAI.
+/// What the mock answers a hand-written Chat Completions request with one strict function.
+async fn post_strict_function(name: &str, parameters: Value) -> (u16, Value) {
     let server = MockServer::start().await;
     let response = reqwest::Client::new()
         .post(format!("{}/chat/completions", server.openai_base_url()))
@@ -159,15 +158,25 @@ async fn the_mock_refuses_a_strict_tool_that_is_not_normalised() {
         .json(&json!({
             "model": "gpt-test", "stream": true,
             "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"type": "function", "function": {"name": "f", "strict": true,
-                "parameters": {"type": "object", "properties": {"a": {"type": "string"}},
-                               "additionalProperties": false}}}]
+            "tools": [{"type": "function",
+                       "function": {"name": name, "strict": true, "parameters": parameters}}]
         }))
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 400);
-    let error: Value = response.json().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_mock_refuses_a_strict_tool_that_is_not_normalised() {
+    // What a hand-written body with `strict: true` and an optional property gets from OpenAI.
+    let (status, error) = post_strict_function(
+        "f",
+        json!({"type": "object", "properties": {"a": {"type": "string"}},
+               "additionalProperties": false}),
+    )
+    .await;
+    assert_eq!(status, 400);
     assert!(
         error["error"]["message"]
             .as_str()
@@ -240,27 +249,18 @@ async fn a_strict_call_with_a_null_optional_property_runs_the_tool() {
 #[tokio::test]
 async fn the_mock_refuses_a_ref_beside_a_description_in_a_strict_function() {
     // What OpenAI answers a strict function whose documented field kept its `$ref`.
-    let server = MockServer::start().await;
-    let response = reqwest::Client::new()
-        .post(format!("{}/chat/completions", server.openai_base_url()))
-        .bearer_auth(KEY)
-        .json(&json!({
-            "model": "gpt-test", "stream": true,
-            "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"type": "function", "function": {"name": "ship", "strict": true,
-                "parameters": {"type": "object", "additionalProperties": false,
-                    "properties": {"to": {"$ref": "#/$defs/Address",
-                                          "description": "Where to ship it."}},
-                    "required": ["to"],
-                    "$defs": {"Address": {"type": "object", "additionalProperties": false,
-                                          "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}}}]
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let error: Value = response.json().await.unwrap();
+    let (status, error) = post_strict_function(
+        "ship",
+        json!({"type": "object", "additionalProperties": false,
+               "properties": {"to": {"$ref": "#/$defs/Address",
+                                     "description": "Where to ship it."}},
+               "required": ["to"],
+               "$defs": {"Address": {"type": "object", "additionalProperties": false,
+                                     "properties": {"city": {"type": "string"}},
+                                     "required": ["city"]}}}),
+    )
+    .await;
+    assert_eq!(status, 400);
     assert_eq!(error["error"]["code"], "invalid_function_parameters");
     assert_eq!(
         error["error"]["message"],

@@ -10,9 +10,12 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
+/// An event's level and fields.
+type Logged = (Level, BTreeMap<String, String>);
+
 /// Each event's level and fields.
 #[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<(Level, BTreeMap<String, String>)>>>);
+struct Events(Arc<Mutex<Vec<Logged>>>);
 
 struct Fields(BTreeMap<String, String>);
 
