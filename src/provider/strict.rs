@@ -1247,6 +1247,18 @@ mod tests {
                 "{err}"
             );
         }
+        // The budget counts subschemas, the root included: 100,000 pass, one more does not.
+        let flat = |n: usize| {
+            let props: Map<String, Value> = (0..n)
+                .map(|i| (format!("p{i}"), json!({"type": "string"})))
+                .collect();
+            json!({"type": "object", "properties": props})
+        };
+        assert!(anthropic(flat(99_999)).is_ok());
+        assert_eq!(
+            anthropic(flat(100_000)),
+            Err(NotStrict::TooComplex { limit: 100_000 })
+        );
         // Wide, through unions (no object to count): the node budget is what stops it.
         let mut wide = Map::new();
         for i in 0..20 {
