@@ -30,4 +30,3 @@ mod server_compaction;
 mod settings;
 mod strict_schemas;
 mod strict_tools;
-mod strict_warning;
