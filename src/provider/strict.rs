@@ -1247,6 +1247,20 @@ mod tests {
                 "{err}"
             );
         }
+        // Each inlining is a level deeper: a chain of 70 described references to the next
+        // definition ends at the depth limit, though no schema in it nests another.
+        let mut chain = Map::new();
+        for i in 0..70 {
+            chain.insert(
+                format!("C{i}"),
+                json!({"$ref": format!("#/$defs/C{}", i + 1), "description": "next"}),
+            );
+        }
+        chain.insert("C70".into(), json!({"type": "string"}));
+        let schema = json!({"type": "object",
+                            "properties": {"p": {"$ref": "#/$defs/C0", "description": "x"}},
+                            "$defs": chain});
+        assert_eq!(openai(schema), Err(NotStrict::TooDeep { limit: 64 }));
         // The budget counts subschemas, the root included: 100,000 pass, one more does not.
         let flat = |n: usize| {
             let props: Map<String, Value> = (0..n)
