@@ -1332,6 +1332,11 @@ mod tests {
             })
         );
         assert!(openai(long(250, 60)).is_ok());
+        assert!(openai(long(250, 61)).is_ok(), "250 strings may be longer");
+        // 251 strings of exactly 15,000 characters in all pass.
+        let mut exact = values(250, 60);
+        exact.push(json!(""));
+        assert!(openai(with(vec![("e".into(), json!({"enum": exact}))])).is_ok());
         // Names and values: 120,000 characters in all.
         let text = |name_len: usize| {
             with(vec![(
