@@ -273,21 +273,27 @@ fn repeated_early(tool: impl agent_loop::Tool) -> Agent {
         .unwrap()
 }
 
+/// A read-only tool `look` that counts its calls in `runs` and answers `look N`; call
+/// `never_ends` (when given) never finishes.
+fn counting_look(runs: Arc<AtomicU32>, never_ends: Option<u32>) -> impl agent_loop::Tool {
+    FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
+        let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            if Some(n) == never_ends {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, ToolError>(format!("look {n}"))
+        }
+    })
+    .read_only(true)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_repeated_read_only_call_that_ran_early_keeps_its_result() {
     // As `RunPolicy::max_repeated_calls` says: the third call started while the model
     // streamed, before the repeat showed, and finished: it ran, and its result stands.
     let runs = Arc::new(AtomicU32::new(0));
-    let counter = runs.clone();
-    let tool = FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
-        let counter = counter.clone();
-        async move {
-            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok::<_, ToolError>(format!("look {n}"))
-        }
-    })
-    .read_only(true);
-    let mut agent = repeated_early(tool);
+    let mut agent = repeated_early(counting_look(runs.clone(), None));
     let (events, outcome) = run(&mut agent, "look").await;
     assert!(matches!(
         outcome.termination,
@@ -307,18 +313,7 @@ async fn a_repeated_read_only_call_still_running_is_answered_as_not_run() {
     // The third call started early but has not finished when the response ends: it is
     // cancelled and answered with the repeat's error, as a call that never started.
     let runs = Arc::new(AtomicU32::new(0));
-    let counter = runs.clone();
-    let tool = FnTool::new("look", "Looks.", move |_: serde_json::Value, _ctx| {
-        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        async move {
-            if n == 3 {
-                std::future::pending::<()>().await;
-            }
-            Ok::<_, ToolError>(format!("look {n}"))
-        }
-    })
-    .read_only(true);
-    let mut agent = repeated_early(tool);
+    let mut agent = repeated_early(counting_look(runs.clone(), Some(3)));
     let (events, outcome) = run(&mut agent, "look").await;
     assert!(matches!(
         outcome.termination,
