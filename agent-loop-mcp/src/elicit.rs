@@ -197,6 +197,7 @@ pub(crate) fn question(
             serde_json::to_value(requested_schema).ok(),
             json!({"mode": "form"}),
         ),
+        _ => (String::new(), None, json!({"mode": "unknown"})),
     };
     let prompt = match note {
         Some(note) => format!("{prompt}\n\n({note})"),
@@ -241,6 +242,8 @@ pub(crate) fn verdict(params: &ElicitRequestParams, resolution: &Resolution) -> 
         ElicitRequestParams::FormElicitationParams {
             requested_schema, ..
         } => serde_json::to_value(requested_schema).unwrap_or(Value::Null),
+        // A mode this client does not know (rmcp's enum may grow): not answered.
+        _ => return Verdict::Answer(action(ElicitationAction::Decline)),
     };
     let (content, approval) = match resolution {
         Resolution::Approve => (Value::Object(Default::default()), true),
@@ -470,12 +473,6 @@ impl Parked {
             gone.pop_front();
         }
         gone.push_back((ticket.to_owned(), why));
-    }
-
-    /// How many calls wait.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 

@@ -57,6 +57,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
+#[allow(deprecated)] // sampling: see sampling.rs
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, CreateMessageRequestParams,
     CreateMessageResult, CustomResult, ElicitationAction, ErrorData, PaginatedRequestParams,
@@ -69,7 +70,10 @@ use serde_json::Value;
 use agent_loop::error::ConfigError;
 use agent_loop::tool::{Concurrency, Question, Reply, ToolSource};
 use agent_loop::Error;
-use agent_loop::{AgentEvent, StopReason, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_loop::{
+    AgentEvent, RunOutcome, StopReason, Termination, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRegistry, Usage,
+};
 use call::{CancelOnDrop, Flight};
 use convert::quote;
 use elicit::{Asked, Missing, Parked, Verdict};
@@ -752,6 +756,7 @@ impl McpTool {
     }
 
     /// Serves a sampling request of this call with the host's model, under the run's budget.
+    #[allow(deprecated)] // sampling: see sampling.rs
     async fn sample(
         &self,
         params: CreateMessageRequestParams,
@@ -789,31 +794,43 @@ impl McpTool {
             }))
         })
         .await;
-        match response {
-            Ok(response) => {
-                report(AgentEvent::TurnEnd {
-                    turn: 1,
-                    stop_reason: response.stop_reason.clone(),
-                    usage: response.usage.clone(),
-                    cost: Default::default(),
-                })
-                .await;
-                Ok(sampling::into_result(&response, config.client.model()))
-            }
+        // The nested run's end: its turn's usage, then `Finished` (the calling run counts
+        // the usage toward its spending and budgets).
+        let (stop_reason, usage, termination, answer) = match response {
+            Ok(response) => (
+                response.stop_reason.clone(),
+                response.usage.clone(),
+                Termination::Completed,
+                Ok(sampling::into_result(&response, config.client.model())),
+            ),
             Err(e) => {
-                report(AgentEvent::TurnEnd {
-                    turn: 1,
-                    stop_reason: StopReason::Other("interrupted".to_owned()),
-                    usage: Default::default(),
-                    cost: Default::default(),
-                })
-                .await;
-                Err(ErrorData::internal_error(
+                let answer = Err(ErrorData::internal_error(
                     format!("the client's model failed: {e}"),
                     None,
-                ))
+                ));
+                (
+                    StopReason::Other("interrupted".to_owned()),
+                    Usage::default(),
+                    Termination::Error(Error::from(e)),
+                    answer,
+                )
             }
+        };
+        report(AgentEvent::TurnEnd {
+            turn: 1,
+            stop_reason,
+            usage: usage.clone(),
+            cost: Default::default(),
+        })
+        .await;
+        let mut outcome = RunOutcome::new(termination);
+        outcome.usage = usage;
+        outcome.turns = 1;
+        if let Ok(result) = &answer {
+            outcome.final_text = sampling::text_of(result);
         }
+        report(AgentEvent::Finished(outcome)).await;
+        answer
     }
 }
 

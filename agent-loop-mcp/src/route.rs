@@ -18,6 +18,10 @@
 //! is declined): answering it on behalf of the wrong call would hand one call's question to
 //! another call's host, and spend one run's budget on another's behalf.
 
+// rmcp marks sampling deprecated (SEP-2577, from protocol 2026-07-28 on); servers on
+// 2025-11-25, the revision this client speaks, still send it.
+#![allow(deprecated)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -27,11 +27,19 @@ use rmcp::model::{
     SamplingMessage, SamplingMessageContentBlock, TextContent,
 };
 
-use agent_loop::context::{CharEstimateCounter, TokenCounter};
 use agent_loop::media::Image;
 use agent_loop::provider::ModelRequest;
 use agent_loop::wire::StreamAssembler;
 use agent_loop::{ContentBlock, LlmClient, LlmEvent, Message, ModelResponse, Role, StopReason};
+
+/// Tokens counted for each message beyond its content (role markers, separators).
+const MESSAGE_TOKENS: u64 = 4;
+
+/// A text's tokens, estimated on the high side: three bytes a token, rounded up (real
+/// tokenizers give 3.5–4.5 bytes a token for prose and code; CJK text is about three).
+fn text_tokens(text: &str) -> u64 {
+    text.len().div_ceil(3) as u64
+}
 
 /// Tokens counted for an image in the budget estimate of a sampling request (about what a
 /// 1000×1000 image costs at Anthropic's rule).
@@ -128,8 +136,9 @@ impl fmt::Debug for Sampling {
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) request: ModelRequest,
-    /// The prompt's tokens, estimated (text at three bytes a token, rounded up; images at
-    /// [`IMAGE_TOKENS`]): on the high side, so the budget is not overrun.
+    /// The prompt's tokens, estimated on the high side (text at three bytes a token, rounded
+    /// up; [`MESSAGE_TOKENS`] a message; images at [`IMAGE_TOKENS`]), so the budget is not
+    /// overrun.
     pub(crate) input_tokens: u64,
 }
 
@@ -159,12 +168,8 @@ pub(crate) fn prepare(
     if params.max_tokens == 0 {
         return Err("maxTokens is 0: ask for at least one token".to_owned());
     }
-    let counter = CharEstimateCounter;
     let mut bytes = params.system_prompt.as_deref().map_or(0, str::len);
-    let mut input_tokens = params
-        .system_prompt
-        .as_deref()
-        .map_or(0, |s| counter.count(s) as u64);
+    let mut input_tokens = params.system_prompt.as_deref().map_or(0, text_tokens);
     let mut messages: Vec<Message> = Vec::with_capacity(count);
     for (i, message) in params.messages.iter().enumerate() {
         let role = match message.role {
@@ -179,11 +184,12 @@ pub(crate) fn prepare(
             SamplingContent::Multiple(blocks) => blocks.as_slice(),
         };
         let mut content = Vec::with_capacity(blocks.len());
+        input_tokens += MESSAGE_TOKENS;
         for block in blocks {
             match block {
                 SamplingMessageContentBlock::Text(text) => {
                     bytes = bytes.saturating_add(text.text.len());
-                    input_tokens += counter.count(&text.text) as u64;
+                    input_tokens += text_tokens(&text.text);
                     content.push(ContentBlock::text(text.text.clone()));
                 }
                 SamplingMessageContentBlock::Image(image) => {
@@ -287,6 +293,14 @@ pub(crate) fn into_result(response: &ModelResponse, default_model: &str) -> Crea
     CreateMessageResult::new(message, model).with_stop_reason(stop_reason(&response.stop_reason))
 }
 
+/// The text of a result (for the nested run's outcome).
+pub(crate) fn text_of(result: &CreateMessageResult) -> String {
+    match &result.message.content {
+        SamplingContent::Single(SamplingMessageContentBlock::Text(text)) => text.text.clone(),
+        _ => String::new(),
+    }
+}
+
 /// The spec's stop reasons (`endTurn`, `stopSequence`, `maxTokens`, `toolUse`); others as
 /// the provider named them.
 fn stop_reason(reason: &StopReason) -> String {
@@ -367,8 +381,9 @@ mod tests {
         assert_eq!(request.messages.len(), 3);
         assert_eq!(request.messages[2].text(), "Shorter.Please.");
         assert_eq!(request.messages[1].role, Role::Assistant);
-        // 9 + 22 + 11 + 8 + 7 bytes at three a token, each rounded up.
-        assert!(prepared.input_tokens >= 19, "{}", prepared.input_tokens);
+        // 9 + 22 + 11 + 8 + 7 bytes at three a token, each rounded up (3 + 8 + 4 + 3 + 3),
+        // and 4 a message.
+        assert_eq!(prepared.input_tokens, 21 + 16);
     }
 
     #[test]

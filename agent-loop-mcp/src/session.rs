@@ -2,6 +2,10 @@
 //! streamable HTTP), the client handler that takes its notifications, the child's stderr
 //! sent to `tracing`, and the size limit on what it sends.
 
+// rmcp marks sampling deprecated (SEP-2577, from protocol 2026-07-28 on); servers on
+// 2025-11-25, the revision this client speaks, still send it.
+#![allow(deprecated)]
+
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::process::Stdio;

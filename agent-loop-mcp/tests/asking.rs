@@ -538,12 +538,12 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
     // The first turn spends 100 + 10 of 120 tokens: 10 are left, less than the request's
     // prompt.
     let model = summarize_model(50);
-    let mut agent = Agent::builder(model.clone())
+    let mut budgeted = Agent::builder(model.clone())
         .tool_source(connection.clone())
         .policy(RunPolicy::new().token_budget(120))
         .build()
         .unwrap();
-    let (events, _) = run(agent.run("Summarize.")).await;
+    let (events, _) = run(budgeted.run("Summarize.")).await;
     let (content, is_error) = result_of(&events, "call_1");
     assert!(is_error, "{content}");
     assert!(content.contains("the run's token budget has"), "{content}");
