@@ -11,7 +11,7 @@ use std::process::Stdio;
 
 use agent_loop::agent::{PausedRun, Resolutions, RunPolicy, WaitsFor};
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-use agent_loop::{Agent, AgentEvent, RunOutcome, Termination};
+use agent_loop::{Agent, AgentEvent, RequestSettings, RunOutcome, Termination};
 use agent_loop_mcp::{Elicitation, McpConnection, McpServer, Sampling};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -535,18 +535,30 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
     let (_server, url) = http_server(&python).await;
     let sampler = ScriptedClient::new([]);
     let connection = connect(McpServer::http("docs", url.clone()).sampling(Sampling::new(sampler.clone()))).await;
-    // The first turn spends 100 + 10 of 120 tokens: 10 are left, less than the request's
-    // prompt.
-    let model = summarize_model(50);
+    // The first call (its prompt about 300 tokens, at most 1 generated) fits a budget of
+    // 330, and spends 320 + 5: 5 are left, less than the sampling request's prompt.
+    let model = ScriptedClient::new([
+        ScriptedResponse::tool_call(
+            "call_1",
+            "summarize",
+            json!({"text": "Cats sleep most of the day and hunt at dusk.", "max_tokens": 50}),
+        )
+        .usage_tokens(320, 5),
+        ScriptedResponse::text("Done."),
+    ]);
     let mut budgeted = Agent::builder(model.clone())
         .tool_source(connection.clone())
-        .policy(RunPolicy::new().token_budget(120))
+        .settings(RequestSettings::new().max_tokens(1))
+        .policy(RunPolicy::new().token_budget(330))
         .build()
         .unwrap();
     let (events, _) = run(budgeted.run("Summarize.")).await;
     let (content, is_error) = result_of(&events, "call_1");
     assert!(is_error, "{content}");
-    assert!(content.contains("the run's token budget has"), "{content}");
+    assert!(
+        content.contains("the run's token budget has 5 tokens left, and this request's prompt alone is about 28 tokens"),
+        "{content}"
+    );
     assert!(sampler.requests().is_empty(), "the host's model was not called");
 
     // No sampling model: the capability is not declared and the request refused.

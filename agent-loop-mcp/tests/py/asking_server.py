@@ -14,6 +14,7 @@ server received.
 import json
 import socket
 import sys
+import warnings
 
 import anyio
 import uvicorn
@@ -21,8 +22,12 @@ from pydantic import BaseModel, Field
 
 import mcp.types as types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPDeprecationWarning
 
-server = MCPServer("asking")
+# Sampling is deprecated from protocol 2026-07-28 on; this server speaks 2025-11-25 with us.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+
+server = MCPServer("asking", log_level="WARNING")
 
 
 class Table(BaseModel):
