@@ -309,13 +309,16 @@ fn check(schema: &Value, content: &Value) -> Result<(), String> {
 }
 
 /// This process's mark on its tickets, and the keys that make them unguessable.
-static TICKETS: LazyLock<(u64, std::collections::hash_map::RandomState, std::collections::hash_map::RandomState)> =
-    LazyLock::new(|| {
-        let a = std::collections::hash_map::RandomState::new();
-        let b = std::collections::hash_map::RandomState::new();
-        let process = a.hash_one(std::process::id()) ^ b.hash_one(u64::MAX);
-        (process, a, b)
-    });
+static TICKETS: LazyLock<(
+    u64,
+    std::collections::hash_map::RandomState,
+    std::collections::hash_map::RandomState,
+)> = LazyLock::new(|| {
+    let a = std::collections::hash_map::RandomState::new();
+    let b = std::collections::hash_map::RandomState::new();
+    let process = a.hash_one(std::process::id()) ^ b.hash_one(u64::MAX);
+    (process, a, b)
+});
 static TICKET_SERIAL: AtomicU64 = AtomicU64::new(0);
 
 /// A new ticket: `<process>-<128 bits>`. The process part says whether a ticket came from
@@ -338,18 +341,18 @@ fn from_this_process(ticket: &str) -> bool {
         .is_some_and(|(p, _)| p == format!("{process:016x}"))
 }
 
-/// A call waiting for the host's answer.
-pub(crate) struct ParkedCall {
+/// A call waiting for the host's answer (`T`: its flight; generic for the tests).
+pub(crate) struct ParkedCall<T = Flight> {
     pub(crate) call_id: String,
-    pub(crate) flight: Flight,
+    pub(crate) flight: T,
     pub(crate) asked: Asked,
     timer: tokio::task::AbortHandle,
 }
 
 /// The calls of one connection waiting for answers, by ticket; bounded in number and time.
-pub(crate) struct Parked {
+pub(crate) struct Parked<T = Flight> {
     pub(crate) config: Elicitation,
-    calls: Mutex<HashMap<String, ParkedCall>>,
+    calls: Mutex<HashMap<String, ParkedCall<T>>>,
     /// Tickets given up lately, with why.
     gone: Mutex<VecDeque<(String, String)>>,
 }
@@ -364,7 +367,7 @@ pub(crate) enum Missing {
     Unknown,
 }
 
-impl Parked {
+impl<T: Send + 'static> Parked<T> {
     pub(crate) fn new(config: Elicitation) -> Arc<Self> {
         Arc::new(Parked {
             config,
@@ -379,14 +382,14 @@ impl Parked {
         self: &Arc<Self>,
         ticket: String,
         call_id: String,
-        flight: Flight,
+        flight: T,
         asked: Asked,
-    ) -> Result<(), (Flight, Asked)> {
+    ) -> Result<(), (T, Asked)> {
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         if calls.len() >= self.config.max_parked as usize {
             return Err((flight, asked));
         }
-        let weak: Weak<Parked> = Arc::downgrade(self);
+        let weak: Weak<Parked<T>> = Arc::downgrade(self);
         let timeout = self.config.timeout;
         let expiring = ticket.clone();
         let timer = tokio::spawn(async move {
@@ -415,7 +418,7 @@ impl Parked {
     }
 
     /// Takes the call parked under `ticket` for `call_id`.
-    pub(crate) fn take(&self, ticket: &str, call_id: &str) -> Result<ParkedCall, Missing> {
+    pub(crate) fn take(&self, ticket: &str, call_id: &str) -> Result<ParkedCall<T>, Missing> {
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         match calls.get(ticket) {
             Some(parked) if parked.call_id == call_id => {
@@ -426,12 +429,10 @@ impl Parked {
             Some(_) => Err(Missing::Unknown),
             None => {
                 drop(calls);
-                if !from_this_process(ticket) {
-                    return Err(Missing::OtherProcess);
-                }
                 let gone = self.gone.lock().unwrap_or_else(PoisonError::into_inner);
                 match gone.iter().find(|(t, _)| t == ticket) {
                     Some((_, why)) => Err(Missing::Gone(why.clone())),
+                    None if !from_this_process(ticket) => Err(Missing::OtherProcess),
                     None => Err(Missing::Unknown),
                 }
             }
@@ -476,7 +477,7 @@ impl Parked {
     }
 }
 
-impl Drop for Parked {
+impl<T> Drop for Parked<T> {
     fn drop(&mut self) {
         // The connection is gone: answer every waiting question `cancel` (dropping each
         // flight cancels its call).
@@ -534,8 +535,14 @@ mod tests {
             ("four", "must be a JSON object"),
             ("[4]", "must be a JSON object"),
             (r#"{"window": true}"#, "\"seats\" is a required property"),
-            (r#"{"seats": 40}"#, "/seats: 40 is greater than the maximum of 12"),
-            (r#"{"seats": "4"}"#, "/seats: \"4\" is not of type \"integer\""),
+            (
+                r#"{"seats": 40}"#,
+                "/seats: 40 is greater than the maximum of 12",
+            ),
+            (
+                r#"{"seats": "4"}"#,
+                "/seats: \"4\" is not of type \"integer\"",
+            ),
         ] {
             match verdict(&seats(), &result(answer)) {
                 Verdict::AskAgain(why) => assert!(why.contains(expected), "{answer}: {why}"),
@@ -545,7 +552,10 @@ mod tests {
         // An approval answers a question that requires nothing, with the server's defaults.
         match verdict(&seats(), &Resolution::Approve) {
             Verdict::AskAgain(why) => {
-                assert!(why.starts_with("an approval alone does not answer this"), "{why}")
+                assert!(
+                    why.starts_with("an approval alone does not answer this"),
+                    "{why}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -586,7 +596,10 @@ mod tests {
             Verdict::Answer(action(ElicitationAction::Decline))
         );
         let q = question("s", "t", &url, "tk", None);
-        assert_eq!(q.prompt, "Sign in.\n\nOpen this URL to go on: https://example.com/x");
+        assert_eq!(
+            q.prompt,
+            "Sign in.\n\nOpen this URL to go on: https://example.com/x"
+        );
         assert_eq!(q.schema, None);
         assert_eq!(ticket_of(&q), Some("tk"));
     }
@@ -600,6 +613,105 @@ mod tests {
         assert_eq!(q.data[DATA_KEY]["mode"], "form");
         let again = question("bookings", "book", &seats(), "tk-2", Some("why"));
         assert_eq!(again.prompt, "How many seats?\n\n(why)");
+    }
+
+    fn asked() -> (Asked, oneshot::Receiver<ElicitResult>) {
+        let (reply, answer) = oneshot::channel();
+        (
+            Asked {
+                params: seats(),
+                reply,
+                asks: 1,
+            },
+            answer,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_left_waiting_past_the_timeout_is_given_up_and_the_server_told_cancel() {
+        let parked: Arc<Parked<&str>> =
+            Parked::new(Elicitation::new().timeout(Duration::from_secs(60)));
+        let (first, mut first_answer) = asked();
+        let (second, second_answer) = asked();
+        parked
+            .park("t1".into(), "call_1".into(), "flight 1", first)
+            .ok()
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        parked
+            .park("t2".into(), "call_2".into(), "flight 2", second)
+            .ok()
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        // The first waited 61 s: given up, its question answered `cancel`.
+        assert_eq!(
+            first_answer.try_recv().unwrap(),
+            action(ElicitationAction::Cancel)
+        );
+        match parked.take("t1", "call_1") {
+            Err(Missing::Gone(why)) => {
+                assert!(why.starts_with("no answer came within 60s"), "{why}")
+            }
+            _ => panic!("t1 is gone"),
+        }
+        // The second (31 s) still waits, for its own call id only.
+        assert!(matches!(parked.take("t2", "call_1"), Err(Missing::Unknown)));
+        let waiting = parked.take("t2", "call_2").ok().unwrap();
+        assert_eq!(waiting.flight, "flight 2");
+        // Taken: its timer no longer runs.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        waiting.asked.answer(action(ElicitationAction::Decline));
+        assert_eq!(
+            second_answer.await.unwrap(),
+            action(ElicitationAction::Decline)
+        );
+        assert!(matches!(
+            parked.take(&new_ticket(), "call_3"),
+            Err(Missing::Unknown)
+        ));
+        assert!(matches!(
+            parked.take("0000000000000000-00", "call_3"),
+            Err(Missing::OtherProcess)
+        ));
+    }
+
+    #[tokio::test]
+    async fn at_most_max_parked_calls_wait_and_closing_gives_them_up() {
+        let parked: Arc<Parked<u32>> = Parked::new(Elicitation::new().max_parked(2));
+        let mut answers = Vec::new();
+        for n in 0..2 {
+            let (question, answer) = asked();
+            answers.push(answer);
+            parked
+                .park(format!("t{n}"), format!("c{n}"), n, question)
+                .ok()
+                .unwrap();
+        }
+        let (third, _) = asked();
+        let Err((given_back, _)) = parked.park("t2".into(), "c2".into(), 2, third) else {
+            panic!("a third call may not wait");
+        };
+        assert_eq!(given_back, 2);
+        parked.give_up_all("the connection to the server was closed");
+        for answer in answers {
+            assert_eq!(answer.await.unwrap(), action(ElicitationAction::Cancel));
+        }
+        match parked.take("t0", "c0") {
+            Err(Missing::Gone(why)) => assert_eq!(why, "the connection to the server was closed"),
+            _ => panic!("t0 is gone"),
+        }
+    }
+
+    #[tokio::test]
+    async fn dropping_the_connection_answers_waiting_questions_cancel() {
+        let parked: Arc<Parked<()>> = Parked::new(Elicitation::new());
+        let (question, answer) = asked();
+        parked
+            .park("t".into(), "c".into(), (), question)
+            .ok()
+            .unwrap();
+        drop(parked);
+        assert_eq!(answer.await.unwrap(), action(ElicitationAction::Cancel));
     }
 
     #[test]

@@ -76,8 +76,8 @@ use agent_loop::{
 };
 use call::{CancelOnDrop, Flight};
 use convert::quote;
-use elicit::{Asked, Missing, Parked, Verdict};
 pub use elicit::Elicitation;
+use elicit::{Asked, Missing, Parked, Verdict};
 use route::{InFlight, ServerAsk};
 pub use sampling::Sampling;
 pub use server::McpServer;
@@ -696,25 +696,24 @@ impl McpTool {
                  so no call waits on it",
             ));
         };
-        let waiting = match parked.take(ticket, ctx.call_id()) {
-            Ok(waiting) => waiting,
-            Err(Missing::OtherProcess) => {
-                return Err(self.unanswerable(
+        let waiting =
+            match parked.take(ticket, ctx.call_id()) {
+                Ok(waiting) => waiting,
+                Err(Missing::OtherProcess) => return Err(self.unanswerable(
                     &reply.question,
                     "the run was resumed in another process (or after a restart), and the call \
                      waited for the answer in the process that paused the run, on its \
                      connection to the server",
-                ))
-            }
-            Err(Missing::Gone(why)) => return Err(self.unanswerable(&reply.question, &why)),
-            Err(Missing::Unknown) => {
-                return Err(self.unanswerable(
-                    &reply.question,
-                    "no call waits for it on this connection (it was answered already, or the \
+                )),
+                Err(Missing::Gone(why)) => return Err(self.unanswerable(&reply.question, &why)),
+                Err(Missing::Unknown) => {
+                    return Err(self.unanswerable(
+                        &reply.question,
+                        "no call waits for it on this connection (it was answered already, or the \
                      run was paused on another connection to the server)",
-                ))
-            }
-        };
+                    ))
+                }
+            };
         let flight = waiting.flight;
         let mut asked = waiting.asked;
         match elicit::verdict(&asked.params, &reply.resolution) {

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    ErrorData, Extensions, RequestId,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorData,
+    Extensions, RequestId,
 };
 use rmcp::service::InboundStreamOrigin;
 use tokio::sync::{mpsc, oneshot};
@@ -165,7 +165,11 @@ mod tests {
         let in_flight = Arc::new(InFlight::default());
         let (first, _rx1) = in_flight.gate().await.register(RequestId::Number(1));
         let (_second, _rx2) = in_flight.gate().await.register(RequestId::Number(2));
-        let on = |id| origin(Some(InboundStreamOrigin::OutboundRequest(RequestId::Number(id))));
+        let on = |id| {
+            origin(Some(InboundStreamOrigin::OutboundRequest(
+                RequestId::Number(id),
+            )))
+        };
         assert!(matches!(in_flight.route(&on(2)).await, Route::Call(_)));
         // A request of ours that is no call (or a call that ended), and the standalone
         // stream, belong to no call.
@@ -189,7 +193,9 @@ mod tests {
                     "message": "m", "requestedSchema": {"type": "object", "properties": {}}
                 }))
                 .unwrap();
-                tx.try_send(ServerAsk::Elicit { params, reply }).ok().unwrap();
+                tx.try_send(ServerAsk::Elicit { params, reply })
+                    .ok()
+                    .unwrap();
                 assert!(matches!(rx1.try_recv(), Ok(ServerAsk::Elicit { .. })));
             }
             _ => panic!("one call in flight"),

@@ -288,8 +288,10 @@ pub(crate) fn into_result(response: &ModelResponse, default_model: &str) -> Crea
     } else {
         model
     };
-    let message =
-        SamplingMessage::new(McpRole::Assistant, SamplingMessageContentBlock::Text(TextContent::new(text)));
+    let message = SamplingMessage::new(
+        McpRole::Assistant,
+        SamplingMessageContentBlock::Text(TextContent::new(text)),
+    );
     CreateMessageResult::new(message, model).with_stop_reason(stop_reason(&response.stop_reason))
 }
 
@@ -391,9 +393,15 @@ mod tests {
         let text = |t: &str| json!({"role": "user", "content": {"type": "text", "text": t}});
         let many: Vec<_> = (0..65).map(|_| text("x")).collect();
         let cases = [
-            (json!({"messages": many, "maxTokens": 5}), "65 messages; this client takes at most 64"),
+            (
+                json!({"messages": many, "maxTokens": 5}),
+                "65 messages; this client takes at most 64",
+            ),
             (json!({"messages": [], "maxTokens": 5}), "no messages"),
-            (json!({"messages": [text("x")], "maxTokens": 0}), "maxTokens is 0"),
+            (
+                json!({"messages": [text("x")], "maxTokens": 0}),
+                "maxTokens is 0",
+            ),
             (
                 json!({"messages": [{"role": "assistant", "content": {"type": "text", "text": "x"}}], "maxTokens": 5}),
                 "the first message of a sampling request must be the user's",
@@ -417,8 +425,11 @@ mod tests {
         }
         let big = "y".repeat(1000);
         let small = sampling().max_request_bytes(999);
-        let error = prepare(&small, &params(json!({"messages": [text(&big)], "maxTokens": 5})))
-            .unwrap_err();
+        let error = prepare(
+            &small,
+            &params(json!({"messages": [text(&big)], "maxTokens": 5})),
+        )
+        .unwrap_err();
         assert!(error.contains("over 999 bytes"), "{error}");
     }
 

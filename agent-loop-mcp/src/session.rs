@@ -121,8 +121,7 @@ impl ClientHandler for Handler {
                 "elicitation is not turned on for this server (McpServer::elicitation)",
             );
         };
-        if matches!(request, ElicitRequestParams::UrlElicitationParams { .. }) && !elicitation.url
-        {
+        if matches!(request, ElicitRequestParams::UrlElicitationParams { .. }) && !elicitation.url {
             return decline("URL mode is turned off (Elicitation::url_mode)");
         }
         let call = match self.route("a question", &context).await {
@@ -192,7 +191,8 @@ impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
         if let Some(elicitation) = &self.elicitation {
-            let mut declared = ElicitationCapability::new().with_form(FormElicitationCapability::new());
+            let mut declared =
+                ElicitationCapability::new().with_form(FormElicitationCapability::new());
             if elicitation.url {
                 declared = declared.with_url(UrlElicitationCapability::new());
             }

@@ -156,7 +156,8 @@ fn booking_model() -> ScriptedClient {
 async fn a_question_pauses_the_run_and_the_answer_reaches_the_server() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
     let model = booking_model();
     let mut agent = agent(&model, &connection);
 
@@ -198,11 +199,13 @@ async fn a_question_pauses_the_run_and_the_answer_reaches_the_server() {
     // The model read the server's result.
     let last = model.last_request().unwrap();
     assert!(
-        last.messages.iter().any(|m| m.content.iter().any(|b| matches!(
-            b,
-            agent_loop::ContentBlock::ToolResult { tool_use_id, content, .. }
-                if tool_use_id == "call_1" && content.contains("\"seats\": 4")
-        ))),
+        last.messages
+            .iter()
+            .any(|m| m.content.iter().any(|b| matches!(
+                b,
+                agent_loop::ContentBlock::ToolResult { tool_use_id, content, .. }
+                    if tool_use_id == "call_1" && content.contains("\"seats\": 4")
+            ))),
         "{:#?}",
         last.messages
     );
@@ -212,7 +215,8 @@ async fn a_question_pauses_the_run_and_the_answer_reaches_the_server() {
 async fn a_denied_question_is_declined_and_an_error_result_cancels() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "book_table", json!({"date": "Friday"})),
         ScriptedResponse::tool_call("call_2", "book_table", json!({"date": "Monday"})),
@@ -248,7 +252,8 @@ async fn a_denied_question_is_declined_and_an_error_result_cancels() {
 async fn an_answer_that_does_not_fit_the_schema_is_asked_again() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
     let model = booking_model();
     let mut agent = agent(&model, &connection);
     let (_, outcome) = run(agent.run("Book.")).await;
@@ -260,12 +265,27 @@ async fn an_answer_that_does_not_fit_the_schema_is_asked_again() {
     .await;
     let again = paused(&outcome).pending().remove(0);
     let prompt = again.question.unwrap().prompt;
-    assert!(prompt.starts_with("How many seats on Friday?\n\n("), "{prompt}");
-    assert!(prompt.contains("40 is greater than the maximum of 12"), "{prompt}");
+    assert!(
+        prompt.starts_with("How many seats on Friday?\n\n("),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("40 is greater than the maximum of 12"),
+        "{prompt}"
+    );
     // An approval alone does not answer a question that requires a field.
-    let (_, outcome) = run(agent.resume(&paused(&outcome), Resolutions::new().approve("call_1"))).await;
-    let prompt = paused(&outcome).pending().remove(0).question.unwrap().prompt;
-    assert!(prompt.contains("\"seats\" is a required property"), "{prompt}");
+    let (_, outcome) =
+        run(agent.resume(&paused(&outcome), Resolutions::new().approve("call_1"))).await;
+    let prompt = paused(&outcome)
+        .pending()
+        .remove(0)
+        .question
+        .unwrap()
+        .prompt;
+    assert!(
+        prompt.contains("\"seats\" is a required property"),
+        "{prompt}"
+    );
     let (events, outcome) = run(agent.resume(
         &paused(&outcome),
         Resolutions::new().result("call_1", r#"{"seats": 2, "window": true}"#),
@@ -282,7 +302,8 @@ async fn an_answer_that_does_not_fit_the_schema_is_asked_again() {
 async fn two_calls_in_flight_each_get_their_own_question_and_answer() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "book_table", json!({"date": "Friday"}))
             .then_tool_call("call_2", "book_table", json!({"date": "Saturday"})),
@@ -301,7 +322,10 @@ async fn two_calls_in_flight_each_get_their_own_question_and_answer() {
         prompts,
         [
             ("call_1".to_owned(), "How many seats on Friday?".to_owned()),
-            ("call_2".to_owned(), "How many seats on Saturday?".to_owned())
+            (
+                "call_2".to_owned(),
+                "How many seats on Saturday?".to_owned()
+            )
         ]
     );
     let (events, outcome) = run(agent.resume(
@@ -326,7 +350,8 @@ async fn two_calls_in_flight_each_get_their_own_question_and_answer() {
 async fn a_call_that_asks_twice_pauses_twice() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "book_twice", json!({})),
         ScriptedResponse::text("Done."),
@@ -348,7 +373,10 @@ async fn a_call_that_asks_twice_pauses_twice() {
     ))
     .await;
     let content = result_of(&events, "call_1").0;
-    assert!(content.contains("\"seats\": 3") && content.contains("\"seats\": 5"), "{content}");
+    assert!(
+        content.contains("\"seats\": 3") && content.contains("\"seats\": 5"),
+        "{content}"
+    );
     assert!(outcome.termination.is_completed(), "{outcome:?}");
 }
 
@@ -356,7 +384,8 @@ async fn a_call_that_asks_twice_pauses_twice() {
 async fn a_run_resumed_where_no_call_waits_gets_a_clear_error_result() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let first = connect(McpServer::http("bookings", url.clone()).elicitation(Elicitation::new())).await;
+    let first =
+        connect(McpServer::http("bookings", url.clone()).elicitation(Elicitation::new())).await;
     let model = booking_model();
     let mut agent_one = agent(&model, &first);
     let (_, outcome) = run(agent_one.run("Book.")).await;
@@ -382,7 +411,10 @@ async fn a_run_resumed_where_no_call_waits_gets_a_clear_error_result() {
         ),
         "{content}"
     );
-    assert!(content.ends_with("call the tool again to start over"), "{content}");
+    assert!(
+        content.ends_with("call the tool again to start over"),
+        "{content}"
+    );
     assert!(outcome.termination.is_completed(), "{outcome:?}");
 
     // The first client, closed, gave its waiting call up; resuming there says so.
@@ -433,7 +465,8 @@ async fn a_question_is_declined_when_elicitation_is_off_or_it_belongs_to_no_call
 async fn a_url_question_shows_the_url_and_an_approval_accepts() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
-    let connection = connect(McpServer::http("calendar", url).elicitation(Elicitation::new())).await;
+    let connection =
+        connect(McpServer::http("calendar", url).elicitation(Elicitation::new())).await;
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "link_account", json!({})),
         ScriptedResponse::text("Linked."),
@@ -447,7 +480,8 @@ async fn a_url_question_shows_the_url_and_an_approval_accepts() {
          https://calendar.example/connect?s=1"
     );
     assert_eq!(question.schema, None);
-    let (events, outcome) = run(agent.resume(&paused(&outcome), Resolutions::new().approve("call_1"))).await;
+    let (events, outcome) =
+        run(agent.resume(&paused(&outcome), Resolutions::new().approve("call_1"))).await;
     assert_eq!(
         received(&result_of(&events, "call_1").0, "link"),
         json!({"action": "accept"})
@@ -498,7 +532,8 @@ async fn a_sampling_request_is_answered_by_the_hosts_model_and_counts_toward_the
     let sampler = ScriptedClient::new([ScriptedResponse::text("Cats nap by day.")
         .usage_tokens(30, 7)
         .model("haiku-test")]);
-    let connection = connect(McpServer::http("docs", url).sampling(Sampling::new(sampler.clone()))).await;
+    let connection =
+        connect(McpServer::http("docs", url).sampling(Sampling::new(sampler.clone()))).await;
     let model = summarize_model(50);
     let (events, outcome) = run(agent(&model, &connection).run("Summarize.")).await;
     let (content, is_error) = result_of(&events, "call_1");
@@ -508,8 +543,13 @@ async fn a_sampling_request_is_answered_by_the_hosts_model_and_counts_toward_the
         json!({"text": "Cats nap by day.", "model": "haiku-test", "stop": "endTurn", "role": "assistant"})
     );
     // What the server asked for reached the host's model.
-    let request = sampler.last_request().expect("the sampling model was called");
-    assert_eq!(request.system.as_deref(), Some("Summarize in one sentence."));
+    let request = sampler
+        .last_request()
+        .expect("the sampling model was called");
+    assert_eq!(
+        request.system.as_deref(),
+        Some("Summarize in one sentence.")
+    );
     assert_eq!(request.max_tokens, 50);
     assert_eq!(
         request.messages[0].text(),
@@ -534,7 +574,9 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
     let sampler = ScriptedClient::new([]);
-    let connection = connect(McpServer::http("docs", url.clone()).sampling(Sampling::new(sampler.clone()))).await;
+    let connection =
+        connect(McpServer::http("docs", url.clone()).sampling(Sampling::new(sampler.clone())))
+            .await;
     // The first call (its prompt about 300 tokens, at most 1 generated) fits a budget of
     // 330, and spends 320 + 5: 5 are left, less than the sampling request's prompt.
     let model = ScriptedClient::new([
@@ -559,7 +601,10 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
         content.contains("the run's token budget has 5 tokens left, and this request's prompt alone is about 28 tokens"),
         "{content}"
     );
-    assert!(sampler.requests().is_empty(), "the host's model was not called");
+    assert!(
+        sampler.requests().is_empty(),
+        "the host's model was not called"
+    );
 
     // No sampling model: the capability is not declared and the request refused.
     let without = connect(McpServer::http("docs", url)).await;
@@ -567,4 +612,28 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
     let (content, is_error) = result_of(&events, "call_1");
     assert!(is_error, "{content}");
     assert!(content.contains("its host gave it no model"), "{content}");
+}
+
+#[tokio::test]
+async fn a_question_asked_outside_an_agent_run_is_declined_at_once() {
+    use agent_loop::tool::{ExecOptions, ToolCall};
+    use agent_loop::ToolRegistry;
+    let Some(python) = python() else { return };
+    let (_server, url) = http_server(&python).await;
+    let connection =
+        connect(McpServer::http("bookings", url).elicitation(Elicitation::new())).await;
+    // A bare registry has no run to pause and no host to ask.
+    let mut registry = ToolRegistry::new();
+    connection.register(&mut registry).unwrap();
+    let result = registry
+        .execute_one(
+            ToolCall::new("c1", "book_table", json!({"date": "Friday"})),
+            &ExecOptions::default(),
+        )
+        .await;
+    assert!(!result.is_error, "{}", result.content);
+    assert_eq!(
+        received(&result.content, "booking"),
+        json!({"action": "decline", "content": null})
+    );
 }
