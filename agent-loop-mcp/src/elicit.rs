@@ -376,7 +376,7 @@ impl<T: Send + 'static> Parked<T> {
         })
     }
 
-    /// Parks a call under `ticket`; gives it back when the connection already holds
+    /// Parks a call under `ticket`; gives it back (`Some`) when the connection already holds
     /// `max_parked` waiting calls.
     pub(crate) fn park(
         self: &Arc<Self>,
@@ -384,10 +384,10 @@ impl<T: Send + 'static> Parked<T> {
         call_id: String,
         flight: T,
         asked: Asked,
-    ) -> Result<(), (T, Asked)> {
+    ) -> Option<(T, Asked)> {
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         if calls.len() >= self.config.max_parked as usize {
-            return Err((flight, asked));
+            return Some((flight, asked));
         }
         let weak: Weak<Parked<T>> = Arc::downgrade(self);
         let timeout = self.config.timeout;
@@ -414,7 +414,7 @@ impl<T: Send + 'static> Parked<T> {
                 timer,
             },
         );
-        Ok(())
+        None
     }
 
     /// Takes the call parked under `ticket` for `call_id`.
@@ -633,15 +633,13 @@ mod tests {
             Parked::new(Elicitation::new().timeout(Duration::from_secs(60)));
         let (first, mut first_answer) = asked();
         let (second, second_answer) = asked();
-        parked
+        assert!(parked
             .park("t1".into(), "call_1".into(), "flight 1", first)
-            .ok()
-            .unwrap();
+            .is_none());
         tokio::time::sleep(Duration::from_secs(30)).await;
-        parked
+        assert!(parked
             .park("t2".into(), "call_2".into(), "flight 2", second)
-            .ok()
-            .unwrap();
+            .is_none());
         tokio::time::sleep(Duration::from_secs(31)).await;
         // The first waited 61 s: given up, its question answered `cancel`.
         assert_eq!(
@@ -682,13 +680,12 @@ mod tests {
         for n in 0..2 {
             let (question, answer) = asked();
             answers.push(answer);
-            parked
+            assert!(parked
                 .park(format!("t{n}"), format!("c{n}"), n, question)
-                .ok()
-                .unwrap();
+                .is_none());
         }
         let (third, _) = asked();
-        let Err((given_back, _)) = parked.park("t2".into(), "c2".into(), 2, third) else {
+        let Some((given_back, _)) = parked.park("t2".into(), "c2".into(), 2, third) else {
             panic!("a third call may not wait");
         };
         assert_eq!(given_back, 2);
@@ -706,10 +703,7 @@ mod tests {
     async fn dropping_the_connection_answers_waiting_questions_cancel() {
         let parked: Arc<Parked<()>> = Parked::new(Elicitation::new());
         let (question, answer) = asked();
-        parked
-            .park("t".into(), "c".into(), (), question)
-            .ok()
-            .unwrap();
+        assert!(parked.park("t".into(), "c".into(), (), question).is_none());
         drop(parked);
         assert_eq!(answer.await.unwrap(), action(ElicitationAction::Cancel));
     }

@@ -488,6 +488,14 @@ impl Tool for McpTool {
     }
 }
 
+/// Whether a call that got a question waits for the host's answer.
+enum Parking {
+    /// It waits: the run pauses with this question.
+    Asked(ToolError),
+    /// It cannot wait (the question was declined): the call goes on.
+    GoOn(Flight),
+}
+
 /// What happened next in a call in flight.
 enum Next {
     Done(Result<ServerResult, ServiceError>),
@@ -585,8 +593,8 @@ impl McpTool {
                     // Notes that come while the call waits are dropped, not piled up.
                     drop(progress);
                     match self.park(flight, asked, ctx, None) {
-                        Ok(question) => return Err(question),
-                        Err(back) => {
+                        Parking::Asked(question) => return Err(question),
+                        Parking::GoOn(back) => {
                             flight = back;
                             progress = connection
                                 .handler
@@ -628,13 +636,7 @@ impl McpTool {
     /// Parks the call until the host answers the server's question; gives the flight back
     /// (after declining the question) when the call cannot wait: elicitation off, no run to
     /// pause, or too many calls waiting.
-    fn park(
-        &self,
-        flight: Flight,
-        asked: Asked,
-        ctx: &ToolContext,
-        note: Option<&str>,
-    ) -> Result<ToolError, Flight> {
+    fn park(&self, flight: Flight, asked: Asked, ctx: &ToolContext, note: Option<&str>) -> Parking {
         let decline = |asked: Asked, why: &str| {
             tracing::warn!(
                 server = %self.connection.server.name,
@@ -645,7 +647,7 @@ impl McpTool {
         };
         let Some(parked) = &self.connection.parked else {
             decline(asked, "elicitation is not turned on");
-            return Err(flight);
+            return Parking::GoOn(flight);
         };
         // A call run outside an agent run (a bare registry) has no host to ask.
         if ctx.nested("elicitation").is_none() {
@@ -653,7 +655,7 @@ impl McpTool {
                 asked,
                 "the call runs outside an agent run, so no one can answer the question",
             );
-            return Err(flight);
+            return Parking::GoOn(flight);
         }
         let ticket = elicit::new_ticket();
         let question = elicit::question(
@@ -664,8 +666,8 @@ impl McpTool {
             note,
         );
         match parked.park(ticket, ctx.call_id().to_owned(), flight, asked) {
-            Ok(()) => Ok(ToolError::ask(question)),
-            Err((flight, asked)) => {
+            None => Parking::Asked(ToolError::ask(question)),
+            Some((flight, asked)) => {
                 decline(
                     asked,
                     &format!(
@@ -674,7 +676,7 @@ impl McpTool {
                         parked.config.max_parked
                     ),
                 );
-                Err(flight)
+                Parking::GoOn(flight)
             }
         }
     }
@@ -721,8 +723,8 @@ impl McpTool {
             Verdict::AskAgain(note) if asked.asks < elicit::MAX_ASKS => {
                 asked.asks += 1;
                 return match self.park(flight, asked, ctx, Some(&note)) {
-                    Ok(question) => Err(question),
-                    Err(flight) => Ok(flight),
+                    Parking::Asked(question) => Err(question),
+                    Parking::GoOn(flight) => Ok(flight),
                 };
             }
             Verdict::AskAgain(note) => {
@@ -798,7 +800,7 @@ impl McpTool {
         let (stop_reason, usage, termination, answer) = match response {
             Ok(response) => (
                 response.stop_reason.clone(),
-                response.usage.clone(),
+                response.usage,
                 Termination::Completed,
                 Ok(sampling::into_result(&response, config.client.model())),
             ),
@@ -818,7 +820,7 @@ impl McpTool {
         report(AgentEvent::TurnEnd {
             turn: 1,
             stop_reason,
-            usage: usage.clone(),
+            usage,
             cost: Default::default(),
         })
         .await;
