@@ -18,6 +18,52 @@
 //!      │
 //!      ▼  text → text, images → images, resources inlined, structuredContent as JSON,
 //!         isError → error result
+//!
+//!  during a tools/call, the server may ask (each off unless the host turns it on):
+//!    elicitation/create      ──► the call asks (ToolError::ask): the run pauses, the tools/call
+//!    (McpServer::elicitation)     waits in the connection; the resumed run's answer goes to
+//!                                 the server (accept / decline / cancel) and the call goes on
+//!    sampling/createMessage  ──► the host's model answers, under the run's token budget; its
+//!    (McpServer::sampling)        usage is a nested run of the call (SubAgent events)
+//! ```
+//!
+//! # Servers that ask
+//!
+//! A server may send a request back while it serves a tool call: a question for a person
+//! ([`Elicitation`]) or a completion from the client's model ([`Sampling`]). The client
+//! declares and serves each only when the host gives it the part; otherwise questions are
+//! declined and sampling requests refused. A request is served as part of the tool call it
+//! belongs to (over streamable HTTP, the one whose response stream it came on; over stdio,
+//! the one call in flight), never for another call; one that belongs to no call is refused.
+//!
+//! ```no_run
+//! use agent_loop::agent::{Resolutions, Termination};
+//! use agent_loop::{Agent, AgentEvent, AnthropicClient};
+//! use agent_loop_mcp::{Elicitation, McpServer, Sampling};
+//! use futures::StreamExt;
+//!
+//! # async fn demo() -> Result<(), agent_loop::Error> {
+//! let bookings = McpServer::http("bookings", "http://127.0.0.1:3001/mcp")
+//!     .elicitation(Elicitation::new())
+//!     .sampling(Sampling::new(AnthropicClient::from_env()?.model("claude-haiku-4-5")))
+//!     .connect()
+//!     .await?;
+//! let mut agent = Agent::builder(AnthropicClient::from_env()?)
+//!     .tool_source(bookings)
+//!     .build()?;
+//! let events: Vec<AgentEvent> = agent.run("Book a table for Friday.").collect().await;
+//! if let Some(AgentEvent::Finished(outcome)) = events.last() {
+//!     if let Termination::Paused(paused) = &outcome.termination {
+//!         let call = &paused.pending()[0];
+//!         let question = call.question.as_ref().expect("the server asked");
+//!         println!("{}", question.prompt); // "How many seats on Friday?"
+//!         // The person's answer, as JSON matching question.schema:
+//!         let answer = Resolutions::new().result(&call.id, r#"{"seats": 4}"#);
+//!         let _resumed: Vec<AgentEvent> = agent.resume(paused, answer).collect().await;
+//!     }
+//! }
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Example
