@@ -611,6 +611,9 @@ impl McpTool {
                     .await
             }
         };
+        // What this call's sampling spent so far: `tokens_left` is what the budget had left
+        // when the call started.
+        let mut sampled: u64 = 0;
         let result = loop {
             let next = tokio::select! {
                 result = &mut flight.response => Next::Done(result),
@@ -627,7 +630,7 @@ impl McpTool {
                     ));
                 }
                 Next::Ask(ServerAsk::Sample { params, reply }) => {
-                    let answer = self.sample(params, ctx).await;
+                    let answer = self.sample(params, ctx, &mut sampled).await;
                     let _ = reply.send(answer);
                 }
                 Next::Ask(ServerAsk::Elicit { params, reply }) => {
@@ -808,6 +811,7 @@ impl McpTool {
         &self,
         params: CreateMessageRequestParams,
         ctx: &ToolContext,
+        sampled: &mut u64,
     ) -> Result<CreateMessageResult, ErrorData> {
         let Some(config) = &self.connection.server.sampling else {
             return Err(sampling::refuse(
@@ -821,7 +825,7 @@ impl McpTool {
         request.max_tokens = sampling::max_tokens(
             params.max_tokens,
             config.max_tokens,
-            ctx.tokens_left(),
+            ctx.tokens_left().map(|left| left.saturating_sub(*sampled)),
             prepared.input_tokens,
         )
         .map_err(sampling::refuse)?;
@@ -863,6 +867,7 @@ impl McpTool {
                 )
             }
         };
+        *sampled = sampled.saturating_add(usage.total_tokens());
         report(AgentEvent::TurnEnd {
             turn: 1,
             stop_reason,

@@ -48,8 +48,9 @@ const IMAGE_TOKENS: u64 = 1_500;
 /// Serves a server's sampling requests (`sampling/createMessage`) with a model the host
 /// chose; give it to [`McpServer::sampling`](crate::McpServer::sampling).
 ///
-/// With it, the client declares the `sampling` capability. A request is served only while one
-/// of the server's tools is being called by an agent run, and as part of that call:
+/// With it, the client declares the `sampling` capability. A request is served only as part
+/// of one of the server's tool calls (the one it belongs to), and within an agent run, as
+/// part of that run:
 ///
 /// - **The run's budget.** `maxTokens` is capped by [`max_tokens`](Self::max_tokens) and by
 ///   what the run's token budget has left once the request's prompt (estimated) is counted;

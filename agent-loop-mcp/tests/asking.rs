@@ -433,6 +433,44 @@ async fn a_run_resumed_where_no_call_waits_gets_a_clear_error_result() {
     );
 }
 
+/// What the client declared, as the server read it.
+async fn declared(connection: &McpConnection) -> Value {
+    use agent_loop::tool::{ExecOptions, ToolCall};
+    let mut registry = agent_loop::ToolRegistry::new();
+    connection.register(&mut registry).unwrap();
+    let result = registry
+        .execute_one(
+            ToolCall::new("c", "client_capabilities", json!({})),
+            &ExecOptions::default(),
+        )
+        .await;
+    received(&result.content, "capabilities")
+}
+
+#[tokio::test]
+async fn the_capabilities_are_declared_only_when_turned_on() {
+    let Some(python) = python() else { return };
+    let (_server, url) = http_server(&python).await;
+    let off = connect(McpServer::http("plain", url.clone())).await;
+    assert_eq!(declared(&off).await, json!({}));
+    let on = connect(
+        McpServer::http("asking", url.clone())
+            .elicitation(Elicitation::new())
+            .sampling(Sampling::new(ScriptedClient::new([]))),
+    )
+    .await;
+    assert_eq!(
+        declared(&on).await,
+        json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}})
+    );
+    let form_only =
+        connect(McpServer::http("form", url).elicitation(Elicitation::new().url_mode(false))).await;
+    assert_eq!(
+        declared(&form_only).await,
+        json!({"elicitation": {"form": {}}})
+    );
+}
+
 #[tokio::test]
 async fn a_question_is_declined_when_elicitation_is_off_or_it_belongs_to_no_call() {
     let Some(python) = python() else { return };

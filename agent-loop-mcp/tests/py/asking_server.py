@@ -107,6 +107,14 @@ async def summarize(text: str, max_tokens: int, ctx: Context) -> str:
     )
 
 
+@server.tool()
+async def client_capabilities(ctx: Context) -> str:
+    """What the client declared in its initialize request."""
+    caps = ctx.request_context.session.client_capabilities
+    declared = caps.model_dump(by_alias=True, exclude_none=True) if caps is not None else {}
+    return "capabilities " + json.dumps(declared, sort_keys=True)
+
+
 async def serve_http() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
