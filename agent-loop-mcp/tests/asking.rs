@@ -612,11 +612,15 @@ async fn sampling_over_the_runs_budget_or_without_a_model_is_refused() {
     let Some(python) = python() else { return };
     let (_server, url) = http_server(&python).await;
     let sampler = ScriptedClient::new([]);
-    let connection =
-        connect(McpServer::http("docs", url.clone()).sampling(Sampling::new(sampler.clone())))
-            .await;
-    // The first call (its prompt about 300 tokens, at most 1 generated) fits a budget of
-    // 330, and spends 320 + 5: 5 are left, less than the sampling request's prompt.
+    let connection = connect(
+        McpServer::http("docs", url.clone())
+            .only(["summarize"])
+            .sampling(Sampling::new(sampler.clone())),
+    )
+    .await;
+    // The first call (its prompt, with the one tool, well under 300 tokens; at most 1
+    // generated) fits a budget of 330, and spends 320 + 5: 5 are left, less than the
+    // sampling request's prompt.
     let model = ScriptedClient::new([
         ScriptedResponse::tool_call(
             "call_1",
