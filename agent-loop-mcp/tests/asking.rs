@@ -26,18 +26,11 @@ fn say_skipped(line: &str) {
 /// The python of the venv with the pinned `mcp` (`AGENT_LOOP_MCP_PYTHON`), or `None` after
 /// saying why the test is skipped. In CI (`CI=true`) a missing one fails the test.
 fn python() -> Option<String> {
-    let python = std::env::var("AGENT_LOOP_MCP_PYTHON").ok();
-    let why = match &python {
-        None => "AGENT_LOOP_MCP_PYTHON is not set".to_owned(),
-        Some(p) => match std::process::Command::new(p)
-            .args(["-c", "import mcp.server.mcpserver, uvicorn"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => return python,
-            _ => format!("{p} cannot import mcp (the official Python MCP SDK)"),
-        },
+    // Checked once per test binary (starting python and importing the SDK takes seconds).
+    static CHECKED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    let why = match CHECKED.get_or_init(check_python) {
+        Ok(python) => return Some(python.clone()),
+        Err(why) => why,
     };
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!(
@@ -52,6 +45,24 @@ fn python() -> Option<String> {
          set AGENT_LOOP_MCP_PYTHON=$PWD/v/bin/python to run it. !!!!!"
     ));
     None
+}
+
+/// The venv's python, or why it cannot run the server.
+fn check_python() -> Result<String, String> {
+    let python = std::env::var("AGENT_LOOP_MCP_PYTHON").ok();
+    let why = match &python {
+        None => "AGENT_LOOP_MCP_PYTHON is not set".to_owned(),
+        Some(p) => match std::process::Command::new(p)
+            .args(["-c", "import mcp.server.mcpserver, uvicorn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            Ok(s) if s.success() => return Ok(p.clone()),
+            _ => format!("{p} cannot import mcp (the official Python MCP SDK)"),
+        },
+    };
+    Err(why)
 }
 
 fn script() -> String {
