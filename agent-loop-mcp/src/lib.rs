@@ -447,6 +447,11 @@ struct ToolInfo {
 /// JSON unless a text block already holds the same JSON; `isError` makes an error result. A
 /// server that crashes or hangs answers the call with an error, and the next call starts it
 /// again.
+///
+/// When the server asks during the call: a question ([`Elicitation`], when turned on) makes
+/// the call [ask](ToolError::ask), so the run pauses, and the call's re-run (with
+/// [`ToolContext::reply`]) answers the server and goes on; a sampling request ([`Sampling`],
+/// when given) is served by the host's model as part of the call.
 #[derive(Clone)]
 pub struct McpTool {
     info: ToolInfo,
