@@ -215,7 +215,7 @@ fn base64_decoded_len(data: &str) -> usize {
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, and whether it was cut.
-fn cut_at(text: &str, max: usize) -> (&str, bool) {
+pub(crate) fn cut_at(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
         return (text, false);
     }

@@ -18,6 +18,52 @@
 //!      │
 //!      ▼  text → text, images → images, resources inlined, structuredContent as JSON,
 //!         isError → error result
+//!
+//!  during a tools/call, the server may ask (each off unless the host turns it on):
+//!    elicitation/create      ──► the call asks (ToolError::ask): the run pauses, the tools/call
+//!    (McpServer::elicitation)     waits in the connection; the resumed run's answer goes to
+//!                                 the server (accept / decline / cancel) and the call goes on
+//!    sampling/createMessage  ──► the host's model answers, under the run's token budget; its
+//!    (McpServer::sampling)        usage is a nested run of the call (SubAgent events)
+//! ```
+//!
+//! # Servers that ask
+//!
+//! A server may send a request back while it serves a tool call: a question for a person
+//! ([`Elicitation`]) or a completion from the client's model ([`Sampling`]). The client
+//! declares and serves each only when the host gives it the part; otherwise questions are
+//! declined and sampling requests refused. A request is served as part of the tool call it
+//! belongs to (over streamable HTTP, the one whose response stream it came on; over stdio,
+//! the one call in flight), never for another call; one that belongs to no call is refused.
+//!
+//! ```no_run
+//! use agent_loop::agent::{Resolutions, Termination};
+//! use agent_loop::{Agent, AgentEvent, AnthropicClient};
+//! use agent_loop_mcp::{Elicitation, McpServer, Sampling};
+//! use futures::StreamExt;
+//!
+//! # async fn demo() -> Result<(), agent_loop::Error> {
+//! let bookings = McpServer::http("bookings", "http://127.0.0.1:3001/mcp")
+//!     .elicitation(Elicitation::new())
+//!     .sampling(Sampling::new(AnthropicClient::from_env()?.model("claude-haiku-4-5")))
+//!     .connect()
+//!     .await?;
+//! let mut agent = Agent::builder(AnthropicClient::from_env()?)
+//!     .tool_source(bookings)
+//!     .build()?;
+//! let events: Vec<AgentEvent> = agent.run("Book a table for Friday.").collect().await;
+//! if let Some(AgentEvent::Finished(outcome)) = events.last() {
+//!     if let Termination::Paused(paused) = &outcome.termination {
+//!         let call = &paused.pending()[0];
+//!         let question = call.question.as_ref().expect("the server asked");
+//!         println!("{}", question.prompt); // "How many seats on Friday?"
+//!         // The person's answer, as JSON matching question.schema:
+//!         let answer = Resolutions::new().result(&call.id, r#"{"seats": 4}"#);
+//!         let _resumed: Vec<AgentEvent> = agent.resume(paused, answer).collect().await;
+//!     }
+//! }
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Example
@@ -42,7 +88,11 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod call;
 mod convert;
+mod elicit;
+mod route;
+mod sampling;
 mod server;
 mod session;
 
@@ -53,19 +103,29 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
+#[allow(deprecated)] // sampling: see sampling.rs
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    CustomResult, PaginatedRequestParams, RequestId, ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, CreateMessageRequestParams,
+    CreateMessageResult, CustomResult, ElicitationAction, ErrorData, PaginatedRequestParams,
+    ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
 use agent_loop::error::ConfigError;
-use agent_loop::tool::{Concurrency, ToolSource};
+use agent_loop::tool::{Concurrency, Question, Reply, ToolSource};
 use agent_loop::Error;
-use agent_loop::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_loop::{
+    AgentEvent, RunOutcome, StopReason, Termination, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRegistry, Usage,
+};
+use call::{CancelOnDrop, Flight};
 use convert::quote;
+pub use elicit::Elicitation;
+use elicit::{Asked, Missing, Parked, Verdict};
+use route::{InFlight, ServerAsk};
+pub use sampling::Sampling;
 pub use server::McpServer;
 use session::{Handler, Session};
 
@@ -86,11 +146,16 @@ impl McpServer {
             server: Arc::from(self.name.as_str()),
             progress: Default::default(),
             tools_changed: Default::default(),
+            elicitation: self.elicitation.clone(),
+            sampling: self.sampling.is_some(),
+            in_flight: Default::default(),
         };
         let session = session::connect(&self, &handler).await?;
+        let parked = self.elicitation.clone().map(Parked::new);
         let inner = Arc::new(Inner {
             server: self,
             handler,
+            parked,
             session: tokio::sync::Mutex::new(Some(session)),
             failed_connects: AtomicU32::new(0),
             tools: Mutex::new(Vec::new()),
@@ -137,6 +202,8 @@ async fn list_tools(
 struct Inner {
     server: McpServer,
     handler: Handler,
+    /// The calls waiting for the host's answer to a server's question (elicitation on).
+    parked: Option<Arc<Parked>>,
     session: tokio::sync::Mutex<Option<Session>>,
     failed_connects: AtomicU32,
     /// The listed tools (no handle on the connection: tools hold `Inner`, `Inner` holds these).
@@ -148,13 +215,13 @@ impl Inner {
         quote(&self.server.name)
     }
 
-    /// The live session's peer; starts the server again when the session has died (at most
-    /// `max_reconnects` failed starts in a row).
-    async fn peer(&self) -> Result<Peer<RoleClient>, ToolError> {
+    /// The live session's peer and calls in flight; starts the server again when the
+    /// session has died (at most `max_reconnects` failed starts in a row).
+    async fn peer(&self) -> Result<(Peer<RoleClient>, Arc<InFlight>), ToolError> {
         let mut guard = self.session.lock().await;
         if let Some(session) = guard.as_mut() {
             if !session.is_closed() {
-                return Ok(session.peer());
+                return Ok((session.peer(), session.in_flight()));
             }
             tracing::warn!(server = %self.server.name, "MCP server connection lost; restarting it");
         }
@@ -171,7 +238,7 @@ impl Inner {
         match session::connect(&self.server, &self.handler).await {
             Ok(session) => {
                 self.failed_connects.store(0, Ordering::Release);
-                let peer = session.peer();
+                let peer = (session.peer(), session.in_flight());
                 *guard = Some(session);
                 Ok(peer)
             }
@@ -285,7 +352,7 @@ impl McpConnection {
     /// [`Error::Tool`] when the server cannot be reached or the listing fails.
     pub async fn refresh(&self) -> Result<(), Error> {
         let inner = &self.inner;
-        let peer = inner.peer().await?;
+        let (peer, _) = inner.peer().await?;
         inner.handler.tools_changed.store(false, Ordering::Release);
         let listed = list_tools(&peer, &inner.server.name).await.map_err(|e| {
             Error::Tool(ToolError::new(format!(
@@ -324,8 +391,13 @@ impl McpConnection {
     }
 
     /// Ends the session now: closes the connection, kills a child process and waits for it.
-    /// A later call of one of its tools starts the server again.
+    /// Calls waiting for the answer to a server's question are given up (the server is
+    /// answered `cancel`; resuming them gives an error result saying so). A later call of one
+    /// of its tools starts the server again.
     pub async fn close(&self) {
+        if let Some(parked) = &self.inner.parked {
+            parked.give_up_all("the connection to the server was closed");
+        }
         if let Some(session) = self.inner.session.lock().await.take() {
             session.close().await;
         }
@@ -375,6 +447,11 @@ struct ToolInfo {
 /// JSON unless a text block already holds the same JSON; `isError` makes an error result. A
 /// server that crashes or hangs answers the call with an error, and the next call starts it
 /// again.
+///
+/// When the server asks during the call: a question ([`Elicitation`], when turned on) makes
+/// the call [ask](ToolError::ask), so the run pauses, and the call's re-run (with
+/// [`ToolContext::reply`]) answers the server and goes on; a sampling request ([`Sampling`],
+/// when given) is served by the host's model as part of the call.
 #[derive(Clone)]
 pub struct McpTool {
     info: ToolInfo,
@@ -453,47 +530,137 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let connection = &self.connection;
-        let peer = connection.peer().await?;
+        let flight = match ctx.reply() {
+            // The re-run of a call that paused for the server's question: answer it.
+            Some(reply) => self.answer(reply, &ctx)?,
+            None => self.start(input).await?,
+        };
+        self.fly(flight, &ctx).await
+    }
+}
+
+/// Whether a call that got a question waits for the host's answer.
+enum Parking {
+    /// It waits: the run pauses with this question.
+    Asked(ToolError),
+    /// It cannot wait (the question was declined): the call goes on.
+    GoOn(Flight),
+}
+
+/// What happened next in a call in flight.
+enum Next {
+    Done(Result<ServerResult, ServiceError>),
+    Progress(rmcp::model::ProgressNotificationParam),
+    Ask(ServerAsk),
+}
+
+impl McpTool {
+    /// Sends the `tools/call`.
+    async fn start(&self, input: Value) -> Result<Flight, ToolError> {
+        let (peer, in_flight) = self.connection.peer().await?;
         let mut params = CallToolRequestParams::new(self.info.remote.clone());
         if let Value::Object(arguments) = input {
             params = params.with_arguments(arguments);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Sent and registered under the gate: the server's requests for this call cannot be
+        // routed before it is registered.
+        let gate = in_flight.gate().await;
         let handle = match peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
         {
             Ok(handle) => handle,
-            Err(e) => return Err(self.lost(e).await),
+            Err(e) => {
+                drop(gate);
+                return Err(self.lost(e).await);
+            }
         };
+        let (registered, asks) = gate.register(handle.id.clone());
         // rmcp gives every request its own progress token; subscribe before the server can
         // have read the request (it is only queued for the transport so far).
-        let mut progress = connection
+        let progress_token = handle.progress_token.clone();
+        let progress = self
+            .connection
             .handler
             .progress
-            .subscribe(handle.progress_token.clone())
+            .subscribe(progress_token.clone())
             .await;
-        // Until the answer arrives, dropping this call (cancellation, timeout) sends
-        // `notifications/cancelled` for the request.
-        let mut guard = CancelOnDrop {
-            peer: peer.clone(),
+        // Until the answer arrives, dropping the flight (cancellation, timeout, a question
+        // given up) sends `notifications/cancelled` for the request.
+        let cancel = CancelOnDrop {
+            peer,
             id: Some(handle.id.clone()),
         };
-        let mut response = std::pin::pin!(handle.await_response());
+        Ok(Flight {
+            response: Box::pin(handle.await_response()),
+            progress_token,
+            progress: Some(progress),
+            asks,
+            _registered: registered,
+            cancel,
+        })
+    }
+
+    /// Drives the call until its answer comes (or the server asks a question: the call then
+    /// waits in `Parked`, and the run pauses).
+    async fn fly(&self, mut flight: Flight, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let connection = &self.connection;
+        let mut progress = match flight.progress.take() {
+            Some(progress) => progress,
+            None => {
+                connection
+                    .handler
+                    .progress
+                    .subscribe(flight.progress_token.clone())
+                    .await
+            }
+        };
+        // What this call's sampling spent so far: `tokens_left` is what the budget had left
+        // when the call started.
+        let mut sampled: u64 = 0;
         let result = loop {
-            tokio::select! {
-                result = &mut response => break result,
-                Some(note) = progress.next() => {
+            let next = tokio::select! {
+                result = &mut flight.response => Next::Done(result),
+                Some(note) = progress.next() => Next::Progress(note),
+                Some(ask) = flight.asks.recv() => Next::Ask(ask),
+            };
+            match next {
+                Next::Done(result) => break result,
+                Next::Progress(note) => {
                     ctx.report_progress(convert::progress_text(
                         note.progress,
                         note.total,
                         note.message.as_deref(),
                     ));
                 }
+                Next::Ask(ServerAsk::Sample { params, reply }) => {
+                    let answer = self.sample(params, ctx, &mut sampled).await;
+                    let _ = reply.send(answer);
+                }
+                Next::Ask(ServerAsk::Elicit { params, reply }) => {
+                    let asked = Asked {
+                        params,
+                        reply,
+                        asks: 1,
+                    };
+                    // Notes that come while the call waits are dropped, not piled up.
+                    drop(progress);
+                    match self.park(flight, asked, ctx, None) {
+                        Parking::Asked(question) => return Err(question),
+                        Parking::GoOn(back) => {
+                            flight = back;
+                            progress = connection
+                                .handler
+                                .progress
+                                .subscribe(flight.progress_token.clone())
+                                .await;
+                        }
+                    }
+                }
             }
         };
-        guard.id = None;
+        flight.cancel.disarm();
         // Notes that came in with the answer.
         while let Some(Some(note)) = progress.next().now_or_never() {
             ctx.report_progress(convert::progress_text(
@@ -519,27 +686,208 @@ impl Tool for McpTool {
         };
         convert::into_output(convert::map_result(&json))
     }
-}
 
-/// Sends `notifications/cancelled` for a request whose caller stopped waiting.
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    id: Option<RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+    /// Parks the call until the host answers the server's question; gives the flight back
+    /// (after declining the question) when the call cannot wait: elicitation off, no run to
+    /// pause, or too many calls waiting.
+    fn park(&self, flight: Flight, asked: Asked, ctx: &ToolContext, note: Option<&str>) -> Parking {
+        let decline = |asked: Asked, why: &str| {
+            tracing::warn!(
+                server = %self.connection.server.name,
+                tool = %self.info.remote,
+                "MCP elicitation declined: {why}"
+            );
+            asked.answer(elicit::action(ElicitationAction::Decline));
         };
-        let peer = self.peer.clone();
-        runtime.spawn(async move {
-            let reason = "cancelled by the agent (run cancelled or tool timeout)".to_owned();
-            let _ = peer
-                .notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason)))
-                .await;
-        });
+        let Some(parked) = &self.connection.parked else {
+            decline(asked, "elicitation is not turned on");
+            return Parking::GoOn(flight);
+        };
+        // A call run outside an agent run (a bare registry) has no host to ask.
+        if ctx.nested("elicitation").is_none() {
+            decline(
+                asked,
+                "the call runs outside an agent run, so no one can answer the question",
+            );
+            return Parking::GoOn(flight);
+        }
+        let ticket = elicit::new_ticket();
+        let question = elicit::question(
+            &self.connection.server.name,
+            &self.info.remote,
+            &asked.params,
+            &ticket,
+            note,
+        );
+        match parked.park(ticket, ctx.call_id().to_owned(), flight, asked) {
+            None => Parking::Asked(ToolError::ask(question)),
+            Some((flight, asked)) => {
+                decline(
+                    asked,
+                    &format!(
+                        "{} calls already wait for answers on this connection \
+                         (Elicitation::max_parked)",
+                        parked.config.max_parked
+                    ),
+                );
+                Parking::GoOn(flight)
+            }
+        }
+    }
+
+    /// The re-run of a call that paused: gives the host's answer to the server and takes up
+    /// the call again; asks again when the answer does not fit the question; an error when no
+    /// call waits for the answer.
+    fn answer(&self, reply: &Reply, ctx: &ToolContext) -> Result<Flight, ToolError> {
+        let Some(ticket) = elicit::ticket_of(&reply.question) else {
+            return Err(self.unanswerable(
+                &reply.question,
+                "the question did not come from this server's elicitation",
+            ));
+        };
+        let Some(parked) = &self.connection.parked else {
+            return Err(self.unanswerable(
+                &reply.question,
+                "this connection does not take elicitation (McpServer::elicitation is not set), \
+                 so no call waits on it",
+            ));
+        };
+        let waiting =
+            match parked.take(ticket, ctx.call_id()) {
+                Ok(waiting) => waiting,
+                Err(Missing::OtherProcess) => return Err(self.unanswerable(
+                    &reply.question,
+                    "the run was resumed in another process (or after a restart), and the call \
+                     waited for the answer in the process that paused the run, on its \
+                     connection to the server",
+                )),
+                Err(Missing::Gone(why)) => return Err(self.unanswerable(&reply.question, &why)),
+                Err(Missing::Unknown) => {
+                    return Err(self.unanswerable(
+                        &reply.question,
+                        "no call waits for it on this connection (it was answered already, or the \
+                     run was paused on another connection to the server)",
+                    ))
+                }
+            };
+        let flight = waiting.flight;
+        let mut asked = waiting.asked;
+        match elicit::verdict(&asked.params, &reply.resolution) {
+            Verdict::Answer(result) => asked.answer(result),
+            Verdict::AskAgain(note) if asked.asks < elicit::MAX_ASKS => {
+                asked.asks += 1;
+                return match self.park(flight, asked, ctx, Some(&note)) {
+                    Parking::Asked(question) => Err(question),
+                    Parking::GoOn(flight) => Ok(flight),
+                };
+            }
+            Verdict::AskAgain(note) => {
+                tracing::warn!(
+                    server = %self.connection.server.name,
+                    tool = %self.info.remote,
+                    "MCP elicitation declined after {} answers that did not fit: {note}",
+                    elicit::MAX_ASKS
+                );
+                asked.answer(elicit::action(ElicitationAction::Decline));
+            }
+        }
+        Ok(flight)
+    }
+
+    /// The error result of a re-run that cannot answer the server's question.
+    fn unanswerable(&self, question: &Question, why: &str) -> ToolError {
+        let (prompt, cut) = convert::cut_at(&question.prompt, 200);
+        let prompt = if cut {
+            format!("{prompt}…")
+        } else {
+            prompt.to_owned()
+        };
+        self.fail(format_args!(
+            "the server asked {} during this call, and that question can no longer be \
+             answered: {why}. The server did not get the answer and the call did not finish; \
+             call the tool again to start over",
+            quote(&prompt)
+        ))
+    }
+
+    /// Serves a sampling request of this call with the host's model, under the run's budget.
+    #[allow(deprecated)] // sampling: see sampling.rs
+    async fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+        ctx: &ToolContext,
+        sampled: &mut u64,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let Some(config) = &self.connection.server.sampling else {
+            return Err(sampling::refuse(
+                "this client serves no sampling requests: its host gave it no model \
+                 (McpServer::sampling)"
+                    .to_owned(),
+            ));
+        };
+        let prepared = sampling::prepare(config, &params).map_err(sampling::refuse)?;
+        let mut request = prepared.request;
+        request.max_tokens = sampling::max_tokens(
+            params.max_tokens,
+            config.max_tokens,
+            ctx.tokens_left().map(|left| left.saturating_sub(*sampled)),
+            prepared.input_tokens,
+        )
+        .map_err(sampling::refuse)?;
+        let nested = ctx.nested("sampling");
+        let report = |event: AgentEvent| {
+            let nested = nested.clone();
+            async move {
+                if let Some(nested) = nested {
+                    nested.send(event).await;
+                }
+            }
+        };
+        report(AgentEvent::TurnStart { turn: 1 }).await;
+        let response = sampling::complete(&*config.client, &request, |text| {
+            Box::pin(report(AgentEvent::TextDelta {
+                text: text.to_owned(),
+            }))
+        })
+        .await;
+        // The nested run's end: its turn's usage, then `Finished` (the calling run counts
+        // the usage toward its spending and budgets).
+        let (stop_reason, usage, termination, answer) = match response {
+            Ok(response) => (
+                response.stop_reason.clone(),
+                response.usage,
+                Termination::Completed,
+                Ok(sampling::into_result(&response, config.client.model())),
+            ),
+            Err(e) => {
+                let answer = Err(ErrorData::internal_error(
+                    format!("the client's model failed: {e}"),
+                    None,
+                ));
+                (
+                    StopReason::Other("interrupted".to_owned()),
+                    Usage::default(),
+                    Termination::Error(Error::from(e)),
+                    answer,
+                )
+            }
+        };
+        *sampled = sampled.saturating_add(usage.total_tokens());
+        report(AgentEvent::TurnEnd {
+            turn: 1,
+            stop_reason,
+            usage,
+            cost: Default::default(),
+        })
+        .await;
+        let mut outcome = RunOutcome::new(termination);
+        outcome.usage = usage;
+        outcome.turns = 1;
+        if let Ok(result) = &answer {
+            outcome.final_text = sampling::text_of(result);
+        }
+        report(AgentEvent::Finished(outcome)).await;
+        answer
     }
 }
 

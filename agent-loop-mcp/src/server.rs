@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use agent_loop::tool::Concurrency;
 
+use crate::elicit::Elicitation;
+use crate::sampling::Sampling;
+
 /// Filters tools by their name on the server.
 pub(crate) type Filter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -43,6 +46,8 @@ pub struct McpServer {
     pub(crate) max_reconnects: u32,
     pub(crate) max_message_bytes: usize,
     pub(crate) connect_timeout: Duration,
+    pub(crate) elicitation: Option<Elicitation>,
+    pub(crate) sampling: Option<Sampling>,
 }
 
 impl McpServer {
@@ -57,6 +62,8 @@ impl McpServer {
             max_reconnects: 3,
             max_message_bytes: 16 * 1024 * 1024,
             connect_timeout: Duration::from_secs(30),
+            elicitation: None,
+            sampling: None,
         }
     }
 
@@ -193,6 +200,40 @@ impl McpServer {
         self.connect_timeout = timeout;
         self
     }
+
+    /// Answers the server's questions (`elicitation/create`) through the agent's run: a
+    /// question asked during a tool call pauses the run, and the host's answer, given when it
+    /// resumes the run, goes to the server (see [`Elicitation`]). Without it the client does
+    /// not declare the capability and declines every question.
+    ///
+    /// ```
+    /// use agent_loop_mcp::{Elicitation, McpServer};
+    ///
+    /// let server = McpServer::http("bookings", "http://127.0.0.1:3001/mcp")
+    ///     .elicitation(Elicitation::new());
+    /// # let _ = server;
+    /// ```
+    pub fn elicitation(mut self, elicitation: Elicitation) -> Self {
+        self.elicitation = Some(elicitation);
+        self
+    }
+
+    /// Serves the server's sampling requests (`sampling/createMessage`) with a model the host
+    /// chose, under the budget of the run whose tool call they come in (see [`Sampling`]).
+    /// Without it the client does not declare the capability and refuses every request.
+    ///
+    /// ```
+    /// use agent_loop::testing::ScriptedClient;
+    /// use agent_loop_mcp::{McpServer, Sampling};
+    ///
+    /// let model = ScriptedClient::new([]); // a real host: AnthropicClient::from_env()?
+    /// let server = McpServer::stdio("docs", "docs-server").sampling(Sampling::new(model));
+    /// # let _ = server;
+    /// ```
+    pub fn sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = Some(sampling);
+        self
+    }
 }
 
 impl fmt::Debug for McpServer {
@@ -220,6 +261,8 @@ impl fmt::Debug for McpServer {
         d.field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("concurrency", &self.concurrency)
+            .field("elicitation", &self.elicitation)
+            .field("sampling", &self.sampling)
             .finish_non_exhaustive()
     }
 }

@@ -2,6 +2,10 @@
 //! streamable HTTP), the client handler that takes its notifications, the child's stderr
 //! sent to `tracing`, and the size limit on what it sends.
 
+// rmcp marks sampling deprecated (SEP-2577, from protocol 2026-07-28 on); servers on
+// 2025-11-25, the revision this client speaks, still send it.
+#![allow(deprecated)]
+
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::process::Stdio;
@@ -12,20 +16,27 @@ use std::task::{Context, Poll};
 use futures::StreamExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, JsonRpcMessage, ProgressNotificationParam,
-    ServerNotification,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode,
+    ErrorData, FormElicitationCapability, Implementation, JsonRpcMessage,
+    ProgressNotificationParam, SamplingCapability, ServerNotification, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{
+    NotificationContext, RequestContext, RunningService, RxJsonRpcMessage, TxJsonRpcMessage,
+};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport as RmcpTransport};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr};
+use tokio::sync::oneshot;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::server::{McpServer, Transport};
 use crate::convert::quote;
+use crate::elicit::Elicitation;
+use crate::route::{InFlight, Route, ServerAsk};
 use agent_loop::error::ConfigError;
 use agent_loop::Error;
 use agent_loop::ToolError;
@@ -33,13 +44,53 @@ use agent_loop::ToolError;
 /// A stderr line longer than this is logged cut.
 const MAX_STDERR_LINE: usize = 8 * 1024;
 
-/// What the server tells us between calls; shared by every session of one connection, so
-/// progress subscriptions and the list-changed flag survive a reconnect.
+/// What the server tells us between calls, and what it asks of us during them. The
+/// notification state is shared by every session of one connection, so progress
+/// subscriptions and the list-changed flag survive a reconnect; the calls in flight are each
+/// session's own.
 #[derive(Clone)]
 pub(crate) struct Handler {
     pub(crate) server: Arc<str>,
     pub(crate) progress: ProgressDispatcher,
     pub(crate) tools_changed: Arc<AtomicBool>,
+    /// Elicitation, when the host turned it on.
+    pub(crate) elicitation: Option<Elicitation>,
+    /// Whether the host gave a sampling model.
+    pub(crate) sampling: bool,
+    /// This session's tools/call requests in flight.
+    pub(crate) in_flight: Arc<InFlight>,
+}
+
+impl Handler {
+    /// The handler of a new session: a fresh map of calls in flight (request ids start over).
+    fn for_session(&self) -> Handler {
+        Handler {
+            in_flight: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// The call a server request belongs to; `None` (after saying why in the log) when it
+    /// belongs to none or to one that cannot be told.
+    async fn route(
+        &self,
+        what: &str,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<tokio::sync::mpsc::Sender<ServerAsk>, String> {
+        match self.in_flight.route(&context.extensions).await {
+            Route::Call(tx) => Ok(tx),
+            Route::Outside => Err(format!(
+                "the server sent {what} outside any tool call of this client; it is served only \
+                 as part of a tool call"
+            )),
+            Route::Ambiguous(calls) => Err(format!(
+                "the server sent {what} while {calls} tool calls were in flight, over a \
+                 transport that does not say which call it belongs to (stdio); refused rather \
+                 than answered for the wrong call (give the server Concurrency::Exclusive, or \
+                 use streamable HTTP)"
+            )),
+        }
+    }
 }
 
 impl ClientHandler for Handler {
@@ -56,9 +107,102 @@ impl ClientHandler for Handler {
         tracing::debug!(server = %self.server, "MCP server changed its tool list");
     }
 
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let decline = |why: &str| {
+            tracing::warn!(server = %self.server, "MCP elicitation declined: {why}");
+            Ok(ElicitResult::new(ElicitationAction::Decline))
+        };
+        let Some(elicitation) = &self.elicitation else {
+            return decline(
+                "elicitation is not turned on for this server (McpServer::elicitation)",
+            );
+        };
+        if matches!(request, ElicitRequestParams::UrlElicitationParams { .. }) && !elicitation.url {
+            return decline("URL mode is turned off (Elicitation::url_mode)");
+        }
+        let call = match self.route("a question", &context).await {
+            Ok(call) => call,
+            Err(why) => return decline(&why),
+        };
+        let (reply, answer) = oneshot::channel();
+        if call
+            .try_send(ServerAsk::Elicit {
+                params: request,
+                reply,
+            })
+            .is_err()
+        {
+            return decline("the tool call it belongs to has ended, or has questions waiting");
+        }
+        tokio::select! {
+            // A call that ends without answering (given up, cancelled) drops `reply`.
+            answer = answer => Ok(answer.unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel))),
+            // The server withdrew the question.
+            () = context.ct.cancelled() => Ok(ElicitResult::new(ElicitationAction::Cancel)),
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let refuse = |code: ErrorCode, why: String| {
+            tracing::warn!(server = %self.server, "MCP sampling request refused: {why}");
+            Err(ErrorData::new(code, why, None))
+        };
+        if !self.sampling {
+            return refuse(
+                ErrorCode::METHOD_NOT_FOUND,
+                "this client serves no sampling requests: its host gave it no model \
+                 (McpServer::sampling)"
+                    .to_owned(),
+            );
+        }
+        let call = match self.route("a sampling request", &context).await {
+            Ok(call) => call,
+            Err(why) => return refuse(ErrorCode::INVALID_REQUEST, why),
+        };
+        let (reply, answer) = oneshot::channel();
+        if call.try_send(ServerAsk::Sample { params, reply }).is_err() {
+            return refuse(
+                ErrorCode::INVALID_REQUEST,
+                "the tool call it belongs to has ended, or has requests waiting".to_owned(),
+            );
+        }
+        tokio::select! {
+            answer = answer => answer.unwrap_or_else(|_| Err(ErrorData::new(
+                ErrorCode::INTERNAL_ERROR,
+                "the tool call this request belongs to ended before it was served",
+                None,
+            ))),
+            () = context.ct.cancelled() => Err(ErrorData::new(
+                ErrorCode::INTERNAL_ERROR,
+                "cancelled by the server",
+                None,
+            )),
+        }
+    }
+
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if let Some(elicitation) = &self.elicitation {
+            let mut declared =
+                ElicitationCapability::new().with_form(FormElicitationCapability::new());
+            if elicitation.url {
+                declared = declared.with_url(UrlElicitationCapability::new());
+            }
+            capabilities.elicitation = Some(declared);
+        }
+        if self.sampling {
+            capabilities.sampling = Some(SamplingCapability::default());
+        }
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("agent-loop", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -67,6 +211,8 @@ impl ClientHandler for Handler {
 /// A running connection: the rmcp service and, for stdio, the child process.
 pub(crate) struct Session {
     service: RunningService<RoleClient, Handler>,
+    /// The session's tools/call requests in flight.
+    in_flight: Arc<InFlight>,
     /// Killed when dropped (`kill_on_drop`); tokio reaps it.
     child: Option<Child>,
     /// Set when the server sent a message over the size limit (the connection is then closed).
@@ -76,6 +222,10 @@ pub(crate) struct Session {
 impl Session {
     pub(crate) fn peer(&self) -> Peer<RoleClient> {
         self.service.peer().clone()
+    }
+
+    pub(crate) fn in_flight(&self) -> Arc<InFlight> {
+        self.in_flight.clone()
     }
 
     /// Whether the connection is gone: the service ended, its transport closed, or the child
@@ -107,6 +257,8 @@ impl Session {
 
 /// Starts the server and runs the MCP handshake.
 pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Session, Error> {
+    let handler = &handler.for_session();
+    let in_flight = handler.in_flight.clone();
     let name = quote(&server.name);
     let oversized = Arc::new(AtomicBool::new(false));
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -152,6 +304,7 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
                     .map_err(|e| fail("the MCP handshake failed", &e))?;
                 Ok(Session {
                     service,
+                    in_flight: in_flight.clone(),
                     child: Some(child),
                     oversized: oversized.clone(),
                 })
@@ -198,6 +351,7 @@ pub(crate) async fn connect(server: &McpServer, handler: &Handler) -> Result<Ses
                     .map_err(|e| fail("the MCP handshake failed", &e))?;
                 Ok(Session {
                     service,
+                    in_flight: in_flight.clone(),
                     child: None,
                     oversized: oversized.clone(),
                 })
