@@ -436,8 +436,20 @@ impl From<ConfigError> for RunError {
 }
 
 impl RunOutcome {
-    /// The outcome of a run that ended before it began.
-    pub(crate) fn ended(termination: Termination) -> RunOutcome {
+    /// An outcome with this termination, and nothing done or spent: set what a run did
+    /// through the fields. For a tool that reports a run of its own under its call
+    /// ([`NestedEvents`](crate::agent::NestedEvents)), whose `Finished` event carries one.
+    ///
+    /// ```
+    /// use agent_loop::{RunOutcome, Termination, Usage};
+    ///
+    /// let mut outcome = RunOutcome::new(Termination::Completed);
+    /// outcome.final_text = "Paris".into();
+    /// outcome.turns = 1;
+    /// outcome.usage = Usage { input_tokens: 12, output_tokens: 3, ..Usage::default() };
+    /// assert_eq!(outcome.usage.total_tokens(), 15);
+    /// ```
+    pub fn new(termination: Termination) -> RunOutcome {
         RunOutcome {
             termination,
             final_text: String::new(),

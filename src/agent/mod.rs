@@ -46,4 +46,4 @@ pub use machine::output::{RunOptions, StructuredOutput, DEFAULT_OUTPUT_TOOL};
 pub use machine::pause::{PausedRun, PendingCall, Resolution, Resolutions, WaitsFor};
 pub use machine::policy::{RunPolicy, DEFAULT_MAX_DEPTH};
 pub use path::{AgentPath, PathStep, SubAgentUsage};
-pub use team::{AgentTool, Handoff, SubAgentTask};
+pub use team::{AgentTool, Handoff, NestedEvents, SubAgentTask};

@@ -46,6 +46,101 @@ pub(crate) struct SubAgentLink {
     pub(crate) budget: Option<Budget>,
 }
 
+/// Where a tool sends the events of a run under its call: a remote agent's, a model it
+/// calls itself (an MCP server's sampling request). From [`ToolContext::nested`].
+///
+/// The calling run reports each as [`AgentEvent::SubAgent`] with the path `{name}#{call id}`,
+/// as it reports a sub-agent's ([`Agent::as_tool`]), and counts the usage of their
+/// `TurnEnd` and `Retry` events toward its own spending and budgets once the nested run's
+/// `Finished` comes (or, if none comes, when the call ends). Send them in the run's
+/// grammar: `TurnStart`, the deltas, `TurnEnd`, and `Finished` last, with a
+/// [`RunOutcome::new`](crate::RunOutcome::new) saying what the run did.
+///
+/// ```
+/// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+/// use agent_loop::tool::FnTool;
+/// use agent_loop::{Agent, AgentEvent, RunOutcome, StopReason, Termination, ToolContext, ToolError, Usage};
+/// use futures::StreamExt;
+/// use serde_json::json;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let oracle = FnTool::new("oracle", "Asks the oracle.", |_: serde_json::Value, ctx: ToolContext| async move {
+///     let usage = Usage { input_tokens: 7, output_tokens: 2, ..Usage::default() };
+///     if let Some(events) = ctx.nested("oracle") {
+///         events.send(AgentEvent::TurnStart { turn: 1 }).await;
+///         events.send(AgentEvent::TextDelta { text: "42".into() }).await;
+///         events.send(AgentEvent::TurnEnd {
+///             turn: 1,
+///             stop_reason: StopReason::EndTurn,
+///             usage,
+///             cost: Default::default(),
+///         }).await;
+///         let mut outcome = RunOutcome::new(Termination::Completed);
+///         outcome.usage = usage;
+///         outcome.turns = 1;
+///         events.send(AgentEvent::Finished(outcome)).await;
+///     }
+///     Ok::<_, ToolError>("42")
+/// });
+/// let model = ScriptedClient::new([
+///     ScriptedResponse::tool_call("c1", "oracle", json!({})),
+///     ScriptedResponse::text("The oracle says 42."),
+/// ]);
+/// let mut agent = Agent::builder(model).tool(oracle).build()?;
+/// let events: Vec<AgentEvent> = agent.run("Ask the oracle").collect().await;
+/// assert!(events.iter().any(|e| matches!(
+///     e,
+///     AgentEvent::SubAgent { path, event } if path.to_string() == "oracle#c1"
+///         && matches!(**event, AgentEvent::TextDelta { .. })
+/// )));
+/// let Some(AgentEvent::Finished(outcome)) = events.last() else { panic!() };
+/// assert_eq!(outcome.sub_agents[0].usage.input_tokens, 7);
+/// # Ok::<(), agent_loop::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct NestedEvents {
+    path: AgentPath,
+    events: mpsc::Sender<NestedEvent>,
+}
+
+impl NestedEvents {
+    /// The path the events are reported under: `{name}#{call id}`.
+    pub fn path(&self) -> &AgentPath {
+        &self.path
+    }
+
+    /// Sends one event. Waits while the calling run is busy (nothing is dropped); `false`
+    /// once the run has stopped listening (it ended, or the call was abandoned).
+    pub async fn send(&self, event: AgentEvent) -> bool {
+        self.events
+            .send(NestedEvent::new(self.path.clone(), event))
+            .await
+            .is_ok()
+    }
+}
+
+impl ToolContext {
+    /// Where to send the events of a run under this call (see [`NestedEvents`]), reported
+    /// under the path `{name}#{call id}`; `None` when the call does not run inside an
+    /// agent's run (a bare [`ToolRegistry`](crate::ToolRegistry)).
+    pub fn nested(&self, name: impl Into<String>) -> Option<NestedEvents> {
+        let link = self.extension::<SubAgentLink>()?;
+        Some(NestedEvents {
+            path: AgentPath::from(vec![PathStep::new(name, self.call_id())]),
+            events: link.events.clone(),
+        })
+    }
+
+    /// What the calling run's token budget
+    /// ([`RunPolicy::token_budget`](crate::agent::RunPolicy::token_budget)) has left when
+    /// the call started: what a model the tool calls itself may spend at most. `None` with
+    /// no token budget, or outside an agent's run.
+    pub fn tokens_left(&self) -> Option<u64> {
+        self.extension::<SubAgentLink>()?.budget?.tokens
+    }
+}
+
 /// An agent the conversation can be handed to, for
 /// [`AgentBuilder::handoff`](crate::AgentBuilder::handoff): the model is offered a tool
 /// `transfer_to_{name}` (the agent's [name](crate::AgentBuilder::name)), and calling it hands

@@ -30,7 +30,7 @@ pub(crate) mod tool;
 
 pub use media::MediaError;
 pub use rate_limits::{Quota, RateLimits};
-pub use tool::ToolError;
+pub use tool::{Question, ToolError};
 
 /// The crate's error: every fallible public function returns it or one of the errors inside it.
 ///

@@ -65,10 +65,70 @@ const MAX_CAUSES: usize = 8;
 /// not already contain (a `reqwest::Error` says "error sending request", its cause says why).
 /// Errors are cheap to clone (the source is shared); two errors are equal when their
 /// messages are.
+///
+/// A tool that cannot go on without a person's answer returns [`ToolError::ask`] instead: the
+/// run pauses, and the tool is called again with the answer.
 #[derive(Clone)]
 pub struct ToolError {
     message: String,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+    /// What the tool asks, for an error made by [`ToolError::ask`].
+    question: Option<Box<Question>>,
+}
+
+/// What a running tool asks the host before it can go on: a person's confirmation, a choice,
+/// details the model did not give, a remote agent's question. Returned as
+/// [`ToolError::ask`]; the run pauses, and the call is run again with the host's answer
+/// ([`ToolContext::reply`](crate::ToolContext::reply)).
+///
+/// Plain data (serde): a [`PausedRun`](crate::PausedRun) keeps it, so `data` must hold all
+/// the tool needs to go on in another process (a remote task's id, say), and nothing secret.
+///
+/// ```
+/// use agent_loop::tool::Question;
+/// use serde_json::json;
+///
+/// let question = Question::new("Which account should the refund go to?")
+///     .schema(json!({"type": "object", "properties": {"account": {"type": "string"}}}))
+///     .data(json!({"task_id": "t-42"}));
+/// assert_eq!(question.prompt, "Which account should the refund go to?");
+/// assert_eq!(question.data["task_id"], "t-42");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Question {
+    /// What is asked, for a person to read.
+    pub prompt: String,
+    /// The JSON Schema of the answer expected, if any: the host answers with JSON text of
+    /// that shape in a [`Resolution::Result`](crate::agent::Resolution::Result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+    /// The tool's own state, handed back with the reply (`null` when none).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+}
+
+impl Question {
+    /// A question with no answer schema and no data.
+    pub fn new(prompt: impl Into<String>) -> Self {
+        Question {
+            prompt: prompt.into(),
+            schema: None,
+            data: serde_json::Value::Null,
+        }
+    }
+
+    /// The JSON Schema of the answer expected.
+    pub fn schema(mut self, schema: serde_json::Value) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// The tool's state, handed back with the reply.
+    pub fn data(mut self, data: serde_json::Value) -> Self {
+        self.data = data;
+        self
+    }
 }
 
 impl ToolError {
@@ -77,7 +137,76 @@ impl ToolError {
         ToolError {
             message: message.into(),
             source: None,
+            question: None,
         }
+    }
+
+    /// The call cannot go on without the host's answer to `question`: the call gets no result
+    /// yet, and the run pauses once the rest of its batch is done, ending with
+    /// [`Termination::Paused`](crate::Termination::Paused). Its
+    /// [`PendingCall`](crate::agent::PendingCall) waits for
+    /// [`WaitsFor::Answer`](crate::agent::WaitsFor::Answer) and carries the question.
+    /// [`Agent::resume`](crate::Agent::resume) with any answer for the call (approve, deny, a
+    /// result) runs the tool again, with the same input, and
+    /// [`ToolContext::reply`](crate::ToolContext::reply) giving the question and the answer:
+    /// the tool then returns its result, or asks again.
+    ///
+    /// A read-only tool started early (while the model still streams) cannot pause the run:
+    /// its question becomes an error result. Run outside an agent
+    /// ([`ToolRegistry::execute_batch`](crate::ToolRegistry::execute_batch)), the call's result is an
+    /// error whose [`question`](crate::tool::ToolCallResult::question) is this one.
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::agent::{Resolution, Resolutions, WaitsFor};
+    /// use agent_loop::tool::{FnTool, Question};
+    /// use agent_loop::{Agent, AgentEvent, Termination, ToolContext, ToolError};
+    /// use futures::StreamExt;
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let refund = FnTool::new("refund", "Refunds an order.", |_: serde_json::Value, ctx: ToolContext| async move {
+    ///     match ctx.reply().map(|r| &r.resolution) {
+    ///         None => Err(ToolError::ask(Question::new("Refund to which account?"))),
+    ///         Some(Resolution::Result { content, .. }) => Ok(format!("refunded to {content}")),
+    ///         Some(_) => Err(ToolError::new("the refund was not confirmed")),
+    ///     }
+    /// });
+    /// let model = ScriptedClient::new([
+    ///     ScriptedResponse::tool_call("c1", "refund", json!({"order": 7})),
+    ///     ScriptedResponse::text("Done."),
+    /// ]);
+    /// let mut agent = Agent::builder(model).tool(refund).build()?;
+    /// let events: Vec<AgentEvent> = agent.run("Refund order 7").collect().await;
+    /// let Some(AgentEvent::Finished(outcome)) = events.last() else { unreachable!() };
+    /// let Termination::Paused(paused) = &outcome.termination else { unreachable!() };
+    /// let waiting = &paused.pending()[0];
+    /// assert_eq!(waiting.waits_for, WaitsFor::Answer);
+    /// assert_eq!(waiting.question.as_ref().unwrap().prompt, "Refund to which account?");
+    ///
+    /// let answer = Resolutions::new().for_call(waiting, Resolution::Result {
+    ///     content: "IBAN DE02".into(),
+    ///     is_error: false,
+    /// });
+    /// let events: Vec<AgentEvent> = agent.resume(paused, answer).collect().await;
+    /// assert!(events.iter().any(|e| matches!(
+    ///     e,
+    ///     AgentEvent::ToolResult { content, .. } if content == "refunded to IBAN DE02"
+    /// )));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn ask(question: Question) -> Self {
+        ToolError {
+            message: format!("the tool asks: {}", question.prompt),
+            source: None,
+            question: Some(Box::new(question)),
+        }
+    }
+
+    /// The question, for an error made by [`ask`](Self::ask).
+    pub fn question(&self) -> Option<&Question> {
+        self.question.as_deref()
     }
 
     /// A tool error made from another error: its text is the message and it is kept as the
@@ -86,6 +215,7 @@ impl ToolError {
         ToolError {
             message: error.to_string(),
             source: Some(Arc::new(error)),
+            question: None,
         }
     }
 
@@ -122,6 +252,7 @@ impl fmt::Debug for ToolError {
         f.debug_struct("ToolError")
             .field("message", &self.message)
             .field("source", &self.source)
+            .field("question", &self.question)
             .finish()
     }
 }
@@ -167,6 +298,7 @@ impl From<Box<dyn StdError + Send + Sync + 'static>> for ToolError {
         ToolError {
             message: error.to_string(),
             source: Some(Arc::from(error)),
+            question: None,
         }
     }
 }

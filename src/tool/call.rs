@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::plan::Schedule;
-use super::{schema, ToolContext, ToolError, ToolOutput, ToolProgress};
+use super::{schema, Question, Reply, ToolContext, ToolError, ToolOutput, ToolProgress};
 use crate::message::{ContentBlock, MediaSource};
 
 /// The content of the result of a call stopped by cancellation.
@@ -39,6 +39,8 @@ pub struct ToolCall {
     pub input: serde_json::Value,
     /// Why the raw argument text could not be parsed, when it could not.
     parse_error: Option<String>,
+    /// The host's answer, for the re-run of a call whose tool asked.
+    reply: Option<Box<Reply>>,
 }
 
 impl ToolCall {
@@ -49,6 +51,7 @@ impl ToolCall {
             name: name.into(),
             input,
             parse_error: None,
+            reply: None,
         }
     }
 
@@ -64,6 +67,7 @@ impl ToolCall {
             name: name.into(),
             input,
             parse_error,
+            reply: None,
         }
     }
 
@@ -84,6 +88,17 @@ impl ToolCall {
 
     pub(crate) fn parse_error(&self) -> Option<&str> {
         self.parse_error.as_deref()
+    }
+
+    /// The same call, run again with the host's answer to what its tool asked.
+    pub(crate) fn with_reply(mut self, reply: Reply) -> Self {
+        self.reply = Some(Box::new(reply));
+        self
+    }
+
+    /// The host's answer it runs with, if it is a re-run.
+    pub(crate) fn reply(&self) -> Option<&Reply> {
+        self.reply.as_deref()
     }
 }
 
@@ -128,6 +143,10 @@ pub struct ToolCallResult {
     /// out of the serialized form when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<Box<serde_json::Value>>,
+    /// What the tool asked instead of answering ([`ToolError::ask`]): an agent's run pauses
+    /// for it; see [`question`](Self::question).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    question: Option<Box<Question>>,
 }
 
 impl ToolCallResult {
@@ -147,7 +166,26 @@ impl ToolCallResult {
             duration,
             images: Vec::new(),
             json: None,
+            question: None,
         }
+    }
+
+    /// What the tool asked instead of answering, when it returned [`ToolError::ask`]: the
+    /// result is then an error saying so (`content`), and an agent's run pauses for the
+    /// host's answer rather than send it to the model.
+    pub fn question(&self) -> Option<&Question> {
+        self.question.as_deref()
+    }
+
+    /// The same result, as the tool's question.
+    pub(crate) fn with_question(mut self, question: Question) -> Self {
+        self.question = Some(Box::new(question));
+        self
+    }
+
+    /// Takes the question out (the result becomes a plain error result).
+    pub(crate) fn take_question(&mut self) -> Option<Question> {
+        self.question.take().map(|q| *q)
     }
 
     /// The `tool_result` block that answers the call.

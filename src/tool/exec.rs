@@ -249,11 +249,15 @@ impl CallRun<'_> {
         if let Some(Extension(value)) = self.extension {
             ctx = ctx.with_extension(value);
         }
+        if let Some(reply) = self.call.reply() {
+            ctx = ctx.with_reply(reply.clone());
+        }
         let run = self.prepared.run;
         let future = AssertUnwindSafe(async move { run(ctx).await }).catch_unwind();
         let name = quote(&self.call.name);
         let mut images = Vec::new();
         let mut json = None;
+        let mut question = None;
         let (content, error) = match tokio::time::timeout(self.limit, future).await {
             Ok(Ok(Ok(ToolOutput::Json(value)))) => {
                 let text = value.to_string();
@@ -264,6 +268,11 @@ impl CallRun<'_> {
                 let (text, output_images) = output.into_parts();
                 images = output_images;
                 (text, None)
+            }
+            // A question pauses the run: not a failure of the tool.
+            Ok(Ok(Err(error))) if error.question().is_some() => {
+                question = error.question().cloned();
+                (error.model_text(), None)
             }
             Ok(Ok(Err(error))) => (error.model_text(), Some("tool_error")),
             Ok(Err(panic)) => {
@@ -287,11 +296,14 @@ impl CallRun<'_> {
             json = None;
         }
         let content = truncate_middle(content, self.max_output_bytes);
-        let is_error = error.is_some();
+        let is_error = error.is_some() || question.is_some();
         let mut result =
             ToolCallResult::new(self.call.id, self.call.name, content, is_error, duration)
                 .with_images(images);
         result.json = json;
+        if let Some(question) = question {
+            result = result.with_question(question);
+        }
         (self.index, result, error)
     }
 }

@@ -20,6 +20,7 @@
 //!                                 ToolCallResult, one per call, in the model's order
 //! ```
 
+mod ask;
 mod call;
 mod catalog;
 mod deferred;
@@ -44,6 +45,7 @@ use crate::media::Image;
 use crate::message::MediaSource;
 
 pub use crate::error::ToolError;
+pub use ask::{Question, Reply, Resolution};
 pub use call::{ExecOptions, ToolCall, ToolCallResult};
 pub use catalog::ToolCatalog;
 pub use deferred::DeferredTool;
@@ -357,6 +359,8 @@ pub struct ToolContext {
     idempotency_scope: Option<std::sync::Arc<str>>,
     /// What the driver handed the call (see [`ToolContext::extension`]).
     extension: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
+    /// The host's answer, for the re-run of a call that asked.
+    reply: Option<Box<Reply>>,
 }
 
 impl ToolContext {
@@ -369,7 +373,23 @@ impl ToolContext {
             progress: None,
             idempotency_scope: None,
             extension: None,
+            reply: None,
         }
+    }
+
+    /// Hands the call the host's answer to what it asked (see [`ToolContext::reply`]); for
+    /// testing a tool that [asks](ToolError::ask) directly.
+    pub fn with_reply(mut self, reply: Reply) -> Self {
+        self.reply = Some(Box::new(reply));
+        self
+    }
+
+    /// The host's answer, when this call is the re-run of a call whose tool
+    /// [asked](ToolError::ask) and whose run was resumed with an answer for it: the
+    /// question (with the tool's [`data`](Question::data)) and the answer. `None` on a
+    /// call's first run.
+    pub fn reply(&self) -> Option<&Reply> {
+        self.reply.as_deref()
     }
 
     /// Hands the call `value`, which [`extension`](Self::extension) gives back.
@@ -455,6 +475,7 @@ impl fmt::Debug for ToolContext {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("progress", &self.progress.is_some())
             .field("extension", &self.extension.is_some())
+            .field("reply", &self.reply)
             .finish()
     }
 }

@@ -9,6 +9,7 @@
 mod common;
 
 mod agent;
+mod ask;
 mod budgets;
 mod cache_run;
 mod coding_agent_tools;

@@ -170,7 +170,7 @@ impl Driver {
             }
             Err(error) => {
                 return self
-                    .finish(RunOutcome::ended(Termination::Error(error)))
+                    .finish(RunOutcome::new(Termination::Error(error)))
                     .await
             }
         }

@@ -52,7 +52,7 @@ impl Agent {
         }
         // The stream always ends with `Finished`; this is only for a broken invariant.
         outcome.unwrap_or_else(|| {
-            RunOutcome::ended(Termination::Error(
+            RunOutcome::new(Termination::Error(
                 LlmError::incomplete("the run ended without an outcome").into(),
             ))
         })

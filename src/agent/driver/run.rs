@@ -111,7 +111,7 @@ impl Agent {
             Ok(context) => context,
             Err(error) => {
                 let driver = async move {
-                    let outcome = RunOutcome::ended(Termination::Error(error));
+                    let outcome = RunOutcome::new(Termination::Error(error));
                     let _ = tx.send(AgentEvent::Finished(outcome)).await;
                 };
                 return EventStream {

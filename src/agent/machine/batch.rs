@@ -1,10 +1,10 @@
 //! A response's calls on their way to results: the batch the machine approves, runs,
 //! pauses and completes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::message::Message;
-use crate::tool::{ToolCall, ToolCallResult};
+use crate::tool::{Question, ToolCall, ToolCallResult};
 use crate::wire::ModelResponse;
 
 use super::pause::PauseState;
@@ -44,6 +44,8 @@ pub(super) struct Batch {
     /// The handoff one of the calls asked for (its index in the config's handoffs): it
     /// applies once the batch is complete.
     pub(super) handoff: Option<usize>,
+    /// What the tools of calls waiting among `outside` asked, by position.
+    pub(super) asked: BTreeMap<usize, Question>,
 }
 
 impl Batch {
@@ -66,6 +68,7 @@ impl Batch {
             paused_verdicts: None,
             outside: Vec::new(),
             handoff: None,
+            asked: BTreeMap::new(),
             calls,
             response,
         }

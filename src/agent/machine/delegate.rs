@@ -77,20 +77,20 @@ mod tests {
     fn a_run_without_an_answer_answers_with_why() {
         let completed = RunOutcome {
             final_text: "42".into(),
-            ..RunOutcome::ended(Termination::Completed)
+            ..RunOutcome::new(Termination::Completed)
         };
         assert_eq!(answer("w", Some(completed)).unwrap().into_text(), "42");
         assert!(answer("w", None)
             .unwrap_err()
             .to_string()
             .contains("without an outcome"));
-        let silent = answer("w", Some(RunOutcome::ended(Termination::MaxTurns)));
+        let silent = answer("w", Some(RunOutcome::new(Termination::MaxTurns)));
         let silent = silent.unwrap_err().to_string();
         assert!(
             silent.contains("turn limit") && !silent.contains("last text"),
             "{silent}"
         );
-        let cancelled = answer("w", Some(RunOutcome::ended(Termination::Cancelled)));
+        let cancelled = answer("w", Some(RunOutcome::new(Termination::Cancelled)));
         assert!(cancelled.unwrap_err().to_string().contains("cancelled"));
     }
 }

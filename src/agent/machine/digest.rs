@@ -6,7 +6,8 @@
 //! `[id, name, arguments]`: object keys sorted (by their UTF-8 bytes), no whitespace, strings
 //! escaped as `serde_json` escapes them, numbers as `serde_json` writes them. The same call
 //! has the same digest in every process and every build; any change of id, name or an
-//! argument changes it.
+//! argument changes it. A call whose tool asked a question has the question (prompt, answer
+//! schema, data, as JSON) as a fourth element.
 
 use sha2::{Digest, Sha256};
 
@@ -15,6 +16,28 @@ const PREFIX: &str = "sha256:";
 
 /// The digest of the call `id` of the tool `name` with `input` (see the module's docs).
 pub(crate) fn call_digest(id: &str, name: &str, input: &serde_json::Value) -> String {
+    digest_of(id, name, input, None)
+}
+
+/// The digest of a call whose tool asked `question` ([`ToolError::ask`](crate::ToolError::ask)):
+/// the canonical JSON of `[id, name, arguments, question]`, so that an answer given to one
+/// question is never applied to another the same call asks later.
+pub(crate) fn asked_digest(
+    id: &str,
+    name: &str,
+    input: &serde_json::Value,
+    question: &crate::tool::Question,
+) -> String {
+    let question = serde_json::to_value(question).unwrap_or_default();
+    digest_of(id, name, input, Some(&question))
+}
+
+fn digest_of(
+    id: &str,
+    name: &str,
+    input: &serde_json::Value,
+    question: Option<&serde_json::Value>,
+) -> String {
     let mut canonical = String::new();
     canonical.push('[');
     write_canonical(&mut canonical, &serde_json::Value::String(id.to_owned()));
@@ -22,6 +45,10 @@ pub(crate) fn call_digest(id: &str, name: &str, input: &serde_json::Value) -> St
     write_canonical(&mut canonical, &serde_json::Value::String(name.to_owned()));
     canonical.push(',');
     write_canonical(&mut canonical, input);
+    if let Some(question) = question {
+        canonical.push(',');
+        write_canonical(&mut canonical, question);
+    }
     canonical.push(']');
     let hash = Sha256::digest(canonical.as_bytes());
     let mut out = String::with_capacity(PREFIX.len() + 64);

@@ -51,7 +51,7 @@ use crate::pricing::Cost;
 use crate::provider::cache::PromptCache;
 use crate::provider::transport::RetryPolicy;
 use crate::provider::{ModelRequest, RequestSettings, ToolChoice};
-use crate::tool::{ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
+use crate::tool::{Reply, ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 use crate::wire::LlmEvent;
 use crate::wire::{ModelResponse, StreamAssembler};
 
@@ -592,6 +592,21 @@ impl AgentMachine {
             }
             Waiting::Results { calls: waiting } => {
                 for &i in waiting {
+                    if let Some(question) = state.asked.get(&batch.calls[i].id) {
+                        // An asking call runs again with its answer, or keeps waiting.
+                        match resolutions.get(&batch.calls[i].id) {
+                            Some(resolution) => {
+                                let reply = Reply::new(question.clone(), resolution.clone());
+                                batch.calls[i] = batch.calls[i].clone().with_reply(reply);
+                                batch.held.push(i);
+                            }
+                            None => {
+                                batch.asked.insert(i, question.clone());
+                                batch.outside.push(i);
+                            }
+                        }
+                        continue;
+                    }
                     match resolutions.get(&batch.calls[i].id) {
                         Some(Resolution::Result { content, is_error }) => {
                             machine.answer_with(&mut batch, i, content, *is_error, now);
@@ -1117,7 +1132,8 @@ impl AgentMachine {
                 }
                 State::ModelCall(attempt)
             }
-            Input::ToolDone(result) => {
+            Input::ToolDone(mut result) => {
+                cannot_pause(&mut result);
                 if let Err(result) = attempt.early.finish(result) {
                     self.ignore(
                         &Input::ToolDone(result),
@@ -1715,8 +1731,13 @@ impl AgentMachine {
             paused_verdicts,
             outside,
             handoff,
+            asked,
             ..
         } = *batch;
+        let asked = asked
+            .into_iter()
+            .filter_map(|(i, question)| Some((calls.get(i)?.id.clone(), question)))
+            .collect();
         let waiting = match paused_verdicts {
             Some(verdicts) => Waiting::Approval { verdicts },
             None => Waiting::Results { calls: outside },
@@ -1758,6 +1779,7 @@ impl AgentMachine {
             sub_agents: self.nested.finished().to_vec(),
             digests: std::collections::BTreeMap::new(),
             session_version: self.session_version,
+            asked,
         };
         let mut paused = PausedRun {
             conversation: self.context.snapshot(),
@@ -1774,7 +1796,7 @@ impl AgentMachine {
     fn on_tool_done(
         &mut self,
         mut batch: Box<Batch>,
-        result: ToolCallResult,
+        mut result: ToolCallResult,
         now: Instant,
     ) -> State {
         let Some(i) = batch
@@ -1787,9 +1809,19 @@ impl AgentMachine {
             );
             return State::RunningTools(batch);
         };
+        if batch.early_pending.remove(&i) {
+            cannot_pause(&mut result);
+        } else if let Some(question) = result.take_question() {
+            // The tool asked: the call waits for the host's answer, as a deferred one waits
+            // for its result, and runs again with it.
+            if !batch.outside.contains(&i) {
+                batch.outside.push(i);
+            }
+            batch.asked.insert(i, question);
+            return self.launch(batch, now);
+        }
         self.emit_result(&result);
         batch.set_result(i, result);
-        batch.early_pending.remove(&i);
         // Starts the held calls once no early call is left, and completes the batch when
         // every call is answered.
         self.launch(batch, now)
@@ -2233,7 +2265,7 @@ impl AgentMachine {
         if let Some(system) = self.routing.root_system.take() {
             self.context.set_system(system);
         }
-        let mut outcome = RunOutcome::ended(termination);
+        let mut outcome = RunOutcome::new(termination);
         outcome.final_text = std::mem::take(&mut self.text.final_text);
         outcome.turns = self.counters.turns;
         self.spending.spent.write_to(&mut outcome);
@@ -2243,6 +2275,17 @@ impl AgentMachine {
         outcome.undelivered = self.steering.take_undelivered();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
+    }
+}
+
+/// A question from a call started early (a read-only call, while the model streamed) cannot
+/// pause the run: the result stays the error saying what the tool asked, and says why.
+fn cannot_pause(result: &mut ToolCallResult) {
+    if result.take_question().is_some() {
+        result.content.push_str(
+            " (it cannot wait for an answer: it started while the model was still writing, as \
+             read-only tools do)",
+        );
     }
 }
 

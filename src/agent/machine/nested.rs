@@ -125,7 +125,7 @@ impl NestedRuns {
                     },
                 ));
             }
-            let mut outcome = RunOutcome::ended(Termination::Cancelled);
+            let mut outcome = RunOutcome::new(Termination::Cancelled);
             outcome.turns = run.turns;
             run.spent.write_to(&mut outcome);
             if let Some(rolled) = self.finished_run(&path, &outcome) {
@@ -192,7 +192,7 @@ mod tests {
             runs.observe(&grandchild, &AgentEvent::TurnStart { turn: 1 }),
             None
         );
-        let mut outcome = RunOutcome::ended(Termination::Completed);
+        let mut outcome = RunOutcome::new(Termination::Completed);
         outcome.usage = usage(5);
         assert_eq!(
             runs.observe(&grandchild, &AgentEvent::Finished(outcome.clone())),
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_restored_record_keeps_the_runs_finished_before() {
-        let mut outcome = RunOutcome::ended(Termination::Completed);
+        let mut outcome = RunOutcome::new(Termination::Completed);
         outcome.usage = usage(4);
         let mut runs = NestedRuns::default();
         runs.observe(&path(&[("w", "c1")]), &AgentEvent::Finished(outcome));

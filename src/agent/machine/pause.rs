@@ -10,10 +10,11 @@ use crate::context::Conversation;
 use crate::error::ResumeError;
 use crate::message::{StopReason, Usage};
 use crate::provider::RequestSettings;
-use crate::tool::{ToolCall, ToolCallResult, ToolCatalog};
+pub use crate::tool::Resolution;
+use crate::tool::{Question, ToolCall, ToolCallResult, ToolCatalog};
 
 use super::counters::Counters;
-use super::digest::call_digest;
+use super::digest::{asked_digest, call_digest};
 use super::ids::CallIds;
 use super::routing::Routing;
 use super::spending::Spending;
@@ -120,18 +121,26 @@ impl PausedRun {
         waiting
             .iter()
             .filter_map(|&i| calls.get(i))
-            .map(|(id, name, input)| PendingCall {
-                id: id.clone(),
-                name: name.clone(),
-                input: input.clone(),
-                waits_for,
-                // As the pause recorded it; a pause from before digests has it computed.
-                digest: self
-                    .state
-                    .digests
-                    .get(id)
-                    .cloned()
-                    .unwrap_or_else(|| call_digest(id, name, input)),
+            .map(|(id, name, input)| {
+                let question = self.state.asked.get(id).cloned();
+                PendingCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    waits_for: if question.is_some() {
+                        WaitsFor::Answer
+                    } else {
+                        waits_for
+                    },
+                    // As the pause recorded it; a pause from before digests has it computed.
+                    digest: self
+                        .state
+                        .digests
+                        .get(id)
+                        .cloned()
+                        .unwrap_or_else(|| digest_now(id, name, input, question.as_ref())),
+                    question,
+                }
             })
             .collect()
     }
@@ -254,7 +263,7 @@ impl PausedRun {
             };
             // What waits now is what was asked when the pause was made (a paused run changed
             // since is damaged), and what the answer was given for, if it says.
-            let current = call_digest(&call.id, &call.name, &call.input);
+            let current = digest_now(&call.id, &call.name, &call.input, call.question.as_ref());
             if call.digest != current {
                 return Err(ResumeError::Damaged(format!(
                     "call {id:?} is not the call its pause recorded"
@@ -269,13 +278,14 @@ impl PausedRun {
                     });
                 }
             }
-            let approved = *resolution == Resolution::Approve;
+            // An approved call runs, and so does an asking one, whatever its answer.
+            let runs = match call.waits_for {
+                WaitsFor::Approval => *resolution == Resolution::Approve,
+                WaitsFor::Answer => true,
+                WaitsFor::Result => false,
+            };
             let had = state.tools.contains(&call.name);
-            if approved
-                && call.waits_for == WaitsFor::Approval
-                && had
-                && !tools.contains(&call.name)
-            {
+            if runs && had && !tools.contains(&call.name) {
                 return Err(ResumeError::MissingTool {
                     id: call.id.clone(),
                     tool: call.name.clone(),
@@ -310,6 +320,8 @@ pub struct PendingCall {
     pub input: serde_json::Value,
     /// What it waits for.
     pub waits_for: WaitsFor,
+    /// What its tool asked, for a call that waits for [`WaitsFor::Answer`].
+    pub question: Option<Question>,
     /// The digest of what was asked: `sha256:` and the hex SHA-256 of the canonical JSON
     /// (keys sorted, no whitespace) of `[id, name, input]`. Give it back with the answer
     /// ([`Resolutions::for_call`], [`Resolutions::with_digest`]) and the answer is refused
@@ -328,6 +340,23 @@ pub enum WaitsFor {
     Approval,
     /// Its result, from outside: [`Resolutions::result`] or [`Resolutions::error`].
     Result,
+    /// An answer to what its tool asked ([`ToolError::ask`](crate::ToolError::ask); the
+    /// question is [`PendingCall::question`]): any answer runs the tool again with it, and
+    /// the tool reads it in [`ToolContext::reply`](crate::ToolContext::reply).
+    Answer,
+}
+
+/// The digest of a waiting call as it stands: with its question, for an asking one.
+fn digest_now(
+    id: &str,
+    name: &str,
+    input: &serde_json::Value,
+    question: Option<&Question>,
+) -> String {
+    match question {
+        Some(question) => asked_digest(id, name, input, question),
+        None => call_digest(id, name, input),
+    }
 }
 
 /// The host's answers to the calls of a [`PausedRun`], by call id, for
@@ -372,27 +401,6 @@ struct Answer {
     resolution: Resolution,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     digest: Option<String>,
-}
-
-/// One answer to a waiting call.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Resolution {
-    /// Run it.
-    Approve,
-    /// Do not run it; the model reads the reason as the tool's error result.
-    Deny {
-        /// Why.
-        reason: String,
-    },
-    /// Its result, from outside (the call is not run by the agent).
-    Result {
-        /// What the model reads.
-        content: String,
-        /// Whether it is an error result.
-        is_error: bool,
-    },
 }
 
 impl Resolutions {
@@ -568,6 +576,10 @@ pub(crate) struct PauseState {
     /// then name none, as before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) session_version: Option<u64>,
+    /// What the waiting calls whose tools asked asked, by call id (they wait among
+    /// `Waiting::Results`' calls).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) asked: BTreeMap<String, Question>,
 }
 
 /// What the paused batch waits for.
@@ -579,7 +591,8 @@ pub(crate) enum Waiting {
     Approval {
         verdicts: Vec<(usize, Option<ToolDecision>)>,
     },
-    /// Results of deferred calls (positions); every other call is answered.
+    /// Results of deferred calls, or answers to calls whose tools asked (positions); every
+    /// other call is answered.
     Results { calls: Vec<usize> },
 }
 

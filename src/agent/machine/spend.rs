@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(total.failed_usage, usage(3));
         assert_eq!(total.cost, dollars(0.75));
         assert_eq!(total.failed_cost, dollars(0.25));
-        let mut outcome = RunOutcome::ended(Termination::Completed);
+        let mut outcome = RunOutcome::new(Termination::Completed);
         total.write_to(&mut outcome);
         assert_eq!(Spent::of(&outcome), total);
     }
