@@ -8,11 +8,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_loop::agent::RunPolicy;
+use agent_loop::agent::{Resolution, Resolutions, RunPolicy, WaitsFor};
 use agent_loop::error::ApiError;
 use agent_loop::testing::{ScriptedClient, ScriptedResponse};
 use agent_loop::tool::FnTool;
-use agent_loop::{Agent, AgentBuilder, AgentEvent, LlmError, Termination, ToolError};
+use agent_loop::{Agent, AgentBuilder, AgentEvent, LlmError, PausedRun, Termination, ToolError};
 use agent_loop_serve::a2a::client::{ConnectError, RemoteAgent};
 use agent_loop_serve::a2a::{router, AgentCard};
 use agent_loop_serve::AgentService;
@@ -167,6 +167,55 @@ fn task_id(note: &str) -> &str {
         .expect("a note `task {id}: {state}`")
 }
 
+/// The events reported under `path` (`{name}#{call id}`), in order.
+fn nested(events: &[AgentEvent], path: &str) -> Vec<AgentEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::SubAgent { path: p, event } if p.to_string() == path => {
+                Some((**event).clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text of the `TextDelta`s (or `ThinkingDelta`s) of nested events.
+fn deltas(events: &[AgentEvent], thinking: bool) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta { text } if !thinking => Some(text.as_str()),
+            AgentEvent::ThinkingDelta { text } if thinking => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where each event of `path` sits between the call's `ToolCall` and `ToolResult`.
+fn inside_the_call(events: &[AgentEvent], id: &str, path: &str) -> bool {
+    let at = |f: &dyn Fn(&AgentEvent) -> bool| events.iter().position(f);
+    let call = at(&|e| matches!(e, AgentEvent::ToolCall { id: i, .. } if i == id));
+    let result = at(&|e| matches!(e, AgentEvent::ToolResult { id: i, .. } if i == id))
+        .unwrap_or(events.len());
+    let Some(call) = call else {
+        // A resumed run: the call was announced before the pause.
+        return true;
+    };
+    events.iter().enumerate().all(|(i, e)| match e {
+        AgentEvent::SubAgent { path: p, .. } if p.to_string() == path => call < i && i < result,
+        _ => true,
+    })
+}
+
+/// The paused run an outcome ends with.
+fn paused(termination: Termination) -> Box<PausedRun> {
+    match termination {
+        Termination::Paused(paused) => paused,
+        other => panic!("the run did not pause: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn the_card_names_the_tool_and_lists_its_skills() {
     let (url, _seen) = served(AgentService::new(adder(RunPolicy::new()))).await;
@@ -212,6 +261,146 @@ async fn a_lead_agent_calls_the_served_agent_and_gets_its_answer() {
         notes.last().is_some_and(|n| n.ends_with(": completed")),
         "{notes:?}"
     );
+    // The remote task's progress, as a nested run under the call.
+    let remote = nested(&events, "adder#o1");
+    assert_eq!(remote.first(), Some(&AgentEvent::TurnStart { turn: 1 }));
+    assert_eq!(deltas(&remote, false), "2 + 3 = 5");
+    assert!(matches!(remote[remote.len() - 2], AgentEvent::TurnEnd { turn: 1, .. }));
+    let Some(AgentEvent::Finished(outcome)) = remote.last() else {
+        panic!("the nested run finishes: {remote:?}");
+    };
+    assert!(matches!(outcome.termination, Termination::Completed));
+    assert_eq!(outcome.final_text, "2 + 3 = 5");
+    assert!(inside_the_call(&events, "o1", "adder#o1"));
+    let Some(AgentEvent::Finished(outcome)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(outcome.sub_agents.len(), 1);
+    assert_eq!(outcome.sub_agents[0].path.to_string(), "adder#o1");
+}
+
+#[tokio::test]
+async fn a_remote_question_pauses_our_run_and_a_fresh_agent_answers_it() {
+    let (url, _seen) = served(AgentService::new(adder(
+        RunPolicy::new().require_approval("add"),
+    )))
+    .await;
+    // One model for the lead's two runs (the second asks it for its next response).
+    let model = lead_model("adder", "Add 2 and 3.", "The adder says 5.");
+    let saved = {
+        let remote = RemoteAgent::connect(&url).await.unwrap();
+        let mut lead = Agent::builder(model.clone()).tool(remote).build().unwrap();
+        let (events, termination, _) = collect(lead.run("What is 2 + 3?")).await;
+        let paused = paused(termination);
+        let pending = paused.pending();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].id, "o1");
+        assert_eq!(pending[0].waits_for, WaitsFor::Answer);
+        let question = pending[0].question.as_ref().unwrap();
+        // The remote's own words: the served agent's call waits for a verdict.
+        assert!(
+            question.prompt.contains("add") && question.prompt.contains("call_1"),
+            "{}",
+            question.prompt
+        );
+        assert_eq!(question.data["state"], "input-required");
+        let task = question.data["task_id"].as_str().unwrap().to_owned();
+        let got = rpc(&url, "GetTask", json!({ "id": task })).await;
+        assert_eq!(got["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+        // The nested run stays open (no TurnEnd, no Finished), as a paused run does.
+        let remote = nested(&events, "adder#o1");
+        assert_eq!(remote.first(), Some(&AgentEvent::TurnStart { turn: 1 }));
+        assert!(deltas(&remote, true).contains("waits for a verdict"));
+        assert!(!remote
+            .iter()
+            .any(|e| matches!(e, AgentEvent::TurnEnd { .. } | AgentEvent::Finished(_))));
+        // Another process: only the serialized pause goes there.
+        serde_json::to_string(&*paused).unwrap()
+    };
+
+    let paused: PausedRun = serde_json::from_str(&saved).unwrap();
+    let remote = RemoteAgent::connect(&url).await.unwrap();
+    let mut fresh = Agent::builder(model.clone()).tool(remote).build().unwrap();
+    let waiting = &paused.pending()[0];
+    let answer = Resolutions::new().for_call(
+        waiting,
+        Resolution::Result {
+            content: "approve".to_owned(),
+            is_error: false,
+        },
+    );
+    let (events, termination, text) = collect(fresh.resume(&paused, answer)).await;
+    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert_eq!(text, "The adder says 5.");
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("2 + 3 = 5".to_owned(), false))
+    );
+    // The nested run goes on where it paused (no TurnStart) and finishes.
+    let remote = nested(&events, "adder#o1");
+    assert!(!remote.iter().any(|e| matches!(e, AgentEvent::TurnStart { .. })));
+    assert_eq!(deltas(&remote, false), "2 + 3 = 5");
+    assert!(matches!(
+        remote.last(),
+        Some(AgentEvent::Finished(outcome)) if matches!(outcome.termination, Termination::Completed)
+    ));
+    assert!(inside_the_call(&events, "o1", "adder#o1"));
+    let task = waiting.question.as_ref().unwrap().data["task_id"].clone();
+    let got = rpc(&url, "GetTask", json!({ "id": task })).await;
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test]
+async fn an_approval_of_a_remote_question_is_sent_as_approved() {
+    let (url, mut seen) = served(AgentService::new(adder(
+        RunPolicy::new().require_approval("add"),
+    )))
+    .await;
+    let remote = RemoteAgent::connect(&url).await.unwrap();
+    let model = lead_model("adder", "Add 2 and 3.", "The adder says 5.");
+    let mut lead = Agent::builder(model).tool(remote).build().unwrap();
+    let (_, termination, _) = collect(lead.run("What is 2 + 3?")).await;
+    let paused = paused(termination);
+    let (events, termination, _) =
+        collect(lead.resume(&paused, Resolutions::new().approve("o1"))).await;
+    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("2 + 3 = 5".to_owned(), false))
+    );
+    // Both messages were streamed: the task, then the approval.
+    answered(&mut seen, "SendStreamingMessage").await;
+    answered(&mut seen, "SendStreamingMessage").await;
+}
+
+#[tokio::test]
+async fn a_denied_remote_question_cancels_the_remote_task() {
+    let (url, _seen) = served(AgentService::new(adder(
+        RunPolicy::new().require_approval("add"),
+    )))
+    .await;
+    let remote = RemoteAgent::connect(&url).await.unwrap();
+    let model = lead_model("adder", "Add 2 and 3.", "The adder was stopped.");
+    let mut lead = Agent::builder(model).tool(remote).build().unwrap();
+    let (_, termination, _) = collect(lead.run("What is 2 + 3?")).await;
+    let paused = paused(termination);
+    let task = paused.pending()[0].question.as_ref().unwrap().data["task_id"].clone();
+    let (events, termination, text) =
+        collect(lead.resume(&paused, Resolutions::new().deny("o1", "not today"))).await;
+    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert_eq!(text, "The adder was stopped.");
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("denied: not today".to_owned(), true))
+    );
+    // The task was cancelled before the call answered.
+    let got = rpc(&url, "GetTask", json!({ "id": task })).await;
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_CANCELED", "{got}");
+    let remote = nested(&events, "adder#o1");
+    assert!(matches!(
+        remote.last(),
+        Some(AgentEvent::Finished(outcome)) if matches!(outcome.termination, Termination::Cancelled)
+    ));
 }
 
 #[tokio::test]
@@ -435,6 +624,10 @@ async fn the_python_sdk_server_streams_its_answer_to_the_tool() {
         result_of(&events, "o1"),
         Some(("The answer is 42.".to_owned(), false))
     );
+    let remote = nested(&events, "Weather_Oracle_python#o1");
+    assert_eq!(deltas(&remote, true), "Looking up: The answer?\n");
+    assert_eq!(deltas(&remote, false), "The answer is 42.");
+    assert!(inside_the_call(&events, "o1", "Weather_Oracle_python#o1"));
 }
 
 #[tokio::test]
@@ -479,4 +672,41 @@ async fn our_cancel_cancels_the_python_sdk_servers_task() {
         serde_json::from_str::<Value>(&line).unwrap(),
         json!({ "canceled": task })
     );
+}
+
+#[tokio::test]
+async fn the_python_sdk_servers_question_pauses_our_run_and_the_answer_resumes_it() {
+    let Some(server) = python_server("ask").await else {
+        return;
+    };
+    let model = lead_model("Weather_Oracle_python", "Weather tomorrow?", "Sunny, it says.");
+    let saved = {
+        let remote = RemoteAgent::connect(&server.url).await.unwrap();
+        let mut lead = Agent::builder(model.clone()).tool(remote).build().unwrap();
+        let (_, termination, _) = collect(lead.run("Ask the oracle.")).await;
+        let paused = paused(termination);
+        let question = paused.pending()[0].question.clone().unwrap();
+        assert_eq!(question.prompt, "Which city?");
+        assert_eq!(question.data["state"], "input-required");
+        serde_json::to_string(&*paused).unwrap()
+    };
+    let paused: PausedRun = serde_json::from_str(&saved).unwrap();
+    let remote = RemoteAgent::connect(&server.url).await.unwrap();
+    let mut fresh = Agent::builder(model).tool(remote).build().unwrap();
+    let answer = Resolutions::new().for_call(
+        &paused.pending()[0],
+        Resolution::Result {
+            content: "Paris".to_owned(),
+            is_error: false,
+        },
+    );
+    let (events, termination, text) = collect(fresh.resume(&paused, answer)).await;
+    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert_eq!(text, "Sunny, it says.");
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("Sunny in Paris.".to_owned(), false))
+    );
+    let remote = nested(&events, "Weather_Oracle_python#o1");
+    assert_eq!(deltas(&remote, false), "Sunny in Paris.");
 }

@@ -434,11 +434,13 @@ impl Tool for RemoteAgent {
 
     async fn call(&self, input: RemoteTask, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let remote = &self.inner;
+        let mut narrator = narrate::Narrator::new(&ctx, &remote.name);
         let (text, task) = match reply::read(&ctx) {
             reply::Next::Start => (input.task, None),
             reply::Next::Send { text, task } => (text, Some(task)),
             reply::Next::Cancel { task, error } => {
                 let cancelled = remote.cancel_bounded(&task.task_id).await;
+                narrator.cancelled().await;
                 return Err(ToolError::new(match cancelled {
                     Ok(()) => error,
                     Err(e) => format!("{error} (the remote task could not be cancelled: {e})"),
@@ -446,6 +448,7 @@ impl Tool for RemoteAgent {
             }
             reply::Next::Refuse(error) => return Err(ToolError::new(error)),
         };
+        narrator.start().await;
         let live = Arc::new(Mutex::new(task.as_ref().map(|t| t.task_id.clone())));
         // Cancels the remote task unless disarmed: on our cancel, a timeout (the future is
         // dropped) or a failure that leaves the task running.
@@ -459,7 +462,7 @@ impl Tool for RemoteAgent {
             task,
             live.clone(),
             &ctx,
-            narrate::Narrator::new(&ctx, &remote.name),
+            narrator,
         );
         let work = remote.exchange(text, &mut exchange);
         let ended = tokio::select! {
@@ -1427,8 +1430,10 @@ impl Artifacts {
 /// The host's answer to a remote task's question: what the re-run of the call does.
 mod reply {
     use super::*;
+    use agent_loop::tool::{Question, Resolution};
 
     /// What the call does on its (re-)run.
+    #[derive(Debug, PartialEq)]
     pub(super) enum Next {
         /// A first run: start a task with the input.
         Start,
@@ -1436,49 +1441,209 @@ mod reply {
         Send { text: String, task: TaskIds },
         /// Cancel the task that asked; the call's result is `error`.
         Cancel { task: TaskIds, error: String },
-        /// The reply cannot be used (its question names no task).
+        /// The reply cannot be used (its question names no remote task).
         Refuse(String),
     }
 
-    // needs core: tool asks
-    pub(super) fn read(_ctx: &ToolContext) -> Next {
-        Next::Start
+    /// What the host's answer (if this is a re-run) means: a result is the text to send, an
+    /// approval sends "approved", a denial (or an error result) cancels the remote task.
+    pub(super) fn read(ctx: &ToolContext) -> Next {
+        match ctx.reply() {
+            None => Next::Start,
+            Some(reply) => next(&reply.question.data, &reply.resolution),
+        }
     }
 
-    // needs core: tool asks
+    pub(super) fn next(data: &Value, resolution: &Resolution) -> Next {
+        let text = |key: &str| {
+            data.get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let Some(task_id) = text("task_id") else {
+            return Next::Refuse(
+                "the answer is to a question that names no remote task (its data has no \
+                 task_id): call the tool again to start a new task"
+                    .to_owned(),
+            );
+        };
+        let task = TaskIds {
+            task_id,
+            context_id: text("context_id"),
+        };
+        match resolution {
+            Resolution::Approve => Next::Send {
+                text: APPROVED.to_owned(),
+                task,
+            },
+            Resolution::Result {
+                content,
+                is_error: false,
+            } => Next::Send {
+                text: content.clone(),
+                task,
+            },
+            Resolution::Result {
+                content,
+                is_error: true,
+            } => Next::Cancel {
+                task,
+                error: format!("the answer was an error, so the remote task was cancelled: {content}"),
+            },
+            Resolution::Deny { reason } => Next::Cancel {
+                task,
+                error: format!("denied: {reason}"),
+            },
+            other => Next::Cancel {
+                task,
+                error: format!("the answer {other:?} is not one this tool knows"),
+            },
+        }
+    }
+
+    /// What an approval sends the remote agent.
+    pub(super) const APPROVED: &str = "approved";
+
+    /// The question of a remote task that waits: the remote's own words (for
+    /// `auth-required`, saying that it asks for authorization), with the task's ids as data.
     pub(super) fn ask(
         agent: &str,
         state: &str,
         question: Option<String>,
         task: &TaskIds,
     ) -> ToolError {
-        let _ = (question, task);
-        ToolError::new(format!(
-            "the remote agent {agent:?} waits for an answer ({state})"
-        ))
+        let words = question.unwrap_or_else(|| {
+            format!("The remote agent {agent:?} needs more input to go on.")
+        });
+        let prompt = if state == "auth-required" {
+            format!("The remote agent {agent:?} asks for authorization: {words}")
+        } else {
+            words
+        };
+        let data = json!({
+            "task_id": task.task_id,
+            "context_id": task.context_id,
+            "state": state,
+        });
+        ToolError::ask(Question::new(prompt).data(data))
     }
 }
 
-/// The task's progress as nested events of the call.
+/// The task's progress as nested events of the call, in the run grammar: `TurnStart`, the
+/// status messages as `ThinkingDelta`, the artifacts' text as `TextDelta`, `TurnEnd` and
+/// `Finished`. A task that asks leaves its turn open, as a paused run does: the re-run with
+/// the answer continues it (no `TurnStart`), so the events of the call's path, across the
+/// pause, are one run.
 mod narrate {
     use super::*;
+    use agent_loop::agent::NestedEvents;
+    use agent_loop::{AgentEvent, RunOutcome, StopReason, Termination};
 
-    /// Sends a call's nested events in the run grammar.
+    /// The one turn of a remote task's nested run.
+    const TURN: u32 = 1;
+
+    /// Sends a call's nested events.
     pub(super) struct Narrator {
-        started: bool,
+        events: Option<NestedEvents>,
+        /// Whether this run continues a turn left open by a question.
+        continuing: bool,
     }
 
     impl Narrator {
-        // needs core: tool asks (`ctx.nested`)
-        pub(super) fn new(_ctx: &ToolContext, _name: &str) -> Self {
-            Narrator { started: false }
+        pub(super) fn new(ctx: &ToolContext, name: &str) -> Self {
+            Narrator {
+                events: ctx.nested(name),
+                continuing: ctx.reply().is_some(),
+            }
         }
 
-        pub(super) async fn note(&mut self, _note: Note) {
-            self.started = true;
+        async fn send(&self, event: AgentEvent) {
+            if let Some(events) = &self.events {
+                // `false`: the run stopped listening; the call goes on to its end.
+                let _ = events.send(event).await;
+            }
         }
 
-        pub(super) async fn close(&mut self, _end: &End) {}
+        /// The task starts (or, after a question, goes on).
+        pub(super) async fn start(&mut self) {
+            if !self.continuing {
+                self.send(AgentEvent::TurnStart { turn: TURN }).await;
+                self.continuing = true;
+            }
+        }
+
+        pub(super) async fn note(&mut self, note: Note) {
+            let event = match note {
+                Note::Status(mut text) => {
+                    text.push('\n');
+                    AgentEvent::ThinkingDelta { text }
+                }
+                Note::Text { text, new_artifact } => AgentEvent::TextDelta {
+                    text: if new_artifact {
+                        format!("\n\n{text}")
+                    } else {
+                        text
+                    },
+                },
+            };
+            self.send(event).await;
+        }
+
+        /// The task ended (or asks: then the turn stays open).
+        pub(super) async fn close(&mut self, end: &End) {
+            let (stop, termination, text) = match end {
+                End::Asks { .. } => return,
+                End::Completed(answer) => (
+                    StopReason::EndTurn,
+                    Termination::Completed,
+                    answer.clone(),
+                ),
+                End::Failed { state, why } if state == "rejected" => {
+                    let _ = why;
+                    (StopReason::EndTurn, Termination::Refused, String::new())
+                }
+                End::Failed { why, .. } => {
+                    let why = why.clone().unwrap_or_else(|| "the remote task failed".to_owned());
+                    let error = agent_loop::Error::Tool(ToolError::new(why));
+                    (StopReason::EndTurn, Termination::Error(error), String::new())
+                }
+                End::Canceled { .. } => (
+                    StopReason::Other("interrupted".to_owned()),
+                    Termination::Cancelled,
+                    String::new(),
+                ),
+            };
+            self.finish(stop, termination, text).await;
+        }
+
+        /// Our side cancelled the task (a denial).
+        pub(super) async fn cancelled(&mut self) {
+            self.finish(
+                StopReason::Other("interrupted".to_owned()),
+                Termination::Cancelled,
+                String::new(),
+            )
+            .await;
+        }
+
+        async fn finish(&mut self, stop: StopReason, termination: Termination, text: String) {
+            if self.events.is_none() {
+                return;
+            }
+            self.start().await;
+            self.send(AgentEvent::TurnEnd {
+                turn: TURN,
+                stop_reason: stop,
+                usage: agent_loop::Usage::default(),
+                cost: Default::default(),
+            })
+            .await;
+            let mut outcome = RunOutcome::new(termination);
+            outcome.final_text = text;
+            outcome.turns = TURN;
+            self.send(AgentEvent::Finished(outcome)).await;
+        }
     }
 }
 
