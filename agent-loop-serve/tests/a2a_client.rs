@@ -49,7 +49,9 @@ async fn record(
         .and_then(|v| v["method"].as_str().map(str::to_owned))
         .unwrap_or_else(|| parts.uri.path().to_owned());
     let headers = parts.headers.clone();
-    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
     let _ = seen.send(Seen { method, headers });
     response
 }
@@ -250,7 +252,10 @@ async fn a_lead_agent_calls_the_served_agent_and_gets_its_answer() {
     let model = lead_model("adder", "Add 2 and 3.", "The adder says 5.");
     let mut lead = Agent::builder(model.clone()).tool(remote).build().unwrap();
     let (events, termination, text) = collect(lead.run("What is 2 + 3?")).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(text, "The adder says 5.");
     assert_eq!(
         result_of(&events, "o1"),
@@ -265,7 +270,10 @@ async fn a_lead_agent_calls_the_served_agent_and_gets_its_answer() {
     let remote = nested(&events, "adder#o1");
     assert_eq!(remote.first(), Some(&AgentEvent::TurnStart { turn: 1 }));
     assert_eq!(deltas(&remote, false), "2 + 3 = 5");
-    assert!(matches!(remote[remote.len() - 2], AgentEvent::TurnEnd { turn: 1, .. }));
+    assert!(matches!(
+        remote[remote.len() - 2],
+        AgentEvent::TurnEnd { turn: 1, .. }
+    ));
     let Some(AgentEvent::Finished(outcome)) = remote.last() else {
         panic!("the nested run finishes: {remote:?}");
     };
@@ -306,7 +314,10 @@ async fn a_remote_question_pauses_our_run_and_a_fresh_agent_answers_it() {
         assert_eq!(question.data["state"], "input-required");
         let task = question.data["task_id"].as_str().unwrap().to_owned();
         let got = rpc(&url, "GetTask", json!({ "id": task })).await;
-        assert_eq!(got["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+        assert_eq!(
+            got["result"]["status"]["state"],
+            "TASK_STATE_INPUT_REQUIRED"
+        );
         // The nested run stays open (no TurnEnd, no Finished), as a paused run does.
         let remote = nested(&events, "adder#o1");
         assert_eq!(remote.first(), Some(&AgentEvent::TurnStart { turn: 1 }));
@@ -330,7 +341,10 @@ async fn a_remote_question_pauses_our_run_and_a_fresh_agent_answers_it() {
         },
     );
     let (events, termination, text) = collect(fresh.resume(&paused, answer)).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(text, "The adder says 5.");
     assert_eq!(
         result_of(&events, "o1"),
@@ -338,7 +352,9 @@ async fn a_remote_question_pauses_our_run_and_a_fresh_agent_answers_it() {
     );
     // The nested run goes on where it paused (no TurnStart) and finishes.
     let remote = nested(&events, "adder#o1");
-    assert!(!remote.iter().any(|e| matches!(e, AgentEvent::TurnStart { .. })));
+    assert!(!remote
+        .iter()
+        .any(|e| matches!(e, AgentEvent::TurnStart { .. })));
     assert_eq!(deltas(&remote, false), "2 + 3 = 5");
     assert!(matches!(
         remote.last(),
@@ -363,7 +379,10 @@ async fn an_approval_of_a_remote_question_is_sent_as_approved() {
     let paused = paused(termination);
     let (events, termination, _) =
         collect(lead.resume(&paused, Resolutions::new().approve("o1"))).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(
         result_of(&events, "o1"),
         Some(("2 + 3 = 5".to_owned(), false))
@@ -387,7 +406,10 @@ async fn a_denied_remote_question_cancels_the_remote_task() {
     let task = paused.pending()[0].question.as_ref().unwrap().data["task_id"].clone();
     let (events, termination, text) =
         collect(lead.resume(&paused, Resolutions::new().deny("o1", "not today"))).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(text, "The adder was stopped.");
     assert_eq!(
         result_of(&events, "o1"),
@@ -395,7 +417,10 @@ async fn a_denied_remote_question_cancels_the_remote_task() {
     );
     // The task was cancelled before the call answered.
     let got = rpc(&url, "GetTask", json!({ "id": task })).await;
-    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_CANCELED", "{got}");
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{got}"
+    );
     let remote = nested(&events, "adder#o1");
     assert!(matches!(
         remote.last(),
@@ -454,7 +479,10 @@ async fn our_cancel_cancels_the_remote_task() {
     let task = task.expect("the remote task was reported");
     answered(&mut seen, "CancelTask").await;
     let got = rpc(&url, "GetTask", json!({"id": task})).await;
-    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_CANCELED", "{got}");
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{got}"
+    );
 }
 
 #[tokio::test]
@@ -474,14 +502,20 @@ async fn a_call_past_its_timeout_cancels_the_remote_task() {
     let model = lead_model("adder", "Think forever.", "It took too long.");
     let mut lead = Agent::builder(model).tool(remote).build().unwrap();
     let (events, termination, _) = collect(lead.run("Go.")).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     let (content, is_error) = result_of(&events, "o1").unwrap();
     assert!(is_error && content.contains("timed out"), "{content}");
     let notes = progress_of(&events, "o1");
     let task = task_id(notes.first().expect("a progress note")).to_owned();
     answered(&mut seen, "CancelTask").await;
     let got = rpc(&url, "GetTask", json!({"id": task})).await;
-    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_CANCELED", "{got}");
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{got}"
+    );
 }
 
 #[tokio::test]
@@ -609,7 +643,9 @@ async fn the_python_sdk_server_streams_its_answer_to_the_tool() {
     use agent_loop::Tool;
     assert_eq!(remote.name(), "Weather_Oracle_python");
     assert!(
-        remote.description().contains("- Forecast: Tells tomorrow's weather.")
+        remote
+            .description()
+            .contains("- Forecast: Tells tomorrow's weather.")
             && remote.description().contains("- Climate:"),
         "{}",
         remote.description()
@@ -617,7 +653,10 @@ async fn the_python_sdk_server_streams_its_answer_to_the_tool() {
     let model = lead_model(remote.name(), "The answer?", "It is 42.");
     let mut lead = Agent::builder(model).tool(remote).build().unwrap();
     let (events, termination, text) = collect(lead.run("Ask the oracle.")).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(text, "It is 42.");
     // Two chunks, the second appended: one answer.
     assert_eq!(
@@ -679,7 +718,11 @@ async fn the_python_sdk_servers_question_pauses_our_run_and_the_answer_resumes_i
     let Some(server) = python_server("ask").await else {
         return;
     };
-    let model = lead_model("Weather_Oracle_python", "Weather tomorrow?", "Sunny, it says.");
+    let model = lead_model(
+        "Weather_Oracle_python",
+        "Weather tomorrow?",
+        "Sunny, it says.",
+    );
     let saved = {
         let remote = RemoteAgent::connect(&server.url).await.unwrap();
         let mut lead = Agent::builder(model.clone()).tool(remote).build().unwrap();
@@ -701,7 +744,10 @@ async fn the_python_sdk_servers_question_pauses_our_run_and_the_answer_resumes_i
         },
     );
     let (events, termination, text) = collect(fresh.resume(&paused, answer)).await;
-    assert!(matches!(termination, Termination::Completed), "{termination:?}");
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
     assert_eq!(text, "Sunny, it says.");
     assert_eq!(
         result_of(&events, "o1"),

@@ -32,13 +32,72 @@
 //! joined with a blank line. Non-text parts: a `data` part is its JSON, a `url` part its
 //! URL, a `raw` part a note saying it was left out.
 //!
+//! The nested run: `TurnStart`, each status message's text as a `ThinkingDelta`, the artifacts'
+//! text as `TextDelta`s, `TurnEnd` and `Finished` (completed with the answer, an error for a
+//! failed task, `Refused` for a rejected one, cancelled for a cancelled one). A task that asks
+//! leaves the turn open, as a paused run leaves its own: the re-run goes on with it (no
+//! `TurnStart`), so the path's events across the pause are one run. The remote reports no
+//! token usage: the nested run's is zero.
+//!
 //! Bounded: the card is read up to [`MAX_CARD_BYTES`], a streamed event up to
 //! [`MAX_EVENT_BYTES`], the answer up to [`RemoteAgentBuilder::max_answer_bytes`] (past it the
 //! answer is cut, and says so).
 //!
-//! ```no_run
-//! use agent_loop::Agent;
+//! HTTPS needs the core's `rustls` feature (on by default): this client is the core's own
+//! `reqwest`, with the TLS the core builds it with. Only A2A 1.0's JSON-RPC binding is spoken
+//! (the card must name a `JSONRPC` interface of version 1.x; every request says
+//! `A2A-Version: 1.0`). Not done: the gRPC and HTTP+JSON bindings, push notifications,
+//! `SubscribeToTask` after a broken stream (the task is asked for once with `GetTask`, then
+//! cancelled), polling a task a non-streaming server answered before it finished, and a
+//! cancel before the first event (the task's id is not known yet: the remote task goes on).
+//!
+//! An agent served over A2A on a loopback port (this crate's [`router`](super::router)), called
+//! by another as a tool:
+//!
+//! ```
 //! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+//! use agent_loop::{Agent, AgentEvent, Tool};
+//! use agent_loop_serve::a2a::client::RemoteAgent;
+//! use agent_loop_serve::a2a::{router, AgentCard};
+//! use agent_loop_serve::AgentService;
+//! use futures::StreamExt;
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! // The remote side: an agent served over A2A (elsewhere, any A2A 1.0 server).
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let url = format!("http://{}", listener.local_addr()?);
+//! let service = AgentService::new(|| {
+//!     Agent::builder(ScriptedClient::new([ScriptedResponse::text("Paris.")]))
+//! });
+//! let app = router(&service, AgentCard::new("geographer", "Knows capitals.", &url));
+//! tokio::spawn(async move { axum::serve(listener, app).await });
+//!
+//! // Our side: the remote agent is a tool named after its card.
+//! let geographer = RemoteAgent::connect(&url).await?;
+//! assert_eq!(geographer.name(), "geographer");
+//! let model = ScriptedClient::new([
+//!     ScriptedResponse::tool_call("c1", "geographer", json!({"task": "The capital of France?"})),
+//!     ScriptedResponse::text("It is Paris."),
+//! ]);
+//! let mut agent = Agent::builder(model).tool(geographer).build()?;
+//! let mut events = agent.run("What is the capital of France?");
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         // The remote task's progress, under the call: path "geographer#c1".
+//!         AgentEvent::SubAgent { path, event } => println!("{path}: {event:?}"),
+//!         AgentEvent::ToolResult { content, .. } => assert_eq!(content, "Paris."),
+//!         AgentEvent::Finished(outcome) => assert_eq!(outcome.final_text, "It is Paris."),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! A remote agent behind a token, with a time limit per call:
+//!
+//! ```no_run
 //! use agent_loop_serve::a2a::client::RemoteAgent;
 //! use std::time::Duration;
 //!
@@ -49,10 +108,6 @@
 //!     .connect()
 //!     .await?;
 //! println!("{} has {} skills", weather.card().name, weather.card().skills.len());
-//! let mut agent = Agent::builder(ScriptedClient::new([ScriptedResponse::text("…")]))
-//!     .tool(weather)
-//!     .build()?;
-//! # let _ = agent.prompt("Will it rain in Paris tomorrow?").await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -87,6 +142,8 @@ const MAX_ARTIFACTS: usize = 256;
 const MAX_SKILLS_LISTED: usize = 32;
 /// The longest tool description made from a card (bytes).
 const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// The most of a status message's text kept (bytes): a failure's reason, a question.
+const MAX_STATUS_BYTES: usize = 64 * 1024;
 /// The most of an HTTP error's body quoted in the error (bytes).
 const MAX_ERROR_BODY_BYTES: usize = 1024;
 /// The A2A version this client speaks (sent as the `A2A-Version` header).
@@ -272,7 +329,9 @@ impl RemoteAgentBuilder {
             let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| invalid(format!("{name:?} is not a valid HTTP header name")))?;
             let mut value = HeaderValue::from_str(value).map_err(|_| {
-                invalid(format!("the value of header {name:?} is not a valid header value"))
+                invalid(format!(
+                    "the value of header {name:?} is not a valid header value"
+                ))
             })?;
             value.set_sensitive(true);
             headers.insert(header, value);
@@ -304,21 +363,21 @@ impl RemoteAgentBuilder {
                 },
                 Capped::Read(message) => fetch(message),
             })?;
-        let mut card = parse_card(&body, &card_url).map_err(|message| ConnectError::InvalidCard {
-            url: card_url.to_string(),
-            message,
-        })?;
+        let mut card =
+            parse_card(&body, &card_url).map_err(|message| ConnectError::InvalidCard {
+                url: card_url.to_string(),
+                message,
+            })?;
         if let Some(endpoint) = &self.endpoint {
             let url = reqwest::Url::parse(endpoint)
                 .map_err(|e| invalid(format!("the endpoint {endpoint:?} is not a URL: {e}")))?;
             card.endpoint = url.to_string();
         }
-        let endpoint = reqwest::Url::parse(&card.endpoint).map_err(|e| {
-            ConnectError::InvalidCard {
+        let endpoint =
+            reqwest::Url::parse(&card.endpoint).map_err(|e| ConnectError::InvalidCard {
                 url: card_url.to_string(),
                 message: format!("its interface URL {:?} is not a URL: {e}", card.endpoint),
-            }
-        })?;
+            })?;
         let name = match self.name {
             Some(name) if valid_tool_name(&name) => name,
             Some(name) => {
@@ -457,13 +516,8 @@ impl Tool for RemoteAgent {
             task: live.clone(),
             armed: true,
         };
-        let mut exchange = Exchange::new(
-            remote.max_answer_bytes,
-            task,
-            live.clone(),
-            &ctx,
-            narrator,
-        );
+        let mut exchange =
+            Exchange::new(remote.max_answer_bytes, task, live.clone(), &ctx, narrator);
         let work = remote.exchange(text, &mut exchange);
         let ended = tokio::select! {
             biased;
@@ -884,8 +938,7 @@ fn card_url(url: &str) -> Result<reqwest::Url, String> {
 
 /// Reads an agent card; an error saying what is wrong with it.
 fn parse_card(body: &[u8], card_url: &reqwest::Url) -> Result<RemoteCard, String> {
-    let card: Value =
-        serde_json::from_slice(body).map_err(|e| format!("it is not JSON ({e})"))?;
+    let card: Value = serde_json::from_slice(body).map_err(|e| format!("it is not JSON ({e})"))?;
     let Some(card) = card.as_object() else {
         return Err("it is not a JSON object".to_owned());
     };
@@ -896,7 +949,12 @@ fn parse_card(body: &[u8], card_url: &reqwest::Url) -> Result<RemoteCard, String
     }
     let strings = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let skills = card
@@ -939,8 +997,12 @@ fn parse_card(body: &[u8], card_url: &reqwest::Url) -> Result<RemoteCard, String
             .map(|i| {
                 format!(
                     "{} {}",
-                    i.get("protocolBinding").and_then(Value::as_str).unwrap_or("?"),
-                    i.get("protocolVersion").and_then(Value::as_str).unwrap_or("?")
+                    i.get("protocolBinding")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?"),
+                    i.get("protocolVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
                 )
             })
             .collect();
@@ -1060,8 +1122,8 @@ fn cut(text: &mut String, max: usize) {
 /// The result of one JSON-RPC response body; an error for a JSON-RPC error (its code and
 /// message) or a body that is not a JSON-RPC response.
 fn rpc_result(body: &[u8]) -> Result<Value, String> {
-    let response: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("its answer is not JSON ({e})"))?;
+    let response: Value =
+        serde_json::from_slice(body).map_err(|e| format!("its answer is not JSON ({e})"))?;
     rpc_value(response)
 }
 
@@ -1148,10 +1210,7 @@ impl Progress {
         let kind = result.get("kind").and_then(Value::as_str);
         if let Some(task) = result.get("task").or(kinded(result, kind, "task")) {
             self.take_task(task, notes);
-        } else if let Some(message) = result
-            .get("message")
-            .or(kinded(result, kind, "message"))
-        {
+        } else if let Some(message) = result.get("message").or(kinded(result, kind, "message")) {
             let mut text = parts_text(message.get("parts"));
             cut(&mut text, self.artifacts.max_bytes);
             self.message = Some(text.clone());
@@ -1161,15 +1220,17 @@ impl Progress {
                     new_artifact: false,
                 });
             }
-        } else if let Some(update) = result
-            .get("statusUpdate")
-            .or(kinded(result, kind, "status-update"))
+        } else if let Some(update) =
+            result
+                .get("statusUpdate")
+                .or(kinded(result, kind, "status-update"))
         {
             self.take_ids(update, "taskId");
             self.take_status(update.get("status"), notes);
-        } else if let Some(update) = result
-            .get("artifactUpdate")
-            .or(kinded(result, kind, "artifact-update"))
+        } else if let Some(update) =
+            result
+                .get("artifactUpdate")
+                .or(kinded(result, kind, "artifact-update"))
         {
             self.take_ids(update, "taskId");
             let append = update.get("append").and_then(Value::as_bool) == Some(true);
@@ -1222,7 +1283,7 @@ impl Progress {
         }
         if let Some(message) = status.get("message").filter(|m| m.is_object()) {
             let mut text = parts_text(message.get("parts"));
-            cut(&mut text, MAX_EVENT_BYTES);
+            cut(&mut text, MAX_STATUS_BYTES);
             if !text.is_empty() && self.status_text.as_ref() != Some(&text) {
                 notes.push(Note::Status(text.clone()));
             }
@@ -1489,7 +1550,9 @@ mod reply {
                 is_error: true,
             } => Next::Cancel {
                 task,
-                error: format!("the answer was an error, so the remote task was cancelled: {content}"),
+                error: format!(
+                    "the answer was an error, so the remote task was cancelled: {content}"
+                ),
             },
             Resolution::Deny { reason } => Next::Cancel {
                 task,
@@ -1513,9 +1576,8 @@ mod reply {
         question: Option<String>,
         task: &TaskIds,
     ) -> ToolError {
-        let words = question.unwrap_or_else(|| {
-            format!("The remote agent {agent:?} needs more input to go on.")
-        });
+        let words = question
+            .unwrap_or_else(|| format!("The remote agent {agent:?} needs more input to go on."));
         let prompt = if state == "auth-required" {
             format!("The remote agent {agent:?} asks for authorization: {words}")
         } else {
@@ -1594,19 +1656,22 @@ mod narrate {
         pub(super) async fn close(&mut self, end: &End) {
             let (stop, termination, text) = match end {
                 End::Asks { .. } => return,
-                End::Completed(answer) => (
-                    StopReason::EndTurn,
-                    Termination::Completed,
-                    answer.clone(),
-                ),
-                End::Failed { state, why } if state == "rejected" => {
-                    let _ = why;
+                End::Completed(answer) => {
+                    (StopReason::EndTurn, Termination::Completed, answer.clone())
+                }
+                End::Failed { state, .. } if state == "rejected" => {
                     (StopReason::EndTurn, Termination::Refused, String::new())
                 }
                 End::Failed { why, .. } => {
-                    let why = why.clone().unwrap_or_else(|| "the remote task failed".to_owned());
+                    let why = why
+                        .clone()
+                        .unwrap_or_else(|| "the remote task failed".to_owned());
                     let error = agent_loop::Error::Tool(ToolError::new(why));
-                    (StopReason::EndTurn, Termination::Error(error), String::new())
+                    (
+                        StopReason::EndTurn,
+                        Termination::Error(error),
+                        String::new(),
+                    )
                 }
                 End::Canceled { .. } => (
                     StopReason::Other("interrupted".to_owned()),
@@ -1659,10 +1724,7 @@ mod tests {
     #[test]
     fn the_card_url_is_the_well_known_path_or_the_url_given() {
         let at = |u: &str| card_url(u).unwrap().to_string();
-        assert_eq!(
-            at("http://h:1"),
-            "http://h:1/.well-known/agent-card.json"
-        );
+        assert_eq!(at("http://h:1"), "http://h:1/.well-known/agent-card.json");
         assert_eq!(
             at("http://h:1/agents/x/"),
             "http://h:1/agents/x/.well-known/agent-card.json"
@@ -1693,7 +1755,10 @@ mod tests {
         assert_eq!(card.skills[0].examples, ["Rain in Oslo?"]);
         assert_eq!(tool_name(&card.name), "Weather_Oracle_python");
         let description = describe(&card);
-        assert!(description.starts_with("Answers about weather."), "{description}");
+        assert!(
+            description.starts_with("Answers about weather."),
+            "{description}"
+        );
         assert!(
             description.contains("- Forecast: Tomorrow. (for example: \"Rain in Oslo?\")"),
             "{description}"
@@ -1701,7 +1766,11 @@ mod tests {
         // No streaming capability said: SendMessage.
         let plain = json!({"name": "x", "supportedInterfaces":
             [{"url": "http://h/a2a", "protocolBinding": "JSONRPC"}], "capabilities": {}});
-        assert!(!parse_card(plain.to_string().as_bytes(), &url()).unwrap().streaming);
+        assert!(
+            !parse_card(plain.to_string().as_bytes(), &url())
+                .unwrap()
+                .streaming
+        );
     }
 
     #[test]
@@ -1713,8 +1782,12 @@ mod tests {
             [{"url": "http://h", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]});
         let e = parse_card(grpc.to_string().as_bytes(), &url()).unwrap_err();
         assert!(e.contains("GRPC 1.0"), "{e}");
-        assert!(parse_card(b"[]", &url()).unwrap_err().contains("not a JSON object"));
-        assert!(parse_card(b"{\"name\": \" \"}", &url()).unwrap_err().contains("no name"));
+        assert!(parse_card(b"[]", &url())
+            .unwrap_err()
+            .contains("not a JSON object"));
+        assert!(parse_card(b"{\"name\": \" \"}", &url())
+            .unwrap_err()
+            .contains("no name"));
     }
 
     #[test]
@@ -1819,12 +1892,20 @@ mod tests {
         );
         let mut message = Progress::new(1000);
         message
-            .apply(&json!({"message": {"parts": [{"text": "Hi"}, {"data": {"a": 1}}]}}), &mut notes)
+            .apply(
+                &json!({"message": {"parts": [{"text": "Hi"}, {"data": {"a": 1}}]}}),
+                &mut notes,
+            )
             .unwrap();
-        assert_eq!(message.end(), Some(End::Completed("Hi\n{\"a\":1}".to_owned())));
+        assert_eq!(
+            message.end(),
+            Some(End::Completed("Hi\n{\"a\":1}".to_owned()))
+        );
         let parts = json!([{"text": "The answer "}, {"text": "is 42."}, {"url": "http://x"}, {"text": "!"}]);
         assert_eq!(parts_text(Some(&parts)), "The answer is 42.\nhttp://x\n!");
-        assert!(Progress::new(10).apply(&json!({"x": 1}), &mut notes).is_err());
+        assert!(Progress::new(10)
+            .apply(&json!({"x": 1}), &mut notes)
+            .is_err());
     }
 
     #[test]
@@ -1841,6 +1922,94 @@ mod tests {
             retry: None,
         };
         assert!(stream_result(&event).unwrap_err().contains("boom"));
+    }
+
+    #[test]
+    fn each_answer_to_a_remote_question_means_what_the_docs_say() {
+        use agent_loop::tool::Resolution;
+        use reply::Next;
+        let data = json!({"task_id": "t1", "context_id": "c1", "state": "input-required"});
+        let task = TaskIds {
+            task_id: "t1".to_owned(),
+            context_id: Some("c1".to_owned()),
+        };
+        assert_eq!(
+            reply::next(&data, &Resolution::Approve),
+            Next::Send {
+                text: "approved".to_owned(),
+                task: task.clone()
+            }
+        );
+        let result = Resolution::Result {
+            content: "Paris".to_owned(),
+            is_error: false,
+        };
+        assert_eq!(
+            reply::next(&data, &result),
+            Next::Send {
+                text: "Paris".to_owned(),
+                task: task.clone()
+            }
+        );
+        let deny = Resolution::Deny {
+            reason: "not today".to_owned(),
+        };
+        assert_eq!(
+            reply::next(&data, &deny),
+            Next::Cancel {
+                task: task.clone(),
+                error: "denied: not today".to_owned()
+            }
+        );
+        let error = Resolution::Result {
+            content: "no idea".to_owned(),
+            is_error: true,
+        };
+        assert!(matches!(reply::next(&data, &error), Next::Cancel { .. }));
+        // A question that names no task (not this tool's, or mangled): refused, not guessed.
+        for data in [json!(null), json!({"task_id": ""}), json!({"task_id": 7})] {
+            assert!(matches!(
+                reply::next(&data, &Resolution::Approve),
+                Next::Refuse(_)
+            ));
+        }
+        // Without a context id the task's id is enough.
+        assert_eq!(
+            reply::next(&json!({"task_id": "t2"}), &Resolution::Approve),
+            Next::Send {
+                text: "approved".to_owned(),
+                task: TaskIds {
+                    task_id: "t2".to_owned(),
+                    context_id: None
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn a_remote_question_is_asked_in_its_own_words_with_the_task_as_data() {
+        let task = TaskIds {
+            task_id: "t1".to_owned(),
+            context_id: Some("c1".to_owned()),
+        };
+        let error = reply::ask(
+            "Oracle",
+            "input-required",
+            Some("Which city?".into()),
+            &task,
+        );
+        let question = error.question().unwrap();
+        assert_eq!(question.prompt, "Which city?");
+        assert_eq!(
+            question.data,
+            json!({"task_id": "t1", "context_id": "c1", "state": "input-required"})
+        );
+        let auth = reply::ask("Oracle", "auth-required", None, &task);
+        let prompt = &auth.question().unwrap().prompt;
+        assert!(
+            prompt.contains("authorization") && prompt.contains("\"Oracle\""),
+            "{prompt}"
+        );
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
@@ -1867,12 +2036,38 @@ mod tests {
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
                 prop::collection::btree_map(
                     prop::sample::select(vec![
-                        "task", "message", "statusUpdate", "artifactUpdate", "kind", "id",
-                        "taskId", "contextId", "status", "state", "artifacts", "artifact",
-                        "artifactId", "parts", "text", "data", "url", "raw", "append",
-                        "lastChunk", "name", "description", "skills", "supportedInterfaces",
-                        "protocolBinding", "protocolVersion", "capabilities", "streaming",
-                        "examples", "result", "error", "code",
+                        "task",
+                        "message",
+                        "statusUpdate",
+                        "artifactUpdate",
+                        "kind",
+                        "id",
+                        "taskId",
+                        "contextId",
+                        "status",
+                        "state",
+                        "artifacts",
+                        "artifact",
+                        "artifactId",
+                        "parts",
+                        "text",
+                        "data",
+                        "url",
+                        "raw",
+                        "append",
+                        "lastChunk",
+                        "name",
+                        "description",
+                        "skills",
+                        "supportedInterfaces",
+                        "protocolBinding",
+                        "protocolVersion",
+                        "capabilities",
+                        "streaming",
+                        "examples",
+                        "result",
+                        "error",
+                        "code",
                     ])
                     .prop_map(str::to_owned),
                     inner,
