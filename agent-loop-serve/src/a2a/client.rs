@@ -525,7 +525,7 @@ impl Tool for RemoteAgent {
             ended = work => Some(ended),
         };
         let Some(ended) = ended else {
-            guard.armed = false;
+            // Armed until the cancel is answered: dropped meanwhile, it sends one again.
             let id = lock(&live).clone();
             let note = match id {
                 Some(id) => match remote.cancel_bounded(&id).await {
@@ -534,6 +534,7 @@ impl Tool for RemoteAgent {
                 },
                 None => String::new(),
             };
+            guard.armed = false;
             return Err(ToolError::new(format!(
                 "the call to the remote agent was cancelled{note}"
             )));
@@ -733,8 +734,8 @@ impl Remote {
             }
         }
         Err(format!(
-            "the remote agent stopped answering while its task {id} was {state} (it was \
-             cancelled)"
+            "the remote agent stopped answering while its task {id} was {state} (the task \
+             is cancelled)"
         ))
     }
 
