@@ -429,6 +429,26 @@ async fn a_denied_remote_question_cancels_the_remote_task() {
 }
 
 #[tokio::test]
+async fn a_long_answer_is_cut_at_the_limit_and_says_so() {
+    let (url, _seen) = served(AgentService::new(adder(RunPolicy::new()))).await;
+    let remote = RemoteAgent::builder(&url)
+        .max_answer_bytes(5)
+        .connect()
+        .await
+        .unwrap();
+    let model = lead_model("adder", "Add 2 and 3.", "Cut.");
+    let mut lead = Agent::builder(model).tool(remote).build().unwrap();
+    let (events, _, _) = collect(lead.run("What is 2 + 3?")).await;
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some((
+            "2 + 3\n[… the remote agent's answer was cut at 5 bytes]".to_owned(),
+            false
+        ))
+    );
+}
+
+#[tokio::test]
 async fn a_failed_remote_task_is_an_error_result_saying_why() {
     let (url, _seen) = served(AgentService::new(|| {
         Agent::builder(ScriptedClient::new([ScriptedResponse::error(
@@ -755,4 +775,53 @@ async fn the_python_sdk_servers_question_pauses_our_run_and_the_answer_resumes_i
     );
     let remote = nested(&events, "Weather_Oracle_python#o1");
     assert_eq!(deltas(&remote, false), "Sunny in Paris.");
+}
+
+#[tokio::test]
+async fn the_python_sdk_servers_auth_request_is_a_question_too() {
+    let Some(server) = python_server("auth").await else {
+        return;
+    };
+    let remote = RemoteAgent::connect(&server.url).await.unwrap();
+    let model = lead_model("Weather_Oracle_python", "Weather?", "Signed in.");
+    let mut lead = Agent::builder(model).tool(remote).build().unwrap();
+    let (_, termination, _) = collect(lead.run("Ask the oracle.")).await;
+    let paused = paused(termination);
+    let question = paused.pending()[0].question.clone().unwrap();
+    assert_eq!(
+        question.prompt,
+        "The remote agent \"Weather Oracle (python)\" asks for authorization: Sign in at \
+         https://example.com/login."
+    );
+    assert_eq!(question.data["state"], "auth-required");
+    let answer = Resolutions::new().result("o1", "token-123");
+    let (events, _, _) = collect(lead.resume(&paused, answer)).await;
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("Signed in with token-123.".to_owned(), false))
+    );
+}
+
+#[tokio::test]
+async fn a_task_the_python_sdk_server_rejects_is_an_error_result() {
+    let Some(server) = python_server("reject").await else {
+        return;
+    };
+    let remote = RemoteAgent::connect(&server.url).await.unwrap();
+    let model = lead_model("Weather_Oracle_python", "Sing.", "It will not sing.");
+    let mut lead = Agent::builder(model).tool(remote).build().unwrap();
+    let (events, _, _) = collect(lead.run("Ask the oracle to sing.")).await;
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some((
+            "the remote agent \"Weather Oracle (python)\" rejected the task: I only do weather."
+                .to_owned(),
+            true
+        ))
+    );
+    let remote = nested(&events, "Weather_Oracle_python#o1");
+    assert!(matches!(
+        remote.last(),
+        Some(AgentEvent::Finished(outcome)) if matches!(outcome.termination, Termination::Refused)
+    ));
 }

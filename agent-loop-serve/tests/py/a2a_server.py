@@ -5,6 +5,8 @@ Usage: a2a_server.py MODE, MODE one of:
   answer     streams a status message and the answer in two artifact chunks, then completes;
   ask        asks which city (input-required), then answers for the city it is told;
   slow       works until it is cancelled (its cancel() publishes the canceled state);
+  auth       asks for authorization (auth-required), then answers once it is sent a token;
+  reject     rejects every task, saying why;
   nostream   `answer`, with a card that says streaming is not supported.
 
 Binds 127.0.0.1 on a free port and prints one JSON line, {"url": "http://127.0.0.1:PORT"},
@@ -73,6 +75,16 @@ class Executor(AgentExecutor):
                 last_chunk=True,
             )
             await updater.complete()
+        elif MODE == "auth":
+            if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
+                await updater.requires_auth(
+                    updater.new_agent_message([new_text_part("Sign in at https://example.com/login.")])
+                )
+                return
+            await updater.add_artifact([new_text_part(f"Signed in with {text}.")], artifact_id="a")
+            await updater.complete()
+        elif MODE == "reject":
+            await updater.reject(updater.new_agent_message([new_text_part("I only do weather.")]))
         elif MODE == "slow":
             await updater.start_work(updater.new_agent_message([new_text_part("Working…")]))
             await asyncio.Event().wait()
