@@ -1272,8 +1272,21 @@ fn sub_agent_value(path: &str, event: &AgentEvent) -> Option<Value> {
 
 fn interrupt(pause_id: &str, call: &PendingCall) -> Interrupt {
     let name = &call.name;
-    let (reason, message, schema) = match call.waits_for {
-        WaitsFor::Result => (
+    let (reason, message, schema) = match (&call.question, call.waits_for) {
+        // A tool asked: its question, answered with `answer` (or approved or denied).
+        (Some(question), _) => (
+            "tool_question",
+            question.prompt.clone(),
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "answer": question.schema.clone().unwrap_or_else(|| serde_json::json!({})),
+                    "approved": {"type": "boolean"},
+                    "reason": {"type": "string"},
+                },
+            }),
+        ),
+        (None, WaitsFor::Result) => (
             "tool_result",
             format!("The call of `{name}` waits for its result."),
             serde_json::json!({
@@ -1282,7 +1295,7 @@ fn interrupt(pause_id: &str, call: &PendingCall) -> Interrupt {
                 "required": ["result"],
             }),
         ),
-        _ => (
+        (None, _) => (
             "tool_approval",
             format!("The call of `{name}` waits for your approval."),
             serde_json::json!({
@@ -1713,6 +1726,17 @@ fn resolution(entry: &ResumeEntry, waits_for: WaitsFor) -> Result<Resolution, Ui
             reason: reason.unwrap_or_else(|| "The user cancelled this call.".to_owned()),
         });
     }
+    // An answer to a tool's question: the answer, as text the tool reads.
+    if let (WaitsFor::Answer, Some(answer)) = (waits_for, payload.and_then(|p| p.get("answer"))) {
+        let content = match answer {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        return Ok(Resolution::Result {
+            content,
+            is_error: false,
+        });
+    }
     match waits_for {
         WaitsFor::Result => {
             let Some(result) = payload.and_then(|p| p.get("result")) else {
@@ -1741,6 +1765,10 @@ fn resolution(entry: &ResumeEntry, waits_for: WaitsFor) -> Result<Resolution, Ui
             Some(Value::Bool(false)) => Ok(Resolution::Deny {
                 reason: reason.unwrap_or_else(|| "The user denied this call.".to_owned()),
             }),
+            _ if waits_for == WaitsFor::Answer => Err(UiRequestError::new(format!(
+                "the resume entry `{id}` answers a tool's question: its payload must be \
+                 {{\"answer\": …}} or {{\"approved\": bool, \"reason\"?: string}}"
+            ))),
             _ => Err(UiRequestError::new(format!(
                 "the resume entry `{id}` answers a call that waits for approval: its payload \
                  must be {{\"approved\": bool, \"reason\"?: string}}"

@@ -283,9 +283,10 @@ pub(crate) fn waiting_calls(paused: &PausedRun) -> String {
         .pending()
         .iter()
         .map(|c| {
-            let what = match c.waits_for {
-                WaitsFor::Approval => "a verdict",
-                _ => "a result",
+            let what = match (&c.question, c.waits_for) {
+                (Some(question), _) => format!("an answer to {:?}", question.prompt),
+                (None, WaitsFor::Approval) => "a verdict".to_owned(),
+                (None, _) => "a result".to_owned(),
             };
             format!("{} (call {:?}) waits for {what}", c.name, c.id)
         })

@@ -870,6 +870,76 @@ async fn a_deferred_call_is_answered_by_a_resume_payload_or_a_tool_message() {
     );
 }
 
+#[tokio::test]
+async fn a_tools_question_is_an_interrupt_with_its_prompt_and_schema_answered_by_answer() {
+    use agent_loop::tool::Question;
+    let asks = FnTool::new(
+        "book",
+        "Books a table.",
+        |_: Value, ctx: agent_loop::ToolContext| async move {
+            match ctx.reply() {
+                None => Err(agent_loop::ToolError::ask(
+                    Question::new("For how many people?")
+                        .schema(json!({"type": "integer", "minimum": 1})),
+                )),
+                Some(reply) => Ok(format!("booked: {:?}", reply.resolution)),
+            }
+        },
+    );
+    let client = ScriptedClient::new([ScriptedResponse::tool_call("c7", "book", json!({}))]);
+    let mut agent = Agent::builder(client).tool(asks).build().unwrap();
+    let events = run_events(&mut agent, "Book").await;
+    let Termination::Paused(paused) = outcome_of(&events).termination else {
+        panic!("no pause")
+    };
+    let out = encode_all(&mut AgUiEncoder::new("th", "r1"), &events);
+    let Some(AgUiEvent::RunFinished {
+        outcome: Some(RunFinishedOutcome::Interrupt { interrupts }),
+        ..
+    }) = out.last()
+    else {
+        panic!("{:?}", out.last())
+    };
+    assert_eq!(interrupts[0].reason, "tool_question");
+    assert_eq!(
+        interrupts[0].message.as_deref(),
+        Some("For how many people?")
+    );
+    assert_eq!(
+        interrupts[0].response_schema.as_ref().unwrap()["properties"]["answer"],
+        json!({"type": "integer", "minimum": 1})
+    );
+    let id = format!("{}:c7", paused.id());
+    let turn = |resume: Value| resume_body(&paused, resume, vec![]).turn(Some(&paused));
+    let UiTurn::Resume(answers) =
+        turn(json!([{"interruptId": id, "status": "resolved", "payload": {"answer": 4}}])).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        answers.get("c7"),
+        Some(&Resolution::Result {
+            content: "4".into(),
+            is_error: false
+        })
+    );
+    let UiTurn::Resume(answers) = turn(
+        json!([{"interruptId": id, "status": "resolved", "payload": {"approved": false, "reason": "no"}}]),
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        answers.get("c7"),
+        Some(&Resolution::Deny {
+            reason: "no".into()
+        })
+    );
+    let e = turn(json!([{"interruptId": id, "status": "resolved", "payload": {"people": 4}}]))
+        .unwrap_err();
+    assert!(e.message().contains("answers a tool's question"), "{e}");
+}
+
 // ---------------------------------------------------------------------------------------
 // Over loopback, with the real clients
 
