@@ -46,6 +46,8 @@
 //!   "role": "ROLE_USER", "parts": [{"text": "What is 2+2?"}]}}}'
 //! ```
 
+pub mod client;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
