@@ -617,7 +617,7 @@ fn waiting(paused: &PausedRun) -> String {
 /// The store session of `principal`'s context `context_id`: a client-chosen context id names a
 /// conversation of its own caller only, whatever another caller named.
 fn session_key(principal: &Principal, context_id: &str) -> String {
-    format!("a2a:{}:{context_id}", principal.key())
+    format!("a2a:{}:{context_id}", principal.key_hex())
 }
 
 /// The error for a task that is not there, or not the caller's (the same: another caller's

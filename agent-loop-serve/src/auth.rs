@@ -115,10 +115,16 @@ impl Principal {
         self.name.as_deref()
     }
 
-    /// A key for this principal's things in a shared store: a hex SHA-256 of its id (fixed
-    /// length, and no id can run into another's key).
-    #[cfg_attr(not(feature = "a2a"), allow(dead_code))]
-    pub(crate) fn key(&self) -> String {
+    /// A key for this principal's things in a shared store: the hex SHA-256 of its id (fixed
+    /// length, and no id can run into another's key: prefix a client-chosen name with it).
+    ///
+    /// ```
+    /// use agent_loop_serve::auth::Principal;
+    /// let key = Principal::new("alice").key_hex();
+    /// assert_eq!(key.len(), 64);
+    /// assert_ne!(key, Principal::new("bob").key_hex());
+    /// ```
+    pub fn key_hex(&self) -> String {
         hex(&Sha256::digest(self.id.as_bytes()))
     }
 }
@@ -414,11 +420,14 @@ impl Access {
 /// `router`'s routes behind the caller check: each request's caller identified and its
 /// [`Principal`] put in the request's extensions, or the request answered with `refuse`'s
 /// response (and `WWW-Authenticate` on a 401).
-pub(crate) fn guard(
-    router: axum::Router,
+pub(crate) fn guard<S>(
+    router: axum::Router<S>,
     access: Access,
     refuse: fn(&Refusal) -> axum::response::Response,
-) -> axum::Router {
+) -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
     router.route_layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let access = access.clone();
@@ -443,6 +452,50 @@ pub(crate) fn guard(
             }
         },
     ))
+}
+
+/// `router`'s routes behind `authenticator`, for routes of your own or of another crate (the
+/// chat handlers of `agent-loop-ui`, `agui::respond` and `ai_sdk::respond`, and their
+/// reconnect routes): each request's [`Principal`] is put in its extensions (read it with
+/// `Extension<Principal>`), and a refused one gets 401 (or 403) with
+/// `WWW-Authenticate: Bearer …` and `{"error": {"message", "type": "authentication_error"}}`.
+///
+/// Key what a caller names by its principal too: a chat's session id that the client chooses
+/// (`useChat`'s `id`, AG-UI's `threadId`) must not reach another caller's conversation, so
+/// make the store key from both, e.g. `format!("{}:{chat_id}", principal.key_hex())`.
+///
+/// ```
+/// use agent_loop_serve::auth::{self, BearerTokens, Principal};
+/// use axum::routing::post;
+/// use axum::{Extension, Router};
+///
+/// async fn chat(Extension(caller): Extension<Principal>) -> String {
+///     format!("hello, {}", caller.id())
+/// }
+/// let tokens = BearerTokens::new().token("s3cret", Principal::new("alice"));
+/// let router: Router = auth::require(Router::new().route("/api/chat", post(chat)), tokens);
+/// # drop(router);
+/// ```
+pub fn require<S>(router: axum::Router<S>, authenticator: impl Authenticator) -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    guard(
+        router,
+        Access::Authenticated(Arc::new(authenticator)),
+        refused,
+    )
+}
+
+/// The refusal of [`require`]'s routes.
+fn refused(refusal: &Refusal) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let kind = match refusal.kind() {
+        RefusalKind::Unauthenticated => "authentication_error",
+        _ => "permission_error",
+    };
+    let body = serde_json::json!({"error": {"message": refusal.message(), "type": kind}});
+    (refusal.status(), axum::Json(body)).into_response()
 }
 
 /// Lower-case hex.

@@ -28,10 +28,12 @@ struct Values<'a>(&'a str, &'a mut Vec<String>);
 
 impl Visit for Values<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.1.push(format!("{}: {} = {value:?}", self.0, field.name()));
+        self.1
+            .push(format!("{}: {} = {value:?}", self.0, field.name()));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.1.push(format!("{}: {} = {value}", self.0, field.name()));
+        self.1
+            .push(format!("{}: {} = {value}", self.0, field.name()));
     }
 }
 
@@ -97,9 +99,10 @@ fn traced_run() -> Vec<String> {
                 ScriptedResponse::text("Found it: ANSWER-SECRET."),
             ]))
             .tool(lookup)
-            .policy(RunPolicy::new().retry(
-                RetryPolicy::default().initial_backoff(std::time::Duration::ZERO),
-            ))
+            .policy(
+                RunPolicy::new()
+                    .retry(RetryPolicy::default().initial_backoff(std::time::Duration::ZERO)),
+            )
         })
         .allow_anonymous();
         let request = json!({"model": "m", "input": [
@@ -122,7 +125,8 @@ fn traced_run() -> Vec<String> {
     assert!(body.to_string().contains("RESULT-SECRET"), "{body}");
     let seen = everything.0.lock().unwrap().clone();
     assert!(
-        seen.iter().any(|s| s.contains("execute_tool") || s.contains("lookup")),
+        seen.iter()
+            .any(|s| s.contains("execute_tool") || s.contains("lookup")),
         "the spans were recorded: {seen:#?}"
     );
     seen
