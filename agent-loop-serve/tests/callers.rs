@@ -764,3 +764,18 @@ async fn open_responses_history_with_calls_the_server_never_made_is_refused() {
         assert_eq!(body["error"]["param"], "input", "{case}: {body}");
     }
 }
+
+#[tokio::test]
+async fn the_python_mcp_client_closes_its_session_without_a_warning() {
+    let service = AgentService::new(adder).authenticate(tokens());
+    let url = serve_all(&service).await;
+    let Some(python) = common::python("mcp") else {
+        return;
+    };
+    let seen =
+        common::python_json(&python, "mcp_session.py", &[&format!("{url}/mcp"), ALICE]).await;
+    assert_eq!(seen["tools"], json!(["ask_agent"]), "{seen}");
+    assert_eq!(seen["text"], "2 + 3 = 5", "{seen}");
+    // rmcp's own 202 made the client log "Session termination failed: 202".
+    assert_eq!(seen["warnings"], json!([]), "{seen}");
+}
