@@ -9,7 +9,23 @@
 //! Each message the client sends without a `taskId` starts a task: a run of the agent in the
 //! session named by the message's `contextId` (one is made when it has none), kept in the
 //! service's [session store](crate::AgentService::sessions), so the messages of one context
-//! are one conversation. The task's states follow the run:
+//! are one conversation.
+//!
+//! Callers: `POST /a2a` is behind the service's
+//! [authenticator](crate::AgentService::authenticate) (HTTP 401 when refused; the card stays
+//! public and declares the scheme). A task belongs to the principal that started it: another
+//! principal's `GetTask`, `CancelTask` or message to it gets -32001, as for a task that does
+//! not exist. A context too: the session's key in the store is
+//! `a2a:{hex SHA-256 of the principal's id}:{contextId}`, so a `contextId` a client chooses
+//! (at most [`MAX_CONTEXT_ID_BYTES`]) names a conversation of its own, whatever another caller
+//! named. Task and context ids the server makes are 128 bits from the OS's CSPRNG.
+//!
+//! `CancelTask` answers once the run has stopped: no tool of it starts after the answer, and a
+//! stream of the task ends with the one terminal state, `TASK_STATE_CANCELED`. The answer is
+//! streamed as the artifact `answer`: a turn's first chunk has `append: false` (a new turn's
+//! text replaces the turn before's), the others `append: true`, and the run's end sends
+//! `lastChunk: true` (an empty part, or the whole answer when what was streamed differs from
+//! it), so the joined chunks are what `GetTask` gives. The task's states follow the run:
 //!
 //! ```text
 //!  SendMessage ─► SUBMITTED ─► WORKING ─┬─► COMPLETED        (the answer is the artifact "answer")

@@ -397,7 +397,8 @@ impl Access {
             Access::Anyone => Ok(Principal::local()),
             Access::Authenticated(authenticator) => authenticator.authenticate(request).await,
             Access::LoopbackOnly => match peer_addr(request) {
-                Some(addr) if addr.ip().is_loopback() => Ok(Principal::local()),
+                // `to_canonical`: a dual-stack listener sees 127.0.0.1 as ::ffff:127.0.0.1.
+                Some(addr) if addr.ip().to_canonical().is_loopback() => Ok(Principal::local()),
                 Some(addr) => Err(Refusal::forbidden(format!(
                     "this server has no authenticator, so it serves loopback callers only, and \
                      {} is not one: the host must set one (AgentService::authenticate, e.g. \
@@ -651,11 +652,21 @@ mod tests {
     #[tokio::test]
     async fn without_an_authenticator_only_loopback_peers_are_served() {
         let access = Access::LoopbackOnly;
-        for peer in ["127.0.0.1:5000", "[::1]:5000", "127.8.9.10:1"] {
+        for peer in [
+            "127.0.0.1:5000",
+            "[::1]:5000",
+            "127.8.9.10:1",
+            "[::ffff:127.0.0.1]:5000",
+        ] {
             let principal = access.identify(&parts(&[], Some(peer))).await.unwrap();
             assert_eq!(principal, Principal::local(), "{peer}");
         }
-        for peer in [Some("10.0.0.2:5000"), Some("[2001:db8::1]:80"), None] {
+        for peer in [
+            Some("10.0.0.2:5000"),
+            Some("[2001:db8::1]:80"),
+            Some("[::ffff:10.0.0.2]:80"),
+            None,
+        ] {
             let refusal = access.identify(&parts(&[], peer)).await.unwrap_err();
             assert_eq!(refusal.kind(), RefusalKind::Forbidden);
             assert!(
