@@ -43,17 +43,24 @@ async fn chat(
         return StatusCode::BAD_REQUEST.into_response();
     };
     let mut agent = session(&app, &caller, request.id());
-    let options = RespondOptions::new().resumable(app.streams.clone());
-    ai_sdk::respond_with(&mut agent, &body, &options).await
+    ai_sdk::respond_with(&mut agent, &body, &options(&app, &caller)).await
+}
+
+/// Runs kept for reconnects, under the caller's key and the chat's id.
+fn options(app: &App, caller: &Principal) -> RespondOptions {
+    RespondOptions::new()
+        .resumable(app.streams.clone())
+        .caller(caller.key_hex())
 }
 
 async fn chat_stream(
     State(app): State<App>,
-    Extension(_caller): Extension<Principal>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    ai_sdk::reconnect(&app.streams, &id, &headers)
+    let key = options(&app, &caller).stream_key(&id);
+    ai_sdk::reconnect(&app.streams, &key, &headers)
 }
 
 async fn agui_run(
@@ -62,14 +69,15 @@ async fn agui_run(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(response) = agui::reconnect(&app.streams, &headers, &body) {
+    let options = options(&app, &caller);
+    if let Some(response) = agui::reconnect_with(&options, &headers, &body) {
         return response;
     }
     let Ok(request) = agui::RunAgentInput::from_slice(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
     let mut agent = session(&app, &caller, request.thread_id());
-    agui::respond(&mut agent, &body).await
+    agui::respond_with(&mut agent, &body, &options).await
 }
 
 fn app(model: &Arc<ScriptedClient>) -> Router {
@@ -176,5 +184,49 @@ async fn two_callers_naming_the_same_chat_have_two_conversations() {
         // The model saw this caller's message alone: the other's turn is in another session.
         let sent = model.last_request().unwrap().messages;
         assert_eq!(sent.len(), 1, "{token}: {sent:?}");
+    }
+}
+
+#[tokio::test]
+async fn another_caller_cannot_replay_a_kept_run_of_the_same_chat_id() {
+    let model = Arc::new(ScriptedClient::new([
+        ScriptedResponse::text("For Alice only."),
+        ScriptedResponse::text("For Alice only."),
+    ]));
+    let app = app(&model);
+    // Alice's AI SDK chat and AG-UI thread, both "chat-1", kept for reconnects.
+    for index in [0, 2] {
+        let (route, request) = requests(Some("token-a")).remove(index);
+        let (status, _, body) = send(&app, request).await;
+        assert_eq!(status, 200, "{route}: {body}");
+        assert!(body.contains("For Alice only."), "{route}: {body}");
+    }
+    let reconnect = |token: &str| {
+        vec![
+            Request::get("/api/chat/chat-1/stream")
+                .header("authorization", format!("Bearer {token}"))
+                .header("last-event-id", "1")
+                .body(Body::empty())
+                .unwrap(),
+            {
+                let (_, request) = requests(Some(token)).remove(2);
+                let (mut parts, body) = request.into_parts();
+                parts.headers.insert("last-event-id", "1".parse().unwrap());
+                Request::from_parts(parts, body)
+            },
+        ]
+    };
+    // Alice gets the rest of her runs' frames.
+    for request in reconnect("token-a") {
+        let (status, _, body) = send(&app, request).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("For Alice only."), "{body}");
+    }
+    // Bob, naming the same chat and thread ids, gets none of them: the AI SDK reconnect finds
+    // no run (204) and the AG-UI request is a new run of Bob's own (the model is out of
+    // answers for it: its error, never Alice's text).
+    for request in reconnect("token-b") {
+        let (status, _, body) = send(&app, request).await;
+        assert!(!body.contains("For Alice only."), "{status}: {body}");
     }
 }
