@@ -331,11 +331,15 @@ fn state_of(frame: &Value) -> Option<&str> {
 
 #[tokio::test]
 async fn cancel_task_answers_only_once_the_run_stopped_50_times() {
-    // The tool notes its start in the log, then waits forever (until the run drops it).
+    // The tool notes its start in the log, then waits forever (until the run drops it). Odd
+    // runs' model stalls before its call (the cancel lands while it streams, the tool never
+    // starts); even runs' calls the tool at once (the cancel lands while it runs).
     let log: Arc<Mutex<Vec<&'static str>>> = Arc::default();
     let tool_log = log.clone();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let service = AgentService::new(move || {
         let log = tool_log.clone();
+        let run = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let work = FnTool::new("work", "Works.", move |_input: Value, _ctx| {
             log.lock().unwrap().push("tool started");
             async move {
@@ -343,13 +347,15 @@ async fn cancel_task_answers_only_once_the_run_stopped_50_times() {
                 Ok::<_, ToolError>(String::new())
             }
         });
-        Agent::builder(ScriptedClient::new([
-            ScriptedResponse::text("On it.")
-                .chunked(2)
-                .then_tool_call("call_1", "work", json!({})),
-            ScriptedResponse::text("done"),
-        ]))
-        .tool(work)
+        let first = match run % 2 {
+            0 => ScriptedResponse::text("On it.").chunked(2).then_tool_call(
+                "call_1",
+                "work",
+                json!({}),
+            ),
+            _ => ScriptedResponse::text("On it.").then_stall(),
+        };
+        Agent::builder(ScriptedClient::new([first, ScriptedResponse::text("done")])).tool(work)
     })
     .authenticate(tokens());
     let url = serve_all(&service).await;
@@ -778,4 +784,46 @@ async fn the_python_mcp_client_closes_its_session_without_a_warning() {
     assert_eq!(seen["text"], "2 + 3 = 5", "{seen}");
     // rmcp's own 202 made the client log "Session termination failed: 202".
     assert_eq!(seen["warnings"], json!([]), "{seen}");
+}
+
+#[tokio::test]
+async fn a_host_layer_in_front_names_the_caller_through_from_extension() {
+    use agent_loop_serve::auth::FromExtension;
+    use axum::middleware::{self, Next};
+    /// The host's own check: here a gateway's header (in production, its OAuth or mTLS).
+    async fn gateway(mut request: axum::extract::Request, next: Next) -> axum::response::Response {
+        let user = request
+            .headers()
+            .get("x-gateway-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(user) = user {
+            request.extensions_mut().insert(Principal::new(user));
+        }
+        next.run(request).await
+    }
+    let service = AgentService::new(adder).authenticate(FromExtension);
+    let router = responses::router(&service)
+        .merge(a2a::router(
+            &service,
+            AgentCard::new("adder", "Adds.", "http://127.0.0.1"),
+        ))
+        .layer(middleware::from_fn(gateway));
+    let request = |user: Option<&str>| {
+        let mut request = Request::post("/v1/responses")
+            .header("content-type", "application/json")
+            .body(Body::from(json!({"model": "m", "input": "hi"}).to_string()))
+            .unwrap();
+        if let Some(user) = user {
+            request
+                .headers_mut()
+                .insert("x-gateway-user", user.parse().unwrap());
+        }
+        request
+    };
+    let (status, body) = status_from(&router, request(Some("carol")), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = status_from(&router, request(None), None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("invalid_api_key"), "{body}");
 }
