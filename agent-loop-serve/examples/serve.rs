@@ -90,6 +90,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let url = format!("http://{}", listener.local_addr()?);
     println!("serving one agent at {url}: POST /v1/responses, /mcp, /a2a (card at /.well-known/agent-card.json)");
-    axum::serve(listener, app(&service(), &url)).await?;
+    // The peer's address lets the service (which has no authenticator) serve loopback only.
+    let app = app(&service(), &url).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app).await?;
     Ok(())
 }

@@ -9,7 +9,23 @@
 //! Each message the client sends without a `taskId` starts a task: a run of the agent in the
 //! session named by the message's `contextId` (one is made when it has none), kept in the
 //! service's [session store](crate::AgentService::sessions), so the messages of one context
-//! are one conversation. The task's states follow the run:
+//! are one conversation.
+//!
+//! Callers: `POST /a2a` is behind the service's
+//! [authenticator](crate::AgentService::authenticate) (HTTP 401 when refused; the card stays
+//! public and declares the scheme). A task belongs to the principal that started it: another
+//! principal's `GetTask`, `CancelTask` or message to it gets -32001, as for a task that does
+//! not exist. A context too: the session's key in the store is
+//! `a2a:{hex SHA-256 of the principal's id}:{contextId}`, so a `contextId` a client chooses
+//! (at most [`MAX_CONTEXT_ID_BYTES`]) names a conversation of its own, whatever another caller
+//! named. Task and context ids the server makes are 128 bits from the OS's CSPRNG.
+//!
+//! `CancelTask` answers once the run has stopped: no tool of it starts after the answer, and a
+//! stream of the task ends with the one terminal state, `TASK_STATE_CANCELED`. The answer is
+//! streamed as the artifact `answer`: a turn's first chunk has `append: false` (a new turn's
+//! text replaces the turn before's), the others `append: true`, and the run's end sends
+//! `lastChunk: true` (an empty part, or the whole answer when what was streamed differs from
+//! it), so the joined chunks are what `GetTask` gives. The task's states follow the run:
 //!
 //! ```text
 //!  SendMessage ─► SUBMITTED ─► WORKING ─┬─► COMPLETED        (the answer is the artifact "answer")
@@ -54,7 +70,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_loop::agent::{AgentHandle, Resolutions, WaitsFor};
 use agent_loop::{AgentEvent, PausedRun, Termination};
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -62,12 +78,16 @@ use axum::Router;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use crate::auth::{Access, Principal, Refusal};
 use crate::AgentService;
 
 /// The most task records a server keeps.
 pub const MAX_TASKS: usize = 1024;
+
+/// The longest `contextId` a client may choose, in bytes.
+pub const MAX_CONTEXT_ID_BYTES: usize = 256;
 
 /// What the agent card says of the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +102,12 @@ pub struct AgentCard {
     pub url: String,
     /// The agent's version.
     pub version: String,
+    /// The card's `securitySchemes` and `securityRequirements` (A2A 1.0 JSON), when set with
+    /// [`security`](Self::security). Unset, a service with an
+    /// [authenticator](crate::AgentService::authenticate) declares HTTP bearer
+    /// authentication: `{"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}`,
+    /// required by `[{"schemes": {"bearer": {"list": []}}}]`.
+    pub security: Option<(Value, Value)>,
 }
 
 impl AgentCard {
@@ -96,12 +122,32 @@ impl AgentCard {
             description: description.into(),
             url: url.into().trim_end_matches('/').to_owned(),
             version: "1.0.0".to_owned(),
+            security: None,
         }
+    }
+
+    /// The schemes the card declares (`securitySchemes`, a map of names to A2A 1.0
+    /// `SecurityScheme`s) and which of them a request needs (`securityRequirements`): for an
+    /// authenticator that takes something else than a bearer token (an API key header,
+    /// OAuth 2.0 …).
+    ///
+    /// ```
+    /// use agent_loop_serve::a2a::AgentCard;
+    /// use serde_json::json;
+    /// let card = AgentCard::new("adder", "Adds.", "http://127.0.0.1:8080").security(
+    ///     json!({"key": {"apiKeySecurityScheme": {"location": "header", "name": "x-api-key"}}}),
+    ///     json!([{"schemes": {"key": {"list": []}}}]),
+    /// );
+    /// assert_eq!(card.to_json()["securityRequirements"][0]["schemes"]["key"]["list"], json!([]));
+    /// ```
+    pub fn security(mut self, schemes: Value, requirements: Value) -> Self {
+        self.security = Some((schemes, requirements));
+        self
     }
 
     /// The card's JSON (A2A 1.0 `AgentCard`).
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut card = json!({
             "name": self.name,
             "description": self.description,
             "version": self.version,
@@ -119,21 +165,49 @@ impl AgentCard {
                 "description": self.description,
                 "tags": ["agent"],
             }],
-        })
+        });
+        if let Some((schemes, requirements)) = &self.security {
+            card["securitySchemes"] = schemes.clone();
+            card["securityRequirements"] = requirements.clone();
+        }
+        card
     }
 }
 
 /// The A2A server's router: `GET /.well-known/agent-card.json` and `POST /a2a`.
-pub fn router(service: &AgentService, card: AgentCard) -> Router {
+///
+/// `POST /a2a` is behind the service's [authenticator](crate::AgentService::authenticate):
+/// a refused caller gets HTTP 401 (or 403), as A2A says of authentication failures, with a
+/// JSON-RPC error body (code -32600, the message saying why). The card stays public, and with
+/// an authenticator it declares the scheme (see [`AgentCard::security`]), which the
+/// official clients read to send their credentials (`a2a-sdk`'s `AuthInterceptor`).
+pub fn router(service: &AgentService, mut card: AgentCard) -> Router {
+    if card.security.is_none() && matches!(service.access(), Access::Authenticated(_)) {
+        card.security = Some((
+            json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer",
+                "description": "Authorization: Bearer <token>"}}}),
+            json!([{"schemes": {"bearer": {"list": []}}}]),
+        ));
+    }
     let state = A2a {
         service: service.clone(),
         card: Arc::new(card.to_json()),
         tasks: Arc::new(Mutex::new(Tasks::default())),
     };
+    let rpc_route = Router::new()
+        .route("/a2a", post(rpc))
+        .with_state(state.clone());
+    let rpc_route = crate::auth::guard(rpc_route, service.access().clone(), refused);
     Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
-        .route("/a2a", post(rpc))
         .with_state(state)
+        .merge(rpc_route)
+}
+
+/// A refused caller's answer: the HTTP status, and a JSON-RPC error saying why.
+fn refused(refusal: &Refusal) -> Response {
+    let error = RpcError(-32600, refusal.message().to_owned());
+    (refusal.status(), axum::Json(rpc_error(&Value::Null, error))).into_response()
 }
 
 #[derive(Clone)]
@@ -176,6 +250,8 @@ impl TaskState {
 
 /// What the server keeps of a task.
 struct TaskRecord {
+    /// The id of the principal that made it: only it may read, answer or cancel it.
+    owner: String,
     context_id: String,
     state: TaskState,
     /// The status message's text (why it failed, what it waits for).
@@ -184,8 +260,95 @@ struct TaskRecord {
     answer: String,
     /// The user's messages to the task, as sent.
     history: Vec<Value>,
-    /// The run in flight (to cancel it).
-    handle: Option<AgentHandle>,
+    /// The run in flight (to cancel it, and to wait for it to stop).
+    run: Option<RunControl>,
+}
+
+/// A task's run in flight, shared by the task that drives it and the `CancelTask` that stops
+/// it: the cancel request, the agent's handle, and whether the run has stopped.
+///
+/// ```text
+///  CancelTask: request_cancel() ──► the run's driver stops forwarding events, the agent
+///              wait_stopped()          is cancelled; its events end (no tool starts after),
+///                   ▲                  the record becomes CANCELED, then mark_stopped()
+///                   └──────────────────────────────────────────────┘
+///  CancelTask answers; the stream then sends the one terminal status.
+/// ```
+#[derive(Clone)]
+struct RunControl {
+    inner: Arc<RunControlInner>,
+}
+
+struct RunControlInner {
+    cancel: watch::Sender<bool>,
+    stopped: watch::Sender<bool>,
+    handle: Mutex<Option<AgentHandle>>,
+}
+
+impl RunControl {
+    fn new() -> Self {
+        RunControl {
+            inner: Arc::new(RunControlInner {
+                cancel: watch::channel(false).0,
+                stopped: watch::channel(false).0,
+                handle: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn handle(&self) -> std::sync::MutexGuard<'_, Option<AgentHandle>> {
+        self.inner
+            .handle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The agent's handle, once it runs (cancelled at once when a cancel came first).
+    fn set_handle(&self, handle: AgentHandle) {
+        // Under the handle's lock, as in `request_cancel`: a cancel is never missed.
+        let mut slot = self.handle();
+        if *self.inner.cancel.borrow() {
+            handle.cancel();
+        }
+        *slot = Some(handle);
+    }
+
+    fn request_cancel(&self) {
+        let slot = self.handle();
+        self.inner.cancel.send_replace(true);
+        if let Some(handle) = slot.as_ref() {
+            handle.cancel();
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        *self.inner.cancel.borrow()
+    }
+
+    /// Resolves once a cancel is requested.
+    async fn cancelled(&self) {
+        let mut cancel = self.inner.cancel.subscribe();
+        let _ = cancel.wait_for(|c| *c).await;
+    }
+
+    fn mark_stopped(&self) {
+        self.inner.stopped.send_replace(true);
+    }
+
+    /// Resolves once the run has stopped.
+    async fn wait_stopped(&self) {
+        let mut stopped = self.inner.stopped.subscribe();
+        let _ = stopped.wait_for(|s| *s).await;
+    }
+}
+
+/// Marks the run stopped when its driver ends, however it ends.
+struct StoppedOnDrop(RunControl);
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.mark_stopped();
+    }
 }
 
 /// The task records, the oldest first.
@@ -271,7 +434,12 @@ async fn agent_card(State(a2a): State<A2a>) -> Response {
 }
 
 /// `POST /a2a`: one JSON-RPC request.
-async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response {
+async fn rpc(
+    State(a2a): State<A2a>,
+    Extension(principal): Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let limit = a2a.service.current_limits().body_bytes();
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
         let error = RpcError(-32600, format!("the request is larger than {limit} bytes"));
@@ -287,7 +455,7 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
         Err((id, error)) => return axum::Json(rpc_error(&id, error)).into_response(),
     };
     let result = match method_1_0(&method) {
-        "SendMessage" => match a2a.send(&params).await {
+        "SendMessage" => match a2a.send(&params, &principal).await {
             Ok(mut run) => {
                 while run.events.recv().await.is_some() {}
                 let tasks = lock(&a2a.tasks);
@@ -299,13 +467,13 @@ async fn rpc(State(a2a): State<A2a>, headers: HeaderMap, body: Body) -> Response
             Err(e) => Err(e),
         },
         "SendStreamingMessage" => {
-            return match a2a.send(&params).await {
+            return match a2a.send(&params, &principal).await {
                 Ok(run) => sse(id, run),
                 Err(e) => axum::Json(rpc_error(&id, e)).into_response(),
             }
         }
-        "GetTask" => a2a.get(&params),
-        "CancelTask" => a2a.cancel(&params),
+        "GetTask" => a2a.get(&params, &principal),
+        "CancelTask" => a2a.cancel(&params, &principal).await,
         other => Err(RpcError(
             -32601,
             format!(
@@ -464,8 +632,108 @@ fn waiting(paused: &PausedRun) -> String {
     )
 }
 
+/// The store session of `principal`'s context `context_id`: a client-chosen context id names a
+/// conversation of its own caller only, whatever another caller named.
+fn session_key(principal: &Principal, context_id: &str) -> String {
+    format!("a2a:{}:{context_id}", principal.key_hex())
+}
+
+/// The error for a task that is not there, or not the caller's (the same: another caller's
+/// task is never confirmed to exist).
+fn not_found(id: &str) -> RpcError {
+    RpcError(-32001, format!("task {id:?} not found"))
+}
+
+/// What a run's stream has told its client of the answer artifact, so that the chunks the
+/// client joins (`append`, `lastChunk`) end equal to the task's answer (what `GetTask` gives).
+///
+/// Each text delta goes out at once. A new turn's text (or a retried turn's) replaces the
+/// artifact: its first chunk has `append: false`. The run's end sends the last chunk
+/// (`lastChunk: true`): an empty text part appended when what was streamed is the answer,
+/// else the whole answer replacing it.
+#[derive(Debug, Default)]
+struct AnswerChunks {
+    /// The artifact as the client holds it, from the chunks sent.
+    sent: String,
+    /// A chunk was sent.
+    started: bool,
+    /// The next chunk replaces the artifact.
+    replace_next: bool,
+    /// A chunk was not sent (the run was being cancelled): the client's copy is behind.
+    lost: bool,
+}
+
+impl AnswerChunks {
+    /// A text delta: the chunk to send, and whether it appends.
+    fn push(&mut self, text: &str) -> (String, bool) {
+        let append = self.started && !self.replace_next;
+        self.started = true;
+        self.replace_next = false;
+        if append {
+            self.sent.push_str(text);
+        } else {
+            self.sent = text.to_owned();
+        }
+        (text.to_owned(), append)
+    }
+
+    /// The artifact as the client holds it.
+    fn current(&self) -> &str {
+        &self.sent
+    }
+
+    /// The last chunk pushed did not reach the client.
+    fn lost(&mut self) {
+        self.lost = true;
+    }
+
+    /// A new turn, or a turn sent again: its text replaces what was streamed.
+    fn new_turn(&mut self) {
+        if self.started {
+            self.replace_next = true;
+        }
+    }
+
+    /// The last chunk, making the artifact `answer`; none when nothing was streamed and there
+    /// is no answer.
+    fn last(&mut self, answer: &str) -> Option<(String, bool)> {
+        if !self.started && answer.is_empty() {
+            return None;
+        }
+        let last = if self.started && !self.lost && self.sent == answer {
+            (String::new(), true)
+        } else {
+            (answer.to_owned(), false)
+        };
+        self.started = true;
+        self.sent = answer.to_owned();
+        Some(last)
+    }
+
+    /// A chunk as a stream event.
+    fn event(task_id: &str, context_id: &str, (text, append): (String, bool), last: bool) -> Value {
+        json!({"artifactUpdate": {"taskId": task_id, "contextId": context_id,
+            "artifact": {"artifactId": "answer", "name": "answer", "parts": [{"text": text}]},
+            "append": append, "lastChunk": last}})
+    }
+}
+
+/// Forwards `event` to the stream's client, unless the run is being cancelled: then nothing
+/// more but the last chunk and the terminal status go out, and a client that does not read
+/// does not hold the run up. `false` when the event was not sent for that.
+async fn forward(tx: &mpsc::Sender<Value>, control: &RunControl, event: Value) -> bool {
+    if control.is_cancelled() {
+        return false;
+    }
+    tokio::select! {
+        // A client gone away does not stop the task: sends to it are ignored.
+        _ = tx.send(event) => true,
+        () = control.cancelled() => false,
+    }
+}
+
 impl A2a {
-    fn get(&self, params: &Value) -> Result<Value, RpcError> {
+    fn get(&self, params: &Value, principal: &Principal) -> Result<Value, RpcError> {
         let id = params
             .get("id")
             .and_then(Value::as_str)
@@ -474,34 +742,48 @@ impl A2a {
         let record = tasks
             .records
             .get(id)
-            .ok_or_else(|| RpcError(-32001, format!("task {id:?} not found")))?;
+            .filter(|r| r.owner == principal.id())
+            .ok_or_else(|| not_found(id))?;
         Ok(task_json(id, record))
     }
 
-    fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
+    /// Cancels a task, and answers once its run has stopped: no tool of it starts after the
+    /// answer.
+    async fn cancel(&self, params: &Value, principal: &Principal) -> Result<Value, RpcError> {
         let id = params
             .get("id")
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::params("`id` (the task's id) is required"))?;
-        let mut tasks = lock(&self.tasks);
-        let record = tasks
-            .records
-            .get_mut(id)
-            .ok_or_else(|| RpcError(-32001, format!("task {id:?} not found")))?;
-        if record.state.is_over() {
-            return Err(RpcError(
-                -32002,
-                format!(
-                    "task {id:?} is over ({}): it cannot be cancelled",
-                    record.state.name()
-                ),
-            ));
-        }
-        if let Some(handle) = record.handle.take() {
-            handle.cancel();
-        }
-        record.state = TaskState::Canceled;
-        record.status = Some("cancelled by the client".to_owned());
+        let run = {
+            let mut tasks = lock(&self.tasks);
+            let record = tasks
+                .records
+                .get_mut(id)
+                .filter(|r| r.owner == principal.id())
+                .ok_or_else(|| not_found(id))?;
+            if record.state.is_over() {
+                return Err(RpcError(
+                    -32002,
+                    format!(
+                        "task {id:?} is over ({}): it cannot be cancelled",
+                        record.state.name()
+                    ),
+                ));
+            }
+            match record.run.clone() {
+                Some(run) => run,
+                None => {
+                    // Nothing runs (a pause waiting for its answer): cancelled at once.
+                    record.state = TaskState::Canceled;
+                    record.status = Some("cancelled by the client".to_owned());
+                    return Ok(task_json(id, record));
+                }
+            }
+        };
+        run.request_cancel();
+        run.wait_stopped().await;
+        let tasks = lock(&self.tasks);
+        let record = tasks.records.get(id).ok_or_else(|| not_found(id))?;
         Ok(task_json(id, record))
     }
 
@@ -509,16 +791,13 @@ impl A2a {
     /// reply, or a new run on the message.
     async fn start(
         &self,
-        context_id: &str,
+        session: &str,
         resuming: bool,
         task_id: &str,
         text: &str,
     ) -> Result<(futures::stream::BoxStream<'static, AgentEvent>, AgentHandle), RpcError> {
         let internal = |e: agent_loop::Error| RpcError(-32603, format!("the agent: {e}"));
-        let mut agent = self
-            .service
-            .agent_in_session(context_id)
-            .map_err(internal)?;
+        let mut agent = self.service.agent_in_session(session).map_err(internal)?;
         let paused = agent.load_session().await.map_err(internal)?;
         let events = match (resuming, paused) {
             (true, Some(paused)) => {
@@ -536,7 +815,7 @@ impl A2a {
     }
 
     /// Starts the run a message asks for: a new task, or the answer to a paused one.
-    async fn send(&self, params: &Value) -> Result<Run, RpcError> {
+    async fn send(&self, params: &Value, principal: &Principal) -> Result<Run, RpcError> {
         let message = params
             .get("message")
             .filter(|m| m.is_object())
@@ -551,13 +830,15 @@ impl A2a {
                 ),
             )
         })?;
+        let control = RunControl::new();
         let (task_id, context_id, resuming) = match message.get("taskId").and_then(Value::as_str) {
             Some(task_id) if !task_id.is_empty() => {
                 let mut tasks = lock(&self.tasks);
                 let record = tasks
                     .records
                     .get_mut(task_id)
-                    .ok_or_else(|| RpcError(-32001, format!("task {task_id:?} not found")))?;
+                    .filter(|r| r.owner == principal.id())
+                    .ok_or_else(|| not_found(task_id))?;
                 if record.state != TaskState::InputRequired {
                     return Err(RpcError::params(format!(
                         "task {task_id:?} takes no message: it is {} (send a message without \
@@ -565,32 +846,43 @@ impl A2a {
                         record.state.name()
                     )));
                 }
-                // Claimed: a second answer arriving meanwhile is refused.
+                // Claimed: a second answer arriving meanwhile is refused, and a cancel
+                // waits for this run.
                 record.state = TaskState::Working;
+                record.run = Some(control.clone());
                 (task_id.to_owned(), record.context_id.clone(), true)
             }
             _ => {
-                let context = message
-                    .get("contextId")
-                    .and_then(Value::as_str)
-                    .filter(|c| !c.is_empty())
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| crate::fresh_id("ctx-"));
+                let context = match message.get("contextId").and_then(Value::as_str) {
+                    Some(c) if c.len() > MAX_CONTEXT_ID_BYTES => {
+                        return Err(RpcError::params(format!(
+                            "the contextId is longer than {MAX_CONTEXT_ID_BYTES} bytes"
+                        )))
+                    }
+                    Some(c) if !c.is_empty() => c.to_owned(),
+                    _ => crate::fresh_id("ctx-"),
+                };
                 (crate::fresh_id("task-"), context, false)
             }
         };
-        let started = self.start(&context_id, resuming, &task_id, &text).await;
+        let session = session_key(principal, &context_id);
+        let started = self.start(&session, resuming, &task_id, &text).await;
         let (events, handle) = match started {
             Ok(started) => started,
             Err(e) => {
                 if resuming {
                     if let Some(record) = lock(&self.tasks).records.get_mut(&task_id) {
-                        record.state = TaskState::InputRequired;
+                        record.run = None;
+                        if record.state == TaskState::Working {
+                            record.state = TaskState::InputRequired;
+                        }
                     }
                 }
+                control.mark_stopped();
                 return Err(e);
             }
         };
+        control.set_handle(handle);
         let mut user = message.clone();
         user["taskId"] = json!(task_id);
         user["contextId"] = json!(context_id);
@@ -598,21 +890,25 @@ impl A2a {
             let mut tasks = lock(&self.tasks);
             match tasks.records.get_mut(&task_id) {
                 Some(record) => {
-                    record.state = TaskState::Working;
-                    record.status = None;
+                    // Cancelled while it started: the run is (its handle was cancelled).
+                    if record.state != TaskState::Canceled {
+                        record.state = TaskState::Working;
+                        record.status = None;
+                    }
                     record.history.push(user);
-                    record.handle = Some(handle);
                 }
                 None => {
                     let record = TaskRecord {
+                        owner: principal.id().to_owned(),
                         context_id: context_id.clone(),
                         state: TaskState::Submitted,
                         status: None,
                         answer: String::new(),
                         history: vec![user],
-                        handle: Some(handle),
+                        run: Some(control.clone()),
                     };
                     if !tasks.insert(task_id.clone(), record) {
+                        control.mark_stopped();
                         return Err(RpcError(
                             -32603,
                             format!("{MAX_TASKS} tasks are still going: try again later"),
@@ -630,9 +926,9 @@ impl A2a {
         };
         tokio::spawn(async move {
             let _slot = slot;
-            // A client gone away does not stop the task: sends to it are ignored.
+            let _stopped = StoppedOnDrop(control.clone());
             if let Some(task) = first {
-                let _ = tx.send(json!({ "task": task })).await;
+                forward(&tx, &control, json!({ "task": task })).await;
             }
             let status = |state: TaskState, text: Option<&str>| {
                 let mut status = json!({"state": state.name()});
@@ -641,29 +937,38 @@ impl A2a {
                 }
                 json!({"statusUpdate": {"taskId": id, "contextId": context, "status": status}})
             };
-            let _ = tx.send(status(TaskState::Working, None)).await;
+            forward(&tx, &control, status(TaskState::Working, None)).await;
             if let Some(record) = lock(&tasks).records.get_mut(&id) {
                 if record.state == TaskState::Submitted {
                     record.state = TaskState::Working;
                 }
             }
+            let mut chunks = AnswerChunks::default();
             let mut events = events;
             while let Some(event) = events.next().await {
                 match event {
                     AgentEvent::TextDelta { text } if !text.is_empty() => {
+                        let chunk = chunks.push(&text);
                         if let Some(record) = lock(&tasks).records.get_mut(&id) {
-                            record.answer.push_str(&text);
+                            record.answer = chunks.current().to_owned();
                         }
-                        let update = json!({"artifactUpdate": {"taskId": id, "contextId": context,
-                            "artifact": {"artifactId": "answer", "name": "answer",
-                                "parts": [{"text": text}]},
-                            "append": true, "lastChunk": false}});
-                        let _ = tx.send(update).await;
+                        let event = AnswerChunks::event(&id, &context, chunk, false);
+                        if !forward(&tx, &control, event).await {
+                            chunks.lost();
+                        }
                     }
-                    // Text of a turn sent again: what was streamed of it is replaced.
-                    AgentEvent::Retry { .. } | AgentEvent::Fallback { .. } => {}
+                    // A turn's text replaces the turn before's; a turn sent again, what was
+                    // streamed of it.
+                    AgentEvent::TurnStart { .. }
+                    | AgentEvent::Retry { .. }
+                    | AgentEvent::Fallback { .. } => chunks.new_turn(),
                     AgentEvent::Finished(outcome) => {
+                        let cancelled = control.is_cancelled();
                         let (state, why) = match &outcome.termination {
+                            _ if cancelled => (
+                                TaskState::Canceled,
+                                Some("cancelled by the client".to_owned()),
+                            ),
                             Termination::Completed => (TaskState::Completed, None),
                             Termination::Cancelled => {
                                 (TaskState::Canceled, Some("cancelled".to_owned()))
@@ -679,22 +984,29 @@ impl A2a {
                                 Some(format!("the agent stopped before finishing: {other:?}")),
                             ),
                         };
-                        let update = {
-                            let mut tasks = lock(&tasks);
-                            tasks.records.get_mut(&id).map(|record| {
-                                record.handle = None;
-                                // A task cancelled by the client stays cancelled.
-                                if record.state != TaskState::Canceled {
-                                    record.state = state;
-                                    record.status = why;
-                                    record.answer = outcome.final_text.clone();
-                                }
-                                (record.state, record.status.clone())
-                            })
+                        let answer = match state {
+                            TaskState::Canceled => chunks.current().to_owned(),
+                            _ => outcome.final_text.clone(),
                         };
-                        if let Some((state, why)) = update {
-                            let _ = tx.send(status(state, why.as_deref())).await;
+                        let last = chunks.last(&answer);
+                        {
+                            let mut tasks = lock(&tasks);
+                            if let Some(record) = tasks.records.get_mut(&id) {
+                                record.run = None;
+                                record.state = state;
+                                record.status = why.clone();
+                                record.answer = answer;
+                            }
                         }
+                        // Stopped: a waiting CancelTask answers now, and the stream's client
+                        // gets the rest, the terminal status last.
+                        control.mark_stopped();
+                        if let Some(chunk) = last {
+                            let _ = tx
+                                .send(AnswerChunks::event(&id, &context, chunk, true))
+                                .await;
+                        }
+                        let _ = tx.send(status(state, why.as_deref())).await;
                     }
                     _ => {}
                 }
@@ -833,12 +1145,13 @@ mod tests {
 
     fn record(state: TaskState) -> TaskRecord {
         TaskRecord {
+            owner: "local".to_owned(),
             context_id: "ctx".to_owned(),
             state,
             status: None,
             answer: String::new(),
             history: Vec::new(),
-            handle: None,
+            run: None,
         }
     }
 

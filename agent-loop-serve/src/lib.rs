@@ -27,18 +27,51 @@
 //! `{"error": {…}}` body), never a panic; a request past the limits is refused at once (413
 //! for a body too large, 429 when every run slot is taken), never queued without bound.
 //!
-//! ```
-//! use std::sync::Arc;
-//! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
-//! use agent_loop::{Agent, LlmClient};
-//! use agent_loop_serve::{AgentService, Limits};
+//! Callers: every router asks the service's [authenticator](AgentService::authenticate) who
+//! made each request ([`auth`]: bearer tokens built in, or a principal from the host's own
+//! tower layer) and refuses the others in its protocol's way; what a caller makes (A2A tasks
+//! and contexts, MCP sessions and parked runs) is its own, and ids are unguessable. With no
+//! authenticator a service answers loopback peers only, unless the host calls
+//! [`allow_anonymous`](AgentService::allow_anonymous).
 //!
-//! let model: Arc<dyn LlmClient> = Arc::new(ScriptedClient::new([ScriptedResponse::text("Hi!")]));
-//! let service = AgentService::new(move || Agent::builder(model.clone()).system("Be brief."))
-//!     .limits(Limits::new().max_body_bytes(256 * 1024).max_concurrent_runs(8));
+//! ```
+//! use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+//! use agent_loop::Agent;
+//! use agent_loop_serve::auth::{BearerTokens, Principal};
+//! use agent_loop_serve::{AgentService, Limits};
+//! use axum::body::Body;
+//! use axum::http::Request;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Each run gets a fresh agent, with a fresh model (here a scripted one, offline).
+//! let service = AgentService::new(|| {
+//!     Agent::builder(ScriptedClient::new([ScriptedResponse::text("Hi!")])).system("Be brief.")
+//! })
+//! .authenticate(BearerTokens::new().token("s3cret", Principal::new("alice")))
+//! .limits(Limits::new().max_body_bytes(256 * 1024).max_concurrent_runs(8));
 //! let router: axum::Router = agent_loop_serve::responses::router(&service);
 //! // axum::serve(tokio::net::TcpListener::bind("127.0.0.1:8080").await?, router).await?;
-//! # drop(router);
+//!
+//! for _ in 0..2 {
+//!     let request = Request::post("/v1/responses")
+//!         .header("authorization", "Bearer s3cret")
+//!         .header("content-type", "application/json")
+//!         .body(Body::from(r#"{"model": "agent", "input": "Hello?"}"#))
+//!         .unwrap();
+//!     let response = router.clone().oneshot(request).await.unwrap();
+//!     assert_eq!(response.status(), 200);
+//!     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+//!     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+//!     assert_eq!(body["output"][0]["content"][0]["text"], "Hi!");
+//! }
+//! // No token: 401, with OpenAI's error body.
+//! let request = Request::post("/v1/responses")
+//!     .body(Body::from(r#"{"model": "agent", "input": "Hello?"}"#))
+//!     .unwrap();
+//! assert_eq!(router.oneshot(request).await.unwrap().status(), 401);
+//! # }
 //! ```
 //!
 //! [Open Responses]: https://www.openresponses.org
@@ -50,8 +83,14 @@
     allow(dead_code)
 )]
 
+/// The guide's page on serving (docs/guide/serving.md), its examples compiled as doctests.
+#[cfg(all(doctest, feature = "responses", feature = "mcp", feature = "a2a"))]
+#[doc = include_str!("../../docs/guide/serving.md")]
+pub struct GuideServingDoctests;
+
 #[cfg(feature = "a2a")]
 pub mod a2a;
+pub mod auth;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "responses")]
@@ -63,6 +102,8 @@ use std::sync::Arc;
 use agent_loop::session::{MemoryStore, SessionStore};
 use agent_loop::{Agent, AgentBuilder, Error};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::auth::{Access, Authenticator};
 
 /// Builds the agent of one run. Each request gets a fresh agent: its conversation is what
 /// the request carries (Open Responses), or its session's (A2A: the service gives the builder
@@ -144,13 +185,20 @@ pub struct AgentService {
     limits: Limits,
     runs: Arc<Semaphore>,
     sessions: Arc<dyn SessionStore>,
+    access: Access,
 }
 
 impl fmt::Debug for AgentService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let access = match self.access {
+            Access::LoopbackOnly => "loopback peers only",
+            Access::Anyone => "anyone (allow_anonymous)",
+            Access::Authenticated(_) => "authenticated callers",
+        };
         f.debug_struct("AgentService")
             .field("limits", &self.limits)
             .field("free_run_slots", &self.runs.available_permits())
+            .field("access", &access)
             .finish_non_exhaustive()
     }
 }
@@ -164,7 +212,44 @@ impl AgentService {
             runs: Arc::new(Semaphore::new(limits.max_concurrent_runs)),
             limits,
             sessions: Arc::new(MemoryStore::new()),
+            access: Access::LoopbackOnly,
         }
+    }
+
+    /// Who may call: every request of every router over this service is first given to
+    /// `authenticator`, which names its [`Principal`](auth::Principal) or refuses it (each
+    /// protocol answers a refusal its own way: see [`auth`]). What a caller makes (A2A tasks
+    /// and contexts, MCP sessions and parked runs) is then its own; another caller is told
+    /// "not found".
+    ///
+    /// Without an authenticator a service serves loopback peers only (see [`auth`]), all as
+    /// one principal. A host whose own tower layer authenticates passes its principal on with
+    /// [`auth::FromExtension`].
+    ///
+    /// ```
+    /// use agent_loop::testing::{ScriptedClient, ScriptedResponse};
+    /// use agent_loop::Agent;
+    /// use agent_loop_serve::auth::{BearerTokens, Principal};
+    /// use agent_loop_serve::AgentService;
+    ///
+    /// let service = AgentService::new(|| {
+    ///     Agent::builder(ScriptedClient::new([ScriptedResponse::text("Hi!")]))
+    /// })
+    /// .authenticate(BearerTokens::new().token("s3cret", Principal::new("alice")));
+    /// # drop(service);
+    /// ```
+    pub fn authenticate(mut self, authenticator: impl Authenticator) -> Self {
+        self.access = Access::Authenticated(Arc::new(authenticator));
+        self
+    }
+
+    /// Serves any caller, from any address, without authentication, all of them as the one
+    /// principal [`Principal::local`](auth::Principal::local): they share every task,
+    /// context and session. For a trusted network, or a host whose layer in front decides
+    /// who gets through; replaces an [`authenticate`](Self::authenticate).
+    pub fn allow_anonymous(mut self) -> Self {
+        self.access = Access::Anyone;
+        self
     }
 
     /// The store the conversations of stateful protocols (A2A's tasks) are kept in; a
@@ -185,6 +270,15 @@ impl AgentService {
     /// The service's limits.
     pub fn current_limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Who may call.
+    #[cfg_attr(
+        not(any(feature = "responses", feature = "mcp", feature = "a2a")),
+        allow(dead_code)
+    )]
+    pub(crate) fn access(&self) -> &Access {
+        &self.access
     }
 
     /// A run slot, or `None` when every slot is taken.
@@ -217,16 +311,5 @@ pub(crate) fn unix_seconds() -> u64 {
         .unwrap_or(0)
 }
 
-/// A fresh id with `prefix`: the clock's nanoseconds and a process-wide counter, in hex
-/// (unique within a process; not a secret).
-#[cfg_attr(not(any(feature = "responses", feature = "a2a")), allow(dead_code))]
-pub(crate) fn fresh_id(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    format!("{prefix}{nanos:x}{n:04x}")
-}
+#[allow(unused_imports)]
+pub(crate) use auth::fresh_id;

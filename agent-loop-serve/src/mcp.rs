@@ -29,15 +29,20 @@
 //! between the two requests: in this process's memory, at most [`MAX_PARKED_RUNS`] at once
 //! (the oldest dropped first), holding no run slot; several server processes behind one
 //! address need the retry routed to the process that parked the run. The `requestState` names the parked run
-//! (an unguessable handle, not the run itself); one that names no parked run (forged, already
-//! answered, dropped) is refused with JSON-RPC invalid params. A retry whose `inputResponses`
+//! (128 bits from the OS's CSPRNG, not the run itself) and belongs to the principal whose call
+//! parked it; one that names no parked run of the caller's (forged, already answered,
+//! dropped, or another principal's) is refused with JSON-RPC invalid params. A retry whose `inputResponses`
 //! lack an answer asks again (under a new `requestState`); one while every run slot is taken
 //! answers `isError: true` and leaves the run parked under the same `requestState`, to retry.
 //! A retry's `arguments` are not read: the run is the parked one. The official TypeScript SDK 1.32.2 speaks up to 2025-11-25 (it
 //! gets elicitation); `rmcp`'s client with `ClientLifecycleMode::Discover` speaks 2026-07-28.
 //!
+//! Callers: over HTTP, the service's [authenticator](crate::AgentService::authenticate) names
+//! the caller of every request (see [`AgentMcpServer::router`]); a session and a parked run
+//! belong to the principal that made them, and another principal is told they do not exist.
+//!
 //! Limits: each MCP session (one per `initialize` over HTTP) is rmcp's, closed after 5 minutes
-//! idle (the crate sets no cap on how many are open at once); a request body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is
+//! idle, at most [`MAX_SESSIONS`] open at once (the oldest closed first); a request body past [`Limits::max_body_bytes`](crate::Limits::max_body_bytes) is
 //! refused by the transport (413); a call while every run slot is taken answers
 //! `isError: true` at once.
 
@@ -60,7 +65,12 @@ use rmcp::{ErrorData as McpError, Peer, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::auth::{Owners, Principal, Refusal};
 use crate::AgentService;
+
+/// How many MCP sessions (over streamable HTTP) a router keeps, at most: past it the oldest is
+/// closed (its client gets 404 and starts a new one, as the spec says).
+pub const MAX_SESSIONS: usize = 1024;
 
 /// How many runs paused on a 2026-07-28 `input_required` result are kept, waiting for the
 /// client's retry, at most; past it the oldest is dropped (its `requestState` is then refused).
@@ -81,6 +91,8 @@ pub const DEFAULT_TOOL_NAME: &str = "ask_agent";
 /// A run paused on an `input_required` result: its agent (holding the conversation) and what
 /// it waits for.
 struct ParkedRun {
+    /// The id of the principal whose call parked it: only its retry resumes it.
+    owner: String,
     agent: Agent,
     paused: PausedRun,
 }
@@ -115,21 +127,32 @@ impl Parked {
         self.runs.push_back((state, run));
     }
 
-    /// Takes the run parked under `state`, if any.
-    fn take(&mut self, state: &str) -> Option<ParkedRun> {
-        let at = self.runs.iter().position(|(s, _)| s == state)?;
+    /// Takes the run `principal` parked under `state`, if any (another principal's is left
+    /// where it is, and not found).
+    fn take(&mut self, state: &str, principal: &Principal) -> Option<ParkedRun> {
+        let at = self
+            .runs
+            .iter()
+            .position(|(s, run)| s == state && run.owner == principal.id())?;
         self.runs.remove(at).map(|(_, run)| run)
     }
 }
 
-/// A handle another client cannot guess: the process-unique id and 128 bits from two
-/// randomly keyed hashers.
+/// A handle another client cannot guess: 128 bits from the OS's CSPRNG.
 fn unguessable_id() -> String {
-    use std::hash::BuildHasher;
-    let id = crate::fresh_id("run_");
-    let a = std::collections::hash_map::RandomState::new().hash_one(&id);
-    let b = std::collections::hash_map::RandomState::new().hash_one((&id, a));
-    format!("{id}{a:016x}{b:016x}")
+    crate::fresh_id("run_")
+}
+
+/// The caller of an MCP request: the principal the router's authenticator put in the HTTP
+/// request (rmcp hands the request's head to the handler); over stdio, the one client that
+/// started the process, [`Principal::local`].
+fn principal_of(context: &RequestContext<RoleServer>) -> Principal {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .cloned()
+        .unwrap_or_else(Principal::local)
 }
 
 /// Where a stretch of a run ended.
@@ -162,20 +185,81 @@ impl AgentMcpServer {
     /// session gets its own handler; requests are bounded by the service's body limit, and
     /// only loopback `Host` headers are taken (rmcp's DNS-rebinding guard; put the server
     /// behind a proxy that sets them to serve further).
+    ///
+    /// Every request is first given to the service's
+    /// [authenticator](crate::AgentService::authenticate); a refused one gets 401 (or 403)
+    /// with `WWW-Authenticate: Bearer error="invalid_token", error_description="…"`, as the
+    /// MCP authorization spec asks. A session belongs to the principal that opened it: a
+    /// request naming another principal's session (`Mcp-Session-Id`) gets 404, as an unknown
+    /// session does, and at most [`MAX_SESSIONS`] are open at once (the oldest closed first).
+    /// `DELETE` of a session answers 200 (rmcp's own answer is 202, which the Python `mcp`
+    /// client reports as a failed termination).
     pub fn router(&self, path: &str) -> axum::Router {
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::streamable_http_server::session::SessionManager;
         use rmcp::transport::streamable_http_server::{
             StreamableHttpServerConfig, StreamableHttpService,
         };
         let server = self.clone();
         let config = StreamableHttpServerConfig::default()
             .with_max_request_body_bytes(self.service.current_limits().body_bytes());
-        let service = StreamableHttpService::new(
-            move || Ok(server.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
-        axum::Router::new().route_service(path, service)
+        let sessions = Arc::new(LocalSessionManager::default());
+        let service =
+            StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
+        let owners = Arc::new(Mutex::new(Owners::new(MAX_SESSIONS)));
+        let router = axum::Router::new()
+            .route_service(path, service)
+            .route_layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let (owners, sessions) = (owners.clone(), sessions.clone());
+                    async move {
+                        let lock = || owners.lock().unwrap_or_else(|e| e.into_inner());
+                        let principal = request
+                            .extensions()
+                            .get::<Principal>()
+                            .cloned()
+                            .unwrap_or_else(Principal::local);
+                        let session = request
+                            .headers()
+                            .get(SESSION_HEADER)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        if let Some(id) = &session {
+                            if !lock().is_owned_by(id, &principal) {
+                                return session_not_found();
+                            }
+                        }
+                        let delete = request.method() == axum::http::Method::DELETE;
+                        let mut response = next.run(request).await;
+                        match &session {
+                            None => {
+                                let opened = response
+                                    .headers()
+                                    .get(SESSION_HEADER)
+                                    .and_then(|v| v.to_str().ok());
+                                if let Some(opened) = opened {
+                                    let closed = lock().insert(opened.to_owned(), &principal);
+                                    for id in closed {
+                                        let sessions = sessions.clone();
+                                        tokio::spawn(async move {
+                                            let _ = sessions.close_session(&id.into()).await;
+                                        });
+                                    }
+                                }
+                            }
+                            Some(id) if delete && response.status().is_success() => {
+                                lock().remove(id);
+                                if response.status() == axum::http::StatusCode::ACCEPTED {
+                                    *response.status_mut() = axum::http::StatusCode::OK;
+                                }
+                            }
+                            Some(_) => {}
+                        }
+                        response
+                    }
+                },
+            ));
+        crate::auth::guard(router, self.service.access().clone(), refused)
     }
 
     /// Serves one client over this process's standard input and output until it closes.
@@ -241,7 +325,13 @@ impl AgentMcpServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let slot = self.slot();
-        let Some(ParkedRun { mut agent, paused }) = self.parked().take(state) else {
+        let principal = principal_of(context);
+        let Some(ParkedRun {
+            owner,
+            mut agent,
+            paused,
+        }) = self.parked().take(state, &principal)
+        else {
             return Err(McpError::invalid_params(
                 "requestState names no paused run here: it was answered already, dropped, or \
                  never issued by this server",
@@ -252,8 +342,14 @@ impl AgentMcpServer {
             Ok(slot) => slot,
             Err(why) => {
                 // Parked again under the same state: the same retry works once a slot is free.
-                self.parked()
-                    .keep(state.to_owned(), ParkedRun { agent, paused });
+                self.parked().keep(
+                    state.to_owned(),
+                    ParkedRun {
+                        owner,
+                        agent,
+                        paused,
+                    },
+                );
                 return Ok(error_result(why));
             }
         };
@@ -264,7 +360,7 @@ impl AgentMcpServer {
             .collect();
         let answers = match answers_from(&waiting, responses) {
             Answers::All(answers) => answers,
-            Answers::Missing => return Ok(self.park(agent, paused)),
+            Answers::Missing => return Ok(self.park(agent, paused, context)),
             Answers::Cancelled => {
                 return Ok(error_result(
                     "the run waited for an answer, and the user cancelled".to_owned(),
@@ -298,7 +394,7 @@ impl AgentMcpServer {
             }
             if speaks_input_required(context) {
                 drop(slot);
-                return self.park(agent, *paused);
+                return self.park(agent, *paused, context);
             }
             let answers = tokio::select! {
                 () = context.ct.cancelled() => {
@@ -317,16 +413,51 @@ impl AgentMcpServer {
 
     /// Parks `agent` paused at `paused` and answers with the `input_required` result asking
     /// for what it waits for.
-    fn park(&self, agent: Agent, paused: PausedRun) -> CallToolResponse {
+    fn park(
+        &self,
+        agent: Agent,
+        paused: PausedRun,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
         let requests = input_requests(&paused);
         match requests {
             Ok(requests) => {
-                let state = self.parked().park(ParkedRun { agent, paused });
+                let owner = principal_of(context).id().to_owned();
+                let state = self.parked().park(ParkedRun {
+                    owner,
+                    agent,
+                    paused,
+                });
                 InputRequiredResult::new(Some(requests), Some(state)).into()
             }
             Err(why) => error_result(why),
         }
     }
+}
+
+/// The header naming an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// What rmcp answers for a session it does not know; the same for another principal's.
+fn session_not_found() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        "Not Found: Session not found",
+    )
+        .into_response()
+}
+
+/// A refused caller's answer: 401 (with the `WWW-Authenticate` the guard adds) or 403, and a
+/// JSON body saying why (RFC 6750's error names).
+fn refused(refusal: &Refusal) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let error = match refusal.kind() {
+        crate::auth::RefusalKind::Unauthenticated => "invalid_token",
+        _ => "insufficient_scope",
+    };
+    let body = json!({"error": error, "error_description": refusal.message()});
+    (refusal.status(), axum::Json(body)).into_response()
 }
 
 fn error_result(why: String) -> CallToolResponse {

@@ -59,11 +59,33 @@ use serde_json::{json, Map, Value};
 
 use crate::AgentService;
 
-/// The router of the endpoint: `POST /v1/responses`.
+/// The router of the endpoint: `POST /v1/responses`, behind the service's
+/// [authenticator](crate::AgentService::authenticate): a refused caller gets 401 (or 403)
+/// with OpenAI's error body, `{"error": {"message", "type": "invalid_request_error", "param":
+/// null, "code": "invalid_api_key"}}` (`"code": "forbidden"` for a 403), which the `openai`
+/// SDKs raise as `AuthenticationError` (`PermissionDeniedError`). The SDKs send their
+/// `api_key` as `Authorization: Bearer <api_key>`, so [`BearerTokens`](crate::auth::BearerTokens)
+/// fit them as they are.
 pub fn router(service: &AgentService) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/responses", post(create))
-        .with_state(service.clone())
+        .with_state(service.clone());
+    crate::auth::guard(router, service.access().clone(), refused)
+}
+
+/// A refused caller's answer: OpenAI's error body for a bad key (401) or a forbidden caller.
+fn refused(refusal: &crate::auth::Refusal) -> Response {
+    let code = match refusal.kind() {
+        crate::auth::RefusalKind::Unauthenticated => "invalid_api_key",
+        _ => "forbidden",
+    };
+    let body = json!({"error": {
+        "message": refusal.message(),
+        "type": "invalid_request_error",
+        "param": Value::Null,
+        "code": code,
+    }});
+    (refusal.status(), axum::Json(body)).into_response()
 }
 
 /// Why a request is refused: its HTTP status and the OpenAI error body.
@@ -242,12 +264,75 @@ impl ResponsesRequest {
                 ))
             }
         };
+        check_calls_pair_up(&history)?;
         Ok(ResponsesRequest {
             model,
             stream,
             history,
             input,
         })
+    }
+}
+
+/// Refuses a history whose calls and results do not pair up: each `function_call` answered by
+/// one `function_call_output` right after its turn, and each output answering a call of the
+/// turn just before. A client may not hand the agent results for calls it never made, nor
+/// leave a call without its result (the advisory GHSA-jpr8-2v3g-wgf9, on an AG-UI adapter).
+fn check_calls_pair_up(history: &[Message]) -> Result<(), ResponsesError> {
+    let mut open: Vec<&str> = Vec::new();
+    for message in history {
+        let results: Vec<&str> = message
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        if message.role == Role::User || !results.is_empty() {
+            for id in &results {
+                match open.iter().position(|o| o == id) {
+                    Some(at) => {
+                        open.remove(at);
+                    }
+                    None => {
+                        return Err(ResponsesError::invalid(
+                            Some("input"),
+                            format!(
+                                "the function_call_output for call_id {id:?} answers no                                  function_call of the turn before it: send each output right                                  after the assistant turn that made its call"
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(id) = open.first() {
+            return Err(ResponsesError::invalid(
+                Some("input"),
+                format!(
+                    "the function_call with call_id {id:?} has no function_call_output after                      it: send each call's output right after the assistant turn that made it"
+                ),
+            ));
+        }
+        if message.role == Role::Assistant {
+            open = message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
+                    _ => None,
+                })
+                .collect();
+        }
+    }
+    match open.first() {
+        Some(id) => Err(ResponsesError::invalid(
+            Some("input"),
+            format!(
+                "the function_call with call_id {id:?} has no function_call_output after it:                  send each call's output before the new user message"
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

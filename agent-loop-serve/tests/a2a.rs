@@ -18,6 +18,7 @@ async fn served(service: AgentService) -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let card = AgentCard::new("adder", "Adds numbers.", &url);
     let app = router(&service, card);
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     url
 }
@@ -123,6 +124,13 @@ async fn the_client_cancels_a_running_task() {
         return;
     };
     assert_eq!(seen["cancelled"]["state"], "TASK_STATE_CANCELED");
+    // CancelTask answered once the run had stopped: what the stream says after it is the one
+    // terminal state, never WORKING.
+    assert_eq!(
+        seen["after_cancel"],
+        json!(["TASK_STATE_CANCELED"]),
+        "{seen}"
+    );
     assert_eq!(
         seen["states"].as_array().unwrap().last().unwrap(),
         "TASK_STATE_CANCELED"

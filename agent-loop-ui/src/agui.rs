@@ -2004,16 +2004,14 @@ pub async fn respond_with(
         Ok(request) => request,
         Err(e) => return super::http::refusal(super::http::StartError::Request(e)),
     };
+    let key = options.stream_key(request.thread_id());
     if let Some(streams) = options.streams() {
         // The same run asked again (a client that reconnects with no `Last-Event-ID`): its
         // frames from the first, not a second run.
-        if streams
-            .find(request.thread_id(), Some(request.run_id()))
-            .is_some()
-        {
+        if streams.find(&key, Some(request.run_id())).is_some() {
             return super::http::reconnect_response(
                 streams,
-                request.thread_id(),
+                &key,
                 Some(request.run_id()),
                 None,
                 &[],
@@ -2032,14 +2030,7 @@ pub async fn respond_with(
                 encoder = encoder.leaving(paused);
             }
             let frames = sse_body(encode_stream(started.events, encoder, handle.clone()));
-            super::http::run_response(
-                frames,
-                options,
-                request.thread_id(),
-                request.run_id(),
-                handle,
-                &[],
-            )
+            super::http::run_response(frames, options, &key, request.run_id(), handle, &[])
         }
         Err(e) => super::http::refusal(e),
     }
@@ -2061,11 +2052,36 @@ pub fn reconnect(
     headers: &axum::http::HeaderMap,
     body: &[u8],
 ) -> Option<axum::response::Response> {
+    reconnect_key(streams, headers, body, |thread| thread.to_owned())
+}
+
+/// [`reconnect`] to a run kept by [`respond_with`] with these `options`: in their streams,
+/// under their [caller](super::RespondOptions::caller)'s key (another caller's run of the same
+/// thread id is not found). `None` when the options keep no streams or the body names no run
+/// kept for this caller.
+#[cfg(feature = "axum")]
+pub fn reconnect_with(
+    options: &super::RespondOptions,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Option<axum::response::Response> {
+    let streams = options.streams()?;
+    reconnect_key(streams, headers, body, |thread| options.stream_key(thread))
+}
+
+#[cfg(feature = "axum")]
+fn reconnect_key(
+    streams: &super::RunStreams,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+    key: impl FnOnce(&str) -> String,
+) -> Option<axum::response::Response> {
     let request = RunAgentInput::from_slice(body).ok()?;
-    streams.find(request.thread_id(), Some(request.run_id()))?;
+    let key = key(request.thread_id());
+    streams.find(&key, Some(request.run_id()))?;
     Some(super::http::reconnect_response(
         streams,
-        request.thread_id(),
+        &key,
         Some(request.run_id()),
         super::http::last_event_id(headers),
         &[],

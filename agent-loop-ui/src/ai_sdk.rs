@@ -1542,7 +1542,8 @@ pub async fn respond_with(
                 encoder = encoder.leaving(paused);
             }
             let frames = sse_body(encode_stream(started.events, encoder));
-            super::http::run_response(frames, options, request.id(), "", handle, &[STREAM_HEADER])
+            let key = options.stream_key(request.id());
+            super::http::run_response(frames, options, &key, "", handle, &[STREAM_HEADER])
         }
         Err(e) => super::http::refusal(e),
     }
@@ -1561,7 +1562,9 @@ pub async fn respond_with(
 /// - the frames the client needs are no longer kept ([`ReplayLimits`](crate::ReplayLimits)):
 ///   `410 Gone`; an id the run never sent: `400`.
 ///
-/// Every frame carries its id (`id: 7`).
+/// Every frame carries its id (`id: 7`). Runs kept by [`respond_with`] with a
+/// [caller](super::RespondOptions::caller) are found under
+/// [`stream_key`](super::RespondOptions::stream_key)`(chat_id)`: pass that as `chat_id`.
 #[cfg(feature = "axum")]
 pub fn reconnect(
     streams: &super::RunStreams,

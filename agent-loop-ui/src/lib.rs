@@ -227,6 +227,7 @@ pub struct RespondOptions {
     while_paused: NewMessageWhilePaused,
     #[cfg(feature = "axum")]
     streams: Option<RunStreams>,
+    caller: Option<String>,
 }
 
 impl RespondOptions {
@@ -260,6 +261,36 @@ impl RespondOptions {
     #[cfg(feature = "axum")]
     pub fn streams(&self) -> Option<&RunStreams> {
         self.streams.as_ref()
+    }
+
+    /// The caller these requests come from (an authenticated user's key, such as
+    /// `agent_loop_serve`'s `Principal::key_hex()`): runs kept for reconnects are then kept
+    /// under the caller and the chat's or thread's id ([`stream_key`](Self::stream_key)), so
+    /// another caller who names the same id reconnects to nothing. Without it runs are kept
+    /// under the id the client chose alone: anyone who knows a chat id can replay its run.
+    ///
+    /// ```
+    /// use agent_loop_ui::RespondOptions;
+    /// let alice = RespondOptions::new().caller("alice-key");
+    /// let bob = RespondOptions::new().caller("bob-key");
+    /// assert_ne!(alice.stream_key("chat-1"), bob.stream_key("chat-1"));
+    /// assert_eq!(RespondOptions::new().stream_key("chat-1"), "chat-1");
+    /// ```
+    pub fn caller(mut self, key: impl Into<String>) -> Self {
+        self.caller = Some(key.into());
+        self
+    }
+
+    /// The key a run of the chat or thread `id` is kept under in the [`RunStreams`]: `id`,
+    /// or with a [`caller`](Self::caller), the caller's key and `id`. Pass it to
+    /// [`ai_sdk::reconnect`] and to [`RunStreams::steer`], [`RunStreams::stop_after_turn`] and
+    /// [`RunStreams::cancel`] (AG-UI's reconnect: [`agui::reconnect_with`]).
+    pub fn stream_key(&self, id: &str) -> String {
+        match &self.caller {
+            // The caller's length first: no caller and id can run into another pair's key.
+            Some(caller) => format!("{}:{caller}/{id}", caller.len()),
+            None => id.to_owned(),
+        }
     }
 }
 

@@ -13,7 +13,9 @@ pub async fn serve(router: axum::Router) -> String {
         .expect("a loopback port");
     let addr = listener.local_addr().expect("its address");
     tokio::spawn(async move {
-        axum::serve(listener, router)
+        // With the peer's address: a service with no authenticator serves loopback peers only.
+        let app = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app)
             .await
             .expect("the test server runs");
     });

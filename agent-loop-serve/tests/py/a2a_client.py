@@ -97,15 +97,18 @@ async def main():
         )
         out["answered"] = task_summary(answered)
     elif MODE == "cancel":
-        states, cancelled = [], None
+        states, after_cancel, cancelled = [], [], None
         async for response in client.send_message(message("Think forever.")):
             if response.HasField("status_update"):
                 states.append(state(response.status_update.status))
+                if cancelled is not None:
+                    after_cancel.append(state(response.status_update.status))
             elif response.HasField("artifact_update") and cancelled is None:
                 task_id = response.artifact_update.task_id
                 cancelled = task_summary(await client.cancel_task(CancelTaskRequest(id=task_id)))
         out["cancelled"] = cancelled
         out["states"] = states
+        out["after_cancel"] = after_cancel
         out["got"] = task_summary(await client.get_task(GetTaskRequest(id=cancelled["id"])))
     elif MODE == "fail":
         out["task"] = task_summary(await first_task(client, message("hi")))
