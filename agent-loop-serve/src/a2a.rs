@@ -615,9 +615,10 @@ fn waiting(paused: &PausedRun) -> String {
         .pending()
         .iter()
         .map(|c| {
-            let what = match c.waits_for {
-                WaitsFor::Approval => "a verdict",
-                _ => "its result",
+            let what = match (&c.question, c.waits_for) {
+                (Some(question), _) => format!("your answer to {:?}", question.prompt),
+                (None, WaitsFor::Approval) => "a verdict".to_owned(),
+                (None, _) => "its result".to_owned(),
             };
             format!(
                 "{} (call {:?}) with {} waits for {what}",
@@ -627,7 +628,7 @@ fn waiting(paused: &PausedRun) -> String {
         .collect();
     format!(
         "The agent waits: {}. Reply `approve` to approve, anything else to deny (your text is \
-         the reason); a call that waits for its result takes your text as the result.",
+         the reason); a call that waits for its result, or for an answer, takes your text.",
         calls.join("; ")
     )
 }

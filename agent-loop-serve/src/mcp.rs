@@ -568,8 +568,16 @@ impl Progress {
 
 /// The form asking for what `call` waits for.
 fn question(call: &PendingCall) -> Result<ElicitRequestParams, String> {
-    let (message, schema) = match call.waits_for {
-        WaitsFor::Approval => (
+    let (message, schema) = match (&call.question, call.waits_for) {
+        // A tool asked: its question, the answer as text (an elicitation's form takes flat
+        // fields only, whatever shape the tool's own schema has).
+        (Some(asked), _) => (
+            asked.prompt.clone(),
+            json!({"type": "object",
+                "properties": {"result": {"type": "string", "title": "Answer"}},
+                "required": ["result"]}),
+        ),
+        (None, WaitsFor::Approval) => (
             format!(
                 "The agent wants to call {} with {}. Approve?",
                 call.name, call.input
@@ -582,7 +590,7 @@ fn question(call: &PendingCall) -> Result<ElicitRequestParams, String> {
                         "description": "Why not (told to the agent)."}},
                 "required": ["approve"]}),
         ),
-        _ => (
+        (None, _) => (
             format!(
                 "The agent waits for the result of {} with {}.",
                 call.name, call.input

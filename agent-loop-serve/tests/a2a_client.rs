@@ -64,6 +64,8 @@ async fn served(service: AgentService) -> (String, mpsc::UnboundedReceiver<Seen>
     let card = AgentCard::new("adder", "Adds numbers.", &url);
     let (tx, rx) = mpsc::unbounded_channel();
     let app = router(&service, card).layer(axum::middleware::from_fn_with_state(tx, record));
+    // With the peer's address: a service with no authenticator serves loopback peers only.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (url, rx)
 }
@@ -364,6 +366,61 @@ async fn a_remote_question_pauses_our_run_and_a_fresh_agent_answers_it() {
     let task = waiting.question.as_ref().unwrap().data["task_id"].clone();
     let got = rpc(&url, "GetTask", json!({ "id": task })).await;
     assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+/// A served agent whose tool asks ([`ToolError::ask`]): its question is the task's
+/// `input-required` text, so the lead's pause shows it, and the lead's answer reaches the
+/// served tool's re-run.
+#[tokio::test]
+async fn a_served_tools_question_crosses_a2a_into_our_pause_and_its_answer_comes_back() {
+    use agent_loop::tool::Question;
+    let booker = || {
+        FnTool::new(
+            "book",
+            "Books a table.",
+            |_: Value, ctx: agent_loop::ToolContext| async move {
+                match ctx.reply().map(|r| &r.resolution) {
+                    None => Err(ToolError::ask(Question::new("For how many people?"))),
+                    Some(Resolution::Result { content, .. }) => Ok(format!("booked for {content}")),
+                    Some(other) => Err(ToolError::new(format!("not booked: {other:?}"))),
+                }
+            },
+        )
+    };
+    let served_model = Arc::new(ScriptedClient::new([
+        ScriptedResponse::tool_call("call_1", "book", json!({})),
+        ScriptedResponse::text("Booked for 4."),
+    ]));
+    let (url, _seen) = served(AgentService::new(move || {
+        Agent::builder(served_model.clone()).tool(booker())
+    }))
+    .await;
+    let model = lead_model("adder", "Book a table.", "The table is booked.");
+    let remote = RemoteAgent::connect(&url).await.unwrap();
+    let mut lead = Agent::builder(model.clone()).tool(remote).build().unwrap();
+    let (_, termination, _) = collect(lead.run("Book a table")).await;
+    let paused = paused(termination);
+    let waiting = &paused.pending()[0];
+    let prompt = &waiting.question.as_ref().unwrap().prompt;
+    assert!(prompt.contains("For how many people?"), "{prompt}");
+
+    let answer = Resolutions::new().for_call(
+        waiting,
+        Resolution::Result {
+            content: "4".to_owned(),
+            is_error: false,
+        },
+    );
+    let (events, termination, text) = collect(lead.resume(&paused, answer)).await;
+    assert!(
+        matches!(termination, Termination::Completed),
+        "{termination:?}"
+    );
+    assert_eq!(text, "The table is booked.");
+    assert_eq!(
+        result_of(&events, "o1"),
+        Some(("Booked for 4.".to_owned(), false))
+    );
 }
 
 #[tokio::test]

@@ -70,7 +70,9 @@
 //! let service = AgentService::new(|| {
 //!     Agent::builder(ScriptedClient::new([ScriptedResponse::text("Paris.")]))
 //! });
-//! let app = router(&service, AgentCard::new("geographer", "Knows capitals.", &url));
+//! let app = router(&service, AgentCard::new("geographer", "Knows capitals.", &url))
+//!     // The peer's address: a service without an authenticator serves loopback peers only.
+//!     .into_make_service_with_connect_info::<std::net::SocketAddr>();
 //! tokio::spawn(async move { axum::serve(listener, app).await });
 //!
 //! // Our side: the remote agent is a tool named after its card.

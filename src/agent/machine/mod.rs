@@ -1243,7 +1243,8 @@ impl AgentMachine {
             }
             return self.finish(Termination::Error(Error::Llm(error)));
         };
-        tracing::warn!(%error, attempt = retry, ?delay, "model stream broke; re-sending the turn");
+        let logged = loggable(&error, self.config.trace_content);
+        tracing::warn!(error = %logged, attempt = retry, ?delay, "model stream broke; re-sending the turn");
         // The note ends the last user message, so the history stays valid.
         if let Some(note) = note {
             self.context.push(Message::user(note));
@@ -1279,7 +1280,8 @@ impl AgentMachine {
         };
         let from = self.asked_model().to_owned();
         let to = target.name().to_owned();
-        tracing::warn!(%error, %from, %to, "the model failed; moving to the fallback");
+        let logged = loggable(error, self.config.trace_content);
+        tracing::warn!(error = %logged, %from, %to, "the model failed; moving to the fallback");
         self.emit(AgentEvent::Fallback {
             from: from.clone(),
             to: to.clone(),
@@ -2275,6 +2277,18 @@ impl AgentMachine {
         outcome.undelivered = self.steering.take_undelivered();
         self.out.push_back(Action::Finish(outcome));
         State::Finished
+    }
+}
+
+/// What a log line says of `error`: all of it with content capture on
+/// ([`MachineConfig::trace_content`]); without it, nothing the model wrote (a model failure's
+/// message quotes its output, a malformed call's arguments say), only the provider's reason.
+fn loggable(error: &LlmError, content: bool) -> String {
+    match error {
+        LlmError::ModelFailure { reason, .. } if !content => {
+            format!("the model's response failed ({reason})")
+        }
+        _ => error.to_string(),
     }
 }
 
