@@ -19,6 +19,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use crate::common::grammar::grammar_violation;
+use crate::pause::{collect, paused};
 
 /// What each run of the tool saw: its input's `n` and the answer it ran with.
 type Seen = Arc<Mutex<Vec<Option<Resolution>>>>;
@@ -85,22 +86,6 @@ fn script() -> ScriptedClient {
         ),
         ScriptedResponse::text("Sent."),
     ])
-}
-
-async fn collect(stream: impl futures::Stream<Item = AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
-    let events: Vec<AgentEvent> = stream.collect().await;
-    let outcome = match events.last() {
-        Some(AgentEvent::Finished(outcome)) => outcome.clone(),
-        other => panic!("a run ends with Finished, not {other:?}"),
-    };
-    (events, outcome)
-}
-
-fn paused(outcome: &RunOutcome) -> PausedRun {
-    match &outcome.termination {
-        Termination::Paused(paused) => (**paused).clone(),
-        other => panic!("expected a pause, got {other}"),
-    }
 }
 
 /// A fresh agent that resumes `paused` after it went through JSON, as another process would.

@@ -57,7 +57,10 @@ fn builder(client: ScriptedClient, deletes: Arc<AtomicUsize>) -> AgentBuilder {
         .policy(RunPolicy::new().early_read_only_tools(false))
 }
 
-async fn collect(stream: impl futures::Stream<Item = AgentEvent>) -> (Vec<AgentEvent>, RunOutcome) {
+/// A run's events and its outcome (the last event's).
+pub(crate) async fn collect(
+    stream: impl futures::Stream<Item = AgentEvent>,
+) -> (Vec<AgentEvent>, RunOutcome) {
     let events: Vec<AgentEvent> = stream.collect().await;
     let outcome = match events.last() {
         Some(AgentEvent::Finished(outcome)) => outcome.clone(),
@@ -66,7 +69,8 @@ async fn collect(stream: impl futures::Stream<Item = AgentEvent>) -> (Vec<AgentE
     (events, outcome)
 }
 
-fn paused(outcome: &RunOutcome) -> PausedRun {
+/// The paused run an outcome ends with.
+pub(crate) fn paused(outcome: &RunOutcome) -> PausedRun {
     match &outcome.termination {
         Termination::Paused(paused) => (**paused).clone(),
         other => panic!("expected a pause, got {other}"),
