@@ -15,7 +15,6 @@ use agent_loop::{
     Agent, AgentBuilder, AgentEvent, Error, PausedRun, RunOutcome, StopReason, Termination,
     ToolContext, ToolError, ToolRegistry, Usage,
 };
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::common::grammar::grammar_violation;
