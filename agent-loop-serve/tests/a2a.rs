@@ -23,18 +23,6 @@ async fn served(service: AgentService) -> String {
     url
 }
 
-fn add_tool() -> FnTool<
-    Value,
-    impl Fn(Value, agent_loop::ToolContext) -> std::future::Ready<Result<String, ToolError>>
-        + Send
-        + Sync,
-> {
-    FnTool::new("add", "Adds a and b.", |input: Value, _ctx| {
-        let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
-        std::future::ready(Ok::<_, ToolError>(sum.to_string()))
-    })
-}
-
 fn adder(policy: RunPolicy) -> impl Fn() -> AgentBuilder + Send + Sync {
     move || {
         let model = ScriptedClient::new([
@@ -42,7 +30,7 @@ fn adder(policy: RunPolicy) -> impl Fn() -> AgentBuilder + Send + Sync {
             ScriptedResponse::text("2 + 3 = 5"),
         ]);
         Agent::builder(model)
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     }
 }
@@ -95,7 +83,7 @@ async fn a_paused_run_is_input_required_and_a_message_answers_it() {
     ]));
     let url = served(AgentService::new(move || {
         Agent::builder(model.clone())
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     }))
     .await;

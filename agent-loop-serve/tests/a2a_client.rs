@@ -80,18 +80,6 @@ async fn answered(seen: &mut mpsc::UnboundedReceiver<Seen>, method: &str) -> See
     }
 }
 
-fn add_tool() -> FnTool<
-    Value,
-    impl Fn(Value, agent_loop::ToolContext) -> std::future::Ready<Result<String, ToolError>>
-        + Send
-        + Sync,
-> {
-    FnTool::new("add", "Adds a and b.", |input: Value, _ctx| {
-        let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
-        std::future::ready(Ok::<_, ToolError>(sum.to_string()))
-    })
-}
-
 /// The served adder: one model for every request of the service (a resumed run asks it for
 /// its next response), calling `add` then answering.
 fn adder(policy: RunPolicy) -> impl Fn() -> AgentBuilder + Send + Sync {
@@ -101,7 +89,7 @@ fn adder(policy: RunPolicy) -> impl Fn() -> AgentBuilder + Send + Sync {
     ]));
     move || {
         Agent::builder(model.clone())
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     }
 }

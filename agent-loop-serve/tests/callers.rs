@@ -34,25 +34,13 @@ fn tokens() -> BearerTokens {
         .token(BOB, Principal::new("bob"))
 }
 
-fn add_tool() -> FnTool<
-    Value,
-    impl Fn(Value, agent_loop::ToolContext) -> std::future::Ready<Result<String, ToolError>>
-        + Send
-        + Sync,
-> {
-    FnTool::new("add", "Adds a and b.", |input: Value, _ctx| {
-        let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
-        std::future::ready(Ok::<_, ToolError>(sum.to_string()))
-    })
-}
-
 /// A fresh adder per run: `add` 2 and 3, then the answer.
 fn adder() -> AgentBuilder {
     Agent::builder(ScriptedClient::new([
         ScriptedResponse::tool_call("call_1", "add", json!({"a": 2, "b": 3})),
         ScriptedResponse::text("2 + 3 = 5"),
     ]))
-    .tool(add_tool())
+    .tool(common::add_tool())
 }
 
 /// Every protocol over `service` on one router, served on loopback (with the peer's address);
@@ -205,7 +193,7 @@ async fn two_a2a_callers_cannot_reach_each_others_tasks_or_contexts() {
     let runs = model.clone();
     let service = AgentService::new(move || {
         Agent::builder(runs.clone())
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     })
     .authenticate(tokens());
@@ -437,7 +425,7 @@ async fn the_a2a_sdk_joins_the_streamed_chunks_to_what_get_task_returns() {
             ),
             ScriptedResponse::text("Result: 5").chunked(3),
         ]))
-        .tool(add_tool())
+        .tool(common::add_tool())
     })
     .authenticate(tokens());
     let url = serve_all(&service).await;

@@ -20,18 +20,6 @@ use rmcp::model::{
 };
 use serde_json::{json, Value};
 
-fn add_tool() -> FnTool<
-    Value,
-    impl Fn(Value, agent_loop::ToolContext) -> std::future::Ready<Result<String, ToolError>>
-        + Send
-        + Sync,
-> {
-    FnTool::new("add", "Adds a and b.", |input: Value, _ctx| {
-        let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
-        std::future::ready(Ok::<_, ToolError>(sum.to_string()))
-    })
-}
-
 /// An agent that adds: the model calls `add` with 2 and 3, then says what it read.
 fn adder(
     policy: RunPolicy,
@@ -43,7 +31,7 @@ fn adder(
             ScriptedResponse::text(answer),
         ]);
         Agent::builder(model)
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     }
 }
@@ -120,7 +108,7 @@ async fn a_paused_run_asks_by_elicitation_and_the_answer_resumes_it() {
     let policy = approval.clone();
     let service = AgentService::new(move || {
         Agent::builder(model.clone())
-            .tool(add_tool())
+            .tool(common::add_tool())
             .policy(policy.clone())
     });
     let url = served(AgentMcpServer::new(&service)).await;
@@ -423,7 +411,7 @@ async fn a_2026_07_28_retry_while_the_slots_are_taken_keeps_the_run_parked() {
             ]),
         };
         Agent::builder(model)
-            .tool(add_tool())
+            .tool(common::add_tool())
             .tool(hold)
             .policy(RunPolicy::new().require_approval("add"))
     })

@@ -6,6 +6,14 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+/// `add`: adds its input's `a` and `b` (the served agents' one tool).
+pub fn add_tool() -> impl agent_loop::Tool {
+    agent_loop::tool::FnTool::new("add", "Adds a and b.", |input: serde_json::Value, _ctx| {
+        let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
+        std::future::ready(Ok::<_, agent_loop::ToolError>(sum.to_string()))
+    })
+}
+
 /// Serves `router` on a free loopback port; gives its base URL (`http://127.0.0.1:PORT`).
 pub async fn serve(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -1816,9 +1816,7 @@ impl AgentMachine {
         } else if let Some(question) = result.take_question() {
             // The tool asked: the call waits for the host's answer, as a deferred one waits
             // for its result, and runs again with it.
-            if !batch.outside.contains(&i) {
-                batch.outside.push(i);
-            }
+            batch.outside.push(i);
             batch.asked.insert(i, question);
             return self.launch(batch, now);
         }
