@@ -120,12 +120,7 @@ pub mod __fuzz {
         format: WireFormat,
         request: &ModelRequest,
     ) -> Result<serde_json::Value, LlmError> {
-        let body = match format {
-            WireFormat::Anthropic => crate::provider::anthropic::fuzz_encode(request)?,
-            WireFormat::OpenAiResponses => crate::provider::responses::fuzz_encode(request)?,
-            WireFormat::Ollama => crate::provider::ollama::fuzz_encode(request)?,
-            _ => crate::provider::openai::fuzz_encode(request)?,
-        };
+        let body = crate::provider::of(format).encode(request, "fuzz-model")?;
         serde_json::from_slice(&body).map_err(|e| LlmError::InvalidRequest {
             message: format!("the encoded body is not JSON: {e}"),
         })

@@ -542,11 +542,11 @@ fn the_machines_decide_without_a_clock_or_a_runtime() {
     let checked: Vec<&SourceFile> = graph
         .files
         .iter()
-        .filter(|f| machine_room(&f.path) || f.path == "src/provider/attempt.rs")
+        .filter(|f| machine_room(&f.path) || f.path == "src/provider/transport/exchange.rs")
         .collect();
     assert!(
         checked.len() > 2,
-        "the agent machine's room src/agent/machine/ and the attempt machine"
+        "the agent machine's room src/agent/machine/ and the exchange machine"
     );
     for file in checked {
         let path = &file.path;
@@ -564,7 +564,7 @@ fn the_machines_decide_without_a_clock_or_a_runtime() {
                 "{path} uses {forbidden:?}: the machine takes time and I/O from its driver"
             );
         }
-        // The HTTP attempt machine reads reqwest's header and URL types; the agent's reads
+        // The HTTP exchange machine reads reqwest's header and URL types; the agent's reads
         // no HTTP at all.
         if machine_room(path) {
             for forbidden in ["reqwest", "driver::"] {

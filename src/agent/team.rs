@@ -24,9 +24,9 @@ use super::agent::Agent;
 use super::agent::Parts;
 use super::events::{AgentEvent, NestedEvent};
 use super::handle::{AgentHandle, Shared};
+use super::machine::budget::Budget;
 use super::machine::delegate;
 use super::machine::handoff::HandoffFilter;
-use super::machine::spend::Budget;
 use super::path::{AgentPath, PathStep};
 
 /// The longest a sub-agent's run may take by default ([`AgentTool::timeout`]).

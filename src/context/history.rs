@@ -1,4 +1,4 @@
-//! The history invariant (DESIGN.md invariant 4), checked and repaired.
+//! The history invariant (ARCHITECTURE.md invariant 4), checked and repaired.
 //!
 //! A history is valid for every provider when:
 //!

@@ -1,7 +1,7 @@
 //! Memory: the conversation history, its token count, and compaction.
 //!
 //! [`ContextManager`] holds the system prompt and the messages, keeps them valid for every
-//! provider (DESIGN.md invariant 4, see [`validate`](ContextManager::validate)), counts their
+//! provider (ARCHITECTURE.md invariant 4, see [`validate`](ContextManager::validate)), counts their
 //! tokens incrementally, anchors that count to the provider's reported usage, and compacts the
 //! history when it nears the context window.
 //!

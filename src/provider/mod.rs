@@ -4,305 +4,158 @@
 //!  body bytes ─► SseDecoder ─► provider decoder ─► LlmEvent ─► StreamAssembler ─► ModelResponse
 //!               └──────────── WireDecoder ───────────┘
 //! ```
+//!
+//! One folder per wire format (`anthropic`, `openai`, `responses`, `gemini`, `bedrock`,
+//! `ollama`), each registered here once: its arm in `of` and its entry in `ALL`.
 
-use std::pin::Pin;
-use std::sync::Arc;
-
-use futures::Stream;
-use serde::{Deserialize, Serialize};
-
-use crate::error::LlmError;
-use crate::message::{Message, ToolSpec};
-use crate::wire::{LlmEvent, StreamLimits};
-use cache::PromptCache;
-use retry::RetryPolicy;
+use crate::wire::{StreamLimits, WireDecoder, WireFormat};
+use format::Format;
 
 pub mod anthropic;
-mod attempt;
 pub mod bedrock;
 pub mod cache;
+mod client;
 pub mod context_editing;
-pub(crate) mod decoder;
 pub(crate) mod encoded;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub(crate) mod format;
 pub mod gemini;
-pub(crate) mod http;
 pub(crate) mod media_limits;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
+mod model_request;
 pub mod ollama;
 pub mod openai;
-pub(crate) mod pacing;
-pub(crate) mod ratelimit;
 pub(crate) mod responses;
-pub(crate) mod retry;
 mod settings;
 pub mod strict;
 
+pub use client::{LlmClient, LlmStream};
+pub(crate) use model_request::CowStr;
+pub use model_request::{ModelRequest, ToolChoice};
 pub use settings::RequestSettings;
 
-/// How requests travel: retries and their backoff, pacing under a provider's rate limits,
-/// the limits a response reports, and the redirect policy of the HTTP client.
-pub mod transport {
-    pub use super::http::redirect_policy;
-    pub use super::pacing::{Pace, Pacer, PacingLimits, RateLimiter};
-    pub use super::retry::{Jitter, RetryPolicy};
-    pub use crate::error::{Quota, RateLimits};
-}
+pub mod transport;
 
 /// The reqwest version whose `Client` the clients' `http_client` setters take (for example
 /// [`AnthropicClient::http_client`](crate::AnthropicClient::http_client)).
 pub use reqwest;
 
-/// Which tool the model must (or must not) call.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolChoice {
-    /// The model decides (the default).
-    #[default]
-    Auto,
-    /// The model must call some tool.
-    Any,
-    /// The model must not call tools.
-    None,
-    /// The model must call this tool.
-    Tool(String),
-}
-
-/// A JSON string of a payload, borrowed when it has no escapes: the wire decoders' string
-/// type, so a value is copied only when it becomes an event's own `String`.
-#[derive(serde::Deserialize)]
-pub(crate) struct CowStr<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
-
-impl CowStr<'_> {
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub(crate) fn into_string(self) -> String {
-        self.0.into_owned()
+/// The unit of `format`: the registration (a new variant fails to compile until it is here,
+/// and in [`ALL`]).
+pub(crate) fn of(format: WireFormat) -> &'static dyn Format {
+    match format {
+        WireFormat::Anthropic => &anthropic::Anthropic,
+        WireFormat::OpenAiChat => &openai::OpenAiChat,
+        WireFormat::OpenAiResponses => &responses::OpenAiResponses,
+        WireFormat::Gemini => &gemini::Gemini,
+        WireFormat::Bedrock => &bedrock::Bedrock,
+        WireFormat::Ollama => &ollama::Ollama,
     }
 }
 
-/// One request for a model response, in provider-neutral form.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelRequest {
-    /// The model; `None` uses the client's configured model.
-    pub model: Option<String>,
-    /// The system prompt.
-    pub system: Option<String>,
-    /// The conversation, starting with a user message.
-    ///
-    /// Shared, not copied: the agent hands every turn's request the history its
-    /// [`ContextManager`](crate::ContextManager) holds, so building a request costs the same
-    /// at turn 1,000 as at turn 1. Read it through `Deref` (`request.messages.len()`,
-    /// `&request.messages[..]`); change it with [`messages_mut`](Self::messages_mut), which
-    /// copies only if the history is still shared.
-    pub messages: Arc<Vec<Message>>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolSpec>,
-    /// Which tool the model must call, if any.
-    pub tool_choice: ToolChoice,
-    /// The most tokens to generate.
-    pub max_tokens: u32,
-    /// Sampling temperature.
-    pub temperature: Option<f32>,
-    /// Nucleus sampling: the probability mass sampled from.
-    pub top_p: Option<f32>,
-    /// Sequences that stop generation.
-    pub stop_sequences: Vec<String>,
-    /// Whether the model may call several tools in one response (`None`: the provider's
-    /// default, which is yes). Anthropic: `tool_choice.disable_parallel_tool_use`; OpenAI:
-    /// `parallel_tool_calls`. Sent only with tools.
-    pub parallel_tool_calls: Option<bool>,
-    /// An id for the end user, for the provider's abuse monitoring (Anthropic
-    /// `metadata.user_id`, OpenAI `user`).
-    pub user: Option<String>,
-    /// Anthropic extended thinking: the token budget for reasoning (ignored by OpenAI).
-    pub thinking_budget: Option<u32>,
-    /// Provider-specific fields merged into the top level of the request body as they are
-    /// (for example `{"top_k": 5}` or `{"reasoning_effort": "low"}`). A field the crate
-    /// itself sends in this request (`model`, `messages`, `max_tokens`, `temperature` …) may
-    /// not be set here: the request fails with [`LlmError::InvalidRequest`] naming it, rather
-    /// than one of the two values silently winning. Use the typed field instead.
-    pub extra: serde_json::Map<String, serde_json::Value>,
-    /// Prompt caching: where Anthropic `cache_control` breakpoints go (ignored by OpenAI, which
-    /// caches by itself). Default [`PromptCache::default()`]: the last tool, the system prompt
-    /// and the two latest user messages, 5-minute TTL. `None` sends no breakpoint.
-    pub prompt_cache: Option<PromptCache>,
-    /// How the client retries this request when it fails before any content: `None` (the
-    /// default) uses the client's own [`RetryPolicy`]. The agent sends
-    /// `Some(RetryPolicy::none())`, because it decides and counts every retry of a run itself
-    /// (with the same policy type), and reports each as an `AgentEvent::Retry`.
-    pub retry: Option<RetryPolicy>,
-    /// The conversation's cache of encoded messages, when the request was built from one
-    /// (by the agent): a client copies what it holds instead of encoding those messages again.
-    pub(crate) encoded: encoded::EncodedRef,
-    /// Strict tools (Anthropic `strict: true`, OpenAI strict function schemas): each tool
-    /// whose schema [`strict::strict_schema`] can normalise is sent strict, with the
-    /// normalised schema; any other is sent as it is. Ignored by the other formats.
-    /// Default `false`.
-    pub strict_tools: bool,
-    /// Tools the request defers to the provider's hosted tool search (see
-    /// [`ToolSearch::hosted`](crate::tool::search::ToolSearch::hosted)): Anthropic and
-    /// OpenAI Responses send them with `defer_loading: true` beside their hosted search tool
-    /// (`tool_search_tool_bm25`, `tool_search`), in place of the local search tool; the
-    /// other formats ignore them (the local search tool in
-    /// [`tools`](Self::tools) finds them). Default empty.
-    pub deferred_tools: Vec<ToolSpec>,
-    /// Anthropic context editing (see [`context_editing`]): sent as `context_management`
-    /// with its beta header; ignored by the other formats. Default `None`.
-    pub context_editing: Option<context_editing::ContextEditing>,
-    /// Server-side compaction (see [`context_editing::ServerCompaction`]): OpenAI Responses
-    /// sends `context_management` with its threshold, Anthropic a `compact_20260112` edit;
-    /// ignored by the other formats. Default `None`.
-    pub server_compaction: Option<context_editing::ServerCompaction>,
+/// Every format, for what goes through them all (the mock server finding a path's format).
+#[cfg(any(test, feature = "testing"))]
+pub(crate) const ALL: [WireFormat; 6] = [
+    WireFormat::Anthropic,
+    WireFormat::OpenAiChat,
+    WireFormat::OpenAiResponses,
+    WireFormat::Gemini,
+    WireFormat::Bedrock,
+    WireFormat::Ollama,
+];
+
+impl WireFormat {
+    /// The content type of the format's streamed response body.
+    pub fn stream_content_type(self) -> &'static str {
+        of(self).framing().content_type()
+    }
 }
 
-impl Default for ModelRequest {
-    fn default() -> Self {
-        ModelRequest {
-            model: None,
-            system: None,
-            messages: Arc::default(),
-            tools: Vec::new(),
-            tool_choice: ToolChoice::Auto,
-            max_tokens: 4096,
-            temperature: None,
-            top_p: None,
-            stop_sequences: Vec::new(),
-            parallel_tool_calls: None,
-            user: None,
-            thinking_budget: None,
-            extra: serde_json::Map::new(),
-            prompt_cache: Some(PromptCache::default()),
-            retry: None,
-            encoded: encoded::EncodedRef::default(),
-            strict_tools: false,
-            deferred_tools: Vec::new(),
-            context_editing: None,
-            server_compaction: None,
+impl WireDecoder {
+    /// A decoder for `format` with the default [`StreamLimits`].
+    pub fn new(format: WireFormat) -> Self {
+        Self::with_limits(format, StreamLimits::default())
+    }
+
+    /// A decoder for `format` with the given limits.
+    pub fn with_limits(format: WireFormat, limits: StreamLimits) -> Self {
+        let unit = of(format);
+        WireDecoder::from_parts(unit.framing(), unit.decoder(), limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_is_listed_once() {
+        for format in ALL {
+            assert_eq!(
+                ALL.iter().filter(|f| **f == format).count(),
+                1,
+                "{format:?}"
+            );
+            // Each format's decoder is its own (a `MessageStop` only its own end marker gives).
+            assert!(!WireDecoder::new(format).is_done(), "{format:?}");
         }
+        assert_eq!(
+            WireFormat::Bedrock.stream_content_type(),
+            "application/vnd.amazon.eventstream"
+        );
+        assert_eq!(
+            WireFormat::Ollama.stream_content_type(),
+            "application/x-ndjson"
+        );
+        assert_eq!(
+            WireFormat::Gemini.stream_content_type(),
+            "text/event-stream"
+        );
     }
-}
 
-impl ModelRequest {
-    /// A request for `messages` with the defaults (4096 max tokens, no tools).
-    pub fn new(messages: Vec<Message>) -> Self {
-        ModelRequest {
-            messages: Arc::new(messages),
-            ..Default::default()
+    /// Each format's mock reads back what its encoder sends: the conversation, tool calls and
+    /// results included (the mock server's history check stands on this). Ollama's wire has no
+    /// call ids: its calls are read back numbered by position.
+    #[test]
+    fn every_format_reads_back_the_conversation_it_sends() {
+        use crate::message::{ContentBlock, Message, Role};
+        let conversation = |id: &str| {
+            vec![
+                Message::user("What is 2 + 2?"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::text("Let me add."),
+                        ContentBlock::ToolUse {
+                            id: id.into(),
+                            name: "add".into(),
+                            input: serde_json::json!({"a": 2, "b": 2}),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![ContentBlock::tool_result(id, "4", false)],
+                },
+                Message::assistant("It is 4."),
+                Message::user("Thanks"),
+            ]
+        };
+        let messages = conversation("call_1");
+        for format in ALL {
+            let unit = of(format);
+            let body = unit
+                .encode(&ModelRequest::new(messages.clone()), "m")
+                .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+            let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            let back = unit.mock().history(&body).expect("a history");
+            let expected = match format {
+                WireFormat::Ollama => conversation("call_0"),
+                _ => messages.clone(),
+            };
+            assert_eq!(back, expected, "{format:?}");
         }
-    }
-
-    /// The messages, to change (copied first if they are shared, as with the agent's history:
-    /// a change to the request never changes the history).
-    ///
-    /// ```
-    /// use agent_loop::{Message};
-    /// use agent_loop::provider::ModelRequest;
-    ///
-    /// let mut request = ModelRequest::new(vec![Message::user("Hi")]);
-    /// request.messages_mut().push(Message::assistant("Hello"));
-    /// assert_eq!(request.messages.len(), 2);
-    /// ```
-    pub fn messages_mut(&mut self) -> &mut Vec<Message> {
-        self.encoded = encoded::EncodedRef::default();
-        Arc::make_mut(&mut self.messages)
-    }
-}
-
-/// The stream of one model response: events, ending after [`LlmEvent::MessageStop`] or an error.
-pub type LlmStream<'a> = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> + Send + 'a>>;
-
-/// Access to a model: streams one response for a request.
-///
-/// Implemented by [`AnthropicClient`](crate::AnthropicClient), [`OpenAiClient`](crate::OpenAiClient)
-/// and the test clients; implement it for a custom provider or a recording/replaying client.
-///
-/// The returned stream is lazy: nothing is sent until it is first polled. It yields the
-/// response's events as they arrive, ends after [`LlmEvent::MessageStop`], or yields one error
-/// and ends. A client may retry a transient failure before any content arrived, as its
-/// [`RetryPolicy`] (or the request's [`ModelRequest::retry`]) says; the stream then simply
-/// goes on with the new attempt's events. Dropping the stream cancels the request and closes
-/// the connection.
-pub trait LlmClient: Send + Sync {
-    /// Streams the response to `request`.
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a>;
-
-    /// The model name the client sends when the request names none (used to look up the
-    /// context window). Empty when unknown.
-    fn model(&self) -> &str {
-        ""
-    }
-
-    /// The limits on untrusted response data the client enforces; the agent assembles
-    /// responses with the same limits (tool-argument and response sizes).
-    fn stream_limits(&self) -> StreamLimits {
-        StreamLimits::default()
-    }
-
-    /// The client's retry policy, if it retries: an agent built on the client adopts it
-    /// (unless its builder sets one), and retries for the client instead (see
-    /// [`ModelRequest::retry`]), so that one policy and one count govern a run's retries.
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        None
-    }
-
-    /// The provider, as OpenTelemetry's GenAI conventions name it (`gen_ai.provider.name`:
-    /// `anthropic`, `openai` …), for the agent's spans. Empty when unknown (then left out).
-    fn provider_name(&self) -> &str {
-        ""
-    }
-
-    /// Whose strict-mode rules the client's tools follow when
-    /// [`RequestSettings::strict_tools`](crate::RequestSettings::strict_tools) is on (see
-    /// [`strict`]); `None` (the default) when its format has no strict tools. An agent checks
-    /// its tools against it ([`Agent::strict_check`](crate::Agent::strict_check)).
-    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
-        None
-    }
-}
-
-impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        (**self).stream(request)
-    }
-    fn model(&self) -> &str {
-        (**self).model()
-    }
-    fn stream_limits(&self) -> StreamLimits {
-        (**self).stream_limits()
-    }
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        (**self).retry_policy()
-    }
-    fn provider_name(&self) -> &str {
-        (**self).provider_name()
-    }
-    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
-        (**self).strict_dialect()
-    }
-}
-
-impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        (**self).stream(request)
-    }
-    fn model(&self) -> &str {
-        (**self).model()
-    }
-    fn stream_limits(&self) -> StreamLimits {
-        (**self).stream_limits()
-    }
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        (**self).retry_policy()
-    }
-    fn provider_name(&self) -> &str {
-        (**self).provider_name()
-    }
-    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
-        (**self).strict_dialect()
     }
 }

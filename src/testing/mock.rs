@@ -17,12 +17,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::provider;
+use crate::provider::mock::{compact_on_server, Rejection, Route};
 use crate::provider::transport::PacingLimits;
 use crate::wire::WireFormat;
 
-use super::limit::MockLimit;
+use super::rate_limit::MockLimit;
 use super::response::{BodyEnd, MockResponse, Reply};
-use super::{media_checks, tool_schemas};
 
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 64 << 10;
@@ -444,19 +445,6 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<ServerState>>) {
     while serve_one(&mut socket, &state).await {}
 }
 
-/// The model a request asks for: in the path for Gemini (`…/models/{model}:…`), else the
-/// body's `model` (Bedrock's stream names none).
-fn requested_model(format: WireFormat, route: &str, body: &Value) -> Option<String> {
-    match format {
-        WireFormat::Gemini => {
-            let (_, rest) = route.split_once("/models/")?;
-            let model = rest.split([':', '/']).next().unwrap_or(rest);
-            (!model.is_empty()).then(|| model.to_owned())
-        }
-        _ => body.get("model")?.as_str().map(str::to_owned),
-    }
-}
-
 /// Answers one request; true when the connection stays open for another.
 async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
     let request = match read_request(socket).await {
@@ -476,7 +464,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         }
     };
     let route = request.path.split('?').next().unwrap_or_default();
-    if let Some(served) = super::compact::route(route) {
+    if let Some(served) = compact_on_server::route(route) {
         return serve_compact(socket, state, request, served).await;
     }
     let endpoint = endpoint(route);
@@ -489,11 +477,13 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
         .filter(|(_, served)| *served)
         .map(|(format, _)| format);
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-    let model = format.and_then(|format| requested_model(format, route, &body));
+    let model = format.and_then(|format| provider::of(format).mock().requested_model(route, &body));
     let response = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let number = state.requests.len() + 1;
-        let violation = format.and_then(|format| wire_history_violation(format, &body));
+        let violation = format
+            .and_then(|format| provider::of(format).mock().history(&body))
+            .and_then(|history| super::history_violation(&history));
         if let Some(violation) = &violation {
             state
                 .violations
@@ -505,27 +495,14 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
             .filter(|_| request.method == "POST")
             .and_then(|format| {
                 violation
-                    .map(|violation| tool_schemas::Rejection {
+                    .map(|violation| Rejection {
                         error_type: "invalid_request_error",
                         code: None,
                         message: format!(
                             "MockServer: the provider refuses this history: {violation}"
                         ),
                     })
-                    .or_else(|| tool_schemas::rejection(format, &body))
-                    .or_else(|| media_checks::rejection(format, &body))
-                    .or_else(|| match format {
-                        WireFormat::Anthropic => {
-                            super::context_management::rejection(&body, &request.headers)
-                        }
-                        WireFormat::OpenAiResponses => {
-                            super::context_management::responses_rejection(&body)
-                        }
-                        WireFormat::Gemini => super::gemini::rejection(&body),
-                        WireFormat::Bedrock => super::bedrock::rejection(&body),
-                        WireFormat::Ollama => super::ollama::rejection(&body),
-                        _ => None,
-                    })
+                    .or_else(|| provider::of(format).mock().refusal(&body, &request.headers))
             });
         // Under a rate limit, a model request the API would take is counted against it.
         let admission = match (state.limit.as_mut(), format, request.method.as_str()) {
@@ -568,12 +545,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
     };
     if let Some(format) = unserved {
         let response = MockResponse::status(404)
-            .error_type(match format {
-                WireFormat::Anthropic => "not_found_error",
-                WireFormat::Gemini => "NOT_FOUND",
-                WireFormat::Bedrock => "UnknownOperationException",
-                _ => "invalid_request_error",
-            })
+            .error_type(provider::of(format).mock().not_found_type())
             .error_message(format!(
                 "MockServer: {} {} is not a path the real API serves (is the API's own path \
                  in the base URL too?)",
@@ -610,7 +582,7 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
     reusable
 }
 
-/// `POST {prefix}/responses/compact`, answered by [`super::compact`] (not from the script);
+/// `POST {prefix}/responses/compact`, answered by `provider/mock/compact_on_server.rs` (not from the script);
 /// recorded like every request, with no format.
 async fn serve_compact(
     socket: &mut TcpStream,
@@ -622,14 +594,17 @@ async fn serve_compact(
     let (status, reply) = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let number = state.requests.len() + 1;
-        let violation = wire_history_violation(WireFormat::OpenAiResponses, &body);
+        let violation = provider::of(WireFormat::OpenAiResponses)
+            .mock()
+            .history(&body)
+            .and_then(|history| super::history_violation(&history));
         if let Some(violation) = &violation {
             state
                 .violations
                 .push(format!("request #{number}: {violation}"));
         }
         let reply = if served {
-            super::compact::answer(&request.method, &body, violation, number)
+            compact_on_server::answer(&request.method, &body, violation, number)
         } else {
             (
                 404,
@@ -659,93 +634,12 @@ async fn serve_compact(
 }
 
 /// The wire format whose endpoint `route` (a path without its query) names, and whether the
-/// real API serves it there. A path may start with a prefix of the host's choosing (the mock's
-/// own `/anthropic`, a gateway's `/openai/v1`, …), but the API's own path must be whole and
-/// appear once: no segment repeated next to itself (`/v1/v1/…`, `/v1beta/v1beta/…`), no empty
-/// segment, and none of the API's own segments in the prefix.
-///
-/// - Anthropic: `{prefix}/v1/messages`;
-/// - OpenAI Chat Completions: `{prefix}/chat/completions`; Responses: `{prefix}/responses`;
-/// - Gemini: `{prefix}/{v1|v1beta|v1alpha}/models/{model}:{method}`, and Vertex AI's
-///   `{prefix}/{v1|v1beta1}/projects/{project}/locations/{location}/publishers/google/models/
-///   {model}:{method}` (or without the project and location), `{method}` being
-///   `streamGenerateContent` or `generateContent`;
-/// - Bedrock: `{prefix}/model/{modelId}/converse-stream` (or `/converse`);
-/// - Ollama: `{prefix}/api/chat`.
+/// real API serves it there (each format's `MockFormat::route`).
 fn endpoint(route: &str) -> Option<(WireFormat, bool)> {
-    let segments: Vec<&str> = route
-        .strip_prefix('/')
-        .unwrap_or(route)
-        .split('/')
-        .collect();
-    let well_formed = route.starts_with('/')
-        && segments.iter().all(|s| !s.is_empty())
-        && segments.windows(2).all(|w| w[0] != w[1]);
-    // The endpoint's segments at the end of the path; whether the prefix before them is free
-    // of `own` segments.
-    let ends = |tail: &[&str], own: &[&str]| -> Option<bool> {
-        let at = segments.len().checked_sub(tail.len())?;
-        (segments.get(at..)? == tail).then(|| {
-            segments
-                .get(..at)
-                .unwrap_or_default()
-                .iter()
-                .all(|s| !own.contains(s))
-        })
-    };
-    if let Some(prefix_ok) = ends(&["v1", "messages"], &["v1", "messages"]) {
-        return Some((WireFormat::Anthropic, well_formed && prefix_ok));
-    }
-    if let Some(prefix_ok) = ends(&["chat", "completions"], &["chat", "completions"]) {
-        return Some((WireFormat::OpenAiChat, well_formed && prefix_ok));
-    }
-    if let Some(prefix_ok) = ends(&["responses"], &["responses"]) {
-        return Some((WireFormat::OpenAiResponses, well_formed && prefix_ok));
-    }
-    if let Some(prefix_ok) = ends(&["api", "chat"], &["api", "chat"]) {
-        return Some((WireFormat::Ollama, well_formed && prefix_ok));
-    }
-    let last = segments.last().copied().unwrap_or_default();
-    if last.ends_with(":streamGenerateContent") || last.ends_with(":generateContent") {
-        return Some((WireFormat::Gemini, well_formed && gemini_serves(&segments)));
-    }
-    if matches!(last, "converse-stream" | "converse") {
-        let served = segments.len() >= 3
-            && segments[segments.len() - 3] == "model"
-            && !segments[..segments.len() - 3].contains(&"model");
-        return Some((WireFormat::Bedrock, well_formed && served));
-    }
-    None
-}
-
-/// Whether the Gemini API or Vertex AI serves a `…:{method}` path (see [`endpoint`]).
-fn gemini_serves(segments: &[&str]) -> bool {
-    const VERSIONS: [&str; 4] = ["v1", "v1beta", "v1alpha", "v1beta1"];
-    let Some((last, rest)) = segments.split_last() else {
-        return false;
-    };
-    let model = last.split(':').next().unwrap_or_default();
-    let method = last.rsplit(':').next().unwrap_or_default();
-    if model.is_empty() || !matches!(method, "streamGenerateContent" | "generateContent") {
-        return false;
-    }
-    // Where the API's own path starts: the last version segment.
-    let Some(at) = rest.iter().rposition(|s| VERSIONS.contains(s)) else {
-        return false;
-    };
-    let (prefix, path) = rest.split_at(at);
-    let own = |s: &&str| VERSIONS.contains(s) || matches!(*s, "models" | "projects" | "publishers");
-    if prefix.iter().any(own) {
-        return false;
-    }
-    match path {
-        // The Gemini API.
-        [version, "models"] => *version != "v1beta1",
-        // Vertex AI, with a project and location or without (express mode).
-        [version, "projects", _, "locations", _, "publishers", "google", "models"]
-        | [version, "publishers", "google", "models"] => matches!(*version, "v1" | "v1beta1"),
-        _ => false,
-    }
+    let route = Route::new(route);
+    provider::ALL
+        .into_iter()
+        .find_map(|f| Some((f, provider::of(f).mock().route(&route)?)))
 }
 
 /// The answer when the script has none left: a 500 that says so, not to be retried.
@@ -902,39 +796,6 @@ async fn answer(socket: &mut TcpStream, reply: Reply) -> std::io::Result<bool> {
         },
     }
     Ok(keep_alive)
-}
-
-/// Checks the history invariant on a request body in `format`, decoded by the provider's own
-/// request module (the inverse of what its client encodes).
-fn wire_history_violation(format: WireFormat, body: &Value) -> Option<String> {
-    if format == WireFormat::OpenAiResponses {
-        body.get("input")?.as_array()?;
-        if body
-            .get("previous_response_id")
-            .is_some_and(|id| !id.is_null())
-        {
-            // The server prepends the stored response this one continues (results answer
-            // its calls), which the mock does not keep: only the server can check it.
-            return None;
-        }
-        let history = crate::provider::responses::request::decode(body);
-        return super::history_violation(&history);
-    }
-    let own = match format {
-        WireFormat::Gemini => Some(crate::provider::gemini::request::decode(body)),
-        WireFormat::Bedrock => Some(crate::provider::bedrock::request::decode(body)),
-        WireFormat::Ollama => Some(crate::provider::ollama::request::decode(body)),
-        _ => None,
-    };
-    if let Some(history) = own {
-        return super::history_violation(&history);
-    }
-    body.get("messages")?.as_array()?;
-    let history = match format {
-        WireFormat::Anthropic => crate::provider::anthropic::request::decode(body),
-        _ => crate::provider::openai::request::decode(body),
-    };
-    super::history_violation(&history)
 }
 
 #[cfg(test)]

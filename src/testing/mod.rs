@@ -32,22 +32,13 @@
 
 use crate::message::Message;
 
-mod bedrock;
 mod cassette;
-mod compact;
-mod context_management;
-mod gemini;
-mod limit;
-mod media_checks;
 mod mock;
-mod ollama;
+mod rate_limit;
 mod response;
 mod scripted;
-mod segment;
-mod sse;
-mod tool_schemas;
-mod tool_search;
-mod whole;
+pub(crate) mod sse;
+pub(crate) mod whole;
 
 pub use cassette::{
     first_difference, Cassette, CassetteError, CassetteExchange, CassettePlayer, CassetteRecorder,

@@ -7,10 +7,12 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::error::LlmError;
+use crate::provider;
 use crate::wire::WireFormat;
 
 use super::scripted::{Ending, ScriptedResponse};
-use super::sse::{self, Segment, SegmentKind, Tail};
+use super::sse::{self, Segment, Tail};
+use crate::provider::mock::SegmentKind;
 
 /// Where in a streamed response an [`Interruption`] happens.
 #[non_exhaustive]
@@ -453,26 +455,13 @@ impl MockResponse {
                 message,
                 code,
             } => {
-                let body = match format {
-                    WireFormat::Anthropic => {
-                        json!({"type": "error", "error": {"type": error_type, "message": message}})
-                    }
-                    WireFormat::Gemini | WireFormat::Bedrock | WireFormat::Ollama => {
-                        let (body, more) = match format {
-                            WireFormat::Gemini => {
-                                super::gemini::status_body(status, &error_type, &message)
-                            }
-                            WireFormat::Bedrock => {
-                                super::bedrock::status_body(status, &error_type, &message)
-                            }
-                            _ => super::ollama::status_body(status, &error_type, &message),
-                        };
-                        headers.extend(more);
-                        body
-                    }
-                    _ => json!({"error": {"message": message, "type": error_type, "code": code,
-                                           "param": null}}),
-                };
+                let (body, more) = provider::of(format).mock().status_body(
+                    status,
+                    &error_type,
+                    &message,
+                    code.as_deref(),
+                );
+                headers.extend(more);
                 if !headers
                     .iter()
                     .any(|(n, _)| n.eq_ignore_ascii_case("request-id"))
@@ -545,15 +534,7 @@ fn cut(
             message,
         },
         Tail::Garbage => {
-            pieces.push(match format {
-                WireFormat::Anthropic => {
-                    b"event: content_block_delta\ndata: {not json\n\n".to_vec()
-                }
-                WireFormat::Gemini => super::gemini::garbage(),
-                WireFormat::Bedrock => super::bedrock::garbage(),
-                WireFormat::Ollama => super::ollama::garbage(),
-                _ => b"data: {not json\n\n".to_vec(),
-            });
+            pieces.push(provider::of(format).mock().garbage());
             Interruption::End
         }
     };

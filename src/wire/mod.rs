@@ -17,12 +17,13 @@ use crate::message::{StopReason, Usage};
 use sse::SseLimits;
 
 mod assemble;
+pub(crate) mod decoder;
 pub(crate) mod eventstream;
 pub(crate) mod lines;
 pub mod sse;
 
-pub use crate::provider::decoder::WireDecoder;
 pub use assemble::{InvalidToolCall, InvalidToolCallReason, ModelResponse, StreamAssembler};
+pub use decoder::WireDecoder;
 
 /// A provider's streaming wire format.
 #[non_exhaustive]
@@ -45,17 +46,6 @@ pub enum WireFormat {
     /// Ollama's native chat API (`POST /api/chat`): newline-delimited JSON
     /// (`application/x-ndjson`).
     Ollama,
-}
-
-impl WireFormat {
-    /// The content type of the format's streamed response body.
-    pub fn stream_content_type(self) -> &'static str {
-        match self {
-            WireFormat::Bedrock => "application/vnd.amazon.eventstream",
-            WireFormat::Ollama => "application/x-ndjson",
-            _ => "text/event-stream",
-        }
-    }
 }
 
 /// One provider-neutral event of a streamed model response.

@@ -984,7 +984,7 @@ fn a_long_run_delivers_every_event_on_a_current_thread_runtime() {
     });
 }
 
-/// The run's stream can move to another thread (DESIGN.md: "the stream is Send").
+/// The run's stream can move to another thread (`Agent::run`: "the stream is Send").
 #[test]
 fn the_run_stream_is_send() {
     fn assert_send<T: Send>(_: &T) {}

@@ -1,4 +1,4 @@
-//! The event grammar of a run (DESIGN.md), checked on a run's events.
+//! The event grammar of a run (`AgentEvent`'s docs), checked on a run's events.
 //!
 //! ```text
 //! run  := Steered* (turn Handoff? Steered*)* Finished

@@ -1,4 +1,4 @@
-//! Compaction on request (`OpenAiClient::compact`, OpenAI Responses `POST
+//! Compaction on request (`OpenAiClient::compact_on_server`, OpenAI Responses `POST
 //! /responses/compact`): the body is `model`, `input` and `instructions` (golden:
 //! tests/golden/responses_compact_request.json, checked against the openai SDK's
 //! `ResponseCompactParams` by scripts/check-golden-requests.py); the compacted conversation
@@ -47,7 +47,7 @@ async fn a_compacted_conversation_is_restored_and_sent_back_as_it_came() {
     let mut agent = builder(openai.clone()).build().unwrap();
     first_run(&server, &mut agent).await;
 
-    let compacted = openai.compact(&agent.snapshot()).await.unwrap();
+    let compacted = openai.compact_on_server(&agent.snapshot()).await.unwrap();
     let requests = server.requests();
     let sent = &requests.last().unwrap();
     assert!(
@@ -113,7 +113,7 @@ async fn a_fallback_of_another_format_gets_a_valid_request_after_compaction() {
         .build()
         .unwrap();
     first_run(&openai, &mut agent).await;
-    let compacted = primary.compact(&agent.snapshot()).await.unwrap();
+    let compacted = primary.compact_on_server(&agent.snapshot()).await.unwrap();
     agent.restore(compacted.conversation).unwrap();
 
     openai.push(MockResponse::status(529).error_type("overloaded_error"));
@@ -181,7 +181,7 @@ async fn nothing_is_sent_for_an_empty_conversation() {
     let server = MockServer::start().await;
     let empty = agent_loop::context::Conversation::new(None, Vec::new());
     let error = client(server.openai_base_url())
-        .compact(&empty)
+        .compact_on_server(&empty)
         .await
         .unwrap_err();
     assert!(matches!(error, LlmError::InvalidRequest { .. }), "{error}");
@@ -244,21 +244,27 @@ async fn a_transient_failure_is_retried_and_a_bad_answer_is_an_error() {
             .initial_backoff(Duration::from_millis(1))
             .max_backoff(Duration::from_millis(1)),
     );
-    let out = retrying.compact(&conversation).await.unwrap();
+    let out = retrying.compact_on_server(&conversation).await.unwrap();
     assert_eq!(out.conversation.messages.len(), 2);
 
     // A 400 is not retried, and names the server's message.
     let refused =
         json!({"error": {"type": "invalid_request_error", "message": "bad model"}}).to_string();
     let url = answering(vec![(400, refused)]).await;
-    let error = client(url).compact(&conversation).await.unwrap_err();
+    let error = client(url)
+        .compact_on_server(&conversation)
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains("bad model"), "{error}");
 
     // An answer without a compaction item would lose the conversation: an error.
     let lossy =
         json!({"output": [{"type": "message", "role": "user", "content": "hi"}]}).to_string();
     let url = answering(vec![(200, lossy)]).await;
-    let error = client(url).compact(&conversation).await.unwrap_err();
+    let error = client(url)
+        .compact_on_server(&conversation)
+        .await
+        .unwrap_err();
     assert!(matches!(error, LlmError::Malformed { .. }), "{error}");
 
     // An answer over the size limit is refused, not held.
@@ -268,6 +274,6 @@ async fn a_transient_failure_is_retried_and_a_bad_answer_is_an_error() {
     let mut limits = agent_loop::wire::StreamLimits::default();
     limits.max_response_bytes = 1024;
     let limited = client(url).stream_limits(limits);
-    let error = limited.compact(&conversation).await.unwrap_err();
+    let error = limited.compact_on_server(&conversation).await.unwrap_err();
     assert!(matches!(error, LlmError::LimitExceeded { .. }), "{error}");
 }

@@ -51,7 +51,7 @@ fn expected_from_sdk(name: &str, sdk: &Value) -> Value {
         !(b["type"] == "text" && b["text"] == "")
     });
     for block in &mut content {
-        // An OpenAI refusal becomes a text block (with StopReason::Refusal), as DESIGN.md says.
+        // An OpenAI refusal becomes a text block (with StopReason::Refusal), as `StopReason::Refusal` says.
         if block["type"] == "refusal" {
             *block = json!({"type": "text", "text": block["refusal"].clone()});
         }

@@ -13,6 +13,7 @@
 // What the machine reads and makes: its settings, the pure decisions of a turn, the
 // structured answer, sub-agents' runs, a paused run, spend and budgets, handoffs, and what a
 // sub-agent call decides.
+pub(super) mod budget;
 pub(super) mod config;
 pub(super) mod delegate;
 pub(super) mod digest;
@@ -21,7 +22,6 @@ pub(super) mod nested;
 pub(super) mod output;
 pub(super) mod pause;
 pub(crate) mod policy;
-pub(super) mod spend;
 pub(super) mod turn;
 
 pub use self::config::{HandoffTarget, MachineConfig, DEFAULT_MAX_TOKENS};
@@ -55,11 +55,11 @@ use crate::tool::{Reply, ToolCall, ToolCallResult, ToolCatalog, ToolProgress};
 use crate::wire::LlmEvent;
 use crate::wire::{ModelResponse, StreamAssembler};
 
+use self::budget::{Budget, Estimate, Verdict};
 use self::handoff::HandoffFilter;
 use self::nested::NestedRuns;
 use self::output::{RunOptions, StructuredOutput};
 use self::pause::{PauseState, PausedRun, Resolution, Resolutions, Waiting, PAUSE_FORMAT};
-use self::spend::{Budget, Estimate, Verdict};
 use self::turn::Next;
 use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
 use crate::agent::hooks::ToolDecision;
@@ -975,7 +975,7 @@ impl AgentMachine {
             input,
             u64::from(self.settings.max_tokens.unwrap_or(self.config.max_tokens())),
         );
-        spend::check(&self.config, &self.spending.spent, &next)
+        budget::check(&self.config, &self.spending.spent, &next)
     }
 
     /// What the run's budgets have left (for its sub-agents' runs).
@@ -2180,7 +2180,7 @@ impl AgentMachine {
         self.tools = target.tools;
         let mut config = target.config;
         // The run's budgets hold whichever agent has the conversation.
-        spend::keep_budgets(&self.config, &mut config);
+        budget::keep_budgets(&self.config, &mut config);
         self.config = config;
         self.routing.fallback = 0;
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::message::{StopReason, Usage};
 
-use super::spend::Spent;
+use super::budget::Spent;
 use crate::agent::events::{AgentEvent, NestedEvent, RunOutcome, Termination, INTERRUPTED_STOP};
 use crate::agent::path::{AgentPath, SubAgentUsage};
 use crate::pricing::Cost;

@@ -213,11 +213,9 @@ fn required_index(index: Option<usize>, what: &str) -> Result<usize, LlmError> {
     index.ok_or_else(|| LlmError::malformed(format!("Anthropic {what} event without an index")))
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
@@ -759,7 +757,7 @@ mod tests {
     /// What the general (serde) path makes of a payload.
     fn general(data: &str) -> Result<Vec<LlmEvent>, LlmError> {
         let mut out = Vec::new();
-        Decoder::new().parse_event("content_block_delta", data, &mut out)?;
+        Decoder::default().parse_event("content_block_delta", data, &mut out)?;
         Ok(out)
     }
 

@@ -1,15 +1,16 @@
 //! Anthropic Messages: wire types, request encoding, stream decoding and the client.
 
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
 
-/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
-#[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(
-    request: &crate::provider::ModelRequest,
-) -> Result<Vec<u8>, crate::LlmError> {
-    request::encode(request, "fuzz-model")
-}
+crate::provider::format::unit!(
+    Anthropic,
+    "Anthropic Messages",
+    encode: |request, model| request::encode(request, model),
+);
+
 mod wire;
 
 use std::time::Duration;
@@ -17,10 +18,11 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
-use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::transport::RetryPolicy;
-use crate::provider::{LlmClient, LlmStream, ModelRequest};
-use crate::wire::{StreamLimits, WireFormat};
+use crate::provider::transport::http::{
+    join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport,
+};
+use crate::provider::ModelRequest;
+use crate::wire::WireFormat;
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_VERSION: &str = "2023-06-01";
@@ -49,7 +51,7 @@ static SPEC: ProviderSpec = ProviderSpec {
 /// Sends `x-api-key` (marked sensitive; the key never appears in `Debug` output or errors),
 /// `anthropic-version: 2023-06-01`, `content-type: application/json` and
 /// `accept: text/event-stream`. Used on its own, it retries transient failures before any
-/// content arrived per its [`RetryPolicy`] (logged at INFO); under an
+/// content arrived per its [`RetryPolicy`](crate::provider::transport::RetryPolicy) (logged at INFO); under an
 /// [`Agent`](crate::Agent) the agent decides and counts every retry itself, with the same
 /// policy, and reports each as an `AgentEvent::Retry` (see [`ModelRequest::retry`]).
 ///
@@ -126,7 +128,7 @@ impl AnthropicClient {
         self
     }
 
-    crate::provider::http::transport_setters!(
+    crate::provider::transport::http::transport_setters!(
         "for example `anthropic-beta`",
         "120 s",
         "Keep-alive pings do not reset it."
@@ -181,32 +183,13 @@ impl AnthropicClient {
     }
 }
 
-impl LlmClient for AnthropicClient {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport
-            .stream(&SPEC, request.retry.as_ref(), move || self.build(request))
-    }
-
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn stream_limits(&self) -> StreamLimits {
-        self.transport.settings().limits
-    }
-
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        Some(self.transport.settings().retry.clone())
-    }
-
-    fn provider_name(&self) -> &str {
-        "anthropic"
-    }
-
-    fn strict_dialect(&self) -> Option<crate::provider::strict::StrictDialect> {
-        Some(crate::provider::strict::StrictDialect::Anthropic)
-    }
-}
+crate::provider::transport::http::llm_client!(
+    AnthropicClient,
+    spec: |_client| &SPEC,
+    model: |client| &client.model,
+    provider: |_client| "anthropic",
+    strict: Some(crate::provider::strict::StrictDialect::Anthropic),
+);
 
 fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
     let Ok(parsed) = serde_json::from_slice::<wire::ErrorBody>(body) else {
@@ -237,6 +220,7 @@ fn is_context_overflow(error: &ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::LlmClient;
 
     #[test]
     fn from_env_requires_the_key_and_reads_the_rest() {

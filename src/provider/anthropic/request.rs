@@ -23,14 +23,12 @@
 //! - `tool_choice` is sent only when there are tools; `extra` fields are merged last, at the
 //!   top level, and win over the encoded ones.
 
-#[cfg(any(test, feature = "testing"))]
-use serde_json::Value;
-
 use crate::error::LlmError;
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{http, ModelRequest, ToolChoice};
+use crate::provider::transport::http;
+use crate::provider::{ModelRequest, ToolChoice};
 
 /// Anthropic's hosted BM25 tool search (`ToolSearchToolBm25_20251119Param`).
 const HOSTED_SEARCH_TYPE: &str = "tool_search_tool_bm25_20251119";
@@ -497,108 +495,9 @@ fn block(block: &ContentBlock) -> Result<Option<WireBlock<'_>>, LlmError> {
     }))
 }
 
-/// The conversation in an Anthropic Messages request body: the inverse of [`encode`] for the
-/// `messages` field, for the mock server's history check. Tolerant of any JSON (never
-/// panics): a missing field reads as empty, an unknown block is kept as
-/// [`ContentBlock::Other`], a role other than `assistant` reads as user.
-#[cfg(any(test, feature = "testing"))]
-pub(crate) fn decode(body: &Value) -> Vec<Message> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    messages
-        .iter()
-        .map(|m| {
-            let role = if m.get("role").and_then(Value::as_str) == Some("assistant") {
-                Role::Assistant
-            } else {
-                Role::User
-            };
-            let content = match m.get("content") {
-                Some(Value::String(text)) => vec![ContentBlock::text(text.clone())],
-                Some(Value::Array(blocks)) => blocks.iter().map(decode_block).collect(),
-                _ => Vec::new(),
-            };
-            Message { role, content }
-        })
-        .collect()
-}
-
-#[cfg(any(test, feature = "testing"))]
-fn decode_block(block: &Value) -> ContentBlock {
-    let text = |key: &str| {
-        block
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    match block.get("type").and_then(Value::as_str) {
-        Some("text") => ContentBlock::text(text("text")),
-        Some("thinking") => ContentBlock::Thinking {
-            thinking: text("thinking"),
-            signature: text("signature"),
-        },
-        Some("redacted_thinking") => ContentBlock::RedactedThinking { data: text("data") },
-        Some("tool_use") => ContentBlock::ToolUse {
-            id: text("id"),
-            name: text("name"),
-            input: block.get("input").cloned().unwrap_or(Value::Null),
-        },
-        Some("tool_result") => ContentBlock::ToolResult {
-            tool_use_id: text("tool_use_id"),
-            content: match block.get("content") {
-                Some(Value::String(content)) => content.clone(),
-                // Content blocks: their texts, joined.
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                _ => String::new(),
-            },
-            is_error: block
-                .get("is_error")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            images: match block.get("content") {
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("image"))
-                    .filter_map(|p| serde_json::from_value(p.get("source")?.clone()).ok())
-                    .collect(),
-                _ => Vec::new(),
-            },
-            json: None,
-        },
-        Some("image") => match block
-            .get("source")
-            .and_then(|s| serde_json::from_value(s.clone()).ok())
-        {
-            Some(source) => ContentBlock::Image { source },
-            None => ContentBlock::Other(block.clone()),
-        },
-        Some("document") => match block
-            .get("source")
-            .and_then(|s| serde_json::from_value(s.clone()).ok())
-        {
-            Some(source) => ContentBlock::Document {
-                source,
-                title: block
-                    .get("title")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            },
-            None => ContentBlock::Other(block.clone()),
-        },
-        _ => ContentBlock::Other(block.clone()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::mock::decode;
     use super::*;
     use crate::message::{Message, ToolSpec};
     use serde_json::{json, Value};

@@ -12,10 +12,11 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
-use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::transport::RetryPolicy;
-use crate::provider::{LlmClient, LlmStream, ModelRequest};
-use crate::wire::{StreamLimits, WireFormat};
+use crate::provider::transport::http::{
+    join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport,
+};
+use crate::provider::ModelRequest;
+use crate::wire::WireFormat;
 
 use super::request;
 
@@ -319,7 +320,7 @@ impl BedrockClient {
         self
     }
 
-    crate::provider::http::transport_setters!(
+    crate::provider::transport::http::transport_setters!(
         "for example `x-amzn-bedrock-trace`",
         "120 s",
         "ConverseStream sends no keep-alives."
@@ -473,28 +474,13 @@ pub(crate) fn sign_headers(
     Ok(out)
 }
 
-impl LlmClient for BedrockClient {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport
-            .stream(&SPEC, request.retry.as_ref(), move || self.build(request))
-    }
-
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn stream_limits(&self) -> StreamLimits {
-        self.transport.settings().limits
-    }
-
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        Some(self.transport.settings().retry.clone())
-    }
-
-    fn provider_name(&self) -> &str {
-        "aws.bedrock"
-    }
-}
+crate::provider::transport::http::llm_client!(
+    BedrockClient,
+    spec: |_client| &SPEC,
+    model: |client| &client.model,
+    provider: |_client| "aws.bedrock",
+    strict: None,
+);
 
 /// An AWS error body: `{"message": …}` (the type is in `x-amzn-ErrorType`, read with the
 /// head), with `__type` or `code` where a proxy puts the type in the body; also the
@@ -550,6 +536,7 @@ fn is_context_overflow(error: &ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::LlmClient;
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {

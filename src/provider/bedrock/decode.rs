@@ -178,11 +178,9 @@ impl Default for Decoder {
     }
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
@@ -617,6 +615,6 @@ mod tests {
             matches!(over, Err(LlmError::LimitExceeded { .. })),
             "{over:?}"
         );
-        assert_eq!(Decoder::new().max_redacted, MAX_REDACTED_BYTES);
+        assert_eq!(Decoder::default().max_redacted, MAX_REDACTED_BYTES);
     }
 }

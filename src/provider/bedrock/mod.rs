@@ -5,7 +5,16 @@
 #[cfg(feature = "bedrock")]
 mod client;
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
+
+crate::provider::format::unit!(
+    Bedrock,
+    "Amazon Bedrock Converse",
+    encode: |request, _model| request::encode(request),
+    framing: EventStream,
+);
 
 #[cfg(feature = "bedrock")]
 pub use client::{AwsCredentials, AwsCredentialsProvider, BedrockClient};

@@ -40,8 +40,6 @@ use serde_json::{json, Map, Value};
 
 use crate::error::LlmError;
 use crate::media::{source_dimensions, ImageFormat};
-#[cfg(any(test, feature = "testing"))]
-use crate::message::Message;
 use crate::message::{structured_result, ContentBlock, MediaSource, Role};
 use crate::provider::cache::{CacheTtl, PromptCache, MAX_CACHE_BREAKPOINTS};
 use crate::provider::{ModelRequest, ToolChoice};
@@ -58,7 +56,7 @@ pub(crate) const MAX_DOCUMENT_BASE64: usize = 4_500_000 / 3 * 4 + 4;
 pub(crate) const EMPTY_RESULT: &str = "(no output)";
 
 /// The document formats Converse takes, by media type.
-const DOCUMENT_FORMATS: [(&str, &str); 9] = [
+pub(crate) const DOCUMENT_FORMATS: [(&str, &str); 9] = [
     ("application/pdf", "pdf"),
     ("text/csv", "csv"),
     ("application/msword", "doc"),
@@ -78,7 +76,7 @@ const DOCUMENT_FORMATS: [(&str, &str); 9] = [
 
 /// The JSON body for `request`.
 pub(crate) fn encode(request: &ModelRequest) -> Result<Vec<u8>, LlmError> {
-    crate::provider::http::merge_extra(encode_value(request)?, &request.extra)
+    crate::provider::transport::http::merge_extra(encode_value(request)?, &request.extra)
 }
 
 /// The body as JSON, before `extra` is merged.
@@ -447,139 +445,11 @@ fn block(block: &ContentBlock) -> Result<Option<Value>, LlmError> {
     }))
 }
 
-/// The conversation in a Converse request body: the inverse of [`encode`] for `messages`,
-/// for the mock server's history check. Tolerant of any JSON (never panics): a missing field
-/// reads as empty, `cachePoint` blocks are skipped, an unknown block is kept as
-/// [`ContentBlock::Other`], a role other than `assistant` reads as user.
-#[cfg(any(test, feature = "testing"))]
-pub(crate) fn decode(body: &Value) -> Vec<Message> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    messages
-        .iter()
-        .map(|m| {
-            let role = if m.get("role").and_then(Value::as_str) == Some("assistant") {
-                Role::Assistant
-            } else {
-                Role::User
-            };
-            let content = m
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|b| b.get("cachePoint").is_none())
-                .map(decode_block)
-                .collect();
-            Message { role, content }
-        })
-        .collect()
-}
-
-#[cfg(any(test, feature = "testing"))]
-fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-#[cfg(any(test, feature = "testing"))]
-fn decode_image(image: &Value) -> Option<MediaSource> {
-    let format = image.get("format")?.as_str()?;
-    let data = image.pointer("/source/bytes")?.as_str()?;
-    Some(MediaSource::Base64 {
-        media_type: format!("image/{format}"),
-        data: data.to_owned(),
-    })
-}
-
-#[cfg(any(test, feature = "testing"))]
-fn decode_block(block: &Value) -> ContentBlock {
-    if let Some(text) = block.get("text").and_then(Value::as_str) {
-        return ContentBlock::text(text);
-    }
-    if let Some(tool) = block.get("toolUse") {
-        return ContentBlock::ToolUse {
-            id: str_at(tool, "/toolUseId").to_owned(),
-            name: str_at(tool, "/name").to_owned(),
-            input: tool.get("input").cloned().unwrap_or(Value::Null),
-        };
-    }
-    if let Some(result) = block.get("toolResult") {
-        let parts = result
-            .get("content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let content = parts
-            .iter()
-            .filter_map(|p| match (p.get("text"), p.get("json")) {
-                (Some(Value::String(text)), _) => Some(text.clone()),
-                (_, Some(json)) => Some(json.to_string()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let images = parts
-            .iter()
-            .filter_map(|p| decode_image(p.get("image")?))
-            .collect();
-        let is_error = result.get("status").and_then(Value::as_str) == Some("error");
-        return ContentBlock::tool_result_with_images(
-            str_at(result, "/toolUseId"),
-            content,
-            is_error,
-            images,
-        );
-    }
-    if let Some(reasoning) = block.get("reasoningContent") {
-        if let Some(data) = reasoning.get("redactedContent").and_then(Value::as_str) {
-            return ContentBlock::RedactedThinking {
-                data: data.to_owned(),
-            };
-        }
-        if let Some(text) = reasoning.get("reasoningText") {
-            return ContentBlock::Thinking {
-                thinking: str_at(text, "/text").to_owned(),
-                signature: str_at(text, "/signature").to_owned(),
-            };
-        }
-    }
-    if let Some(source) = block.get("image").and_then(decode_image) {
-        return ContentBlock::Image { source };
-    }
-    if let Some(document) = block.get("document") {
-        let format = str_at(document, "/format");
-        let media_type = DOCUMENT_FORMATS
-            .iter()
-            .find(|(_, f)| *f == format)
-            .map(|(t, _)| *t);
-        if let (Some(media_type), Some(data)) = (
-            media_type,
-            document.pointer("/source/bytes").and_then(Value::as_str),
-        ) {
-            return ContentBlock::Document {
-                source: MediaSource::Base64 {
-                    media_type: media_type.to_owned(),
-                    data: data.to_owned(),
-                },
-                title: document
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            };
-        }
-    }
-    ContentBlock::Other(block.clone())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::mock::decode;
     use super::*;
+    use crate::message::Message;
     use crate::message::ToolSpec;
 
     fn value(request: &ModelRequest) -> Value {

@@ -70,11 +70,9 @@ pub(crate) struct Decoder {
     usage: Option<Usage>,
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Decoder::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }

@@ -2,8 +2,16 @@
 //! request encoding, stream decoding and the client.
 
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
 mod wire;
+
+crate::provider::format::unit!(
+    Gemini,
+    "Google Gemini (the Gemini API and Vertex AI)",
+    encode: |request, _model| request::encode(request, true),
+);
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,10 +20,11 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
-use crate::provider::http::{HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::transport::RetryPolicy;
-use crate::provider::{LlmClient, LlmStream, ModelRequest};
-use crate::wire::{StreamLimits, WireFormat};
+use crate::provider::transport::http::{
+    HttpRequest, HttpSettings, ProviderSpec, Secret, Transport,
+};
+use crate::provider::ModelRequest;
+use crate::wire::WireFormat;
 
 const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 
@@ -213,7 +222,7 @@ enum Service {
 ///
 /// Used on its own, it retries transient failures (429 `RESOURCE_EXHAUSTED`, 5xx, in-stream
 /// `UNAVAILABLE` / `INTERNAL` / `DEADLINE_EXCEEDED` errors) before any content arrived, per its
-/// [`RetryPolicy`]; under an [`Agent`](crate::Agent) the agent decides and counts every retry.
+/// [`RetryPolicy`](crate::provider::transport::RetryPolicy); under an [`Agent`](crate::Agent) the agent decides and counts every retry.
 ///
 /// Timeouts (each its own setting): connect 10 s, first byte (response headers) 120 s, idle
 /// 120 s between content events, no total limit.
@@ -393,7 +402,7 @@ impl GeminiClient {
         self
     }
 
-    crate::provider::http::transport_setters!(
+    crate::provider::transport::http::transport_setters!(
         "for example `x-goog-user-project`",
         "120 s",
         "Gemini sends no keep-alives."
@@ -493,35 +502,17 @@ impl GeminiClient {
     }
 }
 
-impl LlmClient for GeminiClient {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport
-            .stream(self.spec(), request.retry.as_ref(), move || {
-                self.build(request)
-            })
-    }
-
-    fn model(&self) -> &str {
-        self.model.strip_prefix("models/").unwrap_or(&self.model)
-    }
-
-    fn stream_limits(&self) -> StreamLimits {
-        self.transport.settings().limits
-    }
-
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        Some(self.transport.settings().retry.clone())
-    }
-
-    /// `gcp.gemini` on the Gemini API, `gcp.vertex_ai` on Vertex AI (OpenTelemetry GenAI
-    /// names).
-    fn provider_name(&self) -> &str {
-        match self.service {
-            Service::Gemini { .. } => "gcp.gemini",
-            Service::Vertex { .. } => "gcp.vertex_ai",
-        }
-    }
-}
+// `gcp.gemini` on the Gemini API, `gcp.vertex_ai` on Vertex AI (OpenTelemetry GenAI names).
+crate::provider::transport::http::llm_client!(
+    GeminiClient,
+    spec: |client| client.spec(),
+    model: |client| client.model.strip_prefix("models/").unwrap_or(&client.model),
+    provider: |client| match client.service {
+        Service::Gemini { .. } => "gcp.gemini",
+        Service::Vertex { .. } => "gcp.vertex_ai",
+    },
+    strict: None,
+);
 
 /// Google's error body: `{"error": {"code": 429, "message": "…", "status": "RESOURCE_EXHAUSTED"}}`,
 /// or a one-element array of it (Vertex AI's streamed calls).
@@ -587,6 +578,7 @@ fn is_context_overflow(error: &ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::LlmClient;
 
     #[test]
     fn from_env_requires_a_key_and_reads_the_rest() {

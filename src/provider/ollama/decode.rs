@@ -108,11 +108,9 @@ pub(crate) struct Decoder {
     calls: usize,
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
@@ -432,7 +430,7 @@ mod tests {
     use super::*;
 
     fn decode(body: &str) -> Result<Vec<LlmEvent>, LlmError> {
-        let mut decoder = Decoder::new();
+        let mut decoder = Decoder::default();
         let mut out = Vec::new();
         for line in body.lines() {
             decoder.on_event("", line, &mut out)?;

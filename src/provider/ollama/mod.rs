@@ -2,18 +2,19 @@
 //! encoding, stream decoding and the client.
 
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
 mod wire;
 
-pub(crate) use decode::is_context_overflow;
+crate::provider::format::unit!(
+    Ollama,
+    "Ollama's chat API",
+    encode: |request, model| request::encode(request, model, &request::EncodeOptions::default()),
+    framing: Lines,
+);
 
-/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
-#[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(
-    request: &crate::provider::ModelRequest,
-) -> Result<Vec<u8>, crate::LlmError> {
-    request::encode(request, "fuzz-model", &request::EncodeOptions::default())
-}
+pub(crate) use decode::is_context_overflow;
 
 use std::time::Duration;
 
@@ -21,10 +22,11 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, Error, LlmError};
-use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
-use crate::provider::transport::RetryPolicy;
-use crate::provider::{LlmClient, LlmStream, ModelRequest};
-use crate::wire::{StreamLimits, WireFormat};
+use crate::provider::transport::http::{
+    join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport,
+};
+use crate::provider::ModelRequest;
+use crate::wire::WireFormat;
 
 use request::EncodeOptions;
 
@@ -343,7 +345,7 @@ impl OllamaClient {
         self
     }
 
-    crate::provider::http::transport_setters!(
+    crate::provider::transport::http::transport_setters!(
         "for example a proxy's routing header",
         "300 s",
         "Ollama sends no keep-alives."
@@ -387,28 +389,13 @@ impl OllamaClient {
     }
 }
 
-impl LlmClient for OllamaClient {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        self.transport
-            .stream(&SPEC, request.retry.as_ref(), move || self.build(request))
-    }
-
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn stream_limits(&self) -> StreamLimits {
-        self.transport.settings().limits
-    }
-
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        Some(self.transport.settings().retry.clone())
-    }
-
-    fn provider_name(&self) -> &str {
-        "ollama"
-    }
-}
+crate::provider::transport::http::llm_client!(
+    OllamaClient,
+    spec: |_client| &SPEC,
+    model: |client| &client.model,
+    provider: |_client| "ollama",
+    strict: None,
+);
 
 /// `OLLAMA_HOST` as a base URL, the way Ollama's Python client reads it (`_parse_host`):
 /// `http` unless a scheme is given; the port 11434 unless given (80 or 443 with an explicit
@@ -485,6 +472,7 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::LlmClient;
 
     #[test]
     fn hosts_read_like_the_python_client() {

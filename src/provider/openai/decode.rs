@@ -226,11 +226,9 @@ fn generated_id() -> String {
     format!("call_{:08x}{n:x}", prefix as u32)
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }

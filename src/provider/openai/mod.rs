@@ -2,18 +2,19 @@
 //! decoding and the client.
 
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
 
-/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
-#[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(
-    request: &crate::provider::ModelRequest,
-) -> Result<Vec<u8>, crate::LlmError> {
-    request::encode(request, "fuzz-model", MaxTokensField::default(), true)
-}
+crate::provider::format::unit!(
+    OpenAiChat,
+    "OpenAI Chat Completions",
+    encode: |request, model| request::encode(request, model, MaxTokensField::default(), true),
+);
+
 mod wire;
 
-pub use crate::provider::responses::compact::CompactedConversation;
+pub use crate::provider::responses::compact_on_server::CompactedConversation;
 pub(crate) use decode::is_context_overflow;
 
 use std::time::Duration;
@@ -21,11 +22,12 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 use crate::error::{ApiError, ConfigError, Error, LlmError};
-use crate::provider::http::{join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport};
 use crate::provider::responses::{self, ResponsesOptions};
-use crate::provider::transport::RetryPolicy;
-use crate::provider::{LlmClient, LlmStream, ModelRequest};
-use crate::wire::{StreamLimits, WireFormat};
+use crate::provider::transport::http::{
+    join_url, HttpRequest, HttpSettings, ProviderSpec, Secret, Transport,
+};
+use crate::provider::ModelRequest;
+use crate::wire::WireFormat;
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -81,7 +83,7 @@ pub enum MaxTokensField {
 /// content prefixed by `Error: `, since Chat Completions has no error flag.
 ///
 /// Used on its own, it retries a transient failure before any content per its
-/// [`RetryPolicy`] (logged at INFO); under an [`Agent`](crate::Agent) the
+/// [`RetryPolicy`](crate::provider::transport::RetryPolicy) (logged at INFO); under an [`Agent`](crate::Agent) the
 /// agent owns every retry (see [`ModelRequest::retry`](crate::provider::ModelRequest::retry)). The events
 /// of an attempt that fails before any content are held back, so after a retry the response
 /// starts cleanly (one `MessageStart` per successful attempt). After the first content event nothing is re-sent: a
@@ -327,7 +329,7 @@ impl OpenAiClient {
         self
     }
 
-    crate::provider::http::transport_setters!(
+    crate::provider::transport::http::transport_setters!(
         "for example a gateway's routing header",
         "300 s",
         "Keep-alive comments do not reset it."
@@ -406,7 +408,7 @@ impl OpenAiClient {
     /// [`responses`](Self::responses) requests encode it) and `instructions` (the system
     /// prompt), and is sent whatever the client's wire format, with the client's key, headers,
     /// timeouts and retry policy. The answer is read whole, up to
-    /// [`StreamLimits::max_response_bytes`].
+    /// [`StreamLimits::max_response_bytes`](crate::wire::StreamLimits::max_response_bytes).
     ///
     /// Only the Responses format can read the compaction item: the other formats' encoders
     /// leave it out, so a fallback model of another format gets a valid request holding the
@@ -424,16 +426,16 @@ impl OpenAiClient {
     /// use agent_loop::OpenAiClient;
     ///
     /// let client = OpenAiClient::new("sk-…").model("gpt-5.4").responses();
-    /// let compacted = client.compact(&agent.snapshot()).await?;
+    /// let compacted = client.compact_on_server(&agent.snapshot()).await?;
     /// println!("compaction used {} input tokens", compacted.usage.input_tokens);
     /// agent.restore(compacted.conversation)?;
     /// # Ok(()) }
     /// ```
-    pub async fn compact(
+    pub async fn compact_on_server(
         &self,
         conversation: &crate::message::Conversation,
     ) -> Result<CompactedConversation, LlmError> {
-        let body = responses::compact::encode(conversation, &self.model)?;
+        let body = responses::compact_on_server::encode(conversation, &self.model)?;
         let request = HttpRequest::json(
             join_url(&self.base_url, "/responses/compact"),
             body,
@@ -450,43 +452,23 @@ impl OpenAiClient {
                 "StreamLimits::max_response_bytes",
             )
             .await?;
-        responses::compact::decode(&answer, conversation.system.clone())
+        responses::compact_on_server::decode(&answer, conversation.system.clone())
     }
 }
 
-impl LlmClient for OpenAiClient {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        let spec = if self.responses.is_some() {
-            &RESPONSES_SPEC
-        } else {
-            &SPEC
-        };
-        self.transport
-            .stream(spec, request.retry.as_ref(), move || self.build(request))
-    }
-
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn stream_limits(&self) -> StreamLimits {
-        self.transport.settings().limits
-    }
-
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        Some(self.transport.settings().retry.clone())
-    }
-
-    /// `openai`, for both wire formats (Chat Completions and Responses) and for the
-    /// compatible servers it talks to.
-    fn provider_name(&self) -> &str {
-        "openai"
-    }
-
-    fn strict_dialect(&self) -> Option<crate::provider::strict::StrictDialect> {
-        Some(crate::provider::strict::StrictDialect::OpenAi)
-    }
-}
+// `openai` for both wire formats (Chat Completions and Responses) and for the compatible
+// servers it talks to.
+crate::provider::transport::http::llm_client!(
+    OpenAiClient,
+    spec: |client| if client.responses.is_some() {
+        &RESPONSES_SPEC
+    } else {
+        &SPEC
+    },
+    model: |client| &client.model,
+    provider: |_client| "openai",
+    strict: Some(crate::provider::strict::StrictDialect::OpenAi),
+);
 
 /// Reads `{"error":{"message","type","code"}}`, and the looser shapes compatible servers send
 /// (`{"error":"…"}`, `{"message":"…"}`, `{"detail":"…"}`).
@@ -527,6 +509,7 @@ fn parse_error_body(body: &[u8], error: &mut ApiError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::LlmClient;
 
     #[test]
     fn from_env_allows_a_missing_key_only_with_a_base_url() {

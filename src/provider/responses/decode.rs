@@ -380,11 +380,9 @@ pub(crate) struct Decoder {
     item_ids: std::collections::HashMap<String, u64>,
 }
 
-impl Decoder {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
+crate::wire::decoder::event_decoder!(Decoder);
 
+impl Decoder {
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
@@ -1309,7 +1307,7 @@ mod tests {
         // The same items in a whole (non-streamed) response.
         let body = json!({"id": "resp_1", "object": "response", "status": "completed",
                           "output": [call, output, function]});
-        let mut decoder = super::Decoder::new();
+        let mut decoder = super::Decoder::default();
         let mut events = Vec::new();
         decoder
             .decode_whole(&body.to_string(), &mut events)

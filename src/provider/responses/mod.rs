@@ -3,18 +3,18 @@
 //! ([`OpenAiClient::responses`](crate::OpenAiClient::responses)): the same server, key,
 //! headers and transport as Chat Completions, another path and body.
 
-pub(crate) mod compact;
+pub(crate) mod compact_on_server;
 pub(crate) mod decode;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod mock;
 pub(crate) mod request;
 mod wire;
 
-/// The request body for `request` (fuzzing entry point, see `crate::__fuzz`).
-#[cfg(fuzzing)]
-pub(crate) fn fuzz_encode(
-    request: &crate::provider::ModelRequest,
-) -> Result<Vec<u8>, crate::LlmError> {
-    request::encode(request, "fuzz-model", &ResponsesOptions::default())
-}
+crate::provider::format::unit!(
+    OpenAiResponses,
+    "OpenAI Responses",
+    encode: |request, model| request::encode(request, model, &ResponsesOptions::default()),
+);
 
 /// The Responses-only settings of an [`OpenAiClient`](crate::OpenAiClient) in Responses mode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

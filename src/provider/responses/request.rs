@@ -36,7 +36,8 @@ use std::borrow::Cow;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, MediaSource, Message, Role};
 use crate::provider::media_limits::{self as media, Provider};
-use crate::provider::{http, ModelRequest, ToolChoice};
+use crate::provider::transport::http;
+use crate::provider::{ModelRequest, ToolChoice};
 
 use super::wire::{
     AnyItem, ContextManagement, FunctionTool, InputItem, InputPart, MessageContent, Output,

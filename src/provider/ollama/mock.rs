@@ -8,8 +8,15 @@ use serde_json::{json, Map, Value};
 use crate::message::{ContentBlock, StopReason, Usage};
 use crate::wire::{LlmEvent, ModelResponse};
 
-use super::segment::{Segment, SegmentKind};
-use super::tool_schemas::Rejection;
+use crate::media::ImageFormat;
+use crate::message::Message;
+use crate::message::{MediaSource, Role};
+use crate::provider::mock::{
+    media_checks, tool_schemas, MockFormat, Rejection, Route, Segment, SegmentKind,
+};
+use crate::wire::WireFormat;
+
+use super::request::ERROR_RESULT_PREFIX;
 
 const CREATED_AT: &str = "2025-07-07T20:22:19.184789Z";
 
@@ -332,10 +339,234 @@ fn message_rejection(i: usize, m: &Value) -> Option<Rejection> {
     None
 }
 
+/// The mock side of Ollama's chat API: `{prefix}/api/chat`.
+pub(crate) struct Mock;
+
+impl MockFormat for Mock {
+    fn route(&self, route: &Route<'_>) -> Option<bool> {
+        route.ends(&["api", "chat"], &["api", "chat"])
+    }
+
+    fn history(&self, body: &Value) -> Option<Vec<Message>> {
+        Some(decode(body))
+    }
+
+    fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
+        let format = WireFormat::Ollama;
+        tool_schemas::rejection(format, body)
+            .or_else(|| media_checks::rejection(format, body))
+            .or_else(|| rejection(body))
+    }
+
+    fn status_body(
+        &self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+        _code: Option<&str>,
+    ) -> (Value, Vec<(String, String)>) {
+        status_body(status, error_type, message)
+    }
+
+    fn encode_stream(&self, events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
+        encode(events, usage)
+    }
+
+    fn encode_whole(&self, response: &ModelResponse) -> Value {
+        whole(response)
+    }
+
+    fn error_event(&self, error_type: &str, message: &str) -> Vec<u8> {
+        error_event(error_type, message)
+    }
+
+    fn keep_alive(&self) -> Vec<u8> {
+        keep_alive()
+    }
+
+    fn garbage(&self) -> Vec<u8> {
+        garbage()
+    }
+}
+
+/// The conversation in an Ollama request body, in the crate's shape: the inverse of
+/// [`encode`] for `messages`, for the mock server's history check. Tolerant of any JSON
+/// (never panics).
+///
+/// System messages are left out. Calls keep their `id` when the body has one, else get
+/// `call_<n>`, `n` counting the calls of the whole body. A `tool` message with a
+/// `tool_call_id` answers that call; the others after an assistant message answer its calls
+/// in order, the first the first call (one whose `tool_name` is not the name of the call in
+/// its place gets an id that answers nothing, so the history check reports it); they and the user message
+/// after them form one user message, results first, as [`encode`] split it. A result whose
+/// content starts with [`ERROR_RESULT_PREFIX`] reads as an error result without it.
+pub(super) fn decode(body: &Value) -> Vec<Message> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out: Vec<Message> = Vec::new();
+    let mut next_call = 0usize;
+    // The calls of the last assistant message not answered yet, in order.
+    let mut pending: std::collections::VecDeque<(String, String)> = Default::default();
+    let text = |m: &Value| {
+        m.get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for m in messages {
+        match m.get("role").and_then(Value::as_str).unwrap_or_default() {
+            "assistant" => {
+                pending.clear();
+                let mut content = Vec::new();
+                if let Some(thinking) = m.get("thinking").and_then(Value::as_str) {
+                    if !thinking.is_empty() {
+                        content.push(ContentBlock::Thinking {
+                            thinking: thinking.to_owned(),
+                            signature: String::new(),
+                        });
+                    }
+                }
+                let body_text = text(m);
+                if !body_text.is_empty() {
+                    content.push(ContentBlock::text(body_text));
+                }
+                for call in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    // The call's own id when the body carries call ids, else one by position.
+                    let id = call
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .filter(|id| !id.is_empty())
+                        .map_or_else(|| format!("call_{next_call}"), str::to_owned);
+                    next_call += 1;
+                    let name = call
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let input = call
+                        .pointer("/function/arguments")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    pending.push_back((id.clone(), name.clone()));
+                    content.push(ContentBlock::ToolUse { id, name, input });
+                }
+                out.push(Message {
+                    role: Role::Assistant,
+                    content,
+                });
+            }
+            "tool" => {
+                let content = text(m);
+                let (content, is_error) = match content.strip_prefix(ERROR_RESULT_PREFIX) {
+                    Some(rest) => (rest.to_owned(), true),
+                    None => (content, false),
+                };
+                let name = m.get("tool_name").and_then(Value::as_str);
+                let by_id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty());
+                let id = match by_id {
+                    // Answered by id: the history check sees whether it answers a call, once
+                    // and in order.
+                    Some(id) => {
+                        pending.retain(|(pending, _)| pending != id);
+                        id.to_owned()
+                    }
+                    None => match pending.pop_front() {
+                        Some((id, call_name)) if name.is_none_or(|n| n == call_name) => id,
+                        Some((_, call_name)) => format!(
+                            "unmatched result of `{}` where `{call_name}` was called",
+                            name.unwrap_or_default()
+                        ),
+                        None => format!(
+                            "unmatched result of `{}` (no call left to answer)",
+                            name.unwrap_or_default()
+                        ),
+                    },
+                };
+                let images = decode_images(m);
+                let result = ContentBlock::tool_result_with_images(id, content, is_error, images);
+                match out.last_mut() {
+                    Some(last) if last.role == Role::User && only_results(last) => {
+                        last.content.push(result)
+                    }
+                    _ => out.push(Message {
+                        role: Role::User,
+                        content: vec![result],
+                    }),
+                }
+            }
+            "user" => {
+                let mut content = Vec::new();
+                let body_text = text(m);
+                if !body_text.is_empty() {
+                    content.push(ContentBlock::text(body_text));
+                }
+                content.extend(
+                    decode_images(m)
+                        .into_iter()
+                        .map(|source| ContentBlock::Image { source }),
+                );
+                match out.last_mut() {
+                    Some(last) if last.role == Role::User => last.content.extend(content),
+                    _ => out.push(Message {
+                        role: Role::User,
+                        content,
+                    }),
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn only_results(message: &Message) -> bool {
+    message
+        .content
+        .iter()
+        .all(|b| matches!(b, ContentBlock::ToolResult { .. }))
+}
+
+/// A message's `images` as base64 sources, their media type read from their first bytes
+/// (PNG when unknown).
+fn decode_images(m: &Value) -> Vec<MediaSource> {
+    use base64::Engine as _;
+    m.get("images")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|data| {
+            let head: String = data.chars().take(32).collect();
+            let format = base64::engine::general_purpose::STANDARD
+                .decode(head.as_bytes())
+                .ok()
+                .and_then(|bytes| ImageFormat::sniff(&bytes));
+            MediaSource::Base64 {
+                media_type: format
+                    .map_or("image/png", ImageFormat::media_type)
+                    .to_owned(),
+                data: data.to_owned(),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::scripted::ScriptedResponse;
+    use crate::testing::ScriptedResponse;
     use crate::wire::{WireDecoder, WireFormat};
 
     fn decode(body: &[u8]) -> Result<Vec<LlmEvent>, crate::error::LlmError> {
@@ -354,7 +585,7 @@ mod tests {
             .then_tool_call("call_2", "add", json!({"a": 2}))
             .chunked(3)
             .usage_tokens(10, 5);
-        let (segments, _) = super::super::sse::encode(WireFormat::Ollama, &response);
+        let (segments, _) = crate::testing::sse::encode(WireFormat::Ollama, &response);
         // Text and thinking in pieces, each call whole in one line, one end line.
         let lines: Vec<Value> = segments
             .iter()
@@ -395,7 +626,7 @@ mod tests {
             })
         );
         // The whole form says the same.
-        let whole = super::super::whole::encode(WireFormat::Ollama, &response).unwrap();
+        let whole = crate::testing::whole::encode(WireFormat::Ollama, &response).unwrap();
         let mut events = Vec::new();
         WireDecoder::new(WireFormat::Ollama)
             .decode_json(whole.to_string().as_bytes(), &mut events)

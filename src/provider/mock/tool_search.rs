@@ -16,7 +16,7 @@ fn refuse(message: String) -> Option<String> {
 
 /// What the real API refuses about tool search in a Responses request body, if anything: the
 /// message of its `400 invalid_request_error`.
-pub(super) fn responses_rejection(body: &Value) -> Option<String> {
+pub(crate) fn responses_rejection(body: &Value) -> Option<String> {
     tools(body).or_else(|| items(body))
 }
 

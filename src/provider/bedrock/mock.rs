@@ -10,8 +10,14 @@ use crate::message::{ContentBlock, StopReason, Usage};
 use crate::wire::eventstream::encode_message;
 use crate::wire::{LlmEvent, ModelResponse};
 
-use super::segment::{Segment, SegmentKind};
-use super::tool_schemas::Rejection;
+use crate::message::Message;
+use crate::message::{MediaSource, Role};
+use crate::provider::mock::{
+    media_checks, tool_schemas, MockFormat, Rejection, Route, Segment, SegmentKind,
+};
+use crate::wire::WireFormat;
+
+use super::request::DOCUMENT_FORMATS;
 
 /// The padding Bedrock adds to each event payload (its length varies; its content means
 /// nothing).
@@ -408,6 +414,192 @@ pub(crate) fn rejection(body: &Value) -> Option<Rejection> {
         ));
     }
     None
+}
+
+/// The mock side of Bedrock Converse: `{prefix}/model/{modelId}/converse-stream` (or `/converse`).
+pub(crate) struct Mock;
+
+impl MockFormat for Mock {
+    fn route(&self, route: &Route<'_>) -> Option<bool> {
+        let segments = &route.segments;
+        matches!(route.last(), "converse-stream" | "converse").then(|| {
+            route.well_formed
+                && segments.len() >= 3
+                && segments[segments.len() - 3] == "model"
+                && !segments[..segments.len() - 3].contains(&"model")
+        })
+    }
+
+    fn history(&self, body: &Value) -> Option<Vec<Message>> {
+        Some(decode(body))
+    }
+
+    fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
+        let format = WireFormat::Bedrock;
+        tool_schemas::rejection(format, body)
+            .or_else(|| media_checks::rejection(format, body))
+            .or_else(|| rejection(body))
+    }
+
+    fn not_found_type(&self) -> &'static str {
+        "UnknownOperationException"
+    }
+
+    fn status_body(
+        &self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+        _code: Option<&str>,
+    ) -> (Value, Vec<(String, String)>) {
+        status_body(status, error_type, message)
+    }
+
+    fn encode_stream(&self, events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
+        encode(events, usage)
+    }
+
+    fn encode_whole(&self, response: &ModelResponse) -> Value {
+        whole(response)
+    }
+
+    fn error_event(&self, error_type: &str, message: &str) -> Vec<u8> {
+        error_event(error_type, message)
+    }
+
+    fn keep_alive(&self) -> Vec<u8> {
+        keep_alive()
+    }
+
+    fn garbage(&self) -> Vec<u8> {
+        garbage()
+    }
+}
+
+/// The conversation in a Converse request body: the inverse of [`encode`] for `messages`,
+/// for the mock server's history check. Tolerant of any JSON (never panics): a missing field
+/// reads as empty, `cachePoint` blocks are skipped, an unknown block is kept as
+/// [`ContentBlock::Other`], a role other than `assistant` reads as user.
+pub(super) fn decode(body: &Value) -> Vec<Message> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    messages
+        .iter()
+        .map(|m| {
+            let role = if m.get("role").and_then(Value::as_str) == Some("assistant") {
+                Role::Assistant
+            } else {
+                Role::User
+            };
+            let content = m
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|b| b.get("cachePoint").is_none())
+                .map(decode_block)
+                .collect();
+            Message { role, content }
+        })
+        .collect()
+}
+
+fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn decode_image(image: &Value) -> Option<MediaSource> {
+    let format = image.get("format")?.as_str()?;
+    let data = image.pointer("/source/bytes")?.as_str()?;
+    Some(MediaSource::Base64 {
+        media_type: format!("image/{format}"),
+        data: data.to_owned(),
+    })
+}
+
+fn decode_block(block: &Value) -> ContentBlock {
+    if let Some(text) = block.get("text").and_then(Value::as_str) {
+        return ContentBlock::text(text);
+    }
+    if let Some(tool) = block.get("toolUse") {
+        return ContentBlock::ToolUse {
+            id: str_at(tool, "/toolUseId").to_owned(),
+            name: str_at(tool, "/name").to_owned(),
+            input: tool.get("input").cloned().unwrap_or(Value::Null),
+        };
+    }
+    if let Some(result) = block.get("toolResult") {
+        let parts = result
+            .get("content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let content = parts
+            .iter()
+            .filter_map(|p| match (p.get("text"), p.get("json")) {
+                (Some(Value::String(text)), _) => Some(text.clone()),
+                (_, Some(json)) => Some(json.to_string()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let images = parts
+            .iter()
+            .filter_map(|p| decode_image(p.get("image")?))
+            .collect();
+        let is_error = result.get("status").and_then(Value::as_str) == Some("error");
+        return ContentBlock::tool_result_with_images(
+            str_at(result, "/toolUseId"),
+            content,
+            is_error,
+            images,
+        );
+    }
+    if let Some(reasoning) = block.get("reasoningContent") {
+        if let Some(data) = reasoning.get("redactedContent").and_then(Value::as_str) {
+            return ContentBlock::RedactedThinking {
+                data: data.to_owned(),
+            };
+        }
+        if let Some(text) = reasoning.get("reasoningText") {
+            return ContentBlock::Thinking {
+                thinking: str_at(text, "/text").to_owned(),
+                signature: str_at(text, "/signature").to_owned(),
+            };
+        }
+    }
+    if let Some(source) = block.get("image").and_then(decode_image) {
+        return ContentBlock::Image { source };
+    }
+    if let Some(document) = block.get("document") {
+        let format = str_at(document, "/format");
+        let media_type = DOCUMENT_FORMATS
+            .iter()
+            .find(|(_, f)| *f == format)
+            .map(|(t, _)| *t);
+        if let (Some(media_type), Some(data)) = (
+            media_type,
+            document.pointer("/source/bytes").and_then(Value::as_str),
+        ) {
+            return ContentBlock::Document {
+                source: MediaSource::Base64 {
+                    media_type: media_type.to_owned(),
+                    data: data.to_owned(),
+                },
+                title: document
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            };
+        }
+    }
+    ContentBlock::Other(block.clone())
 }
 
 #[cfg(test)]

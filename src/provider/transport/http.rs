@@ -1,6 +1,6 @@
 //! The reqwest transport shared by the clients: the async driver of the HTTP attempt.
 //!
-//! It decides nothing. `AttemptMachine` (sans-IO, in `attempt.rs`) makes every decision about
+//! It decides nothing. `ExchangeMachine` (sans-IO, in `attempt.rs`) makes every decision about
 //! a response and its retries: status, held events, timeouts, whole bodies, redirects, the
 //! drain, the retry. This driver only moves bytes and time between reqwest and the machine:
 //!
@@ -8,13 +8,13 @@
 //!  LlmStream::poll_next
 //!        │
 //!        ▼
-//!  Driver::next ──► machine.poll() ──┬─ Emit(event) ─────► yield Ok(event)
-//!        ▲                           ├─ Fail(error) ─────► yield Err(error); the end
-//!        │                           ├─ Done ────────────► the end
-//!        │                           ├─ Send { deadline } ──► reqwest send, head or error
-//!        │                           ├─ Read / Drain { deadline } ─► the body's next chunk
-//!        │                           └─ SleepUntil(at) ─────► tokio sleep (a backoff)
-//!        │                                                        │
+//!  ExchangeDriver::next ──► machine.poll() ──┬─ Emit(event) ─────► yield Ok(event)
+//!        ▲                                   ├─ Fail(error) ─────► yield Err(error); the end
+//!        │                                   ├─ Done ────────────► the end
+//!        │                                   ├─ Send { deadline } ──► reqwest send, head or error
+//!        │                                   ├─ Read / Drain { deadline } ─► the body's next chunk
+//!        │                                   └─ SleepUntil(at) ─────► tokio sleep (a backoff)
+//!        │                                                                │
 //!        └── handle_head / handle_chunk / handle_end / handle_error / handle_timeout(now)
 //! ```
 //!
@@ -37,11 +37,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 use crate::error::{LlmError, TimeoutKind};
-pub(crate) use crate::provider::attempt::ProviderSpec;
-use crate::provider::attempt::{
-    display_url, Action, AttemptConfig, AttemptMachine, ResponseHead, WholeBody,
+pub(crate) use crate::provider::transport::exchange::ProviderSpec;
+use crate::provider::transport::exchange::{
+    display_url, Action, AttemptConfig, ExchangeMachine, ResponseHead, WholeBody,
 };
-use crate::provider::retry::RetryPolicy;
+use crate::provider::transport::retry::RetryPolicy;
 use crate::provider::LlmStream;
 use crate::wire::{LlmEvent, StreamLimits};
 
@@ -159,13 +159,13 @@ impl Transport {
         build: impl FnOnce() -> Result<HttpRequest, LlmError> + Send + 'a,
     ) -> LlmStream<'a> {
         let settings = &self.settings;
-        let driver = Driver {
+        let driver = ExchangeDriver {
             client: self.client(),
             connect_timeout: settings.connect_timeout,
             first_byte_timeout: settings.first_byte_timeout,
             build: Some(Box::new(build)),
             request: None,
-            machine: AttemptMachine::new(AttemptConfig {
+            machine: ExchangeMachine::new(AttemptConfig {
                 provider,
                 first_byte_timeout: settings.first_byte_timeout,
                 idle_timeout: settings.idle_timeout,
@@ -339,9 +339,9 @@ impl HttpRequest {
 
 type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
-/// The async half of one streamed response: carries out the [`AttemptMachine`]'s actions with
+/// The async half of one streamed response: carries out the [`ExchangeMachine`]'s actions with
 /// reqwest and feeds it what happened, with when. It decides nothing.
-struct Driver<'a> {
+struct ExchangeDriver<'a> {
     client: Result<reqwest::Client, LlmError>,
     /// The timeouts a reqwest error may name (the connect timeout is reqwest's own).
     connect_timeout: Duration,
@@ -349,12 +349,12 @@ struct Driver<'a> {
     build: Option<Box<dyn FnOnce() -> Result<HttpRequest, LlmError> + Send + 'a>>,
     /// The request, encoded on the first send and sent again as it is on a retry.
     request: Option<HttpRequest>,
-    machine: AttemptMachine,
+    machine: ExchangeMachine,
     /// The body of the current attempt's response, while the machine reads it.
     body: Option<BodyStream>,
 }
 
-impl Driver<'_> {
+impl ExchangeDriver<'_> {
     /// Carries out the machine's actions until one gives the stream's next item.
     async fn next(&mut self) -> Option<Result<LlmEvent, LlmError>> {
         if !self.machine.is_started() {
@@ -729,6 +729,55 @@ macro_rules! transport_setters {
     };
 }
 pub(crate) use transport_setters;
+
+/// Implements [`LlmClient`](crate::provider::LlmClient) for an HTTP client of one format: the
+/// stream goes through the client's `transport` with its `ProviderSpec` and its `build`, the
+/// limits and retry policy come from the transport's settings. `spec`, `model` and `provider`
+/// are expressions of the client (bound to the name between bars).
+macro_rules! llm_client {
+    (
+        $client:ty,
+        spec: |$s:ident| $spec:expr,
+        model: |$m:ident| $model:expr,
+        provider: |$p:ident| $provider:expr,
+        strict: $strict:expr
+        $(,)?
+    ) => {
+        impl $crate::provider::LlmClient for $client {
+            fn stream<'a>(
+                &'a self,
+                request: &'a $crate::provider::ModelRequest,
+            ) -> $crate::provider::LlmStream<'a> {
+                let $s = self;
+                self.transport
+                    .stream($spec, request.retry.as_ref(), move || self.build(request))
+            }
+
+            fn model(&self) -> &str {
+                let $m = self;
+                $model
+            }
+
+            fn stream_limits(&self) -> $crate::wire::StreamLimits {
+                self.transport.settings().limits
+            }
+
+            fn retry_policy(&self) -> Option<$crate::provider::transport::RetryPolicy> {
+                Some(self.transport.settings().retry.clone())
+            }
+
+            fn provider_name(&self) -> &str {
+                let $p = self;
+                $provider
+            }
+
+            fn strict_dialect(&self) -> Option<$crate::provider::strict::StrictDialect> {
+                $strict
+            }
+        }
+    };
+}
+pub(crate) use llm_client;
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::error::Quota;
-use crate::provider::pacing::{Pace, Pacer, PacingLimits};
-use crate::provider::ratelimit::{format_duration, format_rfc3339};
+use crate::provider::transport::pacing::{Pace, Pacer, PacingLimits};
+use crate::provider::transport::rate_limit_headers::{format_duration, format_rfc3339};
 use crate::wire::WireFormat;
 
 use super::MockResponse;

@@ -25,13 +25,13 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::tool_schemas::Rejection;
+use super::Rejection;
 use crate::media::ImageFormat;
 use crate::provider::media_limits::ANTHROPIC_MAX_IMAGE_BASE64;
 use crate::wire::WireFormat;
 
 /// The first image or document block in `body` the provider refuses, described as it does.
-pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
+pub(crate) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     if format == WireFormat::OpenAiResponses {
         return responses(body);
     }

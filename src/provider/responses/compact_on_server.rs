@@ -1,5 +1,5 @@
 //! Compaction on request: OpenAI Responses `POST {base_url}/responses/compact`
-//! ([`OpenAiClient::compact`](crate::OpenAiClient::compact)).
+//! ([`OpenAiClient::compact_on_server`](crate::OpenAiClient::compact_on_server)).
 //!
 //! The body is the official SDK's `ResponseCompactParams`: `model`, `input` (the
 //! conversation's items, encoded as `/responses` encodes them) and `instructions` (the system
@@ -13,12 +13,12 @@ use crate::error::LlmError;
 #[cfg(test)]
 use crate::message::Message;
 use crate::message::{ContentBlock, Conversation, Role, Usage};
-use crate::provider::http;
+use crate::provider::transport::http;
 
 use super::decode::WireUsage;
 use super::request::{assistant, user};
 
-/// What [`OpenAiClient::compact`](crate::OpenAiClient::compact) returns: the compacted
+/// What [`OpenAiClient::compact_on_server`](crate::OpenAiClient::compact_on_server) returns: the compacted
 /// conversation, to [`restore`](crate::Agent::restore) in place of the old one, and what the
 /// compaction cost.
 #[non_exhaustive]

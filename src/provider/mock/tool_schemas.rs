@@ -30,17 +30,11 @@ use serde_json::Value;
 
 use crate::wire::WireFormat;
 
-/// A request the real API would refuse: its error type, code and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rejection {
-    pub(crate) error_type: &'static str,
-    pub(crate) code: Option<&'static str>,
-    pub(crate) message: String,
-}
+use super::Rejection;
 
 /// The first tool in `body` whose schema the provider refuses, described as the provider
 /// does; `None` when every tool schema is acceptable.
-pub(super) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
+pub(crate) fn rejection(format: WireFormat, body: &Value) -> Option<Rejection> {
     if format == WireFormat::Anthropic {
         if let Some(refused) = cache_control(body)
             .or_else(|| undefined_tools(body))

@@ -1,13 +1,13 @@
 //! The HTTP attempt as a sans-IO state machine: the response head, body bytes and timer
 //! expiries in, what to do next out, time passed in.
 //!
-//! Like quinn-proto's `Connection` (and the crate's own agent machine), [`AttemptMachine`]
+//! Like quinn-proto's `Connection` (and the crate's own agent machine), [`ExchangeMachine`]
 //! makes every decision about one streamed model response and its retries, and does no I/O:
 //! no socket, no clock, no `async`. The reqwest driver in `http.rs` feeds it what the network
-//! gave ([`AttemptMachine::handle_head`], [`handle_chunk`](AttemptMachine::handle_chunk),
-//! [`handle_end`](AttemptMachine::handle_end), [`handle_error`](AttemptMachine::handle_error),
-//! [`handle_timeout`](AttemptMachine::handle_timeout)), each with the time it happened, and
-//! carries out the [`Action`]s that [`AttemptMachine::poll`] gives.
+//! gave ([`ExchangeMachine::handle_head`], [`handle_chunk`](ExchangeMachine::handle_chunk),
+//! [`handle_end`](ExchangeMachine::handle_end), [`handle_error`](ExchangeMachine::handle_error),
+//! [`handle_timeout`](ExchangeMachine::handle_timeout)), each with the time it happened, and
+//! carries out the [`Action`]s that [`ExchangeMachine::poll`] gives.
 //!
 //! The decisions made here, once: which failures are retried and after how long, which
 //! timeout fired (first-byte, idle, total), which events are held until content arrives, how
@@ -21,14 +21,14 @@ use std::time::{Duration, Instant, SystemTime};
 use reqwest::header::HeaderMap;
 
 use crate::error::{ApiError, LlmError, RateLimits, TimeoutKind};
-use crate::provider::retry::RetryPolicy;
+use crate::provider::transport::retry::RetryPolicy;
 use crate::wire::{LlmEvent, StreamLimits, WireDecoder, WireFormat};
 
 /// The most bytes of an error response body that are read; the rest is discarded.
 const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most characters of a non-JSON error body kept as the message.
 const MAX_ERROR_TEXT: usize = 1000;
-/// The most events held back before the first content event (see `AttemptMachine::accept`).
+/// The most events held back before the first content event (see `ExchangeMachine::accept`).
 const MAX_HELD_EVENTS: usize = 64;
 /// The longest wait for the rest of a body after its end-of-message marker (or an in-stream
 /// error).
@@ -87,23 +87,23 @@ pub(crate) struct ResponseHead<'a> {
     pub(crate) received: SystemTime,
 }
 
-/// What the driver must do next, taken from [`AttemptMachine::poll`].
+/// What the driver must do next, taken from [`ExchangeMachine::poll`].
 ///
 /// `Send`, `Read`, `Drain` and `SleepUntil` each ask for one input; the driver feeds it
 /// before it polls again (polling again first gives the same action). A deadline of `None`
 /// is no deadline (a timeout too long to represent).
 #[derive(Debug)]
 pub(crate) enum Action {
-    /// Send the request (again). Feed [`AttemptMachine::handle_head`] with the response head,
-    /// [`AttemptMachine::handle_error`] with why it could not be sent, or
-    /// [`AttemptMachine::handle_timeout`] when no head came by `deadline`.
+    /// Send the request (again). Feed [`ExchangeMachine::handle_head`] with the response head,
+    /// [`ExchangeMachine::handle_error`] with why it could not be sent, or
+    /// [`ExchangeMachine::handle_timeout`] when no head came by `deadline`.
     Send {
         /// When to give up waiting for the head.
         deadline: Option<Instant>,
     },
-    /// Read the next piece of the response body: feed [`AttemptMachine::handle_chunk`],
-    /// [`AttemptMachine::handle_end`], [`AttemptMachine::handle_error`], or
-    /// [`AttemptMachine::handle_timeout`] when nothing came by `deadline`.
+    /// Read the next piece of the response body: feed [`ExchangeMachine::handle_chunk`],
+    /// [`ExchangeMachine::handle_end`], [`ExchangeMachine::handle_error`], or
+    /// [`ExchangeMachine::handle_timeout`] when nothing came by `deadline`.
     Read {
         /// When to give up waiting for the next piece.
         deadline: Option<Instant>,
@@ -116,7 +116,7 @@ pub(crate) enum Action {
         deadline: Option<Instant>,
     },
     /// Wait (a retry's backoff; the body is no longer needed), then feed
-    /// [`AttemptMachine::handle_timeout`].
+    /// [`ExchangeMachine::handle_timeout`].
     SleepUntil(Instant),
     /// Yield this event of the response.
     Emit(LlmEvent),
@@ -264,7 +264,7 @@ impl State {
 /// expected any more. An input a state does not expect is a bug in the driver: a debug
 /// assertion, and in a release build the response fails with an error naming it.
 #[derive(Debug)]
-pub(crate) struct AttemptMachine {
+pub(crate) struct ExchangeMachine {
     config: AttemptConfig,
     state: State,
     /// Retries done so far.
@@ -283,10 +283,10 @@ pub(crate) struct AttemptMachine {
     out: VecDeque<Action>,
 }
 
-impl AttemptMachine {
+impl ExchangeMachine {
     /// A machine for one response, not started.
     pub(crate) fn new(config: AttemptConfig) -> Self {
-        AttemptMachine {
+        ExchangeMachine {
             config,
             state: State::Idle,
             retries: 0,
@@ -485,7 +485,7 @@ impl AttemptMachine {
     /// An input `state` does not expect: a bug in the driver, never silently dropped. A debug
     /// assertion; in a release build the response fails (unless it is already over).
     fn unexpected(&mut self, state: State, input: &str) -> State {
-        debug_assert!(false, "AttemptMachine: {input} fed while {}", state.name());
+        debug_assert!(false, "ExchangeMachine: {input} fed while {}", state.name());
         tracing::error!(
             input,
             state = state.name(),
@@ -850,7 +850,7 @@ fn append(body: &mut Vec<u8>, chunk: &[u8], limit: usize) -> bool {
 }
 
 /// One request answered by one whole JSON body (not a stream; OpenAI's `/responses/compact`):
-/// what the driver reads of it, decided here as the attempt machine decides for a stream.
+/// what the driver reads of it, decided here as the exchange machine decides for a stream.
 /// A 2xx body is kept up to `limit` bytes (more is [`LlmError::LimitExceeded`]); a non-2xx
 /// answer's body is read up to [`MAX_ERROR_BODY`] for its message, and classified as a
 /// stream's error is.
@@ -1100,7 +1100,7 @@ mod tests {
     use reqwest::header::HeaderValue;
 
     use super::*;
-    use crate::provider::retry::Jitter;
+    use crate::provider::transport::retry::Jitter;
 
     /// An Anthropic-shaped provider: `{"error":{"type":…,"message":…}}` bodies, overflow when
     /// a 400 says "prompt is too long".
@@ -1144,7 +1144,7 @@ mod tests {
 
     /// A started machine and the origin of its time: `ms` arguments are offsets from it.
     struct Harness {
-        machine: AttemptMachine,
+        machine: ExchangeMachine,
         t0: Instant,
     }
 
@@ -1152,7 +1152,7 @@ mod tests {
         fn new(config: AttemptConfig) -> Self {
             // Only an origin: every instant the test feeds is an offset from it.
             let t0 = Instant::now();
-            let mut machine = AttemptMachine::new(config);
+            let mut machine = ExchangeMachine::new(config);
             assert!(machine.poll().is_none(), "nothing to do before start");
             machine.start(t0);
             Harness { machine, t0 }
@@ -2223,7 +2223,7 @@ mod tests {
     #[test]
     #[cfg(debug_assertions)]
     #[should_panic(
-        expected = "AttemptMachine: a body chunk fed while waiting for the response head"
+        expected = "ExchangeMachine: a body chunk fed while waiting for the response head"
     )]
     fn a_chunk_before_the_head_is_a_driver_bug() {
         let mut h = Harness::new(config());
@@ -2232,7 +2232,7 @@ mod tests {
 
     #[test]
     #[cfg(debug_assertions)]
-    #[should_panic(expected = "AttemptMachine: a response head fed while backing off")]
+    #[should_panic(expected = "ExchangeMachine: a response head fed while backing off")]
     fn a_head_during_a_backoff_is_a_driver_bug() {
         let mut h = Harness::new(config());
         h.error(0, connect_error());
@@ -2300,7 +2300,7 @@ mod tests {
     /// The machine decides without a clock or a runtime (the driver passes `now` in).
     #[test]
     fn the_machine_reads_no_clock_and_is_not_async() {
-        let source = include_str!("attempt.rs");
+        let source = include_str!("exchange.rs");
         let code = &source[..source.find("#[cfg(test)]").unwrap()];
         for forbidden in [
             "Instant::now",

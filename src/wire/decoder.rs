@@ -1,11 +1,59 @@
-//! [`WireDecoder`]: a framing (SSE, newline-delimited JSON, AWS event stream) and a provider's
-//! event decoder put together, re-exported as [`wire::WireDecoder`](crate::wire::WireDecoder).
+//! [`WireDecoder`]: a framing (SSE, newline-delimited JSON, AWS event stream) and a format's
+//! event decoder put together.
+//!
+//! Nothing here knows a format: each format's folder under `provider/` implements
+//! [`EventDecoder`] and names its [`Framing`], and `provider/format.rs` (the one table of
+//! formats) builds a `WireDecoder` for a [`WireFormat`](crate::wire::WireFormat) from them
+//! (`WireDecoder::new`, `WireDecoder::with_limits`).
+
+use std::fmt;
 
 use crate::error::LlmError;
 use crate::wire::eventstream::EventStreamDecoder;
 use crate::wire::lines::LineDecoder;
 use crate::wire::sse::SseDecoder;
-use crate::wire::{LlmEvent, StreamLimits, WireFormat};
+use crate::wire::{LlmEvent, StreamLimits};
+
+/// A format's decoder of framed events into [`LlmEvent`]s: what a format's `decode.rs`
+/// implements, sans-IO. `event` is the SSE event name or the AWS event type (empty for
+/// NDJSON), `data` the event's payload.
+pub(crate) trait EventDecoder: Send + Sync + fmt::Debug {
+    /// Decodes one framed event, appending the events it completes.
+    fn on_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        out: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmError>;
+    /// The body ended: an error when the format's end-of-message marker was not seen.
+    fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError>;
+    /// Decodes a whole, non-streamed JSON response body.
+    fn decode_whole(&mut self, text: &str, out: &mut Vec<LlmEvent>) -> Result<(), LlmError>;
+    /// Whether the end-of-message marker has been seen.
+    fn is_done(&self) -> bool;
+}
+
+/// How a format's body is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-Sent Events (Anthropic, OpenAI, Gemini).
+    Sse,
+    /// Newline-delimited JSON (Ollama): each line is one event's data.
+    Lines,
+    /// The AWS binary event stream (Bedrock): each message is one event.
+    EventStream,
+}
+
+impl Framing {
+    /// The content type of a streamed body in this framing.
+    pub(crate) fn content_type(self) -> &'static str {
+        match self {
+            Framing::Sse => "text/event-stream",
+            Framing::Lines => "application/x-ndjson",
+            Framing::EventStream => "application/vnd.amazon.eventstream",
+        }
+    }
+}
 
 /// The sans-IO decoder of one streamed response: SSE framing plus the provider's event format.
 ///
@@ -30,15 +78,15 @@ use crate::wire::{LlmEvent, StreamLimits, WireFormat};
 /// ```
 #[derive(Debug)]
 pub struct WireDecoder {
-    framing: Framing,
-    inner: ProviderDecoder,
+    framing: Framer,
+    inner: Box<dyn EventDecoder>,
     /// The first error; once set, every call returns it again.
     error: Option<LlmError>,
 }
 
-/// How the body is cut into the provider's events.
+/// The framing's decoder, with its buffer.
 #[derive(Debug)]
-enum Framing {
+enum Framer {
     /// Server-Sent Events (Anthropic, OpenAI, Gemini).
     Sse(SseDecoder),
     /// Newline-delimited JSON (Ollama): each line is one event's data.
@@ -47,44 +95,19 @@ enum Framing {
     EventStream(EventStreamDecoder),
 }
 
-#[derive(Debug)]
-enum ProviderDecoder {
-    Anthropic(super::anthropic::decode::Decoder),
-    OpenAi(super::openai::decode::Decoder),
-    Responses(super::responses::decode::Decoder),
-    Gemini(super::gemini::decode::Decoder),
-    Bedrock(super::bedrock::decode::Decoder),
-    Ollama(super::ollama::decode::Decoder),
-}
-
 impl WireDecoder {
-    /// A decoder for `format` with the default [`StreamLimits`].
-    pub fn new(format: WireFormat) -> Self {
-        Self::with_limits(format, StreamLimits::default())
-    }
-
-    /// A decoder for `format` with the given limits.
-    pub fn with_limits(format: WireFormat, limits: StreamLimits) -> Self {
-        let inner = match format {
-            WireFormat::Anthropic => {
-                ProviderDecoder::Anthropic(super::anthropic::decode::Decoder::new())
+    /// A decoder of `inner`'s events in `framing`, each framing bounded by `limits`.
+    pub(crate) fn from_parts(
+        framing: Framing,
+        inner: Box<dyn EventDecoder>,
+        limits: StreamLimits,
+    ) -> Self {
+        let framing = match framing {
+            Framing::Sse => Framer::Sse(SseDecoder::with_limits(limits.sse())),
+            Framing::Lines => Framer::Lines(LineDecoder::new(limits.max_line_bytes)),
+            Framing::EventStream => {
+                Framer::EventStream(EventStreamDecoder::new(limits.max_event_bytes))
             }
-            WireFormat::OpenAiChat => {
-                ProviderDecoder::OpenAi(super::openai::decode::Decoder::new())
-            }
-            WireFormat::OpenAiResponses => {
-                ProviderDecoder::Responses(super::responses::decode::Decoder::new())
-            }
-            WireFormat::Gemini => ProviderDecoder::Gemini(super::gemini::decode::Decoder::new()),
-            WireFormat::Bedrock => ProviderDecoder::Bedrock(super::bedrock::decode::Decoder::new()),
-            WireFormat::Ollama => ProviderDecoder::Ollama(super::ollama::decode::Decoder::new()),
-        };
-        let framing = match format {
-            WireFormat::Bedrock => {
-                Framing::EventStream(EventStreamDecoder::new(limits.max_event_bytes))
-            }
-            WireFormat::Ollama => Framing::Lines(LineDecoder::new(limits.max_line_bytes)),
-            _ => Framing::Sse(SseDecoder::with_limits(limits.sse())),
         };
         WireDecoder {
             framing,
@@ -102,11 +125,11 @@ impl WireDecoder {
         }
         let WireDecoder { framing, inner, .. } = self;
         let result = match framing {
-            Framing::Sse(sse) => {
+            Framer::Sse(sse) => {
                 sse.push_with(chunk, |event| inner.on_event(event.event, event.data, out))
             }
-            Framing::Lines(lines) => lines.push_with(chunk, |line| inner.on_event("", line, out)),
-            Framing::EventStream(messages) => {
+            Framer::Lines(lines) => lines.push_with(chunk, |line| inner.on_event("", line, out)),
+            Framer::EventStream(messages) => {
                 messages.push_with(chunk, |event, data| inner.on_event(event, data, out))
             }
         };
@@ -136,15 +159,15 @@ impl WireDecoder {
             other => other,
         };
         let result = match framing {
-            Framing::Sse(sse) => sse.finish_with(|event| {
+            Framer::Sse(sse) => sse.finish_with(|event| {
                 inner
                     .on_event(event.event, event.data, out)
                     .map_err(cut_off)
             }),
-            Framing::Lines(lines) => {
+            Framer::Lines(lines) => {
                 lines.finish_with(|line| inner.on_event("", line, out).map_err(cut_off))
             }
-            Framing::EventStream(messages) => messages.finish(),
+            Framer::EventStream(messages) => messages.finish(),
         };
         let result = result.and_then(|()| inner.finish(out));
         self.remember(result)
@@ -182,56 +205,47 @@ impl WireDecoder {
             Err(e) => Err(LlmError::malformed(format!(
                 "the JSON response body is not UTF-8: {e}"
             ))),
-            Ok(text) => match &mut self.inner {
-                ProviderDecoder::Anthropic(d) => d.decode_whole(text, out),
-                ProviderDecoder::OpenAi(d) => d.decode_whole(text, out),
-                ProviderDecoder::Responses(d) => d.decode_whole(text, out),
-                ProviderDecoder::Gemini(d) => d.decode_whole(text, out),
-                ProviderDecoder::Bedrock(d) => d.decode_whole(text, out),
-                ProviderDecoder::Ollama(d) => d.decode_whole(text, out),
-            },
+            Ok(text) => self.inner.decode_whole(text, out),
         };
         self.remember(result)
     }
 
     /// Whether the provider's end-of-message marker has been seen.
     pub fn is_done(&self) -> bool {
-        match &self.inner {
-            ProviderDecoder::Anthropic(d) => d.is_done(),
-            ProviderDecoder::OpenAi(d) => d.is_done(),
-            ProviderDecoder::Responses(d) => d.is_done(),
-            ProviderDecoder::Gemini(d) => d.is_done(),
-            ProviderDecoder::Bedrock(d) => d.is_done(),
-            ProviderDecoder::Ollama(d) => d.is_done(),
-        }
+        self.inner.is_done()
     }
 }
 
-impl ProviderDecoder {
-    fn on_event(
-        &mut self,
-        event: &str,
-        data: &str,
-        out: &mut Vec<LlmEvent>,
-    ) -> Result<(), LlmError> {
-        match self {
-            ProviderDecoder::Anthropic(d) => d.on_event(event, data, out),
-            ProviderDecoder::OpenAi(d) => d.on_event(event, data, out),
-            ProviderDecoder::Responses(d) => d.on_event(event, data, out),
-            ProviderDecoder::Gemini(d) => d.on_event(event, data, out),
-            ProviderDecoder::Bedrock(d) => d.on_event(event, data, out),
-            ProviderDecoder::Ollama(d) => d.on_event(event, data, out),
+/// Implements [`EventDecoder`] for a format's decoder by its inherent methods of the same
+/// names (`on_event`, `finish`, `decode_whole`, `is_done`).
+macro_rules! event_decoder {
+    ($decoder:ty) => {
+        impl $crate::wire::decoder::EventDecoder for $decoder {
+            fn on_event(
+                &mut self,
+                event: &str,
+                data: &str,
+                out: &mut Vec<$crate::wire::LlmEvent>,
+            ) -> Result<(), $crate::error::LlmError> {
+                <$decoder>::on_event(self, event, data, out)
+            }
+            fn finish(
+                &mut self,
+                out: &mut Vec<$crate::wire::LlmEvent>,
+            ) -> Result<(), $crate::error::LlmError> {
+                <$decoder>::finish(self, out)
+            }
+            fn decode_whole(
+                &mut self,
+                text: &str,
+                out: &mut Vec<$crate::wire::LlmEvent>,
+            ) -> Result<(), $crate::error::LlmError> {
+                <$decoder>::decode_whole(self, text, out)
+            }
+            fn is_done(&self) -> bool {
+                <$decoder>::is_done(self)
+            }
         }
-    }
-
-    fn finish(&mut self, out: &mut Vec<LlmEvent>) -> Result<(), LlmError> {
-        match self {
-            ProviderDecoder::Anthropic(d) => d.finish(out),
-            ProviderDecoder::OpenAi(d) => d.finish(out),
-            ProviderDecoder::Responses(d) => d.finish(out),
-            ProviderDecoder::Gemini(d) => d.finish(out),
-            ProviderDecoder::Bedrock(d) => d.finish(out),
-            ProviderDecoder::Ollama(d) => d.finish(out),
-        }
-    }
+    };
 }
+pub(crate) use event_decoder;

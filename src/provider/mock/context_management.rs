@@ -21,10 +21,10 @@ use crate::provider::context_editing::{
     BETA, CLEAR_THINKING, CLEAR_TOOL_USES, COMPACT, COMPACT_BETA,
 };
 
-use super::tool_schemas::Rejection;
+use super::Rejection;
 
 /// The 400 the API answers an Anthropic request's `context_management` with, if any.
-pub(super) fn rejection(body: &Value, headers: &[(String, String)]) -> Option<Rejection> {
+pub(crate) fn rejection(body: &Value, headers: &[(String, String)]) -> Option<Rejection> {
     let managed = body.get("context_management")?;
     let refuse = |message: String| {
         Some(Rejection {
@@ -226,7 +226,7 @@ fn tagged(value: &Value, kinds: &[&str], min: Option<u64>) -> Result<(), String>
 /// "compact_threshold": n ≥ 1 | null}` (no other type or key); an input item of type
 /// `compaction` must carry a string `encrypted_content` (its `id` a string if present, no
 /// other key).
-pub(super) fn responses_rejection(body: &Value) -> Option<Rejection> {
+pub(crate) fn responses_rejection(body: &Value) -> Option<Rejection> {
     let refuse = |message: String| {
         Some(Rejection {
             error_type: "invalid_request_error",

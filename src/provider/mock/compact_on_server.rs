@@ -27,7 +27,7 @@ const FIELDS: [&str; 10] = [
 /// Whether `route` (a path without its query) is `{prefix}/responses/compact`, and whether the
 /// real API serves it there (the prefix holds neither segment, no segment is empty or
 /// repeated next to itself, as `/v1/v1/…` from a base URL that already holds the version).
-pub(super) fn route(route: &str) -> Option<bool> {
+pub(crate) fn route(route: &str) -> Option<bool> {
     let path = route.strip_suffix("/responses/compact")?;
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     Some(
@@ -41,7 +41,7 @@ pub(super) fn route(route: &str) -> Option<bool> {
 
 /// The status and JSON body answering request `number`; `violation` is what the history
 /// check of `input` found, if anything.
-pub(super) fn answer(
+pub(crate) fn answer(
     method: &str,
     body: &Value,
     violation: Option<String>,

@@ -10,8 +10,14 @@ use serde_json::{json, Map, Value};
 use crate::message::{ContentBlock, StopReason, Usage};
 use crate::wire::{LlmEvent, ModelResponse};
 
-use super::segment::{Segment, SegmentKind};
-use super::tool_schemas::Rejection;
+use crate::message::Message;
+use crate::message::{MediaSource, Role};
+use crate::provider::mock::{
+    media_checks, tool_schemas, MockFormat, Rejection, Route, Segment, SegmentKind,
+};
+use crate::wire::WireFormat;
+
+use super::decode::GENERATED_ID_PREFIX;
 
 fn data(value: &Value) -> Vec<u8> {
     let mut out = b"data: ".to_vec();
@@ -514,6 +520,235 @@ fn contents(body: &Value) -> Option<Rejection> {
         }
     }
     None
+}
+
+/// The mock side of Gemini: `{prefix}/{version}/models/{model}:{method}` and Vertex AI's paths.
+pub(crate) struct Mock;
+
+impl MockFormat for Mock {
+    fn route(&self, route: &Route<'_>) -> Option<bool> {
+        let last = route.last();
+        (last.ends_with(":streamGenerateContent") || last.ends_with(":generateContent"))
+            .then(|| route.well_formed && serves(&route.segments))
+    }
+
+    /// The model is in the path (`…/models/{model}:…`).
+    fn requested_model(&self, route: &str, _body: &Value) -> Option<String> {
+        let (_, rest) = route.split_once("/models/")?;
+        let model = rest.split([':', '/']).next().unwrap_or(rest);
+        (!model.is_empty()).then(|| model.to_owned())
+    }
+
+    fn history(&self, body: &Value) -> Option<Vec<Message>> {
+        Some(decode(body))
+    }
+
+    fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
+        let format = WireFormat::Gemini;
+        tool_schemas::rejection(format, body)
+            .or_else(|| media_checks::rejection(format, body))
+            .or_else(|| rejection(body))
+    }
+
+    fn not_found_type(&self) -> &'static str {
+        "NOT_FOUND"
+    }
+
+    fn status_body(
+        &self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+        _code: Option<&str>,
+    ) -> (Value, Vec<(String, String)>) {
+        status_body(status, error_type, message)
+    }
+
+    fn encode_stream(&self, events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
+        encode(events, usage)
+    }
+
+    fn encode_whole(&self, response: &ModelResponse) -> Value {
+        whole(response)
+    }
+
+    fn error_event(&self, error_type: &str, message: &str) -> Vec<u8> {
+        error_event(error_type, message)
+    }
+
+    fn keep_alive(&self) -> Vec<u8> {
+        keep_alive()
+    }
+
+    fn garbage(&self) -> Vec<u8> {
+        garbage()
+    }
+}
+
+/// The conversation a request body carries (the mock server checks the history invariant on
+/// it): the inverse of [`encode`]. Calls without an id get `gemini_call_{n}`, and a
+/// `functionResponse` without an id answers the earliest unanswered call of the same name in
+/// the content before it (as Gemini matches them); one that answers none gets an id no call
+/// has, so the history check reports it.
+pub(super) fn decode(body: &Value) -> Vec<Message> {
+    let mut messages = Vec::new();
+    let mut generated = 0usize;
+    // The calls of the latest model content not yet answered: (id, name).
+    let mut pending: Vec<(String, String)> = Vec::new();
+    let contents = body
+        .get("contents")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for content in contents {
+        let role = if content.get("role").and_then(Value::as_str) == Some("model") {
+            Role::Assistant
+        } else {
+            Role::User
+        };
+        if role == Role::Assistant {
+            pending.clear();
+        }
+        let mut blocks = Vec::new();
+        let parts = content
+            .get("parts")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for part in parts {
+            let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+            let signature = text(part.get("thoughtSignature"));
+            let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
+            if !signature.is_empty() && !thought {
+                blocks.push(ContentBlock::Thinking {
+                    thinking: String::new(),
+                    signature: signature.clone(),
+                });
+            }
+            if let Some(call) = part.get("functionCall") {
+                let id = match call.get("id").and_then(Value::as_str) {
+                    Some(id) => id.to_owned(),
+                    None => {
+                        generated += 1;
+                        format!("{GENERATED_ID_PREFIX}{generated}")
+                    }
+                };
+                let name = text(call.get("name"));
+                pending.push((id.clone(), name.clone()));
+                blocks.push(ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                });
+            } else if let Some(response) = part.get("functionResponse") {
+                let name = text(response.get("name"));
+                let id = match response.get("id").and_then(Value::as_str) {
+                    Some(id) => {
+                        pending.retain(|(p, _)| p != id);
+                        id.to_owned()
+                    }
+                    None => match pending.iter().position(|(_, n)| *n == name) {
+                        Some(i) => pending.remove(i).0,
+                        None => {
+                            generated += 1;
+                            format!("unmatched_{name}_{generated}")
+                        }
+                    },
+                };
+                let answer = response.get("response");
+                let error = answer.and_then(|r| r.get("error"));
+                let result = answer
+                    .and_then(Value::as_object)
+                    .filter(|map| map.len() == 1)
+                    .and_then(|map| map.get("result"));
+                let shown = |v: Option<&Value>| match v {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                blocks.push(match (error, result, answer) {
+                    (Some(error), _, _) => ContentBlock::tool_result(id, shown(Some(error)), true),
+                    (None, Some(Value::String(text)), _) => {
+                        ContentBlock::tool_result(id, text.clone(), false)
+                    }
+                    (None, Some(value), _) => ContentBlock::tool_result_json(id, value.clone()),
+                    // A structured result: the object itself.
+                    (None, None, Some(object)) => {
+                        ContentBlock::tool_result_json(id, object.clone())
+                    }
+                    (None, None, None) => ContentBlock::tool_result(id, String::new(), false),
+                });
+            } else if let Some(t) = part.get("text").and_then(Value::as_str) {
+                if thought {
+                    blocks.push(ContentBlock::Thinking {
+                        thinking: t.to_owned(),
+                        signature,
+                    });
+                } else if !t.is_empty() {
+                    blocks.push(ContentBlock::text(t));
+                }
+            } else if let Some(data) = part.get("inlineData") {
+                let media_type = text(data.get("mimeType"));
+                let source = MediaSource::Base64 {
+                    media_type: media_type.clone(),
+                    data: text(data.get("data")),
+                };
+                blocks.push(media_block(&media_type, source));
+            } else if let Some(file) = part.get("fileData") {
+                let media_type = text(file.get("mimeType"));
+                let source = MediaSource::Url {
+                    url: text(file.get("fileUri")),
+                };
+                blocks.push(media_block(&media_type, source));
+            }
+        }
+        messages.push(Message {
+            role,
+            content: blocks,
+        });
+    }
+    messages
+}
+
+fn media_block(media_type: &str, source: MediaSource) -> ContentBlock {
+    if media_type == "application/pdf" {
+        ContentBlock::Document {
+            source,
+            title: None,
+        }
+    } else {
+        ContentBlock::Image { source }
+    }
+}
+
+/// Whether the Gemini API or Vertex AI serves a `…:{method}` path (see `MockFormat::route`).
+fn serves(segments: &[&str]) -> bool {
+    const VERSIONS: [&str; 4] = ["v1", "v1beta", "v1alpha", "v1beta1"];
+    let Some((last, rest)) = segments.split_last() else {
+        return false;
+    };
+    let model = last.split(':').next().unwrap_or_default();
+    let method = last.rsplit(':').next().unwrap_or_default();
+    if model.is_empty() || !matches!(method, "streamGenerateContent" | "generateContent") {
+        return false;
+    }
+    // Where the API's own path starts: the last version segment.
+    let Some(at) = rest.iter().rposition(|s| VERSIONS.contains(s)) else {
+        return false;
+    };
+    let (prefix, path) = rest.split_at(at);
+    let own = |s: &&str| VERSIONS.contains(s) || matches!(*s, "models" | "projects" | "publishers");
+    if prefix.iter().any(own) {
+        return false;
+    }
+    match path {
+        // The Gemini API.
+        [version, "models"] => *version != "v1beta1",
+        // Vertex AI, with a project and location or without (express mode).
+        [version, "projects", _, "locations", _, "publishers", "google", "models"]
+        | [version, "publishers", "google", "models"] => matches!(*version, "v1" | "v1beta1"),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
