@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use agent_loop::media::MediaSource;
-use agent_loop::provider::transport::{Jitter, RetryPolicy};
+use agent_loop::provider::transport::{Jitter, PacingLimits, RetryPolicy};
 use agent_loop::provider::{ModelRequest, ToolChoice};
 use agent_loop::testing::{
     MockResponse, MockServer, ScriptedClient, ScriptedResponse, StreamPoint,
@@ -962,4 +962,39 @@ pub(crate) async fn status_5xx(f: &Format) {
         other => panic!("{:?}: {other:?}", f.wire),
     }
     assert_eq!(server.requests().len(), 4, "{:?}", f.wire);
+}
+
+/// Under the mock's rate limit a request counts the tokens it may generate: two requests
+/// of 1,500 max tokens do not fit a budget of 2,000 tokens a minute, and the second is
+/// answered `429` with `retry-after`, without using the script.
+pub(crate) async fn rate_limit(f: &Format) {
+    let server = MockServer::start().await;
+    server.rate_limit(PacingLimits::per_minute().tokens(2_000));
+    server.push(ScriptedResponse::text("first"));
+    server.push(ScriptedResponse::text("second"));
+    let client = (f.client)(&server, RetryPolicy::none(), StreamLimits::default());
+    let mut request = hello();
+    request.max_tokens = 1_500;
+    let first = collect(&*client, &request).await;
+    assert_eq!(text_of(&first), "first", "{:?}: {first:?}", f.wire);
+    let second = collect(&*client, &request).await;
+    if f.bugs.contains(&Bug::RateLimitIgnoresMaxTokens) {
+        assert_eq!(
+            text_of(&second),
+            "second",
+            "{:?}: Bug::RateLimitIgnoresMaxTokens fixed?",
+            f.wire
+        );
+        assert_eq!(server.rate_limited(), 0);
+        return;
+    }
+    match final_error(f, &second) {
+        LlmError::Api(api) => {
+            assert_eq!(api.status, 429, "{:?}: {api:?}", f.wire);
+            assert!(api.retry_after.is_some(), "{:?}: {api:?}", f.wire);
+        }
+        other => panic!("{:?}: {other:?}", f.wire),
+    }
+    assert_eq!(server.rate_limited(), 1, "{:?}", f.wire);
+    assert_eq!(server.remaining(), 1, "{:?}", f.wire);
 }

@@ -58,6 +58,12 @@ pub(crate) enum Bug {
     /// `tool_name`; the server takes it as the answer to the call pending in its place.
     /// Gemini's client, which also ties results to calls by name, refuses it before sending.
     UnknownResultSent,
+    /// The mock's rate limit counts a request's `max_tokens` only under the names of the
+    /// Anthropic and OpenAI bodies (`max_tokens`, `max_completion_tokens`,
+    /// `max_output_tokens`), and its conversation only under `system`, `messages` and
+    /// `input`: Gemini's `generationConfig.maxOutputTokens` (and `contents`), Bedrock's
+    /// `inferenceConfig.maxTokens` and Ollama's `options.num_predict` count nothing.
+    RateLimitIgnoresMaxTokens,
 }
 
 /// What one wire format can express, and how its client is built. The suite's cases read
@@ -305,7 +311,7 @@ pub(crate) const GEMINI: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: true,
     usage_after_end: false,
-    bugs: &[],
+    bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/generationConfig/maxOutputTokens", "321"),
         ("/generationConfig/temperature", "0.25"),
@@ -341,7 +347,7 @@ pub(crate) const BEDROCK: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: false,
     usage_after_end: true,
-    bugs: &[],
+    bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/inferenceConfig/maxTokens", "321"),
         ("/inferenceConfig/temperature", "0.25"),
@@ -374,7 +380,7 @@ pub(crate) const OLLAMA: Format = Format {
     only_chosen_tool: true,
     result_needs_call_name: false,
     usage_after_end: false,
-    bugs: &[Bug::UnknownResultSent],
+    bugs: &[Bug::UnknownResultSent, Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/options/num_predict", "321"),
         ("/options/temperature", "0.25"),
@@ -434,6 +440,8 @@ macro_rules! conformance_suite {
             async fn a_400_is_not_retried() { cases::status_400(F).await }
             #[tokio::test(start_paused = true)]
             async fn a_5xx_is_retried() { cases::status_5xx(F).await }
+            #[tokio::test]
+            async fn the_rate_limit_counts_max_tokens() { cases::rate_limit(F).await }
         }
     )+};
 }
