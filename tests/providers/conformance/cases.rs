@@ -812,6 +812,22 @@ pub(crate) async fn mid_stream_error(f: &Format) {
         "{:?}: not retried after content",
         f.wire
     );
+
+    // Before any content the same event is retried, unseen.
+    let server = MockServer::start().await;
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("x")).error_event_at(
+            StreamPoint::BeforeContent,
+            "overloaded_error",
+            "MOCK-BUSY",
+        ),
+    );
+    server.push(ScriptedResponse::text("retried"));
+    let client = self::client(f, &server);
+    let items = collect(&*client, &hello()).await;
+    assert!(items.iter().all(Result::is_ok), "{:?}: {items:?}", f.wire);
+    assert_eq!(text_of(&items), "retried", "{:?}", f.wire);
+    assert_eq!(server.requests().len(), 2, "{:?}", f.wire);
 }
 
 /// An event whose data is not JSON, after content: `Malformed`.
@@ -918,50 +934,132 @@ pub(crate) async fn status_429(f: &Format) {
     assert_eq!(server.requests().len(), 2, "{:?}", f.wire);
 }
 
-/// A 400 is the caller's error: surfaced with its status at once, never retried.
-pub(crate) async fn status_400(f: &Format) {
+/// Every error status before content: retried once (the stream goes on with the next
+/// attempt, its failed attempt unseen) or surfaced at once with its status and the
+/// provider's message; a 413 is a context overflow.
+pub(crate) async fn statuses(f: &Format) {
+    let table: &[(u16, bool)] = &[
+        (400, false),
+        (401, false),
+        (403, false),
+        (404, false),
+        (408, true),
+        (409, true),
+        (413, false),
+        (422, false),
+        (429, true),
+        (500, true),
+        (502, true),
+        (503, true),
+        (504, true),
+        (529, true),
+    ];
+    for &(status, retried) in table {
+        let server = MockServer::start().await;
+        server.push(MockResponse::status(status).error_message(format!("MOCK-BOOM {status}")));
+        server.push(ScriptedResponse::text("recovered"));
+        let client = client(f, &server);
+        let items = collect(&*client, &hello()).await;
+        let sent = server.requests().len();
+        if retried {
+            assert!(
+                items.iter().all(Result::is_ok),
+                "{:?} {status}: {items:?}",
+                f.wire
+            );
+            assert_eq!(text_of(&items), "recovered", "{:?} {status}", f.wire);
+            let starts = items
+                .iter()
+                .filter(|i| matches!(i, Ok(LlmEvent::MessageStart { .. })))
+                .count();
+            assert_eq!(
+                starts, 1,
+                "{:?} {status}: the failed attempt unseen",
+                f.wire
+            );
+            assert_eq!(sent, 2, "{:?} {status}: retried once", f.wire);
+            continue;
+        }
+        assert_eq!(items.len(), 1, "{:?} {status}: {items:?}", f.wire);
+        let error = final_error(f, &items);
+        assert_eq!(error.status(), Some(status), "{:?}: {error:?}", f.wire);
+        assert!(
+            error.to_string().contains(&format!("MOCK-BOOM {status}")),
+            "{:?}: {error}",
+            f.wire
+        );
+        assert!(!error.is_retryable(), "{:?} {status}", f.wire);
+        assert_eq!(
+            matches!(error, LlmError::ContextOverflow(_)),
+            status == 413,
+            "{:?} {status}: {error:?}",
+            f.wire
+        );
+        assert_eq!(sent, 1, "{:?} {status}: not retried", f.wire);
+        assert_eq!(server.remaining(), 1, "{:?} {status}", f.wire);
+    }
+}
+
+/// Past the policy's three retries the last status is the error.
+pub(crate) async fn retries_are_bounded(f: &Format) {
     let server = MockServer::start().await;
-    server.push(MockResponse::status(400).error_message("MOCK-BAD the request is wrong"));
-    server.push(ScriptedResponse::text("never"));
+    for _ in 0..5 {
+        server.push(MockResponse::status(503));
+    }
     let client = client(f, &server);
     let items = collect(&*client, &hello()).await;
     assert_eq!(items.len(), 1, "{:?}: {items:?}", f.wire);
-    match final_error(f, &items) {
-        LlmError::Api(api) => {
-            assert_eq!(api.status, 400, "{:?}", f.wire);
-            assert!(api.message.contains("MOCK-BAD"), "{:?}: {api:?}", f.wire);
-            assert!(!api.is_retryable());
-        }
-        other => panic!("{:?}: {other:?}", f.wire),
-    }
-    assert_eq!(server.requests().len(), 1, "{:?}", f.wire);
-    assert_eq!(server.remaining(), 1, "{:?}", f.wire);
+    assert_eq!(final_error(f, &items).status(), Some(503), "{:?}", f.wire);
+    assert_eq!(server.requests().len(), 4, "{:?}", f.wire);
 }
 
-/// 500, 502 and 503 before content are retried; the fourth answer streams.
-pub(crate) async fn status_5xx(f: &Format) {
+/// A connection lost before content is retried; after content it is the stream's
+/// `Transport` error (the client cannot resume), with the content before it kept.
+pub(crate) async fn disconnects(f: &Format) {
     let server = MockServer::start().await;
-    for status in [500, 502, 503] {
-        server.push(MockResponse::status(status));
-    }
-    server.push(ScriptedResponse::text("recovered"));
+    server.push(MockResponse::stream(ScriptedResponse::text("lost")).disconnect_before_content());
+    server.push(ScriptedResponse::text("found"));
     let client = client(f, &server);
     let items = collect(&*client, &hello()).await;
-    assert_eq!(text_of(&items), "recovered", "{:?}: {items:?}", f.wire);
-    assert_eq!(server.requests().len(), 4, "{:?}", f.wire);
+    assert!(items.iter().all(Result::is_ok), "{:?}: {items:?}", f.wire);
+    assert_eq!(text_of(&items), "found", "{:?}", f.wire);
+    assert_eq!(server.requests().len(), 2, "{:?}: retried once", f.wire);
 
-    // Past the policy's three retries the last status is the error.
     let server = MockServer::start().await;
-    for _ in 0..4 {
-        server.push(MockResponse::status(503));
-    }
-    let exhausted = self::client(f, &server);
-    let items = collect(&*exhausted, &hello()).await;
-    match final_error(f, &items) {
-        LlmError::Api(api) => assert_eq!(api.status, 503, "{:?}", f.wire),
-        other => panic!("{:?}: {other:?}", f.wire),
-    }
-    assert_eq!(server.requests().len(), 4, "{:?}", f.wire);
+    server.push(
+        MockResponse::stream(ScriptedResponse::text("half").then_text(" never"))
+            .disconnect_after_first_content(),
+    );
+    server.push(ScriptedResponse::text("unused"));
+    let client = self::client(f, &server);
+    let items = collect(&*client, &hello()).await;
+    assert_eq!(text_of(&items), "half", "{:?}: {items:?}", f.wire);
+    let error = final_error(f, &items);
+    assert!(
+        matches!(error, LlmError::Transport { .. }),
+        "{:?}: {error:?}",
+        f.wire
+    );
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "{:?}: not retried after content",
+        f.wire
+    );
+
+    // The scripted failure says the same on the wire.
+    let server = MockServer::start().await;
+    server.push(ScriptedResponse::text("a").then_fail(LlmError::Transport {
+        message: "gone".into(),
+    }));
+    let client = self::client(f, &server);
+    let items = collect(&*client, &hello()).await;
+    let error = final_error(f, &items);
+    assert!(
+        matches!(error, LlmError::Transport { .. }),
+        "{:?}: {error:?}",
+        f.wire
+    );
 }
 
 /// Under the mock's rate limit a request counts the tokens it may generate: two requests

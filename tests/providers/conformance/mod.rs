@@ -17,9 +17,11 @@
 //! - events: text, thinking, one and several tool calls with arguments in fragments, usage,
 //!   every stop reason, through the mock's encoding and the client's decoding, and through
 //!   the format's `WireDecoder` at random chunkings, to one assembled `ModelResponse`;
-//! - faults: a body cut anywhere (an error, never a shorter answer), a mid-stream error
-//!   event, bad JSON, an oversize event and oversize tool arguments (the limit named), and
-//!   HTTP statuses (429 with `retry-after` retried, 400 not retried, 5xx retried).
+//! - faults: a body cut anywhere (an error, never a shorter answer), a clean end without the
+//!   end marker, a mid-stream error event (retried before content only), bad JSON,
+//!   disconnects, an oversize event and oversize tool arguments (the limit named), every
+//!   HTTP error status (retried or surfaced; 429 after its `retry-after`), retries bounded,
+//!   and the mock's rate limit.
 
 mod cases;
 
@@ -437,9 +439,13 @@ macro_rules! conformance_suite {
             #[tokio::test(start_paused = true)]
             async fn a_429_waits_retry_after_and_is_retried() { cases::status_429(F).await }
             #[tokio::test]
-            async fn a_400_is_not_retried() { cases::status_400(F).await }
-            #[tokio::test(start_paused = true)]
-            async fn a_5xx_is_retried() { cases::status_5xx(F).await }
+            async fn every_status_is_retried_or_surfaced() { cases::statuses(F).await }
+            #[tokio::test]
+            async fn retries_are_bounded() { cases::retries_are_bounded(F).await }
+            #[tokio::test]
+            async fn disconnects_are_retried_only_before_content() {
+                cases::disconnects(F).await
+            }
             #[tokio::test]
             async fn the_rate_limit_counts_max_tokens() { cases::rate_limit(F).await }
         }
