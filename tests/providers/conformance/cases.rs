@@ -1025,6 +1025,15 @@ pub(crate) async fn disconnects(f: &Format) {
     assert_eq!(text_of(&items), "found", "{:?}", f.wire);
     assert_eq!(server.requests().len(), 2, "{:?}: retried once", f.wire);
 
+    // Five bytes into the body: still before content.
+    let server = MockServer::start().await;
+    server.push(MockResponse::stream(ScriptedResponse::text("abc")).disconnect_after_bytes(5));
+    server.push(ScriptedResponse::text("again"));
+    let client = self::client(f, &server);
+    let items = collect(&*client, &hello()).await;
+    assert_eq!(text_of(&items), "again", "{:?}: {items:?}", f.wire);
+    assert_eq!(server.requests().len(), 2, "{:?}: retried once", f.wire);
+
     let server = MockServer::start().await;
     server.push(
         MockResponse::stream(ScriptedResponse::text("half").then_text(" never"))
