@@ -359,6 +359,11 @@ fn full_request(f: &Format) -> ModelRequest {
 
 /// The request goes out whole: every part in the body where the format's API takes it, the
 /// conversation in order and each part once, and the mock reads it as a valid history.
+///
+/// `RecordedRequest` gives the body as JSON, not the mock's own reading of it (the inverse
+/// decoders that feed its history check are private), so the body is checked by its
+/// markers and the table's JSON pointers, and the mock's reading by its verdict: no
+/// violation here, the provider's `400` for each invalid history in the next case.
 pub(crate) async fn request_encoding(f: &Format) {
     let server = MockServer::start().await;
     server.push(ScriptedResponse::text("ok"));
@@ -506,6 +511,17 @@ pub(crate) async fn invalid_histories_are_refused(f: &Format) {
         match final_error(f, &items) {
             LlmError::Api(api) => {
                 assert_eq!(api.status, 400, "{:?}, {what}: {api:?}", f.wire);
+                assert_eq!(
+                    api.error_type.as_deref(),
+                    f.invalid_request_type,
+                    "{:?}, {what}",
+                    f.wire
+                );
+                assert!(
+                    api.message.contains("refuses this history"),
+                    "{:?}: {api:?}",
+                    f.wire
+                );
                 assert!(!api.is_retryable(), "{:?}, {what}", f.wire);
             }
             other => panic!(
@@ -794,11 +810,10 @@ pub(crate) async fn mid_stream_error(f: &Format) {
     let client = client(f, &server);
     let items = collect(&*client, &hello()).await;
     let error = final_error(f, &items);
-    assert!(
-        matches!(error, LlmError::Stream { .. }),
-        "{:?}: {error:?}",
-        f.wire
-    );
+    let LlmError::Stream { error_type, .. } = error else {
+        panic!("{:?}: {error:?}", f.wire)
+    };
+    assert_eq!(error_type, f.overloaded_event_type, "{:?}", f.wire);
     assert!(
         error.to_string().contains("MOCK-BUSY"),
         "{:?}: {error}",

@@ -105,6 +105,12 @@ pub(crate) struct Format {
     /// `finish_reason`, Bedrock's `metadata` after `messageStop`), and a body without it is
     /// complete (servers that never send it): a body cut there loses only the usage.
     pub usage_after_end: bool,
+    /// The provider's error type of a refused request (`400`), as the client reports it
+    /// (`None`: the format's errors carry no type).
+    pub invalid_request_type: Option<&'static str>,
+    /// The error type the client reports for an in-stream "overloaded" error event (each
+    /// provider's own word for it).
+    pub overloaded_event_type: &'static str,
     /// Known differences (see [`Bug`]).
     pub bugs: &'static [Bug],
     /// Where the request body carries each setting of the suite's request, as a JSON pointer
@@ -211,6 +217,8 @@ pub(crate) const ANTHROPIC: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: false,
     usage_after_end: false,
+    invalid_request_type: Some("invalid_request_error"),
+    overloaded_event_type: "overloaded_error",
     bugs: &[],
     settings: &[
         ("/max_tokens", "321"),
@@ -245,6 +253,8 @@ pub(crate) const OPENAI_CHAT: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: false,
     usage_after_end: true,
+    invalid_request_type: Some("invalid_request_error"),
+    overloaded_event_type: "overloaded_error",
     bugs: &[Bug::MockDropsCacheWrites],
     settings: &[
         ("/max_tokens", "321"),
@@ -281,6 +291,8 @@ pub(crate) const OPENAI_RESPONSES: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: false,
     usage_after_end: false,
+    invalid_request_type: Some("invalid_request_error"),
+    overloaded_event_type: "overloaded_error",
     bugs: &[Bug::MockDropsCacheWrites, Bug::ContentFilterIsRefusal],
     settings: &[
         ("/max_output_tokens", "321"),
@@ -313,6 +325,8 @@ pub(crate) const GEMINI: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: true,
     usage_after_end: false,
+    invalid_request_type: Some("INVALID_ARGUMENT"),
+    overloaded_event_type: "UNAVAILABLE",
     bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/generationConfig/maxOutputTokens", "321"),
@@ -349,6 +363,8 @@ pub(crate) const BEDROCK: Format = Format {
     only_chosen_tool: false,
     result_needs_call_name: false,
     usage_after_end: true,
+    invalid_request_type: Some("ValidationException"),
+    overloaded_event_type: "serviceUnavailableException",
     bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/inferenceConfig/maxTokens", "321"),
@@ -382,6 +398,8 @@ pub(crate) const OLLAMA: Format = Format {
     only_chosen_tool: true,
     result_needs_call_name: false,
     usage_after_end: false,
+    invalid_request_type: None,
+    overloaded_event_type: "server_error",
     bugs: &[Bug::UnknownResultSent, Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/options/num_predict", "321"),
