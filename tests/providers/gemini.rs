@@ -730,34 +730,6 @@ async fn path_and_headers() {
 }
 
 #[tokio::test]
-async fn retries_429_and_503_before_content() {
-    let server = MockServer::start().await;
-    server.push(MockResponse::status(429).error_message("Resource has been exhausted"));
-    server.push(MockResponse::status(503).error_message("The model is overloaded."));
-    server.push(ScriptedResponse::text("finally"));
-    let client = client(&server);
-    let items: Vec<_> = client
-        .stream(&ModelRequest::new(vec![Message::user("hello")]))
-        .collect()
-        .await;
-    let text: String = items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(LlmEvent::TextDelta { text, .. }) => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "finally");
-    assert_eq!(server.requests().len(), 3);
-    // One MessageStart: the failed attempts' events are not seen.
-    let starts = items
-        .iter()
-        .filter(|i| matches!(i, Ok(LlmEvent::MessageStart { .. })))
-        .count();
-    assert_eq!(starts, 1);
-}
-
-#[tokio::test]
 async fn errors_carry_google_status_and_never_the_key() {
     let server = MockServer::start().await;
     server.push(

@@ -14,6 +14,7 @@ mod cassette_player;
 mod cassettes;
 mod clients;
 mod compat;
+mod conformance;
 mod context_editing;
 mod faults;
 mod gemini;

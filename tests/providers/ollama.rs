@@ -760,26 +760,6 @@ async fn tool_choice_extra_and_unsupported_content() {
 // the client against the mock server
 
 #[tokio::test]
-async fn a_503_before_content_is_retried() {
-    let server = MockServer::start().await;
-    server.push(MockResponse::status(503));
-    server.push(ScriptedResponse::text("after retry").usage_tokens(7, 2));
-    let items = collect(
-        &client(&server),
-        &ModelRequest::new(vec![Message::user("hi")]),
-    )
-    .await;
-    assert_eq!(text_of(&items), "after retry");
-    assert!(items.iter().all(Result::is_ok), "{items:?}");
-    assert_eq!(server.requests().len(), 2);
-    assert!(items.contains(&Ok(LlmEvent::Usage(Usage {
-        input_tokens: 7,
-        output_tokens: 2,
-        ..Usage::default()
-    }))));
-}
-
-#[tokio::test]
 async fn statuses_errors_and_truncation() {
     let server = MockServer::start().await;
     let request = ModelRequest::new(vec![Message::user("hi")]);
