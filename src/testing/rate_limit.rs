@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::error::Quota;
+use crate::provider;
 use crate::provider::transport::pacing::{Pace, Pacer, PacingLimits};
 use crate::provider::transport::rate_limit_headers::{format_duration, format_rfc3339};
 use crate::wire::WireFormat;
@@ -38,7 +39,7 @@ impl MockLimit {
     ) -> Result<Vec<(String, String)>, Box<MockResponse>> {
         // tokio's clock, so that a test with a paused clock controls the limit too.
         let now = tokio::time::Instant::now().into_std();
-        let pace = self.pacer.try_acquire(request_tokens(body), now);
+        let pace = self.pacer.try_acquire(request_tokens(format, body), now);
         let wait = match pace {
             Pace::Go => None,
             Pace::WaitUntil(at) => Some(at.saturating_duration_since(now)),
@@ -62,17 +63,20 @@ impl MockLimit {
     }
 }
 
-/// What the mock counts against the token limit: the request's `max_tokens` (however the
-/// format names it) plus a quarter of the bytes of its conversation (`system`, `messages`,
-/// `input`, as serialized), the real APIs' way of counting a request before it runs.
-pub(crate) fn request_tokens(body: &Value) -> u64 {
-    let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+/// What the mock counts against the token limit: the request's `max_tokens` (where its
+/// format's `MockFormat::max_tokens_at` says) plus a quarter of the bytes of its prompt (where
+/// `prompt_at` says, as serialized), the real APIs' way of counting a request before it runs.
+pub(crate) fn request_tokens(format: WireFormat, body: &Value) -> u64 {
+    let mock = provider::of(format).mock();
+    let max_tokens = mock
+        .max_tokens_at()
         .iter()
-        .find_map(|name| body.get(name).and_then(Value::as_u64))
+        .find_map(|at| body.pointer(at).and_then(Value::as_u64))
         .unwrap_or(0);
-    let bytes: usize = ["system", "messages", "input"]
+    let bytes: usize = mock
+        .prompt_at()
         .iter()
-        .filter_map(|name| body.get(name))
+        .filter_map(|at| body.pointer(at))
         .map(|v| serde_json::to_string(v).map_or(0, |s| s.len()))
         .sum();
     max_tokens.saturating_add(bytes.div_ceil(4) as u64)

@@ -251,7 +251,7 @@ fn incomplete_responses_map_their_reason() {
         InvalidToolCallReason::Incomplete
     );
     let response = decode("incomplete_content_filter.sse").result.unwrap();
-    assert_eq!(response.stop_reason, StopReason::Refusal);
+    assert_eq!(response.stop_reason, StopReason::ContentFilter);
     assert_eq!(response.text(), "Partial");
 }
 
@@ -866,7 +866,10 @@ fn a_whole_response_object_keeps_its_status_error_and_parts() {
             json!({"reason": "max_output_tokens"}),
             StopReason::MaxTokens,
         ),
-        (json!({"reason": "content_filter"}), StopReason::Refusal),
+        (
+            json!({"reason": "content_filter"}),
+            StopReason::ContentFilter,
+        ),
     ] {
         let response = decode_json(json!({"id": "resp_w", "object": "response", "model": "m",
             "status": "incomplete", "incomplete_details": reason,

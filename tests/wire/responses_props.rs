@@ -303,7 +303,7 @@ proptest! {
         let refused = items.iter().any(|i| matches!(i, Item::Refusal(p) if !p.is_empty()));
         let stop = match ending {
             Ending::MaxTokens => StopReason::MaxTokens,
-            Ending::ContentFilter => StopReason::Refusal,
+            Ending::ContentFilter => StopReason::ContentFilter,
             Ending::Completed if refused => StopReason::Refusal,
             Ending::Completed if calls => StopReason::ToolUse,
             Ending::Completed => StopReason::EndTurn,

@@ -26,6 +26,14 @@ impl MockFormat for Mock {
         Some(decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/max_tokens"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/system", "/messages"]
+    }
+
     fn refusal(&self, body: &Value, headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::Anthropic;
         tool_schemas::rejection(format, body)

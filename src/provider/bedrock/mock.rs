@@ -434,6 +434,14 @@ impl MockFormat for Mock {
         Some(decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/inferenceConfig/maxTokens"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/system", "/messages"]
+    }
+
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::Bedrock;
         tool_schemas::rejection(format, body)

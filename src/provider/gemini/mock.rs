@@ -543,6 +543,14 @@ impl MockFormat for Mock {
         Some(decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/generationConfig/maxOutputTokens"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/systemInstruction", "/contents"]
+    }
+
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::Gemini;
         tool_schemas::rejection(format, body)

@@ -34,6 +34,13 @@ pub(crate) trait MockFormat: Sync {
     /// its own rules), as it says so; `None` when it would take it.
     fn refusal(&self, body: &Value, headers: &[(String, String)]) -> Option<Rejection>;
 
+    /// Where a request body says the most tokens to generate (JSON pointers, the first found
+    /// counts), for the mock server's rate limit.
+    fn max_tokens_at(&self) -> &'static [&'static str];
+
+    /// Where a request body holds the prompt (JSON pointers), for the rate limit's estimate.
+    fn prompt_at(&self) -> &'static [&'static str];
+
     /// The error type of the 404 for a path of this format the API does not serve.
     fn not_found_type(&self) -> &'static str {
         "invalid_request_error"

@@ -351,6 +351,14 @@ impl MockFormat for Mock {
         Some(decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/options/num_predict"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/messages"]
+    }
+
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::Ollama;
         tool_schemas::rejection(format, body)

@@ -265,6 +265,14 @@ fn user<'a>(
                 } else {
                     content.clone()
                 };
+                // Ollama ties a result to its call by the function's name (and position): a
+                // result for a call the conversation does not have would answer another.
+                let Some(name) = names.get(tool_use_id.as_str()).copied() else {
+                    return Err(invalid(format!(
+                        "the tool result for call `{tool_use_id}` answers no tool call of the \
+                         conversation; Ollama needs the function's name"
+                    )));
+                };
                 let mut sent = Vec::with_capacity(result_images.len());
                 for source in result_images {
                     sent.push(image(source)?);
@@ -275,7 +283,7 @@ fn user<'a>(
                     thinking: None,
                     images: sent,
                     tool_calls: Vec::new(),
-                    tool_name: names.get(tool_use_id.as_str()).copied(),
+                    tool_name: Some(name),
                     tool_call_id: call_ids.then_some(tool_use_id.as_str()),
                 });
             }

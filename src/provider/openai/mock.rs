@@ -28,6 +28,14 @@ impl MockFormat for Mock {
         Some(decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/max_completion_tokens", "/max_tokens"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/messages"]
+    }
+
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::OpenAiChat;
         tool_schemas::rejection(format, body).or_else(|| media_checks::rejection(format, body))
@@ -161,7 +169,7 @@ fn stream(events: &[LlmEvent]) -> Vec<Segment> {
                 });
                 if let Some(u) = usage {
                     let cached = u.cache_read_input_tokens;
-                    let prompt = u.input_tokens.saturating_add(cached);
+                    let prompt = u.total_input_tokens();
                     out.push(Segment {
                         bytes: sse(
                             None,
@@ -231,7 +239,7 @@ fn whole(response: &ModelResponse) -> Value {
         _ => "stop",
     };
     let usage = response.usage;
-    let prompt = usage.input_tokens + usage.cache_read_input_tokens;
+    let prompt = usage.total_input_tokens();
     json!({
         "id": response.id,
         "object": "chat.completion",

@@ -32,7 +32,7 @@
 //!
 //! Endings: `response.completed` stops with `ToolUse` when the response called a function, else
 //! `EndTurn`; `response.incomplete` with `max_output_tokens` gives `MaxTokens`, with
-//! `content_filter` `Refusal`; `response.failed` and `error` are typed errors classified like
+//! `content_filter` `ContentFilter` (as every format's content filter); `response.failed` and `error` are typed errors classified like
 //! the other formats' (a `server_error` or a rate limit is retryable). A body that ends
 //! without one of them is [`LlmError::Incomplete`].
 //!
@@ -520,7 +520,7 @@ impl Decoder {
                     .and_then(|d| d.reason.as_deref());
                 let stop = match reason {
                     Some("max_output_tokens") | None => StopReason::MaxTokens,
-                    Some("content_filter") => StopReason::Refusal,
+                    Some("content_filter") => StopReason::ContentFilter,
                     Some(other) => StopReason::Other(other.to_owned()),
                 };
                 self.complete(ev.response.as_ref(), Some(stop), out)
@@ -1030,7 +1030,7 @@ impl Decoder {
                     .as_ref()
                     .and_then(|d| d.reason.as_deref())
                 {
-                    Some("content_filter") => StopReason::Refusal,
+                    Some("content_filter") => StopReason::ContentFilter,
                     Some("max_output_tokens") | None => StopReason::MaxTokens,
                     Some(other) => StopReason::Other(other.to_owned()),
                 },

@@ -35,6 +35,14 @@ impl MockFormat for Mock {
         Some(super::request::decode(body))
     }
 
+    fn max_tokens_at(&self) -> &'static [&'static str] {
+        &["/max_output_tokens"]
+    }
+
+    fn prompt_at(&self) -> &'static [&'static str] {
+        &["/instructions", "/input"]
+    }
+
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
         let format = WireFormat::OpenAiResponses;
         tool_schemas::rejection(format, body)
@@ -463,7 +471,7 @@ fn stream(events: &[LlmEvent]) -> Vec<Segment> {
                 let mut response = response_object(&id, &model, status, &items);
                 response["incomplete_details"] = incomplete;
                 if let Some(u) = usage {
-                    let input = u.input_tokens.saturating_add(u.cache_read_input_tokens);
+                    let input = u.total_input_tokens();
                     response["usage"] = json!({
                         "input_tokens": input,
                         "input_tokens_details": {"cached_tokens": u.cache_read_input_tokens},
@@ -521,7 +529,7 @@ fn whole(response: &ModelResponse) -> Value {
         _ => ("completed", Value::Null),
     };
     let usage = response.usage;
-    let input = usage.input_tokens + usage.cache_read_input_tokens;
+    let input = usage.total_input_tokens();
     json!({
         "id": response.id,
         "object": "response",

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 
-use super::{Bug, Format, Thinking};
+use super::{Format, Thinking};
 
 // ---------------------------------------------------------------------------------------------
 // Clients and streams
@@ -179,10 +179,7 @@ async fn expected(f: &Format, script: &ScriptedResponse) -> ModelResponse {
         usage.input_tokens += std::mem::take(&mut usage.cache_read_input_tokens);
     }
     if !f.cache_write {
-        let writes = std::mem::take(&mut usage.cache_creation_input_tokens);
-        if !f.bugs.contains(&Bug::MockDropsCacheWrites) {
-            usage.input_tokens += writes;
-        }
+        usage.input_tokens += std::mem::take(&mut usage.cache_creation_input_tokens);
     }
     if !f.reasoning_tokens {
         usage.reasoning_tokens = 0;
@@ -194,18 +191,13 @@ async fn expected(f: &Format, script: &ScriptedResponse) -> ModelResponse {
     response
 }
 
-/// The stop reason the format reports for a scripted one (its table, and its known bugs).
+/// The stop reason the format reports for a scripted one (its table).
 fn reported_stop(f: &Format, scripted: &StopReason) -> StopReason {
-    let reported = f
-        .stop_reasons
+    f.stop_reasons
         .iter()
         .find(|(s, _)| s == scripted)
         .map(|(_, reported)| reported.clone())
-        .unwrap_or_else(|| panic!("{:?}: no stop reason for {scripted:?}", f.wire));
-    if f.bugs.contains(&Bug::ContentFilterIsRefusal) && reported == StopReason::ContentFilter {
-        return StopReason::Refusal;
-    }
-    reported
+        .unwrap_or_else(|| panic!("{:?}: no stop reason for {scripted:?}", f.wire))
 }
 
 /// `script` through the real client, in one HTTP chunk per event (`None`) and in HTTP chunks
@@ -226,11 +218,7 @@ async fn round_trip_chunked(
         let got = through_client(f, mock)
             .await
             .unwrap_or_else(|e| panic!("{:?} (HTTP chunks {chunk:?}): {e}", f.wire));
-        assert_eq!(
-            got, want,
-            "{:?} (HTTP chunks {chunk:?}); known bugs: {:?}",
-            f.wire, f.bugs
-        );
+        assert_eq!(got, want, "{:?} (HTTP chunks {chunk:?})", f.wire);
     }
     want
 }
@@ -498,16 +486,6 @@ pub(crate) async fn invalid_histories_are_refused(f: &Format) {
             assert!(server.requests().is_empty(), "{:?}", f.wire);
             continue;
         }
-        if what == "a result for another call" && f.bugs.contains(&Bug::UnknownResultSent) {
-            assert_eq!(
-                text_of(&items),
-                "never",
-                "{:?}: Bug::UnknownResultSent fixed?",
-                f.wire
-            );
-            assert!(server.history_violations().is_empty(), "{:?}", f.wire);
-            continue;
-        }
         match final_error(f, &items) {
             LlmError::Api(api) => {
                 assert_eq!(api.status, 400, "{:?}, {what}: {api:?}", f.wire);
@@ -652,14 +630,9 @@ pub(crate) async fn usage(f: &Format) {
     };
     let got = round_trip(f, ScriptedResponse::text("counted").usage(usage)).await;
     // However the format splits them, no input token is lost or counted twice.
-    let total = if f.bugs.contains(&Bug::MockDropsCacheWrites) {
-        130
-    } else {
-        170
-    };
     assert_eq!(
         got.usage.total_input_tokens(),
-        total,
+        170,
         "{:?}: {:?}",
         f.wire,
         got.usage
@@ -1100,16 +1073,6 @@ pub(crate) async fn rate_limit(f: &Format) {
     let first = collect(&*client, &request).await;
     assert_eq!(text_of(&first), "first", "{:?}: {first:?}", f.wire);
     let second = collect(&*client, &request).await;
-    if f.bugs.contains(&Bug::RateLimitIgnoresMaxTokens) {
-        assert_eq!(
-            text_of(&second),
-            "second",
-            "{:?}: Bug::RateLimitIgnoresMaxTokens fixed?",
-            f.wire
-        );
-        assert_eq!(server.rate_limited(), 0);
-        return;
-    }
     match final_error(f, &second) {
         LlmError::Api(api) => {
             assert_eq!(api.status, 429, "{:?}: {api:?}", f.wire);

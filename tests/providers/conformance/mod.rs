@@ -44,30 +44,6 @@ pub(crate) enum Thinking {
     Summary,
 }
 
-/// A difference between formats the suite found, reported and not fixed yet. The case
-/// asserts today's behaviour where the table lists the bug, so it fails once the bug is
-/// fixed: then remove the entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Bug {
-    /// The mock's Chat Completions and Responses encoders leave cache writes out of
-    /// `prompt_tokens` / `input_tokens` (the Gemini and Ollama encoders count them, as the
-    /// real APIs count every prompt token there), so those input tokens are lost.
-    MockDropsCacheWrites,
-    /// The Responses decoder reports `incomplete_details.reason: "content_filter"` as
-    /// `StopReason::Refusal`; every other format's content filter is `ContentFilter`.
-    ContentFilterIsRefusal,
-    /// The client sends a tool result for a call id the history does not have, with no
-    /// `tool_name`; the server takes it as the answer to the call pending in its place.
-    /// Gemini's client, which also ties results to calls by name, refuses it before sending.
-    UnknownResultSent,
-    /// The mock's rate limit counts a request's `max_tokens` only under the names of the
-    /// Anthropic and OpenAI bodies (`max_tokens`, `max_completion_tokens`,
-    /// `max_output_tokens`), and its conversation only under `system`, `messages` and
-    /// `input`: Gemini's `generationConfig.maxOutputTokens` (and `contents`), Bedrock's
-    /// `inferenceConfig.maxTokens` and Ollama's `options.num_predict` count nothing.
-    RateLimitIgnoresMaxTokens,
-}
-
 /// What one wire format can express, and how its client is built. The suite's cases read
 /// these fields instead of matching on the format.
 pub(crate) struct Format {
@@ -111,8 +87,6 @@ pub(crate) struct Format {
     /// The error type the client reports for an in-stream "overloaded" error event (each
     /// provider's own word for it).
     pub overloaded_event_type: &'static str,
-    /// Known differences (see [`Bug`]).
-    pub bugs: &'static [Bug],
     /// Where the request body carries each setting of the suite's request, as a JSON pointer
     /// and the JSON text expected there: max tokens 321, temperature 0.25, stop sequence
     /// `HALT-9`, tool choice: the tool `lookup`.
@@ -219,7 +193,6 @@ pub(crate) const ANTHROPIC: Format = Format {
     usage_after_end: false,
     invalid_request_type: Some("invalid_request_error"),
     overloaded_event_type: "overloaded_error",
-    bugs: &[],
     settings: &[
         ("/max_tokens", "321"),
         ("/temperature", "0.25"),
@@ -255,7 +228,6 @@ pub(crate) const OPENAI_CHAT: Format = Format {
     usage_after_end: true,
     invalid_request_type: Some("invalid_request_error"),
     overloaded_event_type: "overloaded_error",
-    bugs: &[Bug::MockDropsCacheWrites],
     settings: &[
         ("/max_tokens", "321"),
         ("/temperature", "0.25"),
@@ -293,7 +265,6 @@ pub(crate) const OPENAI_RESPONSES: Format = Format {
     usage_after_end: false,
     invalid_request_type: Some("invalid_request_error"),
     overloaded_event_type: "overloaded_error",
-    bugs: &[Bug::MockDropsCacheWrites, Bug::ContentFilterIsRefusal],
     settings: &[
         ("/max_output_tokens", "321"),
         ("/temperature", "0.25"),
@@ -327,7 +298,6 @@ pub(crate) const GEMINI: Format = Format {
     usage_after_end: false,
     invalid_request_type: Some("INVALID_ARGUMENT"),
     overloaded_event_type: "UNAVAILABLE",
-    bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/generationConfig/maxOutputTokens", "321"),
         ("/generationConfig/temperature", "0.25"),
@@ -365,7 +335,6 @@ pub(crate) const BEDROCK: Format = Format {
     usage_after_end: true,
     invalid_request_type: Some("ValidationException"),
     overloaded_event_type: "serviceUnavailableException",
-    bugs: &[Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/inferenceConfig/maxTokens", "321"),
         ("/inferenceConfig/temperature", "0.25"),
@@ -396,11 +365,10 @@ pub(crate) const OLLAMA: Format = Format {
     images: true,
     stop_sequences: true,
     only_chosen_tool: true,
-    result_needs_call_name: false,
+    result_needs_call_name: true,
     usage_after_end: false,
     invalid_request_type: None,
     overloaded_event_type: "server_error",
-    bugs: &[Bug::UnknownResultSent, Bug::RateLimitIgnoresMaxTokens],
     settings: &[
         ("/options/num_predict", "321"),
         ("/options/temperature", "0.25"),
