@@ -61,44 +61,31 @@ pub trait LlmClient: Send + Sync {
     }
 }
 
-impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        (**self).stream(request)
-    }
-    fn model(&self) -> &str {
-        (**self).model()
-    }
-    fn stream_limits(&self) -> StreamLimits {
-        (**self).stream_limits()
-    }
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        (**self).retry_policy()
-    }
-    fn provider_name(&self) -> &str {
-        (**self).provider_name()
-    }
-    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
-        (**self).strict_dialect()
-    }
+/// `LlmClient` for a pointer to a client: each method the pointee's.
+macro_rules! through_pointer {
+    ($($pointer:ident)::+) => {
+        impl<T: LlmClient + ?Sized> LlmClient for $($pointer)::+<T> {
+            fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
+                (**self).stream(request)
+            }
+            fn model(&self) -> &str {
+                (**self).model()
+            }
+            fn stream_limits(&self) -> StreamLimits {
+                (**self).stream_limits()
+            }
+            fn retry_policy(&self) -> Option<RetryPolicy> {
+                (**self).retry_policy()
+            }
+            fn provider_name(&self) -> &str {
+                (**self).provider_name()
+            }
+            fn strict_dialect(&self) -> Option<strict::StrictDialect> {
+                (**self).strict_dialect()
+            }
+        }
+    };
 }
 
-impl<T: LlmClient + ?Sized> LlmClient for Box<T> {
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> LlmStream<'a> {
-        (**self).stream(request)
-    }
-    fn model(&self) -> &str {
-        (**self).model()
-    }
-    fn stream_limits(&self) -> StreamLimits {
-        (**self).stream_limits()
-    }
-    fn retry_policy(&self) -> Option<RetryPolicy> {
-        (**self).retry_policy()
-    }
-    fn provider_name(&self) -> &str {
-        (**self).provider_name()
-    }
-    fn strict_dialect(&self) -> Option<strict::StrictDialect> {
-        (**self).strict_dialect()
-    }
-}
+through_pointer!(std::sync::Arc);
+through_pointer!(Box);

@@ -453,35 +453,7 @@ impl MockFormat for Mock {
         "UnknownOperationException"
     }
 
-    fn status_body(
-        &self,
-        status: u16,
-        error_type: &str,
-        message: &str,
-        _code: Option<&str>,
-    ) -> (Value, Vec<(String, String)>) {
-        status_body(status, error_type, message)
-    }
-
-    fn encode_stream(&self, events: &[LlmEvent], usage: Usage) -> Vec<Segment> {
-        encode(events, usage)
-    }
-
-    fn encode_whole(&self, response: &ModelResponse) -> Value {
-        whole(response)
-    }
-
-    fn error_event(&self, error_type: &str, message: &str) -> Vec<u8> {
-        error_event(error_type, message)
-    }
-
-    fn keep_alive(&self) -> Vec<u8> {
-        keep_alive()
-    }
-
-    fn garbage(&self) -> Vec<u8> {
-        garbage()
-    }
+    crate::provider::mock::by_functions!();
 }
 
 /// The conversation in a Converse request body: the inverse of [`encode`] for `messages`,

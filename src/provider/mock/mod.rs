@@ -71,6 +71,48 @@ pub(crate) trait MockFormat: Sync {
     fn garbage(&self) -> Vec<u8>;
 }
 
+/// The [`MockFormat`] methods a format's `mock.rs` implements with free functions of its own
+/// of the same names (`status_body`, `encode`, `whole`, `error_event`, `keep_alive`,
+/// `garbage`), in its `impl MockFormat` block.
+macro_rules! by_functions {
+    () => {
+        fn status_body(
+            &self,
+            status: u16,
+            error_type: &str,
+            message: &str,
+            _code: Option<&str>,
+        ) -> (serde_json::Value, Vec<(String, String)>) {
+            status_body(status, error_type, message)
+        }
+
+        fn encode_stream(
+            &self,
+            events: &[$crate::wire::LlmEvent],
+            usage: $crate::message::Usage,
+        ) -> Vec<$crate::provider::mock::Segment> {
+            encode(events, usage)
+        }
+
+        fn encode_whole(&self, response: &$crate::wire::ModelResponse) -> serde_json::Value {
+            whole(response)
+        }
+
+        fn error_event(&self, error_type: &str, message: &str) -> Vec<u8> {
+            error_event(error_type, message)
+        }
+
+        fn keep_alive(&self) -> Vec<u8> {
+            keep_alive()
+        }
+
+        fn garbage(&self) -> Vec<u8> {
+            garbage()
+        }
+    };
+}
+pub(crate) use by_functions;
+
 /// A request's path (without its query) cut into segments, for [`MockFormat::route`]. A path
 /// may start with a prefix of the host's choosing (the mock's own `/anthropic`, a gateway's
 /// `/openai/v1`, …), but the API's own path must be whole and appear once: no segment
