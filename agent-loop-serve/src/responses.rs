@@ -620,7 +620,20 @@ impl ResponsesEncoder {
             }
             AgentEvent::TurnEnd { .. } => self.close_message(&mut out, "completed"),
             AgentEvent::Finished(outcome) => self.finish(&mut out, outcome),
-            _ => {}
+            // Open Responses output items are the answer's text and the function calls with
+            // their outputs. Not in them: an empty delta; reasoning (the served agent's own);
+            // a turn's start (a message opens with its first text); a tool's progress; the
+            // agent's bookkeeping (compaction, sub-agents, handoffs, the host's steering,
+            // rate limits).
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::TurnStart { .. }
+            | AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Handoff { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::RateLimits(_) => {}
         }
         out
     }
@@ -757,7 +770,18 @@ impl ResponsesEncoder {
                 Value::Null,
                 json!({"code": "server_error", "message": e.to_string()}),
             ),
-            other => {
+            other @ (Termination::MaxTurns
+            | Termination::Cancelled
+            | Termination::StoppedAfterTurn
+            | Termination::TokenBudget { .. }
+            | Termination::CostBudget { .. }
+            | Termination::ToolFailures { .. }
+            | Termination::RepeatedToolCall { .. }
+            | Termination::StoppedByHook { .. }
+            | Termination::Refused
+            | Termination::MaxTokens
+            | Termination::InvalidOutput { .. }
+            | Termination::Paused(_)) => {
                 let reason = match other {
                     Termination::MaxTokens => "max_output_tokens",
                     Termination::Refused => "content_filter",
@@ -769,7 +793,9 @@ impl ResponsesEncoder {
                         "tool_failures"
                     }
                     Termination::InvalidOutput { .. } => "invalid_output",
-                    _ => "stopped",
+                    Termination::StoppedAfterTurn | Termination::StoppedByHook { .. } => "stopped",
+                    // Answered by the arm above.
+                    Termination::Completed | Termination::Error(_) => "stopped",
                 };
                 (
                     "response.incomplete",

@@ -435,7 +435,20 @@ pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json
             json!({"tokensBefore": tokens_before, "tokensAfter": tokens_after}),
         ),
         AgentEvent::Handoff { from, to } => ("handoff", json!({"from": from, "to": to})),
-        _ => return None,
+        // Conversation content, turns, steering, sub-agents, rate limits and the run's end:
+        // each protocol encodes them its own way.
+        AgentEvent::TurnStart { .. }
+        | AgentEvent::TextDelta { .. }
+        | AgentEvent::ThinkingDelta { .. }
+        | AgentEvent::ToolCallStart { .. }
+        | AgentEvent::ToolInputDelta { .. }
+        | AgentEvent::ToolCall { .. }
+        | AgentEvent::ToolResult { .. }
+        | AgentEvent::TurnEnd { .. }
+        | AgentEvent::SubAgent { .. }
+        | AgentEvent::Steered { .. }
+        | AgentEvent::Finished(_)
+        | AgentEvent::RateLimits(_) => return None,
     })
 }
 
