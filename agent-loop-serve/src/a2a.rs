@@ -558,7 +558,8 @@ fn sse(id: Value, run: Run) -> Response {
         events.recv().await.map(|event| (event, events))
     })
     .map(move |event| {
-        let frame = format!("data: {}\n\n", rpc_result(&id, event));
+        let data = rpc_result(&id, event).to_string();
+        let frame = agent_loop::wire::sse::SseFrame::new(&data).to_string();
         Ok::<_, std::convert::Infallible>(Bytes::from(frame))
     });
     let mut response = Response::new(Body::from_stream(frames));

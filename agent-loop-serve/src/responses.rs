@@ -46,6 +46,7 @@
 use std::collections::HashMap;
 
 use agent_loop::context::Conversation;
+use agent_loop::wire::sse::SseFrame;
 use agent_loop::{AgentEvent, ContentBlock, Message, Role, RunOutcome, Termination, Usage};
 use axum::body::Body;
 use axum::extract::State;
@@ -858,7 +859,8 @@ impl ResponsesEncoder {
 /// One SSE frame: `event: {type}\ndata: {json}\n\n`.
 fn sse_frame(event: &Value) -> Bytes {
     let ty = event["type"].as_str().unwrap_or("message");
-    Bytes::from(format!("event: {ty}\ndata: {event}\n\n"))
+    let data = event.to_string();
+    Bytes::from(SseFrame::new(&data).event(ty).to_string())
 }
 
 /// `POST /v1/responses`.

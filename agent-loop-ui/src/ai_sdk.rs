@@ -1505,7 +1505,7 @@ pub fn sse_body(
     chunks
         .map(|chunk| sse_frame(&chunk))
         .chain(futures::stream::once(async {
-            Bytes::from_static(b"data: [DONE]\n\n")
+            Bytes::from(agent_loop::wire::sse::SseFrame::new("[DONE]").to_string())
         }))
 }
 
