@@ -18,11 +18,10 @@ use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
 
+use crate::agent::{ApprovalDecision, ApprovalRequest, DurableAgent};
 use crate::inbox::Inbox;
 use crate::record::{self, EarlyCalls, ModelStep, ToolStep};
-use crate::session::{
-    ApprovalDecision, ApprovalRequest, DurableAgent, ProgressEvent, RunReport, SessionStatus,
-};
+use crate::report::{ProgressEvent, RunReport, SessionStatus};
 
 /// The whole conversation in one value: the state format of earlier versions, read and
 /// replaced by [`MESSAGE_COUNT`], [`SYSTEM`] and [`message_key`] at a session's next save.
