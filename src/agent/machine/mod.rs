@@ -398,8 +398,10 @@ enum State {
 ///         // A turn ended whole: a driver with a session store saves the conversation here.
 ///         Action::Checkpoint => {}
 ///         Action::Finish(outcome) => break outcome,
-///         // `Action` is non-exhaustive: a newer action this driver does not know.
-///         other => unimplemented!("{other:?}"),
+///         // A real driver switches to the new agent's or the fallback's client and tools here
+///         // (this one configures neither). Every action is listed: a new one will not compile
+///         // until the driver decides what to do with it.
+///         Action::Handoff { .. } | Action::Fallback { .. } => {}
 ///     }
 /// };
 /// assert_eq!(outcome.termination, Termination::Completed);
