@@ -130,8 +130,9 @@ impl DurableAgent {
     ///   journaled step (its stop is journaled; its changes to the request need not be, the
     ///   response is); `before_tool` is a journaled step of its own per call, run after the
     ///   [`approval`](Self::approval) policy allowed the call. Its
-    ///   [`ToolDecision::Pause`] waits for a human's [`ApprovalDecision`] durably, as the
-    ///   policy's [`ApprovalRequest::AskHuman`] does.
+    ///   [`ToolDecision::Pause`](agent_loop::agent::ToolDecision::Pause) waits for a
+    ///   human's [`ApprovalDecision`] durably, as the policy's [`ApprovalRequest::AskHuman`]
+    ///   does.
     /// - the [`summarizer`](AgentBuilder::summarizer) (by default the agent's own model):
     ///   compaction's summary call is a journaled step.
     /// - [`early_read_only_tools`](agent_loop::agent::RunPolicy::early_read_only_tools) (on by default):
