@@ -121,7 +121,21 @@ impl Timer {
                     batch.4 += 1;
                 }
             }
-            _ => {}
+            // Nothing to time: only calls and results are.
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::ToolProgress { .. }
+            | AgentEvent::Retry { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::TurnEnd { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Fallback { .. }
+            | AgentEvent::Handoff { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::Finished(_)
+            | AgentEvent::RateLimits(_) => {}
         }
     }
 

@@ -174,8 +174,25 @@ async fn answer(
                 match &event {
                     // Waiting for the model again (after tools): spin.
                     AgentEvent::TurnStart { .. } => spinner.start(),
-                    AgentEvent::TurnEnd { .. } | AgentEvent::Retry { .. } => {}
-                    _ => spinner.stop().await,
+                    // Still waiting for the model: the turn ended, starts again, or the
+                    // response's head came (rate limits) with nothing to show yet.
+                    AgentEvent::TurnEnd { .. }
+                    | AgentEvent::Retry { .. }
+                    | AgentEvent::Fallback { .. }
+                    | AgentEvent::RateLimits(_) => {}
+                    // The model or a tool said something.
+                    AgentEvent::TextDelta { .. }
+                    | AgentEvent::ThinkingDelta { .. }
+                    | AgentEvent::ToolCallStart { .. }
+                    | AgentEvent::ToolInputDelta { .. }
+                    | AgentEvent::ToolCall { .. }
+                    | AgentEvent::ToolProgress { .. }
+                    | AgentEvent::ToolResult { .. }
+                    | AgentEvent::Compacted { .. }
+                    | AgentEvent::SubAgent { .. }
+                    | AgentEvent::Handoff { .. }
+                    | AgentEvent::Steered { .. }
+                    | AgentEvent::Finished(_) => spinner.stop().await,
                 }
                 view.render(out, &event)?;
             }
@@ -265,6 +282,14 @@ impl View {
                 self.line_break(out)?;
                 writeln!(out, "  (retry {attempt} in {delay:.1?}: {error})")?;
             }
+            AgentEvent::Fallback { from, to, error } => {
+                self.line_break(out)?;
+                writeln!(out, "  ({from} failed: {error}; falling back to {to})")?;
+            }
+            AgentEvent::Handoff { from, to } => {
+                self.line_break(out)?;
+                writeln!(out, "  (handed from {from} to {to})")?;
+            }
             AgentEvent::Compacted {
                 tokens_before,
                 tokens_after,
@@ -291,7 +316,15 @@ impl View {
                     outcome.cache_hit_ratio() * 100.0
                 )?;
             }
-            _ => {}
+            // A turn shows by its text; a call once assembled (`ToolCall`); a sub-agent's
+            // work as its call's result; the REPL does not steer; rate limits are the
+            // provider's.
+            AgentEvent::TurnStart { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::RateLimits(_) => {}
         }
         Ok(())
     }

@@ -221,7 +221,22 @@ impl Tree {
                 ));
                 lines
             }
-            _ => Vec::new(),
+            // The attempt's text is void: the turn starts again.
+            AgentEvent::Retry { .. } | AgentEvent::Fallback { .. } => {
+                self.text.remove(key);
+                Vec::new()
+            }
+            // The tree shows turns, calls, results and what each agent said; not reasoning,
+            // argument fragments, progress, compaction, steering or rate limits. A nested
+            // event never nests again (its path is flattened).
+            AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::RateLimits(_) => Vec::new(),
         }
     }
 

@@ -20,25 +20,42 @@ struct SourceFile {
     code: String,
 }
 
-fn source_files() -> Vec<SourceFile> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("src/ is readable") {
+/// The `.rs` files under `dir`, sorted (`deep`: in its subdirectories too).
+fn rust_files(dir: &Path, deep: bool) -> Vec<PathBuf> {
+    fn walk(dir: &Path, deep: bool, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() {
-                walk(&path, out);
+                if deep {
+                    walk(&path, deep, out);
+                }
             } else if path.extension().is_some_and(|e| e == "rs") {
                 out.push(path);
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut paths = Vec::new();
-    walk(&root, &mut paths);
-    paths.sort();
-    paths
+    let mut out = Vec::new();
+    walk(dir, deep, &mut out);
+    out.sort();
+    out
+}
+
+/// The core's source files (`src/`).
+fn source_files() -> Vec<SourceFile> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    source_files_of(&root.join("src"), "src", true)
+}
+
+/// The source files of the crate whose module root is `root` (`deep`: modules in
+/// subdirectories too), labelled `{label}/{path under root}`.
+fn source_files_of(root: &Path, label: &str, deep: bool) -> Vec<SourceFile> {
+    rust_files(root, deep)
         .into_iter()
         .map(|path| {
-            let relative = path.strip_prefix(&root).expect("under src/");
+            let relative = path.strip_prefix(root).expect("under the root");
             let mut module: Vec<String> = relative
                 .with_extension("")
                 .iter()
@@ -49,12 +66,41 @@ fn source_files() -> Vec<SourceFile> {
             }
             let text = fs::read_to_string(&path).expect("a readable source file");
             SourceFile {
-                path: format!("src/{}", relative.display()),
+                path: format!("{label}/{}", relative.display()),
                 module,
                 code: without_tests(&strip(&text)),
             }
         })
         .collect()
+}
+
+/// The workspace's members other than the core, from the root `Cargo.toml`.
+fn other_members() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml");
+    let start = manifest.find("members").expect("a workspace with members");
+    let list = &manifest[start..];
+    let list = &list[list.find('[').expect("members = [")..list.find(']').expect("]")];
+    list.split(',')
+        .map(|m| {
+            m.trim()
+                .trim_matches(|c| c == '"' || c == '[')
+                .trim()
+                .to_owned()
+        })
+        .filter(|m| !m.is_empty() && m != ".")
+        .collect()
+}
+
+/// A member's source files: its `src/`, or, for a member whose library sits at its top
+/// (`benches/lib.rs`), the `.rs` files there.
+fn member_source_files(member: &str) -> Vec<SourceFile> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(member);
+    if dir.join("src").is_dir() {
+        source_files_of(&dir.join("src"), &format!("{member}/src"), true)
+    } else {
+        source_files_of(&dir, member, false)
+    }
 }
 
 /// The code without comments, and string and char literals emptied.
@@ -237,7 +283,66 @@ fn expand_use(tree_text: &str) -> Vec<Vec<String>> {
 /// A module path, as its segments.
 type ModPath = Vec<String>;
 
+/// The spans of the inline modules (`mod name { … }`) in a file's code.
+fn inline_modules(code: &str) -> Vec<std::ops::Range<usize>> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("mod ") {
+        let at = from + at;
+        from = at + 4;
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[at + 4..];
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let after = rest[name_len..].trim_start();
+        if name_len == 0 || !after.starts_with('{') {
+            continue;
+        }
+        let open = code.len() - after.len();
+        let mut depth = 0usize;
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        out.push(at..open + i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// `path` as seen from the file's own module, when it is written `depth` inline modules
+/// deep: the first `depth` of its `super`s climb out of those modules (the file itself), and
+/// a path that ends inside them names the file itself (`self`).
+fn from_file_module(mut path: ModPath, depth: usize) -> ModPath {
+    if depth == 0 {
+        return path;
+    }
+    let supers = path.iter().take_while(|s| *s == "super").count();
+    if supers == 0 {
+        return path;
+    }
+    let climbed = supers.min(depth);
+    path.drain(..climbed);
+    if supers <= depth {
+        path.insert(0, "self".to_owned());
+    }
+    path
+}
+
 fn named_paths(code: &str) -> (Vec<ModPath>, Vec<(ModPath, bool)>) {
+    let inline = inline_modules(code);
+    let depth_at = |at: usize| inline.iter().filter(|m| m.contains(&at)).count();
     let mut uses = Vec::new();
     // `use` declarations (with `pub`/`pub(crate)`/`pub(super)` when re-exported).
     let mut exports = Vec::new();
@@ -264,6 +369,7 @@ fn named_paths(code: &str) -> (Vec<ModPath>, Vec<(ModPath, bool)>) {
         let tree = &code[at + 4..at + end];
         declarations.push(at..at + end);
         for path in expand_use(tree) {
+            let path = from_file_module(path, depth_at(at));
             // A re-export states a module's surface (a table of contents); it is followed
             // to resolve paths through it, and is not a dependency of the code.
             if !public {
@@ -278,7 +384,12 @@ fn named_paths(code: &str) -> (Vec<ModPath>, Vec<(ModPath, bool)>) {
         while let Some(at) = code[from..].find(anchor) {
             let at = from + at;
             from = at + anchor.len();
-            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            // Not the middle of a longer path (the second `super` of `super::super::`).
+            if at > 0
+                && (bytes[at - 1].is_ascii_alphanumeric()
+                    || bytes[at - 1] == b'_'
+                    || bytes[at - 1] == b':')
+            {
                 continue;
             }
             if declarations
@@ -296,7 +407,7 @@ fn named_paths(code: &str) -> (Vec<ModPath>, Vec<(ModPath, bool)>) {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
                 .collect();
-            uses.push(segments);
+            uses.push(from_file_module(segments, depth_at(at)));
         }
     }
     (uses, exports)
@@ -311,7 +422,10 @@ struct Graph {
 
 impl Graph {
     fn new() -> Graph {
-        let files = source_files();
+        Graph::of(source_files())
+    }
+
+    fn of(files: Vec<SourceFile>) -> Graph {
         let by_module = files
             .iter()
             .enumerate()
@@ -683,4 +797,242 @@ fn no_import_circles_among_the_rooms_of_src() {
     }
     assert!(edges[at("provider")].contains(&at("wire")));
     assert!(edges[at("agent")].contains(&at("tool")));
+}
+
+/// The circles among a set of files, each as `a ↔ b ↔ …`.
+fn circles_of(graph: &Graph) -> Vec<String> {
+    circles(&graph.edges())
+        .into_iter()
+        .map(|component| {
+            let mut names: Vec<&str> = component
+                .iter()
+                .map(|&f| graph.files[f].path.as_str())
+                .collect();
+            names.sort();
+            names.join(" ↔ ")
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_circles_among_the_files_of_any_other_member() {
+    // Every satellite crate (and the benches' library) read as the core's `src/` is above:
+    // its files import each other one way.
+    let members = other_members();
+    for expected in ["agent-loop-restate", "agent-loop-ui", "agent-loop-serve"] {
+        assert!(
+            members.iter().any(|m| m == expected),
+            "{expected} is a member: {members:?}"
+        );
+    }
+    let mut found = Vec::new();
+    for member in &members {
+        let files = member_source_files(member);
+        assert!(!files.is_empty(), "{member} has no source files to read");
+        found.extend(
+            circles_of(&Graph::of(files))
+                .into_iter()
+                .map(|c| format!("{member}: {c}")),
+        );
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checker_reads_super_inside_an_inline_module_as_the_file_itself() {
+    let code = strip("mod live { use super::{Buffer, parse}; fn f() { super::super::x::y(); } }");
+    let (uses, _) = named_paths(&code);
+    assert_eq!(
+        uses,
+        [
+            vec!["self", "Buffer"],
+            vec!["self", "parse"],
+            vec!["super", "x", "y"],
+        ]
+    );
+}
+
+#[test]
+fn the_checker_reads_a_member() {
+    // The Restate crate's session drives its driver, and the driver knows nothing of the
+    // session: the reader sees the one edge and not the other.
+    let graph = Graph::of(member_source_files("agent-loop-restate"));
+    let edges = graph.edges();
+    let index = |p: &str| {
+        graph
+            .files
+            .iter()
+            .position(|f| f.path == p)
+            .unwrap_or_else(|| panic!("{p}"))
+    };
+    let session = index("agent-loop-restate/src/session.rs");
+    let driver = index("agent-loop-restate/src/driver.rs");
+    assert!(edges[session].contains(&driver));
+    assert!(!edges[driver].contains(&session));
+    assert!(edges[driver].contains(&index("agent-loop-restate/src/report.rs")));
+}
+
+/// The arms of every `match` in `code` whose patterns name `AgentEvent::` or `Action::`
+/// (the machine's actions) and that has a bare `_` arm: where, and the match's first
+/// pattern on those types.
+fn wildcard_arms_on_events(code: &str) -> Vec<(usize, String)> {
+    /// Whether `pattern` matches an `AgentEvent` or an `Action` at its top (`AgentEvent::X`,
+    /// `agent_loop::AgentEvent::X { .. } | …`, `e @ Action::Y`).
+    fn on_events(pattern: &str) -> bool {
+        pattern.split('|').any(|alternative| {
+            let alternative = alternative.trim();
+            let alternative = match alternative.split_once('@') {
+                Some((_, rest)) => rest.trim().trim_start_matches('('),
+                None => alternative.trim_start_matches('('),
+            };
+            let head: String = alternative
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let segments: Vec<&str> = head.split("::").collect();
+            segments.len() >= 2 && matches!(segments[segments.len() - 2], "AgentEvent" | "Action")
+        })
+    }
+    let b = code.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("match ") {
+        let at = from + at;
+        from = at + "match ".len();
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        // The body opens at the first `{` outside the scrutinee's brackets.
+        let mut depth = 0i32;
+        let mut i = from;
+        while i < b.len() {
+            match b[i] {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'{' if depth == 0 => break,
+                b';' if depth == 0 => i = b.len(),
+                _ => {}
+            }
+            i += 1;
+        }
+        if i >= b.len() {
+            continue;
+        }
+        // The arms: a pattern up to `=>`, then a block, or an expression up to a comma, at
+        // the body's own depth.
+        let mut patterns = Vec::new();
+        let mut pos = i + 1;
+        loop {
+            while pos < b.len() && (b[pos].is_ascii_whitespace() || b[pos] == b',') {
+                pos += 1;
+            }
+            if pos >= b.len() || b[pos] == b'}' {
+                break;
+            }
+            let Some(arrow) = code[pos..].find("=>") else {
+                break;
+            };
+            patterns.push(code[pos..pos + arrow].trim().to_owned());
+            pos += arrow + 2;
+            while pos < b.len() && b[pos].is_ascii_whitespace() {
+                pos += 1;
+            }
+            let block = b.get(pos) == Some(&b'{');
+            let mut depth = 0i32;
+            while pos < b.len() {
+                match b[pos] {
+                    b'(' | b'[' | b'{' => depth += 1,
+                    b')' | b']' | b'}' => {
+                        if depth == 0 {
+                            break; // the body's end
+                        }
+                        depth -= 1;
+                        if block && depth == 0 {
+                            pos += 1;
+                            break;
+                        }
+                    }
+                    b',' if depth == 0 => break,
+                    _ => {}
+                }
+                pos += 1;
+            }
+        }
+        let named = patterns.iter().find(|p| on_events(p));
+        if let Some(named) = named {
+            if patterns.iter().any(|p| p == "_") {
+                found.push((at, named.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// Library and example code of the whole workspace: every member's source files (the core's
+/// `src/` without the provider and testing rooms, whose attempt machine has an `Action` of
+/// its own), and every `examples/` directory.
+fn library_and_example_files() -> Vec<SourceFile> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<SourceFile> = source_files()
+        .into_iter()
+        .filter(|f| !f.path.starts_with("src/provider/") && !f.path.starts_with("src/testing/"))
+        .collect();
+    files.extend(source_files_of(&root.join("examples"), "examples", true));
+    for member in other_members() {
+        files.extend(member_source_files(&member));
+        let examples = root.join(&member).join("examples");
+        files.extend(source_files_of(
+            &examples,
+            &format!("{member}/examples"),
+            true,
+        ));
+    }
+    files
+}
+
+#[test]
+fn no_wildcard_arm_on_agent_events_or_actions() {
+    // `AgentEvent` and `Action` are exhaustive so that a new event or action fails to
+    // compile until each protocol and driver decides what to do with it; a `_` arm would
+    // take a new one in silently. List what is ignored, with why. (An `if let` or a
+    // `matches!` that picks one kind is fine: it decides nothing about the others.)
+    let files = library_and_example_files();
+    assert!(files.iter().any(|f| f.path == "agent-loop-ui/src/agui.rs"));
+    assert!(files.iter().any(|f| f.path == "examples/repl.rs"));
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            wildcard_arms_on_events(&f.code)
+                .into_iter()
+                .map(move |(at, pattern)| {
+                    let line = f.code[..at].matches('\n').count() + 1;
+                    format!("{}:{line}: a `_` arm in the match of `{pattern}`", f.path)
+                })
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "matches on AgentEvent or Action with a `_` arm:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_a_wildcard_arm() {
+    let code = strip(
+        "fn f(e: &AgentEvent) -> u8 {
+            match e {
+                AgentEvent::TurnStart { turn } if *turn > 1 => { match turn { 2 => 0, _ => 1 } }
+                agent_loop::AgentEvent::TextDelta { .. } | AgentEvent::ThinkingDelta { .. } => 2,
+                _ => 3,
+            }
+        }
+        fn g(a: Action) { match a { x @ (Action::Emit(_) | Action::Checkpoint) => drop(x), _ => {} } }
+        fn h(a: Option<u8>) -> u8 { match a { Some(_) => 1, _ => 0 } }
+        fn k(e: &AgentEvent) -> u8 { match e { AgentEvent::Finished(_) => 1, other => 0 } }",
+    );
+    let found = wildcard_arms_on_events(&code);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].1.starts_with("AgentEvent::TurnStart"));
+    assert!(found[1].1.starts_with("x @ (Action::Emit"));
 }

@@ -503,3 +503,56 @@ fn retry_event(attempt: u32) -> AgentEvent {
         cost: agent_loop::pricing::Cost::default(),
     }
 }
+
+/// A fallback voids the attempt's text as a retry does: the renderer marks it discarded and
+/// says which model takes over.
+#[test]
+fn the_renderer_marks_the_text_a_fallback_abandons() {
+    let events = [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta {
+            text: "The answer is".into(),
+        },
+        AgentEvent::Fallback {
+            from: "big-model".into(),
+            to: "small-model".into(),
+            error: "HTTP 529".into(),
+        },
+        AgentEvent::TextDelta { text: "42".into() },
+    ];
+    let mut out = Vec::new();
+    let mut partial = false;
+    for event in &events {
+        assert!(common::render_to(&mut out, &mut partial, event).is_none());
+    }
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("The answer is\n✗ [discarded: the answer above broke off; the turn starts again]\n(big-model failed: HTTP 529; falling back to small-model)\n42"),
+        "{out}"
+    );
+}
+
+/// The sub-agent tree drops what an attempt said when a retry voids it: the agent's line
+/// holds only the text of the attempt that counted.
+#[test]
+fn the_subagent_tree_drops_the_text_a_retry_abandons() {
+    let mut tree = subagents::Tree::new("lead");
+    let mut lines = Vec::new();
+    for event in [
+        AgentEvent::TurnStart { turn: 1 },
+        AgentEvent::TextDelta {
+            text: "The answer is".into(),
+        },
+        retry_event(1),
+        AgentEvent::TextDelta { text: "42".into() },
+        AgentEvent::TurnEnd {
+            turn: 1,
+            stop_reason: agent_loop::StopReason::EndTurn,
+            usage: agent_loop::Usage::default(),
+            cost: agent_loop::pricing::Cost::default(),
+        },
+    ] {
+        lines.extend(tree.lines(&event));
+    }
+    assert_eq!(lines, ["lead ▸ turn 1", "lead says: 42"]);
+}

@@ -18,11 +18,10 @@ use bytes::Bytes;
 use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
 
+use crate::agent::{ApprovalDecision, ApprovalRequest, DurableAgent};
 use crate::inbox::Inbox;
 use crate::record::{self, EarlyCalls, ModelStep, ToolStep};
-use crate::session::{
-    ApprovalDecision, ApprovalRequest, DurableAgent, ProgressEvent, RunReport, SessionStatus,
-};
+use crate::report::{ProgressEvent, RunReport, SessionStatus};
 
 /// The whole conversation in one value: the state format of earlier versions, read and
 /// replaced by [`MESSAGE_COUNT`], [`SYSTEM`] and [`message_key`] at a session's next save.
@@ -418,7 +417,9 @@ impl<'a, J: Journal> Driver<'a, J> {
                 Action::Fallback { to, .. } => Err(TerminalError::new(format!(
                     "the run moved to the fallback model {to}: durable runs do not support fallback models yet"
                 ))),
-                _ => Ok(()),
+                // Tools run as journaled steps that finish inside `RunTools` (early ones
+                // inside the model step): none is left running to abandon.
+                Action::AbortTools => Ok(()),
             };
             if let Err(stop) = result {
                 if stopped.is_none() {
@@ -734,7 +735,21 @@ impl<'a, J: Journal> Driver<'a, J> {
                 self.save(machine)?;
                 ProgressEvent::TurnEnd { turn: *turn }
             }
-            _ => return Ok(()),
+            // Not in the session's log: reasoning; a call's name and argument fragments
+            // before it is assembled (its `ToolCall` is recorded); the provider's rate-limit
+            // figures.
+            AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::RateLimits(_) => return Ok(()),
+            // A sub-agent runs as a session of its own, with its own log (its call records
+            // `ProgressEvent::SubAgent` naming it): this machine is fed none of its events.
+            AgentEvent::SubAgent { .. } => return Ok(()),
+            // Durable runs refuse a fallback or a handoff at the action that follows the
+            // event (`Action::Fallback`, `Action::Handoff`): the run ends there, saying why.
+            AgentEvent::Fallback { .. } | AgentEvent::Handoff { .. } => return Ok(()),
+            // The machine never emits it: the driver reports the end at `Action::Finish`.
+            AgentEvent::Finished(_) => return Ok(()),
         };
         self.push(progress);
         Ok(())

@@ -251,13 +251,17 @@
 
 #![warn(missing_docs)]
 
+// Imports go one way, down this list: a replay plays a recorded journal through the
+// session's driver; the session (the Restate handlers) drives the driver, which journals
+// through record; what is served and what a session reports are plain data below them all.
+mod agent;
 mod driver;
 mod inbox;
 mod record;
 pub mod replay;
+mod report;
 mod session;
 
-pub use session::{
-    serve, ApprovalDecision, ApprovalPolicy, ApprovalRequest, DurableAgent, ProgressEvent,
-    RunReport, SessionState, SessionStatus, OBJECT_NAME,
-};
+pub use agent::{ApprovalDecision, ApprovalPolicy, ApprovalRequest, DurableAgent};
+pub use report::{ProgressEvent, RunReport, SessionState, SessionStatus};
+pub use session::{serve, OBJECT_NAME};

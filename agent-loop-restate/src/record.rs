@@ -15,7 +15,7 @@ use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use restate_sdk::serde::{Deserialize, PayloadMetadata, Serialize};
 
-use crate::session::{ApprovalPolicy, ApprovalRequest};
+use crate::agent::{ApprovalPolicy, ApprovalRequest};
 
 /// The most events one model step keeps; the client's own stream limits bound the bytes, and
 /// coalescing deltas keeps the count near the number of content blocks.

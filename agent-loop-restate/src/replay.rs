@@ -61,13 +61,15 @@ use restate_sdk::errors::TerminalError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::agent::{ApprovalDecision, DurableAgent};
 use crate::driver::{
     message_key, Driver, Journal, ModelCall, Request, Stop, SubAgentRequest, CONVERSATION,
     EVENT_COUNT, MESSAGE_COUNT, SYSTEM,
 };
 use crate::inbox::Inbox;
 use crate::record::{ModelStep, ToolStep};
-use crate::session::{ApprovalDecision, DurableAgent, RunReport, OBJECT_NAME};
+use crate::report::RunReport;
+use crate::session::OBJECT_NAME;
 
 /// Why a recorded run could not be read or replayed.
 #[non_exhaustive]

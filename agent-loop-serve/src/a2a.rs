@@ -558,7 +558,8 @@ fn sse(id: Value, run: Run) -> Response {
         events.recv().await.map(|event| (event, events))
     })
     .map(move |event| {
-        let frame = format!("data: {}\n\n", rpc_result(&id, event));
+        let data = rpc_result(&id, event).to_string();
+        let frame = agent_loop::wire::sse::SseFrame::new(&data).to_string();
         Ok::<_, std::convert::Infallible>(Bytes::from(frame))
     });
     let mut response = Response::new(Body::from_stream(frames));
@@ -980,7 +981,18 @@ impl A2a {
                             Termination::Error(e) => {
                                 (TaskState::Failed, Some(format!("the agent failed: {e}")))
                             }
-                            other => (
+                            // Stopped short of an answer (a limit, a budget, a hook, the
+                            // model, the host): the task failed, and says why.
+                            other @ (Termination::MaxTurns
+                            | Termination::StoppedAfterTurn
+                            | Termination::TokenBudget { .. }
+                            | Termination::CostBudget { .. }
+                            | Termination::ToolFailures { .. }
+                            | Termination::RepeatedToolCall { .. }
+                            | Termination::StoppedByHook { .. }
+                            | Termination::Refused
+                            | Termination::MaxTokens
+                            | Termination::InvalidOutput { .. }) => (
                                 TaskState::Failed,
                                 Some(format!("the agent stopped before finishing: {other:?}")),
                             ),
@@ -1009,7 +1021,24 @@ impl A2a {
                         }
                         let _ = tx.send(status(state, why.as_deref())).await;
                     }
-                    _ => {}
+                    // An A2A agent is opaque: its task carries the answer's text and its
+                    // state, not how the agent worked (reasoning, tool calls and their
+                    // progress, sub-agents, compaction, handoffs, steering, rate limits).
+                    // An empty delta adds nothing; a turn's end changes nothing until the
+                    // next turn starts.
+                    AgentEvent::TextDelta { .. }
+                    | AgentEvent::ThinkingDelta { .. }
+                    | AgentEvent::ToolCallStart { .. }
+                    | AgentEvent::ToolInputDelta { .. }
+                    | AgentEvent::ToolCall { .. }
+                    | AgentEvent::ToolProgress { .. }
+                    | AgentEvent::ToolResult { .. }
+                    | AgentEvent::Compacted { .. }
+                    | AgentEvent::TurnEnd { .. }
+                    | AgentEvent::SubAgent { .. }
+                    | AgentEvent::Handoff { .. }
+                    | AgentEvent::Steered { .. }
+                    | AgentEvent::RateLimits(_) => {}
                 }
             }
         });

@@ -525,7 +525,23 @@ async fn drive(
                 true => format!("{name} failed"),
                 false => format!("{name} done"),
             }),
-            _ => None,
+            // Progress is a line of what the agent does: its answer's text and its tools.
+            // The rest (turns, reasoning, call arguments, retries, compaction, sub-agents,
+            // fallbacks, handoffs, steering, rate limits) is how it works, and the end is
+            // the call's result.
+            AgentEvent::TurnStart { .. }
+            | AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::Retry { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::TurnEnd { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Fallback { .. }
+            | AgentEvent::Handoff { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::Finished(_)
+            | AgentEvent::RateLimits(_) => None,
         };
         if let Some(message) = message {
             progress.send(message).await;
@@ -537,7 +553,18 @@ async fn drive(
             Termination::Completed => Step::Done(Ok(outcome.final_text)),
             Termination::Paused(paused) => Step::Paused(paused),
             Termination::Error(e) => Step::Done(Err(format!("the agent failed: {e}"))),
-            other => Step::Done(Err(format!(
+            // Stopped short of an answer: the call fails, with the text so far.
+            other @ (Termination::MaxTurns
+            | Termination::Cancelled
+            | Termination::StoppedAfterTurn
+            | Termination::TokenBudget { .. }
+            | Termination::CostBudget { .. }
+            | Termination::ToolFailures { .. }
+            | Termination::RepeatedToolCall { .. }
+            | Termination::StoppedByHook { .. }
+            | Termination::Refused
+            | Termination::MaxTokens
+            | Termination::InvalidOutput { .. }) => Step::Done(Err(format!(
                 "the agent stopped before finishing: {other:?}; its text so far: {}",
                 outcome.final_text
             ))),

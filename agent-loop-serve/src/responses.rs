@@ -46,6 +46,7 @@
 use std::collections::HashMap;
 
 use agent_loop::context::Conversation;
+use agent_loop::wire::sse::SseFrame;
 use agent_loop::{AgentEvent, ContentBlock, Message, Role, RunOutcome, Termination, Usage};
 use axum::body::Body;
 use axum::extract::State;
@@ -620,7 +621,20 @@ impl ResponsesEncoder {
             }
             AgentEvent::TurnEnd { .. } => self.close_message(&mut out, "completed"),
             AgentEvent::Finished(outcome) => self.finish(&mut out, outcome),
-            _ => {}
+            // Open Responses output items are the answer's text and the function calls with
+            // their outputs. Not in them: an empty delta; reasoning (the served agent's own);
+            // a turn's start (a message opens with its first text); a tool's progress; the
+            // agent's bookkeeping (compaction, sub-agents, handoffs, the host's steering,
+            // rate limits).
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::TurnStart { .. }
+            | AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Handoff { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::RateLimits(_) => {}
         }
         out
     }
@@ -757,7 +771,18 @@ impl ResponsesEncoder {
                 Value::Null,
                 json!({"code": "server_error", "message": e.to_string()}),
             ),
-            other => {
+            other @ (Termination::MaxTurns
+            | Termination::Cancelled
+            | Termination::StoppedAfterTurn
+            | Termination::TokenBudget { .. }
+            | Termination::CostBudget { .. }
+            | Termination::ToolFailures { .. }
+            | Termination::RepeatedToolCall { .. }
+            | Termination::StoppedByHook { .. }
+            | Termination::Refused
+            | Termination::MaxTokens
+            | Termination::InvalidOutput { .. }
+            | Termination::Paused(_)) => {
                 let reason = match other {
                     Termination::MaxTokens => "max_output_tokens",
                     Termination::Refused => "content_filter",
@@ -769,7 +794,9 @@ impl ResponsesEncoder {
                         "tool_failures"
                     }
                     Termination::InvalidOutput { .. } => "invalid_output",
-                    _ => "stopped",
+                    Termination::StoppedAfterTurn | Termination::StoppedByHook { .. } => "stopped",
+                    // Answered by the arm above.
+                    Termination::Completed | Termination::Error(_) => "stopped",
                 };
                 (
                     "response.incomplete",
@@ -832,7 +859,8 @@ impl ResponsesEncoder {
 /// One SSE frame: `event: {type}\ndata: {json}\n\n`.
 fn sse_frame(event: &Value) -> Bytes {
     let ty = event["type"].as_str().unwrap_or("message");
-    Bytes::from(format!("event: {ty}\ndata: {event}\n\n"))
+    let data = event.to_string();
+    Bytes::from(SseFrame::new(&data).event(ty).to_string())
 }
 
 /// `POST /v1/responses`.

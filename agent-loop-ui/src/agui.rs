@@ -965,9 +965,8 @@ impl AgUiEncoder {
                 out.push(self.terminal(outcome));
                 self.finished = true;
             }
-            // A kind of event newer than this encoder (`AgentEvent` is non-exhaustive):
-            // nothing AG-UI shows.
-            _ => {}
+            // An empty delta says nothing: AG-UI's content events carry a non-empty delta.
+            AgentEvent::TextDelta { .. } | AgentEvent::ThinkingDelta { .. } => {}
         }
         out
     }
@@ -1025,7 +1024,17 @@ impl AgUiEncoder {
                 code: Some(error_code(error).to_owned()),
                 usage,
             },
-            other => AgUiEvent::RunError {
+            // Stopped by a limit, a budget, a hook or the model: the run did not do what
+            // it was asked, and says why.
+            other @ (Termination::MaxTurns
+            | Termination::TokenBudget { .. }
+            | Termination::CostBudget { .. }
+            | Termination::ToolFailures { .. }
+            | Termination::RepeatedToolCall { .. }
+            | Termination::StoppedByHook { .. }
+            | Termination::Refused
+            | Termination::MaxTokens
+            | Termination::InvalidOutput { .. }) => AgUiEvent::RunError {
                 message: other.to_string(),
                 code: Some(termination_code(other).to_owned()),
                 usage,
@@ -1266,7 +1275,23 @@ fn sub_agent_value(path: &str, event: &AgentEvent) -> Option<Value> {
             "termination": outcome.termination.to_string(),
             "text": outcome.final_text,
         })),
-        _ => None,
+        // A sub-agent's streaming (text, reasoning, call arguments) and its bookkeeping
+        // (turn ends, retries, fallbacks, compaction, handoffs, steering, rate limits,
+        // progress) stay inside its call: the front-end sees its steps, not its stream.
+        AgentEvent::TextDelta { .. }
+        | AgentEvent::ThinkingDelta { .. }
+        | AgentEvent::ToolCallStart { .. }
+        | AgentEvent::ToolInputDelta { .. }
+        | AgentEvent::ToolProgress { .. }
+        | AgentEvent::Retry { .. }
+        | AgentEvent::Compacted { .. }
+        | AgentEvent::TurnEnd { .. }
+        | AgentEvent::Fallback { .. }
+        | AgentEvent::Handoff { .. }
+        | AgentEvent::Steered { .. }
+        | AgentEvent::RateLimits(_) => None,
+        // Never nested twice: a nested event's path is flattened (`NestedEvent::new`).
+        AgentEvent::SubAgent { .. } => None,
     }
 }
 
@@ -1341,7 +1366,12 @@ fn termination_code(termination: &Termination) -> &'static str {
         Termination::Refused => "refused",
         Termination::MaxTokens => "max_tokens",
         Termination::InvalidOutput { .. } => "invalid_output",
-        _ => "stopped",
+        // Not errors (`terminal` ends these runs with `RUN_FINISHED`); named for completeness.
+        Termination::Completed => "completed",
+        Termination::Cancelled => "cancelled",
+        Termination::StoppedAfterTurn => "stopped_after_turn",
+        Termination::Paused(_) => "paused",
+        Termination::Error(_) => "error",
     }
 }
 
@@ -1953,11 +1983,11 @@ pub fn encode_stream(
         let mut out = encoder.encode(&event);
         if let AgentEvent::Finished(outcome) = &event {
             if let Some(last) = out.pop() {
-                let snapshot = match &outcome.termination {
-                    Termination::Paused(paused) => {
-                        encoder.messages_snapshot(&paused.conversation().messages)
-                    }
-                    _ => encoder.messages_snapshot(&handle.snapshot().messages),
+                // A paused run's conversation is in its pause; any other run's, in the agent.
+                let snapshot = if let Termination::Paused(paused) = &outcome.termination {
+                    encoder.messages_snapshot(&paused.conversation().messages)
+                } else {
+                    encoder.messages_snapshot(&handle.snapshot().messages)
                 };
                 out.push(snapshot);
                 out.push(last);

@@ -584,8 +584,9 @@ impl UiStreamEncoder {
                 }
                 self.finish_with(&outcome.termination, &mut out)
             }
-            // RateLimits, SubAgent, and variants to come: nothing the front-end shows.
-            _ => {}
+            // The provider's figures are the server's business; a sub-agent's work shows as
+            // its call's result.
+            AgentEvent::RateLimits(_) | AgentEvent::SubAgent { .. } => {}
         }
         out
     }
@@ -770,7 +771,14 @@ impl UiStreamEncoder {
                 out.push(UiMessageChunk::Abort { reason: None });
                 FinishReason::Other
             }
-            other => {
+            // Stopped by a limit, a budget, a hook or the model: said in `data-stopped`.
+            other @ (Termination::MaxTurns
+            | Termination::TokenBudget { .. }
+            | Termination::CostBudget { .. }
+            | Termination::ToolFailures { .. }
+            | Termination::RepeatedToolCall { .. }
+            | Termination::StoppedByHook { .. }
+            | Termination::InvalidOutput { .. }) => {
                 out.push(data(
                     "stopped",
                     serde_json::json!({ "reason": other.to_string() }),
@@ -1497,7 +1505,7 @@ pub fn sse_body(
     chunks
         .map(|chunk| sse_frame(&chunk))
         .chain(futures::stream::once(async {
-            Bytes::from_static(b"data: [DONE]\n\n")
+            Bytes::from(agent_loop::wire::sse::SseFrame::new("[DONE]").to_string())
         }))
 }
 

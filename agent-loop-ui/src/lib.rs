@@ -373,20 +373,16 @@ pub(crate) fn paused_call_ids(paused: &PausedRun) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One Server-Sent Event carrying `event` as JSON: `data: {…}\n\n`. JSON never contains a raw
-/// line break, so one `data:` line always holds the whole event.
+/// One Server-Sent Event carrying `event` as JSON: `data: {…}\n\n`, written by the core's
+/// [`SseFrame`](agent_loop::wire::sse::SseFrame). JSON never contains a raw line break, so
+/// one `data:` line always holds the whole event.
 pub fn sse_frame(event: &impl Serialize) -> Bytes {
-    let json = serde_json::to_vec(event).unwrap_or_else(|e| {
+    let json = serde_json::to_string(event).unwrap_or_else(|e| {
         // Only a map with non-string keys or a failing `Serialize` impl can fail here; the
         // protocol types have neither. Say so on the wire rather than panic.
-        serde_json::to_vec(&serde_json::json!({ "type": "error", "errorText": e.to_string() }))
-            .unwrap_or_default()
+        serde_json::json!({ "type": "error", "errorText": e.to_string() }).to_string()
     });
-    let mut out = Vec::with_capacity(json.len() + 8);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(&json);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+    Bytes::from(agent_loop::wire::sse::SseFrame::new(&json).to_string())
 }
 
 /// What a run's outcome says of the host's words it never delivered
@@ -435,7 +431,20 @@ pub(crate) fn run_status(event: &AgentEvent) -> Option<(&'static str, serde_json
             json!({"tokensBefore": tokens_before, "tokensAfter": tokens_after}),
         ),
         AgentEvent::Handoff { from, to } => ("handoff", json!({"from": from, "to": to})),
-        _ => return None,
+        // Conversation content, turns, steering, sub-agents, rate limits and the run's end:
+        // each protocol encodes them its own way.
+        AgentEvent::TurnStart { .. }
+        | AgentEvent::TextDelta { .. }
+        | AgentEvent::ThinkingDelta { .. }
+        | AgentEvent::ToolCallStart { .. }
+        | AgentEvent::ToolInputDelta { .. }
+        | AgentEvent::ToolCall { .. }
+        | AgentEvent::ToolResult { .. }
+        | AgentEvent::TurnEnd { .. }
+        | AgentEvent::SubAgent { .. }
+        | AgentEvent::Steered { .. }
+        | AgentEvent::Finished(_)
+        | AgentEvent::RateLimits(_) => return None,
     })
 }
 

@@ -127,9 +127,12 @@ async fn bytes(format: Format, mode: Mode) -> Vec<usize> {
         "a call failed"
     );
     // A request the mock refused would end the run without the answer.
-    let answer = events.iter().find_map(|e| match e {
-        AgentEvent::Finished(outcome) => Some(outcome.final_text.as_str()),
-        _ => None,
+    let answer = events.iter().find_map(|e| {
+        if let AgentEvent::Finished(outcome) = e {
+            Some(outcome.final_text.as_str())
+        } else {
+            None
+        }
     });
     assert_eq!(answer, Some("Done."), "the run did not complete");
     let requests = server.requests();

@@ -311,9 +311,10 @@ pub fn render_to(
 ) -> Option<RunOutcome> {
     // A CLI's output: a failed write (a closed pipe) is not the example's concern.
     let _ = write_event(out, partial, event);
-    match event {
-        AgentEvent::Finished(outcome) => Some(outcome.clone()),
-        _ => None,
+    if let AgentEvent::Finished(outcome) = event {
+        Some(outcome.clone())
+    } else {
+        None
     }
 }
 
@@ -363,6 +364,17 @@ fn write_event(
             }
             writeln!(out, "(retry {attempt} in {delay:?}: {error})")?;
         }
+        // As after a retry, the turn's text so far is void.
+        AgentEvent::Fallback { from, to, error } => {
+            if std::mem::take(partial) {
+                writeln!(
+                    out,
+                    "\n✗ [discarded: the answer above broke off; the turn starts again]"
+                )?;
+            }
+            writeln!(out, "({from} failed: {error}; falling back to {to})")?;
+        }
+        AgentEvent::Handoff { from, to } => writeln!(out, "\n(handed from {from} to {to})")?,
         AgentEvent::Compacted {
             tokens_before,
             tokens_after,
@@ -379,7 +391,13 @@ fn write_event(
             outcome.usage.total_input_tokens(),
             outcome.usage.output_tokens
         )?,
-        _ => {}
+        // A call shows once assembled (`ToolCall`); a sub-agent's work shows as its call's
+        // result; the host's words are the host's own; rate limits are the provider's.
+        AgentEvent::ToolCallStart { .. }
+        | AgentEvent::ToolInputDelta { .. }
+        | AgentEvent::SubAgent { .. }
+        | AgentEvent::Steered { .. }
+        | AgentEvent::RateLimits(_) => {}
     }
     Ok(())
 }

@@ -68,9 +68,19 @@ pub(crate) const INTERRUPTED_STOP: &str = "interrupted";
 /// - At each `TurnEnd` the conversation is a valid history: [`AgentHandle::snapshot`](crate::agent::AgentHandle::snapshot) (or
 ///   [`Agent::snapshot`](crate::Agent::snapshot)) saves it while the run goes on.
 ///
-/// New variants and new fields may come: match with a `_` arm and with `..` in each variant
-/// (`AgentEvent::ToolResult { id, content, .. }`), so that they break none of your code.
-#[non_exhaustive]
+/// # A new variant is a breaking change
+///
+/// The enum is exhaustive on purpose (no `#[non_exhaustive]`): a new event must fail to
+/// compile until each protocol decides what to do with it. Every encoder of the workspace
+/// (AG-UI and the AI SDK in `agent-loop-ui`; A2A, MCP and Open Responses in
+/// `agent-loop-serve`) and the Restate driver match it without a `_` arm, each variant it
+/// ignores listed with why; a `_` arm would drop a new event silently. So adding a variant
+/// is a breaking change, released as a minor version while the crate is 0.x (and listed in
+/// the changelog). Code of yours that only wants some events may keep a `_` arm; code that
+/// must see every kind of event (an encoder, a journal) should list them all, to hear of a
+/// new one from the compiler. Match with `..` in each variant
+/// (`AgentEvent::ToolResult { id, content, .. }`): a new field then breaks none of your
+/// matches.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
     /// A model turn starts (1 for the first).
@@ -250,9 +260,12 @@ pub struct RunOutcome {
 
 /// Why a run stopped.
 ///
-/// New variants and new fields may come: match with a `_` arm and with `..` in variants with
-/// fields (`Termination::InvalidOutput { error, .. }`).
-#[non_exhaustive]
+/// Exhaustive on purpose, as [`AgentEvent`] is: each protocol maps a run's end to its own
+/// status (an A2A task state, an AG-UI outcome, an AI SDK finish reason, an Open Responses
+/// status), so a new way to end must fail to compile until each decides. Adding a variant is
+/// a breaking change (a minor version while the crate is 0.x). Code that only tells a
+/// completed run from the rest may keep a `_` arm. Match with `..` in variants with fields
+/// (`Termination::InvalidOutput { error, .. }`): a new field then breaks none of your matches.
 #[derive(Debug, Clone)]
 pub enum Termination {
     /// The model answered without calling tools.

@@ -597,6 +597,149 @@ impl EventBuilder {
     }
 }
 
+/// One Server-Sent Event to write: the sans-IO inverse of [`SseDecoder`].
+///
+/// Build it from its data, name it with [`event`](Self::event), number it with
+/// [`id`](Self::id), then write it with [`write_to`](Self::write_to) (appending to a byte
+/// buffer) or [`to_string`](ToString::to_string). The frame is `id:`, `event:`, `retry:` (each
+/// when set), one `data:` line per line of the data, and a blank line.
+///
+/// What [`SseDecoder`] (or a browser's `EventSource`) reads back is what was written, except
+/// where the format cannot carry it:
+/// - the data's line breaks (CRLF, CR or LF) come back as LF: each line of the data is a
+///   `data:` line of its own, as the WHATWG rules ask;
+/// - a CR or LF in the event name or the id (which would end the field early and let the rest
+///   pass for fields of its own) is left out, and so is a NUL in the id (a reader ignores an
+///   id that has one);
+/// - an unnamed event (or one named `""`) is read as `message`; an event without an id reads
+///   the last id the stream sent, as the rules say.
+///
+/// ```
+/// use agent_loop::wire::sse::{SseDecoder, SseFrame};
+///
+/// let mut body = Vec::new();
+/// SseFrame::new("{\"a\":1}").event("delta").id("7").write_to(&mut body);
+/// SseFrame::new("two\nlines").write_to(&mut body);
+/// assert_eq!(body, b"id: 7\nevent: delta\ndata: {\"a\":1}\n\ndata: two\ndata: lines\n\n");
+///
+/// // A line break cannot slip into a field of its own.
+/// assert_eq!(SseFrame::new("x").event("a\ndata: b").to_string(), "event: adata: b\ndata: x\n\n");
+///
+/// let mut events = Vec::new();
+/// let mut decoder = SseDecoder::new();
+/// decoder.push(&body, &mut events)?;
+/// assert_eq!((events[0].event.as_str(), events[0].data.as_str()), ("delta", "{\"a\":1}"));
+/// assert_eq!(events[0].id.as_deref(), Some("7"));
+/// assert_eq!((events[1].event.as_str(), events[1].data.as_str()), ("message", "two\nlines"));
+/// # Ok::<(), agent_loop::LlmError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseFrame<'a> {
+    data: &'a str,
+    event: Option<&'a str>,
+    id: Option<&'a str>,
+    retry: Option<u64>,
+}
+
+impl<'a> SseFrame<'a> {
+    /// An unnamed event (read as `message`) carrying `data`.
+    pub fn new(data: &'a str) -> Self {
+        SseFrame {
+            data,
+            event: None,
+            id: None,
+            retry: None,
+        }
+    }
+
+    /// Names the event (`event: {name}`); CR and LF are left out of the name.
+    pub fn event(mut self, name: &'a str) -> Self {
+        self.event = Some(name);
+        self
+    }
+
+    /// Gives the event an id (`id: {id}`), what a reconnecting client sends back as
+    /// `Last-Event-ID`; CR, LF and NUL are left out of it.
+    pub fn id(mut self, id: &'a str) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Asks the client to wait this long before it reconnects (`retry: {ms}`).
+    pub fn retry(mut self, ms: u64) -> Self {
+        self.retry = Some(ms);
+        self
+    }
+
+    /// Appends the frame to `out`.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        // Writing to a `Vec` cannot fail.
+        let _ = self.write_with(&mut |piece| {
+            out.extend_from_slice(piece.as_bytes());
+            Ok(())
+        });
+    }
+
+    /// Hands out the frame's text in pieces.
+    fn write_with(&self, put: &mut dyn FnMut(&str) -> std::fmt::Result) -> std::fmt::Result {
+        if let Some(id) = self.id {
+            put("id: ")?;
+            put_without(id, &['\r', '\n', '\0'], put)?;
+            put("\n")?;
+        }
+        if let Some(event) = self.event {
+            put("event: ")?;
+            put_without(event, &['\r', '\n'], put)?;
+            put("\n")?;
+        }
+        if let Some(ms) = self.retry {
+            put("retry: ")?;
+            put(&ms.to_string())?;
+            put("\n")?;
+        }
+        // "Lines must be separated by either a CRLF pair, a single LF or a single CR": each
+        // line of the data is a `data:` line, which the reader joins again with LF.
+        let mut rest = self.data;
+        loop {
+            put("data: ")?;
+            match memchr::memchr2(b'\r', b'\n', rest.as_bytes()) {
+                Some(end) => {
+                    // CR and LF are ASCII, so they sit on character boundaries.
+                    put(rest.get(..end).unwrap_or_default())?;
+                    put("\n")?;
+                    let next = if rest.as_bytes().get(end..end + 2) == Some(b"\r\n") {
+                        end + 2
+                    } else {
+                        end + 1
+                    };
+                    rest = rest.get(next..).unwrap_or_default();
+                }
+                None => {
+                    put(rest)?;
+                    put("\n")?;
+                    break;
+                }
+            }
+        }
+        put("\n")
+    }
+}
+
+impl std::fmt::Display for SseFrame<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write_with(&mut |piece| f.write_str(piece))
+    }
+}
+
+/// Hands out `text` without the characters `left_out`.
+fn put_without(
+    text: &str,
+    left_out: &[char],
+    put: &mut dyn FnMut(&str) -> std::fmt::Result,
+) -> std::fmt::Result {
+    text.split(left_out).try_for_each(put)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -816,5 +959,94 @@ data: 2
         let mut out = Vec::new();
         d.push(&[b'x'; 10], &mut out).unwrap();
         assert!(d.push(&[b'x'; 10], &mut out).is_err());
+    }
+
+    #[test]
+    fn frames_are_written_field_by_field() {
+        assert_eq!(SseFrame::new("x").to_string(), "data: x\n\n");
+        assert_eq!(SseFrame::new("").to_string(), "data: \n\n");
+        assert_eq!(
+            SseFrame::new("a\r\nb\rc\n")
+                .event("e")
+                .id("1")
+                .retry(5)
+                .to_string(),
+            "id: 1\nevent: e\nretry: 5\ndata: a\ndata: b\ndata: c\ndata: \n\n"
+        );
+        assert_eq!(
+            SseFrame::new("x").id("a\r\n\0b").to_string(),
+            "id: ab\ndata: x\n\n"
+        );
+        let mut out = b"before ".to_vec();
+        SseFrame::new("x").write_to(&mut out);
+        assert_eq!(out, b"before data: x\n\n");
+    }
+
+    #[test]
+    fn an_empty_data_still_makes_an_event() {
+        let body = SseFrame::new("").event("ping").to_string();
+        assert_eq!(decode_all(&[body.as_bytes()]), vec![ev("ping", "")]);
+    }
+
+    use proptest::prelude::*;
+
+    /// Text with what matters to the format: line breaks, NUL, colons, spaces, a BOM,
+    /// multi-byte characters.
+    fn tricky() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z: \r\n\u{0}\u{FEFF}é€]{0,12}", any::<String>(),]
+    }
+
+    proptest! {
+        /// Any frames written, then read at any chunking, give back their event, data, id
+        /// and retry, as far as the format carries them (`SseFrame`'s docs).
+        #[test]
+        fn written_frames_read_back_at_any_chunking(
+            frames in prop::collection::vec(
+                (proptest::option::of(tricky()), tricky(), proptest::option::of(tricky()),
+                 proptest::option::of(any::<u64>())),
+                1..5,
+            ),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            let mut body = Vec::new();
+            let mut want = Vec::new();
+            let mut last_id: Option<String> = None;
+            for (event, data, id, retry) in &frames {
+                let mut frame = SseFrame::new(data);
+                if let Some(event) = event {
+                    frame = frame.event(event);
+                }
+                if let Some(id) = id {
+                    frame = frame.id(id);
+                    last_id = Some(id.replace(['\r', '\n', '\0'], ""));
+                }
+                if let Some(ms) = retry {
+                    frame = frame.retry(*ms);
+                }
+                frame.write_to(&mut body);
+                let event = event
+                    .as_deref()
+                    .map(|e| e.replace(['\r', '\n'], ""))
+                    .filter(|e| !e.is_empty())
+                    .unwrap_or_else(|| "message".to_owned());
+                want.push(SseEvent {
+                    event,
+                    data: data.replace("\r\n", "\n").replace('\r', "\n"),
+                    id: last_id.clone(),
+                    retry: *retry,
+                });
+            }
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(body.len() + 1)).collect();
+            at.sort_unstable();
+            let mut decoder = SseDecoder::new();
+            let mut got = Vec::new();
+            let mut from = 0;
+            for cut in at.into_iter().chain([body.len()]) {
+                decoder.push(&body[from..cut], &mut got).unwrap();
+                from = cut;
+            }
+            decoder.finish(&mut got).unwrap();
+            prop_assert_eq!(got, want);
+        }
     }
 }

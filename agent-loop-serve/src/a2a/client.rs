@@ -128,8 +128,9 @@ mod wire;
 
 use wire::{
     card_url, describe, parse_card, rpc_result, stream_result, tool_name, valid_tool_name, End,
-    Note, Progress, TaskIds,
+    Note, Progress, TaskIds, MAX_ERROR_BODY_BYTES,
 };
+pub use wire::{RemoteCard, RemoteSkill};
 
 /// The largest agent card read (bytes).
 pub const MAX_CARD_BYTES: usize = 256 * 1024;
@@ -145,8 +146,6 @@ pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest reading the card may take, when no [`RemoteAgentBuilder::timeout`] is set.
 const CARD_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most of an HTTP error's body quoted in the error (bytes).
-pub(super) const MAX_ERROR_BODY_BYTES: usize = 1024;
 /// The A2A version this client speaks (sent as the `A2A-Version` header).
 const A2A_VERSION: &str = "1.0";
 
@@ -157,41 +156,6 @@ pub struct RemoteTask {
     /// The task, with everything needed to do it: the remote agent sees nothing else of the
     /// conversation.
     pub task: String,
-}
-
-/// A skill of a remote agent, from its card.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteSkill {
-    /// The skill's id.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// Its tags.
-    pub tags: Vec<String>,
-    /// Example requests.
-    pub examples: Vec<String>,
-}
-
-/// What a remote agent's card says, as far as this client reads it.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteCard {
-    /// The agent's name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// Its version.
-    pub version: String,
-    /// Its skills.
-    pub skills: Vec<RemoteSkill>,
-    /// Whether it streams (`capabilities.streaming`): without it, calls use `SendMessage`.
-    pub streaming: bool,
-    /// The JSON-RPC endpoint calls go to: the card's first A2A 1.x JSON-RPC interface (or
-    /// [`RemoteAgentBuilder::endpoint`]).
-    pub endpoint: String,
 }
 
 /// Why [`RemoteAgent::connect`] failed.

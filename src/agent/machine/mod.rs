@@ -202,7 +202,17 @@ pub enum Handled {
 }
 
 /// Something the driver must do, taken from [`AgentMachine::poll`].
-#[non_exhaustive]
+///
+/// # A new variant is a breaking change
+///
+/// The enum is exhaustive on purpose (no `#[non_exhaustive]`): a driver that does not carry
+/// out an action breaks the run (a tool left running, a conversation never saved), so a new
+/// action must fail to compile until each driver decides what to do with it. The drivers of
+/// the workspace (the tokio driver behind [`Agent::run`](crate::Agent::run) and the Restate
+/// driver) match it without a `_` arm. Adding a variant is a breaking change, released as a
+/// minor version while the crate is 0.x (and listed in the changelog); a driver of yours
+/// should match every action too, with `..` in variants with fields (a new field then breaks
+/// none of your matches).
 #[derive(Debug)]
 pub enum Action {
     /// Report this event to the host.
@@ -388,8 +398,10 @@ enum State {
 ///         // A turn ended whole: a driver with a session store saves the conversation here.
 ///         Action::Checkpoint => {}
 ///         Action::Finish(outcome) => break outcome,
-///         // `Action` is non-exhaustive: a newer action this driver does not know.
-///         other => unimplemented!("{other:?}"),
+///         // A real driver switches to the new agent's or the fallback's client and tools here
+///         // (this one configures neither). Every action is listed: a new one will not compile
+///         // until the driver decides what to do with it.
+///         Action::Handoff { .. } | Action::Fallback { .. } => {}
 ///     }
 /// };
 /// assert_eq!(outcome.termination, Termination::Completed);

@@ -77,7 +77,21 @@ impl NestedRuns {
             AgentEvent::Retry { usage, cost, .. } => run.spent += Spent::failed(*usage, *cost),
             AgentEvent::ToolCall { id, name, .. } => run.calls.push((id.clone(), name.clone())),
             AgentEvent::ToolResult { id, .. } => run.calls.retain(|(open, _)| open != id),
-            _ => {}
+            // Nothing to roll up or to close later: content, progress, bookkeeping. A
+            // nested event is never itself nested (`NestedEvent::new` flattens it), and the
+            // run's end is taken above.
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::ThinkingDelta { .. }
+            | AgentEvent::ToolCallStart { .. }
+            | AgentEvent::ToolInputDelta { .. }
+            | AgentEvent::ToolProgress { .. }
+            | AgentEvent::Compacted { .. }
+            | AgentEvent::SubAgent { .. }
+            | AgentEvent::Fallback { .. }
+            | AgentEvent::Handoff { .. }
+            | AgentEvent::Steered { .. }
+            | AgentEvent::RateLimits(_)
+            | AgentEvent::Finished(_) => {}
         }
         None
     }

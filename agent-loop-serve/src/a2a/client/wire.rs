@@ -6,8 +6,8 @@
 use agent_loop::wire::sse::SseEvent;
 use serde_json::Value;
 
-use super::{RemoteCard, RemoteSkill, MAX_ERROR_BODY_BYTES};
-
+/// The most of an HTTP error's body quoted in the error (bytes).
+pub(super) const MAX_ERROR_BODY_BYTES: usize = 1024;
 /// The most artifacts of one task kept apart (a peer could name any number).
 pub(super) const MAX_ARTIFACTS: usize = 256;
 /// The most skills listed in the tool's description.
@@ -16,6 +16,41 @@ pub(super) const MAX_SKILLS_LISTED: usize = 32;
 pub(super) const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// The most of a status message's text kept (bytes): a failure's reason, a question.
 pub(super) const MAX_STATUS_BYTES: usize = 64 * 1024;
+
+/// A skill of a remote agent, from its card.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSkill {
+    /// The skill's id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Example requests.
+    pub examples: Vec<String>,
+}
+
+/// What a remote agent's card says, as far as this client reads it.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteCard {
+    /// The agent's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its version.
+    pub version: String,
+    /// Its skills.
+    pub skills: Vec<RemoteSkill>,
+    /// Whether it streams (`capabilities.streaming`): without it, calls use `SendMessage`.
+    pub streaming: bool,
+    /// The JSON-RPC endpoint calls go to: the card's first A2A 1.x JSON-RPC interface (or
+    /// [`RemoteAgentBuilder::endpoint`](super::RemoteAgentBuilder::endpoint)).
+    pub endpoint: String,
+}
 
 /// The remote task a message goes to (for a reply to a task that asked).
 #[derive(Debug, Clone, PartialEq, Eq)]
