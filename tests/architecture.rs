@@ -1036,3 +1036,53 @@ fn the_checker_sees_a_wildcard_arm() {
     assert!(found[0].1.starts_with("AgentEvent::TurnStart"));
     assert!(found[1].1.starts_with("x @ (Action::Emit"));
 }
+
+/// ARCHITECTURE.md's layers, the lowest first: a room imports only rooms of its own layer or
+/// of the layers below it.
+const LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["message", "media", "input"],
+    &["pricing"],
+    &["wire"],
+    &["tool"],
+    &["provider"],
+    &["context"],
+    &["session"],
+    &["testing"],
+    &["agent"],
+    &["lib", "serde_tests"],
+];
+
+/// The imports of `edges` that go up `LAYERS`, as `from -> to`.
+fn imports_up(names: &[String], edges: &[BTreeSet<usize>]) -> Vec<String> {
+    let layer = |name: &str| {
+        LAYERS
+            .iter()
+            .position(|layer| layer.contains(&name))
+            .unwrap_or_else(|| panic!("the room {name} is in no layer: add it to LAYERS"))
+    };
+    let mut up = Vec::new();
+    for (from, targets) in edges.iter().enumerate() {
+        for &to in targets {
+            if layer(&names[to]) > layer(&names[from]) {
+                up.push(format!("{} -> {}", names[from], names[to]));
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn every_room_imports_only_the_layers_below_it() {
+    let graph = Graph::new();
+    let (names, edges) = room_edges(&graph);
+    let up = imports_up(&names, &edges);
+    assert!(up.is_empty(), "imports up the layers:\n{}", up.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_an_import_up_the_layers() {
+    let names: Vec<String> = ["wire", "provider"].map(String::from).to_vec();
+    let edges = vec![BTreeSet::from([1]), BTreeSet::new()];
+    assert_eq!(imports_up(&names, &edges), ["wire -> provider"]);
+}

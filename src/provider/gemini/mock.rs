@@ -19,6 +19,8 @@ use crate::wire::WireFormat;
 
 use super::decode::GENERATED_ID_PREFIX;
 
+/// One SSE event as Gemini writes it, with CRLF line ends (kept apart from the crate's
+/// `SseFrame`, which writes LF, so that the decoder meets both).
 fn data(value: &Value) -> Vec<u8> {
     let mut out = b"data: ".to_vec();
     out.extend_from_slice(value.to_string().as_bytes());

@@ -13,6 +13,7 @@ pub(crate) mod tool_schemas;
 pub(crate) mod tool_search;
 
 use crate::message::{Message, Usage};
+use crate::wire::sse::SseFrame;
 use crate::wire::{LlmEvent, ModelResponse};
 
 /// One format's mock side.
@@ -172,17 +173,16 @@ pub(crate) struct Rejection {
     pub(crate) message: String,
 }
 
-/// One SSE event's bytes: an optional event name and one `data:` line of JSON.
+/// One SSE event's bytes: an optional event name and `data`'s JSON (written by the crate's
+/// one SSE writer, [`SseFrame`](crate::wire::sse::SseFrame)).
 pub(crate) fn sse(event: Option<&str>, data: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
+    let data = data.to_string();
+    let mut frame = SseFrame::new(&data);
     if let Some(event) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(event.as_bytes());
-        out.push(b'\n');
+        frame = frame.event(event);
     }
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(data.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    let mut out = Vec::new();
+    frame.write_to(&mut out);
     out
 }
 
