@@ -217,7 +217,7 @@ impl Saved {
 }
 
 /// Carries out the machine's actions as journaled steps of one `run` invocation.
-pub(crate) struct Driver<'a, J> {
+pub(crate) struct DurableDriver<'a, J> {
     /// Its steps (read back by a replay, to see where it diverged).
     pub journal: J,
     agent: &'a DurableAgent,
@@ -253,7 +253,7 @@ pub(crate) struct Driver<'a, J> {
 /// good), or the conversation outgrew the state limit.
 pub(crate) type Stop = TerminalError;
 
-impl<'a, J: Journal> Driver<'a, J> {
+impl<'a, J: Journal> DurableDriver<'a, J> {
     /// The driver of a run of `agent` on the session's stored conversation (`legacy`: in the
     /// earlier one-value format) and its count of progress events, with its machine.
     pub fn new(
@@ -268,7 +268,7 @@ impl<'a, J: Journal> Driver<'a, J> {
         let saved = Saved::of(conversation.as_ref(), legacy);
         let parts = agent.machine(conversation, !legacy)?;
         let steerable = path.is_empty();
-        let driver = Driver {
+        let driver = DurableDriver {
             journal,
             agent,
             early: parts.machine.config().policy.early_read_only_tools && parts.hooks.is_none(),

@@ -63,7 +63,7 @@ use serde_json::Value;
 
 use crate::agent::{ApprovalDecision, DurableAgent};
 use crate::driver::{
-    message_key, Driver, Journal, ModelCall, Request, Stop, SubAgentRequest, CONVERSATION,
+    message_key, DurableDriver, Journal, ModelCall, Request, Stop, SubAgentRequest, CONVERSATION,
     EVENT_COUNT, MESSAGE_COUNT, SYSTEM,
 };
 use crate::inbox::Inbox;
@@ -243,7 +243,7 @@ impl RecordedRun {
         };
         journal.skip_reads();
         // A sub-agent's run (a child session's `subAgent`) is replayed with that sub-agent.
-        let (mut driver, machine) = Driver::new(
+        let (mut driver, machine) = DurableDriver::new(
             journal,
             agent,
             path,

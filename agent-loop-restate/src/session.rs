@@ -16,8 +16,9 @@ use restate_sdk::prelude::*;
 
 use crate::agent::{ApprovalDecision, DurableAgent};
 use crate::driver::{
-    approval_key, event_key, message_key, sub_agent_result, Driver, Journal, ModelCall, Request,
-    Stop, SubAgentRequest, ToolRequest, CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS, SYSTEM,
+    approval_key, event_key, message_key, sub_agent_result, DurableDriver, Journal, ModelCall,
+    Request, Stop, SubAgentRequest, ToolRequest, CONVERSATION, EVENT_COUNT, MESSAGE_COUNT, STATUS,
+    SYSTEM,
 };
 use crate::inbox::{check_input, Inbox, INBOX_NAME};
 use crate::record::{self, Journaled, ModelStep, ToolStep};
@@ -180,7 +181,7 @@ async fn run_agent(
 ) -> Result<RunReport, HandlerError> {
     let (conversation, legacy) = load_conversation!(ctx).await?;
     let events = ctx.get::<u64>(EVENT_COUNT).await?.unwrap_or(0);
-    let (mut driver, machine) = Driver::new(
+    let (mut driver, machine) = DurableDriver::new(
         RestateJournal { ctx },
         agent,
         path,
