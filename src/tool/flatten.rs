@@ -653,7 +653,7 @@ mod tests {
         assert!(tag.variants[0].1.get("oneOf").is_none());
 
         // The result is a schema, and every variant's valid input passes it.
-        let sent = crate::tool::validator::Validator::new(&out).unwrap();
+        let sent = crate::tool::validator::Validator::new(out).unwrap();
         for input in [
             json!({"op": "read", "path": "a", "offset": 3}),
             json!({"op": "write", "path": "a", "mode": "b"}),
