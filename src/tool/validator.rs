@@ -8,6 +8,7 @@
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use boon::{ErrorKind, Type, ValidationError};
 use serde_json::Value;
@@ -47,7 +48,16 @@ impl boon::UrlLoader for NoLoader {
 
 impl Validator {
     /// Compiles `schema`; the error says why the schema is not a valid JSON Schema.
+    ///
+    /// A schema may come from a peer (an MCP server's tool): a panic in the validator is
+    /// caught and reported as an error, never let through.
     pub(crate) fn new(schema: &Value) -> Result<Self, String> {
+        catch_unwind(AssertUnwindSafe(|| Self::compile(schema))).unwrap_or_else(|_| {
+            Err("the validator failed on this schema; simplify it (a pattern, a $ref)".to_owned())
+        })
+    }
+
+    fn compile(schema: &Value) -> Result<Self, String> {
         let mut compiler = boon::Compiler::new();
         compiler.set_default_draft(boon::Draft::V2020_12);
         compiler.use_loader(Box::new(NoLoader));
@@ -65,17 +75,31 @@ impl Validator {
         })
     }
 
+    /// Arguments come from the model: a panic in the validator counts as a violation.
     pub(crate) fn is_valid(&self, input: &Value) -> bool {
-        self.schemas.validate(input, self.index).is_ok()
+        catch_unwind(AssertUnwindSafe(|| {
+            self.schemas.validate(input, self.index).is_ok()
+        }))
+        .unwrap_or(false)
     }
 
     /// Every violation of the schema by `input`, in the schema's order.
     pub(crate) fn violations(&self, input: &Value) -> Vec<Violation> {
-        let mut out = Vec::new();
-        if let Err(error) = self.schemas.validate(input, self.index) {
-            self.collect(&error, input, &mut out);
-        }
-        out
+        catch_unwind(AssertUnwindSafe(|| {
+            let mut out = Vec::new();
+            if let Err(error) = self.schemas.validate(input, self.index) {
+                self.collect(&error, input, &mut out);
+            }
+            out
+        }))
+        .unwrap_or_else(|_| {
+            vec![Violation {
+                pointer: String::new(),
+                message: "the arguments could not be checked against the schema (the \
+                          validator failed); send them again in a simpler form"
+                    .to_owned(),
+            }]
+        })
     }
 
     /// Walks the error tree: groups (a schema's several failed keywords, `$ref`, `allOf`)
