@@ -34,6 +34,7 @@ pub mod search;
 pub mod skills;
 mod source;
 mod text;
+mod validator;
 
 use std::fmt;
 use std::time::Duration;

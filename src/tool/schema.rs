@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::flatten;
 use super::text::{cut, quote};
+use super::validator::Validator;
 
 /// At most this many schema violations are listed in one error result.
 const MAX_LISTED_ERRORS: usize = 3;
@@ -56,7 +57,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 /// variant, so that arguments that do not fit the variant their tag names get that variant's
 /// errors rather than "not valid under any of the schemas".
 pub(crate) struct InputValidator {
-    whole: jsonschema::Validator,
+    whole: Validator,
     tagged: Option<TaggedValidators>,
 }
 
@@ -64,7 +65,7 @@ struct TaggedValidators {
     /// The tag property.
     property: String,
     /// Each tag value and the schema of its variant.
-    variants: Vec<(String, jsonschema::Validator)>,
+    variants: Vec<(String, Validator)>,
 }
 
 /// Checks a tool's input schema and returns the schema to send to the model with the
@@ -75,11 +76,11 @@ struct TaggedValidators {
 /// arguments are still checked against the schema as written (see `flatten`).
 pub(crate) fn prepare(name: &str, schema: Value) -> Result<(Value, InputValidator), String> {
     let compile = |schema: &Value| {
-        jsonschema::validator_for(schema).map_err(|e| {
+        Validator::new(schema).map_err(|e| {
             format!(
                 "tool {}: invalid input schema: {}",
                 quote(name),
-                cut(e.to_string(), MAX_ERROR_BYTES)
+                cut(e, MAX_ERROR_BYTES)
             )
         })
     };
@@ -256,15 +257,15 @@ fn takes_null(schema: &Value) -> bool {
 }
 
 /// The first violations of `validator` by `input`, each with its JSON pointer.
-fn list_errors(validator: &jsonschema::Validator, input: &Value) -> Result<(), String> {
+fn list_errors(validator: &Validator, input: &Value) -> Result<(), String> {
     let mut listed = Vec::new();
     let mut total = 0usize;
-    for error in validator.iter_errors(input) {
+    for violation in validator.violations(input) {
         total += 1;
         if listed.len() < MAX_LISTED_ERRORS {
             listed.push(at(
-                error.instance_path().as_str(),
-                cut(error.to_string(), MAX_ERROR_BYTES),
+                &violation.pointer,
+                cut(violation.message, MAX_ERROR_BYTES),
             ));
         }
     }
