@@ -28,6 +28,7 @@ pub(crate) struct Validator {
 
 /// One violation: the JSON pointer of the value at fault (empty for the root), and what is
 /// wrong with it.
+#[derive(Default)]
 pub(crate) struct Violation {
     pub(crate) pointer: String,
     pub(crate) message: String,
@@ -83,13 +84,17 @@ impl Validator {
         .unwrap_or(false)
     }
 
-    /// Every violation of the schema by `input`, in the schema's order.
+    /// Every violation of the schema by `input`: the whole object's (a missing required
+    /// property, an unexpected one) where the schema's keywords put them, its members' in the
+    /// order of their paths (an array's by index), so that the order never depends on how
+    /// serde_json orders a map (`preserve_order` or not).
     pub(crate) fn violations(&self, input: &Value) -> Vec<Violation> {
         catch_unwind(AssertUnwindSafe(|| {
             let mut out = Vec::new();
             if let Err(error) = self.schemas.validate(input, self.index) {
                 self.collect(&error, input, &mut out);
             }
+            in_path_order(&mut out);
             out
         }))
         .unwrap_or_else(|_| {
@@ -313,6 +318,32 @@ impl Validator {
     }
 }
 
+/// Sorts the violations below the root by their paths (stable; an array index by its number),
+/// leaving the root's own where they are.
+fn in_path_order(violations: &mut [Violation]) {
+    fn key(pointer: &str) -> Vec<(u8, u64, &str)> {
+        pointer
+            .split('/')
+            .skip(1)
+            .map(|segment| match segment.parse::<u64>() {
+                Ok(n) => (0, n, ""),
+                Err(_) => (1, 0, segment),
+            })
+            .collect()
+    }
+    let slots: Vec<usize> = (0..violations.len())
+        .filter(|&i| !violations[i].pointer.is_empty())
+        .collect();
+    let mut members: Vec<Violation> = slots
+        .iter()
+        .map(|&i| std::mem::take(&mut violations[i]))
+        .collect();
+    members.sort_by(|a, b| key(&a.pointer).cmp(&key(&b.pointer)));
+    for (slot, violation) in slots.into_iter().zip(members) {
+        violations[slot] = violation;
+    }
+}
+
 fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
@@ -373,6 +404,19 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn an_arrays_violations_come_in_index_order() {
+        let schema = json!({"type": "array", "items": {"type": "integer", "minimum": 1}});
+        let input = json!([1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0]);
+        assert_eq!(
+            messages(schema, input),
+            [
+                "at /2: 0 is less than the minimum of 1",
+                "at /10: 0 is less than the minimum of 1"
+            ]
+        );
     }
 
     #[test]
