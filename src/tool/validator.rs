@@ -407,6 +407,42 @@ mod tests {
     }
 
     #[test]
+    fn members_are_sorted_by_path_and_the_roots_stay_in_place() {
+        let at = |pointer: &str| Violation {
+            pointer: pointer.to_owned(),
+            message: pointer.to_owned(),
+        };
+        let mut violations = vec![
+            at(""),
+            at("/b"),
+            at("/10"),
+            at("/a/x"),
+            at("/2"),
+            at("/a"),
+            at(""),
+        ];
+        in_path_order(&mut violations);
+        let order: Vec<&str> = violations.iter().map(|v| v.pointer.as_str()).collect();
+        // Indexes by number before names; a path before its members; the root's in place.
+        assert_eq!(order, ["", "/2", "/10", "/a", "/a/x", "/b", ""]);
+    }
+
+    #[test]
+    fn subschemas_report_in_path_order() {
+        let schema = json!({"allOf": [
+            {"properties": {"b": {"type": "string"}}},
+            {"properties": {"a": {"type": "string"}}}
+        ]});
+        assert_eq!(
+            messages(schema, json!({"a": 1, "b": 2})),
+            [
+                "at /a: 1 is not of type \"string\"",
+                "at /b: 2 is not of type \"string\""
+            ]
+        );
+    }
+
+    #[test]
     fn an_arrays_violations_come_in_index_order() {
         let schema = json!({"type": "array", "items": {"type": "integer", "minimum": 1}});
         let input = json!([1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0]);
