@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::provider;
-use crate::provider::mock::{compact_on_server, Rejection, Route};
+use crate::provider::mock::{compact_on_server, media_checks, tool_schemas, Rejection, Route};
 use crate::provider::transport::PacingLimits;
 use crate::wire::WireFormat;
 
@@ -502,6 +502,8 @@ async fn serve_one(socket: &mut TcpStream, state: &Mutex<ServerState>) -> bool {
                             "MockServer: the provider refuses this history: {violation}"
                         ),
                     })
+                    .or_else(|| tool_schemas::rejection(format, &body))
+                    .or_else(|| media_checks::rejection(format, &body))
                     .or_else(|| provider::of(format).mock().refusal(&body, &request.headers))
             });
         // Under a rate limit, a model request the API would take is counted against it.

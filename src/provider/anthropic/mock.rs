@@ -8,10 +8,9 @@ use serde_json::{json, Value};
 
 use crate::message::{ContentBlock, Message, Role, Usage};
 use crate::provider::mock::{
-    context_management, media_checks, sse, tool_schemas, MockFormat, Rejection, Route, Segment,
-    SegmentKind,
+    context_management, sse, MockFormat, Rejection, Route, Segment, SegmentKind,
 };
-use crate::wire::{LlmEvent, ModelResponse, WireFormat};
+use crate::wire::{LlmEvent, ModelResponse};
 
 /// The mock side of Anthropic Messages: `{prefix}/v1/messages`.
 pub(crate) struct Mock;
@@ -35,10 +34,7 @@ impl MockFormat for Mock {
     }
 
     fn refusal(&self, body: &Value, headers: &[(String, String)]) -> Option<Rejection> {
-        let format = WireFormat::Anthropic;
-        tool_schemas::rejection(format, body)
-            .or_else(|| media_checks::rejection(format, body))
-            .or_else(|| context_management::rejection(body, headers))
+        context_management::rejection(body, headers)
     }
 
     fn not_found_type(&self) -> &'static str {

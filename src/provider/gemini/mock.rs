@@ -12,10 +12,7 @@ use crate::wire::{LlmEvent, ModelResponse};
 
 use crate::message::Message;
 use crate::message::{MediaSource, Role};
-use crate::provider::mock::{
-    media_checks, tool_schemas, MockFormat, Rejection, Route, Segment, SegmentKind,
-};
-use crate::wire::WireFormat;
+use crate::provider::mock::{MockFormat, Rejection, Route, Segment, SegmentKind};
 
 use super::decode::GENERATED_ID_PREFIX;
 
@@ -554,10 +551,7 @@ impl MockFormat for Mock {
     }
 
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
-        let format = WireFormat::Gemini;
-        tool_schemas::rejection(format, body)
-            .or_else(|| media_checks::rejection(format, body))
-            .or_else(|| rejection(body))
+        rejection(body)
     }
 
     fn not_found_type(&self) -> &'static str {

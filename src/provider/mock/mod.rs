@@ -31,8 +31,9 @@ pub(crate) trait MockFormat: Sync {
     /// encoder, for the history check; `None` when the body carries none to check.
     fn history(&self, body: &Value) -> Option<Vec<Message>>;
 
-    /// What the real API refuses in this request beyond the history (tool schemas, media,
-    /// its own rules), as it says so; `None` when it would take it.
+    /// What the real API refuses in this request beyond the history, the tool schemas and
+    /// the media (which the mock server checks for every format with `tool_schemas` and
+    /// `media_checks`): its own rules, as it says so; `None` when it would take it.
     fn refusal(&self, body: &Value, headers: &[(String, String)]) -> Option<Rejection>;
 
     /// Where a request body says the most tokens to generate (JSON pointers, the first found

@@ -11,10 +11,7 @@ use crate::wire::{LlmEvent, ModelResponse};
 use crate::media::ImageFormat;
 use crate::message::Message;
 use crate::message::{MediaSource, Role};
-use crate::provider::mock::{
-    media_checks, tool_schemas, MockFormat, Rejection, Route, Segment, SegmentKind,
-};
-use crate::wire::WireFormat;
+use crate::provider::mock::{MockFormat, Rejection, Route, Segment, SegmentKind};
 
 use super::request::ERROR_RESULT_PREFIX;
 
@@ -360,10 +357,7 @@ impl MockFormat for Mock {
     }
 
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
-        let format = WireFormat::Ollama;
-        tool_schemas::rejection(format, body)
-            .or_else(|| media_checks::rejection(format, body))
-            .or_else(|| rejection(body))
+        rejection(body)
     }
 
     crate::provider::mock::by_functions!();

@@ -8,10 +8,9 @@ use serde_json::{json, Value};
 
 use crate::message::{ContentBlock, MediaSource, Message, Role, StopReason, Usage};
 use crate::provider::mock::{
-    media_checks, openai_error, sse, tool_schemas, MockFormat, Rejection, Route, Segment,
-    SegmentKind,
+    openai_error, sse, MockFormat, Rejection, Route, Segment, SegmentKind,
 };
-use crate::wire::{LlmEvent, ModelResponse, WireFormat};
+use crate::wire::{LlmEvent, ModelResponse};
 
 use super::request::{ERROR_RESULT_PREFIX, TOOL_IMAGES_LABEL};
 
@@ -36,9 +35,8 @@ impl MockFormat for Mock {
         &["/messages"]
     }
 
-    fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
-        let format = WireFormat::OpenAiChat;
-        tool_schemas::rejection(format, body).or_else(|| media_checks::rejection(format, body))
+    fn refusal(&self, _body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
+        None
     }
 
     fn status_body(

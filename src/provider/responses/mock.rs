@@ -9,10 +9,9 @@ use serde_json::{json, Value};
 
 use crate::message::{ContentBlock, Message, StopReason, Usage};
 use crate::provider::mock::{
-    context_management, media_checks, openai_error, sse, tool_schemas, MockFormat, Rejection,
-    Route, Segment, SegmentKind,
+    context_management, openai_error, sse, MockFormat, Rejection, Route, Segment, SegmentKind,
 };
-use crate::wire::{LlmEvent, ModelResponse, WireFormat};
+use crate::wire::{LlmEvent, ModelResponse};
 
 /// The mock side of OpenAI Responses: `{prefix}/responses`.
 pub(crate) struct Mock;
@@ -44,10 +43,7 @@ impl MockFormat for Mock {
     }
 
     fn refusal(&self, body: &Value, _headers: &[(String, String)]) -> Option<Rejection> {
-        let format = WireFormat::OpenAiResponses;
-        tool_schemas::rejection(format, body)
-            .or_else(|| media_checks::rejection(format, body))
-            .or_else(|| context_management::responses_rejection(body))
+        context_management::responses_rejection(body)
     }
 
     fn status_body(
